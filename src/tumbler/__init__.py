@@ -1,0 +1,99 @@
+"""tumbler: distributed locks for Python.
+
+    import tumbler
+    locks = tumbler.connect()              # $TUMBLER_URL, else an SQLite file of the user's
+    with locks.lock("orders:42", ttl=30, timeout=5) as hold:
+        hold.token                         # fencing token: grows with every grant of the name
+
+The asyncio flavour is ``tumbler.aio``, with the same names prefixed ``Async``.
+"""
+
+from __future__ import annotations
+
+from ._core import DEFAULT_TTL
+from ._sync.locks import Hold, Lock, Locks, ReadLock, RLock, RWLock, Semaphore
+from .backends import known_schemes, register_backend
+from .backends.contract import Capabilities, HolderInfo, LockState
+from .errors import (
+    AcquireTimeout,
+    AlreadyHeld,
+    BackendUnavailable,
+    ClientClosed,
+    ConfigurationError,
+    ForkedClient,
+    InvalidArgument,
+    InvalidLockName,
+    InvalidPermits,
+    InvalidTimeout,
+    InvalidTTL,
+    InvalidURL,
+    LockLost,
+    MissingDependency,
+    NotHeld,
+    PermissionDenied,
+    PermitsMismatch,
+    TumblerError,
+    UnknownScheme,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_TTL",
+    "AcquireTimeout",
+    "AlreadyHeld",
+    "BackendUnavailable",
+    "Capabilities",
+    "ClientClosed",
+    "ConfigurationError",
+    "ForkedClient",
+    "Hold",
+    "HolderInfo",
+    "InvalidArgument",
+    "InvalidLockName",
+    "InvalidPermits",
+    "InvalidTTL",
+    "InvalidTimeout",
+    "InvalidURL",
+    "Lock",
+    "LockLost",
+    "LockState",
+    "Locks",
+    "MissingDependency",
+    "NotHeld",
+    "PermissionDenied",
+    "PermitsMismatch",
+    "RLock",
+    "RWLock",
+    "ReadLock",
+    "Semaphore",
+    "TumblerError",
+    "UnknownScheme",
+    "connect",
+    "known_schemes",
+    "register_backend",
+]
+
+
+def connect(
+    url: str | None = None, *, default_ttl: float = DEFAULT_TTL, **options: object
+) -> Locks:
+    """Open a lock client on the backend that ``url`` names.
+
+    ``url`` defaults to ``$TUMBLER_URL``, else ``sqlite://`` (a file in the user's cache
+    directory). The scheme picks the backend: ``sqlite://``, ``memory://``, and those of
+    installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
+    ``default_ttl`` is the lease of locks made without a ``ttl``.
+
+    Raises ``UnknownScheme``, ``InvalidURL``, ``MissingDependency`` (naming the extra to
+    install), ``ConfigurationError``, ``PermissionDenied`` or ``BackendUnavailable``.
+    """
+    from ._connect import backend_module
+
+    module, parsed = backend_module(url, options)
+    backend = module.open_sync(parsed, **options)
+    try:
+        return Locks(backend, default_ttl=default_ttl)
+    except BaseException:
+        backend.close()
+        raise

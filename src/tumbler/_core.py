@@ -1,0 +1,275 @@
+"""The lock logic that needs no I/O: input rules, the grant predicate, lease and backoff maths.
+
+Everything here is a pure function of its arguments (randomness is passed in), so it is tested
+exhaustively with hypothesis and shared by every backend that decides grants in Python
+(SQLite, memory, and later ZooKeeper and etcd, whose contenders arrive as a sorted list).
+This module imports nothing else of tumbler but its errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .errors import (
+    InvalidLockName,
+    InvalidPermits,
+    InvalidTimeout,
+    InvalidTTL,
+    PermitsMismatch,
+)
+
+#: Longest lock name, in UTF-8 bytes: one limit that every backend can store.
+MAX_NAME_BYTES = 255
+#: Shortest lease: below this a renewal could not be scheduled before the lease ran out.
+MIN_TTL = 0.01
+#: Longest lease: a year. Longer is almost certainly a unit mistake (milliseconds for seconds).
+MAX_TTL = 365 * 24 * 3600.0
+#: Most permits a semaphore may have.
+MAX_PERMITS = 1_000_000
+#: Longest finite acquire timeout (same bound as the TTL, for the same reason).
+MAX_TIMEOUT = MAX_TTL
+
+DEFAULT_TTL = 30.0
+#: A renewal is attempted when this fraction of the lease has passed (Redisson's watchdog: 1/3).
+RENEW_FRACTION = 1 / 3
+
+
+# --------------------------------------------------------------------------------------------
+# Input rules
+
+
+def _is_forbidden_char(ch: str) -> bool:
+    code = ord(ch)
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return True  # control characters: NUL breaks C clients, the rest break logs and paths
+    if 0xD800 <= code <= 0xDFFF:
+        return True  # lone surrogates cannot be encoded as UTF-8
+    if 0xFFF0 <= code <= 0xFFFF:
+        return True  # specials and noncharacters
+    return unicodedata.category(ch) in ("Cs", "Co", "Cn")
+
+
+def validate_name(name: object) -> str:
+    """Return the canonical (NFC) form of a lock name, or raise InvalidLockName.
+
+    Names are case-sensitive text of 1 to 255 UTF-8 bytes, without control characters, and not
+    only white space. Any other character, ``/ : * ? [ ] ' %`` included, is data: backends
+    encode names, never splice them into paths, patterns or queries.
+    """
+    if not isinstance(name, str):
+        raise InvalidLockName(f"a lock name must be str, not {type(name).__name__}")
+    if not name or name.isspace():
+        raise InvalidLockName("a lock name must not be empty or only white space")
+    for ch in name:
+        if _is_forbidden_char(ch):
+            raise InvalidLockName(
+                f"a lock name must not contain the character U+{ord(ch):04X}",
+                lock_name=name.encode("utf-8", "backslashreplace").decode("ascii"),
+            )
+    canonical = unicodedata.normalize("NFC", name)
+    size = len(canonical.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        raise InvalidLockName(
+            f"a lock name must be at most {MAX_NAME_BYTES} UTF-8 bytes, this one has {size}"
+        )
+    return canonical
+
+
+def _seconds(value: object, what: str, error: type[InvalidTTL] | type[InvalidTimeout]) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise error(f"{what} must be a number of seconds, not NaN")
+    return seconds
+
+
+def validate_ttl(ttl: object) -> float:
+    """Return a lease length in seconds, or raise InvalidTTL."""
+    seconds = _seconds(ttl, "ttl", InvalidTTL)
+    if not MIN_TTL <= seconds <= MAX_TTL:
+        raise InvalidTTL(f"ttl must be between {MIN_TTL} and {MAX_TTL:.0f} seconds, not {ttl!r}")
+    return seconds
+
+
+def validate_timeout(timeout: object) -> float | None:
+    """Return an acquire timeout in seconds, None meaning "wait for ever", or raise InvalidTimeout.
+
+    ``None``, ``-1`` (as in ``threading.Lock.acquire``) and ``math.inf`` wait for ever; ``0``
+    tries once; other values must be finite and non-negative.
+    """
+    if timeout is None:
+        return None
+    seconds = _seconds(timeout, "timeout", InvalidTimeout)
+    if seconds == -1 or seconds == math.inf:
+        return None
+    if seconds < 0:
+        raise InvalidTimeout(
+            f"timeout must be >= 0, or None or -1 to wait for ever, not {timeout!r}"
+        )
+    if seconds > MAX_TIMEOUT:
+        raise InvalidTimeout(
+            f"timeout must be at most {MAX_TIMEOUT:.0f} seconds (None waits for ever), "
+            f"not {timeout!r}"
+        )
+    return seconds
+
+
+def validate_permits(permits: object) -> int:
+    """Return a semaphore's permit count, or raise InvalidPermits."""
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise InvalidPermits(f"permits must be an int, not {type(permits).__name__}")
+    if not 1 <= permits <= MAX_PERMITS:
+        raise InvalidPermits(f"permits must be between 1 and {MAX_PERMITS}, not {permits}")
+    return permits
+
+
+# --------------------------------------------------------------------------------------------
+# The grant predicate
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One contender for a lock name as a backend stores it: a grant, or a waiter in line.
+
+    ``seq`` orders entries by arrival. ``limit`` is how many shared holders the entry's kind
+    admits (0: any number, as for read locks); exclusive entries use 1. ``token`` is the fencing
+    token of a grant and None for a waiter.
+    """
+
+    owner: str
+    seq: int
+    shared: bool
+    limit: int
+    fair: bool
+    token: int | None
+
+    @property
+    def granted(self) -> bool:
+        return self.token is not None
+
+
+class Decision(enum.Enum):
+    HELD = "held"  # the owner already has a grant: an idempotent retry returns it
+    GRANT = "grant"  # grant now
+    WAIT = "wait"  # not now: keep (or create) a waiter entry
+
+
+def admits(ahead: Sequence[Entry], shared: bool, limit: int) -> bool:
+    """Whether a request of this kind may be granted with ``ahead`` in front of it.
+
+    An exclusive request needs nobody ahead. A shared one needs no exclusive entry ahead and,
+    if limited, fewer than ``limit`` shared ones.
+    """
+    if not shared:
+        return not ahead
+    if any(not entry.shared for entry in ahead):
+        return False
+    return limit == 0 or len(ahead) < limit
+
+
+def check_limits(entries: Sequence[Entry], owner: str, shared: bool, limit: int) -> None:
+    """Refuse a shared request whose limit differs from that of the live shared entries.
+
+    Two semaphores of one name with different permit counts would each count differently; a
+    read lock (no limit) and a semaphore of one name likewise.
+    """
+    if not shared:
+        return
+    for entry in entries:
+        if entry.shared and entry.owner != owner and entry.limit != limit:
+
+            def kind(n: int) -> str:
+                return "a read lock" if n == 0 else f"a semaphore of {n} permits"
+
+            raise PermitsMismatch(
+                f"asked for {kind(limit)} but the lock is in use as {kind(entry.limit)}"
+            )
+
+
+def decide(entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair: bool) -> Decision:
+    """Decide a grant request against the live entries of its lock name (expired ones removed).
+
+    A fair request waits behind every grant and every earlier fair waiter; a non-fair one only
+    behind grants, so it may overtake waiters (barging), which is faster but can starve them.
+    """
+    mine = next((entry for entry in entries if entry.owner == owner), None)
+    if mine is not None and mine.granted:
+        return Decision.HELD
+    check_limits(entries, owner, shared, limit)
+    my_seq = mine.seq if mine is not None else math.inf
+    ahead = [
+        entry
+        for entry in entries
+        if entry.owner != owner and (entry.granted or (fair and entry.fair and entry.seq < my_seq))
+    ]
+    return Decision.GRANT if admits(ahead, shared, limit) else Decision.WAIT
+
+
+def would_block(holders_shared: Sequence[bool], shared: bool, limit: int) -> bool:
+    """Whether a non-fair request would have to wait, given which of the grants are shared."""
+    ahead = [Entry("", i, s, 1, False, 0) for i, s in enumerate(holders_shared)]
+    return not admits(ahead, shared, limit)
+
+
+# --------------------------------------------------------------------------------------------
+# Leases, deadlines, backoff
+
+
+def drift_margin(ttl: float) -> float:
+    """How much earlier than the server the client gives its hold up.
+
+    Covers clock-rate differences between client and server and scheduling delay (1% of the
+    lease plus 2 ms, the margin Redlock's description uses).
+    """
+    return ttl * 0.01 + 0.002
+
+
+def local_deadline(sent_at: float, granted_ttl: float) -> float:
+    """When the client stops believing it holds a lease granted for ``granted_ttl`` seconds.
+
+    Timed from when the request was *sent*, not answered: the server's lease may have started
+    at any moment in between.
+    """
+    return sent_at + granted_ttl - drift_margin(granted_ttl)
+
+
+def renew_delay(granted_ttl: float) -> float:
+    """How long after a grant or renewal the next renewal is due."""
+    return granted_ttl * RENEW_FRACTION
+
+
+def retry_delay(remaining: float) -> float:
+    """How long to wait before retrying a renewal that could not reach the backend.
+
+    Several tries fit before the local deadline, none sooner than 10 ms apart or later than 1 s.
+    """
+    return max(0.01, min(1.0, remaining / 4))
+
+
+@dataclass
+class Backoff:
+    """Waits between polls: exponential growth with "decorrelated jitter", bounded by ``cap``.
+
+    Jitter keeps pollers that started together from asking the backend in lock-step.
+    """
+
+    base: float
+    cap: float
+    rng: random.Random
+    _last: float = 0.0
+
+    def next(self) -> float:
+        if self._last <= 0:
+            self._last = self.base
+        else:
+            self._last = min(self.cap, self.rng.uniform(self.base, self._last * 3))
+        return self._last

@@ -1,0 +1,819 @@
+# Generated from tumbler/_async/locks.py by tools/generate_sync.py: do not edit.
+# Change the asyncio source and run the tool again.
+"""The lock logic shared by every backend: clients, lock objects, holds.
+
+Ownership lives on a ``Hold``: each acquisition gets a fresh unguessable owner id that only its
+hold knows, never a thread-local, so two tasks sharing a lock object cannot release each other's
+grant. Lock objects keep, per thread (blocking flavour) or per task (asyncio), the holds that
+thread or task acquired: ``release()`` releases the caller's own, and re-entrancy counts the
+caller's own.
+
+How a hold can be lost (and how the holder learns it):
+
+1. The lease runs out before a renewal succeeds: the backend was unreachable for longer than
+   the lease, or the holder's process was paused (SIGSTOP, a long GC or C call, a blocked event
+   loop) past it. Noticed by the renewal worker, or at the latest by ``held``/``check()``.
+2. A renewal is refused: the backend no longer has the grant (it expired there, or an operator
+   force-released it). Noticed at that renewal.
+3. The client is closed, or the process forked (the child's copies are not held).
+
+Then ``hold.lost`` is True, the ``on_lost`` callbacks run (in the renewal worker: a thread, or
+the client's event loop), and ``release()`` or leaving the ``with`` block raises ``LockLost``.
+The client's view is conservative: it gives a hold up (``local_deadline``) a little before the
+backend could grant it to anyone else, timed from when the grant or renewal was *sent*.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import Final, ParamSpec, TypeVar
+
+from .. import _core as core
+from .._acompat import Event, current_context, shield
+from ..backends.contract import Backend, Capabilities, Grant, GrantRequest, LockState
+from ..errors import (
+    AcquireTimeout,
+    AlreadyHeld,
+    BackendUnavailable,
+    ClientClosed,
+    ForkedClient,
+    InvalidTimeout,
+    LockLost,
+    NotHeld,
+    TumblerError,
+)
+from .renewal import Renewer
+
+_log = logging.getLogger("tumbler")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<the lock's timeout>"
+
+
+_UNSET: Final = _Unset()
+
+_HELD = "held"
+_RELEASING = "releasing"
+_RELEASED = "released"
+
+
+class Hold:
+    """One grant of a lock: its fencing token, its lease, and whether it is still held.
+
+    A hold is what ``with lock as hold`` gives; ``lock.hold`` gives the calling thread's or
+    task's latest one. It can be passed to another thread or task, which may then release it.
+    """
+
+    def __init__(
+        self,
+        locks: Locks,
+        request: GrantRequest,
+        grant: Grant,
+        sent_at: float,
+        auto_renew: bool,
+    ) -> None:
+        #: the lock name (canonical form)
+        self.name: str = grant.name
+        #: the fencing token: greater than that of every earlier grant of this name
+        self.token: int = grant.token
+        #: the lease the backend granted, in seconds
+        self.ttl: float = grant.granted_ttl
+        self._locks = locks
+        self._request = request
+        self._auto_renew = auto_renew
+        self._deadline = core.local_deadline(sent_at, grant.granted_ttl)
+        self._state = _HELD
+        self._lost_reason: str | None = None
+        self._lost_event = Event()
+        self._callbacks: list[Callable[[Hold], object]] = []
+        self._finish_callbacks: list[Callable[[Hold], None]] = []
+        self._guard = threading.Lock()
+
+    # -- what a holder asks ------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """True while this hold is valid: not released, not lost, lease not run out."""
+        return (
+            self._state == _HELD
+            and self._lost_reason is None
+            and os.getpid() == self._locks._pid
+            and self._locks._clock.now() < self._deadline
+        )
+
+    @property
+    def lost(self) -> bool:
+        """True once the hold ended without being released (see the module docstring)."""
+        if self._lost_reason is not None:
+            return True
+        if os.getpid() != self._locks._pid:
+            return True
+        return self._state == _HELD and self._locks._clock.now() >= self._deadline
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the hold was lost, or None."""
+        if self._lost_reason is None and self.lost:
+            if os.getpid() != self._locks._pid:
+                return "the hold belongs to the parent process (inherited across fork)"
+            return "the lease ran out before a renewal succeeded"
+        return self._lost_reason
+
+    @property
+    def expires_in(self) -> float:
+        """Seconds until the client gives this hold up unless it is renewed (0 if not held)."""
+        if not self.held:
+            return 0.0
+        return max(0.0, self._deadline - self._locks._clock.now())
+
+    def check(self) -> None:
+        """Raise ``LockLost`` if the hold was lost, ``NotHeld`` if it was released."""
+        if self.lost:
+            raise LockLost(f"lock {self.name!r} was lost: {self.lost_reason}", lock_name=self.name)
+        if self._state != _HELD:
+            raise NotHeld(f"lock {self.name!r} was released", lock_name=self.name)
+
+    def on_lost(self, callback: Callable[[Hold], object]) -> None:
+        """Call ``callback(hold)`` once when the hold is found lost (at once if it already is).
+
+        It runs in the client's renewal worker (a thread in the blocking flavour, the event loop
+        in asyncio) and must not block; exceptions it raises are logged.
+        """
+        with self._guard:
+            already = self._lost_reason is not None
+            if not already:
+                self._callbacks.append(callback)
+        if already:
+            self._run_callback(callback)
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        """Wait until the hold is found lost or ``timeout`` passes; True if it was lost."""
+        seconds = core.validate_timeout(timeout)
+        clock = self._locks._clock
+        end = None if seconds is None else clock.now() + seconds
+        clock.add_listener(self._lost_event.set_threadsafe)
+        try:
+            while not self._lost_event.is_set():
+                if end is None:
+                    self._lost_event.wait(None)
+                else:
+                    left = end - clock.now()
+                    if left <= 0:
+                        break
+                    self._lost_event.wait(clock.real_timeout(left))
+                    if not self._lost_event.is_set():
+                        continue
+        finally:
+            clock.remove_listener(self._lost_event.set_threadsafe)
+        return self._lost_reason is not None
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Set the lease to ``ttl`` seconds from now (default: the TTL asked for at acquire).
+
+        For holds acquired with ``renew=False``; renewed holds are extended automatically.
+        Raises ``LockLost`` if the backend no longer has the grant.
+        """
+        seconds = self._request.ttl if ttl is None else core.validate_ttl(ttl)
+        self._locks._check_usable(self.name)
+        self.check()
+        sent_at = self._locks._clock.now()
+        granted = self._locks._backend.renew(self.name, self._request.owner, seconds)
+        if granted is None:
+            self._mark_lost("the backend no longer has this grant")
+            self.check()
+            return
+        self._deadline = core.local_deadline(sent_at, granted)
+        self.ttl = granted
+
+    def release(self) -> None:
+        """Give the grant back. Raises ``LockLost`` (after releasing) if it had been lost.
+
+        Runs to its end even if the calling task is cancelled. If the backend cannot be reached
+        the error is raised, and the grant frees itself when its lease runs out (it is no
+        longer renewed).
+        """
+        self._locks._check_usable(self.name)
+        with self._guard:
+            if self._state != _HELD:
+                raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
+            self._state = _RELEASING
+        was_live = shield(self._release_grant())
+        if not was_live and self._lost_reason is None:
+            self._mark_lost(
+                "the backend no longer had this grant at release: its lease ran out "
+                "or it was force-released"
+            )
+        if self._lost_reason is not None:
+            raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else ("lost" if self.lost else self._state)
+        return (
+            f"<{type(self).__name__} {self.name!r} token={self.token} {state} "
+            f"expires_in={self.expires_in:.3f}>"
+        )
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _release_grant(self) -> bool:
+        try:
+            return self._locks._backend.release(self.name, self._request.owner)
+        finally:
+            # Renewal stops whatever the backend answered: if the release did not get through,
+            # the grant frees itself when its lease runs out.
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._guard:
+            self._state = _RELEASED
+            callbacks, self._finish_callbacks = self._finish_callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._guard:
+            if self._lost_reason is not None:
+                return
+            self._lost_reason = reason
+            callbacks, self._callbacks = self._callbacks, []
+        _log.warning("lock %r lost: %s", self.name, reason)
+        self._lost_event.set_threadsafe()
+        for callback in callbacks:
+            self._run_callback(callback)
+
+    def _run_callback(self, callback: Callable[[Hold], object]) -> None:
+        try:
+            callback(self)
+        except Exception:
+            _log.exception("on_lost callback for lock %r failed", self.name)
+
+    def _due(self) -> float | None:
+        """The renewal worker's job: renew, or find the hold lost. Returns the next due time."""
+        if self._state != _HELD or self._lost_reason is not None:
+            return None
+        clock = self._locks._clock
+        now = clock.now()
+        if now >= self._deadline:
+            self._mark_lost("the lease ran out before a renewal succeeded")
+            return None
+        if not self._auto_renew:
+            return self._deadline
+        try:
+            granted = self._locks._backend.renew(self.name, self._request.owner, self._request.ttl)
+        except BackendUnavailable as error:
+            _log.warning("renewal of lock %r failed, will retry: %s", self.name, error)
+            later = clock.now()
+            return min(self._deadline, later + core.retry_delay(self._deadline - later))
+        except TumblerError as error:
+            self._mark_lost(f"renewal failed: {error}")
+            return None
+        if self._state != _HELD:
+            return None
+        if granted is None:
+            self._mark_lost(
+                "a renewal was refused: the backend no longer has this grant "
+                "(its lease ran out there, or it was force-released)"
+            )
+            return None
+        self._deadline = core.local_deadline(now, granted)
+        self.ttl = granted
+        return now + core.renew_delay(granted)
+
+
+class _Primitive:
+    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``."""
+
+    _shared: bool = False
+    #: the same thread/task may acquire again: counted (rlock) ...
+    _reentrant: bool = False
+    #: ... or as separate grants (semaphore permits); otherwise a second acquire is an error
+    _multiple: bool = False
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        *,
+        limit: int,
+        ttl: float | None,
+        timeout: float | None,
+        fair: bool,
+        renew: bool,
+    ) -> None:
+        #: the lock name (canonical NFC form)
+        self.name: str = core.validate_name(name)
+        #: the lease asked for, in seconds
+        self.ttl: float = locks._default_ttl if ttl is None else core.validate_ttl(ttl)
+        #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
+        self.timeout: float | None = core.validate_timeout(timeout)
+        #: grants in arrival order
+        self.fair: bool = bool(fair)
+        #: renew the lease automatically while held
+        self.renew: bool = bool(renew)
+        self._locks = locks
+        self._limit = limit
+        self._guard = threading.Lock()
+        self._holds: dict[Hashable, list[Hold]] = {}
+        self._depth: dict[Hashable, int] = {}
+        self._entered: dict[Hashable, list[Hold]] = {}
+
+    @property
+    def hold(self) -> Hold | None:
+        """The calling thread's/task's latest hold of this lock, or None."""
+        with self._guard:
+            holds = self._holds.get(current_context())
+            return holds[-1] if holds else None
+
+    def acquire(self, blocking: bool = True, timeout: float | _Unset | None = _UNSET) -> bool:
+        """Acquire the lock; True if acquired, False if the timeout ran out first.
+
+        ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
+        ``timeout``; None or -1 waits for ever, 0 tries once.
+        """
+        if not blocking:
+            if timeout is not _UNSET and timeout is not None and timeout != -1:
+                raise InvalidTimeout("a non-blocking acquire cannot have a timeout")
+            seconds: float | None = 0.0
+        else:
+            seconds = (
+                self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
+            )
+        context = current_context()
+        current = self._current(context)
+        if current is not None and not self._multiple:
+            if not self._reentrant:
+                raise AlreadyHeld(
+                    f"lock {self.name!r} is already held by this thread/task and is not "
+                    "re-entrant (use rlock())",
+                    lock_name=self.name,
+                )
+            current.check()
+            with self._guard:
+                self._depth[context] += 1
+            return True
+        request = self._locks._request(self.name, self._shared, self._limit, self.fair, self.ttl)
+        hold = self._locks._acquire(request, seconds, self.renew)
+        if hold is None:
+            return False
+        with self._guard:
+            self._holds.setdefault(context, []).append(hold)
+            self._depth[context] = 1
+        hold._finish_callbacks.append(functools.partial(self._forget, context))
+        return True
+
+    def release(self) -> None:
+        """Release the calling thread's/task's hold (its latest, for semaphores).
+
+        Raises ``NotHeld`` if it holds none, and ``LockLost`` (after releasing) if the hold had
+        been lost. A re-entrant lock is released when released as often as acquired.
+        """
+        context = current_context()
+        hold = self._current(context)
+        if hold is None:
+            raise NotHeld(
+                f"lock {self.name!r} is not held by this thread/task", lock_name=self.name
+            )
+        if self._reentrant:
+            with self._guard:
+                if self._depth[context] > 1:
+                    self._depth[context] -= 1
+                    return
+        hold.release()
+
+    def locked(self) -> bool:
+        """Whether an acquire (non-fair) would have to wait now: asks the backend."""
+        self._locks._check_usable(self.name)
+        state = self._locks._backend.inspect(self.name)
+        return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
+
+    def __enter__(self) -> Hold:
+        if not self.acquire():
+            raise AcquireTimeout(
+                f"lock {self.name!r} could not be acquired within {self.timeout} s",
+                lock_name=self.name,
+                backend=self._locks.url,
+            )
+        hold = self.hold
+        assert hold is not None
+        with self._guard:
+            self._entered.setdefault(current_context(), []).append(hold)
+        return hold
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        context = current_context()
+        with self._guard:
+            entered = self._entered.get(context)
+            hold = entered.pop() if entered else None
+            if entered is not None and not entered:
+                del self._entered[context]
+            if hold is not None and self._reentrant and self._depth.get(context, 0) > 1:
+                self._depth[context] -= 1
+                return
+        if hold is None or hold._state != _HELD:
+            return  # released by hand inside the block
+        try:
+            hold.release()
+        except (LockLost, BackendUnavailable):
+            if exc_type is None:
+                raise
+            # never hide the exception already on its way out
+            _log.warning("lock %r: hold lost or not released while leaving on an error", self.name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ttl={self.ttl} fair={self.fair}>"
+
+    def _current(self, context: Hashable) -> Hold | None:
+        with self._guard:
+            holds = self._holds.get(context)
+            return holds[-1] if holds else None
+
+    def _forget(self, context: Hashable, hold: Hold) -> None:
+        with self._guard:
+            holds = self._holds.get(context)
+            if holds is not None and hold in holds:
+                holds.remove(hold)
+                if not holds:
+                    del self._holds[context]
+                    self._depth.pop(context, None)
+
+
+class Lock(_Primitive):
+    """A mutex: one holder at a time. Not re-entrant: a second acquire by the holder raises
+    ``AlreadyHeld`` instead of waiting for itself."""
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+
+class RLock(Lock):
+    """A re-entrant mutex: the holding thread/task may acquire again; one grant, counted."""
+
+    _reentrant = True
+
+
+class Semaphore(_Primitive):
+    """Up to ``permits`` holders at a time; each acquire takes one permit with its own lease.
+
+    Every client must use the same number of permits for a name (``PermitsMismatch``
+    otherwise). A thread/task may hold several permits; ``release()`` returns its latest.
+    """
+
+    _shared = True
+    _multiple = True
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        permits: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        #: how many holders the semaphore admits at once
+        self.permits: int = core.validate_permits(permits)
+        super().__init__(
+            locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+        )
+
+
+class ReadLock(_Primitive):
+    """The shared side of a read/write lock: any number of readers, no writer."""
+
+    _shared = True
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        super().__init__(locks, name, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+
+class RWLock:
+    """A read/write lock: ``read()`` is shared among readers, ``write()`` is exclusive.
+
+    The write side is the same as ``lock(name)``: a mutex of that name excludes readers too.
+    Without ``fair=True`` a stream of readers can keep a writer waiting.
+    """
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        self._read = ReadLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self._write = Lock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self.name: str = self._read.name
+
+    def read(self) -> ReadLock:
+        return self._read
+
+    def write(self) -> Lock:
+        return self._write
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class Locks:
+    """A client of one lock backend: makes lock objects and renews their leases.
+
+    Made by ``connect()``. Use one client per process (per event loop in asyncio) and share it:
+    it holds the backend connection(s) and the one renewal worker that serves every hold.
+    ``close()`` (or leaving ``with``) releases what is still held. A client is not usable in a
+    process forked from the one that made it (``ForkedClient``): connect anew in the child.
+    """
+
+    def __init__(self, backend: Backend, *, default_ttl: float = core.DEFAULT_TTL) -> None:
+        self._backend = backend
+        self._clock = backend.clock
+        self._default_ttl = core.validate_ttl(default_ttl)
+        self._renewer = Renewer(backend.clock)
+        self._pid = os.getpid()
+        self._closed = False
+        self._rng = random.Random()
+        self._holder = f"{socket.gethostname()} pid={self._pid}"
+        # weak: a hold its holder dropped stops being renewed and runs out (see renewal.py)
+        self._live: weakref.WeakValueDictionary[int, Hold] = weakref.WeakValueDictionary()
+        self._live_guard = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The backend's URL, without credentials."""
+        return self._backend.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._backend.capabilities
+
+    # -- lock objects ------------------------------------------------------------------------
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> Lock:
+        """A mutex named ``name``.
+
+        ``ttl``: the lease in seconds (default 30): if the holder dies, others can have the lock
+        this long after its last renewal. While the holder lives its lease is renewed every
+        ``ttl/3`` unless ``renew=False``. ``timeout``: how long ``with`` waits (None: for ever).
+        ``fair=True``: waiters are granted in arrival order.
+        """
+        return Lock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def rlock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> RLock:
+        """A re-entrant mutex: like ``lock()``, but the holder may acquire it again."""
+        return RLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> Semaphore:
+        """A semaphore admitting ``permits`` holders at once; each permit is its own lease."""
+        return Semaphore(self, name, permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def rwlock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> RWLock:
+        """A read/write lock: ``.read()`` shared, ``.write()`` exclusive."""
+        return RWLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def synchronized(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so that every call runs holding the re-entrant mutex ``name``.
+
+        A call that cannot have the lock within ``timeout`` raises ``AcquireTimeout``; a call
+        whose hold is lost while it runs raises ``LockLost`` when it returns.
+        """
+        lock = self.rlock(name, ttl=ttl, timeout=timeout, fair=fair)
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            @functools.wraps(function)
+            def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+                with lock:
+                    return function(*args, **kwargs)
+
+            return locked_call
+
+        return decorate
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def status(self, name: str) -> LockState:
+        """Holders (with fencing token and lease left) and waiters of one lock."""
+        canonical = core.validate_name(name)
+        self._check_usable(canonical)
+        return self._backend.inspect(canonical)
+
+    def status_all(self) -> list[LockState]:
+        """Every lock that has holders or waiters."""
+        self._check_usable(None)
+        return self._backend.inspect_all()
+
+    def force_release(self, name: str) -> int:
+        """Remove every grant of ``name`` (for operators); returns how many were removed.
+
+        Their holders find out at their next renewal (``LockLost``); a fencing-checking resource
+        refuses their writes once the next holder (with a greater token) has written.
+        """
+        canonical = core.validate_name(name)
+        self._check_usable(canonical)
+        return self._backend.force_release(canonical)
+
+    def settle(self) -> None:
+        """Wait until the renewals and expiry checks due on the clock have run.
+
+        For tests on a ``ManualClock``: ``clock.advance(10); await locks.settle()``.
+        """
+        self._renewer.settle()
+
+    def close(self) -> None:
+        """Release every hold still held, stop renewing, and close the backend."""
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() != self._pid:
+            return  # the parent's connections and grants are the parent's to close
+        with self._live_guard:
+            holds = list(self._live.values())
+        for hold in holds:
+            if hold._state == _HELD:
+                hold._mark_lost("the client was closed")
+                try:
+                    hold._release_grant()
+                except TumblerError as error:
+                    _log.warning("could not release lock %r on close: %s", hold.name, error)
+        self._renewer.close()
+        self._backend.close()
+
+    def __enter__(self) -> Locks:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_usable(self, name: str | None) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedClient(
+                "this client was made in a parent process; call connect() again in the child",
+                lock_name=name,
+                backend=self.url,
+            )
+        if self._closed:
+            raise ClientClosed("the client is closed", lock_name=name, backend=self.url)
+
+    def _request(self, name: str, shared: bool, limit: int, fair: bool, ttl: float) -> GrantRequest:
+        return GrantRequest(
+            name=name,
+            owner=secrets.token_urlsafe(18),
+            shared=shared,
+            limit=limit,
+            fair=fair,
+            ttl=ttl,
+            holder=self._holder,
+        )
+
+    def _acquire(self, request: GrantRequest, timeout: float | None, renew: bool) -> Hold | None:
+        """Try, then wait for a change and try again, until granted or the timeout runs out.
+
+        Every exit other than a grant withdraws the request (the waiter entry, or a grant whose
+        reply a cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
+        """
+        self._check_usable(request.name)
+        backend = self._backend
+        caps = backend.capabilities
+        clock = self._clock
+        deadline = None if timeout is None else clock.now() + timeout
+        backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
+        with backend.watch(request.name) as watch:  # subscribe before the first try
+            try:
+                while True:
+                    sent_at = clock.now()
+                    grant = backend.try_grant(request)
+                    now = clock.now()
+                    if grant is not None:
+                        if core.local_deadline(sent_at, grant.granted_ttl) > now:
+                            return self._new_hold(request, grant, sent_at, renew)
+                        # the reply came too late to use the lease: give it back, try again
+                        shield(backend.release(request.name, request.owner))
+                    if deadline is not None and now >= deadline:
+                        break
+                    pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
+                    pause = min(pause, caps.waiter_ttl / 3)
+                    if deadline is not None:
+                        pause = min(pause, deadline - now)
+                    watch.wait(pause)
+            except BaseException:
+                shield(self._withdraw(request))
+                raise
+        shield(self._withdraw(request))
+        return None
+
+    def _withdraw(self, request: GrantRequest) -> bool:
+        """Remove the request's entry, if any; False if the backend could not be reached."""
+        try:
+            self._backend.release(request.name, request.owner)
+        except TumblerError as error:
+            _log.warning(
+                "could not withdraw from lock %r (its entry expires by itself): %s",
+                request.name,
+                error,
+            )
+            return False
+        return True
+
+    def _new_hold(self, request: GrantRequest, grant: Grant, sent_at: float, renew: bool) -> Hold:
+        hold = Hold(self, request, grant, sent_at, renew)
+        key = id(hold)
+        with self._live_guard:
+            self._live[key] = hold
+        hold._finish_callbacks.append(lambda _: self._forget(key))
+        due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold._deadline
+        self._renewer.schedule(hold, due)
+        return hold
+
+    def _forget(self, key: int) -> None:
+        with self._live_guard:
+            self._live.pop(key, None)

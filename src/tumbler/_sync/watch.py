@@ -1,0 +1,49 @@
+# Generated from tumbler/_async/watch.py by tools/generate_sync.py: do not edit.
+# Change the asyncio source and run the tool again.
+"""Waiting for a lock to change: the one watch every backend can use.
+
+A watch wakes when its backend's ``WakeHub`` is notified for the lock name (push backends), when
+a manual clock moves, or when the timeout passes (pollers).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from .._acompat import Event
+from .._clock import Clock
+from ..backends.contract import WakeHub
+
+
+class HubWatch:
+    """Subscribes at construction, so a change after it is never missed."""
+
+    def __init__(self, clock: Clock, name: str, hub: WakeHub | None = None) -> None:
+        self._clock = clock
+        self._name = name
+        self._hub = hub
+        self._event = Event()
+        clock.add_listener(self._event.set_threadsafe)
+        if hub is not None:
+            hub.subscribe(name, self._event.set_threadsafe)
+
+    def wait(self, timeout: float) -> None:
+        """Return when the lock may have changed, or after ``timeout`` seconds on the clock."""
+        self._event.wait(self._clock.real_timeout(timeout))
+        self._event.clear()
+
+    def close(self) -> None:
+        self._clock.remove_listener(self._event.set_threadsafe)
+        if self._hub is not None:
+            self._hub.unsubscribe(self._name, self._event.set_threadsafe)
+
+    def __enter__(self) -> HubWatch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,49 @@
+"""tumbler for asyncio: the same API as ``tumbler``, with ``async``/``await``.
+
+    import tumbler.aio
+    async with await tumbler.aio.connect() as locks:
+        async with locks.lock("orders:42", ttl=30, timeout=5) as hold:
+            hold.token
+
+Ownership and re-entrancy are per task. Cancelling a task at any await leaves nothing behind:
+a cancelled waiter withdraws from the line, and a cancelled release still completes.
+"""
+
+from __future__ import annotations
+
+from ._async.locks import (
+    AsyncHold,
+    AsyncLock,
+    AsyncLocks,
+    AsyncReadLock,
+    AsyncRLock,
+    AsyncRWLock,
+    AsyncSemaphore,
+)
+from ._core import DEFAULT_TTL
+
+__all__ = [
+    "AsyncHold",
+    "AsyncLock",
+    "AsyncLocks",
+    "AsyncRLock",
+    "AsyncRWLock",
+    "AsyncReadLock",
+    "AsyncSemaphore",
+    "connect",
+]
+
+
+async def connect(
+    url: str | None = None, *, default_ttl: float = DEFAULT_TTL, **options: object
+) -> AsyncLocks:
+    """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
+    from ._connect import backend_module
+
+    module, parsed = backend_module(url, options)
+    backend = await module.open_async(parsed, **options)
+    try:
+        return AsyncLocks(backend, default_ttl=default_ttl)
+    except BaseException:
+        await backend.close()
+        raise

@@ -1,0 +1,294 @@
+"""The backend contract: what a backend must do so that every tumbler lock works on it.
+
+tumbler's lock objects (``tumbler/_async/locks.py``) hold all the logic that is the same for
+every backend: re-entrancy, per-thread/task ownership, acquire timeouts and backoff, renewal
+scheduling, lost-hold detection, fencing bookkeeping, errors. A backend only stores
+*entries* (grants and waiters) for lock names and decides grants atomically. Each backend
+module provides two classes with the same method names, one per flavour:
+
+- ``Backend`` (blocking) and ``AsyncBackend`` (asyncio), the Protocols below;
+- a module-level ``open_sync(url, **options) -> Backend`` and a coroutine function
+  ``open_async(url, **options) -> AsyncBackend``, found by URL scheme (see
+  ``tumbler.backends``). ``url`` is a parsed ``tumbler._url.BackendURL``; the options are the
+  keyword arguments given to ``connect()``; unknown ones are refused before the call.
+
+A backend that only has a blocking driver (SQLite's stdlib module) gets its asyncio flavour
+from ``tumbler.backends._adapter.AsyncAdapter``; one with both (redis-py, psycopg) implements
+``AsyncBackend`` natively, and should generate the blocking twin from it.
+
+What every backend must guarantee
+---------------------------------
+
+Grant (``try_grant``)
+    Atomic: decide and record in one step (a Lua script, one SQL transaction, one ZooKeeper
+    create plus a read of the siblings) so that two clients can never both be granted an
+    exclusive entry. **Idempotent by owner**: the owner id is fresh for every acquisition,
+    and a retry with the same request (after a lost reply) returns the grant already made, or
+    keeps the same place in line; it never creates a second entry. Expired entries are ignored
+    (and may be removed). The grant rule is ``tumbler._core.decide``: backends that decide in
+    Python call it; those that decide on the server (Redis Lua) must implement the same rule,
+    and the contract tests hold them to it. A request that is not granted leaves a *waiter*
+    entry with a short lease (``capabilities.waiter_ttl``), refreshed by each retry, so that
+    fair requests queue in arrival order and ``inspect`` can count waiters; a waiter that
+    vanishes drops out when that lease runs out.
+
+Fencing tokens
+    Every grant gets an int strictly greater than every token ever granted before for that
+    name, by any client, also after the name's entries were all removed. A global counter
+    satisfies this. ``capabilities.durable_fencing`` says whether this survives a backend
+    crash and restart.
+
+Leases (``renew``)
+    ``renew`` sets a grant's lease to ``ttl`` from now and returns the TTL granted (a backend
+    may clamp it), or None if the owner has no live grant. It **never revives** an expired or
+    removed grant, even if nobody else has taken the lock.
+
+Release (``release``)
+    Compare-and-delete: removes the owner's entry (grant or waiter) and nobody else's, wakes
+    waiters, and returns True only if a live grant was removed. Releasing an unknown owner is
+    not an error (it is how a cancelled or timed-out waiter withdraws).
+
+Waking waiters (``watch``)
+    ``watch(name)`` subscribes *before* the caller's first ``try_grant`` (so a release between
+    a failed try and the subscription is never missed); ``Watch.wait(timeout)`` returns when the
+    lock may have changed or ``timeout`` seconds passed on the backend's clock. A backend with
+    push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server; the others
+    return after the timeout and the lock logic polls with jittered backoff. A wake-up is a
+    hint, never a grant: the caller always tries again.
+
+Losing the server
+    Driver errors are converted at the edge: an unreachable or timed-out server raises
+    ``BackendUnavailable`` (never a hang past the operation's bound); refused access raises
+    ``PermissionDenied``. A ``renew`` that raises ``BackendUnavailable`` is retried by the lock
+    logic until the client's local deadline, then the hold is reported lost.
+
+Inspection and operators
+    ``inspect(name)`` and ``inspect_all()`` read without changing anything; ``force_release``
+    removes every grant of a name (their holders learn at their next renewal).
+
+Session-based backends (ZooKeeper, SQL connections) map their session onto the lease: a
+grant lives as long as the session, ``renew`` confirms the session is alive, and a lost
+session is reported as ``None`` from ``renew``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+
+from .._clock import Clock
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    """What a client asks for: a grant of ``name`` for ``owner``.
+
+    ``shared`` entries coexist with other shared entries, up to ``limit`` of them (0: no limit);
+    an exclusive entry (``shared=False``, ``limit=1``) coexists with nothing. A mutex and the
+    write side of a read/write lock are exclusive; the read side is shared with no limit; a
+    semaphore of N permits is shared with limit N. ``holder`` describes the client for operators
+    (host and pid); it is never used for ownership.
+    """
+
+    name: str
+    owner: str
+    shared: bool
+    limit: int
+    fair: bool
+    ttl: float
+    holder: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A grant made by the backend: the fencing ``token`` and the lease it ``granted_ttl``."""
+
+    name: str
+    owner: str
+    token: int
+    granted_ttl: float
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One grant as ``inspect`` reports it (for operators: no owner id is exposed)."""
+
+    token: int
+    shared: bool
+    expires_in: float
+    holder: str
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A read-only picture of one lock name."""
+
+    name: str
+    holders: tuple[HolderInfo, ...]
+    waiters: int
+    #: permits of a semaphore (0 for read locks) while shared holders or waiters exist
+    limit: int | None = None
+
+    @property
+    def locked(self) -> bool:
+        return bool(self.holders)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can promise; the lock logic and the tests adapt to it."""
+
+    #: waiters are woken by the backend on release (no polling)
+    push_wakeups: bool
+    #: fencing tokens keep increasing across a crash and restart of the backend
+    durable_fencing: bool
+    #: leases are timed on the backend's clock, not the client's
+    server_clock: bool
+    #: holds live as long as a session/connection, not only a TTL
+    session_liveness: bool = False
+    #: the lease of a waiter entry: a vanished waiter stops blocking fair waiters after this
+    waiter_ttl: float = 5.0
+    #: how often a push-woken waiter re-checks anyway, in case a wake-up message was lost
+    recheck_interval: float = 1.0
+    #: poll backoff for backends without push wake-ups: first and longest wait
+    poll_base: float = 0.002
+    poll_cap: float = 0.05
+
+
+class WakeHub:
+    """Per-name wake-up callbacks: how a backend's wake-ups reach local waiters.
+
+    A backend calls ``notify(name)`` when it learns a lock may have changed (a release it made
+    itself, a pub/sub message, a ZooKeeper watch). Thread-safe; callbacks must not block.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: dict[str, list[Callable[[], None]]] = {}
+
+    def subscribe(self, name: str, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._subscribers.setdefault(name, []).append(callback)
+
+    def unsubscribe(self, name: str, callback: Callable[[], None]) -> None:
+        with self._lock:
+            callbacks = self._subscribers.get(name)
+            if callbacks is None:
+                return
+            try:
+                callbacks.remove(callback)
+            except ValueError:
+                return
+            if not callbacks:
+                del self._subscribers[name]
+
+    def subscribed(self, name: str) -> bool:
+        with self._lock:
+            return name in self._subscribers
+
+    def notify(self, name: str) -> None:
+        with self._lock:
+            callbacks = list(self._subscribers.get(name, ()))
+        for callback in callbacks:
+            callback()
+
+
+class Watch(Protocol):
+    """A subscription to changes of one lock name (blocking flavour)."""
+
+    def wait(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Watch: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class AsyncWatch(Protocol):
+    """A subscription to changes of one lock name (asyncio flavour)."""
+
+    async def wait(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> AsyncWatch: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class Backend(Protocol):
+    """The blocking backend contract (see the module docstring for the guarantees)."""
+
+    #: the URL with credentials removed, for messages and reprs
+    url: str
+    capabilities: Capabilities
+    #: the clock the backend's leases follow as seen by this client
+    clock: Clock
+
+    def try_grant(self, request: GrantRequest) -> Grant | None: ...
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
+
+    def release(self, name: str, owner: str) -> bool: ...
+
+    def watch(self, name: str) -> Watch: ...
+
+    def inspect(self, name: str) -> LockState: ...
+
+    def inspect_all(self) -> list[LockState]: ...
+
+    def force_release(self, name: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncBackend(Protocol):
+    """The asyncio backend contract: ``Backend`` with awaitable I/O, same names and meaning."""
+
+    url: str
+    capabilities: Capabilities
+    clock: Clock
+
+    async def try_grant(self, request: GrantRequest) -> Grant | None: ...
+
+    async def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
+
+    async def release(self, name: str, owner: str) -> bool: ...
+
+    def watch(self, name: str) -> AsyncWatch: ...
+
+    async def inspect(self, name: str) -> LockState: ...
+
+    async def inspect_all(self) -> list[LockState]: ...
+
+    async def force_release(self, name: str) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+__all__ = [
+    "AsyncBackend",
+    "AsyncWatch",
+    "Backend",
+    "Capabilities",
+    "Grant",
+    "GrantRequest",
+    "HolderInfo",
+    "LockState",
+    "WakeHub",
+    "Watch",
+]

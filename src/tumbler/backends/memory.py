@@ -1,0 +1,234 @@
+"""``memory://``: an in-process backend with the same semantics, for unit tests.
+
+URL grammar::
+
+    memory://[STORE]
+
+Clients in one process that name the same ``STORE`` (the empty name included) share its locks,
+so a test can play several clients; a store lives while any client of it is open. Nothing is
+shared between processes and nothing survives the process.
+
+Give it a ``tumbler.testing.ManualClock`` (``connect("memory://", clock=clock)``) to make
+leases, timeouts and renewals follow a clock the test moves: expiry and lost-hold behaviour can
+then be tested without sleeping. All clients of a store must use the same clock.
+
+Guarantees: the same grant rule, fencing tokens, leases and wake-ups as every backend, decided
+under one in-process lock. Waiters are woken directly on release (push wake-ups).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from dataclasses import dataclass
+
+from .. import _core as core
+from .._clock import SYSTEM_CLOCK, Clock
+from .._sync.watch import HubWatch
+from .._url import BackendURL
+from ..errors import ConfigurationError, InvalidURL
+from ._adapter import AsyncAdapter
+from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, WakeHub
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=False,
+    server_clock=True,
+    waiter_ttl=5.0,
+    recheck_interval=1.0,
+)
+
+
+@dataclass
+class _Row:
+    entry: core.Entry
+    expires_at: float
+    holder: str
+
+
+class _Store:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.rows: dict[str, list[_Row]] = {}
+        self.last_token = 0
+        self.order = itertools.count(1)
+        self.hub = WakeHub()
+
+    def live_rows(self, name: str, now: float) -> list[_Row]:
+        """The name's rows with expired ones dropped (caller holds self.lock)."""
+        rows = [row for row in self.rows.get(name, ()) if row.expires_at > now]
+        if rows:
+            self.rows[name] = rows
+        else:
+            self.rows.pop(name, None)
+        return rows
+
+
+_stores: weakref.WeakValueDictionary[str, _Store] = weakref.WeakValueDictionary()
+_stores_lock = threading.Lock()
+
+
+class MemoryBackend:
+    """The blocking flavour; ``open_async`` wraps it (its calls never block)."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(self, url: BackendURL, store: _Store) -> None:
+        self.url = url.redacted
+        self.clock: Clock = store.clock
+        self.hub = store.hub
+        self._store = store
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        store = self._store
+        with store.lock:
+            now = store.clock.now()
+            before = len(store.rows.get(request.name, ()))
+            rows = store.live_rows(request.name, now)
+            expired = before != len(rows)
+            entries = [row.entry for row in rows]
+            decision = core.decide(
+                entries, request.owner, request.shared, request.limit, request.fair
+            )
+            mine = next((row for row in rows if row.entry.owner == request.owner), None)
+            if decision is core.Decision.HELD:
+                assert mine is not None
+                assert mine.entry.token is not None
+                return Grant(request.name, request.owner, mine.entry.token, request.ttl)
+            if decision is core.Decision.GRANT:
+                store.last_token += 1
+                token = store.last_token
+                entry = core.Entry(
+                    request.owner,
+                    mine.entry.seq if mine else next(store.order),
+                    request.shared,
+                    request.limit,
+                    request.fair,
+                    token,
+                )
+                row = _Row(entry, now + request.ttl, request.holder)
+                if mine is not None:
+                    rows[rows.index(mine)] = row
+                else:
+                    rows.append(row)
+                store.rows[request.name] = rows
+                result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
+            else:
+                waiter_until = now + self.capabilities.waiter_ttl
+                if mine is not None:
+                    mine.expires_at = waiter_until
+                else:
+                    entry = core.Entry(
+                        request.owner,
+                        next(store.order),
+                        request.shared,
+                        request.limit,
+                        request.fair,
+                        None,
+                    )
+                    rows.append(_Row(entry, waiter_until, request.holder))
+                    store.rows[request.name] = rows
+                result = None
+        if expired:
+            store.hub.notify(request.name)
+        return result
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        store = self._store
+        with store.lock:
+            now = store.clock.now()
+            for row in store.rows.get(name, ()):
+                if row.entry.owner == owner and row.entry.granted and row.expires_at > now:
+                    row.expires_at = now + ttl
+                    return ttl
+        return None
+
+    def release(self, name: str, owner: str) -> bool:
+        store = self._store
+        with store.lock:
+            now = store.clock.now()
+            rows = store.rows.get(name, [])
+            mine = next((row for row in rows if row.entry.owner == owner), None)
+            if mine is None:
+                return False
+            rows.remove(mine)
+            if not rows:
+                store.rows.pop(name, None)
+        store.hub.notify(name)
+        return mine.entry.granted and mine.expires_at > now
+
+    def watch(self, name: str) -> HubWatch:
+        return HubWatch(self.clock, name, self.hub)
+
+    def inspect(self, name: str) -> LockState:
+        store = self._store
+        with store.lock:
+            return self._state(name, store.live_rows(name, store.clock.now()))
+
+    def inspect_all(self) -> list[LockState]:
+        store = self._store
+        with store.lock:
+            now = store.clock.now()
+            states = [self._state(name, store.live_rows(name, now)) for name in list(store.rows)]
+        return [state for state in states if state.holders or state.waiters]
+
+    def _state(self, name: str, rows: list[_Row]) -> LockState:
+        now = self._store.clock.now()
+        holders = tuple(
+            HolderInfo(row.entry.token, row.entry.shared, row.expires_at - now, row.holder)
+            for row in rows
+            if row.entry.token is not None
+        )
+        limits = {row.entry.limit for row in rows if row.entry.shared}
+        return LockState(
+            name=name,
+            holders=holders,
+            waiters=sum(1 for row in rows if not row.entry.granted),
+            limit=limits.pop() if len(limits) == 1 else None,
+        )
+
+    def force_release(self, name: str) -> int:
+        store = self._store
+        with store.lock:
+            rows = store.rows.get(name, [])
+            kept = [row for row in rows if not row.entry.granted]
+            removed = len(rows) - len(kept)
+            if kept:
+                store.rows[name] = kept
+            else:
+                store.rows.pop(name, None)
+        store.hub.notify(name)
+        return removed
+
+    def close(self) -> None:
+        pass
+
+
+def _open(url: BackendURL, clock: Clock | None) -> MemoryBackend:
+    url.allow_options(())
+    if url.path not in ("", "/"):
+        raise InvalidURL("memory:// takes a store name, not a path: memory://NAME")
+    name = url.hosts
+    with _stores_lock:
+        store = _stores.get(name)
+        if store is None:
+            store = _Store(clock or SYSTEM_CLOCK)
+            _stores[name] = store
+        elif clock is not None and clock is not store.clock:
+            raise ConfigurationError(
+                f"memory store {name!r} already runs on another clock; "
+                "every client of a store must use the same clock",
+                backend=url.redacted,
+            )
+    return MemoryBackend(url, store)
+
+
+def open_sync(url: BackendURL, *, clock: Clock | None = None) -> MemoryBackend:
+    return _open(url, clock)
+
+
+async def open_async(url: BackendURL, *, clock: Clock | None = None) -> AsyncAdapter:
+    backend = _open(url, clock)
+    return AsyncAdapter(backend, in_thread=False, hub=backend.hub)

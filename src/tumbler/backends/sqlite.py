@@ -1,0 +1,506 @@
+"""``sqlite://``: locks in an SQLite file, for processes on one machine. No server needed.
+
+URL grammar::
+
+    sqlite://                          the default file: <user cache dir>/tumbler/locks.db
+    sqlite:///absolute/path/locks.db
+    sqlite:relative/path/locks.db      resolved against the working directory at connect()
+    ...?busy_timeout=5&synchronous=normal
+
+Options: ``busy_timeout`` (seconds a transaction waits for another process's write lock
+before ``BackendUnavailable``; default 5), ``synchronous`` (``normal``, the default, or
+``full``: see durability below).
+
+What it guarantees
+    Mutual exclusion between every process and thread on this machine that opens the same
+    file: each grant is decided and recorded in one short ``BEGIN IMMEDIATE`` transaction
+    (write-ahead log, so readers never block). Fencing tokens come from one counter in the
+    file: strictly increasing for every name, also after a name's rows are gone.
+
+How leases are timed
+    On the machine's boot-time clock (``CLOCK_BOOTTIME`` on Linux: it keeps counting through
+    suspend), never on wall-clock time, so a clock step cannot expire or prolong a lease. The
+    file records which boot it belongs to: after a reboot every lease in it is void (their
+    holders are gone) and the fencing counter jumps to the next multiple of 2**32, so that
+    tokens stay increasing even if a power loss took the last transactions with it.
+
+Durability
+    Grants, leases and tokens survive a crash (SIGKILL) of any client: SQLite's journal is
+    atomic. With ``synchronous=normal`` a power loss or OS crash can undo the last few
+    transactions; the boot jump above keeps tokens increasing across it. ``synchronous=full``
+    syncs every transaction (slower).
+
+How a hold can be lost here
+    Only by its lease running out (the holder stopped renewing: paused, or unable to get the
+    file's write lock within ``busy_timeout`` for a whole lease) or by ``force_release``.
+
+Not for
+    Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
+    backend refuses them. ``:memory:`` databases are refused too: each connection would get a
+    database of its own, so nothing would be excluded. Waiters poll (a short jittered backoff,
+    2 to 50 ms): SQLite cannot wake another process.
+
+The default file lives in a per-user directory that others cannot write (created 0700; a
+directory that others could write is refused), never in a shared temporary directory where
+another user could plant or swap the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import platformdirs
+
+from .. import _core as core
+from .._clock import SYSTEM_CLOCK, Clock
+from .._sync.watch import HubWatch
+from .._url import BackendURL
+from ..errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidURL,
+    PermissionDenied,
+)
+from ._adapter import AsyncAdapter
+from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState
+
+SCHEMA_VERSION = 1
+
+CAPABILITIES = Capabilities(
+    push_wakeups=False,
+    durable_fencing=True,
+    server_clock=True,
+    waiter_ttl=5.0,
+    poll_base=0.002,
+    poll_cap=0.05,
+)
+
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "sshfs",
+        "fuse.sshfs",
+        "ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "lustre",
+        "afs",
+        "gpfs",
+        "davfs",
+        "fuse.davfs2",
+        "fuse.s3fs",
+        "ncpfs",
+    }
+)
+
+# Sweep a few expired rows of other names with each grant, so that rows of names nobody asks
+# for again do not pile up.
+_SWEEP = 8
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tumbler_meta (
+        key   TEXT PRIMARY KEY,
+        value
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS tumbler_entries (
+        seq        INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order
+        name       TEXT NOT NULL,
+        owner      TEXT NOT NULL,
+        shared     INTEGER NOT NULL,
+        lim        INTEGER NOT NULL,    -- shared holders admitted, 0 = any number
+        fair       INTEGER NOT NULL,
+        token      INTEGER,             -- fencing token of a grant, NULL for a waiter
+        expires_at INTEGER NOT NULL,    -- ns on the boot-time clock of boot meta.boot_id
+        holder     TEXT NOT NULL,       -- host and pid, for operators
+        UNIQUE (name, owner)
+    )""",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON tumbler_entries (expires_at)",
+)
+
+
+def _now_ns() -> int:
+    if sys.platform == "linux":
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    return time.monotonic_ns()
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        # no boot id: the boot time to the minute is a fair stand-in
+        return f"boot-{round((time.time() - time.monotonic()) / 60)}"
+
+
+def filesystem_type(path: str, mountinfo: str) -> str | None:
+    """The type of the file system holding ``path``, read from /proc/self/mountinfo text."""
+    best: tuple[int, str] | None = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        mount_point = fields[4].encode().decode("unicode_escape")
+        fs_type = line.split(" - ", 1)[1].split()[0]
+        prefix = mount_point.rstrip("/") + "/"
+        if (path == mount_point or path.startswith(prefix) or mount_point == "/") and (
+            best is None or len(mount_point) > best[0]
+        ):
+            best = (len(mount_point), fs_type)
+    return best[1] if best else None
+
+
+def _refuse_network_filesystem(path: Path, url: str) -> None:
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return
+    fs_type = filesystem_type(str(path.parent), mountinfo)
+    if fs_type in NETWORK_FILESYSTEMS:
+        raise ConfigurationError(
+            f"{path} is on a network file system ({fs_type}), where SQLite's locking does not "
+            "work; use a local file or a server backend",
+            backend=url,
+        )
+
+
+def default_path() -> Path:
+    """The default lock file: in the user's cache directory, private to the user."""
+    return Path(platformdirs.user_cache_dir("tumbler")) / "locks.db"
+
+
+def _prepare_private_dir(directory: Path, url: str) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise ConfigurationError(
+            f"{directory} belongs to another user; refusing to keep locks there", backend=url
+        )
+    if info.st_mode & 0o022:
+        raise ConfigurationError(
+            f"{directory} can be written by other users (mode {info.st_mode & 0o777:o}); "
+            "refusing to keep locks there",
+            backend=url,
+        )
+
+
+def _create_private_file(path: Path, url: str) -> None:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot create {path} safely (a symlink there is refused): {error}", backend=url
+        ) from error
+    os.close(fd)
+
+
+def resolve_path(url: BackendURL) -> tuple[Path, bool]:
+    """The database path a URL names, and whether it is the default one."""
+    if url.hosts:
+        raise InvalidURL(
+            "sqlite:// takes a file path, not a host: sqlite:///absolute/path/locks.db",
+            backend=url.redacted,
+        )
+    raw = url.path
+    if raw in ("", "/"):
+        return default_path(), True
+    if ":memory:" in raw or "mode=memory" in raw:
+        raise InvalidURL(
+            "in-memory SQLite databases are refused: each connection would get its own, "
+            "so nothing would be excluded; use memory:// for in-process tests",
+            backend=url.redacted,
+        )
+    return Path(raw).expanduser().absolute(), False
+
+
+class SQLiteBackend:
+    """The blocking flavour; ``open_async`` runs it on a worker thread."""
+
+    capabilities = CAPABILITIES
+    clock: Clock = SYSTEM_CLOCK
+    hub = None
+
+    def __init__(self, url: BackendURL) -> None:
+        url.allow_options(("busy_timeout", "synchronous"))
+        self.url = url.redacted
+        self.busy_timeout = url.option("busy_timeout", float, 5.0)
+        if not 0 <= self.busy_timeout <= 3600:
+            raise InvalidURL("busy_timeout must be between 0 and 3600 seconds", backend=self.url)
+        self.synchronous = url.option("synchronous", str, "normal").lower()
+        if self.synchronous not in ("normal", "full"):
+            raise InvalidURL("synchronous must be 'normal' or 'full'", backend=self.url)
+        self.path, is_default = resolve_path(url)
+        if is_default:
+            _prepare_private_dir(self.path.parent, self.url)
+            _create_private_file(self.path, self.url)
+        _refuse_network_filesystem(self.path, self.url)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        self._initialise()
+
+    # -- connections and transactions -------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            if self._closed:
+                raise BackendUnavailable("the SQLite backend is closed", backend=self.url)
+            with self._errors():
+                db = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,  # we BEGIN and COMMIT ourselves
+                    check_same_thread=False,  # close() may run in another thread
+                )
+                db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            self._local.db = db
+            with self._connections_lock:
+                self._connections.append(db)
+        return db
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Convert sqlite3's errors to tumbler's at this one edge, keeping the cause."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            message = str(error)
+            if "locked" in message or "busy" in message:
+                raise BackendUnavailable(
+                    f"the database stayed locked by another process for more than "
+                    f"{self.busy_timeout} s (busy_timeout)",
+                    backend=self.url,
+                ) from error
+            if (
+                "readonly" in message
+                or not os.access(self.path.parent, os.W_OK)
+                or (self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK))
+            ):
+                raise PermissionDenied(
+                    f"no permission to use {self.path}: {message}", backend=self.url
+                ) from error
+            raise BackendUnavailable(f"SQLite error: {message}", backend=self.url) from error
+        except sqlite3.DatabaseError as error:
+            raise ConfigurationError(
+                f"{self.path} is not a usable tumbler database: {error}", backend=self.url
+            ) from error
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front, so two grants
+        can never read the same state and both decide to grant."""
+        db = self._connection()
+        with self._errors():
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _initialise(self) -> None:
+        db = self._connection()
+        with self._errors():
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new file only
+            db.execute("PRAGMA journal_mode = WAL")
+            # The boot jump below must reach the disk before any grant that follows it.
+            db.execute("PRAGMA synchronous = FULL")
+        try:
+            with self._transaction() as db:
+                # one by one: executescript() would COMMIT the transaction
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                meta = dict(db.execute("SELECT key, value FROM tumbler_meta").fetchall())
+                version = int(meta.get("schema_version", SCHEMA_VERSION))
+                if version > SCHEMA_VERSION:
+                    raise ConfigurationError(
+                        f"{self.path} was made by a newer tumbler (schema {version})",
+                        backend=self.url,
+                    )
+                boot = _boot_id()
+                if meta.get("boot_id") != boot:
+                    last = int(meta.get("last_token", 0))
+                    if "boot_id" in meta:
+                        db.execute(
+                            "DELETE FROM tumbler_entries"
+                        )  # their holders died with the boot
+                        last = ((last >> 32) + 1) << 32
+                    db.executemany(
+                        "INSERT OR REPLACE INTO tumbler_meta (key, value) VALUES (?, ?)",
+                        [
+                            ("schema_version", SCHEMA_VERSION),
+                            ("boot_id", boot),
+                            ("last_token", last),
+                        ],
+                    )
+        finally:
+            with self._errors():
+                db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        with self._transaction() as db:
+            now = _now_ns()
+            db.execute(
+                "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?",
+                (request.name, now),
+            )
+            rows = db.execute(
+                "SELECT owner, seq, shared, lim, fair, token FROM tumbler_entries "
+                "WHERE name = ? ORDER BY seq",
+                (request.name,),
+            ).fetchall()
+            entries = [
+                core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
+                for owner, seq, shared, lim, fair, token in rows
+            ]
+            mine = next((entry for entry in entries if entry.owner == request.owner), None)
+            decision = core.decide(
+                entries, request.owner, request.shared, request.limit, request.fair
+            )
+            if decision is core.Decision.HELD:
+                assert mine is not None
+                assert mine.token is not None
+                return Grant(request.name, request.owner, mine.token, request.ttl)
+            if decision is core.Decision.GRANT:
+                (token,) = db.execute(
+                    "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' "
+                    "RETURNING value"
+                ).fetchone()
+                expires_at = now + round(request.ttl * 1e9)
+                result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
+            else:
+                token = None
+                expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
+                result = None
+            if mine is not None:
+                db.execute(
+                    "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
+                    (token, expires_at, mine.seq),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO tumbler_entries "
+                    "(name, owner, shared, lim, fair, token, expires_at, holder) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        request.name,
+                        request.owner,
+                        request.shared,
+                        request.limit,
+                        request.fair,
+                        token,
+                        expires_at,
+                        request.holder,
+                    ),
+                )
+            db.execute(
+                "DELETE FROM tumbler_entries WHERE seq IN (SELECT seq FROM tumbler_entries "
+                "WHERE expires_at <= ? LIMIT ?)",
+                (now, _SWEEP),
+            )
+            return result
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        db = self._connection()
+        now = _now_ns()
+        with self._errors():
+            # One statement, so atomic; "expires_at > now" is what keeps an expired lease dead.
+            changed = db.execute(
+                "UPDATE tumbler_entries SET expires_at = ? WHERE name = ? AND owner = ? "
+                "AND token IS NOT NULL AND expires_at > ?",
+                (now + round(ttl * 1e9), name, owner, now),
+            ).rowcount
+        return ttl if changed == 1 else None
+
+    def release(self, name: str, owner: str) -> bool:
+        db = self._connection()
+        now = _now_ns()
+        with self._errors():
+            row = db.execute(
+                "DELETE FROM tumbler_entries WHERE name = ? AND owner = ? "
+                "RETURNING token IS NOT NULL AND expires_at > ?",
+                (name, owner, now),
+            ).fetchone()
+        return bool(row and row[0])
+
+    def watch(self, name: str) -> HubWatch:
+        return HubWatch(self.clock, name)
+
+    def inspect(self, name: str) -> LockState:
+        states = self._states("AND name = ?", (name,))
+        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+
+    def inspect_all(self) -> list[LockState]:
+        return self._states("", ())
+
+    def _states(self, condition: str, parameters: tuple[str, ...]) -> list[LockState]:
+        db = self._connection()
+        now = _now_ns()
+        with self._errors():
+            rows = db.execute(
+                "SELECT name, shared, lim, token, expires_at, holder FROM tumbler_entries "
+                f"WHERE expires_at > ? {condition} ORDER BY name, seq",
+                (now, *parameters),
+            ).fetchall()
+        grouped: dict[str, list[tuple[str, int, int, int | None, int, str]]] = {}
+        for row in rows:
+            grouped.setdefault(row[0], []).append(row)
+        states = []
+        for name, group in grouped.items():
+            limits = {lim for _, shared, lim, _, _, _ in group if shared}
+            states.append(
+                LockState(
+                    name=name,
+                    holders=tuple(
+                        HolderInfo(token, bool(shared), (expires_at - now) / 1e9, holder)
+                        for _, shared, _, token, expires_at, holder in group
+                        if token is not None
+                    ),
+                    waiters=sum(1 for row in group if row[3] is None),
+                    limit=limits.pop() if len(limits) == 1 else None,
+                )
+            )
+        return states
+
+    def force_release(self, name: str) -> int:
+        db = self._connection()
+        with self._errors():
+            return db.execute(
+                "DELETE FROM tumbler_entries WHERE name = ? AND token IS NOT NULL", (name,)
+            ).rowcount
+
+    def close(self) -> None:
+        self._closed = True
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for db in connections:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+
+
+def open_sync(url: BackendURL) -> SQLiteBackend:
+    return SQLiteBackend(url)
+
+
+async def open_async(url: BackendURL) -> AsyncAdapter:
+    # Opening may wait for another process's write lock: not on the event loop.
+    backend = await asyncio.to_thread(SQLiteBackend, url)
+    return AsyncAdapter(backend, in_thread=True)

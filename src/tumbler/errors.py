@@ -1,0 +1,164 @@
+"""Every error tumbler raises, under one base class.
+
+Each class also inherits the builtin exception a caller would already catch for that kind of
+failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
+
+    TumblerError
+    ├── AcquireTimeout (TimeoutError)       the lock could not be had within the timeout
+    ├── LockLost                            a hold ended without its owner releasing it
+    ├── NotHeld (RuntimeError)              release of a lock the caller does not hold
+    ├── AlreadyHeld (RuntimeError)          non-re-entrant lock taken twice by one thread/task
+    ├── ClientClosed (RuntimeError)         use of a client after close()
+    ├── ForkedClient (RuntimeError)         use of a client inherited across fork()
+    ├── InvalidArgument (ValueError)        bad input, refused before the backend is touched
+    │   ├── InvalidLockName
+    │   ├── InvalidTTL
+    │   ├── InvalidTimeout
+    │   ├── InvalidPermits
+    │   └── InvalidURL
+    │       └── UnknownScheme
+    ├── PermitsMismatch (ValueError)        a semaphore's permits differ from its live holders'
+    ├── ConfigurationError                  the backend cannot be used as configured
+    │   └── MissingDependency (ImportError) the backend's optional extra is not installed
+    ├── PermissionDenied (PermissionError)  the backend refused us access
+    └── BackendUnavailable (ConnectionError) the backend cannot be reached or is not answering
+
+Errors about one lock carry its ``lock_name``; errors about a backend carry ``backend``, the
+backend's URL with any password removed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcquireTimeout",
+    "AlreadyHeld",
+    "BackendUnavailable",
+    "ClientClosed",
+    "ConfigurationError",
+    "ForkedClient",
+    "InvalidArgument",
+    "InvalidLockName",
+    "InvalidPermits",
+    "InvalidTTL",
+    "InvalidTimeout",
+    "InvalidURL",
+    "LockLost",
+    "MissingDependency",
+    "NotHeld",
+    "PermissionDenied",
+    "PermitsMismatch",
+    "TumblerError",
+    "UnknownScheme",
+]
+
+
+class TumblerError(Exception):
+    """Base class of every error raised by tumbler."""
+
+    def __init__(
+        self, message: str, *, lock_name: str | None = None, backend: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.lock_name = lock_name
+        self.backend = backend
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.lock_name is not None and repr(self.lock_name) not in self.message:
+            parts.append(f"(lock {self.lock_name!r})")
+        if self.backend is not None and self.backend not in self.message:
+            parts.append(f"[{self.backend}]")
+        return " ".join(parts)
+
+
+class AcquireTimeout(TumblerError, TimeoutError):
+    """The lock could not be acquired before the timeout ran out."""
+
+
+class LockLost(TumblerError):
+    """A hold ended without its owner releasing it.
+
+    Raised when leaving a ``with`` block (and by ``release()`` and ``Hold.check()``) if the
+    lease ran out, a renewal was refused, or an operator force-released the lock. The code that
+    ran under the hold may not have been alone: a resource that checks fencing tokens will have
+    refused its writes once a newer holder wrote.
+    """
+
+
+class NotHeld(TumblerError, RuntimeError):
+    """release() (or renewal) of a lock that the calling thread or task does not hold."""
+
+
+class AlreadyHeld(TumblerError, RuntimeError):
+    """A non-re-entrant lock was acquired again by the thread or task that holds it."""
+
+
+class ClientClosed(TumblerError, RuntimeError):
+    """The client was used after close()."""
+
+
+class ForkedClient(TumblerError, RuntimeError):
+    """The client was created in a parent process; a forked child must connect() anew."""
+
+
+class InvalidArgument(TumblerError, ValueError):
+    """An argument was refused before anything was sent to the backend."""
+
+
+class InvalidLockName(InvalidArgument):
+    """A lock name that is empty, too long, not text or holds control characters."""
+
+
+class InvalidTTL(InvalidArgument):
+    """A TTL (lease length) that is not a finite number of seconds in the allowed range."""
+
+
+class InvalidTimeout(InvalidArgument):
+    """An acquire timeout that is negative (other than -1), NaN or not a number."""
+
+
+class InvalidPermits(InvalidArgument):
+    """A semaphore permit count that is not a whole number in the allowed range."""
+
+
+class InvalidURL(InvalidArgument):
+    """A backend URL that cannot be parsed or names an unknown option."""
+
+
+class UnknownScheme(InvalidURL):
+    """A backend URL whose scheme no installed backend handles."""
+
+    def __init__(self, scheme: str, known: list[str]) -> None:
+        super().__init__(
+            f"unknown backend URL scheme {scheme!r}; known schemes: {', '.join(sorted(known))}"
+        )
+        self.scheme = scheme
+        self.known = sorted(known)
+
+
+class PermitsMismatch(TumblerError, ValueError):
+    """A semaphore asked for with a permit count other than the one its live holders use."""
+
+
+class ConfigurationError(TumblerError):
+    """The backend cannot be used as configured (a bad path, an unsafe directory, ...)."""
+
+
+class MissingDependency(ConfigurationError, ImportError):
+    """The backend needs an optional dependency that is not installed."""
+
+    def __init__(self, scheme: str, extra: str, missing: str) -> None:
+        super().__init__(
+            f"the {scheme}:// backend needs the {missing!r} package: pip install 'tumbler[{extra}]'"
+        )
+        self.extra = extra
+        self.missing = missing
+
+
+class PermissionDenied(TumblerError, PermissionError):
+    """The backend refused access (file permissions, credentials, ACLs)."""
+
+
+class BackendUnavailable(TumblerError, ConnectionError):
+    """The backend cannot be reached, or did not answer in time."""

@@ -1,0 +1,118 @@
+"""Generate the blocking flavour (src/tumbler/_sync/) from the asyncio one (src/tumbler/_async/).
+
+    python tools/generate_sync.py          # write src/tumbler/_sync/
+    python tools/generate_sync.py --check  # exit 1 if src/tumbler/_sync/ is not current
+
+The asyncio code is the one source: unasync drops ``async``/``await`` and renames each async
+name to its blocking twin (the pairs live side by side in ``tumbler/_acompat.py``); ruff then
+formats the result so it reads as if written by hand. CI runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import unasync
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src" / "tumbler" / "_async"
+TARGET = ROOT / "src" / "tumbler" / "_sync"
+
+RENAMES = {
+    # lock logic
+    "AsyncHold": "Hold",
+    "AsyncLocks": "Locks",
+    "AsyncLock": "Lock",
+    "AsyncRLock": "RLock",
+    "AsyncSemaphore": "Semaphore",
+    "AsyncReadLock": "ReadLock",
+    "AsyncRWLock": "RWLock",
+    "_AsyncPrimitive": "_Primitive",
+    "AsyncRenewer": "Renewer",
+    "AsyncRenewable": "Renewable",
+    "AsyncHubWatch": "HubWatch",
+    # backend contract
+    "AsyncBackend": "Backend",
+    "AsyncWatch": "Watch",
+    # seams (tumbler/_acompat.py)
+    "AsyncEvent": "Event",
+    "AsyncWorker": "Worker",
+    "aspawn": "spawn",
+    "ajoin": "join",
+    "ashield": "shield",
+    "acurrent_context": "current_context",
+    "asleep_real": "sleep_real",
+}
+
+# Things a token rename cannot express: Awaitable[X] is X once nothing is awaited.
+REWRITES = [(re.compile(r"\bAwaitable\[([\w.]+)\]"), r"\1")]
+
+HEADER = (
+    "# Generated from tumbler/_async/{name} by tools/generate_sync.py: do not edit.\n"
+    "# Change the asyncio source and run the tool again.\n"
+)
+
+
+def generate(out_dir: Path) -> list[Path]:
+    """Write the blocking flavour of every module of SOURCE into out_dir/_sync."""
+    work = out_dir / "_async"
+    shutil.copytree(SOURCE, work, ignore=shutil.ignore_patterns("__pycache__"))
+    files = sorted(str(path) for path in work.glob("*.py"))
+    unasync.unasync_files(files, [unasync.Rule("/_async/", "/_sync/", RENAMES)])
+    produced = sorted((out_dir / "_sync").glob("*.py"))
+    for path in produced:
+        text = path.read_text()
+        for pattern, replacement in REWRITES:
+            text = pattern.sub(replacement, text)
+        path.write_text(HEADER.format(name=path.name) + text)
+    ruff = [sys.executable, "-m", "ruff"]
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    subprocess.run(
+        [*ruff, "check", "--quiet", "--fix", "--select", "F401,I", *config, *map(str, produced)],
+        check=True,
+    )
+    subprocess.run([*ruff, "format", "--quiet", *config, *map(str, produced)], check=True)
+    return produced
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the files are not current")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        produced = generate(Path(tmp))
+        wanted = {path.name: path.read_text() for path in produced}
+        present = {path.name: path.read_text() for path in TARGET.glob("*.py")}
+        if args.check:
+            stale = sorted(
+                n for n in wanted.keys() | present.keys() if wanted.get(n) != present.get(n)
+            )
+            for name in stale:
+                diff = difflib.unified_diff(
+                    present.get(name, "").splitlines(True),
+                    wanted.get(name, "").splitlines(True),
+                    f"src/tumbler/_sync/{name}",
+                    f"generated {name}",
+                )
+                sys.stdout.writelines(diff)
+            if stale:
+                print(f"stale generated files: {', '.join(stale)}; run tools/generate_sync.py")
+                return 1
+            return 0
+        TARGET.mkdir(exist_ok=True)
+        for name in present.keys() - wanted.keys():
+            (TARGET / name).unlink()
+        for name, text in wanted.items():
+            (TARGET / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
