@@ -22,8 +22,11 @@ from pathlib import Path
 import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "src" / "tumbler" / "_async"
-TARGET = ROOT / "src" / "tumbler" / "_sync"
+#: (asyncio source, generated blocking twin): the library, and the contract tests
+PAIRS = [
+    (ROOT / "src" / "tumbler" / "_async", ROOT / "src" / "tumbler" / "_sync"),
+    (ROOT / "tests" / "contract" / "_async", ROOT / "tests" / "contract" / "_sync"),
+]
 
 RENAMES = {
     # lock logic
@@ -49,21 +52,31 @@ RENAMES = {
     "ashield": "shield",
     "acurrent_context": "current_context",
     "asleep_real": "sleep_real",
+    # test helpers (tests/contract/compat.py)
+    "aconnect": "connect",
+    "agather": "gather",
+    "abackground": "background",
+    "aeventually": "eventually",
+    "AsyncBackgroundCall": "BackgroundCall",
 }
 
-# Things a token rename cannot express: Awaitable[X] is X once nothing is awaited.
-REWRITES = [(re.compile(r"\bAwaitable\[([\w.]+)\]"), r"\1")]
+# Things a token rename cannot express: Awaitable[X] is X once nothing is awaited; a line
+# marked "# async-only" (an asyncio marker, say) has no blocking twin.
+REWRITES = [
+    (re.compile(r"\bAwaitable\[([\w.]+)\]"), r"\1"),
+    (re.compile(r"^.*# async-only\n", re.MULTILINE), ""),
+]
 
 HEADER = (
-    "# Generated from tumbler/_async/{name} by tools/generate_sync.py: do not edit.\n"
+    "# Generated from {source} by tools/generate_sync.py: do not edit.\n"
     "# Change the asyncio source and run the tool again.\n"
 )
 
 
-def generate(out_dir: Path) -> list[Path]:
-    """Write the blocking flavour of every module of SOURCE into out_dir/_sync."""
+def generate(source: Path, out_dir: Path) -> list[Path]:
+    """Write the blocking flavour of every module of ``source`` into out_dir/_sync."""
     work = out_dir / "_async"
-    shutil.copytree(SOURCE, work, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns("__pycache__"))
     files = sorted(str(path) for path in work.glob("*.py"))
     unasync.unasync_files(files, [unasync.Rule("/_async/", "/_sync/", RENAMES)])
     produced = sorted((out_dir / "_sync").glob("*.py"))
@@ -71,7 +84,8 @@ def generate(out_dir: Path) -> list[Path]:
         text = path.read_text()
         for pattern, replacement in REWRITES:
             text = pattern.sub(replacement, text)
-        path.write_text(HEADER.format(name=path.name) + text)
+        origin = (source / path.name).relative_to(ROOT)
+        path.write_text(HEADER.format(source=origin.as_posix()) + text)
     ruff = [sys.executable, "-m", "ruff"]
     config = ["--config", str(ROOT / "pyproject.toml")]
     subprocess.run(
@@ -86,31 +100,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the files are not current")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        produced = generate(Path(tmp))
-        wanted = {path.name: path.read_text() for path in produced}
-        present = {path.name: path.read_text() for path in TARGET.glob("*.py")}
-        if args.check:
-            stale = sorted(
-                n for n in wanted.keys() | present.keys() if wanted.get(n) != present.get(n)
-            )
-            for name in stale:
-                diff = difflib.unified_diff(
+    stale: list[str] = []
+    for source, target in PAIRS:
+        with tempfile.TemporaryDirectory() as tmp:
+            produced = generate(source, Path(tmp))
+            wanted = {path.name: path.read_text() for path in produced}
+            present = {path.name: path.read_text() for path in target.glob("*.py")}
+        if not args.check:
+            target.mkdir(exist_ok=True)
+            for name in present.keys() - wanted.keys():
+                (target / name).unlink()
+            for name, text in wanted.items():
+                (target / name).write_text(text)
+            continue
+        for name in sorted(wanted.keys() | present.keys()):
+            if wanted.get(name) == present.get(name):
+                continue
+            shown = (target / name).relative_to(ROOT).as_posix()
+            stale.append(shown)
+            sys.stdout.writelines(
+                difflib.unified_diff(
                     present.get(name, "").splitlines(True),
                     wanted.get(name, "").splitlines(True),
-                    f"src/tumbler/_sync/{name}",
+                    shown,
                     f"generated {name}",
                 )
-                sys.stdout.writelines(diff)
-            if stale:
-                print(f"stale generated files: {', '.join(stale)}; run tools/generate_sync.py")
-                return 1
-            return 0
-        TARGET.mkdir(exist_ok=True)
-        for name in present.keys() - wanted.keys():
-            (TARGET / name).unlink()
-        for name, text in wanted.items():
-            (TARGET / name).write_text(text)
+            )
+    if stale:
+        print(f"stale generated files: {', '.join(stale)}; run tools/generate_sync.py")
+        return 1
     return 0
 
 

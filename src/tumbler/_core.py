@@ -70,7 +70,7 @@ def validate_name(name: object) -> str:
         if _is_forbidden_char(ch):
             raise InvalidLockName(
                 f"a lock name must not contain the character U+{ord(ch):04X}",
-                lock_name=name.encode("utf-8", "backslashreplace").decode("ascii"),
+                lock_name=name.encode("ascii", "backslashreplace").decode("ascii"),
             )
     canonical = unicodedata.normalize("NFC", name)
     size = len(canonical.encode("utf-8"))

@@ -1,4 +1,4 @@
-# Generated from tumbler/_async/locks.py by tools/generate_sync.py: do not edit.
+# Generated from src/tumbler/_async/locks.py by tools/generate_sync.py: do not edit.
 # Change the asyncio source and run the tool again.
 """The lock logic shared by every backend: clients, lock objects, holds.
 

@@ -1,4 +1,4 @@
-# Generated from tumbler/_async/renewal.py by tools/generate_sync.py: do not edit.
+# Generated from src/tumbler/_async/renewal.py by tools/generate_sync.py: do not edit.
 # Change the asyncio source and run the tool again.
 """One renewal scheduler per client: a heap of due times served by one background worker.
 

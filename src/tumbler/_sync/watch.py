@@ -1,4 +1,4 @@
-# Generated from tumbler/_async/watch.py by tools/generate_sync.py: do not edit.
+# Generated from src/tumbler/_async/watch.py by tools/generate_sync.py: do not edit.
 # Change the asyncio source and run the tool again.
 """Waiting for a lock to change: the one watch every backend can use.
 

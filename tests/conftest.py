@@ -1,0 +1,8 @@
+"""Shared test settings."""
+
+from __future__ import annotations
+
+import os
+
+# CI must fail, not skip, when something a test needs is missing.
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

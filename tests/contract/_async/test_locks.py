@@ -1,0 +1,517 @@
+"""The lock contract, as every backend must keep it (asyncio source of the blocking twin).
+
+Each case runs on every backend in ``conftest.BACKENDS``, in both flavours: this file for
+asyncio, ``tests/contract/_sync/test_locks.py`` (generated from it) for threads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+
+import pytest
+
+from tumbler import (
+    AcquireTimeout,
+    AlreadyHeld,
+    ClientClosed,
+    InvalidLockName,
+    InvalidPermits,
+    InvalidTimeout,
+    InvalidTTL,
+    LockLost,
+    NotHeld,
+    PermitsMismatch,
+)
+
+from ..compat import abackground, aeventually, agather
+
+pytestmark = pytest.mark.asyncio  # async-only
+
+# a short lease, for cases about expiry: long enough for a loaded 2-core machine to renew in time
+SHORT_TTL = 0.6
+
+
+async def test_acquire_gives_a_hold_with_a_token(aconnect):
+    locks = await aconnect()
+    lock = locks.lock("orders:42", ttl=30)
+    assert not await lock.locked()
+    async with lock as hold:
+        assert hold.held
+        assert not hold.lost
+        assert isinstance(hold.token, int)
+        assert hold.name == "orders:42"
+        assert 0 < hold.expires_in <= 30
+        assert lock.hold is hold
+        assert await lock.locked()
+        state = await locks.status("orders:42")
+        assert [h.token for h in state.holders] == [hold.token]
+        assert state.waiters == 0
+    assert not hold.held
+    assert lock.hold is None
+    assert not await lock.locked()
+    assert (await locks.status("orders:42")).holders == ()
+
+
+async def test_mutual_exclusion_between_clients(aconnect):
+    first, second = await aconnect(), await aconnect()
+    a = first.lock("resource")
+    b = second.lock("resource")
+    assert await a.acquire(timeout=0)
+    assert not await b.acquire(blocking=False)
+    assert not await b.acquire(timeout=0)
+    await a.release()
+    assert await b.acquire(blocking=False)
+    await b.release()
+
+
+async def test_fencing_tokens_strictly_increase_across_holders_and_cleanup(aconnect):
+    first, second = await aconnect(), await aconnect()
+    tokens = []
+    for locks in (first, second, first, second):
+        async with locks.lock("fenced") as hold:
+            tokens.append(hold.token)
+    # also across names (one counter) and after every entry of the name is gone
+    async with first.lock("other") as hold:
+        tokens.append(hold.token)
+    async with second.lock("fenced") as hold:
+        tokens.append(hold.token)
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == len(tokens)
+
+
+async def test_timeout_is_honoured_and_the_waiter_leaves_nothing_behind(aconnect):
+    holder, waiter = await aconnect(), await aconnect()
+    assert await holder.lock("busy").acquire()
+    started = time.monotonic()
+    assert not await waiter.lock("busy").acquire(timeout=0.3)
+    assert time.monotonic() - started >= 0.3
+    state = await waiter.status("busy")
+    assert state.waiters == 0
+    assert len(state.holders) == 1
+
+
+async def test_with_raises_acquire_timeout(aconnect):
+    holder, waiter = await aconnect(), await aconnect()
+    assert await holder.lock("busy").acquire()
+    with pytest.raises(AcquireTimeout) as caught:
+        async with waiter.lock("busy", timeout=0.1):
+            pytest.fail("entered a lock that is held elsewhere")
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.lock_name == "busy"
+
+
+async def test_non_blocking_acquire_refuses_a_timeout(aconnect):
+    locks = await aconnect()
+    with pytest.raises(InvalidTimeout):
+        await locks.lock("x").acquire(blocking=False, timeout=1)
+
+
+async def test_a_waiter_gets_the_lock_when_it_is_released(aconnect):
+    holder, waiter = await aconnect(), await aconnect()
+    held = holder.lock("handoff")
+    assert await held.acquire()
+    wanted = waiter.lock("handoff")
+
+    async def take():
+        assert await wanted.acquire(timeout=20)
+        return wanted.hold  # holds are per task/thread: read it where it was acquired
+
+    pending = abackground(take)
+
+    async def waiting() -> bool:
+        return (await holder.status("handoff")).waiters == 1
+
+    await aeventually(waiting, "the waiter is in line")
+    first_token = held.hold.token
+    await held.release()
+    taken = await pending.result()
+    assert taken.held
+    assert taken.token > first_token
+    assert wanted.hold is None
+
+
+async def test_release_is_owner_only(aconnect):
+    first, second = await aconnect(), await aconnect()
+    mine = first.lock("owned")
+    theirs = second.lock("owned")
+    assert await mine.acquire()
+    with pytest.raises(NotHeld):
+        await theirs.release()
+    assert mine.hold.held
+    hold = mine.hold
+    await mine.release()
+    with pytest.raises(NotHeld):
+        await mine.release()
+    with pytest.raises(NotHeld):
+        await hold.release()
+
+
+async def test_one_lock_object_shared_by_two_tasks_or_threads(aconnect):
+    locks = await aconnect()
+    lock = locks.lock("shared-object")
+    assert await lock.acquire()
+
+    async def release_from_elsewhere() -> str:
+        try:
+            await lock.release()
+        except NotHeld:
+            return "refused"
+        return "released"
+
+    assert await agather(release_from_elsewhere) == ["refused"]
+    assert lock.hold.held
+    # the hold itself is the capability: whoever has it may release it
+    hold = lock.hold
+
+    async def release_hold() -> None:
+        await hold.release()
+
+    await agather(release_hold)
+    assert not await lock.locked()
+    assert lock.hold is None
+
+
+async def test_lock_is_not_reentrant(aconnect):
+    locks = await aconnect()
+    lock = locks.lock("plain")
+    async with lock:
+        with pytest.raises(AlreadyHeld):
+            await lock.acquire()
+        assert lock.hold.held
+
+
+async def test_rlock_is_reentrant_per_owner(aconnect):
+    first, second = await aconnect(), await aconnect()
+    rlock = first.rlock("again")
+    async with rlock as outer:
+        async with rlock as inner:
+            assert inner is outer
+            assert await rlock.acquire()
+            await rlock.release()
+        assert outer.held
+        assert not await second.lock("again").acquire(blocking=False)
+    assert not outer.held
+    assert await second.lock("again").acquire(blocking=False)
+
+
+async def test_semaphore_permits_are_never_exceeded(aconnect):
+    first, second = await aconnect(), await aconnect()
+    sem_a = first.semaphore("pool", 3)
+    sem_b = second.semaphore("pool", 3)
+    assert await sem_a.acquire(blocking=False)
+    assert await sem_a.acquire(blocking=False)
+    assert await sem_b.acquire(blocking=False)
+    assert not await sem_b.acquire(blocking=False)
+    assert await sem_b.locked()
+    state = await first.status("pool")
+    assert len(state.holders) == 3
+    assert state.limit == 3
+    tokens = [h.token for h in state.holders]
+    assert len(set(tokens)) == 3
+    await sem_a.release()
+    assert await sem_b.acquire(blocking=False)
+    with pytest.raises(PermitsMismatch):
+        await second.semaphore("pool", 5).acquire(blocking=False)
+
+
+async def test_semaphore_waiters_get_freed_permits(aconnect):
+    first, second = await aconnect(), await aconnect()
+    holder = first.semaphore("pool2", 1)
+    assert await holder.acquire()
+    waiter = second.semaphore("pool2", 1)
+    pending = abackground(lambda: waiter.acquire(timeout=20))
+
+    async def waiting() -> bool:
+        return (await first.status("pool2")).waiters == 1
+
+    await aeventually(waiting, "the waiter is in line")
+    await holder.release()
+    assert await pending.result() is True
+
+
+async def test_read_write_exclusion(aconnect):
+    first, second, third = await aconnect(), await aconnect(), await aconnect()
+    reader_a = first.rwlock("doc").read()
+    reader_b = second.rwlock("doc").read()
+    writer = third.rwlock("doc").write()
+    assert await reader_a.acquire(blocking=False)
+    assert await reader_b.acquire(blocking=False)
+    assert not await writer.acquire(blocking=False)
+    assert await writer.locked()
+    await reader_a.release()
+    await reader_b.release()
+    assert await writer.acquire(blocking=False)
+    assert not await reader_a.acquire(blocking=False)
+    # the write side is the mutex of that name
+    assert not await first.lock("doc").acquire(blocking=False)
+    await writer.release()
+    assert await reader_a.acquire(blocking=False)
+
+
+async def test_a_read_lock_and_a_semaphore_of_one_name_conflict(aconnect):
+    locks = await aconnect()
+    assert await locks.rwlock("mixed").read().acquire(blocking=False)
+    with pytest.raises(PermitsMismatch):
+        await locks.semaphore("mixed", 2).acquire(blocking=False)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+async def test_fair_waiters_are_granted_in_arrival_order(aconnect, kind):
+    holder_client = await aconnect()
+
+    def make(locks):
+        if kind == "semaphore":
+            return locks.semaphore("queue", 1, fair=True)
+        if kind == "write":
+            return locks.rwlock("queue", fair=True).write()
+        return locks.lock("queue", fair=True)
+
+    holder = make(holder_client)
+    assert await holder.acquire()
+    order: list[int] = []
+    pending = []
+    for index in range(4):
+        client = await aconnect()
+        lock = make(client)
+
+        async def wait_then_record(lock=lock, index=index) -> None:
+            assert await lock.acquire(timeout=20)
+            order.append(index)
+            await lock.release()
+
+        pending.append(abackground(wait_then_record))
+
+        async def queued(count=index + 1) -> bool:
+            return (await holder_client.status("queue")).waiters == count
+
+        await aeventually(queued, f"{index + 1} waiters are in line")
+    await holder.release()
+    for call in pending:
+        await call.result()
+    assert order == [0, 1, 2, 3]
+
+
+async def test_an_unrenewed_lease_expires_and_the_holder_learns(aconnect):
+    first, second = await aconnect(), await aconnect()
+    lost: list[object] = []
+    lock = first.lock("lease", ttl=SHORT_TTL, renew=False)
+    assert await lock.acquire()
+    hold = lock.hold
+    hold.on_lost(lost.append)
+    assert await hold.wait_lost(timeout=20)
+    assert hold.lost
+    assert not hold.held
+    assert "lease" in hold.lost_reason
+    assert lost == [hold]
+    other = second.lock("lease")
+    assert await other.acquire(timeout=20)
+    assert other.hold.token > hold.token
+    with pytest.raises(LockLost):
+        await lock.release()
+
+
+async def test_renewal_keeps_the_lock_past_its_ttl(aconnect):
+    first, second = await aconnect(), await aconnect()
+    lock = first.lock("renewed", ttl=SHORT_TTL)
+    assert await lock.acquire()
+    hold = lock.hold
+    # five lease lengths pass; the hold must survive them all
+    assert not await hold.wait_lost(timeout=5 * SHORT_TTL)
+    assert hold.held
+    assert not await second.lock("renewed").acquire(blocking=False)
+    await lock.release()
+
+
+async def test_leaving_with_after_the_lease_was_lost_raises_lock_lost(aconnect):
+    locks = await aconnect()
+    with pytest.raises(LockLost):
+        async with locks.lock("lost-in-with", ttl=SHORT_TTL, renew=False) as hold:
+            assert await hold.wait_lost(timeout=20)
+
+
+async def test_lock_lost_does_not_hide_the_exception_on_its_way_out(aconnect):
+    locks = await aconnect()
+    with pytest.raises(KeyError):
+        async with locks.lock("lost-and-failed", ttl=SHORT_TTL, renew=False) as hold:
+            assert await hold.wait_lost(timeout=20)
+            raise KeyError("the caller's own error")
+
+
+async def test_force_release_takes_the_lock_from_its_holder(aconnect):
+    holder, operator, next_client = await aconnect(), await aconnect(), await aconnect()
+    lock = holder.lock("stuck", ttl=SHORT_TTL)
+    assert await lock.acquire()
+    hold = lock.hold
+    assert await operator.force_release("stuck") == 1
+    assert await next_client.lock("stuck").acquire(blocking=False)
+    assert await hold.wait_lost(timeout=20)
+    assert "force-released" in hold.lost_reason
+    with pytest.raises(LockLost):
+        await lock.release()
+
+
+async def test_extend_sets_a_new_lease(aconnect):
+    locks = await aconnect()
+    lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)
+    assert await lock.acquire()
+    hold = lock.hold
+    await hold.extend(30)
+    assert hold.ttl == 30
+    assert not await hold.wait_lost(timeout=2 * SHORT_TTL)
+    assert hold.expires_in > 25
+    await lock.release()
+
+
+async def test_synchronized_serialises_calls_and_allows_recursion(aconnect):
+    locks = await aconnect()
+    other = await aconnect()
+    calls: list[int] = []
+
+    @locks.synchronized("job", ttl=30)
+    async def job(depth: int) -> int:
+        assert await other.lock("job").locked()
+        calls.append(depth)
+        if depth:
+            return await job(depth - 1) + 1
+        return 0
+
+    assert await job(2) == 2
+    assert calls == [2, 1, 0]
+    assert not await other.lock("job").locked()
+
+
+async def test_close_releases_what_is_held_and_refuses_further_use(aconnect):
+    first, second = await aconnect(), await aconnect()
+    lock = first.lock("closing")
+    assert await lock.acquire()
+    hold = lock.hold
+    await first.close()
+    assert hold.lost
+    assert await second.lock("closing").acquire(blocking=False)
+    with pytest.raises(ClientClosed):
+        await first.lock("closing").acquire()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "   ",
+        "\x00",
+        "bad\x07name",
+        "x" * 256,
+        "é" * 128,
+        "\ud800",
+        "\uffff",
+        None,
+        b"bytes",
+        42,
+    ],
+)
+async def test_bad_names_are_refused_and_change_nothing(aconnect, name):
+    locks = await aconnect()
+    with pytest.raises(InvalidLockName):
+        locks.lock(name)
+    with pytest.raises(InvalidLockName):
+        await locks.status(name)
+    with pytest.raises(InvalidLockName):
+        await locks.force_release(name)
+    assert await locks.status_all() == []
+
+
+@pytest.mark.parametrize(
+    "ttl", [0, -1, math.nan, math.inf, True, "30", 0.001, 10**12, timedelta(0)]
+)
+async def test_bad_ttls_are_refused(aconnect, ttl):
+    locks = await aconnect()
+    with pytest.raises(InvalidTTL):
+        locks.lock("x", ttl=ttl)
+    with pytest.raises(InvalidTTL):
+        locks.semaphore("x", 2, ttl=ttl)
+    assert await locks.status_all() == []
+
+
+@pytest.mark.parametrize("timeout", [-2, -0.5, math.nan, "5", False, 10**12])
+async def test_bad_timeouts_are_refused(aconnect, timeout):
+    locks = await aconnect()
+    with pytest.raises(InvalidTimeout):
+        locks.lock("x", timeout=timeout)
+    with pytest.raises(InvalidTimeout):
+        await locks.lock("x").acquire(timeout=timeout)
+    assert await locks.status_all() == []
+
+
+@pytest.mark.parametrize("permits", [0, -1, True, 2.0, "3", 10**7])
+async def test_bad_permits_are_refused(aconnect, permits):
+    locks = await aconnect()
+    with pytest.raises(InvalidPermits):
+        locks.semaphore("x", permits)
+    assert await locks.status_all() == []
+
+
+async def test_names_are_data_and_normalised(aconnect):
+    locks = await aconnect()
+    other = await aconnect()
+    for name in ["a/../b", "*", "[x]?", "it's 100%", "zookeeper", "ключ", "/"]:
+        async with locks.lock(name) as hold:
+            assert hold.name == name
+            assert not await other.lock(name).acquire(blocking=False)
+    # NFC and NFD spellings of one name are one lock
+    async with locks.lock("cafe\u0301"):
+        assert not await other.lock("caf\u00e9").acquire(blocking=False)
+
+
+async def test_status_all_lists_held_locks_and_waiters(aconnect):
+    holder, waiter = await aconnect(), await aconnect()
+    assert await holder.lock("one").acquire()
+    assert await holder.semaphore("two", 2).acquire()
+    wanted = waiter.lock("one")
+    pending = abackground(lambda: wanted.acquire(timeout=20))
+
+    async def waiting() -> bool:
+        return (await holder.status("one")).waiters == 1
+
+    await aeventually(waiting, "the waiter is in line")
+    states = {state.name: state for state in await holder.status_all()}
+    assert set(states) == {"one", "two"}
+    assert states["one"].waiters == 1
+    assert not states["one"].holders[0].shared
+    assert states["two"].holders[0].shared
+    assert all(0 < h.expires_in <= 30 for s in states.values() for h in s.holders)
+    assert "pid=" in states["one"].holders[0].holder
+    assert await holder.force_release("one") == 1
+    assert await pending.result() is True
+
+
+async def test_default_ttl_of_the_client(aconnect):
+    locks = await aconnect(default_ttl=12)
+    lock = locks.lock("default-ttl")
+    assert lock.ttl == 12
+    async with lock as hold:
+        assert hold.ttl == 12
+    with pytest.raises(InvalidTTL):
+        await aconnect(default_ttl=-1)
+
+
+async def test_mutual_exclusion_under_concurrency(aconnect):
+    clients = [await aconnect() for _ in range(4)]
+    inside = 0
+    most_inside = 0
+    tokens: list[int] = []
+
+    async def worker(locks) -> None:
+        nonlocal inside, most_inside
+        lock = locks.lock("counter")
+        for _ in range(10):
+            async with lock as hold:
+                inside += 1
+                most_inside = max(most_inside, inside)
+                tokens.append(hold.token)
+                inside -= 1
+
+    await agather(*[lambda c=c: worker(c) for c in clients])
+    assert most_inside == 1
+    assert len(tokens) == 40
+    assert tokens == sorted(tokens)

@@ -1,0 +1,517 @@
+# Generated from tests/contract/_async/test_locks.py by tools/generate_sync.py: do not edit.
+# Change the asyncio source and run the tool again.
+"""The lock contract, as every backend must keep it (asyncio source of the blocking twin).
+
+Each case runs on every backend in ``conftest.BACKENDS``, in both flavours: this file for
+asyncio, ``tests/contract/_sync/test_locks.py`` (generated from it) for threads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+
+import pytest
+
+from tumbler import (
+    AcquireTimeout,
+    AlreadyHeld,
+    ClientClosed,
+    InvalidLockName,
+    InvalidPermits,
+    InvalidTimeout,
+    InvalidTTL,
+    LockLost,
+    NotHeld,
+    PermitsMismatch,
+)
+
+from ..compat import background, eventually, gather
+
+# a short lease, for cases about expiry: long enough for a loaded 2-core machine to renew in time
+SHORT_TTL = 0.6
+
+
+def test_acquire_gives_a_hold_with_a_token(connect):
+    locks = connect()
+    lock = locks.lock("orders:42", ttl=30)
+    assert not lock.locked()
+    with lock as hold:
+        assert hold.held
+        assert not hold.lost
+        assert isinstance(hold.token, int)
+        assert hold.name == "orders:42"
+        assert 0 < hold.expires_in <= 30
+        assert lock.hold is hold
+        assert lock.locked()
+        state = locks.status("orders:42")
+        assert [h.token for h in state.holders] == [hold.token]
+        assert state.waiters == 0
+    assert not hold.held
+    assert lock.hold is None
+    assert not lock.locked()
+    assert (locks.status("orders:42")).holders == ()
+
+
+def test_mutual_exclusion_between_clients(connect):
+    first, second = connect(), connect()
+    a = first.lock("resource")
+    b = second.lock("resource")
+    assert a.acquire(timeout=0)
+    assert not b.acquire(blocking=False)
+    assert not b.acquire(timeout=0)
+    a.release()
+    assert b.acquire(blocking=False)
+    b.release()
+
+
+def test_fencing_tokens_strictly_increase_across_holders_and_cleanup(connect):
+    first, second = connect(), connect()
+    tokens = []
+    for locks in (first, second, first, second):
+        with locks.lock("fenced") as hold:
+            tokens.append(hold.token)
+    # also across names (one counter) and after every entry of the name is gone
+    with first.lock("other") as hold:
+        tokens.append(hold.token)
+    with second.lock("fenced") as hold:
+        tokens.append(hold.token)
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == len(tokens)
+
+
+def test_timeout_is_honoured_and_the_waiter_leaves_nothing_behind(connect):
+    holder, waiter = connect(), connect()
+    assert holder.lock("busy").acquire()
+    started = time.monotonic()
+    assert not waiter.lock("busy").acquire(timeout=0.3)
+    assert time.monotonic() - started >= 0.3
+    state = waiter.status("busy")
+    assert state.waiters == 0
+    assert len(state.holders) == 1
+
+
+def test_with_raises_acquire_timeout(connect):
+    holder, waiter = connect(), connect()
+    assert holder.lock("busy").acquire()
+    with pytest.raises(AcquireTimeout) as caught:
+        with waiter.lock("busy", timeout=0.1):
+            pytest.fail("entered a lock that is held elsewhere")
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.lock_name == "busy"
+
+
+def test_non_blocking_acquire_refuses_a_timeout(connect):
+    locks = connect()
+    with pytest.raises(InvalidTimeout):
+        locks.lock("x").acquire(blocking=False, timeout=1)
+
+
+def test_a_waiter_gets_the_lock_when_it_is_released(connect):
+    holder, waiter = connect(), connect()
+    held = holder.lock("handoff")
+    assert held.acquire()
+    wanted = waiter.lock("handoff")
+
+    def take():
+        assert wanted.acquire(timeout=20)
+        return wanted.hold  # holds are per task/thread: read it where it was acquired
+
+    pending = background(take)
+
+    def waiting() -> bool:
+        return (holder.status("handoff")).waiters == 1
+
+    eventually(waiting, "the waiter is in line")
+    first_token = held.hold.token
+    held.release()
+    taken = pending.result()
+    assert taken.held
+    assert taken.token > first_token
+    assert wanted.hold is None
+
+
+def test_release_is_owner_only(connect):
+    first, second = connect(), connect()
+    mine = first.lock("owned")
+    theirs = second.lock("owned")
+    assert mine.acquire()
+    with pytest.raises(NotHeld):
+        theirs.release()
+    assert mine.hold.held
+    hold = mine.hold
+    mine.release()
+    with pytest.raises(NotHeld):
+        mine.release()
+    with pytest.raises(NotHeld):
+        hold.release()
+
+
+def test_one_lock_object_shared_by_two_tasks_or_threads(connect):
+    locks = connect()
+    lock = locks.lock("shared-object")
+    assert lock.acquire()
+
+    def release_from_elsewhere() -> str:
+        try:
+            lock.release()
+        except NotHeld:
+            return "refused"
+        return "released"
+
+    assert gather(release_from_elsewhere) == ["refused"]
+    assert lock.hold.held
+    # the hold itself is the capability: whoever has it may release it
+    hold = lock.hold
+
+    def release_hold() -> None:
+        hold.release()
+
+    gather(release_hold)
+    assert not lock.locked()
+    assert lock.hold is None
+
+
+def test_lock_is_not_reentrant(connect):
+    locks = connect()
+    lock = locks.lock("plain")
+    with lock:
+        with pytest.raises(AlreadyHeld):
+            lock.acquire()
+        assert lock.hold.held
+
+
+def test_rlock_is_reentrant_per_owner(connect):
+    first, second = connect(), connect()
+    rlock = first.rlock("again")
+    with rlock as outer:
+        with rlock as inner:
+            assert inner is outer
+            assert rlock.acquire()
+            rlock.release()
+        assert outer.held
+        assert not second.lock("again").acquire(blocking=False)
+    assert not outer.held
+    assert second.lock("again").acquire(blocking=False)
+
+
+def test_semaphore_permits_are_never_exceeded(connect):
+    first, second = connect(), connect()
+    sem_a = first.semaphore("pool", 3)
+    sem_b = second.semaphore("pool", 3)
+    assert sem_a.acquire(blocking=False)
+    assert sem_a.acquire(blocking=False)
+    assert sem_b.acquire(blocking=False)
+    assert not sem_b.acquire(blocking=False)
+    assert sem_b.locked()
+    state = first.status("pool")
+    assert len(state.holders) == 3
+    assert state.limit == 3
+    tokens = [h.token for h in state.holders]
+    assert len(set(tokens)) == 3
+    sem_a.release()
+    assert sem_b.acquire(blocking=False)
+    with pytest.raises(PermitsMismatch):
+        second.semaphore("pool", 5).acquire(blocking=False)
+
+
+def test_semaphore_waiters_get_freed_permits(connect):
+    first, second = connect(), connect()
+    holder = first.semaphore("pool2", 1)
+    assert holder.acquire()
+    waiter = second.semaphore("pool2", 1)
+    pending = background(lambda: waiter.acquire(timeout=20))
+
+    def waiting() -> bool:
+        return (first.status("pool2")).waiters == 1
+
+    eventually(waiting, "the waiter is in line")
+    holder.release()
+    assert pending.result() is True
+
+
+def test_read_write_exclusion(connect):
+    first, second, third = connect(), connect(), connect()
+    reader_a = first.rwlock("doc").read()
+    reader_b = second.rwlock("doc").read()
+    writer = third.rwlock("doc").write()
+    assert reader_a.acquire(blocking=False)
+    assert reader_b.acquire(blocking=False)
+    assert not writer.acquire(blocking=False)
+    assert writer.locked()
+    reader_a.release()
+    reader_b.release()
+    assert writer.acquire(blocking=False)
+    assert not reader_a.acquire(blocking=False)
+    # the write side is the mutex of that name
+    assert not first.lock("doc").acquire(blocking=False)
+    writer.release()
+    assert reader_a.acquire(blocking=False)
+
+
+def test_a_read_lock_and_a_semaphore_of_one_name_conflict(connect):
+    locks = connect()
+    assert locks.rwlock("mixed").read().acquire(blocking=False)
+    with pytest.raises(PermitsMismatch):
+        locks.semaphore("mixed", 2).acquire(blocking=False)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "write"])
+def test_fair_waiters_are_granted_in_arrival_order(connect, kind):
+    holder_client = connect()
+
+    def make(locks):
+        if kind == "semaphore":
+            return locks.semaphore("queue", 1, fair=True)
+        if kind == "write":
+            return locks.rwlock("queue", fair=True).write()
+        return locks.lock("queue", fair=True)
+
+    holder = make(holder_client)
+    assert holder.acquire()
+    order: list[int] = []
+    pending = []
+    for index in range(4):
+        client = connect()
+        lock = make(client)
+
+        def wait_then_record(lock=lock, index=index) -> None:
+            assert lock.acquire(timeout=20)
+            order.append(index)
+            lock.release()
+
+        pending.append(background(wait_then_record))
+
+        def queued(count=index + 1) -> bool:
+            return (holder_client.status("queue")).waiters == count
+
+        eventually(queued, f"{index + 1} waiters are in line")
+    holder.release()
+    for call in pending:
+        call.result()
+    assert order == [0, 1, 2, 3]
+
+
+def test_an_unrenewed_lease_expires_and_the_holder_learns(connect):
+    first, second = connect(), connect()
+    lost: list[object] = []
+    lock = first.lock("lease", ttl=SHORT_TTL, renew=False)
+    assert lock.acquire()
+    hold = lock.hold
+    hold.on_lost(lost.append)
+    assert hold.wait_lost(timeout=20)
+    assert hold.lost
+    assert not hold.held
+    assert "lease" in hold.lost_reason
+    assert lost == [hold]
+    other = second.lock("lease")
+    assert other.acquire(timeout=20)
+    assert other.hold.token > hold.token
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_renewal_keeps_the_lock_past_its_ttl(connect):
+    first, second = connect(), connect()
+    lock = first.lock("renewed", ttl=SHORT_TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    # five lease lengths pass; the hold must survive them all
+    assert not hold.wait_lost(timeout=5 * SHORT_TTL)
+    assert hold.held
+    assert not second.lock("renewed").acquire(blocking=False)
+    lock.release()
+
+
+def test_leaving_with_after_the_lease_was_lost_raises_lock_lost(connect):
+    locks = connect()
+    with pytest.raises(LockLost):
+        with locks.lock("lost-in-with", ttl=SHORT_TTL, renew=False) as hold:
+            assert hold.wait_lost(timeout=20)
+
+
+def test_lock_lost_does_not_hide_the_exception_on_its_way_out(connect):
+    locks = connect()
+    with pytest.raises(KeyError):
+        with locks.lock("lost-and-failed", ttl=SHORT_TTL, renew=False) as hold:
+            assert hold.wait_lost(timeout=20)
+            raise KeyError("the caller's own error")
+
+
+def test_force_release_takes_the_lock_from_its_holder(connect):
+    holder, operator, next_client = connect(), connect(), connect()
+    lock = holder.lock("stuck", ttl=SHORT_TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    assert operator.force_release("stuck") == 1
+    assert next_client.lock("stuck").acquire(blocking=False)
+    assert hold.wait_lost(timeout=20)
+    assert "force-released" in hold.lost_reason
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_extend_sets_a_new_lease(connect):
+    locks = connect()
+    lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)
+    assert lock.acquire()
+    hold = lock.hold
+    hold.extend(30)
+    assert hold.ttl == 30
+    assert not hold.wait_lost(timeout=2 * SHORT_TTL)
+    assert hold.expires_in > 25
+    lock.release()
+
+
+def test_synchronized_serialises_calls_and_allows_recursion(connect):
+    locks = connect()
+    other = connect()
+    calls: list[int] = []
+
+    @locks.synchronized("job", ttl=30)
+    def job(depth: int) -> int:
+        assert other.lock("job").locked()
+        calls.append(depth)
+        if depth:
+            return job(depth - 1) + 1
+        return 0
+
+    assert job(2) == 2
+    assert calls == [2, 1, 0]
+    assert not other.lock("job").locked()
+
+
+def test_close_releases_what_is_held_and_refuses_further_use(connect):
+    first, second = connect(), connect()
+    lock = first.lock("closing")
+    assert lock.acquire()
+    hold = lock.hold
+    first.close()
+    assert hold.lost
+    assert second.lock("closing").acquire(blocking=False)
+    with pytest.raises(ClientClosed):
+        first.lock("closing").acquire()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "   ",
+        "\x00",
+        "bad\x07name",
+        "x" * 256,
+        "é" * 128,
+        "\ud800",
+        "\uffff",
+        None,
+        b"bytes",
+        42,
+    ],
+)
+def test_bad_names_are_refused_and_change_nothing(connect, name):
+    locks = connect()
+    with pytest.raises(InvalidLockName):
+        locks.lock(name)
+    with pytest.raises(InvalidLockName):
+        locks.status(name)
+    with pytest.raises(InvalidLockName):
+        locks.force_release(name)
+    assert locks.status_all() == []
+
+
+@pytest.mark.parametrize(
+    "ttl", [0, -1, math.nan, math.inf, True, "30", 0.001, 10**12, timedelta(0)]
+)
+def test_bad_ttls_are_refused(connect, ttl):
+    locks = connect()
+    with pytest.raises(InvalidTTL):
+        locks.lock("x", ttl=ttl)
+    with pytest.raises(InvalidTTL):
+        locks.semaphore("x", 2, ttl=ttl)
+    assert locks.status_all() == []
+
+
+@pytest.mark.parametrize("timeout", [-2, -0.5, math.nan, "5", False, 10**12])
+def test_bad_timeouts_are_refused(connect, timeout):
+    locks = connect()
+    with pytest.raises(InvalidTimeout):
+        locks.lock("x", timeout=timeout)
+    with pytest.raises(InvalidTimeout):
+        locks.lock("x").acquire(timeout=timeout)
+    assert locks.status_all() == []
+
+
+@pytest.mark.parametrize("permits", [0, -1, True, 2.0, "3", 10**7])
+def test_bad_permits_are_refused(connect, permits):
+    locks = connect()
+    with pytest.raises(InvalidPermits):
+        locks.semaphore("x", permits)
+    assert locks.status_all() == []
+
+
+def test_names_are_data_and_normalised(connect):
+    locks = connect()
+    other = connect()
+    for name in ["a/../b", "*", "[x]?", "it's 100%", "zookeeper", "ключ", "/"]:
+        with locks.lock(name) as hold:
+            assert hold.name == name
+            assert not other.lock(name).acquire(blocking=False)
+    # NFC and NFD spellings of one name are one lock
+    with locks.lock("cafe\u0301"):
+        assert not other.lock("caf\u00e9").acquire(blocking=False)
+
+
+def test_status_all_lists_held_locks_and_waiters(connect):
+    holder, waiter = connect(), connect()
+    assert holder.lock("one").acquire()
+    assert holder.semaphore("two", 2).acquire()
+    wanted = waiter.lock("one")
+    pending = background(lambda: wanted.acquire(timeout=20))
+
+    def waiting() -> bool:
+        return (holder.status("one")).waiters == 1
+
+    eventually(waiting, "the waiter is in line")
+    states = {state.name: state for state in holder.status_all()}
+    assert set(states) == {"one", "two"}
+    assert states["one"].waiters == 1
+    assert not states["one"].holders[0].shared
+    assert states["two"].holders[0].shared
+    assert all(0 < h.expires_in <= 30 for s in states.values() for h in s.holders)
+    assert "pid=" in states["one"].holders[0].holder
+    assert holder.force_release("one") == 1
+    assert pending.result() is True
+
+
+def test_default_ttl_of_the_client(connect):
+    locks = connect(default_ttl=12)
+    lock = locks.lock("default-ttl")
+    assert lock.ttl == 12
+    with lock as hold:
+        assert hold.ttl == 12
+    with pytest.raises(InvalidTTL):
+        connect(default_ttl=-1)
+
+
+def test_mutual_exclusion_under_concurrency(connect):
+    clients = [connect() for _ in range(4)]
+    inside = 0
+    most_inside = 0
+    tokens: list[int] = []
+
+    def worker(locks) -> None:
+        nonlocal inside, most_inside
+        lock = locks.lock("counter")
+        for _ in range(10):
+            with lock as hold:
+                inside += 1
+                most_inside = max(most_inside, inside)
+                tokens.append(hold.token)
+                inside -= 1
+
+    gather(*[lambda c=c: worker(c) for c in clients])
+    assert most_inside == 1
+    assert len(tokens) == 40
+    assert tokens == sorted(tokens)

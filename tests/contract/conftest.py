@@ -1,0 +1,70 @@
+"""The contract suite's backends: every case in tests/contract runs against each of them.
+
+A backend joins by adding its name to BACKENDS (and to PROCESS_BACKENDS if its locks work
+across processes) and a branch to ``make_url`` that starts or reuses its server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+import tumbler
+import tumbler.aio
+
+BACKENDS = ["sqlite", "memory"]
+#: backends whose locks exclude across OS processes (memory:// is in-process only)
+PROCESS_BACKENDS = ["sqlite"]
+
+
+def make_url(kind: str, tmp_path: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path}/locks.db"
+    if kind == "memory":
+        return f"memory://{uuid.uuid4().hex}"
+    raise AssertionError(f"no such test backend {kind!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return make_url(request.param, tmp_path)
+
+
+@pytest.fixture(params=PROCESS_BACKENDS)
+def process_backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return make_url(request.param, tmp_path)
+
+
+@pytest.fixture
+def connect(backend_url: str) -> Iterator[Callable[..., tumbler.Locks]]:
+    """Make clients of the backend under test; each is closed after the test."""
+    clients: list[tumbler.Locks] = []
+
+    def make(**options: object) -> tumbler.Locks:
+        client = tumbler.connect(backend_url, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest_asyncio.fixture
+async def aconnect(
+    backend_url: str,
+) -> AsyncIterator[Callable[..., Awaitable[tumbler.aio.AsyncLocks]]]:
+    clients: list[tumbler.aio.AsyncLocks] = []
+
+    async def make(**options: object) -> tumbler.aio.AsyncLocks:
+        client = await tumbler.aio.connect(backend_url, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
