@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -152,7 +153,8 @@ def filesystem_type(path: str, mountinfo: str) -> str | None:
         fields = line.split()
         if " - " not in line or len(fields) < 5:
             continue
-        mount_point = fields[4].encode().decode("unicode_escape")
+        # the kernel writes space, tab, newline and backslash as octal escapes (\040 ...)
+        mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
         fs_type = line.split(" - ", 1)[1].split()[0]
         prefix = mount_point.rstrip("/") + "/"
         if (path == mount_point or path.startswith(prefix) or mount_point == "/") and (

@@ -1,0 +1,753 @@
+"""The ``tumbler`` command: run a command under a lock, inspect locks, force-release them, demo.
+
+A thin layer over the public blocking API (``tumbler.connect``). Every failure ends with one
+line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
+
+    0    success (``run``: the command's own status is passed through)
+    64   usage error: bad arguments, bad lock name, bad TTL or wait
+    69   the backend is unavailable
+    75   the lock is busy: not acquired in time
+    77   the backend refused access
+    78   configuration error: bad or unknown backend URL, missing extra, unusable backend
+    79   the lock was lost while the command ran (the command was stopped)
+    126  ``run``: the command cannot be executed; 127: the command was not found
+    130, 143  interrupted by SIGINT, SIGTERM while waiting for a lock
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+import tumbler
+from tumbler import LockState
+from tumbler.errors import (
+    AcquireTimeout,
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidArgument,
+    InvalidURL,
+    LockLost,
+    PermissionDenied,
+    PermitsMismatch,
+    TumblerError,
+)
+
+__all__ = ["EXIT_CODES", "cli", "exit_code_for", "main"]
+
+# -- exit statuses: the one place they are defined ---------------------------------------------
+
+EX_OK = 0
+#: the demo's locked run came out wrong, a demo worker failed, or a confirmation was declined
+EX_FAILURE = 1
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+EX_SOFTWARE = 70
+EX_TEMPFAIL = 75
+EX_NOPERM = 77
+EX_CONFIG = 78
+#: not in sysexits: the lease was lost while the command ran
+EX_LOCK_LOST = 79
+EX_CANNOT_EXECUTE = 126
+EX_NOT_FOUND = 127
+#: a shell's convention for "ended by signal N": 128 + N
+EX_SIGNAL_BASE = 128
+
+#: tumbler's errors and their exit statuses, most specific first (the first match wins)
+EXIT_CODES: tuple[tuple[type[TumblerError], int], ...] = (
+    # a URL comes from --url or $TUMBLER_URL: configuration, although InvalidURL is a ValueError
+    (InvalidURL, EX_CONFIG),
+    (InvalidArgument, EX_USAGE),
+    (PermitsMismatch, EX_USAGE),
+    (AcquireTimeout, EX_TEMPFAIL),
+    (LockLost, EX_LOCK_LOST),
+    (ConfigurationError, EX_CONFIG),  # MissingDependency included
+    (PermissionDenied, EX_NOPERM),
+    (BackendUnavailable, EX_UNAVAILABLE),
+)
+
+EXIT_STATUS_HELP = """\b
+Exit status:
+  0    success (run: the command's own status)
+  64   usage error (bad arguments, lock name, TTL)
+  69   backend unavailable
+  75   lock busy: not acquired in time
+  77   permission denied by the backend
+  78   configuration error (bad/unknown URL, missing extra)
+  79   lock lost while the command ran (it was stopped)
+  126  command not executable, 127 command not found
+  130  SIGINT, 143 SIGTERM while waiting for the lock"""
+
+
+def exit_code_for(error: TumblerError) -> int:
+    """The exit status for a tumbler error (70, EX_SOFTWARE, for one that means a bug)."""
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return EX_SOFTWARE
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _complain(message: str) -> None:
+    click.echo(f"tumbler: {_one_line(message)}", err=True)
+
+
+# -- parameter types -----------------------------------------------------------------------------
+
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    _FloatType = click.ParamType[float, Any]  # generic in click >= 8.3 only
+else:
+    _FloatType = click.ParamType
+
+
+class Seconds(_FloatType):
+    """A finite number of seconds: ``positive`` ones for leases, non-negative for waits.
+
+    Ranges (a lease of at least 10 ms, at most a year) are the library's to enforce.
+    """
+
+    name = "seconds"
+
+    def __init__(self, *, positive: bool) -> None:
+        self.positive = positive
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"{value!r} must be more than 0 seconds", param, ctx)
+        if seconds < 0:
+            self.fail(f"{value!r} must not be negative", param, ctx)
+        return seconds
+
+
+LEASE = Seconds(positive=True)
+DURATION = Seconds(positive=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def url_option(help_text: str | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--url",
+        metavar="URL",
+        default=None,
+        help=help_text
+        or "Backend URL, e.g. sqlite:///var/lib/app/locks.db. "
+        "Default: $TUMBLER_URL, else an SQLite file in your cache directory.",
+    )
+
+
+def _connect(url: str | None) -> tumbler.Locks:
+    return tumbler.connect(url)
+
+
+# -- the command group ---------------------------------------------------------------------------
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_STATUS_HELP,
+)
+@click.version_option(tumbler.__version__, "-V", "--version", message="%(prog)s %(version)s")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log the library's warnings (renewal retries, ...)."
+)
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """Distributed locks from the shell: run commands under a lock, inspect and release locks."""
+    ctx.meta["tumbler.verbose"] = verbose
+    ctx.with_resource(_library_logging(verbose))
+
+
+@contextlib.contextmanager
+def _library_logging(verbose: bool) -> Iterator[None]:
+    """Route the library's log records to stderr: warnings only with --verbose.
+
+    Without a handler Python's last-resort handler would print every warning (a lost hold is
+    logged by the library and reported here too): one line per failure is the rule.
+    """
+    logger = logging.getLogger("tumbler")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tumbler: %(levelname)s: %(message)s"))
+    handler.setLevel(logging.DEBUG if verbose else logging.ERROR)
+    old_level = logger.level
+    logger.addHandler(handler)
+    if verbose:
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+
+class _RunCommand(click.Command):
+    """``run``: everything after ``--`` is the command, taken verbatim."""
+
+    COMMAND_KEY = "tumbler.command"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            split = args.index("--")
+            ctx.meta[self.COMMAND_KEY] = args[split + 1 :]
+            args = args[:split]
+        else:
+            ctx.meta[self.COMMAND_KEY] = None
+            if not any(arg in ctx.help_option_names for arg in args):
+                raise click.UsageError(
+                    "missing '--' before the command: tumbler run NAME [OPTIONS] -- CMD [ARGS]...",
+                    ctx,
+                )
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "-- CMD [ARGS]..."]
+
+
+@cli.command(cls=_RunCommand, epilog=EXIT_STATUS_HELP)
+@click.argument("name")
+@click.option(
+    "--ttl",
+    type=LEASE,
+    default=30.0,
+    show_default=True,
+    help="Lease in seconds. Renewed while the command runs; if this process dies, "
+    "others can have the lock this long after the last renewal.",
+)
+@click.option(
+    "--wait",
+    type=DURATION,
+    default=None,
+    help="Seconds to wait for the lock. Default: for ever; 0 tries once.",
+)
+@click.option("--no-wait", is_flag=True, help="Try once: the same as --wait 0.")
+@click.option(
+    "--kill-after",
+    type=DURATION,
+    default=5.0,
+    show_default=True,
+    help="If the lock is lost, seconds between SIGTERM and SIGKILL to the command.",
+)
+@url_option()
+@click.pass_context
+def run(
+    ctx: click.Context,
+    name: str,
+    ttl: float,
+    wait: float | None,
+    no_wait: bool,
+    kill_after: float,
+    url: str | None,
+) -> int:
+    """Run a command while holding the lock NAME: a distributed flock(1).
+
+    Waits for the lock, runs CMD in its own process group, keeps the lease renewed, releases
+    the lock when CMD exits, and exits with CMD's status. If the lock is lost while CMD runs
+    (its lease ran out, or an operator force-released it), CMD's process group gets SIGTERM,
+    then SIGKILL after --kill-after seconds, and tumbler exits with status 79. SIGINT and
+    SIGTERM are passed on to CMD while the lock is held.
+
+    \b
+    Example, a cron job installed on many hosts that must run on one at a time:
+      tumbler run --no-wait --url sqlite:///shared/locks.db nightly-report -- ./report.sh
+    """
+    command: list[str] | None = ctx.meta[_RunCommand.COMMAND_KEY]
+    if not command:
+        raise click.UsageError("no command given after '--'", ctx)
+    if no_wait:
+        if wait not in (None, 0):
+            raise click.UsageError("--no-wait and --wait are contradictory", ctx)
+        wait = 0.0
+    return run_locked(name, command, ttl=ttl, wait=wait, kill_after=kill_after, url=url)
+
+
+class _Signalled(BaseException):
+    """SIGINT or SIGTERM arrived while waiting: unwinds the wait, which withdraws the waiter."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _SignalRelay:
+    """SIGINT/SIGTERM for ``run``, by phase.
+
+    Waiting: raise in the main thread, so the library withdraws the waiter entry and we exit.
+    Starting the command: remember them, so the child is not started, or gets them once it is.
+    Holding: pass them on to the command's process group; its exit status becomes ours.
+    Finishing: ignore them, so that releasing the lock is never cut short.
+    """
+
+    WAITING, STARTING, HOLDING, FINISHING = range(4)
+
+    def __init__(self) -> None:
+        self.phase = self.WAITING
+        self.pending: list[int] = []
+        self.child: subprocess.Popen[bytes] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _SignalRelay:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.phase == self.WAITING:
+            self.phase = self.FINISHING  # a second signal must not interrupt the withdrawal
+            raise _Signalled(signum)
+        if self.phase == self.STARTING:
+            self.pending.append(signum)
+        elif self.phase == self.HOLDING and self.child is not None:
+            _signal_group(self.child, signum)
+
+    def holding(self, child: subprocess.Popen[bytes]) -> None:
+        self.child = child
+        self.phase = self.HOLDING
+        for signum in self.pending:
+            _signal_group(child, signum)
+
+
+def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    # The child leads its own session, so its process group id is its pid; the group also
+    # reaches whatever it started (a shell script's commands).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signum)
+
+
+def _child_status(returncode: int) -> int:
+    return EX_SIGNAL_BASE - returncode if returncode < 0 else returncode
+
+
+def run_locked(
+    name: str,
+    command: Sequence[str],
+    *,
+    ttl: float = 30.0,
+    wait: float | None = None,
+    kill_after: float = 5.0,
+    url: str | None = None,
+) -> int:
+    """``tumbler run``: hold the lock ``name`` while ``command`` runs; return the exit status.
+
+    Tumbler errors are raised for ``main()`` to report; everything about the command is
+    reported here.
+    """
+    with _SignalRelay() as relay:
+        try:
+            with _connect(url) as locks:
+                lock = locks.lock(name, ttl=ttl)
+                acquired = lock.acquire(timeout=wait)
+                relay.phase = relay.STARTING
+                if not acquired:
+                    relay.phase = relay.FINISHING
+                    _complain(_busy_message(locks, name, wait))
+                    return EX_TEMPFAIL
+                hold = lock.hold
+                assert hold is not None
+                return _supervise(hold, list(command), kill_after, relay)
+        except _Signalled as signalled:
+            what = signal.Signals(signalled.signum).name
+            _complain(f"{what} while waiting for lock {name!r}: not run")
+            return EX_SIGNAL_BASE + signalled.signum
+
+
+def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:
+    when = "is held by another owner" if not wait else f"could not be acquired within {wait:g} s"
+    try:
+        holders = locks.status(name).holders
+    except TumblerError:
+        holders = ()
+    if holders:
+        holder = holders[0]
+        return f"lock {name!r} {when} (holder: {holder.holder}, token {holder.token})"
+    return f"lock {name!r} {when}"
+
+
+def _supervise(
+    hold: tumbler.Hold, command: list[str], kill_after: float, relay: _SignalRelay
+) -> int:
+    """Run ``command`` under ``hold``; stop it if the hold is lost. Returns the exit status."""
+    if relay.pending:
+        relay.phase = relay.FINISHING
+        _release_quietly(hold)
+        signum = relay.pending[0]
+        _complain(f"{signal.Signals(signum).name} before the command started: not run")
+        return EX_SIGNAL_BASE + signum
+    try:
+        # A session of its own: the terminal's Ctrl-C reaches us only (we pass it on), and the
+        # whole process group can be stopped if the lock is lost.
+        child = subprocess.Popen(command, start_new_session=True)
+    except FileNotFoundError:
+        relay.phase = relay.FINISHING
+        _release_quietly(hold)
+        _complain(f"{command[0]}: command not found")
+        return EX_NOT_FOUND
+    except OSError as error:
+        relay.phase = relay.FINISHING
+        _release_quietly(hold)
+        _complain(f"{command[0]}: cannot execute: {error.strerror or error}")
+        return EX_CANNOT_EXECUTE
+
+    exited = threading.Event()
+    lost = threading.Event()
+    changed = threading.Event()
+
+    def reap() -> None:
+        child.wait()
+        exited.set()
+        changed.set()
+
+    def on_lost(_hold: tumbler.Hold) -> None:
+        lost.set()
+        changed.set()
+
+    threading.Thread(target=reap, name="tumbler-run-reaper", daemon=True).start()
+    relay.holding(child)
+    hold.on_lost(on_lost)
+    changed.wait()  # signals are handled (passed on) while the main thread waits here
+
+    if lost.is_set():
+        reason = hold.lost_reason or "the lease ran out"
+        if not exited.is_set():
+            _signal_group(child, signal.SIGTERM)
+            if not exited.wait(kill_after):
+                _signal_group(child, signal.SIGKILL)
+                exited.wait()
+        # Whatever the command left running in its group ran without the lock as well.
+        _signal_group(child, signal.SIGKILL)
+        relay.phase = relay.FINISHING
+        _release_quietly(hold)
+        _complain(f"lock {hold.name!r} was lost while the command ran ({reason}); it was stopped")
+        return EX_LOCK_LOST
+
+    relay.phase = relay.FINISHING
+    status = _child_status(child.returncode)
+    try:
+        hold.release()
+    except LockLost as error:
+        _complain(f"{error}; the command had exited with status {status}")
+        return EX_LOCK_LOST
+    except BackendUnavailable as error:
+        # The command is done; the grant frees itself when its lease runs out.
+        _complain(f"could not release lock {hold.name!r} (its lease will run out): {error}")
+    return status
+
+
+def _release_quietly(hold: tumbler.Hold) -> None:
+    with contextlib.suppress(TumblerError):
+        hold.release()
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def _state_json(state: LockState) -> dict[str, Any]:
+    return {
+        "name": state.name,
+        "locked": state.locked,
+        "holders": [
+            {
+                "holder": holder.holder,
+                "token": holder.token,
+                "mode": "shared" if holder.shared else "exclusive",
+                "expires_in": round(holder.expires_in, 3),
+            }
+            for holder in state.holders
+        ],
+        "waiters": state.waiters,
+        "limit": state.limit,
+    }
+
+
+# rich is imported where a table is printed: `tumbler run`, the hot path, never needs it.
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    console = Console(markup=False, emoji=False, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # a pipe has no width: do not wrap cells
+    return console
+
+
+def _table(*columns: str, right: Sequence[str] = ()) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    return table
+
+
+def _status_table(states: Sequence[LockState]) -> Table:
+    table = _table(
+        "lock", "holder", "token", "mode", "ttl left (s)", "waiters", right=("token", "waiters")
+    )
+    for state in states:
+        waiters = str(state.waiters)
+        if not state.holders:
+            table.add_row(state.name, "-", "-", "-", "-", waiters)
+        for holder in state.holders:
+            mode = "exclusive"
+            if holder.shared:
+                mode = "shared" if not state.limit else f"shared ({state.limit} permits)"
+            table.add_row(
+                state.name,
+                holder.holder,
+                str(holder.token),
+                mode,
+                f"{holder.expires_in:.1f}",
+                waiters,
+            )
+    return table
+
+
+@cli.command()
+@click.argument("name", required=False)
+@url_option()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
+def status(name: str | None, url: str | None, as_json: bool) -> int:
+    """Show the holders and waiters of lock NAME, or of every lock in use.
+
+    For each holder: its description (host and pid), fencing token, mode (exclusive or
+    shared) and the seconds left on its lease. With --json, one object for NAME
+    ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in"}], "waiters",
+    "limit"}), or a list of them without NAME.
+    """
+    with _connect(url) as locks:
+        states = [locks.status(name)] if name is not None else locks.status_all()
+    if as_json:
+        document: Any = (
+            _state_json(states[0]) if name is not None else list(map(_state_json, states))
+        )
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return EX_OK
+    console = _console()
+    if name is not None and not states[0].holders and not states[0].waiters:
+        console.print(f"lock {states[0].name!r} is free: no holders, no waiters")
+    elif not states:
+        console.print("no lock has holders or waiters")
+    else:
+        console.print(_status_table(states))
+    return EX_OK
+
+
+# -- release -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("name")
+@click.option(
+    "--force", is_flag=True, help="Remove every grant of NAME, whoever holds it (required)."
+)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@url_option()
+def release(name: str, force: bool, yes: bool, url: str | None) -> int:
+    """For operators: force-release lock NAME, taking it from its holders.
+
+    A hold is normally released by the process that holds it; this removes the grants of
+    another owner, e.g. one that hangs. Its holders find out at their next lease renewal
+    (a `tumbler run` then stops its command and exits 79), and a resource that checks fencing
+    tokens refuses their writes once the next holder has written. Asks for confirmation
+    unless --yes is given; without a terminal to ask on, --yes is required.
+    """
+    if not force:
+        raise click.UsageError(
+            "release takes another owner's hold away: that needs --force "
+            "(a holder releases its own hold itself)",
+            click.get_current_context(),
+        )
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(
+            "no terminal to confirm on: add --yes to force-release", click.get_current_context()
+        )
+    with _connect(url) as locks:
+        state = locks.status(name)
+        if not yes:
+            if not state.holders:
+                click.echo(f"lock {state.name!r} has no holders: nothing to release")
+                return EX_OK
+            console = _console()
+            console.print(_status_table([state]))
+            try:
+                confirmed = click.confirm(
+                    f"Force-release lock {state.name!r} from {len(state.holders)} holder(s)?",
+                    default=False,
+                )
+            except click.Abort:
+                confirmed = False
+            if not confirmed:
+                _complain("not released")
+                return EX_FAILURE
+        removed = locks.force_release(name)
+    click.echo(f"released {removed} grant(s) of lock {state.name!r}")
+    return EX_OK
+
+
+# -- demo ----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@url_option(
+    "Backend URL for the locks. Default: an SQLite file in a fresh temporary directory "
+    "($TUMBLER_URL is not used)."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Worker processes.",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(1, 100_000),
+    default=30,
+    show_default=True,
+    help="Purchase requests per worker.",
+)
+@click.option(
+    "--stock",
+    type=click.IntRange(0, 1_000_000),
+    default=100,
+    show_default=True,
+    help="Items in stock at the start.",
+)
+@click.option(
+    "--think",
+    type=DURATION,
+    default=0.001,
+    show_default=True,
+    help="Seconds between reading and writing the stock (wider: a surer race).",
+)
+def demo(url: str | None, workers: int, requests: int, stock: int, think: float) -> int:
+    """Show a race that a lock prevents: stock deduction by worker processes.
+
+    Worker processes sell items from a stock kept in a file: read it, think, write it back
+    minus one, record the sale. Run once without a lock (oversold items, lost updates) and
+    once with a tumbler lock around each sale (exactly right). Exits 0 if the locked run is
+    exactly right, 1 otherwise.
+    """
+    from . import demo as stock_demo
+
+    if url is not None and not stock_demo.shared_by_processes(url):
+        raise click.BadParameter(
+            "memory:// locks live inside one process; the demo's workers are separate "
+            "processes: use sqlite:// or a server backend",
+            param_hint="'--url'",
+        )
+    if think > 10:
+        raise click.BadParameter("at most 10 seconds", param_hint="'--think'")
+    console = _console()
+    console.print(
+        f"Stock-deduction demo: {workers} worker processes x {requests} requests, "
+        f"stock {stock}, think {think * 1000:g} ms"
+    )
+    try:
+        result = stock_demo.run_demo(
+            url, workers=workers, requests=requests, stock=stock, think=think
+        )
+    except stock_demo.DemoError as error:
+        _complain(str(error))
+        return EX_FAILURE
+    numbers = ("requests", "sold", "final stock", "oversold", "lost updates", "time (s)")
+    table = _table("run", *numbers, right=numbers)
+    for run_result in (result.unlocked, result.locked):
+        table.add_row(
+            run_result.label,
+            str(run_result.requests),
+            str(run_result.sold),
+            str(run_result.final_stock),
+            str(run_result.oversold),
+            str(run_result.lost_updates),
+            f"{run_result.seconds:.2f}",
+        )
+    console.print(table)
+    console.print(f"backend: {result.url}")
+    locked = result.locked
+    if result.ok:
+        console.print(
+            f"with the lock: exactly right: sold {locked.sold} of {locked.initial_stock}, "
+            f"{locked.final_stock} left, none oversold, no lost update"
+        )
+        return EX_OK
+    _complain(
+        f"the locked run came out wrong: sold {locked.sold} (expected {locked.expected_sold}), "
+        f"{locked.final_stock} left, {locked.oversold} oversold, {locked.lost_updates} lost"
+    )
+    return EX_FAILURE
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: run the ``tumbler`` command and return its exit status."""
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="tumbler",
+            standalone_mode=False,
+        )
+    except click.exceptions.NoArgsIsHelpError as error:
+        click.echo(error.format_message(), err=True)
+        return EX_USAGE
+    except click.UsageError as error:
+        message = error.format_message()
+        if error.ctx is not None:
+            message = f"{message.rstrip('.')} (see '{error.ctx.command_path} --help')"
+        _complain(message)
+        return EX_USAGE
+    except click.ClickException as error:
+        _complain(error.format_message())
+        return EX_USAGE if error.exit_code == 2 else error.exit_code
+    except click.Abort as error:
+        _complain("aborted")
+        if isinstance(error.__cause__, KeyboardInterrupt):
+            return EX_SIGNAL_BASE + signal.SIGINT
+        return EX_FAILURE
+    except TumblerError as error:
+        _complain(str(error))
+        return exit_code_for(error)
+    return result if isinstance(result, int) else EX_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

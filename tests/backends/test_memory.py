@@ -1,0 +1,111 @@
+"""memory:// on a ManualClock: time-dependent behaviour tested without sleeping."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+import tumbler
+from tumbler import ConfigurationError, InvalidURL, LockLost
+from tumbler.testing import ManualClock
+
+from ..contract.compat import eventually
+
+
+@pytest.fixture
+def url() -> str:
+    return f"memory://{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+def test_a_lease_runs_out_only_when_the_clock_says_so(url, clock):
+    with tumbler.connect(url, clock=clock) as locks, tumbler.connect(url, clock=clock) as other:
+        lost = []
+        lock = locks.lock("job", ttl=30, renew=False)
+        assert lock.acquire()
+        hold = lock.hold
+        hold.on_lost(lost.append)
+        clock.advance(29)
+        locks.settle()
+        assert hold.held
+        assert not other.lock("job").acquire(blocking=False)
+        clock.advance(1)
+        locks.settle()
+        assert hold.lost
+        assert lost == [hold]
+        assert other.lock("job").acquire(blocking=False)
+        with pytest.raises(LockLost):
+            lock.release()
+
+
+def test_renewal_follows_the_clock(url, clock):
+    with tumbler.connect(url, clock=clock) as locks, tumbler.connect(url, clock=clock) as other:
+        lock = locks.lock("job", ttl=30)
+        assert lock.acquire()
+        token = lock.hold.token
+        for _ in range(30):  # 300 s of clock time, in steps the renewal keeps up with
+            clock.advance(10)
+            locks.settle()
+        assert lock.hold.held
+        assert lock.hold.token == token
+        assert not other.lock("job").acquire(blocking=False)
+        [holder] = other.status("job").holders
+        assert 20 < holder.expires_in <= 30
+        lock.release()
+
+
+def test_a_jump_past_the_lease_loses_the_hold(url, clock):
+    """A paused holder (the clock jumped past its lease before it could renew) is lost."""
+    with tumbler.connect(url, clock=clock) as locks, tumbler.connect(url, clock=clock) as other:
+        lock = locks.lock("job", ttl=30)
+        assert lock.acquire()
+        clock.advance(31)
+        assert lock.hold.lost  # at once, before any worker ran
+        assert other.lock("job").acquire(blocking=False)
+        locks.settle()
+        with pytest.raises(LockLost):
+            lock.release()
+
+
+def test_acquire_timeouts_follow_the_clock(url, clock):
+    with tumbler.connect(url, clock=clock) as locks, tumbler.connect(url, clock=clock) as other:
+        assert locks.lock("busy").acquire()
+        result: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(other.lock("busy").acquire(timeout=5))
+        )
+        waiter.start()
+        eventually(lambda: locks.status("busy").waiters == 1, "the waiter is in line")
+        clock.advance(4)
+        waiter.join(0.2)
+        assert waiter.is_alive()  # 4 s of clock time is not 5
+        clock.advance(1)
+        waiter.join(30)
+        assert result == [False]
+
+
+def test_stores_are_shared_by_name_and_separate_otherwise(clock):
+    name = uuid.uuid4().hex
+    with tumbler.connect(f"memory://{name}") as a, tumbler.connect(f"memory://{name}") as b:
+        assert a.lock("x").acquire()
+        assert not b.lock("x").acquire(blocking=False)
+        with tumbler.connect(f"memory://{name}-other") as c:
+            assert c.lock("x").acquire(blocking=False)
+
+
+def test_every_client_of_a_store_uses_one_clock(url, clock):
+    with tumbler.connect(url, clock=clock), pytest.raises(ConfigurationError):
+        tumbler.connect(url, clock=ManualClock())
+
+
+def test_memory_urls_take_no_path_or_options():
+    with pytest.raises(InvalidURL):
+        tumbler.connect("memory://store/path")
+    with pytest.raises(InvalidURL):
+        tumbler.connect("memory://store?x=1")

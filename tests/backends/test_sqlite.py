@@ -1,0 +1,175 @@
+"""sqlite://: what is particular to the SQLite backend (files, crashes, reboots, clean-up)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tumbler
+from tumbler import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from tumbler.backends import sqlite as sqlite_backend
+
+from ..contract.compat import eventually
+
+
+def url_of(path: Path, query: str = "") -> str:
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
+
+
+def rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM tumbler_entries").fetchone()[0])
+
+
+def live_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        query = "SELECT count(*) FROM tumbler_entries WHERE expires_at > ?"
+        return int(db.execute(query, (sqlite_backend._now_ns(),)).fetchone()[0])
+
+
+def test_the_file_is_in_wal_mode(tmp_path):
+    path = tmp_path / "locks.db"
+    with tumbler.connect(url_of(path)):
+        pass
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_fencing_tokens_survive_closing_every_client(tmp_path):
+    url = url_of(tmp_path / "locks.db")
+    with tumbler.connect(url) as locks, locks.lock("x") as hold:
+        first = hold.token
+    with tumbler.connect(url) as locks, locks.lock("x") as hold:
+        assert hold.token > first
+
+
+def test_a_new_boot_voids_leases_and_jumps_the_tokens(tmp_path):
+    path = tmp_path / "locks.db"
+    url = url_of(path)
+    holder = tumbler.connect(url)
+    assert holder.lock("held-at-reboot").acquire()
+    token = holder.lock("other").acquire() and holder.status("other").holders[0].token
+    # what a reboot leaves: the file, from a boot that is over
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE tumbler_meta SET value = 'an-earlier-boot' WHERE key = 'boot_id'")
+    with tumbler.connect(url) as after:
+        assert after.status_all() == []
+        with after.lock("held-at-reboot") as hold:
+            assert hold.token > token
+            assert hold.token >= 2**32
+    holder.close()
+
+
+def test_rows_of_released_and_expired_locks_do_not_pile_up(tmp_path):
+    path = tmp_path / "locks.db"
+    url = url_of(path)
+    with tumbler.connect(url) as locks:
+        for index in range(3000):
+            with locks.lock(f"job-{index}"):
+                pass
+        assert rows(path) == 0
+    # expired grants of names nobody asks for again are swept by later grants
+    script = (
+        "import os, tumbler\n"
+        f"locks = tumbler.connect({url!r})\n"
+        "for i in range(200):\n"
+        "    assert locks.lock(f'abandoned-{i}', ttl=1.0, renew=False).acquire()\n"
+        "os._exit(0)\n"  # exit without releasing: like a crash
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert rows(path) == 200
+    eventually(lambda: live_rows(path) == 0, "the abandoned leases have run out")
+    with tumbler.connect(url) as locks:
+        for index in range(40):
+            with locks.lock(f"later-{index}"):
+                pass
+    assert rows(path) == 0
+
+
+def test_a_database_held_busy_gives_backend_unavailable(tmp_path):
+    path = tmp_path / "locks.db"
+    url = url_of(path, "busy_timeout=0.2")
+    with tumbler.connect(url) as locks:
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(BackendUnavailable) as caught:
+                locks.lock("x").acquire(timeout=0)
+            assert "busy_timeout" in str(caught.value)
+            assert isinstance(caught.value, ConnectionError)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert locks.status_all() == []
+        assert locks.lock("x").acquire(timeout=0)
+
+
+def test_a_file_that_is_not_a_database_is_a_configuration_error(tmp_path):
+    path = tmp_path / "locks.db"
+    path.write_bytes(b"this is not an SQLite database, it is a text file" * 100)
+    with pytest.raises(ConfigurationError):
+        tumbler.connect(url_of(path))
+
+
+def test_a_missing_directory_is_a_configuration_error(tmp_path):
+    with pytest.raises((ConfigurationError, PermissionDenied)):
+        tumbler.connect(url_of(tmp_path / "no" / "such" / "dir" / "locks.db"))
+
+
+@pytest.mark.skipif(not hasattr(os, "setuid"), reason="needs POSIX users")
+def test_an_unwritable_file_is_permission_denied(tmp_path):
+    """Run as another user (tests often run as root, where file modes are not enforced)."""
+    path = tmp_path / "locks.db"
+    with tumbler.connect(url_of(path)):
+        pass
+    os.chmod(tmp_path, 0o755)
+    os.chmod(path, 0o644)
+    script = (
+        "import os, sys, tumbler, tumbler.backends.sqlite\n"
+        "if os.getuid() == 0:\n"
+        "    os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        f"    tumbler.connect({url_of(path)!r}).lock('x').acquire()\n"
+        "except tumbler.PermissionDenied as error:\n"
+        "    print('denied', error)\n"
+        "    sys.exit(0)\n"
+        "sys.exit(1)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///:memory:",
+        "sqlite://:memory:",
+        "sqlite:file::memory:?cache=shared",
+        "sqlite://host/x.db",
+    ],
+)
+def test_urls_that_cannot_exclude_are_refused(url):
+    with pytest.raises(InvalidURL):
+        tumbler.connect(url)
+
+
+@pytest.mark.parametrize(
+    "query", ["busy_timeout=-1", "busy_timeout=soon", "synchronous=off", "typo=1"]
+)
+def test_bad_options_are_refused(tmp_path, query):
+    with pytest.raises(InvalidURL):
+        tumbler.connect(url_of(tmp_path / "locks.db", query))
+    assert not (tmp_path / "locks.db").exists()
+
+
+def test_a_relative_path_is_resolved_at_connect(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with tumbler.connect("sqlite:relative.db") as locks:
+        assert locks.lock("x").acquire()
+    monkeypatch.chdir(tmp_path.parent)
+    assert (tmp_path / "relative.db").exists()

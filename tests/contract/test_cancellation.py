@@ -1,0 +1,90 @@
+"""asyncio cancellation: a task cancelled at any await leaves nothing behind in the backend.
+
+redis-py #3847 left a lock stuck when release() was cancelled; tumbler's release runs to its
+end anyway, and a cancelled acquire withdraws its waiter entry (or a grant whose reply the
+cancellation cut off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from .compat import aeventually
+
+pytestmark = pytest.mark.asyncio
+
+
+async def nothing_left(locks) -> bool:
+    return await locks.status_all() == []
+
+
+@pytest.mark.parametrize("fair", [False, True])
+async def test_a_cancelled_waiter_leaves_no_entry(aconnect, fair):
+    holder, waiter = await aconnect(), await aconnect()
+    assert await holder.lock("busy", fair=fair).acquire()
+    task = asyncio.ensure_future(waiter.lock("busy", fair=fair).acquire(timeout=30))
+
+    async def queued() -> bool:
+        return (await holder.status("busy")).waiters == 1
+
+    await aeventually(queued, "the waiter is in line")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def withdrawn() -> bool:
+        return (await holder.status("busy")).waiters == 0
+
+    await aeventually(withdrawn, "the cancelled waiter is gone")
+    assert len((await holder.status("busy")).holders) == 1
+
+
+async def test_a_cancelled_release_still_releases(aconnect):
+    holder, other = await aconnect(), await aconnect()
+    lock = holder.lock("release-me")
+    assert await lock.acquire()
+    # a new task is another owner context: it releases through the hold, the capability
+    task = asyncio.ensure_future(lock.hold.release())
+    await asyncio.sleep(0)  # let the release start, then cancel it mid-flight
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+    async def free() -> bool:
+        return not await other.lock("release-me").locked()
+
+    await aeventually(free, "the lock is released")
+    assert lock.hold is None
+
+
+@pytest.mark.parametrize("steps", range(0, 60, 3))
+async def test_cancelled_at_any_point_of_a_use_leaves_nothing(aconnect, steps):
+    """Cancel a wait-acquire-use-release after ``steps`` loop iterations, wherever it is then:
+    waiting in line, granted but not yet returned, inside the block, or releasing."""
+    locks, observer, contender = await aconnect(), await aconnect(), await aconnect()
+    held = contender.lock("contended")
+    assert await held.acquire()
+
+    async def use() -> None:
+        async with locks.lock("contended", timeout=30):
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(use())
+    for step in range(steps):
+        if step == steps // 2:
+            await held.release()
+        await asyncio.sleep(0)
+    if held.hold is not None:
+        await held.release()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+    async def empty() -> bool:
+        return await nothing_left(observer)
+
+    await aeventually(empty, "no entry is left")
+    assert await observer.lock("contended").acquire(blocking=False)

@@ -1,0 +1,103 @@
+"""A lock client in its own OS process, for the contract cases about processes.
+
+    python worker.py count URL NAME COUNTER_FILE TOKENS_FILE N FLAVOUR [--no-lock]
+    python worker.py hold  URL NAME MARKER_FILE TTL FLAVOUR [--fair]
+
+``count`` does N read-modify-write increments of a counter file that is not atomic by itself,
+each under the lock (or, with --no-lock, under nothing: the negative control), appending each
+grant's fencing token to TOKENS_FILE. ``hold`` acquires, writes its token to MARKER_FILE, and
+then blocks until killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import tumbler
+import tumbler.aio
+
+THINK = 0.002  # between read and write: wide enough that an unlocked run certainly races
+
+
+def append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def increment(counter: str) -> None:
+    with open(counter) as handle:
+        value = int(handle.read() or 0)
+    time.sleep(THINK)
+    with open(counter, "w") as handle:
+        handle.write(str(value + 1))
+
+
+def count_sync(url: str, name: str, counter: str, tokens: str, n: int, use_lock: bool) -> None:
+    with tumbler.connect(url) as locks:
+        lock = locks.lock(name, ttl=10)
+        for _ in range(n):
+            if not use_lock:
+                increment(counter)
+                continue
+            with lock as hold:
+                increment(counter)
+                append(tokens, str(hold.token))
+
+
+async def count_async(url: str, name: str, counter: str, tokens: str, n: int) -> None:
+    async with await tumbler.aio.connect(url) as locks:
+        lock = locks.lock(name, ttl=10)
+        for _ in range(n):
+            async with lock as hold:
+                increment(counter)
+                append(tokens, str(hold.token))
+
+
+def hold_sync(url: str, name: str, marker: str, ttl: float, fair: bool) -> None:
+    locks = tumbler.connect(url)
+    lock = locks.lock(name, ttl=ttl, fair=fair)
+    lock.acquire(timeout=None)
+    append(marker, str(lock.hold.token))
+    while True:
+        time.sleep(3600)
+
+
+async def hold_async(url: str, name: str, marker: str, ttl: float, fair: bool) -> None:
+    locks = await tumbler.aio.connect(url)
+    lock = locks.lock(name, ttl=ttl, fair=fair)
+    await lock.acquire(timeout=None)
+    append(marker, str(lock.hold.token))
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str]) -> None:
+    mode, url, name, *rest = argv
+    flags = {arg for arg in rest if arg.startswith("--")}
+    args = [arg for arg in rest if not arg.startswith("--")]
+    if mode == "count":
+        counter, tokens, n, flavour = args
+        use_lock = "--no-lock" not in flags
+        if flavour == "async":
+            if not use_lock:
+                raise SystemExit("the unlocked control runs in the blocking flavour only")
+            asyncio.run(count_async(url, name, counter, tokens, int(n)))
+        else:
+            count_sync(url, name, counter, tokens, int(n), use_lock)
+    elif mode == "hold":
+        marker, ttl, flavour = args
+        if flavour == "async":
+            asyncio.run(hold_async(url, name, marker, float(ttl), "--fair" in flags))
+        else:
+            hold_sync(url, name, marker, float(ttl), "--fair" in flags)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
