@@ -346,7 +346,7 @@ def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
     # The child leads its own session, so its process group id is its pid; the group also
     # reaches whatever it started (a shell script's commands).
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)
+        os.kill(child.pid, signum)
 
 
 def _child_status(returncode: int) -> int:

@@ -98,6 +98,7 @@ class Hold:
         self._deadline = core.local_deadline(sent_at, grant.granted_ttl)
         self._state = _HELD
         self._lost_reason: str | None = None
+        self._loss_reported = False
         self._lost_event = Event()
         self._callbacks: list[Callable[[Hold], object]] = []
         self._finish_callbacks: list[Callable[[Hold], None]] = []
@@ -217,8 +218,7 @@ class Hold:
                 "the backend no longer had this grant at release: its lease ran out "
                 "or it was force-released"
             )
-        if self._lost_reason is not None:
-            raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
+        self._raise_if_lost()
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self.lost else self._state)
@@ -228,6 +228,12 @@ class Hold:
         )
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _raise_if_lost(self) -> None:
+        """Raise LockLost once per hold: a caller told of the loss is not told again."""
+        if self._lost_reason is not None and not self._loss_reported:
+            self._loss_reported = True
+            raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
 
     def _release_grant(self) -> bool:
         try:
@@ -428,8 +434,13 @@ class _Primitive:
             if hold is not None and self._reentrant and self._depth.get(context, 0) > 1:
                 self._depth[context] -= 1
                 return
-        if hold is None or hold._state != _HELD:
-            return  # released by hand inside the block
+        if hold is None:
+            return
+        if hold._state != _HELD:
+            # released inside the block, by hand or by close(): report a loss not yet reported
+            if exc_type is None:
+                hold._raise_if_lost()
+            return
         try:
             hold.release()
         except (LockLost, BackendUnavailable):

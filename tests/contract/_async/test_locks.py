@@ -394,6 +394,15 @@ async def test_close_releases_what_is_held_and_refuses_further_use(aconnect):
         await first.lock("closing").acquire()
 
 
+async def test_leaving_with_after_close_raises_lock_lost_once(aconnect):
+    locks = await aconnect()
+    with pytest.raises(LockLost):
+        async with locks.lock("closed-inside") as hold:
+            await locks.close()
+            assert hold.lost
+            assert "closed" in hold.lost_reason
+
+
 @pytest.mark.parametrize(
     "name",
     [

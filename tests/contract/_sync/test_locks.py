@@ -394,6 +394,15 @@ def test_close_releases_what_is_held_and_refuses_further_use(connect):
         first.lock("closing").acquire()
 
 
+def test_leaving_with_after_close_raises_lock_lost_once(connect):
+    locks = connect()
+    with pytest.raises(LockLost):
+        with locks.lock("closed-inside") as hold:
+            locks.close()
+            assert hold.lost
+            assert "closed" in hold.lost_reason
+
+
 @pytest.mark.parametrize(
     "name",
     [
