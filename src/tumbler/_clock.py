@@ -8,6 +8,7 @@ Every deadline in tumbler (lease validity, acquire timeouts, renewal schedule) i
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -81,8 +82,8 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` and wake everything waiting on it."""
-        if not seconds >= 0:
-            raise ValueError(f"a clock only moves forward, not by {seconds!r}")
+        if not 0 <= seconds < math.inf:
+            raise ValueError(f"a clock moves forward by a finite amount, not by {seconds!r}")
         with self._lock:
             self._now += seconds
             listeners = list(self._listeners)

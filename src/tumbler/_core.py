@@ -13,7 +13,7 @@ import math
 import random
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from .errors import (
@@ -52,7 +52,11 @@ def _is_forbidden_char(ch: str) -> bool:
         return True  # lone surrogates cannot be encoded as UTF-8
     if 0xFFF0 <= code <= 0xFFFF:
         return True  # specials and noncharacters
-    return unicodedata.category(ch) in ("Cs", "Co", "Cn")
+    if 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
+        return True  # bidirectional overrides: they make a name display as another
+    # line and paragraph separators break logs as newlines do; the test is by code point,
+    # not by Unicode category, so a name valid on one Python stays valid on every other
+    return code in (0x2028, 0x2029)
 
 
 def validate_name(name: object) -> str:
@@ -86,7 +90,10 @@ def _seconds(value: object, what: str, error: type[InvalidTTL] | type[InvalidTim
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{what} must be a number of seconds, not {type(value).__name__}")
-    seconds = float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise error(f"{what} is far too large: {value!r}") from None
     if math.isnan(seconds):
         raise error(f"{what} must be a number of seconds, not NaN")
     return seconds
@@ -109,7 +116,8 @@ def validate_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     seconds = _seconds(timeout, "timeout", InvalidTimeout)
-    if seconds == -1 or seconds == math.inf:
+    # -1 means "for ever" as a number, as in threading; a timedelta of -1 s is just negative
+    if (seconds == -1 and not isinstance(timeout, timedelta)) or seconds == math.inf:
         return None
     if seconds < 0:
         raise InvalidTimeout(
@@ -265,7 +273,11 @@ class Backoff:
     base: float
     cap: float
     rng: random.Random
-    _last: float = 0.0
+    _last: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base <= self.cap:
+            raise ValueError(f"backoff needs 0 < base <= cap, not {self.base} and {self.cap}")
 
     def next(self) -> float:
         if self._last <= 0:

@@ -59,7 +59,7 @@ def parse_url(url: str) -> BackendURL:
     """Split a backend URL; raise InvalidURL (without echoing a password) if it is malformed."""
     if not isinstance(url, str):
         raise InvalidURL(f"a backend URL must be str, not {type(url).__name__}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in url):
         raise InvalidURL("a backend URL must not contain control characters")
     try:
         parts = urlsplit(url)
@@ -67,6 +67,14 @@ def parse_url(url: str) -> BackendURL:
         raise InvalidURL(f"malformed backend URL: {error}") from None
     if not parts.scheme or ("://" not in url and ":" not in url):
         raise InvalidURL("a backend URL needs a scheme, as in sqlite:///path/locks.db")
+    after_netloc = url.split("://", 1)[-1][len(parts.netloc) :]
+    if "@" in after_netloc and "@" not in parts.netloc and parts.netloc:
+        # "user:pa/ss@host": the unencoded delimiter ended the host part early, so the
+        # secret would be taken for a host; refuse, and do not echo the URL
+        raise InvalidURL(
+            "the URL's credentials contain an unencoded '/', '?' or '#': percent-encode them "
+            "(for example '/' as %2F)"
+        )
     userinfo, _, hosts = parts.netloc.rpartition("@")
     username = password = None
     if userinfo:

@@ -63,6 +63,11 @@ class TumblerError(Exception):
         self.lock_name = lock_name
         self.backend = backend
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take other constructor arguments; rebuild from the state instead, so
+        # errors survive crossing a process boundary (multiprocessing, concurrent.futures).
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
     def __str__(self) -> str:
         parts = [self.message]
         if self.lock_name is not None and repr(self.lock_name) not in self.message:
@@ -70,6 +75,15 @@ class TumblerError(Exception):
         if self.backend is not None and self.backend not in self.message:
             parts.append(f"[{self.backend}]")
         return " ".join(parts)
+
+
+def _rebuild(
+    cls: type[TumblerError], args: tuple[object, ...], state: dict[str, object]
+) -> TumblerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class AcquireTimeout(TumblerError, TimeoutError):

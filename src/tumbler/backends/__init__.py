@@ -62,6 +62,6 @@ def load_backend(url: BackendURL) -> ModuleType:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         missing = (error.name or "").partition(".")[0]
-        if extra is None or not missing or module_name.startswith(missing + "."):
+        if extra is None or missing in ("", "tumbler") or module_name.startswith(missing + "."):
             raise  # not an optional driver: a broken installation, to be seen as it is
-        raise MissingDependency(url.scheme, extra or url.scheme, missing) from error
+        raise MissingDependency(url.scheme, extra, missing) from error

@@ -158,7 +158,7 @@ def filesystem_type(path: str, mountinfo: str) -> str | None:
         fs_type = line.split(" - ", 1)[1].split()[0]
         prefix = mount_point.rstrip("/") + "/"
         if (path == mount_point or path.startswith(prefix) or mount_point == "/") and (
-            best is None or len(mount_point) > best[0]
+            best is None or len(mount_point) >= best[0]  # a later mount hides an earlier one
         ):
             best = (len(mount_point), fs_type)
     return best[1] if best else None
@@ -219,13 +219,16 @@ def resolve_path(url: BackendURL) -> tuple[Path, bool]:
     raw = url.path
     if raw in ("", "/"):
         return default_path(), True
-    if ":memory:" in raw or "mode=memory" in raw:
+    bare = raw.lstrip("/")
+    if bare == ":memory:" or bare.startswith("file:"):
         raise InvalidURL(
-            "in-memory SQLite databases are refused: each connection would get its own, "
-            "so nothing would be excluded; use memory:// for in-process tests",
+            "in-memory SQLite databases (and URI filenames) are refused: each connection "
+            "would get a database of its own, so nothing would be excluded; use memory:// "
+            "for in-process tests",
             backend=url.redacted,
         )
-    return Path(raw).expanduser().absolute(), False
+    # resolved, so that the network check looks where the file really is
+    return Path(raw).expanduser().resolve(), False
 
 
 class SQLiteBackend:

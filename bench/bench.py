@@ -1,0 +1,491 @@
+"""tumbler's benchmark: uncontended pair latency, contended hand-off and fairness.
+
+    python bench/bench.py                              # a fresh SQLite file in a temp dir
+    python bench/bench.py --url sqlite:///tmp/l.db --url memory://
+    python bench/bench.py --quick                      # a few seconds, to see that it runs
+    python bench/bench.py --repeat 3 --json out.json   # as peer-bench.md measured the peers
+
+Every backend URL gets the same measurements, and all of them land in one table per
+measurement, one row per contender and backend (see bench/README.md for the columns). The
+figures follow the definitions of the project's peer benchmark (peer-bench.md), so that
+tumbler's rows compare with the peers' there. Speed goals live in this output, never in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import secrets
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import measure
+import tumbler
+from contenders import Contender, Options, contenders_for, known_names
+from tumbler._url import parse_url
+from tumbler.backends.sqlite import filesystem_type
+
+DEFAULT_PAIRS = 2000
+DEFAULT_PROCS = (4, 16)
+DEFAULT_SECONDS = 5.0
+DEFAULT_REPEAT = 3
+QUICK_PAIRS, QUICK_PROCS, QUICK_SECONDS = 200, (2,), 1.0
+
+
+@dataclass
+class Row:
+    """One table row: a contender on a backend (and a worker count), over the repeats."""
+
+    contender: Contender
+    backend: str
+    workers: int | None = None
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+
+    def figure(self, key: str) -> tuple[float, float, float] | None:
+        """Median, min and max of ``key`` over the repeats; None if no repeat has it."""
+        values = [
+            float(run[key])
+            for run in self.repeats
+            if isinstance(run.get(key), (int, float)) and not math.isnan(run[key])
+        ]
+        if not values:
+            return None
+        return statistics.median(values), min(values), max(values)
+
+    def as_json(self) -> dict[str, Any]:
+        keys = sorted(
+            {
+                key
+                for run in self.repeats
+                for key, value in run.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+            }
+        )
+        summary = {}
+        for key in keys:
+            figure = self.figure(key)
+            summary[key] = (
+                None
+                if figure is None
+                else {"median": figure[0], "min": figure[1], "max": figure[2]}
+            )
+        result: dict[str, Any] = {
+            "contender": self.contender.label,
+            "backend": self.backend,
+            "url": parse_url(self.contender.url).redacted,
+            "flavour": "asyncio" if self.contender.is_async else "blocking",
+        }
+        if self.workers is not None:
+            result["workers"] = self.workers
+            result["mode"] = "processes" if self.contender.cross_process else "threads"
+            result["counter_ok"] = self.counter_ok
+        result["summary"] = summary
+        result["repeats"] = [_finite(run) for run in self.repeats]
+        return result
+
+    @property
+    def counter_ok(self) -> str:
+        good = sum(1 for run in self.repeats if run.get("counter_ok"))
+        return f"{'OK' if good == len(self.repeats) else 'FAIL'} {good}/{len(self.repeats)}"
+
+    @property
+    def errors(self) -> list[str]:
+        return [error for run in self.repeats for error in run.get("errors", ())]
+
+
+def _finite(value: Any) -> Any:
+    """NaN becomes null: JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 0
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = (math.nan, math.nan, math.nan)
+    return {
+        "cpus": os.cpu_count(),
+        "cpus_usable": usable,
+        "platform": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "sqlite": sqlite3.sqlite_version,
+        "tumbler": tumbler.__version__,
+        "loadavg_1m": round(load[0], 2),
+    }
+
+
+def _filesystem(url: str) -> str | None:
+    """The file system an sqlite:// URL's file is on: tmpfs and ext4 time differently."""
+    parsed = parse_url(url)
+    if parsed.scheme != "sqlite" or not parsed.path:
+        return None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as file:
+            mountinfo = file.read()
+    except OSError:
+        return None
+    directory = os.path.dirname(os.path.abspath(os.path.expanduser(parsed.path)))
+    return filesystem_type(directory, mountinfo)
+
+
+@dataclass
+class Plan:
+    urls: list[tuple[str, str]]  # (url, label)
+    pairs: int
+    procs: tuple[int, ...]
+    seconds: float
+    repeat: int
+    options: Options
+    names: list[str] | None
+    workdir: str
+
+
+def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Row]]:
+    """Every measurement, each repeated ``plan.repeat`` times in a row (as peer-bench did)."""
+    tag = secrets.token_hex(4)
+    flat: list[Row] = []
+    crowded: list[Row] = []
+    for url, label in plan.urls:
+        found = contenders_for(url, plan.options, plan.names)
+        if not found:
+            progress(f"no contender runs on {label}")
+        for contender in found:
+            row = Row(contender, label)
+            for attempt in range(1, plan.repeat + 1):
+                progress(f"{contender.label} on {label}: uncontended, repeat {attempt}")
+                try:
+                    figures = measure.uncontended(contender, f"bench-{tag}-pairs", plan.pairs)
+                except Exception as error:  # one broken row must not lose the others
+                    figures = {"errors": [f"{type(error).__name__}: {error}"]}
+                row.repeats.append(figures)
+            flat.append(row)
+        for contender in found:
+            for workers in plan.procs:
+                row = Row(contender, label, workers)
+                kind = "processes" if contender.cross_process else "threads"
+                for attempt in range(1, plan.repeat + 1):
+                    progress(
+                        f"{contender.label} on {label}: {workers} {kind}, "
+                        f"{plan.seconds:g} s, repeat {attempt}"
+                    )
+                    row.repeats.append(
+                        measure.contended(
+                            contender, workers, plan.seconds, f"bench-{tag}-crowd", plan.workdir
+                        )
+                    )
+                crowded.append(row)
+    return flat, crowded
+
+
+# -- the tables ---------------------------------------------------------------------------------
+
+
+def _number(value: float, digits: int) -> str:
+    return f"{value:,.{digits}f}" if digits else f"{round(value):,}"
+
+
+def _cell(row: Row, key: str, digits: int, spread: bool = False) -> str:
+    figure = row.figure(key)
+    if figure is None:
+        return "-"
+    middle, low, high = figure
+    text = _number(middle, digits)
+    if spread and len(row.repeats) > 1:
+        text += f" ({_number(low, digits)}-{_number(high, digits)})"
+    return text
+
+
+Column = tuple[str, Callable[[Row], str]]
+
+UNCONTENDED: list[Column] = [
+    ("contender", lambda row: row.contender.label),
+    ("backend", lambda row: row.backend),
+    ("n", lambda row: _cell(row, "n", 0)),
+    ("pair median µs", lambda row: _cell(row, "pair_median_us", 0, spread=True)),
+    ("pair p99 µs", lambda row: _cell(row, "pair_p99_us", 0, spread=True)),
+    ("pairs/s", lambda row: _cell(row, "pairs_per_s", 0, spread=True)),
+    ("acquire median µs", lambda row: _cell(row, "acquire_median_us", 0)),
+    ("release median µs", lambda row: _cell(row, "release_median_us", 0)),
+]
+
+
+def _workers(row: Row) -> str:
+    return f"{row.workers}" if row.contender.cross_process else f"{row.workers} threads"
+
+
+def _check(row: Row) -> str:
+    return "ERROR" if row.errors else row.counter_ok
+
+
+CONTENDED: list[Column] = [
+    ("contender", lambda row: row.contender.label),
+    ("backend", lambda row: row.backend),
+    ("P", _workers),
+    ("acq/s", lambda row: _cell(row, "acq_per_s", 0, spread=True)),
+    ("mean wait ms", lambda row: _cell(row, "wait_mean_ms", 2)),
+    ("p99 wait ms", lambda row: _cell(row, "wait_p99_ms", 1)),
+    ("max wait ms", lambda row: _cell(row, "wait_max_ms", 0)),
+    ("handoff median ms", lambda row: _cell(row, "handoff_median_ms", 2, spread=True)),
+    ("handoff p99 ms", lambda row: _cell(row, "handoff_p99_ms", 1)),
+    ("self-reacquire %", lambda row: _cell(row, "self_reacquire_pct", 0)),
+    ("Jain", lambda row: _cell(row, "jain", 2, spread=True)),
+    ("counter check", _check),
+    ("server ops/acq", lambda row: _cell(row, "server_ops_per_acq", 1)),
+    ("client CPU ms/acq", lambda row: _cell(row, "client_cpu_ms_per_acq", 2)),
+]
+
+
+def render(
+    plan: Plan,
+    about: dict[str, Any],
+    flat: list[Row],
+    crowded: list[Row],
+    markdown: bool,
+) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=240)  # a file or pipe: never wrap the tables
+    style = box.MARKDOWN if markdown else box.SIMPLE_HEAD
+    host = about["machine"]
+    console.print(f"[bold]tumbler bench[/bold] {about['date']}")
+    console.print(
+        f"machine: {host['cpus']} CPUs ({host['cpus_usable']} usable), {host['platform']}, "
+        f"load {host['loadavg_1m']} -> {about['loadavg_1m_end']}; {host['python']}, "
+        f"SQLite {host['sqlite']}, tumbler {host['tumbler']}"
+    )
+    console.print(
+        f"pairs {plan.pairs}, workers {','.join(map(str, plan.procs))} x {plan.seconds:g} s, "
+        f"repeats {plan.repeat}, ttl {plan.options.ttl:g} s, timeout {plan.options.timeout:g} s, "
+        f"fair={plan.options.fair}"
+    )
+    for url, label in plan.urls:
+        where = about["filesystems"].get(url)
+        shown = parse_url(url).redacted
+        if label != shown or where:
+            named = f" = {shown}" if label != shown else ""
+            on = f" (on {where})" if where else ""
+            console.print(f"{label}{named}{on}")
+    if plan.repeat > 1:
+        console.print("cells: median over the repeats, (min-max) after the headline figures")
+
+    def table(title: str, columns: list[Column], rows: list[Row]) -> None:
+        if not rows:
+            return
+        grid = Table(
+            title=None if markdown else title,
+            box=style,
+            title_justify="left",
+            show_edge=markdown,  # Markdown needs its outer bars
+        )
+        for number, (heading, _) in enumerate(columns):
+            grid.add_column(heading, justify="left" if number < 2 else "right")
+        for row in rows:
+            grid.add_row(*(render_cell(row) for _, render_cell in columns))
+        console.print()
+        if markdown:
+            console.print(f"### {title}")
+        console.print(grid)
+
+    table("Uncontended: one client, acquire+release of one free lock", UNCONTENDED, flat)
+    table(
+        f"Contended: P workers looping on one lock for {plan.seconds:g} s",
+        CONTENDED,
+        crowded,
+    )
+    errors = [(row, error) for row in [*flat, *crowded] for error in row.errors]
+    if errors:
+        console.print()
+        for row, error in errors:
+            console.print(f"[red]error[/red] {row.contender.label} on {row.backend}: {error}")
+    legend = {row.contender.label: row.contender.mechanism for row in [*flat, *crowded]}
+    if legend:
+        console.print()
+        for name, mechanism in legend.items():
+            console.print(f"{name}: {mechanism}")
+    console.print(f"\ntook {about['duration_s']:.0f} s")
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of counts: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("worker counts must be whole numbers >= 1")
+    return counts
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError("must be greater than 0")
+        return value
+
+    return convert
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench.py",
+        description="tumbler's benchmark: uncontended pairs, contended processes, fairness.",
+    )
+    parser.add_argument(
+        "--url",
+        action="append",
+        help="backend URL (repeatable); default: a fresh SQLite file in a temporary directory",
+    )
+    parser.add_argument(
+        "--pairs", type=_positive(int), help=f"uncontended pairs (default {DEFAULT_PAIRS})"
+    )
+    parser.add_argument(
+        "--procs",
+        type=_counts,
+        help="contended worker processes, comma-separated (default "
+        f"{','.join(map(str, DEFAULT_PROCS))})",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=_positive(float),
+        help=f"length of each contended run (default {DEFAULT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=_positive(int),
+        help=f"repeats of every measurement; cells show the median (default {DEFAULT_REPEAT})",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
+    parser.add_argument("--fair", action="store_true", help="locks with fair=True")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a tiny run: {QUICK_PAIRS} pairs, {QUICK_PROCS[0]} workers for {QUICK_SECONDS:g} s, "
+        "once (options given override it)",
+    )
+    parser.add_argument(
+        "--contender",
+        action="append",
+        choices=known_names(),
+        help="run only these contenders (repeatable); 'nolock' is a negative control "
+        "that must fail the counter check",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables as Markdown (for READMEs)"
+    )
+    args = parser.parse_args(argv)
+    for url in args.url or ():
+        try:
+            scheme = parse_url(url).scheme
+        except tumbler.InvalidURL as error:
+            parser.error(str(error))
+        if scheme not in tumbler.known_schemes():
+            parser.error(f"no backend for {scheme}://; known: {', '.join(tumbler.known_schemes())}")
+    preset: dict[str, Any] = {
+        "pairs": QUICK_PAIRS if args.quick else DEFAULT_PAIRS,
+        "procs": QUICK_PROCS if args.quick else DEFAULT_PROCS,
+        "seconds": QUICK_SECONDS if args.quick else DEFAULT_SECONDS,
+        "repeat": 1 if args.quick else DEFAULT_REPEAT,
+    }
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    began = time.monotonic()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    about: dict[str, Any] = {"date": date, "machine": machine()}
+    workdir = tempfile.mkdtemp(prefix="tumbler-bench-")
+    try:
+        if args.url:
+            urls = [(url, parse_url(url).redacted) for url in args.url]
+        else:
+            urls = [(f"sqlite:///{os.path.join(workdir, 'locks.db')}", "sqlite (temp file)")]
+        plan = Plan(
+            urls=urls,
+            pairs=args.pairs,
+            procs=tuple(args.procs),
+            seconds=args.seconds,
+            repeat=args.repeat,
+            options=Options(fair=args.fair),
+            names=args.contender,
+            workdir=workdir,
+        )
+
+        def progress(text: str) -> None:
+            print(f"... {text}", file=sys.stderr, flush=True)
+
+        flat, crowded = run(plan, progress)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    about["duration_s"] = time.monotonic() - began
+    about["loadavg_1m_end"] = machine()["loadavg_1m"]
+    about["filesystems"] = {url: _filesystem(url) for url, _ in urls if _filesystem(url)}
+    render(plan, about, flat, crowded, args.markdown)
+    if args.json:
+        document = {
+            **about,
+            "parameters": {
+                "pairs": plan.pairs,
+                "warmup_pairs": measure.WARMUP,
+                "procs": list(plan.procs),
+                "seconds": plan.seconds,
+                "repeat": plan.repeat,
+                "ttl": plan.options.ttl,
+                "timeout": plan.options.timeout,
+                "fair": plan.options.fair,
+                "urls": [{"backend": label, "url": parse_url(url).redacted} for url, label in urls],
+            },
+            "uncontended": [row.as_json() for row in flat],
+            "contended": [row.as_json() for row in crowded],
+            "contenders": {
+                row.contender.label: row.contender.mechanism for row in [*flat, *crowded]
+            },
+        }
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump(_finite(document), file, indent=2, ensure_ascii=False)
+            file.write("\n")
+    failed = any(row.errors for row in flat) or any(
+        row.errors or not row.counter_ok.startswith("OK") for row in crowded
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

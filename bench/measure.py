@@ -1,0 +1,506 @@
+"""The measurements, with the definitions of peer-bench.md so that figures compare.
+
+Uncontended: one client acquires and releases one lock ``pairs`` times, after a warm-up.
+
+Contended: ``procs`` spawned processes (threads of this process for a contender whose locks
+live in one process) loop ``acquire -> critical section -> release`` for ``seconds``, with no
+think time. The critical section is a read-modify-write of a counter in a small shared file
+that is not atomic by itself (read; yield; write counter + 1), plus a holder slot that catches
+overlaps. The same file carries who released last and when (taken just before ``release()``),
+which the next holder reads to time the hand-off. Timestamps are ``time.monotonic_ns()``
+(CLOCK_MONOTONIC), one clock for every process on the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import multiprocessing
+import os
+import queue
+import struct
+import threading
+import time
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+try:
+    import resource
+except ImportError:  # Windows has no resource module
+    resource = None  # type: ignore[assignment]
+
+from contenders import AsyncContender, AsyncSession, Contender, SyncContender, SyncSession
+
+#: acquire+release pairs before the timed ones (connections, caches, worker threads)
+WARMUP = 100
+#: how long a contended run may take to get its workers started, and to finish after its
+#: seconds are up (a waiter may still be inside a 30 s acquire timeout then)
+START_LIMIT = 180.0
+FINISH_LIMIT = 120.0
+
+# The shared file: counter, holder (worker number, 0 = none), last releaser, its release time.
+_STATE = struct.Struct("<qqqq")
+_INT = struct.Struct("<q")
+_AFTER = struct.Struct("<qqq")  # holder, last releaser, release time: written at offset 8
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of sorted ``values``; NaN for none."""
+    if not values:
+        return math.nan
+    rank = max(1, math.ceil(fraction * len(values)))
+    return float(values[rank - 1])
+
+
+def jain(counts: Sequence[int]) -> float:
+    """Jain's fairness index: 1.0 when every worker got the lock equally often, 1/n when one
+    got it every time."""
+    squares = sum(count * count for count in counts)
+    if not squares:
+        return math.nan
+    return sum(counts) ** 2 / (len(counts) * squares)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, every thread included (the client library's too)."""
+    if resource is not None:  # microseconds, where os.times() counts 10 ms clock ticks
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    times = os.times()
+    return times.user + times.system
+
+
+# -- uncontended --------------------------------------------------------------------------------
+
+
+def uncontended(contender: Contender, lock_name: str, pairs: int) -> dict[str, Any]:
+    """Time ``pairs`` acquire+release pairs of one client on one free lock."""
+    cpu_before = _cpu_seconds()
+    if isinstance(contender, AsyncContender):
+        acquires, releases, total_ns = asyncio.run(_pairs_async(contender, lock_name, pairs))
+    elif isinstance(contender, SyncContender):
+        acquires, releases, total_ns = _pairs_sync(contender, lock_name, pairs)
+    else:
+        raise TypeError(f"{contender!r} is neither a SyncContender nor an AsyncContender")
+    cpu = _cpu_seconds() - cpu_before
+    pair = sorted(a + r for a, r in zip(acquires, releases, strict=True))
+    return {
+        "n": pairs,
+        "pair_median_us": percentile(pair, 0.5) / 1e3,
+        "pair_p99_us": percentile(pair, 0.99) / 1e3,
+        "pairs_per_s": pairs / (total_ns / 1e9),
+        "acquire_median_us": percentile(sorted(acquires), 0.5) / 1e3,
+        "release_median_us": percentile(sorted(releases), 0.5) / 1e3,
+        # connect, warm-up and close included: an upper bound
+        "client_cpu_us_per_pair": cpu / pairs * 1e6,
+    }
+
+
+def _pairs_sync(
+    contender: SyncContender, lock_name: str, pairs: int
+) -> tuple[array[int], array[int], int]:
+    clock = time.perf_counter_ns
+    session = contender.open(lock_name)
+    try:
+        for _ in range(WARMUP):
+            session.acquire()
+            session.release()
+        acquires, releases = array("q"), array("q")
+        began = clock()
+        for _ in range(pairs):
+            asked = clock()
+            session.acquire()
+            granted = clock()
+            session.release()
+            released = clock()
+            acquires.append(granted - asked)
+            releases.append(released - granted)
+        total = clock() - began
+    finally:
+        session.close()
+    return acquires, releases, total
+
+
+async def _pairs_async(
+    contender: AsyncContender, lock_name: str, pairs: int
+) -> tuple[array[int], array[int], int]:
+    clock = time.perf_counter_ns
+    session = await contender.open(lock_name)
+    try:
+        for _ in range(WARMUP):
+            await session.acquire()
+            await session.release()
+        acquires, releases = array("q"), array("q")
+        began = clock()
+        for _ in range(pairs):
+            asked = clock()
+            await session.acquire()
+            granted = clock()
+            await session.release()
+            released = clock()
+            acquires.append(granted - asked)
+            releases.append(released - granted)
+        total = clock() - began
+    finally:
+        await session.close()
+    return acquires, releases, total
+
+
+# -- contended: the worker side -----------------------------------------------------------------
+
+
+class _Value(Protocol):
+    value: int
+
+
+class _Event(Protocol):
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+class _Queue(Protocol):
+    def put(self, item: Any) -> None: ...
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one worker is told; picklable, for spawned processes."""
+
+    contender: Contender
+    #: the worker's number, from 1 (0 in the file means "nobody")
+    me: int
+    lock_name: str
+    counter_path: str
+    seconds: float
+    #: whether the worker measures its own CPU time (a process) or the parent does (threads)
+    own_cpu: bool
+
+
+@dataclass
+class _Tally:
+    count: int = 0
+    waits: array[int] = field(default_factory=lambda: array("q"))
+    handoffs: array[int] = field(default_factory=lambda: array("q"))
+    self_reacquires: int = 0
+    #: acquisitions that followed some earlier release (the first one of a run does not)
+    follows: int = 0
+    overlaps: int = 0
+
+    def enter(self, fd: int, me: int, granted_ns: int) -> int:
+        """The start of the critical section: returns the counter as read."""
+        counter, holder, last, released_ns = _STATE.unpack(os.pread(fd, _STATE.size, 0))
+        if holder:
+            self.overlaps += 1
+        os.pwrite(fd, _INT.pack(me), 8)
+        if last:
+            self.follows += 1
+            if last == me:
+                self.self_reacquires += 1
+            else:
+                self.handoffs.append(granted_ns - released_ns)
+        return int(counter)
+
+    def leave(self, fd: int, me: int, counter: int) -> None:
+        """The end of the critical section, just before ``release()``."""
+        os.pwrite(fd, _INT.pack(counter + 1), 0)
+        (holder,) = _INT.unpack(os.pread(fd, _INT.size, 8))
+        if holder != me:
+            self.overlaps += 1
+        os.pwrite(fd, _AFTER.pack(0, me, time.monotonic_ns()), 8)
+
+
+def _report(tally: _Tally, cpu: float | None, end_ns: int) -> dict[str, Any]:
+    return {
+        "count": tally.count,
+        "waits": tally.waits.tobytes(),
+        "handoffs": tally.handoffs.tobytes(),
+        "self_reacquires": tally.self_reacquires,
+        "follows": tally.follows,
+        "overlaps": tally.overlaps,
+        "cpu_s": cpu,
+        "end_ns": end_ns,
+    }
+
+
+def _await_start(start: _Event, start_ns: _Value) -> int:
+    if not start.wait(START_LIMIT):
+        raise TimeoutError("the bench never gave the start signal")
+    return start_ns.value
+
+
+def _contend_sync(plan: _Plan, messages: _Queue, start: _Event, start_ns: _Value) -> dict[str, Any]:
+    assert isinstance(plan.contender, SyncContender)
+    with contextlib.ExitStack() as stack:
+        fd = os.open(plan.counter_path, os.O_RDWR)
+        stack.callback(os.close, fd)
+        session: SyncSession = plan.contender.open(plan.lock_name)
+        stack.callback(session.close)
+        # One untimed pair, so that connections and client threads exist before the clock runs.
+        session.acquire()
+        session.release()
+        messages.put(("ready", plan.me, None))
+        deadline = _await_start(start, start_ns) + round(plan.seconds * 1e9)
+        tally, me, clock = _Tally(), plan.me, time.monotonic_ns
+        cpu_before = _cpu_seconds()
+        while True:  # at least once: a worker that starts late still takes part
+            asked = clock()
+            session.acquire()
+            granted = clock()
+            tally.waits.append(granted - asked)
+            counter = tally.enter(fd, me, granted)
+            time.sleep(0)  # yield inside the read-modify-write: a broken lock shows up
+            tally.leave(fd, me, counter)
+            session.release()
+            tally.count += 1
+            if clock() >= deadline:
+                break
+        end_ns = clock()
+        cpu = _cpu_seconds() - cpu_before
+    return _report(tally, cpu if plan.own_cpu else None, end_ns)
+
+
+async def _contend_async(
+    plan: _Plan, messages: _Queue, start: _Event, start_ns: _Value
+) -> dict[str, Any]:
+    assert isinstance(plan.contender, AsyncContender)
+    async with contextlib.AsyncExitStack() as stack:
+        fd = os.open(plan.counter_path, os.O_RDWR)
+        stack.callback(os.close, fd)
+        session: AsyncSession = await plan.contender.open(plan.lock_name)
+        stack.push_async_callback(session.close)
+        await session.acquire()
+        await session.release()
+        messages.put(("ready", plan.me, None))
+        # Blocking the loop here is harmless: this task is the only work it has.
+        deadline = _await_start(start, start_ns) + round(plan.seconds * 1e9)
+        tally, me, clock = _Tally(), plan.me, time.monotonic_ns
+        cpu_before = _cpu_seconds()
+        while True:  # at least once: a worker that starts late still takes part
+            asked = clock()
+            await session.acquire()
+            granted = clock()
+            tally.waits.append(granted - asked)
+            counter = tally.enter(fd, me, granted)
+            await asyncio.sleep(0)  # the asyncio way to yield inside the read-modify-write
+            tally.leave(fd, me, counter)
+            await session.release()
+            tally.count += 1
+            if clock() >= deadline:
+                break
+        end_ns = clock()
+        cpu = _cpu_seconds() - cpu_before
+    return _report(tally, cpu if plan.own_cpu else None, end_ns)
+
+
+def _worker(plan: _Plan, messages: _Queue, start: _Event, start_ns: _Value) -> None:
+    """A contended worker's whole life; every outcome ends in one message to the parent."""
+    try:
+        if isinstance(plan.contender, AsyncContender):
+            report = asyncio.run(_contend_async(plan, messages, start, start_ns))
+        else:
+            report = _contend_sync(plan, messages, start, start_ns)
+    except BaseException as error:
+        messages.put(("error", plan.me, f"{type(error).__name__}: {error}"))
+        if not isinstance(error, Exception):
+            raise
+        return
+    messages.put(("done", plan.me, report))
+
+
+# -- contended: the parent side -----------------------------------------------------------------
+
+
+class _Cell:
+    """The start time for threads: what ``multiprocessing.RawValue`` is for processes."""
+
+    value: int = 0
+
+
+@dataclass
+class _Crew:
+    """The workers of one run, as processes or as threads, and how to reach them."""
+
+    messages: _Queue
+    start: _Event
+    start_ns: _Value
+    processes: list[multiprocessing.process.BaseProcess] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def join(self, timeout: float) -> list[str]:
+        """Wait for the workers to exit; stop the processes that do not. Returns complaints."""
+        complaints = []
+        end = time.monotonic() + timeout
+        for process in self.processes:
+            process.join(max(0.0, end - time.monotonic()))
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+                complaints.append(f"worker pid {process.pid} did not exit and was terminated")
+        for thread in self.threads:
+            thread.join(max(0.0, end - time.monotonic()))
+            if thread.is_alive():
+                complaints.append(f"worker thread {thread.name} did not exit")
+        return complaints
+
+
+@contextlib.contextmanager
+def _crew(plans: list[_Plan], threads: bool) -> Iterator[_Crew]:
+    if threads:
+        crew = _Crew(queue.Queue(), threading.Event(), _Cell())
+        for plan in plans:
+            thread = threading.Thread(
+                target=_worker,
+                args=(plan, crew.messages, crew.start, crew.start_ns),
+                name=f"bench-worker-{plan.me}",
+                daemon=True,
+            )
+            crew.threads.append(thread)
+    else:
+        context = multiprocessing.get_context("spawn")
+        crew = _Crew(context.Queue(), context.Event(), context.RawValue("q", 0))
+        for plan in plans:
+            process = context.Process(
+                target=_worker,
+                args=(plan, crew.messages, crew.start, crew.start_ns),
+                name=f"bench-worker-{plan.me}",
+                daemon=True,
+            )
+            crew.processes.append(process)
+    try:
+        for member in crew.processes:
+            member.start()
+        for thread in crew.threads:
+            thread.start()
+        yield crew
+    finally:
+        # However the run ended, let waiting workers go: with a start time long past, each
+        # makes one round and exits.
+        if not crew.start.wait(0):
+            crew.start_ns.value = -(2**62)
+            crew.start.set()
+
+
+def _collect(
+    crew: _Crew, kind: str, expected: set[int], limit: float
+) -> tuple[dict[int, Any], dict[int, str]]:
+    """Gather one message of ``kind`` (or an error) from each ``expected`` worker."""
+    found: dict[int, Any] = {}
+    failed: dict[int, str] = {}
+    end = time.monotonic() + limit
+    while len(found) + len(failed) < len(expected):
+        try:
+            what, me, payload = crew.messages.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            for me in expected - found.keys() - failed.keys():
+                failed[me] = f"no {kind!r} message within {limit:.0f} s"
+            break
+        if what == "error":
+            failed[me] = payload
+        elif what == kind and me in expected:
+            found[me] = payload
+    return found, failed
+
+
+def contended(
+    contender: Contender, workers: int, seconds: float, lock_name: str, workdir: str
+) -> dict[str, Any]:
+    """One contended run of ``workers`` processes (or threads) for ``seconds``."""
+    threads = not contender.cross_process
+    counter_path = os.path.join(workdir, f"counter-{os.getpid()}-{time.monotonic_ns()}")
+    with open(counter_path, "wb") as file:
+        file.write(bytes(_STATE.size))
+    plans = [
+        _Plan(contender, me, lock_name, counter_path, seconds, own_cpu=not threads)
+        for me in range(1, workers + 1)
+    ]
+    ops_before = contender.server_ops()
+    with _crew(plans, threads) as crew:
+        ready, failed = _collect(crew, "ready", {plan.me for plan in plans}, START_LIMIT)
+        cpu_before = _cpu_seconds()
+        start_ns = time.monotonic_ns()
+        # After a failed start, a start time long past lets the others finish after one round.
+        crew.start_ns.value = start_ns if not failed else -(2**62)
+        crew.start.set()
+        reports, failed_later = _collect(crew, "done", set(ready), seconds + FINISH_LIMIT)
+        cpu_parent = _cpu_seconds() - cpu_before
+        errors = [f"worker {me}: {text}" for me, text in sorted({**failed, **failed_later}.items())]
+        errors += crew.join(FINISH_LIMIT)
+    ops_after = contender.server_ops()
+    with open(counter_path, "rb") as file:
+        counter = _STATE.unpack(file.read(_STATE.size))[0]
+    os.unlink(counter_path)
+    return _summarise(
+        workers,
+        threads,
+        start_ns,
+        reports,
+        errors,
+        counter,
+        cpu_parent,
+        (ops_before, ops_after),
+    )
+
+
+def _summarise(
+    workers: int,
+    threads: bool,
+    start_ns: int,
+    reports: dict[int, Any],
+    errors: list[str],
+    counter: int,
+    cpu_parent: float,
+    server_ops: tuple[int | None, int | None],
+) -> dict[str, Any]:
+    counts = [reports[me]["count"] if me in reports else 0 for me in range(1, workers + 1)]
+    total = sum(counts)
+    waits: array[int] = array("q")
+    handoffs: array[int] = array("q")
+    for report in reports.values():
+        waits.frombytes(report["waits"])
+        handoffs.frombytes(report["handoffs"])
+    ordered_waits = sorted(waits)
+    ordered_handoffs = sorted(handoffs)
+    follows = sum(report["follows"] for report in reports.values())
+    overlaps = sum(report["overlaps"] for report in reports.values())
+    end_ns = max((report["end_ns"] for report in reports.values()), default=start_ns)
+    elapsed = (end_ns - start_ns) / 1e9
+    # threads: the parent's process CPU is the workers'
+    cpu = cpu_parent if threads else sum(report["cpu_s"] for report in reports.values())
+    before, after = server_ops
+    return {
+        "workers": workers,
+        "mode": "threads" if threads else "processes",
+        "elapsed_s": elapsed,
+        "acquisitions": total,
+        "acq_per_s": total / elapsed if elapsed > 0 else math.nan,
+        "wait_mean_ms": sum(waits) / len(waits) / 1e6 if waits else math.nan,
+        "wait_p99_ms": percentile(ordered_waits, 0.99) / 1e6,
+        "wait_max_ms": ordered_waits[-1] / 1e6 if ordered_waits else math.nan,
+        "handoffs": len(handoffs),
+        "handoff_median_ms": percentile(ordered_handoffs, 0.5) / 1e6,
+        "handoff_p99_ms": percentile(ordered_handoffs, 0.99) / 1e6,
+        "self_reacquire_pct": (
+            100 * sum(report["self_reacquires"] for report in reports.values()) / follows
+            if follows
+            else math.nan
+        ),
+        "jain": jain(counts),
+        "counts": counts,
+        "counter": counter,
+        "overlaps": overlaps,
+        "counter_ok": counter == total and overlaps == 0 and not errors,
+        "server_ops_per_acq": (
+            (after - before) / total if before is not None and after is not None and total else None
+        ),
+        "client_cpu_ms_per_acq": cpu / total * 1e3 if total else math.nan,
+        "errors": errors,
+    }
