@@ -10,6 +10,8 @@ The asyncio flavour is ``tumbler.aio``, with the same names prefixed ``Async``.
 
 from __future__ import annotations
 
+import logging
+
 from ._core import DEFAULT_TTL
 from ._sync.locks import Hold, Lock, Locks, ReadLock, RLock, RWLock, Semaphore
 from .backends import known_schemes, register_backend
@@ -37,6 +39,10 @@ from .errors import (
 )
 
 __version__ = "0.1.0"
+
+# A library logs, the application decides where to: without this, Python's last-resort
+# handler would print tumbler's warnings to stderr of any program that never set up logging.
+logging.getLogger("tumbler").addHandler(logging.NullHandler())
 
 __all__ = [
     "DEFAULT_TTL",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -10,6 +11,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .errors import InvalidURL
 
 T = TypeVar("T")
+
+# RFC 3986: a letter, then letters, digits, "+", "-", "." (older Pythons' urlsplit is laxer)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\Z")
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def parse_url(url: str) -> BackendURL:
         parts = urlsplit(url)
     except ValueError as error:
         raise InvalidURL(f"malformed backend URL: {error}") from None
-    if not parts.scheme or ("://" not in url and ":" not in url):
+    if not _SCHEME.match(parts.scheme):
         raise InvalidURL("a backend URL needs a scheme, as in sqlite:///path/locks.db")
     after_netloc = url.split("://", 1)[-1][len(parts.netloc) :]
     if "@" in after_netloc and "@" not in parts.netloc and parts.netloc:

@@ -11,7 +11,7 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
     78   configuration error: bad or unknown backend URL, missing extra, unusable backend
     79   the lock was lost while the command ran (the command was stopped)
     126  ``run``: the command cannot be executed; 127: the command was not found
-    130, 143  interrupted by SIGINT, SIGTERM while waiting for a lock
+    129, 130, 143  ``run``: SIGHUP, SIGINT, SIGTERM while waiting for the lock
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ Exit status:
   78   configuration error (bad/unknown URL, missing extra)
   79   lock lost while the command ran (it was stopped)
   126  command not executable, 127 command not found
-  130  SIGINT, 143 SIGTERM while waiting for the lock"""
+  130  SIGINT, 143 SIGTERM, 129 SIGHUP while waiting for the lock"""
 
 
 def exit_code_for(error: TumblerError) -> int:
@@ -114,7 +114,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    _FloatType = click.ParamType[float, Any]  # generic in click >= 8.3 only
+    _FloatType = click.ParamType[float, Any]  # generic only in recent click
 else:
     _FloatType = click.ParamType
 
@@ -133,8 +133,6 @@ class Seconds(_FloatType):
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        if isinstance(value, float):
-            return value
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -183,7 +181,6 @@ def _connect(url: str | None) -> tumbler.Locks:
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool) -> None:
     """Distributed locks from the shell: run commands under a lock, inspect and release locks."""
-    ctx.meta["tumbler.verbose"] = verbose
     ctx.with_resource(_library_logging(verbose))
 
 
@@ -275,8 +272,9 @@ def run(
     Waits for the lock, runs CMD in its own process group, keeps the lease renewed, releases
     the lock when CMD exits, and exits with CMD's status. If the lock is lost while CMD runs
     (its lease ran out, or an operator force-released it), CMD's process group gets SIGTERM,
-    then SIGKILL after --kill-after seconds, and tumbler exits with status 79. SIGINT and
-    SIGTERM are passed on to CMD while the lock is held.
+    then SIGKILL after --kill-after seconds, and tumbler exits with status 79. SIGINT,
+    SIGTERM and SIGHUP are passed on to CMD while the lock is held; while waiting, they end
+    the wait (exit status 128 + the signal's number).
 
     \b
     Example, a cron job installed on many hosts that must run on one at a time:
@@ -301,7 +299,7 @@ class _Signalled(BaseException):
 
 
 class _SignalRelay:
-    """SIGINT/SIGTERM for ``run``, by phase.
+    """SIGINT, SIGTERM and SIGHUP for ``run``, by phase.
 
     Waiting: raise in the main thread, so the library withdraws the waiter entry and we exit.
     Starting the command: remember them, so the child is not started, or gets them once it is.
@@ -318,7 +316,9 @@ class _SignalRelay:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _SignalRelay:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: a closed terminal must not leave the command running unguarded (it is
+        # in a session of its own, so the hangup does not reach it).
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
@@ -346,7 +346,7 @@ def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
     # The child leads its own session, so its process group id is its pid; the group also
     # reaches whatever it started (a shell script's commands).
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(child.pid, signum)
+        os.killpg(child.pid, signum)
 
 
 def _child_status(returncode: int) -> int:
@@ -443,7 +443,10 @@ def _supervise(
 
     if lost.is_set():
         reason = hold.lost_reason or "the lease ran out"
-        if not exited.is_set():
+        outcome = "it was stopped"
+        if exited.is_set():
+            outcome = f"it had exited with status {_child_status(child.returncode)}"
+        else:
             _signal_group(child, signal.SIGTERM)
             if not exited.wait(kill_after):
                 _signal_group(child, signal.SIGKILL)
@@ -452,7 +455,7 @@ def _supervise(
         _signal_group(child, signal.SIGKILL)
         relay.phase = relay.FINISHING
         _release_quietly(hold)
-        _complain(f"lock {hold.name!r} was lost while the command ran ({reason}); it was stopped")
+        _complain(f"lock {hold.name!r} was lost while the command ran ({reason}); {outcome}")
         return EX_LOCK_LOST
 
     relay.phase = relay.FINISHING
@@ -718,6 +721,12 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
 # -- entry point ---------------------------------------------------------------------------------
 
 
+# click >= 8.2 raises this for a group called without a command; older click prints the help
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    kind for kind in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if kind is not None
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script: run the ``tumbler`` command and return its exit status."""
     try:
@@ -726,10 +735,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             prog_name="tumbler",
             standalone_mode=False,
         )
-    except click.exceptions.NoArgsIsHelpError as error:
-        click.echo(error.format_message(), err=True)
-        return EX_USAGE
     except click.UsageError as error:
+        if isinstance(error, _NO_ARGS_IS_HELP):  # `tumbler` alone: its help is the message
+            click.echo(error.format_message(), err=True)
+            return EX_USAGE
         message = error.format_message()
         if error.ctx is not None:
             message = f"{message.rstrip('.')} (see '{error.ctx.command_path} --help')"

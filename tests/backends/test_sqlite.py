@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tumbler
-from tumbler import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from tumbler import BackendUnavailable, ConfigurationError, InvalidURL
 from tumbler.backends import sqlite as sqlite_backend
 
 from ..contract.compat import eventually
@@ -22,12 +23,12 @@ def url_of(path: Path, query: str = "") -> str:
 
 
 def rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         return int(db.execute("SELECT count(*) FROM tumbler_entries").fetchone()[0])
 
 
 def live_rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         query = "SELECT count(*) FROM tumbler_entries WHERE expires_at > ?"
         return int(db.execute(query, (sqlite_backend._now_ns(),)).fetchone()[0])
 
@@ -36,7 +37,7 @@ def test_the_file_is_in_wal_mode(tmp_path):
     path = tmp_path / "locks.db"
     with tumbler.connect(url_of(path)):
         pass
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -55,7 +56,7 @@ def test_a_new_boot_voids_leases_and_jumps_the_tokens(tmp_path):
     assert holder.lock("held-at-reboot").acquire()
     token = holder.lock("other").acquire() and holder.status("other").holders[0].token
     # what a reboot leaves: the file, from a boot that is over
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE tumbler_meta SET value = 'an-earlier-boot' WHERE key = 'boot_id'")
     with tumbler.connect(url) as after:
         assert after.status_all() == []
@@ -116,9 +117,11 @@ def test_a_file_that_is_not_a_database_is_a_configuration_error(tmp_path):
         tumbler.connect(url_of(path))
 
 
-def test_a_missing_directory_is_a_configuration_error(tmp_path):
-    with pytest.raises((ConfigurationError, PermissionDenied)):
-        tumbler.connect(url_of(tmp_path / "no" / "such" / "dir" / "locks.db"))
+@pytest.mark.parametrize("parent", ["no/such/dir", "a-file"])
+def test_a_parent_that_is_not_a_directory_is_a_configuration_error(tmp_path, parent):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigurationError, match="not an existing directory"):
+        tumbler.connect(url_of(tmp_path / parent / "locks.db"))
 
 
 @pytest.mark.skipif(not hasattr(os, "setuid"), reason="needs POSIX users")

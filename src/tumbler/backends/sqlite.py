@@ -52,6 +52,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -178,6 +179,16 @@ def _refuse_network_filesystem(path: Path, url: str) -> None:
         )
 
 
+def _is_directory_or_hidden(path: Path) -> bool:
+    """False only if ``path`` certainly is no directory (a search we may not make: True)."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
 def default_path() -> Path:
     """The default lock file: in the user's cache directory, private to the user."""
     return Path(platformdirs.user_cache_dir("tumbler")) / "locks.db"
@@ -256,7 +267,11 @@ class SQLiteBackend:
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
-        self._initialise()
+        try:
+            self._initialise()
+        except BaseException:
+            self.close()
+            raise
 
     # -- connections and transactions -------------------------------------------------------
 
@@ -272,10 +287,11 @@ class SQLiteBackend:
                     isolation_level=None,  # we BEGIN and COMMIT ourselves
                     check_same_thread=False,  # close() may run in another thread
                 )
-                db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             self._local.db = db
             with self._connections_lock:
-                self._connections.append(db)
+                self._connections.append(db)  # before anything can fail: close() finds it
+            with self._errors():
+                db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
         return db
 
     @contextlib.contextmanager
@@ -289,6 +305,11 @@ class SQLiteBackend:
                 raise BackendUnavailable(
                     f"the database stayed locked by another process for more than "
                     f"{self.busy_timeout} s (busy_timeout)",
+                    backend=self.url,
+                ) from error
+            if "readonly" not in message and not _is_directory_or_hidden(self.path.parent):
+                raise ConfigurationError(
+                    f"cannot use {self.path}: {self.path.parent} is not an existing directory",
                     backend=self.url,
                 ) from error
             if (
