@@ -14,7 +14,7 @@ from ..backends.contract import WakeHub
 
 
 class AsyncHubWatch:
-    """Subscribes at construction, so a change after it is never missed."""
+    """Subscribed from construction: a backend's own wake-ups reach it through the hub."""
 
     def __init__(self, clock: Clock, name: str, hub: WakeHub | None = None) -> None:
         self._clock = clock
@@ -35,10 +35,10 @@ class AsyncHubWatch:
         if self._hub is not None:
             self._hub.unsubscribe(self._name, self._event.set_threadsafe)
 
-    def __enter__(self) -> AsyncHubWatch:
+    async def __aenter__(self) -> AsyncHubWatch:
         return self
 
-    def __exit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

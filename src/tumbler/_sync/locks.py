@@ -34,6 +34,7 @@ import socket
 import threading
 import weakref
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
@@ -767,39 +768,58 @@ class Locks:
         )
 
     def _acquire(self, request: GrantRequest, timeout: float | None, renew: bool) -> Hold | None:
-        """Try, then wait for a change and try again, until granted or the timeout runs out.
+        """Try; if refused, subscribe to changes, then try again after each, until granted or
+        the timeout runs out.
 
-        Every exit other than a grant withdraws the request (the waiter entry, or a grant whose
-        reply a cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
+        The first try needs no subscription (most acquisitions find the lock free); every try
+        after it comes after the subscription, so a release is never missed. Every exit other
+        than a grant withdraws the request (the waiter entry, or a grant whose reply an error
+        or a cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
         """
         self._check_usable(request.name)
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
-        backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
-        with backend.watch(request.name) as watch:  # subscribe before the first try
-            try:
-                while True:
-                    sent_at = clock.now()
-                    grant = backend.try_grant(request)
-                    now = clock.now()
-                    if grant is not None:
-                        if core.local_deadline(sent_at, grant.granted_ttl) > now:
-                            return self._new_hold(request, grant, sent_at, renew)
-                        # the reply came too late to use the lease: give it back, try again
-                        shield(backend.release(request.name, request.owner))
-                    if deadline is not None and now >= deadline:
-                        break
-                    pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
-                    pause = min(pause, caps.waiter_ttl / 3)
-                    if deadline is not None:
-                        pause = min(pause, deadline - now)
-                    watch.wait(pause)
-            except BaseException:
-                shield(self._withdraw(request))
-                raise
-        shield(self._withdraw(request))
+        # A fair request queues from its first try (arrival order); a single try never does.
+        first = replace(request, queue=request.fair and timeout != 0)
+        queued = first.queue
+        try:
+            hold = self._try(first, renew)
+            if hold is not None:
+                return hold
+            if deadline is None or clock.now() < deadline:
+                backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
+                with backend.watch(request.name) as watch:
+                    while True:
+                        queued = True
+                        hold = self._try(request, renew)
+                        if hold is not None:
+                            return hold
+                        now = clock.now()
+                        if deadline is not None and now >= deadline:
+                            break
+                        pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
+                        pause = min(pause, caps.waiter_ttl / 3)
+                        if deadline is not None:
+                            pause = min(pause, deadline - now)
+                        watch.wait(pause)
+        except BaseException:
+            shield(self._withdraw(request))
+            raise
+        if queued:
+            shield(self._withdraw(request))
+        return None
+
+    def _try(self, request: GrantRequest, renew: bool) -> Hold | None:
+        sent_at = self._clock.now()
+        grant = self._backend.try_grant(request)
+        if grant is None:
+            return None
+        if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
+            return self._new_hold(request, grant, sent_at, renew)
+        # the reply came too late to use the lease: give it back (the caller tries again)
+        shield(self._backend.release(request.name, request.owner))
         return None
 
     def _withdraw(self, request: GrantRequest) -> bool:

@@ -16,7 +16,7 @@ from ..backends.contract import WakeHub
 
 
 class HubWatch:
-    """Subscribes at construction, so a change after it is never missed."""
+    """Subscribed from construction: a backend's own wake-ups reach it through the hub."""
 
     def __init__(self, clock: Clock, name: str, hub: WakeHub | None = None) -> None:
         self._clock = clock

@@ -28,9 +28,10 @@ Grant (``try_grant``)
     (and may be removed). The grant rule is ``tumbler._core.decide``: backends that decide in
     Python call it; those that decide on the server (Redis Lua) must implement the same rule,
     and the contract tests hold them to it. A request that is not granted leaves a *waiter*
-    entry with a short lease (``capabilities.waiter_ttl``), refreshed by each retry, so that
-    fair requests queue in arrival order and ``inspect`` can count waiters; a waiter that
-    vanishes drops out when that lease runs out.
+    entry (unless ``request.queue`` is False) with a short lease
+    (``capabilities.waiter_ttl``), refreshed by each retry, so that fair requests queue in
+    arrival order and ``inspect`` can count waiters; a waiter that vanishes drops out when
+    that lease runs out.
 
 Fencing tokens
     Every grant gets an int strictly greater than every token ever granted before for that
@@ -49,12 +50,13 @@ Release (``release``)
     not an error (it is how a cancelled or timed-out waiter withdraws).
 
 Waking waiters (``watch``)
-    ``watch(name)`` subscribes *before* the caller's first ``try_grant`` (so a release between
-    a failed try and the subscription is never missed); ``Watch.wait(timeout)`` returns when the
-    lock may have changed or ``timeout`` seconds passed on the backend's clock. A backend with
-    push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server; the others
-    return after the timeout and the lock logic polls with jittered backoff. A wake-up is a
-    hint, never a grant: the caller always tries again.
+    ``with backend.watch(name) as watch`` (``async with`` in asyncio) is subscribed to the
+    name's changes once entered: the lock logic tries again after entering, so a release
+    between a failed try and the subscription is never missed. ``watch.wait(timeout)`` returns
+    when the lock may have changed or ``timeout`` seconds passed on the backend's clock. A
+    backend with push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server;
+    the others return after the timeout and the lock logic polls with jittered backoff. A
+    wake-up is a hint, never a grant: the caller always tries again.
 
 Losing the server
     Driver errors are converted at the edge: an unreachable or timed-out server raises
@@ -100,6 +102,8 @@ class GrantRequest:
     fair: bool
     ttl: float
     holder: str
+    #: if not granted, leave a waiter entry (False for a single try, which never waits)
+    queue: bool = True
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,6 @@ class Watch(Protocol):
 
     def wait(self, timeout: float) -> None: ...
 
-    def close(self) -> None: ...
-
     def __enter__(self) -> Watch: ...
 
     def __exit__(
@@ -218,11 +220,9 @@ class AsyncWatch(Protocol):
 
     async def wait(self, timeout: float) -> None: ...
 
-    def close(self) -> None: ...
+    async def __aenter__(self) -> AsyncWatch: ...
 
-    def __enter__(self) -> AsyncWatch: ...
-
-    def __exit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,

@@ -121,7 +121,7 @@ class MemoryBackend:
                 waiter_until = now + self.capabilities.waiter_ttl
                 if mine is not None:
                     mine.expires_at = waiter_until
-                else:
+                elif request.queue:
                     entry = core.Entry(
                         request.owner,
                         next(store.order),

@@ -421,7 +421,7 @@ class SQLiteBackend:
                     "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
                     (token, expires_at, mine.seq),
                 )
-            else:
+            elif result is not None or request.queue:  # a single try leaves nothing behind
                 db.execute(
                     "INSERT INTO tumbler_entries "
                     "(name, owner, shared, lim, fair, token, expires_at, holder) "

@@ -61,6 +61,7 @@ async def test_mutual_exclusion_between_clients(aconnect):
     assert await a.acquire(timeout=0)
     assert not await b.acquire(blocking=False)
     assert not await b.acquire(timeout=0)
+    assert (await second.status("resource")).waiters == 0
     await a.release()
     assert await b.acquire(blocking=False)
     await b.release()

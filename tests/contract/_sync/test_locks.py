@@ -61,6 +61,7 @@ def test_mutual_exclusion_between_clients(connect):
     assert a.acquire(timeout=0)
     assert not b.acquire(blocking=False)
     assert not b.acquire(timeout=0)
+    assert (second.status("resource")).waiters == 0
     a.release()
     assert b.acquire(blocking=False)
     b.release()
