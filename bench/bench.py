@@ -3,6 +3,7 @@
     python bench/bench.py                              # a fresh SQLite file in a temp dir
     python bench/bench.py --url sqlite:///tmp/l.db --url memory://
     python bench/bench.py --quick                      # a few seconds, to see that it runs
+    python bench/bench.py --redis                      # + a throwaway redis-server: the peers
     python bench/bench.py --repeat 3 --json out.json   # as peer-bench.md measured the peers
 
 Every backend URL gets the same measurements, and all of them land in one table per
@@ -14,6 +15,8 @@ tumbler's rows compare with the peers' there. Speed goals live in this output, n
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import datetime
 import json
 import math
@@ -26,13 +29,22 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import measure
 import tumbler
-from contenders import Contender, Options, contenders_for, known_names
+from contenders import (
+    REDIS_SCHEMES,
+    Contender,
+    Options,
+    contenders_for,
+    known_names,
+    server_version,
+)
 from tumbler._url import parse_url
 from tumbler.backends.sqlite import filesystem_type
 
@@ -115,6 +127,27 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+@contextlib.contextmanager
+def _throwaway_redis() -> Iterator[str]:
+    """A redis-server for this run only, from the test suite's ``RedisServer``: a free
+    127.0.0.1 port, its own temporary directory, ``save ""`` and ``appendonly no``; stopped
+    (SIGTERM) and its directory removed at the end. Yields its URL."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)  # the repository root, where the tests package is
+    from tests.servers.redis import RedisServer  # needs redis-py and mirakuru (the dev extra)
+
+    with RedisServer() as server:
+        yield server.url
+
+
 # -- the run ------------------------------------------------------------------------------------
 
 
@@ -173,7 +206,9 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
         found = contenders_for(url, plan.options, plan.names)
         if not found:
             progress(f"no contender runs on {label}")
-        for contender in found:
+        # contender index -> why it never locked: its contended runs would only repeat that
+        unable: dict[int, str] = {}
+        for index, contender in enumerate(found):
             row = Row(contender, label)
             for attempt in range(1, plan.repeat + 1):
                 progress(f"{contender.label} on {label}: uncontended, repeat {attempt}")
@@ -183,9 +218,17 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
                     figures = {"errors": [f"{type(error).__name__}: {error}"]}
                 row.repeats.append(figures)
             flat.append(row)
-        for contender in found:
+            if all(run.get("errors") for run in row.repeats):
+                unable[index] = row.repeats[-1]["errors"][0]
+        for index, contender in enumerate(found):
             for workers in plan.procs:
                 row = Row(contender, label, workers)
+                if index in unable:
+                    progress(f"{contender.label} on {label}: {workers} workers skipped")
+                    reason = f"not run: no uncontended repeat could lock ({unable[index]})"
+                    row.repeats.append({"workers": workers, "errors": [reason], "skipped": True})
+                    crowded.append(row)
+                    continue
                 kind = "processes" if contender.cross_process else "threads"
                 for attempt in range(1, plan.repeat + 1):
                     progress(
@@ -268,18 +311,20 @@ def render(
 ) -> None:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(highlight=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=240)  # a file or pipe: never wrap the tables
+        console = Console(highlight=False, width=400)  # a file or pipe: never wrap the tables
     style = box.MARKDOWN if markdown else box.SIMPLE_HEAD
     host = about["machine"]
     console.print(f"[bold]tumbler bench[/bold] {about['date']}")
+    libraries = "".join(f", {name} {version}" for name, version in about["libraries"].items())
     console.print(
         f"machine: {host['cpus']} CPUs ({host['cpus_usable']} usable), {host['platform']}, "
         f"load {host['loadavg_1m']} -> {about['loadavg_1m_end']}; {host['python']}, "
-        f"SQLite {host['sqlite']}, tumbler {host['tumbler']}"
+        f"SQLite {host['sqlite']}, tumbler {host['tumbler']}{libraries}"
     )
     console.print(
         f"pairs {plan.pairs}, workers {','.join(map(str, plan.procs))} x {plan.seconds:g} s, "
@@ -287,12 +332,15 @@ def render(
         f"fair={plan.options.fair}"
     )
     for url, label in plan.urls:
-        where = about["filesystems"].get(url)
+        notes = []
+        if where := about["filesystems"].get(url):
+            notes.append(f"on {where}")
+        if server := about["servers"].get(url):
+            notes.append(server)
         shown = parse_url(url).redacted
-        if label != shown or where:
+        if label != shown or notes:
             named = f" = {shown}" if label != shown else ""
-            on = f" (on {where})" if where else ""
-            console.print(f"{label}{named}{on}")
+            console.print(f"{label}{named}" + (f" ({', '.join(notes)})" if notes else ""))
     if plan.repeat > 1:
         console.print("cells: median over the repeats, (min-max) after the headline figures")
 
@@ -320,11 +368,19 @@ def render(
         CONTENDED,
         crowded,
     )
-    errors = [(row, error) for row in [*flat, *crowded] for error in row.errors]
+    errors = [
+        (row, error, times)
+        for row in [*flat, *crowded]
+        for error, times in collections.Counter(row.errors).items()
+    ]
     if errors:
         console.print()
-        for row, error in errors:
-            console.print(f"[red]error[/red] {row.contender.label} on {row.backend}: {error}")
+        for row, error, times in errors:
+            where = f"{row.contender.label} on {row.backend}"
+            if row.workers is not None:
+                where += f", P={row.workers}"
+            again = f" (x{times})" if times > 1 else ""
+            console.print(f"[red]error[/red] {escape(where)}: {escape(error)}{again}")
     legend = {row.contender.label: row.contender.mechanism for row in [*flat, *crowded]}
     if legend:
         console.print()
@@ -370,6 +426,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="backend URL (repeatable); default: a fresh SQLite file in a temporary directory",
     )
     parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="start a throwaway redis-server (free 127.0.0.1 port, no persistence) for the run "
+        "and measure its URL too: tumbler's rows beside the Redis peers'",
+    )
+    parser.add_argument(
         "--pairs", type=_positive(int), help=f"uncontended pairs (default {DEFAULT_PAIRS})"
     )
     parser.add_argument(
@@ -412,8 +474,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             scheme = parse_url(url).scheme
         except tumbler.InvalidURL as error:
             parser.error(str(error))
-        if scheme not in tumbler.known_schemes():
-            parser.error(f"no backend for {scheme}://; known: {', '.join(tumbler.known_schemes())}")
+        if not contenders_for(url, Options(), None):
+            parser.error(
+                f"no contender runs on {scheme}:// URLs; tumbler's backends: "
+                f"{', '.join(tumbler.known_schemes())}; the peers': {', '.join(REDIS_SCHEMES)}"
+            )
     preset: dict[str, Any] = {
         "pairs": QUICK_PAIRS if args.quick else DEFAULT_PAIRS,
         "procs": QUICK_PROCS if args.quick else DEFAULT_PROCS,
@@ -432,11 +497,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     about: dict[str, Any] = {"date": date, "machine": machine()}
     workdir = tempfile.mkdtemp(prefix="tumbler-bench-")
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
         if args.url:
             urls = [(url, parse_url(url).redacted) for url in args.url]
         else:
             urls = [(f"sqlite:///{os.path.join(workdir, 'locks.db')}", "sqlite (temp file)")]
+        throwaway: set[str] = set()
+        if args.redis:
+            try:
+                url = cleanup.enter_context(_throwaway_redis())
+            except Exception as error:
+                print(f"bench.py: --redis: {type(error).__name__}: {error}", file=sys.stderr)
+                return 2
+            urls.append((url, "redis (temp server)"))
+            throwaway.add(url)
+        # while the servers run: which server each URL reached
+        about["servers"] = {}
+        for url, _ in urls:
+            if version := server_version(url):
+                persistence = ", no persistence" if url in throwaway else ""
+                about["servers"][url] = f"{version}{persistence}"
         plan = Plan(
             urls=urls,
             pairs=args.pairs,
@@ -452,11 +533,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"... {text}", file=sys.stderr, flush=True)
 
         flat, crowded = run(plan, progress)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     about["duration_s"] = time.monotonic() - began
     about["loadavg_1m_end"] = machine()["loadavg_1m"]
     about["filesystems"] = {url: _filesystem(url) for url, _ in urls if _filesystem(url)}
+    about["libraries"] = {
+        shown: _version(distribution)
+        for row in [*flat, *crowded]
+        for shown, distribution in row.contender.libraries
+    }
     render(plan, about, flat, crowded, args.markdown)
     if args.json:
         document = {

@@ -6,10 +6,14 @@ granted; raising if it cannot be) and ``release()``. The bench builds sessions i
 process (or thread) that uses them, so a contender must be picklable: keep it a frozen
 dataclass of plain values and connect in ``open()``, never in ``__init__``.
 
-To add a peer (redis-py ``Lock``, kazoo ``Lock``, ...) or another backend's variant:
+The peers of peer-bench.md that speak Redis (redis-py ``Lock`` at two poll intervals,
+python-redis-lock) run on every ``redis://`` URL, next to tumbler's own rows.
+
+To add a peer (kazoo ``Lock``, ...) or another backend's variant:
 
 1. subclass ``SyncContender`` or ``AsyncContender``, give it a ``name`` and a ``mechanism``,
-   and implement ``open()`` (and ``server_ops()`` if the server has a request counter);
+   and implement ``open()`` (and teach ``server_request_count()`` the server's request
+   counter, if the server has one that it does not know yet);
 2. write a factory ``(url, options) -> list[Contender]`` returning it for the URL schemes it
    speaks, and decorate the factory with ``@contender_factory(<the names it returns>)``.
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 import tumbler
@@ -77,6 +81,8 @@ class Contender:
     default: ClassVar[bool] = True
     #: whether ``options.fair`` changes anything
     offers_fair: ClassVar[bool] = False
+    #: the client libraries whose versions the header shows: (shown as, distribution name)
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @property
     def label(self) -> str:
@@ -91,7 +97,7 @@ class Contender:
     def server_ops(self) -> int | None:
         """The server's own request counter, read from the parent process; None if the
         backend has none. Its growth over a contended run, per acquisition, is a column."""
-        return None
+        return server_request_count(self.url)
 
 
 class SyncContender(Contender):
@@ -189,6 +195,150 @@ class TumblerAsync(AsyncContender):
         return _TumblerAsyncSession(locks, lock)
 
 
+# -- the Redis peers (peer-bench.md) ----------------------------------------------------------
+
+#: the URL schemes redis-py's ``Redis.from_url`` takes for a TCP server
+REDIS_SCHEMES = ("redis", "rediss")
+
+
+def _redis_client(url: str) -> Any:
+    # The peers' drivers are imported only where a Redis URL is measured: a bench of SQLite
+    # alone must not need them.
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def _redis_info(url: str, section: str) -> dict[str, Any] | None:
+    """One ``INFO section`` of the server behind a Redis ``url``; None for other URLs, or if
+    it cannot be read (the bench goes on without the figure then)."""
+    if urlsplit(url).scheme.lower() not in REDIS_SCHEMES:
+        return None
+    try:
+        import redis
+
+        # No CLIENT SETINFO (lib_name/lib_version None) nor HELLO (RESP2) on connect, so that
+        # INFO is the one command this costs the server's counter
+        client = redis.Redis.from_url(url, lib_name=None, lib_version=None, protocol=2)
+        try:
+            return dict(client.info(section))
+        finally:
+            client.close()
+    except Exception:
+        return None
+
+
+def server_request_count(url: str) -> int | None:
+    """The request counter of the server behind ``url``; None if it has none (SQLite, memory)
+    or cannot be read.
+
+    Redis: ``total_commands_processed`` of ``INFO stats``, which counts the commands a Lua
+    script runs one by one, as peer-bench.md counted them. A reading costs the counter one
+    command, counted after it has run: two readings in a row differ by 1.
+    """
+    stats = _redis_info(url, "stats")
+    return None if stats is None else int(stats["total_commands_processed"])
+
+
+def server_version(url: str) -> str | None:
+    """Which server ``url`` reaches, for the header (``Redis 7.0.15``); None if unknown."""
+    server = _redis_info(url, "server")
+    return None if server is None else f"Redis {server['redis_version']}"
+
+
+class _RedisPySession:
+    def __init__(self, client: Any, lock: Any) -> None:
+        self._client = client
+        self._lock = lock
+
+    def acquire(self) -> None:
+        if not self._lock.acquire():
+            raise TimeoutError(f"no grant of {self._lock.name!r} within the blocking_timeout")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class RedisPyLock(SyncContender):
+    """redis-py's ``Lock``, polling at the library default of 0.1 s."""
+
+    name: ClassVar[str] = "redis-py-0.1"
+    mechanism: ClassVar[str] = (
+        "redis-py Redis.lock(name, timeout=ttl, sleep=0.1, blocking_timeout): SET NX PX, "
+        "retried after sleep(0.1) (the library default); Lua release"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("redis-py", "redis"),)
+    #: seconds between two tries of a waiter
+    poll: ClassVar[float] = 0.1
+
+    def open(self, lock_name: str) -> SyncSession:
+        client = _redis_client(self.url)
+        lock = client.lock(
+            lock_name,
+            timeout=self.options.ttl,
+            sleep=self.poll,
+            blocking_timeout=self.options.timeout,
+        )
+        return _RedisPySession(client, lock)
+
+
+@dataclass(frozen=True)
+class RedisPyFastPoll(RedisPyLock):
+    name: ClassVar[str] = "redis-py-0.001"
+    mechanism: ClassVar[str] = "the same with sleep=0.001"
+    poll: ClassVar[float] = 0.001
+
+
+class _PythonRedisLockSession:
+    def __init__(self, client: Any, lock: Any, lock_name: str, timeout: int) -> None:
+        self._client = client
+        self._lock = lock
+        self._lock_name = lock_name
+        self._timeout = timeout
+
+    def acquire(self) -> None:
+        # The library's timeout bounds each BLPOP, not the whole acquire (a waiter that is woken
+        # and loses the race starts a new one); without one, a waiter whose wake-up was lost
+        # would retry for ever, with it the bench reports an error.
+        if not self._lock.acquire(timeout=self._timeout):
+            raise TimeoutError(f"no grant of {self._lock_name!r} within {self._timeout} s")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class PythonRedisLock(SyncContender):
+    name: ClassVar[str] = "python-redis-lock"
+    mechanism: ClassVar[str] = (
+        "redis_lock.Lock(client, name, expire=ttl): SET NX EX; waiters block on BLPOP of a "
+        "signal list; the Lua unlock does DEL+LPUSH+PEXPIRE"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("python-redis-lock", "python-redis-lock"),
+        ("redis-py", "redis"),
+    )
+
+    def open(self, lock_name: str) -> SyncSession:
+        import redis_lock  # type: ignore[import-untyped]
+
+        client = _redis_client(self.url)
+        try:
+            # whole seconds: the library rounds expire and timeout down with int()
+            lock = redis_lock.Lock(client, lock_name, expire=round(self.options.ttl))
+        except BaseException:
+            client.close()
+            raise
+        return _PythonRedisLockSession(client, lock, lock_name, round(self.options.timeout))
+
+
 # -- negative control ---------------------------------------------------------------------------
 
 
@@ -235,11 +385,24 @@ def contender_factory(*names: str) -> Callable[[Factory], Factory]:
     return register
 
 
+#: schemes whose backend tumbler is getting: its rows run there (and, until the backend is
+#: registered, report the connect error) so that they stand beside the peers from the start
+TUMBLER_PLANNED = REDIS_SCHEMES
+
+
 @contender_factory(TumblerSync.name, TumblerAsync.name)
 def _tumbler(url: str, options: Options) -> list[Contender]:
-    if urlsplit(url).scheme.lower() not in tumbler.known_schemes():
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in tumbler.known_schemes() and scheme not in TUMBLER_PLANNED:
         return []
     return [TumblerSync(url, options), TumblerAsync(url, options)]
+
+
+@contender_factory(RedisPyLock.name, RedisPyFastPoll.name, PythonRedisLock.name)
+def _redis_peers(url: str, options: Options) -> list[Contender]:
+    if urlsplit(url).scheme.lower() not in REDIS_SCHEMES:
+        return []
+    return [RedisPyLock(url, options), RedisPyFastPoll(url, options), PythonRedisLock(url, options)]
 
 
 @contender_factory(NoLock.name)

@@ -422,9 +422,11 @@ def contended(
         _Plan(contender, me, lock_name, counter_path, seconds, own_cpu=not threads)
         for me in range(1, workers + 1)
     ]
-    ops_before = contender.server_ops()
     with _crew(plans, threads) as crew:
         ready, failed = _collect(crew, "ready", {plan.me for plan in plans}, START_LIMIT)
+        # Read once the workers are connected and warmed up: their connection handshakes and
+        # untimed first pair are not the run's requests.
+        ops_before = contender.server_ops()
         cpu_before = _cpu_seconds()
         start_ns = time.monotonic_ns()
         # After a failed start, a start time long past lets the others finish after one round.

@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (asyncio source, generated blocking twin): the library, and the contract tests
 PAIRS = [
     (ROOT / "src" / "tumbler" / "_async", ROOT / "src" / "tumbler" / "_sync"),
+    (
+        ROOT / "src" / "tumbler" / "backends" / "_async",
+        ROOT / "src" / "tumbler" / "backends" / "_sync",
+    ),
     (ROOT / "tests" / "contract" / "_async", ROOT / "tests" / "contract" / "_sync"),
 ]
 
@@ -41,6 +45,13 @@ RENAMES = {
     "AsyncRenewer": "Renewer",
     "AsyncRenewable": "Renewable",
     "AsyncHubWatch": "HubWatch",
+    "_async": "_sync",
+    # backends
+    "AsyncScript": "Script",
+    "AsyncWakeups": "Wakeups",
+    "AsyncRedisWatch": "RedisWatch",
+    "AsyncRedisBackend": "RedisBackend",
+    "aclose": "close",
     # backend contract
     "AsyncBackend": "Backend",
     "AsyncWatch": "Watch",
@@ -51,6 +62,7 @@ RENAMES = {
     "ajoin": "join",
     "ashield": "shield",
     "acurrent_context": "current_context",
+    "acheck_cancelled": "check_cancelled",
     "asleep_real": "sleep_real",
     # test helpers (tests/contract/compat.py)
     "aconnect": "connect",
@@ -65,6 +77,8 @@ RENAMES = {
 REWRITES = [
     (re.compile(r"\bAwaitable\[([\w.]+)\]"), r"\1"),
     (re.compile(r"^.*# async-only\n", re.MULTILINE), ""),
+    # redis-py keeps its asyncio client in a subpackage with the same names
+    (re.compile(r"\bfrom redis\.asyncio\b"), "from redis"),
 ]
 
 HEADER = (

@@ -75,11 +75,14 @@ class AsyncEvent:
             self._loop = asyncio.get_running_loop()
         if self._event.is_set():
             return True
+        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives
+        # as the event is set, and a cancelled waiter would then wait on.
+        waiter = asyncio.ensure_future(self._event.wait())
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
+        return self._event.is_set()
 
 
 def spawn(target: Callable[[], None], name: str) -> Worker:
@@ -134,6 +137,23 @@ def acurrent_context() -> Hashable:
     """Who is acting: re-entrancy and ``release()`` are per task."""
     task = asyncio.current_task()
     return task if task is not None else threading.get_ident()
+
+
+def check_cancelled() -> None:
+    """Sync twin of ``acheck_cancelled``: threads are not cancelled."""
+
+
+def acheck_cancelled() -> None:
+    """Raise CancelledError if the current task was cancelled and something swallowed it.
+
+    Some awaits below tumbler swallow a cancellation that arrives at the wrong moment
+    (``asyncio.wait_for`` before Python 3.12, which drivers use); the task's cancellation
+    count (Python 3.11+) still records the request, so a waiter is not left waiting on.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
 
 
 def sleep_real(seconds: float) -> None:

@@ -16,27 +16,39 @@ import pytest_asyncio
 import tumbler
 import tumbler.aio
 
-BACKENDS = ["sqlite", "memory"]
+BACKENDS = ["sqlite", "memory", "redis", "redis-tls-acl", "redis-cluster"]
 #: backends whose locks exclude across OS processes (memory:// is in-process only)
-PROCESS_BACKENDS = ["sqlite"]
+PROCESS_BACKENDS = ["sqlite", "redis", "redis-cluster"]
 
 
-def make_url(kind: str, tmp_path: Path) -> str:
+def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a backend of ``kind`` that no other test uses: a new file, store or prefix."""
     if kind == "sqlite":
         return f"sqlite:///{tmp_path}/locks.db"
     if kind == "memory":
         return f"memory://{uuid.uuid4().hex}"
+    # one server per session; a key prefix of the test's own keeps tests apart
+    prefix = f"tumbler:test-{uuid.uuid4().hex[:12]}"
+    if kind == "redis":
+        return f"{request.getfixturevalue('redis_server').url}?prefix={prefix}"
+    if kind == "redis-tls-acl":
+        server = request.getfixturevalue("redis_tls_server")
+        return f"{server.url_for('tumbler')}?prefix={prefix}&ssl_ca_certs={server.ca_path}"
+    if kind == "redis-cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        nodes = ",".join(f"{host}:{port}" for host, port in cluster.startup_nodes)
+        return f"redis://{nodes}/0?cluster=true&prefix={prefix}"
     raise AssertionError(f"no such test backend {kind!r}")
 
 
 @pytest.fixture(params=BACKENDS)
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return make_url(request.param, tmp_path)
+    return make_url(request.param, request, tmp_path)
 
 
 @pytest.fixture(params=PROCESS_BACKENDS)
 def process_backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return make_url(request.param, tmp_path)
+    return make_url(request.param, request, tmp_path)
 
 
 @pytest.fixture

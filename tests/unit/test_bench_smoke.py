@@ -1,4 +1,5 @@
-"""bench/bench.py runs end to end: a tiny run on a real SQLite file with real spawned processes.
+"""bench/bench.py runs end to end: a tiny run on a real SQLite file with real spawned processes,
+and, where redis-server is installed, the Redis peers on a throwaway server.
 
 Only that it runs, that its figures parse, and that its counter check holds (and can fail) are
 checked here: how fast anything is belongs in the bench's output, never in an assertion.
@@ -7,10 +8,14 @@ checked here: how fast anything is belongs in the bench's output, never in an as
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench.py"
 TINY = ("--pairs", "20", "--procs", "2", "--repeat", "1")
@@ -91,3 +96,49 @@ def test_counter_check_catches_a_lock_that_excludes_nothing(tmp_path: Path) -> N
     (run,) = row["repeats"]
     assert run["overlaps"] > 0
     assert "FAIL" in result.stdout
+
+
+def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) -> None:
+    # a smoke test of the bench, not of a backend: without a Redis to start, skip
+    servers = pytest.importorskip("tests.servers.redis")  # needs redis-py and mirakuru
+    pytest.importorskip("redis_lock")
+    try:
+        servers.redis_server_binary()
+    except servers.RedisNotInstalled as error:
+        pytest.skip(str(error))
+    peers = ("redis-py-0.001", "python-redis-lock")
+    picks = [arg for name in (*peers, "tumbler-sync") for arg in ("--contender", name)]
+
+    result, figures = run_bench(tmp_path, "--redis", *picks, "--seconds", "0.3")
+
+    redis_rows = [row for row in figures["uncontended"] if row["backend"] == "redis (temp server)"]
+    assert {row["contender"] for row in redis_rows} == {*peers, "tumbler-sync"}, result.stderr
+    (url,) = {row["url"] for row in redis_rows}
+    assert url.startswith("redis://127.0.0.1:")
+    # tumbler's row is there whether its Redis backend works yet or reports why not
+    tumbler_failed = any(
+        run.get("errors")
+        for row in [*figures["uncontended"], *figures["contended"]]
+        if row["contender"] == "tumbler-sync"
+        for run in row["repeats"]
+    )
+    assert result.returncode == (1 if tumbler_failed else 0), result.stderr
+    for row in figures["uncontended"]:
+        if row["contender"] in peers:
+            (run,) = row["repeats"]
+            assert run["n"] == 20
+            assert run["pair_median_us"] > 0
+    contended = {row["contender"]: row for row in figures["contended"]}
+    assert set(contended) == {*peers, "tumbler-sync"}
+    for name in peers:
+        (run,) = contended[name]["repeats"]
+        assert contended[name]["counter_ok"] == "OK 1/1", run["errors"]
+        assert run["counter"] == run["acquisitions"] == sum(run["counts"])
+        assert min(run["counts"]) >= 1
+        # every acquisition costs the server at least a SET and a release script
+        assert run["server_ops_per_acq"] >= 2
+        assert name in result.stdout
+    # the throwaway server is gone once the bench has exited
+    address = urlsplit(url)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((address.hostname, address.port), timeout=2).close()

@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from .. import _core as core
-from .._acompat import AsyncEvent, acurrent_context, ashield
+from .._acompat import AsyncEvent, acheck_cancelled, acurrent_context, ashield
 from ..backends.contract import AsyncBackend, Capabilities, Grant, GrantRequest, LockState
 from ..errors import (
     AcquireTimeout,
@@ -792,7 +792,7 @@ class AsyncLocks:
                 return hold
             if deadline is None or clock.now() < deadline:
                 backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
-                async with backend.watch(request.name) as watch:
+                async with backend.watch(request.name, request.owner) as watch:
                     while True:
                         queued = True
                         hold = await self._try(request, renew)
@@ -806,6 +806,7 @@ class AsyncLocks:
                         if deadline is not None:
                             pause = min(pause, deadline - now)
                         await watch.wait(pause)
+                        acheck_cancelled()
         except BaseException:
             await ashield(self._withdraw(request))
             raise
@@ -816,6 +817,7 @@ class AsyncLocks:
     async def _try(self, request: GrantRequest, renew: bool) -> AsyncHold | None:
         sent_at = self._clock.now()
         grant = await self._backend.try_grant(request)
+        acheck_cancelled()
         if grant is None:
             return None
         if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():

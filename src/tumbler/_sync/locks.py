@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from .. import _core as core
-from .._acompat import Event, current_context, shield
+from .._acompat import Event, check_cancelled, current_context, shield
 from ..backends.contract import Backend, Capabilities, Grant, GrantRequest, LockState
 from ..errors import (
     AcquireTimeout,
@@ -790,7 +790,7 @@ class Locks:
                 return hold
             if deadline is None or clock.now() < deadline:
                 backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
-                with backend.watch(request.name) as watch:
+                with backend.watch(request.name, request.owner) as watch:
                     while True:
                         queued = True
                         hold = self._try(request, renew)
@@ -804,6 +804,7 @@ class Locks:
                         if deadline is not None:
                             pause = min(pause, deadline - now)
                         watch.wait(pause)
+                        check_cancelled()
         except BaseException:
             shield(self._withdraw(request))
             raise
@@ -814,6 +815,7 @@ class Locks:
     def _try(self, request: GrantRequest, renew: bool) -> Hold | None:
         sent_at = self._clock.now()
         grant = self._backend.try_grant(request)
+        check_cancelled()
         if grant is None:
             return None
         if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():

@@ -18,14 +18,16 @@ from ..backends.contract import WakeHub
 class HubWatch:
     """Subscribed from construction: a backend's own wake-ups reach it through the hub."""
 
-    def __init__(self, clock: Clock, name: str, hub: WakeHub | None = None) -> None:
+    def __init__(
+        self, clock: Clock, name: str, hub: WakeHub | None = None, tag: str | None = None
+    ) -> None:
         self._clock = clock
         self._name = name
         self._hub = hub
         self._event = Event()
         clock.add_listener(self._event.set_threadsafe)
         if hub is not None:
-            hub.subscribe(name, self._event.set_threadsafe)
+            hub.subscribe(name, self._event.set_threadsafe, tag)
 
     def wait(self, timeout: float) -> None:
         """Return when the lock may have changed, or after ``timeout`` seconds on the clock."""

@@ -26,6 +26,9 @@ DEFAULT_URL = "sqlite://"
 _registry: dict[str, tuple[str, str | None]] = {
     "sqlite": ("tumbler.backends.sqlite", None),
     "memory": ("tumbler.backends.memory", None),
+    "redis": ("tumbler.backends.redis", "redis"),
+    "rediss": ("tumbler.backends.redis", "redis"),
+    "redis+unix": ("tumbler.backends.redis", "redis"),
 }
 
 

@@ -53,7 +53,7 @@ class AsyncAdapter:
     async def release(self, name: str, owner: str) -> bool:
         return await self._call(self.backend.release, name, owner)
 
-    def watch(self, name: str) -> AsyncHubWatch:
+    def watch(self, name: str, owner: str) -> AsyncHubWatch:
         return AsyncHubWatch(self.clock, name, self._hub)
 
     async def inspect(self, name: str) -> LockState:

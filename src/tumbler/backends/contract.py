@@ -50,13 +50,14 @@ Release (``release``)
     not an error (it is how a cancelled or timed-out waiter withdraws).
 
 Waking waiters (``watch``)
-    ``with backend.watch(name) as watch`` (``async with`` in asyncio) is subscribed to the
-    name's changes once entered: the lock logic tries again after entering, so a release
+    ``with backend.watch(name, owner) as watch`` (``async with`` in asyncio) is subscribed to
+    the name's changes once entered: the lock logic tries again after entering, so a release
     between a failed try and the subscription is never missed. ``watch.wait(timeout)`` returns
     when the lock may have changed or ``timeout`` seconds passed on the backend's clock. A
     backend with push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server;
     the others return after the timeout and the lock logic polls with jittered backoff. A
-    wake-up is a hint, never a grant: the caller always tries again.
+    wake-up is a hint, never a grant: the caller always tries again. A backend may wake only
+    the waiters a release lets through (by ``owner``), rather than every waiter (a herd).
 
 Losing the server
     Driver errors are converted at the edge: an unreachable or timed-out server raises
@@ -76,7 +77,7 @@ session is reported as ``None`` from ``renew``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -166,38 +167,40 @@ class WakeHub:
     """Per-name wake-up callbacks: how a backend's wake-ups reach local waiters.
 
     A backend calls ``notify(name)`` when it learns a lock may have changed (a release it made
-    itself, a pub/sub message, a ZooKeeper watch). Thread-safe; callbacks must not block.
+    itself, a pub/sub message, a ZooKeeper watch), or ``notify(name, tags)`` to wake only the
+    waiters subscribed with one of ``tags`` (the backend's name for a waiter, e.g. a hash of
+    its owner id). Thread-safe; callbacks must not block.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._subscribers: dict[str, list[Callable[[], None]]] = {}
+        self._subscribers: dict[str, list[tuple[str | None, Callable[[], None]]]] = {}
 
-    def subscribe(self, name: str, callback: Callable[[], None]) -> None:
+    def subscribe(self, name: str, callback: Callable[[], None], tag: str | None = None) -> None:
         with self._lock:
-            self._subscribers.setdefault(name, []).append(callback)
+            self._subscribers.setdefault(name, []).append((tag, callback))
 
     def unsubscribe(self, name: str, callback: Callable[[], None]) -> None:
         with self._lock:
-            callbacks = self._subscribers.get(name)
-            if callbacks is None:
+            subscribers = self._subscribers.get(name)
+            if subscribers is None:
                 return
-            try:
-                callbacks.remove(callback)
-            except ValueError:
-                return
-            if not callbacks:
+            kept = [entry for entry in subscribers if entry[1] != callback]
+            if kept:
+                self._subscribers[name] = kept
+            else:
                 del self._subscribers[name]
 
     def subscribed(self, name: str) -> bool:
         with self._lock:
             return name in self._subscribers
 
-    def notify(self, name: str) -> None:
+    def notify(self, name: str, tags: Collection[str] | None = None) -> None:
         with self._lock:
-            callbacks = list(self._subscribers.get(name, ()))
-        for callback in callbacks:
-            callback()
+            subscribers = list(self._subscribers.get(name, ()))
+        for tag, callback in subscribers:
+            if tags is None or tag in tags:
+                callback()
 
 
 class Watch(Protocol):
@@ -245,7 +248,7 @@ class Backend(Protocol):
 
     def release(self, name: str, owner: str) -> bool: ...
 
-    def watch(self, name: str) -> Watch: ...
+    def watch(self, name: str, owner: str) -> Watch: ...
 
     def inspect(self, name: str) -> LockState: ...
 
@@ -269,7 +272,7 @@ class AsyncBackend(Protocol):
 
     async def release(self, name: str, owner: str) -> bool: ...
 
-    def watch(self, name: str) -> AsyncWatch: ...
+    def watch(self, name: str, owner: str) -> AsyncWatch: ...
 
     async def inspect(self, name: str) -> LockState: ...
 

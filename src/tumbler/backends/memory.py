@@ -161,7 +161,7 @@ class MemoryBackend:
         store.hub.notify(name)
         return mine.entry.granted and mine.expires_at > now
 
-    def watch(self, name: str) -> HubWatch:
+    def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name, self.hub)
 
     def inspect(self, name: str) -> LockState:

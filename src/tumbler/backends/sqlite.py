@@ -467,7 +467,7 @@ class SQLiteBackend:
             ).fetchone()
         return bool(row and row[0])
 
-    def watch(self, name: str) -> HubWatch:
+    def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name)
 
     def inspect(self, name: str) -> LockState:

@@ -1,0 +1,391 @@
+"""The Redis backend (asyncio flavour, the source of the generated blocking twin).
+
+See ``tumbler.backends.redis`` for the URL grammar and the guarantees, and
+``tumbler.backends._redis_lua`` for the keys and scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis.exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..._acompat import AsyncEvent, AsyncWorker, ajoin, asleep_real, aspawn
+from ..._async.watch import AsyncHubWatch
+from ..._clock import SYSTEM_CLOCK, Clock
+from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied, PermitsMismatch
+from .. import _redis_lua as lua
+from ..contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, WakeHub
+from ..redis import RedisConfig
+
+_log = logging.getLogger("tumbler.redis")
+
+T = TypeVar("T")
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=False,
+    server_clock=True,
+    waiter_ttl=5.0,
+    recheck_interval=1.0,
+)
+
+MINIMUM_SERVER = (7, 0)
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, name: str | None = None) -> Any:
+    """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
+    try:
+        yield
+    except redis_errors.NoPermissionError as error:
+        raise PermissionDenied(
+            f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.AuthenticationError as error:
+        raise PermissionDenied(
+            f"Redis refused the credentials: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.ResponseError as error:
+        text = str(error)
+        if "PERMITS_MISMATCH" in text:
+            limit = int(text.rsplit(" ", 1)[-1])
+            kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
+            raise PermitsMismatch(
+                f"the lock is in use as {kind}", lock_name=name, backend=url
+            ) from error
+        if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
+            raise PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url) from error
+        raise BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url) from error
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as error:
+        raise BackendUnavailable(
+            f"cannot reach Redis: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.RedisError as error:
+        raise BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url) from error
+
+
+class AsyncScript:
+    """A Lua script run by SHA-1, loaded again if the server forgot it (restart, SCRIPT FLUSH)."""
+
+    def __init__(self, client: Redis | RedisCluster, source: str) -> None:
+        self._client = client
+        self._source = source
+        self._sha: str | None = None
+
+    async def __call__(self, keys: list[str], args: list[str | int]) -> Any:
+        if self._sha is None:
+            self._sha = await self._client.script_load(self._source)
+        try:
+            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            self._sha = await self._client.script_load(self._source)
+            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+
+
+class AsyncWakeups:
+    """One pub/sub connection per client: channels stay subscribed while someone waits.
+
+    A release publishes on the lock's channel; this connection's reader turns the message
+    into ``hub.notify(name)``, which wakes the local waiters of that name.
+    """
+
+    def __init__(self, backend: AsyncRedisBackend) -> None:
+        self._backend = backend
+        self._pubsub: PubSub | None = None
+        self._reader: AsyncWorker | None = None
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._confirmed: dict[str, AsyncEvent] = {}
+        self._closed = False
+
+    async def subscribe(self, name: str) -> None:
+        channel = self._backend.keys.channel(name)
+        with self._lock:
+            count = self._counts.get(channel, 0)
+            self._counts[channel] = count + 1
+            confirmed = self._confirmed.get(channel)
+            if count == 0:
+                confirmed = self._confirmed[channel] = AsyncEvent()
+        assert confirmed is not None
+        if count == 0:
+            pubsub = self._pubsub_connection()
+            with translate_errors(self._backend.url, name):
+                await pubsub.subscribe(channel)
+            with self._lock:
+                if self._reader is None and not self._closed:
+                    self._reader = aspawn(self._read, "tumbler-redis-wakeups")
+        # a release between this point and the caller's next try must not be missed
+        if not await confirmed.wait(self._backend.config.client_options["socket_timeout"]):
+            raise BackendUnavailable(
+                "Redis did not confirm a subscription in time",
+                lock_name=name,
+                backend=self._backend.url,
+            )
+
+    async def unsubscribe(self, name: str) -> None:
+        channel = self._backend.keys.channel(name)
+        with self._lock:
+            self._counts[channel] -= 1
+            last = self._counts[channel] == 0
+            if last:
+                del self._counts[channel]
+                self._confirmed.pop(channel, None)
+        if last and self._pubsub is not None and not self._closed:
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await self._pubsub.unsubscribe(channel)
+
+    def _pubsub_connection(self) -> PubSub:
+        if self._pubsub is None:
+            self._pubsub = self._backend.pubsub_client.pubsub()
+        return self._pubsub
+
+    async def _read(self) -> None:
+        pubsub = self._pubsub_connection()
+        hub = self._backend.hub
+        keys = self._backend.keys
+        failures = 0
+        while not self._closed:
+            try:
+                message = await pubsub.get_message(timeout=1.0)
+            except Exception as error:  # the reader must outlive any failure but close()
+                if self._closed:
+                    return  # close() pulled the connection from under the read
+                failures += 1
+                _log.warning("Redis wake-up connection failed (waiters re-check): %s", error)
+                await asleep_real(min(1.0, 0.05 * 2**failures))
+                continue
+            failures = 0
+            if message is None:
+                continue
+            channel = message["channel"]
+            if isinstance(channel, bytes):
+                channel = channel.decode()
+            if message["type"] == "subscribe":
+                with self._lock:
+                    confirmed = self._confirmed.get(channel)
+                if confirmed is not None:
+                    confirmed.set_threadsafe()
+            elif message["type"] == "message":
+                name = keys.name_of(channel)
+                data = message["data"]
+                tags = (data.decode() if isinstance(data, bytes) else str(data)).split()
+                if name is not None:
+                    hub.notify(name, tags or None)  # no tags: wake every waiter
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            reader, self._reader = self._reader, None
+        if self._pubsub is not None:
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await self._pubsub.aclose()
+        if reader is not None:
+            await ajoin(reader)
+
+
+class AsyncRedisWatch:
+    """Subscribed to the lock's channel once entered (the subscription confirmed)."""
+
+    def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
+        self._backend = backend
+        self._name = name
+        # releases wake the waiters they let through, named by their owner's hash
+        tag = hashlib.sha1(owner.encode()).hexdigest()
+        self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
+
+    async def __aenter__(self) -> AsyncRedisWatch:
+        try:
+            await self._backend.wakeups.subscribe(self._name)
+        except BaseException:
+            self._watch.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._watch.close()
+        await self._backend.wakeups.unsubscribe(self._name)
+
+    async def wait(self, timeout: float) -> None:
+        await self._watch.wait(timeout)
+
+
+class AsyncRedisBackend:
+    """The Redis backend contract over redis-py (one client, one pub/sub connection)."""
+
+    capabilities = CAPABILITIES
+
+    def __init__(self, config: RedisConfig) -> None:
+        self.config = config
+        self.url = config.url
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        self.keys = lua.Keys(config.prefix)
+        # No retries inside redis-py: a retried release whose first reply was lost would look
+        # like a lost hold. tumbler's lock logic decides what to retry.
+        options = dict(config.client_options, retry=Retry(NoBackoff(), 0))
+        self.client: Redis | RedisCluster
+        if config.cluster:
+            self.client = RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in config.nodes],
+                **options,
+            )
+        elif config.unix_path is not None:
+            self.client = Redis(unix_socket_path=config.unix_path, db=config.db, **options)
+        else:
+            host, port = config.nodes[0]
+            self.client = Redis(host=host, port=port, db=config.db, **options)
+        # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
+        if config.cluster:
+            host, port = config.nodes[0]
+            self.pubsub_client: Redis = Redis(host=host, port=port, **options)
+        else:
+            self.pubsub_client = self.client  # type: ignore[assignment]
+        self.wakeups = AsyncWakeups(self)
+        self._grant = AsyncScript(self.client, lua.GRANT)
+        self._renew = AsyncScript(self.client, lua.RENEW)
+        self._release = AsyncScript(self.client, lua.RELEASE)
+        self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
+        self._inspect = AsyncScript(self.client, lua.INSPECT)
+
+    async def start(self) -> None:
+        """Check that the server answers, is recent enough, and will not evict lock keys."""
+        with translate_errors(self.url):
+            info: Any = await self.client.info("server")
+            if self.config.cluster:  # RedisCluster answers per node
+                info = next(iter(info.values())) if "redis_version" not in info else info
+            version = tuple(int(part) for part in str(info["redis_version"]).split(".")[:2])
+            if version < MINIMUM_SERVER:
+                raise ConfigurationError(
+                    f"tumbler needs Redis {'.'.join(map(str, MINIMUM_SERVER))} or newer, "
+                    f"the server is {info['redis_version']}",
+                    backend=self.url,
+                )
+            with contextlib.suppress(redis_errors.ResponseError):  # CONFIG may be forbidden
+                policy: Any = await self.client.config_get("maxmemory-policy")
+                if self.config.cluster and "maxmemory-policy" not in policy:
+                    policy = next(iter(policy.values()))
+                value = policy.get("maxmemory-policy", "noeviction")
+                if value not in ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random"):
+                    _log.warning(
+                        "Redis maxmemory-policy is %s: it may evict lock keys (use noeviction)",
+                        value,
+                    )
+
+    async def _call(self, name: str | None, call: Callable[[], Awaitable[T]]) -> T:
+        with translate_errors(self.url, name):
+            return await call()
+
+    async def try_grant(self, request: GrantRequest) -> Grant | None:
+        keys = [self.keys.entries(request.name), self.keys.sequence(request.name)]
+        args: list[str | int] = [
+            request.owner,
+            int(request.shared),
+            request.limit,
+            int(request.fair),
+            max(1, round(request.ttl * 1000)),
+            request.holder,
+            int(request.queue),
+            round(self.capabilities.waiter_ttl * 1000),
+            lua.SEQUENCE_TTL_MS,
+        ]
+        result = await self._call(request.name, lambda: self._grant(keys, args))
+        if not result[0]:
+            return None
+        grant = Grant(request.name, request.owner, int(result[1]), request.ttl)
+        if self.config.wait_replicas:
+            await self._await_replicas(request)
+        return grant
+
+    async def _await_replicas(self, request: GrantRequest) -> None:
+        wanted = self.config.wait_replicas
+        with translate_errors(self.url, request.name):
+            acknowledged = await self.client.wait(wanted, round(self.config.wait_timeout * 1000))
+        if acknowledged < wanted:
+            await self.release(request.name, request.owner)
+            raise BackendUnavailable(
+                f"only {acknowledged} of {wanted} replicas acknowledged the grant within "
+                f"{self.config.wait_timeout} s; it was given up",
+                lock_name=request.name,
+                backend=self.url,
+            )
+
+    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        keys = [self.keys.entries(name)]
+        renewed = await self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
+        return ttl if renewed else None
+
+    async def release(self, name: str, owner: str) -> bool:
+        keys = [self.keys.entries(name)]
+        args: list[str | int] = [owner, self.keys.channel(name)]
+        return bool(await self._call(name, lambda: self._release(keys, args)))
+
+    def watch(self, name: str, owner: str) -> AsyncRedisWatch:
+        return AsyncRedisWatch(self, name, owner)
+
+    async def inspect(self, name: str) -> LockState:
+        raw = await self._call(name, lambda: self._inspect([self.keys.entries(name)], []))
+        now_ms = int(raw[0])
+        holders = []
+        waiters = 0
+        limits = set()
+        for index in range(1, len(raw), 2):
+            owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
+            value = raw[index + 1]
+            value = value.decode() if isinstance(value, bytes) else value
+            _seq, shared, limit, token, expires_ms, holder = lua.parse_entry(owner, value)
+            if shared:
+                limits.add(limit)
+            if token is None:
+                waiters += 1
+            else:
+                holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
+        holders.sort(key=lambda h: h.token)
+        return LockState(
+            name=name,
+            holders=tuple(holders),
+            waiters=waiters,
+            limit=limits.pop() if len(limits) == 1 else None,
+        )
+
+    async def inspect_all(self) -> list[LockState]:
+        names = set()
+        async for key in self._scan():
+            name = self.keys.name_of(key.decode() if isinstance(key, bytes) else key)
+            if name is not None:
+                names.add(name)
+        states = [await self.inspect(name) for name in sorted(names)]
+        return [state for state in states if state.holders or state.waiters]
+
+    async def _scan(self) -> AsyncIterator[Any]:
+        with translate_errors(self.url):
+            async for key in self.client.scan_iter(match=self.keys.entries_pattern(), count=500):
+                yield key
+
+    async def force_release(self, name: str) -> int:
+        keys = [self.keys.entries(name)]
+        args: list[str | int] = [self.keys.channel(name)]
+        return int(await self._call(name, lambda: self._force_release(keys, args)))
+
+    async def close(self) -> None:
+        await self.wakeups.close()
+        with contextlib.suppress(redis_errors.RedisError, OSError):
+            await self.client.aclose()
+            if self.pubsub_client is not self.client:
+                await self.pubsub_client.aclose()

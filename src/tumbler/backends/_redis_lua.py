@@ -1,0 +1,301 @@
+"""The Redis backend's keys and Lua scripts, shared by its two flavours.
+
+Every key of one lock carries the lock name as its hash tag (``tumbler:{orders:42}:e``), so a
+lock lives in one hash slot and each script runs on one node, also in Redis Cluster. Keys:
+
+``<prefix>:{<name>}:e``
+    a hash: owner hash -> entry ``seq|shared|limit|fair|token|expires_ms|holder`` (token empty
+    for a waiter). The hash expires with its longest-lived entry, so the entries of holders
+    that all crashed vanish by themselves.
+``<prefix>:{<name>}:n``
+    the name's sequence: fencing tokens and arrival numbers come from it. Each value is
+    ``max(previous + 1, server time in microseconds)``, and the key expires a day after the
+    name's last grant: a name used once leaves nothing behind for long, and a token given after
+    the key expired still exceeds every earlier one unless the server's clock stepped back by
+    more than the time since that name's last grant.
+``<prefix>:{<name>}:w``
+    the pub/sub channel on which releases wake waiters.
+
+Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
+cannot release or renew another client's grant. Times are the server's (``TIME``): client
+clocks never decide an expiry. Every script returns its own decision; none trusts the client.
+"""
+
+from __future__ import annotations
+
+SEQUENCE_TTL_MS = 24 * 3600 * 1000
+
+_COMMON = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+
+local function decode(owner, value)
+    local seq, shared, limit, fair, token, expires, holder =
+        string.match(value, '^(%d+)|(%d)|(%d+)|(%d)|(%d*)|(%d+)|(.*)$')
+    return {owner = owner, seq = tonumber(seq), shared = shared == '1', limit = tonumber(limit),
+            fair = fair == '1', token = tonumber(token), expires = tonumber(expires),
+            holder = holder}
+end
+
+local function encode(e)
+    local token = ''
+    if e.token then token = string.format('%d', e.token) end
+    return string.format('%d|%d|%d|%d|%s|%d|%s', e.seq, e.shared and 1 or 0, e.limit,
+                         e.fair and 1 or 0, token, e.expires, e.holder)
+end
+
+-- the live entries of the hash, dropping expired ones on the way
+local function live_entries(key)
+    local raw = redis.call('HGETALL', key)
+    local entries = {}
+    for i = 1, #raw, 2 do
+        local e = decode(raw[i], raw[i + 1])
+        if e.expires > now_ms then
+            entries[#entries + 1] = e
+        else
+            redis.call('HDEL', key, raw[i])
+        end
+    end
+    return entries
+end
+
+-- the owners of the waiters that can go now, in arrival order, space-separated (a release
+-- publishes them, so that only they retry: no herd)
+local function admissible_waiters(entries)
+    table.sort(entries, function(a, b) return a.seq < b.seq end)
+    local ahead, exclusive_ahead = 0, false
+    for _, e in ipairs(entries) do
+        if e.token then
+            ahead = ahead + 1
+            if not e.shared then exclusive_ahead = true end
+        end
+    end
+    local wake = {}
+    for _, e in ipairs(entries) do
+        if not e.token then
+            local admitted
+            if e.shared then
+                admitted = not exclusive_ahead and (e.limit == 0 or ahead < e.limit)
+            else
+                admitted = ahead == 0
+            end
+            if admitted then
+                wake[#wake + 1] = e.owner
+                ahead = ahead + 1
+                if not e.shared then exclusive_ahead = true end
+            elseif e.fair then
+                break  -- a fair waiter that cannot go yet holds those behind it
+            end
+        end
+    end
+    return table.concat(wake, ' ')
+end
+
+-- the hash lives as long as its longest-lived entry
+local function set_key_expiry(key, entries)
+    local last = 0
+    for _, e in ipairs(entries) do
+        if e.expires > last then last = e.expires end
+    end
+    if last > now_ms then
+        redis.call('PEXPIREAT', key, last)
+    else
+        redis.call('DEL', key)
+    end
+end
+"""
+
+#: KEYS: entries, sequence. ARGV: owner, shared (0/1), limit, fair (0/1), ttl_ms, holder,
+#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms.
+#: Returns {1, token} if granted (or already held by the owner), {0} if not; an error reply
+#: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones'.
+#: The decision is tumbler._core.decide(), restated in Lua.
+GRANT = (
+    _COMMON
+    + """
+local entries_key, sequence_key = KEYS[1], KEYS[2]
+local owner = redis.sha1hex(ARGV[1])
+local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
+local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
+local waiter_ttl_ms, sequence_ttl_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local function next_value()
+    local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    local value = math.max(tonumber(redis.call('GET', sequence_key) or '0') + 1, floor)
+    redis.call('SET', sequence_key, string.format('%d', value), 'PX', sequence_ttl_ms)
+    return value
+end
+
+local entries = live_entries(entries_key)
+local mine = nil
+for _, e in ipairs(entries) do
+    if e.owner == owner then mine = e end
+end
+if mine and mine.token then
+    return {1, mine.token}
+end
+if shared then
+    for _, e in ipairs(entries) do
+        if e.shared and e.owner ~= owner and e.limit ~= limit then
+            return redis.error_reply('PERMITS_MISMATCH ' .. e.limit)
+        end
+    end
+end
+local my_seq = math.huge
+if mine then my_seq = mine.seq end
+local ahead, exclusive_ahead = 0, false
+for _, e in ipairs(entries) do
+    if e.owner ~= owner and (e.token or (fair and e.fair and e.seq < my_seq)) then
+        ahead = ahead + 1
+        if not e.shared then exclusive_ahead = true end
+    end
+end
+local granted
+if shared then
+    granted = not exclusive_ahead and (limit == 0 or ahead < limit)
+else
+    granted = ahead == 0
+end
+
+local result = {0}
+if granted then
+    local token = next_value()
+    if not mine then
+        mine = {owner = owner, seq = token, shared = shared, limit = limit, fair = fair,
+                holder = holder}
+        entries[#entries + 1] = mine
+    end
+    mine.token = token
+    mine.expires = now_ms + ttl_ms
+    redis.call('HSET', entries_key, owner, encode(mine))
+    result = {1, token}
+elseif mine or queue then
+    if not mine then
+        mine = {owner = owner, seq = next_value(), shared = shared, limit = limit, fair = fair,
+                holder = holder}
+        entries[#entries + 1] = mine
+    end
+    mine.expires = now_ms + waiter_ttl_ms
+    redis.call('HSET', entries_key, owner, encode(mine))
+end
+set_key_expiry(entries_key, entries)
+return result
+"""
+)
+
+#: KEYS: entries. ARGV: owner, ttl_ms. Returns 1 if the owner's live grant now runs ttl_ms
+#: from now, 0 if it has no live grant (an expired one is never revived).
+RENEW = (
+    _COMMON
+    + """
+local owner = redis.sha1hex(ARGV[1])
+local value = redis.call('HGET', KEYS[1], owner)
+if not value then return 0 end
+local e = decode(owner, value)
+if not e.token or e.expires <= now_ms then return 0 end
+e.expires = now_ms + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], owner, encode(e))
+if redis.call('PEXPIRETIME', KEYS[1]) < e.expires then
+    redis.call('PEXPIREAT', KEYS[1], e.expires)
+end
+return 1
+"""
+)
+
+#: KEYS: entries. ARGV: owner, wake channel. Removes the owner's entry (grant or waiter) and
+#: nobody else's; wakes the waiters that can now go. Returns 1 if a live grant was removed.
+RELEASE = (
+    _COMMON
+    + """
+local owner = redis.sha1hex(ARGV[1])
+local value = redis.call('HGET', KEYS[1], owner)
+if not value then return 0 end
+redis.call('HDEL', KEYS[1], owner)
+local e = decode(owner, value)
+local wake = admissible_waiters(live_entries(KEYS[1]))
+if wake ~= '' then
+    redis.call('PUBLISH', ARGV[2], wake)
+end
+if e.token and e.expires > now_ms then return 1 end
+return 0
+"""
+)
+
+#: KEYS: entries. ARGV: wake channel. Removes every grant (for operators); returns how many.
+FORCE_RELEASE = (
+    _COMMON
+    + """
+local entries = live_entries(KEYS[1])
+local removed, kept = 0, {}
+for _, e in ipairs(entries) do
+    if e.token then
+        redis.call('HDEL', KEYS[1], e.owner)
+        removed = removed + 1
+    else
+        kept[#kept + 1] = e
+    end
+end
+set_key_expiry(KEYS[1], kept)
+if #kept > 0 then redis.call('PUBLISH', ARGV[1], '') end  -- empty: every waiter retries
+return removed
+"""
+)
+
+#: KEYS: entries. Returns {now_ms, owner1, entry1, ...} of the live entries; changes nothing.
+INSPECT = (
+    _COMMON
+    + """
+local raw = redis.call('HGETALL', KEYS[1])
+local result = {now_ms}
+for i = 1, #raw, 2 do
+    if decode(raw[i], raw[i + 1]).expires > now_ms then
+        result[#result + 1] = raw[i]
+        result[#result + 1] = raw[i + 1]
+    end
+end
+return result
+"""
+)
+
+
+def escape_name(name: str) -> str:
+    """The name as it appears inside a key's hash tag: braces would end the tag early."""
+    return name.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def unescape_name(text: str) -> str:
+    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+class Keys:
+    """The keys and channel of lock names under one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def entries(self, name: str) -> str:
+        return f"{self.prefix}:{{{escape_name(name)}}}:e"
+
+    def sequence(self, name: str) -> str:
+        return f"{self.prefix}:{{{escape_name(name)}}}:n"
+
+    def channel(self, name: str) -> str:
+        return f"{self.prefix}:{{{escape_name(name)}}}:w"
+
+    def name_of(self, key_or_channel: str) -> str | None:
+        """The lock name in an entries key or wake channel, or None if it is neither."""
+        head = f"{self.prefix}:{{"
+        if not key_or_channel.startswith(head) or key_or_channel[-3:] not in ("}:e", "}:w"):
+            return None
+        return unescape_name(key_or_channel[len(head) : -3])
+
+    def entries_pattern(self) -> str:
+        """A SCAN pattern matching every entries key (glob characters in the prefix escaped)."""
+        escaped = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in self.prefix)
+        return f"{escaped}:{{*}}:e"
+
+
+def parse_entry(owner: str, value: str) -> tuple[int, bool, int, int | None, int, str]:
+    """(seq, shared, limit, token, expires_ms, holder) of a stored entry."""
+    seq, shared, limit, _fair, token, expires, holder = value.split("|", 6)
+    return int(seq), shared == "1", int(limit), int(token) if token else None, int(expires), holder

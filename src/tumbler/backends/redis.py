@@ -1,0 +1,223 @@
+"""``redis://``, ``rediss://``, ``redis+unix://``: locks in Redis (extra ``tumbler[redis]``).
+
+URL grammar::
+
+    redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]
+    rediss://...                                   TLS; the server's certificate is verified
+    redis+unix://[[USER]:PASSWORD@]/path/to/redis.sock[?db=N&OPTIONS]
+    redis://HOST:PORT,HOST:PORT,...?cluster=true   Redis Cluster (the nodes to start from)
+
+Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, default
+``tumbler``), ``cluster`` (``true`` for Redis Cluster), ``socket_timeout`` and
+``connect_timeout`` (seconds, default 5: no call waits longer for the server),
+``wait_replicas`` and ``wait_timeout`` (see replication below), and for ``rediss://``:
+``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
+Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``).
+
+What it guarantees
+    Each grant, renewal and release is one Lua script, run atomically by the server: a grant
+    is one round trip; nobody can release or renew another owner's grant (owners are stored
+    hashed); an expired grant is never revived. Leases are timed on the server's clock.
+    Fencing tokens strictly increase per lock name (see ``_redis_lua`` for how they survive
+    the name's keys expiring). Every key of a lock shares one hash slot, so it works on Redis
+    Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
+    re-check every second in case a message is lost.
+
+What it cannot promise
+    Redis replicates asynchronously. If the primary fails after acknowledging a grant but
+    before a replica has it, the promoted replica does not know the grant and can give the
+    lock to another client: two holders. ``wait_replicas=N`` makes every grant wait until N
+    replicas acknowledged it (``WAIT``; up to ``wait_timeout`` seconds, default 1) and gives
+    the grant up otherwise (``BackendUnavailable``); that narrows the window but does not close
+    it: WAIT does not make Redis strongly consistent. A Redis restarted without persistence
+    forgets every grant, and its fencing sequence restarts from the server's clock. Fencing
+    tokens let the protected resource refuse a stale holder in these cases; for locks that
+    must survive failures, use a consensus backend (ZooKeeper, etcd). ``maxmemory-policy``
+    must not evict lock keys: use ``noeviction`` on a Redis that holds locks.
+
+How a hold can be lost here
+    Its lease runs out before a renewal reaches the server (the client paused or could not
+    reach Redis for the whole lease); an operator force-released it; Redis lost it (above).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis  # noqa: F401  (the driver: without it, load_backend() reports MissingDependency)
+
+from .._url import BackendURL
+from ..errors import InvalidURL
+
+if TYPE_CHECKING:
+    from ._async.redis import AsyncRedisBackend
+    from ._sync.redis import RedisBackend
+
+_OPTIONS = (
+    "prefix",
+    "cluster",
+    "db",
+    "socket_timeout",
+    "connect_timeout",
+    "wait_replicas",
+    "wait_timeout",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+)
+
+
+def _flag(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+def _node(text: str, url: BackendURL) -> tuple[str, int]:
+    host, port = text, "6379"
+    if text.startswith("["):  # [IPv6]:port
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port = rest[1:]
+        elif rest:
+            raise InvalidURL(f"bad host {text!r}", backend=url.redacted)
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise InvalidURL(
+                f"an IPv6 address needs brackets: [{host}]:{port}", backend=url.redacted
+            )
+    if not host:
+        raise InvalidURL("the URL names no host", backend=url.redacted)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """A parsed ``redis://`` URL: what both flavours need to connect."""
+
+    url: str  # redacted
+    prefix: str
+    cluster: bool
+    nodes: tuple[tuple[str, int], ...]
+    unix_path: str | None
+    db: int
+    wait_replicas: int
+    wait_timeout: float
+    #: keyword arguments for redis-py's clients (credentials included: never log this)
+    client_options: dict[str, Any] = field(repr=False)
+
+
+def parse_config(url: BackendURL) -> RedisConfig:
+    url.allow_options(_OPTIONS)
+    tls = url.scheme == "rediss"
+    unix = url.scheme == "redis+unix"
+    if not tls and any(name.startswith("ssl_") for name in url.query):
+        raise InvalidURL("ssl_* options need a rediss:// URL", backend=url.redacted)
+    prefix = url.option("prefix", str, "tumbler")
+    if not prefix or any(ch in prefix for ch in "{}") or len(prefix) > 100:
+        raise InvalidURL("prefix must be 1 to 100 characters without braces", backend=url.redacted)
+    cluster = url.option("cluster", _flag, False)
+    options: dict[str, Any] = {
+        "username": url.username,
+        "password": url.password,
+        "socket_timeout": url.option("socket_timeout", _seconds, 5.0),
+        "socket_connect_timeout": url.option("connect_timeout", _seconds, 5.0),
+    }
+    unix_path = None
+    db_text = url.query.get("db")
+    if unix:
+        if url.hosts:
+            raise InvalidURL(
+                "redis+unix:// takes a socket path: redis+unix:///run/redis.sock",
+                backend=url.redacted,
+            )
+        if not url.path:
+            raise InvalidURL("redis+unix:// needs the socket's path", backend=url.redacted)
+        unix_path = url.path
+        nodes: tuple[tuple[str, int], ...] = ()
+    else:
+        nodes = tuple(_node(part, url) for part in url.hosts.split(",") if part) or (
+            ("localhost", 6379),
+        )
+        if len(nodes) > 1 and not cluster:
+            raise InvalidURL(
+                "several hosts are for Redis Cluster: add ?cluster=true", backend=url.redacted
+            )
+        path = url.path.strip("/")
+        if path:
+            if db_text is not None:
+                raise InvalidURL("give the database in the path or as db=, not both")
+            db_text = path
+    try:
+        db = int(db_text) if db_text is not None else 0
+    except ValueError:
+        raise InvalidURL(f"bad database number {db_text!r}", backend=url.redacted) from None
+    if not 0 <= db <= 10_000:
+        raise InvalidURL(f"bad database number {db}", backend=url.redacted)
+    if cluster and db != 0:
+        raise InvalidURL("Redis Cluster has only database 0", backend=url.redacted)
+    if tls:
+        options.update(
+            ssl=True,
+            ssl_cert_reqs="required",
+            ssl_ca_certs=url.query.get("ssl_ca_certs"),
+            ssl_certfile=url.query.get("ssl_certfile"),
+            ssl_keyfile=url.query.get("ssl_keyfile"),
+            ssl_check_hostname=url.option("ssl_check_hostname", _flag, True),
+        )
+    wait_replicas = url.option("wait_replicas", int, 0)
+    if not 0 <= wait_replicas <= 100:
+        raise InvalidURL("wait_replicas must be between 0 and 100", backend=url.redacted)
+    if wait_replicas and cluster:
+        raise InvalidURL("wait_replicas is not supported on Redis Cluster", backend=url.redacted)
+    return RedisConfig(
+        url=url.redacted,
+        prefix=prefix,
+        cluster=cluster,
+        nodes=nodes,
+        unix_path=unix_path,
+        db=db,
+        wait_replicas=wait_replicas,
+        wait_timeout=url.option("wait_timeout", _seconds, 1.0),
+        client_options=options,
+    )
+
+
+def open_sync(url: BackendURL) -> RedisBackend:
+    from ._sync.redis import RedisBackend
+
+    backend = RedisBackend(parse_config(url))
+    try:
+        backend.start()
+    except BaseException:
+        backend.close()
+        raise
+    return backend
+
+
+async def open_async(url: BackendURL) -> AsyncRedisBackend:
+    from ._async.redis import AsyncRedisBackend
+
+    backend = AsyncRedisBackend(parse_config(url))
+    try:
+        await backend.start()
+    except BaseException:
+        await backend.close()
+        raise
+    return backend

@@ -1,0 +1,792 @@
+"""Real redis-server processes for the Redis backend's tests and for bench/.
+
+Three shapes, each made of real ``redis-server`` processes on free loopback ports, every
+process in its own directory (its config file, log and any data files live there):
+
+* :class:`RedisServer` - one plain server; it can be killed (SIGKILL, as in a crash) and
+  started again on the same port and directory.
+* :func:`start_tls_redis` - one server that speaks only TLS and has ACL users: ``default`` is
+  off, ``tumbler`` has the rights a lock library needs on ``tumbler:*`` keys and channels,
+  ``reader`` may only read.
+* :func:`start_cluster` - a Redis Cluster of masters without replicas.
+
+Plain library code: it imports no pytest, so ``from tests.servers.redis import RedisServer``
+works from bench/ with the repository root on ``sys.path``. ``tests/servers/fixtures.py`` has
+the pytest fixtures. The programs are found on ``PATH``, or named by the environment variables
+``TUMBLER_REDIS_SERVER`` and ``TUMBLER_REDIS_CLI``; ``scripts/servers`` installs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+from urllib.parse import quote
+
+import redis
+import redis.cluster
+from mirakuru import TCPExecutor
+from mirakuru.exceptions import AlreadyRunning, ExecutorError, ProcessFinishedWithError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+__all__ = [
+    "ADMIN_USER",
+    "CLUSTER_SLOTS",
+    "LOOPBACK",
+    "READER_RULES",
+    "STARTUP_TIMEOUT",
+    "TUMBLER_PASSWORD",
+    "TUMBLER_RULES",
+    "RedisNotInstalled",
+    "RedisServer",
+    "RedisServerCluster",
+    "RedisServerError",
+    "RedisUser",
+    "TLSFiles",
+    "flush_redis",
+    "free_port",
+    "make_tls_files",
+    "redis_cli_binary",
+    "redis_server_binary",
+    "start_cluster",
+    "start_tls_redis",
+]
+
+LOOPBACK = "127.0.0.1"
+#: seconds a server (or a whole cluster) gets to answer PING (or reach cluster_state:ok)
+STARTUP_TIMEOUT = 20.0
+CLUSTER_SLOTS = 16384
+#: the user that :meth:`RedisServer.client` and the readiness probe use on ACL servers
+ADMIN_USER = "admin"
+#: has characters that must be percent-encoded in a URL's userinfo (and ones that would end it)
+TUMBLER_PASSWORD = "p@ss:w/rd%?#"
+#: What a lock library may do: every command but the dangerous ones (FLUSHALL, KEYS, CONFIG,
+#: DEBUG, ACL SETUSER, CLIENT KILL, ...), INFO put back because Redis files it under @dangerous,
+#: and only on keys and Pub/Sub channels under ``tumbler:``.
+TUMBLER_RULES = "~tumbler:* &tumbler:* +@all -@dangerous +info"
+#: Reads only (GET, HGETALL, PTTL, SCAN, ...), plus the connection commands a client sends on
+#: its own (PING, HELLO, CLIENT SETNAME); anything that writes gets NOPERM.
+READER_RULES = "~tumbler:* &tumbler:* +@read +ping +hello +client|setname"
+
+_BIND_ATTEMPTS = 8
+_LOG_TAIL_LINES = 25
+_SERVER_ENV = "TUMBLER_REDIS_SERVER"
+_CLI_ENV = "TUMBLER_REDIS_CLI"
+#: characters Redis's config and ACL file parser would split or unquote
+_UNSAFE_IN_RULES = frozenset(" \t\r\n\"'\\")
+
+
+class RedisServerError(RuntimeError):
+    """A test Redis server could not be found, started or set up; the message says why."""
+
+
+class RedisNotInstalled(RedisServerError):
+    """``redis-server`` or ``redis-cli`` is not installed (``scripts/servers`` installs them)."""
+
+
+def _find_program(name: str, env: str) -> str:
+    configured = os.environ.get(env)
+    if configured:
+        path = shutil.which(configured)
+        if path is None:
+            raise RedisNotInstalled(f"${env}={configured!r} is not an executable program")
+        return path
+    path = shutil.which(name)
+    if path is None:
+        raise RedisNotInstalled(
+            f"{name} is not on PATH (install it with scripts/servers, or set ${env})"
+        )
+    return path
+
+
+def redis_server_binary() -> str:
+    """The ``redis-server`` program to run: ``$TUMBLER_REDIS_SERVER``, else the one on PATH."""
+    return _find_program("redis-server", _SERVER_ENV)
+
+
+def redis_cli_binary() -> str:
+    """The ``redis-cli`` program to run: ``$TUMBLER_REDIS_CLI``, else the one on PATH."""
+    return _find_program("redis-cli", _CLI_ENV)
+
+
+_ports_lock = threading.Lock()
+_ports_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A loopback TCP port that is free now and that this process has not handed out before.
+
+    The port is only free, not reserved: another program may take it before the server binds
+    it, which is why :meth:`RedisServer.start` retries with a new port when the bind fails.
+    The kernel hands out even ports to ``bind(port 0)`` and odd ones to outgoing connections,
+    so client sockets seldom collide with these.
+    """
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((LOOPBACK, 0))
+                port: int = probe.getsockname()[1]
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise RedisServerError("found no free loopback port in 100 tries")
+
+
+def _quote(value: str | Path) -> str:
+    """A value for redis.conf: double-quoted, so paths with spaces stay one argument."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def _tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            data = file.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class RedisUser:
+    """An ACL user of a test server: name, password and the ACL rules after the password."""
+
+    name: str
+    password: str
+    rules: str
+
+    def __post_init__(self) -> None:
+        for field, text in (("name", self.name), ("password", self.password)):
+            if not text or _UNSAFE_IN_RULES.intersection(text):
+                raise ValueError(
+                    f"ACL user {field} {text!r} must be non-empty, without spaces, quotes or "
+                    "backslashes (Redis would split or unquote it)"
+                )
+
+    def acl_line(self) -> str:
+        """The user's line in an ACL file; ``reset`` first, so nothing is inherited."""
+        return f"user {self.name} reset on >{self.password} {self.rules}"
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files made by :func:`make_tls_files`: a CA, a server and a client certificate."""
+
+    ca_path: Path
+    server_cert_path: Path
+    server_key_path: Path
+    client_cert_path: Path
+    client_key_path: Path
+
+
+def make_tls_files(directory: str | Path) -> TLSFiles:
+    """Make a throw-away CA and certificates with trustme, as PEM files in ``directory``.
+
+    The server certificate names ``127.0.0.1`` (an IP SAN) and ``localhost``, so clients can
+    check the hostname when they connect to the loopback address. The client certificate is
+    for servers started with ``tls-auth-clients yes``.
+    """
+    import trustme  # only TLS servers need it
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA(organization_name="tumbler tests")
+    server = ca.issue_cert(LOOPBACK, "localhost")
+    client = ca.issue_cert("tumbler-client.test")
+    files = TLSFiles(
+        ca_path=directory / "ca.pem",
+        server_cert_path=directory / "server.pem",
+        server_key_path=directory / "server-key.pem",
+        client_cert_path=directory / "client.pem",
+        client_key_path=directory / "client-key.pem",
+    )
+    ca.cert_pem.write_to_path(str(files.ca_path))
+    for leaf, cert_path, key_path in (
+        (server, files.server_cert_path, files.server_key_path),
+        (client, files.client_cert_path, files.client_key_path),
+    ):
+        cert_path.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+        key_path.touch(mode=0o600)
+        leaf.private_key_pem.write_to_path(str(key_path))
+    return files
+
+
+class _PingExecutor(TCPExecutor):
+    """Counts the server as started once it answers PING, not merely once the port is open:
+    a server still loading its data files accepts connections but answers LOADING."""
+
+    def __init__(self, command: list[str], *, ping: Callable[[], bool], **kwargs: Any) -> None:
+        super().__init__(command, **kwargs)
+        self._ping = ping
+
+    def after_start_check(self) -> bool:
+        return self._ping()
+
+
+class RedisServer:
+    """One ``redis-server`` process on a free ``127.0.0.1`` port, in a directory of its own.
+
+    Nothing runs until :meth:`start`; ``with RedisServer() as server:`` starts it and, on exit,
+    :meth:`close` s it. :meth:`stop` and :meth:`kill` end the process but keep the port and the
+    directory, so :meth:`start` (or :meth:`restart`) brings the same server back - with its data
+    if ``appendonly`` is on, empty otherwise (nothing is ever saved as RDB).
+
+    ``workdir`` is where the server's files go; without one the server makes a temporary
+    directory and removes it on :meth:`close` (a given ``workdir`` is left for the caller, so
+    its log can still be read after a failure). ``users`` turns ACL on: the ``default`` user is
+    switched off, an ``admin`` user with a random password is added for :meth:`client` and the
+    readiness probe, and :attr:`url` carries the first user's credentials. ``tls`` makes the
+    server speak only TLS (``port 0``, ``tls-port``); ``tls_auth_clients`` is ``"optional"``
+    (a client may present only the CA) or ``"yes"`` (clients must present a certificate).
+    ``extra_config`` lines are appended to the config file as they are.
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        appendonly: bool = False,
+        maxmemory: str = "64mb",
+        users: Iterable[RedisUser] = (),
+        tls: TLSFiles | None = None,
+        tls_auth_clients: str = "optional",
+        cluster: bool = False,
+        extra_config: Sequence[str] = (),
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        if tls_auth_clients not in ("optional", "yes", "no"):
+            raise ValueError(f"tls_auth_clients must be optional, yes or no: {tls_auth_clients!r}")
+        self.host = LOOPBACK
+        self.port = port or 0
+        #: the cluster bus port (cluster nodes only)
+        self.cluster_port = 0
+        self.appendonly = appendonly
+        self.maxmemory = maxmemory
+        self.tls = tls
+        self.tls_auth_clients = tls_auth_clients
+        self.cluster = cluster
+        self.extra_config = list(extra_config)
+        self.startup_timeout = startup_timeout
+        self.users: dict[str, RedisUser] = {user.name: user for user in users}
+        self.admin: RedisUser | None = None
+        if self.users:
+            if ADMIN_USER in self.users or "default" in self.users:
+                raise ValueError(f"the users {ADMIN_USER!r} and 'default' are made by the server")
+            self.admin = RedisUser(ADMIN_USER, secrets.token_hex(16), "~* &* +@all")
+        self._owns_dir = workdir is None
+        if workdir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="tumbler-redis-"))
+            # a server that is never closed still leaves no directory behind at exit
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+        else:
+            self.dir = Path(workdir).resolve()
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.dir / "redis.conf"
+        self.log_path = self.dir / "redis.log"
+        #: where the process's stdout and stderr go: errors from before the log file is open
+        self.console_path = self.dir / "console.log"
+        self._executor: _PingExecutor | None = None
+        self._clients: list[Any] = []
+        #: seconds the last start took, until the server answered PING
+        self.startup_seconds = 0.0
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def scheme(self) -> str:
+        return "rediss" if self.tls else "redis"
+
+    def url_for(self, user: str | None = None, db: int = 0) -> str:
+        """A URL of this server with ``user``'s name and password, both percent-encoded
+        (``None``: no credentials); ``rediss://`` on a TLS server."""
+        userinfo = ""
+        if user is not None:
+            account = self._user(user)
+            userinfo = f"{quote(account.name, safe='')}:{quote(account.password, safe='')}@"
+        return f"{self.scheme}://{userinfo}{self.host}:{self.port}/{db}"
+
+    @property
+    def url(self) -> str:
+        """This server's URL, with the first ACL user's credentials if ACL is on."""
+        return self.url_for(next(iter(self.users), None))
+
+    def _user(self, name: str) -> RedisUser:
+        if self.admin is not None and name == self.admin.name:
+            return self.admin
+        try:
+            return self.users[name]
+        except KeyError:
+            raise KeyError(f"no ACL user {name!r} on this server ({sorted(self.users)})") from None
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA that signed the server's certificate (TLS servers only)."""
+        return self._tls_files().ca_path
+
+    @property
+    def client_cert_path(self) -> Path:
+        return self._tls_files().client_cert_path
+
+    @property
+    def client_key_path(self) -> Path:
+        return self._tls_files().client_key_path
+
+    def _tls_files(self) -> TLSFiles:
+        if self.tls is None:
+            raise RedisServerError("this server does not use TLS")
+        return self.tls
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def connection_kwargs(self, user: str | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``redis.Redis`` to reach this server as ``user`` (default: the
+        admin user on ACL servers, nobody otherwise), with the CA and client certificate on TLS
+        servers."""
+        kwargs: dict[str, Any] = {"host": self.host, "port": self.port}
+        account = self.admin if user is None else self._user(user)
+        if account is not None:
+            kwargs.update(username=account.name, password=account.password)
+        if self.tls is not None:
+            kwargs.update(
+                ssl=True,
+                ssl_ca_certs=str(self.tls.ca_path),
+                ssl_certfile=str(self.tls.client_cert_path),
+                ssl_keyfile=str(self.tls.client_key_path),
+            )
+        return kwargs
+
+    def client(self, user: str | None = None, **options: Any) -> redis.Redis:
+        """A ``redis.Redis`` for the test's own use, as the admin (or ``user``); ``options`` go to
+        ``redis.Redis``. It is closed by :meth:`close` if the caller has not closed it."""
+        client = redis.Redis(**{**self.connection_kwargs(user), **options})
+        self._clients.append(client)
+        return client
+
+    def flush(self) -> None:
+        """Delete every key (``FLUSHALL SYNC``), e.g. between tests sharing a server."""
+        with redis.Redis(**self.connection_kwargs()) as admin:
+            admin.flushall(asynchronous=False)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def _config_lines(self) -> list[str]:
+        lines = [
+            f"bind {self.host}",
+            "protected-mode yes",
+            "daemonize no",
+            f"dir {_quote(self.dir)}",
+            f"logfile {_quote(self.log_path)}",
+            "loglevel notice",
+            # never an RDB snapshot: no fork, no disk, and a restart starts empty
+            'save ""',
+            f"appendonly {'yes' if self.appendonly else 'no'}",
+            f"maxmemory {self.maxmemory}",
+            "maxmemory-policy noeviction",
+            "databases 16",
+        ]
+        if self.tls is None:
+            lines.append(f"port {self.port}")
+        else:
+            lines += [
+                "port 0",
+                f"tls-port {self.port}",
+                f"tls-cert-file {_quote(self.tls.server_cert_path)}",
+                f"tls-key-file {_quote(self.tls.server_key_path)}",
+                f"tls-ca-cert-file {_quote(self.tls.ca_path)}",
+                f"tls-auth-clients {self.tls_auth_clients}",
+            ]
+        if self.admin is not None:
+            lines.append(f"aclfile {_quote(self.dir / 'users.acl')}")
+        if self.cluster:
+            lines += [
+                "cluster-enabled yes",
+                f"cluster-port {self.cluster_port}",
+                f"cluster-config-file {_quote(self.dir / 'nodes.conf')}",
+                "cluster-node-timeout 2000",
+            ]
+        return lines + self.extra_config
+
+    def _write_config(self) -> None:
+        if self.admin is not None:
+            acl = ["user default off", self.admin.acl_line()]
+            acl += [user.acl_line() for user in self.users.values()]
+            acl_path = self.dir / "users.acl"
+            acl_path.touch(mode=0o600)
+            acl_path.write_text("\n".join(acl) + "\n")
+        self.config_path.write_text("\n".join(self._config_lines()) + "\n")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._executor is not None and self._executor.running()
+
+    @property
+    def pid(self) -> int | None:
+        if self._executor is None or self._executor.process is None:
+            return None
+        return self._executor.process.pid
+
+    def start(self) -> RedisServer:
+        """Start the process and wait until it answers PING; returns the server itself.
+
+        The first start picks free ports (trying again with others if another program binds one
+        first); later starts reuse them. Raises :class:`RedisServerError`, with the end of the
+        server's log, if the server does not come up within ``startup_timeout`` seconds.
+        """
+        if self.running:
+            return self
+        if self._executor is not None:
+            self.kill()  # it ended on its own (SHUTDOWN, a crash): reap it before the next one
+        program = redis_server_binary()
+        pick_ports = self.port == 0
+        attempts = _BIND_ATTEMPTS if pick_ports else 1
+        for attempt in range(1, attempts + 1):
+            if pick_ports:
+                self.port = free_port()
+            if self.cluster and (pick_ports or self.cluster_port == 0):
+                self.cluster_port = free_port()
+            try:
+                self._start_once(program)
+                return self
+            except _PortTaken as taken:
+                if attempt == attempts:
+                    raise RedisServerError(str(taken)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_once(self, program: str) -> None:
+        self._write_config()
+        log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        console_offset = self.console_path.stat().st_size if self.console_path.exists() else 0
+        console: IO[bytes] = self.console_path.open("ab")
+        executor = _PingExecutor(
+            [program, str(self.config_path)],
+            ping=self._answers_ping,
+            host=self.host,
+            port=self.port,
+            cwd=str(self.dir),
+            timeout=self.startup_timeout,
+            sleep=0.02,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+        )
+        began = time.monotonic()
+        try:
+            executor.start()
+        except BaseException as error:
+            executor.kill()
+            log = _tail(self.log_path, log_offset)
+            output = _tail(self.console_path, console_offset)
+            if isinstance(error, AlreadyRunning) or "Address already in use" in log + output:
+                raise _PortTaken(
+                    f"port {self.port} (or cluster bus port {self.cluster_port}) on {self.host} "
+                    f"is taken by another program"
+                ) from None
+            if not isinstance(error, (ExecutorError, redis.RedisError)):
+                raise
+            raise RedisServerError(
+                f"redis-server ({program}, {self.config_path}) did not come up on "
+                f"{self.host}:{self.port} within {self.startup_timeout:g} s: {error}\n"
+                f"--- end of {self.log_path} ---\n{log or '(empty)'}\n"
+                f"--- end of its console output ---\n{output or '(empty)'}"
+            ) from error
+        finally:
+            console.close()
+        self.startup_seconds = time.monotonic() - began
+        self._executor = executor
+
+    def _answers_ping(self) -> bool:
+        # No retries: the executor polls, and redis-py's default retries take seconds.
+        options = {
+            **self.connection_kwargs(),
+            "socket_timeout": 1.0,
+            "socket_connect_timeout": 1.0,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        try:
+            with redis.Redis(**options) as probe:
+                return bool(probe.ping())
+        except (redis.BusyLoadingError, redis.ConnectionError, redis.TimeoutError):
+            return False
+
+    def stop(self) -> None:
+        """End the process with SIGTERM, as an orderly shutdown; the directory stays."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # already gone (SHUTDOWN from a test, a crash): down is all stop() promises
+            with contextlib.suppress(ProcessFinishedWithError):
+                executor.stop()
+
+    def kill(self) -> None:
+        """End the process with SIGKILL, as in a crash: no shutdown, no AOF flush."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.kill()
+
+    def restart(self) -> RedisServer:
+        """:meth:`stop` (if running) and :meth:`start` on the same port and directory."""
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop the process, close the clients made by :meth:`client` and remove the directory
+        if the server made it. The server cannot be started again."""
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        self.stop()
+        if self._owns_dir:
+            self._remove_dir()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<RedisServer {self.scheme}://{self.host}:{self.port} {state} in {self.dir}>"
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def start_tls_redis(
+    workdir: str | Path | None = None,
+    *,
+    tls_auth_clients: str = "optional",
+    tumbler_password: str = TUMBLER_PASSWORD,
+    tumbler_rules: str = TUMBLER_RULES,
+    reader_password: str | None = None,
+    extra_users: Iterable[RedisUser] = (),
+    **options: Any,
+) -> RedisServer:
+    """Start a server that speaks only TLS, with ACL users, and return it running.
+
+    Certificates come from :func:`make_tls_files` (in ``workdir``). Users: ``default`` off;
+    ``tumbler`` (password ``tumbler_password``, which has URL-special characters) with
+    :data:`TUMBLER_RULES`; ``reader`` with :data:`READER_RULES`; an ``admin`` for
+    :meth:`RedisServer.client`. :attr:`RedisServer.url` is ``tumbler``'s ``rediss://`` URL and
+    ``url_for("reader")`` the reader's. Other ``options`` go to :class:`RedisServer`.
+    """
+    users = [
+        RedisUser("tumbler", tumbler_password, tumbler_rules),
+        RedisUser("reader", reader_password or secrets.token_hex(12), READER_RULES),
+        *extra_users,
+    ]
+    server = RedisServer(workdir, users=users, tls_auth_clients=tls_auth_clients, **options)
+    try:
+        server.tls = make_tls_files(server.dir / "tls")
+        return server.start()
+    except BaseException:
+        server.close()
+        raise
+
+
+class RedisServerCluster:
+    """A Redis Cluster of ``redis-server`` masters (no replicas) on loopback ports.
+
+    Made by :func:`start_cluster`. :attr:`nodes` are the :class:`RedisServer` s (so a test can
+    kill one); :attr:`startup_nodes` their ``(host, port)`` pairs; :attr:`host` and :attr:`port`
+    the first node's.
+    """
+
+    def __init__(self, nodes: list[RedisServer], workdir: Path, owns_dir: bool) -> None:
+        self.nodes = nodes
+        self.dir = workdir
+        self._owns_dir = owns_dir
+        self._clients: list[Any] = []
+        #: seconds from the first node's start to cluster_state:ok on every node
+        self.startup_seconds = 0.0
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [(node.host, node.port) for node in self.nodes]
+
+    @property
+    def host(self) -> str:
+        return self.nodes[0].host
+
+    @property
+    def port(self) -> int:
+        return self.nodes[0].port
+
+    @property
+    def url(self) -> str:
+        """``redis://FIRST-NODE/0?cluster=true``; how the backend spells a cluster URL is the
+        backend's business, :attr:`startup_nodes` has every node."""
+        return f"redis://{self.host}:{self.port}/0?cluster=true"
+
+    def client(self, **options: Any) -> redis.cluster.RedisCluster:
+        """A ``redis.cluster.RedisCluster`` over all nodes, closed by :meth:`close`."""
+        startup = [redis.cluster.ClusterNode(host, port) for host, port in self.startup_nodes]
+        client = redis.cluster.RedisCluster(startup_nodes=startup, **options)
+        self._clients.append(client)
+        return client
+
+    def flush(self) -> None:
+        """Delete every key on every master."""
+        for node in self.nodes:
+            node.flush()
+
+    def cluster_info(self, node: RedisServer) -> dict[str, str]:
+        """A node's CLUSTER INFO as a dict of strings."""
+        with redis.Redis(**node.connection_kwargs(), decode_responses=True) as admin:
+            text = admin.execute_command("CLUSTER INFO")
+        if isinstance(text, bytes):
+            text = text.decode()
+        if isinstance(text, dict):  # some redis-py versions parse it already
+            return {str(key): str(value) for key, value in text.items()}
+        return dict(line.split(":", 1) for line in str(text).splitlines() if ":" in line)
+
+    def _healthy(self) -> bool:
+        expected = {
+            "cluster_state": "ok",
+            "cluster_slots_assigned": str(CLUSTER_SLOTS),
+            "cluster_slots_ok": str(CLUSTER_SLOTS),
+            "cluster_known_nodes": str(len(self.nodes)),
+            "cluster_size": str(len(self.nodes)),
+        }
+        for node in self.nodes:
+            try:
+                info = self.cluster_info(node)
+            except redis.RedisError:
+                return False
+            if any(info.get(key) != value for key, value in expected.items()):
+                return False
+        return True
+
+    def wait_healthy(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Wait until every node reports ``cluster_state:ok``, all slots assigned and every node
+        known; raises :class:`RedisServerError` with each node's CLUSTER INFO on timeout."""
+        deadline = time.monotonic() + timeout
+        while not self._healthy():
+            if time.monotonic() > deadline:
+                raise RedisServerError(
+                    f"the cluster {self.startup_nodes} was not ok within {timeout:g} s:\n"
+                    + "\n".join(self._describe(node) for node in self.nodes)
+                )
+            # nothing to wait on but the nodes' gossip
+            time.sleep(0.05)
+
+    def _describe(self, node: RedisServer) -> str:
+        try:
+            info = self.cluster_info(node)
+            keys = ("cluster_state", "cluster_slots_assigned", "cluster_known_nodes")
+            state = ", ".join(f"{key}={info.get(key)}" for key in keys)
+        except redis.RedisError as error:
+            state = f"no answer ({error})"
+        return f"{node.host}:{node.port}: {state}\n{_tail(node.log_path, lines=8)}"
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM); their directories stay."""
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        """Stop every node, close the clients made by :meth:`client` and remove the
+        directory if :func:`start_cluster` made it."""
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        for node in self.nodes:
+            node.close()
+        if self._owns_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServerCluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisServerCluster {self.startup_nodes} in {self.dir}>"
+
+
+def flush_redis(target: RedisServer | RedisServerCluster) -> None:
+    """Delete every key of a shared server (or of every master of a cluster), as its admin;
+    tests sharing a session server call it first."""
+    target.flush()
+
+
+def start_cluster(
+    workdir: str | Path | None = None,
+    masters: int = 3,
+    *,
+    timeout: float = STARTUP_TIMEOUT,
+    **options: Any,
+) -> RedisServerCluster:
+    """Start ``masters`` cluster-enabled servers, join them with ``redis-cli --cluster create``
+    (no replicas) and wait until the cluster is ok on every node; returns it running.
+
+    Each node lives in ``workdir/node-N`` (a temporary directory, removed on close, if no
+    ``workdir``). Other ``options`` go to every :class:`RedisServer`.
+    """
+    if masters < 3:
+        raise ValueError(f"a Redis Cluster needs at least 3 masters, not {masters}")
+    cli = redis_cli_binary()
+    owns_dir = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="tumbler-redis-cluster-") if workdir is None else workdir)
+    nodes = [
+        RedisServer(base / f"node-{index}", cluster=True, **options)
+        for index in range(1, masters + 1)
+    ]
+    cluster = RedisServerCluster(nodes, base, owns_dir)
+    began = time.monotonic()
+    try:
+        for node in nodes:
+            node.start()
+        command = [cli, "--cluster", "create"]
+        command += [f"{node.host}:{node.port}" for node in nodes]
+        command += ["--cluster-replicas", "0", "--cluster-yes"]
+        try:
+            created = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as error:
+            raise RedisServerError(f"{' '.join(command)} took more than {timeout:g} s") from error
+        if created.returncode != 0:
+            raise RedisServerError(
+                f"{' '.join(command)} exited with {created.returncode}:\n"
+                f"{created.stdout}{created.stderr}"
+            )
+        cluster.wait_healthy(max(1.0, timeout - (time.monotonic() - began)))
+    except BaseException:
+        cluster.close()
+        raise
+    cluster.startup_seconds = time.monotonic() - began
+    return cluster
