@@ -47,9 +47,13 @@ class AsyncRenewer:
         """Call ``item._due()`` at ``due`` on the clock (and then whenever it asks)."""
         with self._lock:
             heapq.heappush(self._heap, (due, next(self._order), weakref.ref(item)))
+            # The worker sleeps until the earliest due time: wake it only if that moved
+            # earlier (a thread switch per acquisition would cost more than the grant).
+            earliest = self._heap[0][0] == due
             if self._worker is None and not self._closed:
                 self._worker = aspawn(self._run, "tumbler-renewal")
-        self._wakeup.set_threadsafe()
+        if earliest:
+            self._wakeup.set_threadsafe()
 
     async def _run(self) -> None:
         while True:

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -95,56 +96,71 @@ class AsyncScript:
 
 
 class AsyncWakeups:
-    """One pub/sub connection per client: channels stay subscribed while someone waits.
+    """One pub/sub connection per client, subscribed to the channels of awaited locks.
 
-    A release publishes on the lock's channel; this connection's reader turns the message
-    into ``hub.notify(name)``, which wakes the local waiters of that name.
+    A release publishes on the lock's channel the owners it lets through; this connection's
+    reader turns the message into ``hub.notify(name, owners)``, which wakes just those local
+    waiters. A channel stays subscribed for a while after its last waiter left (the most
+    recent ``LINGER`` such channels), so that waiting on a busy lock again costs no round trip.
     """
+
+    LINGER = 256
 
     def __init__(self, backend: AsyncRedisBackend) -> None:
         self._backend = backend
         self._pubsub: PubSub | None = None
         self._reader: AsyncWorker | None = None
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-        self._confirmed: dict[str, AsyncEvent] = {}
+        self._counts: dict[str, int] = {}  # channel -> waiters using it now
+        self._idle: OrderedDict[str, None] = OrderedDict()  # subscribed, nobody waiting
+        self._confirmed: dict[str, AsyncEvent] = {}  # subscribed or being subscribed
         self._closed = False
 
     async def subscribe(self, name: str) -> None:
+        """Return once the server confirmed the subscription to ``name``'s channel."""
         channel = self._backend.keys.channel(name)
         with self._lock:
-            count = self._counts.get(channel, 0)
-            self._counts[channel] = count + 1
+            self._counts[channel] = self._counts.get(channel, 0) + 1
+            self._idle.pop(channel, None)
             confirmed = self._confirmed.get(channel)
-            if count == 0:
+            new = confirmed is None
+            if confirmed is None:
                 confirmed = self._confirmed[channel] = AsyncEvent()
-        assert confirmed is not None
-        if count == 0:
-            pubsub = self._pubsub_connection()
-            with translate_errors(self._backend.url, name):
-                await pubsub.subscribe(channel)
-            with self._lock:
-                if self._reader is None and not self._closed:
-                    self._reader = aspawn(self._read, "tumbler-redis-wakeups")
-        # a release between this point and the caller's next try must not be missed
-        if not await confirmed.wait(self._backend.config.client_options["socket_timeout"]):
-            raise BackendUnavailable(
-                "Redis did not confirm a subscription in time",
-                lock_name=name,
-                backend=self._backend.url,
-            )
+        try:
+            if new:
+                pubsub = self._pubsub_connection()
+                with translate_errors(self._backend.url, name):
+                    await pubsub.subscribe(channel)
+                with self._lock:
+                    if self._reader is None and not self._closed:
+                        self._reader = aspawn(self._read, "tumbler-redis-wakeups")
+            # a release after this point is seen; the caller tries again after it
+            if not await confirmed.wait(self._backend.config.client_options["socket_timeout"]):
+                raise BackendUnavailable(
+                    "Redis did not confirm a subscription in time",
+                    lock_name=name,
+                    backend=self._backend.url,
+                )
+        except BaseException:
+            await self.unsubscribe(name)
+            raise
 
     async def unsubscribe(self, name: str) -> None:
+        """The caller no longer waits on ``name``; its channel lingers, or makes room."""
         channel = self._backend.keys.channel(name)
+        evicted: list[str] = []
         with self._lock:
             self._counts[channel] -= 1
-            last = self._counts[channel] == 0
-            if last:
+            if self._counts[channel] == 0:
                 del self._counts[channel]
-                self._confirmed.pop(channel, None)
-        if last and self._pubsub is not None and not self._closed:
+                self._idle[channel] = None
+                while len(self._idle) > self.LINGER:
+                    oldest, _ = self._idle.popitem(last=False)
+                    self._confirmed.pop(oldest, None)
+                    evicted.append(oldest)
+        if evicted and self._pubsub is not None and not self._closed:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await self._pubsub.unsubscribe(channel)
+                await self._pubsub.unsubscribe(*evicted)
 
     def _pubsub_connection(self) -> PubSub:
         if self._pubsub is None:
