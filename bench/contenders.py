@@ -152,8 +152,9 @@ class TumblerSync(SyncContender):
     name: ClassVar[str] = "tumbler-sync"
     offers_fair: ClassVar[bool] = True
     mechanism: ClassVar[str] = (
-        "tumbler.connect(url).lock(name, ttl, timeout); the backend's grant rule, waiters "
-        "woken by the backend or polling with jittered backoff (SQLite: 2-50 ms)"
+        "tumbler.connect(url).lock(name, ttl, timeout); the backend's grant rule; waiters "
+        "poll with jittered backoff on SQLite (2-50 ms) and are woken by pub/sub on Redis "
+        "(only those a release lets through)"
     )
 
     def open(self, lock_name: str) -> SyncSession:
