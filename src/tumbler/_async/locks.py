@@ -108,12 +108,7 @@ class AsyncHold:
     @property
     def held(self) -> bool:
         """True while this hold is valid: not released, not lost, lease not run out."""
-        return (
-            self._state == _HELD
-            and self._lost_reason is None
-            and os.getpid() == self._locks._pid
-            and self._locks._clock.now() < self._deadline
-        )
+        return self._state == _HELD and not self.lost
 
     @property
     def lost(self) -> bool:
