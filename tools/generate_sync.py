@@ -58,6 +58,7 @@ RENAMES = {
     # seams (tumbler/_acompat.py)
     "AsyncEvent": "Event",
     "AsyncWorker": "Worker",
+    "AsyncMutex": "Mutex",
     "aspawn": "spawn",
     "ajoin": "join",
     "ashield": "shield",

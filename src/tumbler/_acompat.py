@@ -85,6 +85,11 @@ class AsyncEvent:
         return self._event.is_set()
 
 
+#: a mutual-exclusion lock for code that awaits while holding it (threads: threading.Lock)
+Mutex = threading.Lock
+AsyncMutex = asyncio.Lock
+
+
 def spawn(target: Callable[[], None], name: str) -> Worker:
     """Run ``target`` in the background: a daemon thread, so it never keeps a process alive."""
     thread = threading.Thread(target=target, name=name, daemon=True)

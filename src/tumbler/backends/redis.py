@@ -12,7 +12,11 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, d
 ``connect_timeout`` (seconds, default 5: no call waits longer for the server),
 ``wait_replicas`` and ``wait_timeout`` (see replication below), and for ``rediss://``:
 ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
-Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``).
+Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``). With ACLs, the user needs the
+keys and channels under the prefix and these commands (those inside the scripts are checked
+too): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan
++time +hgetall +hget +hset +hdel +hlen +get +set +del +pexpireat +pexpiretime +publish
++wait`` (and what the client's handshake sends: ``+hello +ping +client|setname``).
 
 What it guarantees
     Each grant, renewal and release is one Lua script, run atomically by the server: a grant
@@ -162,7 +166,9 @@ def parse_config(url: BackendURL) -> RedisConfig:
         path = url.path.strip("/")
         if path:
             if db_text is not None:
-                raise InvalidURL("give the database in the path or as db=, not both")
+                raise InvalidURL(
+                    "give the database in the path or as db=, not both", backend=url.redacted
+                )
             db_text = path
     try:
         db = int(db_text) if db_text is not None else 0
@@ -181,7 +187,13 @@ def parse_config(url: BackendURL) -> RedisConfig:
             ssl_keyfile=url.query.get("ssl_keyfile"),
             ssl_check_hostname=url.option("ssl_check_hostname", _flag, True),
         )
+    wait_timeout = url.option("wait_timeout", _seconds, 1.0)
     wait_replicas = url.option("wait_replicas", int, 0)
+    if wait_replicas and wait_timeout >= options["socket_timeout"]:
+        raise InvalidURL(
+            "wait_timeout must be shorter than socket_timeout (the WAIT would time out first)",
+            backend=url.redacted,
+        )
     if not 0 <= wait_replicas <= 100:
         raise InvalidURL("wait_replicas must be between 0 and 100", backend=url.redacted)
     if wait_replicas and cluster:
@@ -194,7 +206,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
         unix_path=unix_path,
         db=db,
         wait_replicas=wait_replicas,
-        wait_timeout=url.option("wait_timeout", _seconds, 1.0),
+        wait_timeout=wait_timeout,
         client_options=options,
     )
 

@@ -22,7 +22,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..._acompat import AsyncEvent, AsyncWorker, ajoin, asleep_real, aspawn
+from ..._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ..._async.watch import AsyncHubWatch
 from ..._clock import SYSTEM_CLOCK, Clock
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied, PermitsMismatch
@@ -110,10 +110,14 @@ class AsyncWakeups:
         self._backend = backend
         self._pubsub: PubSub | None = None
         self._reader: AsyncWorker | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the bookkeeping below; never held across I/O
+        # SUBSCRIBE and UNSUBSCRIBE go out one at a time: redis-py makes a PubSub's connection
+        # lazily, and two first calls at once could each make one, and one would go unread
+        self._sending = AsyncMutex()
         self._counts: dict[str, int] = {}  # channel -> waiters using it now
         self._idle: OrderedDict[str, None] = OrderedDict()  # subscribed, nobody waiting
         self._confirmed: dict[str, AsyncEvent] = {}  # subscribed or being subscribed
+        self._refused: dict[str, str] = {}  # channel -> why the server refused it
         self._closed = False
 
     async def subscribe(self, name: str) -> None:
@@ -128,21 +132,31 @@ class AsyncWakeups:
                 confirmed = self._confirmed[channel] = AsyncEvent()
         try:
             if new:
-                pubsub = self._pubsub_connection()
-                with translate_errors(self._backend.url, name):
-                    await pubsub.subscribe(channel)
-                with self._lock:
-                    if self._reader is None and not self._closed:
-                        self._reader = aspawn(self._read, "tumbler-redis-wakeups")
+                async with self._sending:
+                    pubsub = self._pubsub_connection()
+                    with translate_errors(self._backend.url, name):
+                        await pubsub.subscribe(channel)
+                    with self._lock:
+                        if self._reader is None and not self._closed:
+                            self._reader = aspawn(self._read, "tumbler-redis-wakeups")
             # a release after this point is seen; the caller tries again after it
-            if not await confirmed.wait(self._backend.config.client_options["socket_timeout"]):
+            timeout = self._backend.config.client_options["socket_timeout"]
+            if not await confirmed.wait(timeout):
                 raise BackendUnavailable(
                     "Redis did not confirm a subscription in time",
                     lock_name=name,
                     backend=self._backend.url,
                 )
+            with self._lock:
+                refused = self._refused.pop(channel, None)
+            if refused is not None:
+                raise PermissionDenied(
+                    f"Redis refused to subscribe to the lock's wake-up channel: {refused}",
+                    lock_name=name,
+                    backend=self._backend.url,
+                )
         except BaseException:
-            await self.unsubscribe(name)
+            await self._abandon(channel)
             raise
 
     async def unsubscribe(self, name: str) -> None:
@@ -158,9 +172,34 @@ class AsyncWakeups:
                     oldest, _ = self._idle.popitem(last=False)
                     self._confirmed.pop(oldest, None)
                     evicted.append(oldest)
-        if evicted and self._pubsub is not None and not self._closed:
+        await self._send_unsubscribe(evicted)
+
+    async def _abandon(self, channel: str) -> None:
+        """A subscription failed: forget it entirely, so that the next wait subscribes anew."""
+        with self._lock:
+            self._counts[channel] -= 1
+            if self._counts[channel]:
+                return  # another waiter of this client still wants it
+            del self._counts[channel]
+            self._confirmed.pop(channel, None)
+            self._refused.pop(channel, None)
+        await self._send_unsubscribe([channel])
+
+    async def _send_unsubscribe(self, channels: list[str]) -> None:
+        if not channels or self._pubsub is None or self._closed:
+            return
+        async with self._sending:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await self._pubsub.unsubscribe(*evicted)
+                await self._pubsub.unsubscribe(*channels)
+
+    def _refuse_pending(self, reason: str) -> None:
+        """The server refused a subscription; the reply does not say which: fail every one
+        not yet confirmed (their waiters raise PermissionDenied)."""
+        with self._lock:
+            for channel, confirmed in self._confirmed.items():
+                if not confirmed.is_set():
+                    self._refused[channel] = reason
+                    confirmed.set_threadsafe()
 
     def _pubsub_connection(self) -> PubSub:
         if self._pubsub is None:
@@ -175,6 +214,12 @@ class AsyncWakeups:
         while not self._closed:
             try:
                 message = await pubsub.get_message(timeout=1.0)
+            except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
+                if "NOPERM" in str(error) or "permission" in str(error).lower():
+                    self._refuse_pending(str(error))
+                else:
+                    _log.warning("Redis wake-up connection: %s", error)
+                continue
             except Exception as error:  # the reader must outlive any failure but close()
                 if self._closed:
                     return  # close() pulled the connection from under the read

@@ -24,7 +24,7 @@ from redis.client import PubSub
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
-from ..._acompat import Event, Worker, join, sleep_real, spawn
+from ..._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ..._clock import SYSTEM_CLOCK, Clock
 from ..._sync.watch import HubWatch
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied, PermitsMismatch
@@ -112,10 +112,14 @@ class Wakeups:
         self._backend = backend
         self._pubsub: PubSub | None = None
         self._reader: Worker | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the bookkeeping below; never held across I/O
+        # SUBSCRIBE and UNSUBSCRIBE go out one at a time: redis-py makes a PubSub's connection
+        # lazily, and two first calls at once could each make one, and one would go unread
+        self._sending = Mutex()
         self._counts: dict[str, int] = {}  # channel -> waiters using it now
         self._idle: OrderedDict[str, None] = OrderedDict()  # subscribed, nobody waiting
         self._confirmed: dict[str, Event] = {}  # subscribed or being subscribed
+        self._refused: dict[str, str] = {}  # channel -> why the server refused it
         self._closed = False
 
     def subscribe(self, name: str) -> None:
@@ -130,21 +134,31 @@ class Wakeups:
                 confirmed = self._confirmed[channel] = Event()
         try:
             if new:
-                pubsub = self._pubsub_connection()
-                with translate_errors(self._backend.url, name):
-                    pubsub.subscribe(channel)
-                with self._lock:
-                    if self._reader is None and not self._closed:
-                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+                with self._sending:
+                    pubsub = self._pubsub_connection()
+                    with translate_errors(self._backend.url, name):
+                        pubsub.subscribe(channel)
+                    with self._lock:
+                        if self._reader is None and not self._closed:
+                            self._reader = spawn(self._read, "tumbler-redis-wakeups")
             # a release after this point is seen; the caller tries again after it
-            if not confirmed.wait(self._backend.config.client_options["socket_timeout"]):
+            timeout = self._backend.config.client_options["socket_timeout"]
+            if not confirmed.wait(timeout):
                 raise BackendUnavailable(
                     "Redis did not confirm a subscription in time",
                     lock_name=name,
                     backend=self._backend.url,
                 )
+            with self._lock:
+                refused = self._refused.pop(channel, None)
+            if refused is not None:
+                raise PermissionDenied(
+                    f"Redis refused to subscribe to the lock's wake-up channel: {refused}",
+                    lock_name=name,
+                    backend=self._backend.url,
+                )
         except BaseException:
-            self.unsubscribe(name)
+            self._abandon(channel)
             raise
 
     def unsubscribe(self, name: str) -> None:
@@ -160,9 +174,34 @@ class Wakeups:
                     oldest, _ = self._idle.popitem(last=False)
                     self._confirmed.pop(oldest, None)
                     evicted.append(oldest)
-        if evicted and self._pubsub is not None and not self._closed:
+        self._send_unsubscribe(evicted)
+
+    def _abandon(self, channel: str) -> None:
+        """A subscription failed: forget it entirely, so that the next wait subscribes anew."""
+        with self._lock:
+            self._counts[channel] -= 1
+            if self._counts[channel]:
+                return  # another waiter of this client still wants it
+            del self._counts[channel]
+            self._confirmed.pop(channel, None)
+            self._refused.pop(channel, None)
+        self._send_unsubscribe([channel])
+
+    def _send_unsubscribe(self, channels: list[str]) -> None:
+        if not channels or self._pubsub is None or self._closed:
+            return
+        with self._sending:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                self._pubsub.unsubscribe(*evicted)
+                self._pubsub.unsubscribe(*channels)
+
+    def _refuse_pending(self, reason: str) -> None:
+        """The server refused a subscription; the reply does not say which: fail every one
+        not yet confirmed (their waiters raise PermissionDenied)."""
+        with self._lock:
+            for channel, confirmed in self._confirmed.items():
+                if not confirmed.is_set():
+                    self._refused[channel] = reason
+                    confirmed.set_threadsafe()
 
     def _pubsub_connection(self) -> PubSub:
         if self._pubsub is None:
@@ -177,6 +216,12 @@ class Wakeups:
         while not self._closed:
             try:
                 message = pubsub.get_message(timeout=1.0)
+            except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
+                if "NOPERM" in str(error) or "permission" in str(error).lower():
+                    self._refuse_pending(str(error))
+                else:
+                    _log.warning("Redis wake-up connection: %s", error)
+                continue
             except Exception as error:  # the reader must outlive any failure but close()
                 if self._closed:
                     return  # close() pulled the connection from under the read
