@@ -35,8 +35,8 @@ from tests.servers.redis import (
     RedisServer,
     RedisServerCluster,
     RedisUser,
-    TLSFiles,
     free_port,
+    make_tls_files,
 )
 from tumbler import (
     BackendUnavailable,
@@ -391,18 +391,7 @@ class ElsewhereServer(RedisServer):
 
 
 def test_ssl_check_hostname_decides_on_a_certificate_for_another_name(tmp_path: Path) -> None:
-    ca = trustme.CA()
-    elsewhere = ca.issue_cert("tumbler-elsewhere.test")
-    tls = TLSFiles(
-        ca_path=tmp_path / "ca.pem",
-        server_cert_path=tmp_path / "server.pem",
-        server_key_path=tmp_path / "server-key.pem",
-        client_cert_path=tmp_path / "server.pem",
-        client_key_path=tmp_path / "server-key.pem",
-    )
-    ca.cert_pem.write_to_path(str(tls.ca_path))
-    elsewhere.cert_chain_pems[0].write_to_path(str(tls.server_cert_path))
-    elsewhere.private_key_pem.write_to_path(str(tls.server_key_path))
+    tls = make_tls_files(tmp_path / "tls", server_names=("tumbler-elsewhere.test",))
     with ElsewhereServer(tmp_path / "redis", tls=tls) as server:
         url = with_options(server.url, prefix=new_prefix(), ssl_ca_certs=tls.ca_path)
         # the certificate is the right CA's, but names another host

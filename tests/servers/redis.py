@@ -193,19 +193,21 @@ class TLSFiles:
     client_key_path: Path
 
 
-def make_tls_files(directory: str | Path) -> TLSFiles:
+def make_tls_files(
+    directory: str | Path, server_names: tuple[str, ...] = (LOOPBACK, "localhost")
+) -> TLSFiles:
     """Make a throw-away CA and certificates with trustme, as PEM files in ``directory``.
 
-    The server certificate names ``127.0.0.1`` (an IP SAN) and ``localhost``, so clients can
-    check the hostname when they connect to the loopback address. The client certificate is
-    for servers started with ``tls-auth-clients yes``.
+    The server certificate names ``server_names``: by default ``127.0.0.1`` (an IP SAN) and
+    ``localhost``, so clients can check the hostname when they connect to the loopback
+    address. The client certificate is for servers started with ``tls-auth-clients yes``.
     """
     import trustme  # only TLS servers need it
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     ca = trustme.CA(organization_name="tumbler tests")
-    server = ca.issue_cert(LOOPBACK, "localhost")
+    server = ca.issue_cert(*server_names)
     client = ca.issue_cert("tumbler-client.test")
     files = TLSFiles(
         ca_path=directory / "ca.pem",
