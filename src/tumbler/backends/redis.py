@@ -46,18 +46,64 @@ How a hold can be lost here
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import redis  # noqa: F401  (the driver: without it, load_backend() reports MissingDependency)
+import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
 from .._url import BackendURL
-from ..errors import InvalidURL
+from ..errors import BackendUnavailable, InvalidURL, PermissionDenied, PermitsMismatch
+from .contract import Capabilities
 
 if TYPE_CHECKING:
     from ._async.redis import AsyncRedisBackend
     from ._sync.redis import RedisBackend
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=False,
+    server_clock=True,
+    waiter_ttl=5.0,
+    recheck_interval=1.0,
+)
+
+MINIMUM_SERVER = (7, 0)
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+    """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
+    try:
+        yield
+    except redis_errors.NoPermissionError as error:
+        raise PermissionDenied(
+            f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.AuthenticationError as error:
+        raise PermissionDenied(
+            f"Redis refused the credentials: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.ResponseError as error:
+        text = str(error)
+        if "PERMITS_MISMATCH" in text:
+            limit = int(text.rsplit(" ", 1)[-1])
+            kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
+            raise PermitsMismatch(
+                f"the lock is in use as {kind}", lock_name=name, backend=url
+            ) from error
+        if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
+            raise PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url) from error
+        raise BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url) from error
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as error:
+        raise BackendUnavailable(
+            f"cannot reach Redis: {error}", lock_name=name, backend=url
+        ) from error
+    except redis_errors.RedisError as error:
+        raise BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url) from error
+
 
 _OPTIONS = (
     "prefix",

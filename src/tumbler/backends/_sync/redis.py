@@ -27,56 +27,14 @@ from redis.retry import Retry
 from ..._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ..._clock import SYSTEM_CLOCK, Clock
 from ..._sync.watch import HubWatch
-from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied, PermitsMismatch
+from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
-from ..contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, WakeHub
-from ..redis import RedisConfig
+from ..contract import Grant, GrantRequest, HolderInfo, LockState, WakeHub
+from ..redis import CAPABILITIES, MINIMUM_SERVER, RedisConfig, translate_errors
 
 _log = logging.getLogger("tumbler.redis")
 
 T = TypeVar("T")
-
-CAPABILITIES = Capabilities(
-    push_wakeups=True,
-    durable_fencing=False,
-    server_clock=True,
-    waiter_ttl=5.0,
-    recheck_interval=1.0,
-)
-
-MINIMUM_SERVER = (7, 0)
-
-
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Any:
-    """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except redis_errors.NoPermissionError as error:
-        raise PermissionDenied(
-            f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.AuthenticationError as error:
-        raise PermissionDenied(
-            f"Redis refused the credentials: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.ResponseError as error:
-        text = str(error)
-        if "PERMITS_MISMATCH" in text:
-            limit = int(text.rsplit(" ", 1)[-1])
-            kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
-            raise PermitsMismatch(
-                f"the lock is in use as {kind}", lock_name=name, backend=url
-            ) from error
-        if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
-            raise PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url) from error
-        raise BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url) from error
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as error:
-        raise BackendUnavailable(
-            f"cannot reach Redis: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.RedisError as error:
-        raise BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url) from error
 
 
 class Script:
