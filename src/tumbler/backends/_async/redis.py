@@ -301,7 +301,8 @@ class AsyncRedisBackend:
                 if self.config.cluster and "maxmemory-policy" not in policy:
                     policy = next(iter(policy.values()))
                 value = policy.get("maxmemory-policy", "noeviction")
-                if value not in ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random"):
+                # lock keys carry TTLs, so the volatile-* policies evict them too (first, even)
+                if value != "noeviction":
                     _log.warning(
                         "Redis maxmemory-policy is %s: it may evict lock keys (use noeviction)",
                         value,
