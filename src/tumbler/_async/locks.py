@@ -765,48 +765,53 @@ class AsyncLocks:
     async def _acquire(
         self, request: GrantRequest, timeout: float | None, renew: bool
     ) -> AsyncHold | None:
-        """Try; if refused, subscribe to changes, then try again after each, until granted or
-        the timeout runs out.
+        """Try; if refused, wait for a change and try again, until granted or the timeout runs
+        out.
 
-        The first try needs no subscription (most acquisitions find the lock free); every try
-        after it comes after the subscription, so a release is never missed. Every exit other
-        than a grant withdraws the request (the waiter entry, or a grant whose reply an error
-        or a cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
+        The watch is made before the first try (without I/O), so no change after that try goes
+        unnoticed, and entered (subscribed, which may take a round trip) only if the first try
+        failed: most acquisitions find the lock free. If entering may have missed a change,
+        the watch says so and the lock is tried again before waiting. Every exit other than a
+        grant withdraws the request (the waiter entry, or a grant whose reply an error or a
+        cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
         """
         self._check_usable(request.name)
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
-        # A fair request queues from its first try (arrival order); a single try never does.
-        first = replace(request, queue=request.fair and timeout != 0)
-        queued = first.queue
+        # A single try leaves no waiter entry; every other try does: a release finds the
+        # waiters to wake by their entries, and fair requests keep their place by them.
+        queue = timeout != 0
+        watch = backend.watch(request.name, request.owner)
         try:
-            hold = await self._try(first, renew)
-            if hold is not None:
+            hold = await self._try(replace(request, queue=queue), renew)
+            if hold is not None or not queue:
                 return hold
-            if deadline is None or clock.now() < deadline:
-                backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
-                async with backend.watch(request.name, request.owner) as watch:
-                    while True:
-                        queued = True
+            backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
+            async with watch:
+                retry = watch.retry_needed
+                while True:
+                    if retry:
                         hold = await self._try(request, renew)
                         if hold is not None:
                             return hold
-                        now = clock.now()
-                        if deadline is not None and now >= deadline:
-                            break
-                        pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
-                        pause = min(pause, caps.waiter_ttl / 3)
-                        if deadline is not None:
-                            pause = min(pause, deadline - now)
-                        await watch.wait(pause)
-                        acheck_cancelled()
+                    retry = True
+                    now = clock.now()
+                    if deadline is not None and now >= deadline:
+                        break
+                    pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
+                    pause = min(pause, caps.waiter_ttl / 3)
+                    if deadline is not None:
+                        pause = min(pause, deadline - now)
+                    await watch.wait(pause)
+                    acheck_cancelled()
         except BaseException:
             await ashield(self._withdraw(request))
             raise
-        if queued:
-            await ashield(self._withdraw(request))
+        finally:
+            watch.close()
+        await ashield(self._withdraw(request))
         return None
 
     async def _try(self, request: GrantRequest, renew: bool) -> AsyncHold | None:

@@ -16,6 +16,9 @@ from ..backends.contract import WakeHub
 class AsyncHubWatch:
     """Subscribed from construction: a backend's own wake-ups reach it through the hub."""
 
+    #: nothing between construction and entry is missed: no need to try again before waiting
+    retry_needed = False
+
     def __init__(
         self, clock: Clock, name: str, hub: WakeHub | None = None, tag: str | None = None
     ) -> None:
@@ -33,6 +36,7 @@ class AsyncHubWatch:
         self._event.clear()
 
     def close(self) -> None:
+        """Stop listening (again is harmless)."""
         self._clock.remove_listener(self._event.set_threadsafe)
         if self._hub is not None:
             self._hub.unsubscribe(self._name, self._event.set_threadsafe)

@@ -18,6 +18,9 @@ from ..backends.contract import WakeHub
 class HubWatch:
     """Subscribed from construction: a backend's own wake-ups reach it through the hub."""
 
+    #: nothing between construction and entry is missed: no need to try again before waiting
+    retry_needed = False
+
     def __init__(
         self, clock: Clock, name: str, hub: WakeHub | None = None, tag: str | None = None
     ) -> None:
@@ -35,6 +38,7 @@ class HubWatch:
         self._event.clear()
 
     def close(self) -> None:
+        """Stop listening (again is harmless)."""
         self._clock.remove_listener(self._event.set_threadsafe)
         if self._hub is not None:
             self._hub.unsubscribe(self._name, self._event.set_threadsafe)

@@ -50,10 +50,14 @@ Release (``release``)
     not an error (it is how a cancelled or timed-out waiter withdraws).
 
 Waking waiters (``watch``)
-    ``with backend.watch(name, owner) as watch`` (``async with`` in asyncio) is subscribed to
-    the name's changes once entered: the lock logic tries again after entering, so a release
-    between a failed try and the subscription is never missed. ``watch.wait(timeout)`` returns
-    when the lock may have changed or ``timeout`` seconds passed on the backend's clock. A
+    The lock logic makes ``watch = backend.watch(name, owner)`` before its first try:
+    construction does no I/O but must catch every wake-up the backend delivers from then on.
+    Only if that try fails does it enter ``with watch`` (``async with`` in asyncio), which may
+    subscribe on the server; ``watch.retry_needed``, read after entering, says whether a change
+    between construction and entry could have been missed (the subscription is new), and then
+    the lock is tried again before waiting. ``watch.wait(timeout)`` returns when the lock may
+    have changed or ``timeout`` seconds passed on the backend's clock; ``watch.close()`` (also
+    when never entered) ends it, and may be called again. A
     backend with push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server;
     the others return after the timeout and the lock logic polls with jittered backoff. A
     wake-up is a hint, never a grant: the caller always tries again. A backend may wake only
@@ -206,7 +210,11 @@ class WakeHub:
 class Watch(Protocol):
     """A subscription to changes of one lock name (blocking flavour)."""
 
+    retry_needed: bool
+
     def wait(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
 
     def __enter__(self) -> Watch: ...
 
@@ -221,7 +229,11 @@ class Watch(Protocol):
 class AsyncWatch(Protocol):
     """A subscription to changes of one lock name (asyncio flavour)."""
 
+    retry_needed: bool
+
     async def wait(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
 
     async def __aenter__(self) -> AsyncWatch: ...
 

@@ -117,8 +117,20 @@ class AsyncWakeups:
             await self._abandon(channel)
             raise
 
-    async def unsubscribe(self, name: str) -> None:
-        """The caller no longer waits on ``name``; its channel lingers, or makes room."""
+    def use_if_subscribed(self, name: str) -> bool:
+        """Count a use of ``name``'s channel if it is subscribed (confirmed) already."""
+        channel = self._backend.keys.channel(name)
+        with self._lock:
+            confirmed = self._confirmed.get(channel)
+            if confirmed is None or not confirmed.is_set() or channel in self._refused:
+                return False
+            self._counts[channel] = self._counts.get(channel, 0) + 1
+            self._idle.pop(channel, None)
+            return True
+
+    def stop_using(self, name: str, make_room: bool = False) -> list[str]:
+        """Drop a use of ``name``'s channel (it lingers). With ``make_room``, forget the
+        channels beyond ``LINGER`` and return them, for the caller to unsubscribe."""
         channel = self._backend.keys.channel(name)
         evicted: list[str] = []
         with self._lock:
@@ -126,11 +138,15 @@ class AsyncWakeups:
             if self._counts[channel] == 0:
                 del self._counts[channel]
                 self._idle[channel] = None
-                while len(self._idle) > self.LINGER:
-                    oldest, _ = self._idle.popitem(last=False)
-                    self._confirmed.pop(oldest, None)
-                    evicted.append(oldest)
-        await self._send_unsubscribe(evicted)
+            while make_room and len(self._idle) > self.LINGER:
+                oldest, _ = self._idle.popitem(last=False)
+                self._confirmed.pop(oldest, None)
+                evicted.append(oldest)
+        return evicted
+
+    async def unsubscribe(self, name: str) -> None:
+        """The caller no longer waits on ``name``; its channel lingers, or makes room."""
+        await self._send_unsubscribe(self.stop_using(name, make_room=True))
 
     async def _abandon(self, channel: str) -> None:
         """A subscription failed: forget it entirely, so that the next wait subscribes anew."""
@@ -215,7 +231,13 @@ class AsyncWakeups:
 
 
 class AsyncRedisWatch:
-    """Subscribed to the lock's channel once entered (the subscription confirmed)."""
+    """A waiter's view of the lock's wake-up channel.
+
+    Made before the first try: it registers for local wake-ups at once and, if this client is
+    already subscribed to the channel (a busy lock: its channel lingers), keeps that
+    subscription in use, so nothing after the first try can be missed and entering costs no
+    round trip. Otherwise entering subscribes (confirmed by the server) and asks for a retry.
+    """
 
     def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
         self._backend = backend
@@ -223,13 +245,18 @@ class AsyncRedisWatch:
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
         self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
+        self._using = backend.wakeups.use_if_subscribed(name)
+        self.retry_needed = not self._using
+        self._closed = False
 
     async def __aenter__(self) -> AsyncRedisWatch:
-        try:
-            await self._backend.wakeups.subscribe(self._name)
-        except BaseException:
-            self._watch.close()
-            raise
+        if not self._using:
+            try:
+                await self._backend.wakeups.subscribe(self._name)
+            except BaseException:
+                self.close()
+                raise
+            self._using = True
         return self
 
     async def __aexit__(
@@ -238,8 +265,21 @@ class AsyncRedisWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self._watch.close()
-        await self._backend.wakeups.unsubscribe(self._name)
+        if self._using:
+            await self._backend.wakeups.unsubscribe(self._name)
+
+    def close(self) -> None:
+        """End the watch without I/O (the channel lingers; a later unsubscribe makes room)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._watch.close()
+        if self._using:
+            self._backend.wakeups.stop_using(self._name)  # no room made: that needs I/O
 
     async def wait(self, timeout: float) -> None:
         await self._watch.wait(timeout)
