@@ -4,17 +4,19 @@ Every key of one lock carries the lock name as its hash tag (``tumbler:{orders:4
 lock lives in one hash slot and each script runs on one node, also in Redis Cluster. Keys:
 
 ``<prefix>:{<name>}:e``
-    a hash: owner hash -> entry ``seq|shared|limit|fair|token|expires_ms|holder`` (token empty
-    for a waiter). The hash expires with its longest-lived entry, so the entries of holders
-    that all crashed vanish by themselves.
+    a hash: owner hash -> entry ``seq|shared|limit|fair|token|expires_ms|client|holder`` (token
+    empty for a waiter). The hash expires with its longest-lived entry, so the entries of
+    holders that all crashed vanish by themselves.
 ``<prefix>:{<name>}:n``
     the name's sequence: fencing tokens and arrival numbers come from it. Each value is
     ``max(previous + 1, server time in microseconds)``, and the key expires a day after the
     name's last grant: a name used once leaves nothing behind for long, and a token given after
     the key expired still exceeds every earlier one unless the server's clock stepped back by
     more than the time since that name's last grant.
-``<prefix>:{<name>}:w``
-    the pub/sub channel on which releases wake waiters.
+``<prefix>:c:<client>``
+    each client's pub/sub channel (not a key). A release publishes ``<owner hash> <name>`` to
+    the channel of each client whose waiter it lets through: only that client wakes, and in it
+    only that waiter; the other processes waiting on the lock hear nothing.
 
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
@@ -30,18 +32,25 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 local function decode(owner, value)
-    local seq, shared, limit, fair, token, expires, holder =
-        string.match(value, '^(%d+)|(%d)|(%d+)|(%d)|(%d*)|(%d+)|(.*)$')
+    local seq, shared, limit, fair, token, expires, client, holder =
+        string.match(value, '^(%d+)|(%d)|(%d+)|(%d)|(%d*)|(%d+)|([^|]*)|(.*)$')
     return {owner = owner, seq = tonumber(seq), shared = shared == '1', limit = tonumber(limit),
             fair = fair == '1', token = tonumber(token), expires = tonumber(expires),
-            holder = holder}
+            client = client, holder = holder}
 end
 
 local function encode(e)
     local token = ''
     if e.token then token = string.format('%d', e.token) end
-    return string.format('%d|%d|%d|%d|%s|%d|%s', e.seq, e.shared and 1 or 0, e.limit,
-                         e.fair and 1 or 0, token, e.expires, e.holder)
+    return string.format('%d|%d|%d|%d|%s|%d|%s|%s', e.seq, e.shared and 1 or 0, e.limit,
+                         e.fair and 1 or 0, token, e.expires, e.client, e.holder)
+end
+
+-- tell each waiter's client that the waiter may go now
+local function wake(waiters, channel_prefix, name)
+    for _, e in ipairs(waiters) do
+        redis.call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
+    end
 end
 
 -- the live entries of the hash, dropping expired ones on the way
@@ -59,8 +68,7 @@ local function live_entries(key)
     return entries
 end
 
--- the owners of the waiters that can go now, in arrival order, space-separated (a release
--- publishes them, so that only they retry: no herd)
+-- the waiters that can go now, in arrival order (a release wakes just them: no herd)
 local function admissible_waiters(entries)
     table.sort(entries, function(a, b) return a.seq < b.seq end)
     local ahead, exclusive_ahead = 0, false
@@ -70,7 +78,7 @@ local function admissible_waiters(entries)
             if not e.shared then exclusive_ahead = true end
         end
     end
-    local wake = {}
+    local go = {}
     for _, e in ipairs(entries) do
         if not e.token then
             local admitted
@@ -80,7 +88,7 @@ local function admissible_waiters(entries)
                 admitted = ahead == 0
             end
             if admitted then
-                wake[#wake + 1] = e.owner
+                go[#go + 1] = e
                 ahead = ahead + 1
                 if not e.shared then exclusive_ahead = true end
             elseif e.fair then
@@ -88,7 +96,7 @@ local function admissible_waiters(entries)
             end
         end
     end
-    return table.concat(wake, ' ')
+    return go
 end
 
 -- the hash lives as long as its longest-lived entry
@@ -106,7 +114,7 @@ end
 """
 
 #: KEYS: entries, sequence. ARGV: owner, shared (0/1), limit, fair (0/1), ttl_ms, holder,
-#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms.
+#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes this waiter).
 #: Returns {1, token} if granted (or already held by the owner), {0} if not; an error reply
 #: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones'.
 #: The decision is tumbler._core.decide(), restated in Lua.
@@ -118,6 +126,7 @@ local owner = redis.sha1hex(ARGV[1])
 local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
 local waiter_ttl_ms, sequence_ttl_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
+local client = ARGV[10]
 
 local function next_value()
     local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -162,7 +171,7 @@ if granted then
     local token = next_value()
     if not mine then
         mine = {owner = owner, seq = token, shared = shared, limit = limit, fair = fair,
-                holder = holder}
+                client = client, holder = holder}
         entries[#entries + 1] = mine
     end
     mine.token = token
@@ -172,7 +181,7 @@ if granted then
 elseif mine or queue then
     if not mine then
         mine = {owner = owner, seq = next_value(), shared = shared, limit = limit, fair = fair,
-                holder = holder}
+                client = client, holder = holder}
         entries[#entries + 1] = mine
     end
     mine.expires = now_ms + waiter_ttl_ms
@@ -202,8 +211,9 @@ return 1
 """
 )
 
-#: KEYS: entries. ARGV: owner, wake channel. Removes the owner's entry (grant or waiter) and
-#: nobody else's; wakes the waiters that can now go. Returns 1 if a live grant was removed.
+#: KEYS: entries. ARGV: owner, client channel prefix, lock name. Removes the owner's entry
+#: (grant or waiter) and nobody else's; wakes the waiters that can now go. Returns 1 if a
+#: live grant was removed.
 RELEASE = (
     _COMMON
     + """
@@ -212,16 +222,14 @@ local value = redis.call('HGET', KEYS[1], owner)
 if not value then return 0 end
 redis.call('HDEL', KEYS[1], owner)
 local e = decode(owner, value)
-local wake = admissible_waiters(live_entries(KEYS[1]))
-if wake ~= '' then
-    redis.call('PUBLISH', ARGV[2], wake)
-end
+wake(admissible_waiters(live_entries(KEYS[1])), ARGV[2], ARGV[3])
 if e.token and e.expires > now_ms then return 1 end
 return 0
 """
 )
 
-#: KEYS: entries. ARGV: wake channel. Removes every grant (for operators); returns how many.
+#: KEYS: entries. ARGV: client channel prefix, lock name. Removes every grant (for operators)
+#: and wakes every waiter; returns how many grants were removed.
 FORCE_RELEASE = (
     _COMMON
     + """
@@ -236,7 +244,7 @@ for _, e in ipairs(entries) do
     end
 end
 set_key_expiry(KEYS[1], kept)
-if #kept > 0 then redis.call('PUBLISH', ARGV[1], '') end  -- empty: every waiter retries
+wake(kept, ARGV[1], ARGV[2])
 return removed
 """
 )
@@ -279,15 +287,18 @@ class Keys:
     def sequence(self, name: str) -> str:
         return f"{self.prefix}:{{{escape_name(name)}}}:n"
 
-    def channel(self, name: str) -> str:
-        return f"{self.prefix}:{{{escape_name(name)}}}:w"
+    def client_channel_prefix(self) -> str:
+        return f"{self.prefix}:c:"
 
-    def name_of(self, key_or_channel: str) -> str | None:
-        """The lock name in an entries key or wake channel, or None if it is neither."""
+    def client_channel(self, client: str) -> str:
+        return f"{self.prefix}:c:{client}"
+
+    def name_of(self, key: str) -> str | None:
+        """The lock name in an entries key, or None if it is none."""
         head = f"{self.prefix}:{{"
-        if not key_or_channel.startswith(head) or key_or_channel[-3:] not in ("}:e", "}:w"):
+        if not key.startswith(head) or not key.endswith("}:e"):
             return None
-        return unescape_name(key_or_channel[len(head) : -3])
+        return unescape_name(key[len(head) : -3])
 
     def entries_pattern(self) -> str:
         """A SCAN pattern matching every entries key (glob characters in the prefix escaped)."""
@@ -297,5 +308,5 @@ class Keys:
 
 def parse_entry(owner: str, value: str) -> tuple[int, bool, int, int | None, int, str]:
     """(seq, shared, limit, token, expires_ms, holder) of a stored entry."""
-    seq, shared, limit, _fair, token, expires, holder = value.split("|", 6)
+    seq, shared, limit, _fair, token, expires, _client, holder = value.split("|", 7)
     return int(seq), shared == "1", int(limit), int(token) if token else None, int(expires), holder

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import secrets
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
@@ -56,126 +56,72 @@ class Script:
 
 
 class Wakeups:
-    """One pub/sub connection per client, subscribed to the channels of awaited locks.
+    """The client's one pub/sub connection, subscribed to the client's own channel.
 
-    A release publishes on the lock's channel the owners it lets through; this connection's
-    reader turns the message into ``hub.notify(name, owners)``, which wakes just those local
-    waiters. A channel stays subscribed for a while after its last waiter left (the most
-    recent ``LINGER`` such channels), so that waiting on a busy lock again costs no round trip.
+    A release publishes ``<owner hash> <name>`` on the channel of each client whose waiter it
+    lets through; this connection's reader turns that into ``hub.notify(name, [owner hash])``,
+    which wakes just that waiter. Clients with nobody to wake hear nothing, however many wait
+    on the same lock. The subscription is made at the first wait and kept until close().
     """
-
-    LINGER = 256
 
     def __init__(self, backend: RedisBackend) -> None:
         self._backend = backend
+        self._channel = backend.keys.client_channel(backend.client_id)
         self._pubsub: PubSub | None = None
         self._reader: Worker | None = None
-        self._lock = threading.Lock()  # the bookkeeping below; never held across I/O
-        # SUBSCRIBE and UNSUBSCRIBE go out one at a time: redis-py makes a PubSub's connection
-        # lazily, and two first calls at once could each make one, and one would go unread
+        self._lock = threading.Lock()
+        # the first SUBSCRIBE goes out once: redis-py makes a PubSub's connection lazily, and
+        # two first calls at once could each make one, and one would go unread
         self._sending = Mutex()
-        self._counts: dict[str, int] = {}  # channel -> waiters using it now
-        self._idle: OrderedDict[str, None] = OrderedDict()  # subscribed, nobody waiting
-        self._confirmed: dict[str, Event] = {}  # subscribed or being subscribed
-        self._refused: dict[str, str] = {}  # channel -> why the server refused it
+        self._confirmed: Event | None = None
+        self._refused: str | None = None
         self._closed = False
 
+    def subscribed(self) -> bool:
+        """Whether the server has confirmed the subscription (wake-ups reach us from then)."""
+        confirmed = self._confirmed
+        return confirmed is not None and confirmed.is_set() and self._refused is None
+
     def subscribe(self, name: str) -> None:
-        """Return once the server confirmed the subscription to ``name``'s channel."""
-        channel = self._backend.keys.channel(name)
-        with self._lock:
-            self._counts[channel] = self._counts.get(channel, 0) + 1
-            self._idle.pop(channel, None)
-            confirmed = self._confirmed.get(channel)
-            new = confirmed is None
-            if confirmed is None:
-                confirmed = self._confirmed[channel] = Event()
-        try:
-            if new:
-                with self._sending:
-                    pubsub = self._pubsub_connection()
-                    with translate_errors(self._backend.url, name):
-                        pubsub.subscribe(channel)
-                    with self._lock:
-                        if self._reader is None and not self._closed:
-                            self._reader = spawn(self._read, "tumbler-redis-wakeups")
-            # a release after this point is seen; the caller tries again after it
-            timeout = self._backend.config.client_options["socket_timeout"]
-            if not confirmed.wait(timeout):
-                raise BackendUnavailable(
-                    "Redis did not confirm a subscription in time",
-                    lock_name=name,
-                    backend=self._backend.url,
-                )
-            with self._lock:
-                refused = self._refused.pop(channel, None)
-            if refused is not None:
-                raise PermissionDenied(
-                    f"Redis refused to subscribe to the lock's wake-up channel: {refused}",
-                    lock_name=name,
-                    backend=self._backend.url,
-                )
-        except BaseException:
-            self._abandon(channel)
-            raise
-
-    def use_if_subscribed(self, name: str) -> bool:
-        """Count a use of ``name``'s channel if it is subscribed (confirmed) already."""
-        channel = self._backend.keys.channel(name)
-        with self._lock:
-            confirmed = self._confirmed.get(channel)
-            if confirmed is None or not confirmed.is_set() or channel in self._refused:
-                return False
-            self._counts[channel] = self._counts.get(channel, 0) + 1
-            self._idle.pop(channel, None)
-            return True
-
-    def stop_using(self, name: str, make_room: bool = False) -> list[str]:
-        """Drop a use of ``name``'s channel (it lingers). With ``make_room``, forget the
-        channels beyond ``LINGER`` and return them, for the caller to unsubscribe."""
-        channel = self._backend.keys.channel(name)
-        evicted: list[str] = []
-        with self._lock:
-            self._counts[channel] -= 1
-            if self._counts[channel] == 0:
-                del self._counts[channel]
-                self._idle[channel] = None
-            while make_room and len(self._idle) > self.LINGER:
-                oldest, _ = self._idle.popitem(last=False)
-                self._confirmed.pop(oldest, None)
-                evicted.append(oldest)
-        return evicted
-
-    def unsubscribe(self, name: str) -> None:
-        """The caller no longer waits on ``name``; its channel lingers, or makes room."""
-        self._send_unsubscribe(self.stop_using(name, make_room=True))
-
-    def _abandon(self, channel: str) -> None:
-        """A subscription failed: forget it entirely, so that the next wait subscribes anew."""
-        with self._lock:
-            self._counts[channel] -= 1
-            if self._counts[channel]:
-                return  # another waiter of this client still wants it
-            del self._counts[channel]
-            self._confirmed.pop(channel, None)
-            self._refused.pop(channel, None)
-        self._send_unsubscribe([channel])
-
-    def _send_unsubscribe(self, channels: list[str]) -> None:
-        if not channels or self._pubsub is None or self._closed:
-            return
+        """Return once the server confirmed the subscription (``name``: for errors)."""
         with self._sending:
-            with contextlib.suppress(redis_errors.RedisError, OSError):
-                self._pubsub.unsubscribe(*channels)
+            if self._confirmed is None or self._refused is not None:
+                self._refused = None
+                self._confirmed = confirmed = Event()
+                pubsub = self._pubsub_connection()
+                try:
+                    with translate_errors(self._backend.url, name):
+                        pubsub.subscribe(self._channel)
+                except BaseException:
+                    self._confirmed = None
+                    raise
+                with self._lock:
+                    if self._reader is None and not self._closed:
+                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+            confirmed = self._confirmed
+        # a release after this point is heard; the caller tries again after it
+        timeout = self._backend.config.client_options["socket_timeout"]
+        if not confirmed.wait(timeout):
+            self._confirmed = None  # the next wait subscribes anew
+            raise BackendUnavailable(
+                "Redis did not confirm a subscription in time",
+                lock_name=name,
+                backend=self._backend.url,
+            )
+        refused = self._refused
+        if refused is not None:
+            raise PermissionDenied(
+                f"Redis refused to subscribe to the client's wake-up channel: {refused}",
+                lock_name=name,
+                backend=self._backend.url,
+            )
 
     def _refuse_pending(self, reason: str) -> None:
-        """The server refused a subscription; the reply does not say which: fail every one
-        not yet confirmed (their waiters raise PermissionDenied)."""
-        with self._lock:
-            for channel, confirmed in self._confirmed.items():
-                if not confirmed.is_set():
-                    self._refused[channel] = reason
-                    confirmed.set_threadsafe()
+        """The server refused the subscription: its waiters raise PermissionDenied."""
+        confirmed = self._confirmed
+        if confirmed is not None and not confirmed.is_set():
+            self._refused = reason
+            confirmed.set_threadsafe()
 
     def _pubsub_connection(self) -> PubSub:
         if self._pubsub is None:
@@ -185,7 +131,6 @@ class Wakeups:
     def _read(self) -> None:
         pubsub = self._pubsub_connection()
         hub = self._backend.hub
-        keys = self._backend.keys
         failures = 0
         while not self._closed:
             try:
@@ -206,20 +151,15 @@ class Wakeups:
             failures = 0
             if message is None:
                 continue
-            channel = message["channel"]
-            if isinstance(channel, bytes):
-                channel = channel.decode()
             if message["type"] == "subscribe":
-                with self._lock:
-                    confirmed = self._confirmed.get(channel)
+                confirmed = self._confirmed
                 if confirmed is not None:
                     confirmed.set_threadsafe()
             elif message["type"] == "message":
-                name = keys.name_of(channel)
                 data = message["data"]
-                tags = (data.decode() if isinstance(data, bytes) else str(data)).split()
-                if name is not None:
-                    hub.notify(name, tags or None)  # no tags: wake every waiter
+                text = data.decode() if isinstance(data, bytes) else str(data)
+                tag, _, name = text.partition(" ")
+                hub.notify(name, (tag,))
 
     def close(self) -> None:
         with self._lock:
@@ -233,12 +173,11 @@ class Wakeups:
 
 
 class RedisWatch:
-    """A waiter's view of the lock's wake-up channel.
+    """A waiter's view of its client's wake-up channel.
 
-    Made before the first try: it registers for local wake-ups at once and, if this client is
-    already subscribed to the channel (a busy lock: its channel lingers), keeps that
-    subscription in use, so nothing after the first try can be missed and entering costs no
-    round trip. Otherwise entering subscribes (confirmed by the server) and asks for a retry.
+    Made before the first try, it registers for local wake-ups at once; if the client's
+    channel is subscribed already, nothing after that try can be missed and entering costs
+    nothing. Otherwise entering subscribes (confirmed by the server) and asks for a retry.
     """
 
     def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
@@ -247,18 +186,15 @@ class RedisWatch:
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
         self._watch = HubWatch(backend.clock, name, backend.hub, tag)
-        self._using = backend.wakeups.use_if_subscribed(name)
-        self.retry_needed = not self._using
-        self._closed = False
+        self.retry_needed = not backend.wakeups.subscribed()
 
     def __enter__(self) -> RedisWatch:
-        if not self._using:
+        if self.retry_needed:
             try:
                 self._backend.wakeups.subscribe(self._name)
             except BaseException:
                 self.close()
                 raise
-            self._using = True
         return self
 
     def __exit__(
@@ -267,21 +203,10 @@ class RedisWatch:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._watch.close()
-        if self._using:
-            self._backend.wakeups.unsubscribe(self._name)
+        self.close()
 
     def close(self) -> None:
-        """End the watch without I/O (the channel lingers; a later unsubscribe makes room)."""
-        if self._closed:
-            return
-        self._closed = True
         self._watch.close()
-        if self._using:
-            self._backend.wakeups.stop_using(self._name)  # no room made: that needs I/O
 
     def wait(self, timeout: float) -> None:
         self._watch.wait(timeout)
@@ -298,6 +223,8 @@ class RedisBackend:
         self.clock: Clock = SYSTEM_CLOCK
         self.hub = WakeHub()
         self.keys = lua.Keys(config.prefix)
+        #: names this client's wake-up channel; stored with each of its waiters
+        self.client_id = secrets.token_hex(8)
         # No retries inside redis-py: a retried release whose first reply was lost would look
         # like a lost hold. tumbler's lock logic decides what to retry.
         options = dict(config.client_options, retry=Retry(NoBackoff(), 0))
@@ -366,6 +293,7 @@ class RedisBackend:
             int(request.queue),
             round(self.capabilities.waiter_ttl * 1000),
             lua.SEQUENCE_TTL_MS,
+            self.client_id,
         ]
         result = self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
@@ -395,7 +323,7 @@ class RedisBackend:
 
     def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [owner, self.keys.channel(name)]
+        args: list[str | int] = [owner, self.keys.client_channel_prefix(), name]
         return bool(self._call(name, lambda: self._release(keys, args)))
 
     def watch(self, name: str, owner: str) -> RedisWatch:
@@ -442,7 +370,7 @@ class RedisBackend:
 
     def force_release(self, name: str) -> int:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.channel(name)]
+        args: list[str | int] = [self.keys.client_channel_prefix(), name]
         return int(self._call(name, lambda: self._force_release(keys, args)))
 
     def close(self) -> None:
