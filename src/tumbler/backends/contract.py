@@ -71,7 +71,8 @@ Losing the server
 
 Inspection and operators
     ``inspect(name)`` and ``inspect_all()`` read without changing anything; ``force_release``
-    removes every grant of a name (their holders learn at their next renewal).
+    removes every grant of a name (their holders learn at their next renewal) and returns how
+    many live grants it removed (expired ones do not count).
 
 Session-based backends (ZooKeeper, SQL connections) map their session onto the lease: a
 grant lives as long as the session, ``renew`` confirms the session is alive, and a lost

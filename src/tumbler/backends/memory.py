@@ -194,7 +194,7 @@ class MemoryBackend:
     def force_release(self, name: str) -> int:
         store = self._store
         with store.lock:
-            rows = store.rows.get(name, [])
+            rows = store.live_rows(name, store.clock.now())
             kept = [row for row in rows if not row.entry.granted]
             removed = len(rows) - len(kept)
             if kept:

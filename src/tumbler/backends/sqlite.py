@@ -507,8 +507,11 @@ class SQLiteBackend:
         return states
 
     def force_release(self, name: str) -> int:
-        db = self._connection()
-        with self._errors():
+        with self._transaction() as db:
+            now = _now_ns()
+            db.execute(
+                "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
+            )
             return db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND token IS NOT NULL", (name,)
             ).rowcount

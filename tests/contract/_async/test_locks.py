@@ -353,6 +353,20 @@ async def test_force_release_takes_the_lock_from_its_holder(aconnect):
         await lock.release()
 
 
+async def test_force_release_counts_only_live_grants(aconnect):
+    holder, operator = await aconnect(), await aconnect()
+    lock = holder.lock("ran-out", ttl=SHORT_TTL, renew=False)
+    assert await lock.acquire()
+    assert await lock.hold.wait_lost(timeout=20)
+
+    async def expired_on_the_backend() -> bool:
+        # the client gives up a little before the backend's lease ends
+        return (await operator.status("ran-out")).holders == ()
+
+    await aeventually(expired_on_the_backend, "the backend's lease has run out")
+    assert await operator.force_release("ran-out") == 0
+
+
 async def test_extend_sets_a_new_lease(aconnect):
     locks = await aconnect()
     lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)

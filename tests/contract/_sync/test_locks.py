@@ -353,6 +353,20 @@ def test_force_release_takes_the_lock_from_its_holder(connect):
         lock.release()
 
 
+def test_force_release_counts_only_live_grants(connect):
+    holder, operator = connect(), connect()
+    lock = holder.lock("ran-out", ttl=SHORT_TTL, renew=False)
+    assert lock.acquire()
+    assert lock.hold.wait_lost(timeout=20)
+
+    def expired_on_the_backend() -> bool:
+        # the client gives up a little before the backend's lease ends
+        return (operator.status("ran-out")).holders == ()
+
+    eventually(expired_on_the_backend, "the backend's lease has run out")
+    assert operator.force_release("ran-out") == 0
+
+
 def test_extend_sets_a_new_lease(connect):
     locks = connect()
     lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)
