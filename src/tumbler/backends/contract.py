@@ -196,10 +196,6 @@ class WakeHub:
             else:
                 del self._subscribers[name]
 
-    def subscribed(self, name: str) -> bool:
-        with self._lock:
-            return name in self._subscribers
-
     def notify(self, name: str, tags: Collection[str] | None = None) -> None:
         with self._lock:
             subscribers = list(self._subscribers.get(name, ()))
