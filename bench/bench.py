@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import measure
@@ -136,16 +135,25 @@ def _version(distribution: str) -> str:
 
 @contextlib.contextmanager
 def _throwaway_redis() -> Iterator[str]:
-    """A redis-server for this run only, from the test suite's ``RedisServer``: a free
-    127.0.0.1 port, its own temporary directory, ``save ""`` and ``appendonly no``; stopped
-    (SIGTERM) and its directory removed at the end. Yields its URL."""
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:
-        sys.path.insert(0, root)  # the repository root, where the tests package is
-    from tests.servers.redis import RedisServer  # needs redis-py and mirakuru (the dev extra)
+    """A redis-server for this run only, from ``tumbler.testing.servers``: a free 127.0.0.1
+    port, its own temporary directory, ``save ""`` and ``appendonly no``; stopped (SIGTERM)
+    and its directory removed at the end. Yields its URL."""
+    # needs redis-py and mirakuru: the testing extra (dev pulls it in)
+    from tumbler.testing.servers import RedisServer
 
     with RedisServer() as server:
         yield server.url
+
+
+@contextlib.contextmanager
+def _throwaway_zookeeper() -> Iterator[str]:
+    """A standalone ZooKeeper for this run only, from ``tumbler.testing.servers``: a free
+    127.0.0.1 port, its own temporary directory, a 128 MB JVM; transactions are fsynced as in
+    production (``forceSync=yes``). Stopped and its directory removed at the end."""
+    from tumbler.testing.servers import ZooKeeperServer
+
+    with ZooKeeperServer(force_sync=True) as server:
+        yield server.url_for("/bench")
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -432,6 +440,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "and measure its URL too: tumbler's rows beside the Redis peers'",
     )
     parser.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="start a throwaway ZooKeeper (free 127.0.0.1 port, fsync on) for the run and "
+        "measure its URL too: tumbler's rows beside kazoo's Lock recipe",
+    )
+    parser.add_argument(
         "--pairs", type=_positive(int), help=f"uncontended pairs (default {DEFAULT_PAIRS})"
     )
     parser.add_argument(
@@ -512,6 +526,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             urls.append((url, "redis (temp server)"))
             throwaway.add(url)
+        if args.zookeeper:
+            try:
+                url = cleanup.enter_context(_throwaway_zookeeper())
+            except Exception as error:
+                print(f"bench.py: --zookeeper: {type(error).__name__}: {error}", file=sys.stderr)
+                return 2
+            urls.append((url, "zookeeper (temp server)"))
         # while the servers run: which server each URL reached
         about["servers"] = {}
         for url, _ in urls:

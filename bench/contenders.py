@@ -340,6 +340,53 @@ class PythonRedisLock(SyncContender):
         return _PythonRedisLockSession(client, lock, lock_name, round(self.options.timeout))
 
 
+# -- ZooKeeper peers -----------------------------------------------------------------------------
+
+ZOOKEEPER_SCHEMES = ("zookeeper",)
+
+
+class _KazooLockSession:
+    def __init__(self, client: Any, lock: Any, timeout: float) -> None:
+        self._client = client
+        self._lock = lock
+        self._timeout = timeout
+
+    def acquire(self) -> None:
+        if not self._lock.acquire(timeout=self._timeout):
+            raise TimeoutError(f"no grant of {self._lock.path!r} within {self._timeout} s")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class KazooLock(SyncContender):
+    """kazoo's own ``Lock`` recipe on the same ensemble as tumbler's rows."""
+
+    name: ClassVar[str] = "kazoo-Lock"
+    mechanism: ClassVar[str] = (
+        "kazoo client.Lock(path): ephemeral sequential node, watch on the predecessor "
+        "(its own node names: not shared with tumbler's locks)"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("kazoo", "kazoo"),)
+
+    def open(self, lock_name: str) -> SyncSession:
+        from kazoo.client import KazooClient
+
+        from tumbler._url import parse_url
+        from tumbler.backends.zookeeper import parse_config
+
+        config = parse_config(parse_url(self.url))
+        client = KazooClient(hosts=config.connect_string, timeout=config.session_timeout)
+        client.start(timeout=config.connect_timeout)
+        lock = client.Lock(f"{config.base}/kazoo-{lock_name}")
+        return _KazooLockSession(client, lock, self.options.timeout)
+
+
 # -- negative control ---------------------------------------------------------------------------
 
 
@@ -404,6 +451,13 @@ def _redis_peers(url: str, options: Options) -> list[Contender]:
     if urlsplit(url).scheme.lower() not in REDIS_SCHEMES:
         return []
     return [RedisPyLock(url, options), RedisPyFastPoll(url, options), PythonRedisLock(url, options)]
+
+
+@contender_factory(KazooLock.name)
+def _zookeeper_peers(url: str, options: Options) -> list[Contender]:
+    if urlsplit(url).scheme.lower() not in ZOOKEEPER_SCHEMES:
+        return []
+    return [KazooLock(url, options)]
 
 
 @contender_factory(NoLock.name)

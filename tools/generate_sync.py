@@ -52,6 +52,9 @@ RENAMES = {
     "AsyncRedisWatch": "RedisWatch",
     "AsyncRedisBackend": "RedisBackend",
     "aclose": "close",
+    "AsyncZooKeeperBackend": "ZooKeeperBackend",
+    "kazoo_aresult": "kazoo_result",
+    "arun_blocking": "run_blocking",
     # backend contract
     "AsyncBackend": "Backend",
     "AsyncWatch": "Watch",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,38 +45,61 @@ RENEW_FRACTION = 1 / 3
 # Input rules
 
 
-def _is_forbidden_char(ch: str) -> bool:
-    code = ord(ch)
-    if code < 0x20 or 0x7F <= code <= 0x9F:
-        return True  # control characters: NUL breaks C clients, the rest break logs and paths
-    if 0xD800 <= code <= 0xDFFF:
-        return True  # lone surrogates cannot be encoded as UTF-8
-    if 0xFFF0 <= code <= 0xFFFF:
-        return True  # specials and noncharacters
-    if 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
-        return True  # bidirectional overrides: they make a name display as another
-    # line and paragraph separators break logs as newlines do; the test is by code point,
-    # not by Unicode category, so a name valid on one Python stays valid on every other
-    return code in (0x2028, 0x2029)
+# Characters no lock name may contain, by code point (not by Unicode category, so that a name
+# valid on one Python stays valid on every other):
+# - C0 and C1 controls and DEL: NUL breaks C clients, the rest break logs and paths;
+# - surrogates: a lone one cannot be encoded as UTF-8;
+# - U+FFF0..U+FFFF: specials and noncharacters;
+# - bidirectional embeddings, overrides and isolates: they make a name display as another;
+# - line and paragraph separators: they break logs as newlines do.
+# One regular expression, so that a megabyte-long name is refused in a millisecond.
+_FORBIDDEN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufff0-\uffff\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+#: Most characters of a refused value that an error message shows: messages go to logs and to
+#: one line on a terminal, and a refused value may be a megabyte long.
+SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message: escaped, and cut to ``SHOWN_CHARS`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:
+        # an int with more digits than Python converts to text (sys.get_int_max_str_digits)
+        text = f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else "<?>"
+    if len(text) > SHOWN_CHARS:
+        text = text[: SHOWN_CHARS - 3] + "..."
+    return text
+
+
+def _escaped(name: str) -> str:
+    """A refused name as printable ASCII for ``lock_name``, cut to ``SHOWN_CHARS``."""
+    text = name.encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def validate_name(name: object) -> str:
     """Return the canonical (NFC) form of a lock name, or raise InvalidLockName.
 
-    Names are case-sensitive text of 1 to 255 UTF-8 bytes, without control characters, and not
-    only white space. Any other character, ``/ : * ? [ ] ' %`` included, is data: backends
-    encode names, never splice them into paths, patterns or queries.
+    Names are case-sensitive text of 1 to 255 UTF-8 bytes (counted after normalisation),
+    without control characters, and not only white space. Any other character,
+    ``/ : * ? [ ] ' % .`` included, is data: backends encode names, never splice them into
+    paths, patterns or queries.
     """
     if not isinstance(name, str):
         raise InvalidLockName(f"a lock name must be str, not {type(name).__name__}")
+    # a str subclass could carry its own __eq__ or __hash__ into the backends
+    name = str.__str__(name)
     if not name or name.isspace():
         raise InvalidLockName("a lock name must not be empty or only white space")
-    for ch in name:
-        if _is_forbidden_char(ch):
-            raise InvalidLockName(
-                f"a lock name must not contain the character U+{ord(ch):04X}",
-                lock_name=name.encode("ascii", "backslashreplace").decode("ascii"),
-            )
+    forbidden = _FORBIDDEN.search(name)
+    if forbidden is not None:
+        raise InvalidLockName(
+            f"a lock name must not contain the character U+{ord(forbidden.group()):04X}",
+            lock_name=_escaped(name),
+        )
     canonical = unicodedata.normalize("NFC", name)
     size = len(canonical.encode("utf-8"))
     if size > MAX_NAME_BYTES:
@@ -93,7 +117,7 @@ def _seconds(value: object, what: str, error: type[InvalidTTL] | type[InvalidTim
     try:
         seconds = float(value)
     except OverflowError:
-        raise error(f"{what} is far too large: {value!r}") from None
+        raise error(f"{what} is far too large: {shown(value)}") from None
     if math.isnan(seconds):
         raise error(f"{what} must be a number of seconds, not NaN")
     return seconds
@@ -103,7 +127,9 @@ def validate_ttl(ttl: object) -> float:
     """Return a lease length in seconds, or raise InvalidTTL."""
     seconds = _seconds(ttl, "ttl", InvalidTTL)
     if not MIN_TTL <= seconds <= MAX_TTL:
-        raise InvalidTTL(f"ttl must be between {MIN_TTL} and {MAX_TTL:.0f} seconds, not {ttl!r}")
+        raise InvalidTTL(
+            f"ttl must be between {MIN_TTL} and {MAX_TTL:.0f} seconds, not {shown(ttl)}"
+        )
     return seconds
 
 
@@ -121,12 +147,12 @@ def validate_timeout(timeout: object) -> float | None:
         return None
     if seconds < 0:
         raise InvalidTimeout(
-            f"timeout must be >= 0, or None or -1 to wait for ever, not {timeout!r}"
+            f"timeout must be >= 0, or None or -1 to wait for ever, not {shown(timeout)}"
         )
     if seconds > MAX_TIMEOUT:
         raise InvalidTimeout(
             f"timeout must be at most {MAX_TIMEOUT:.0f} seconds (None waits for ever), "
-            f"not {timeout!r}"
+            f"not {shown(timeout)}"
         )
     return seconds
 
@@ -136,8 +162,8 @@ def validate_permits(permits: object) -> int:
     if isinstance(permits, bool) or not isinstance(permits, int):
         raise InvalidPermits(f"permits must be an int, not {type(permits).__name__}")
     if not 1 <= permits <= MAX_PERMITS:
-        raise InvalidPermits(f"permits must be between 1 and {MAX_PERMITS}, not {permits}")
-    return permits
+        raise InvalidPermits(f"permits must be between 1 and {MAX_PERMITS}, not {shown(permits)}")
+    return int(permits)  # a plain int, not an IntEnum or other subclass
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,6 +246,34 @@ def decide(entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair:
         if entry.owner != owner and (entry.granted or (fair and entry.fair and entry.seq < my_seq))
     ]
     return Decision.GRANT if admits(ahead, shared, limit) else Decision.WAIT
+
+
+#: ``line_position``'s answer for a waiter that must watch the whole line, not one entry
+WATCH_LINE = -1
+
+
+def line_position(line: Sequence[Entry], index: int) -> int | None:
+    """For backends whose grants follow from the order of a line (ZooKeeper's sequential nodes).
+
+    ``line`` holds every entry in arrival order, granted or not. The entry at ``index`` holds the
+    lock when ``admits`` everything ahead of it; since entries only ever leave the line ahead of
+    it, it then keeps the lock until it leaves itself. Returns None if it holds the lock, else
+    what its waiter should watch: the index of the one entry whose leaving (or, for
+    semaphores, whose grant) may let it through, or ``WATCH_LINE`` for the first semaphore
+    waiter, which any leaving holder may let through.
+    """
+    mine = line[index]
+    ahead = line[:index]
+    if admits(ahead, mine.shared, mine.limit):
+        return None
+    if not mine.shared:
+        return index - 1  # a mutex or writer waits for its predecessor: no herd
+    exclusive = [i for i, entry in enumerate(ahead) if not entry.shared]
+    if exclusive:
+        return exclusive[-1]  # a reader waits for the nearest writer ahead
+    # a semaphore with ``limit`` or more entries ahead: the first waiter watches the holders,
+    # the others their predecessor, which says when it is granted
+    return WATCH_LINE if index == mine.limit else index - 1
 
 
 def would_block(holders_shared: Sequence[bool], shared: bool, limit: int) -> bool:

@@ -14,6 +14,10 @@ T = TypeVar("T")
 
 # RFC 3986: a letter, then letters, digits, "+", "-", "." (older Pythons' urlsplit is laxer)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\Z")
+# C0 and C1 control characters and DEL: in a URL they are a paste accident or an attack on logs
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_UTF8 = "the URL's {part} percent-encodes bytes that are not UTF-8"
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,11 @@ def parse_url(url: str) -> BackendURL:
     """Split a backend URL; raise InvalidURL (without echoing a password) if it is malformed."""
     if not isinstance(url, str):
         raise InvalidURL(f"a backend URL must be str, not {type(url).__name__}")
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in url):
+    if _CONTROL.search(url):
         raise InvalidURL("a backend URL must not contain control characters")
+    if _SURROGATE.search(url):
+        # what Python makes of command-line bytes that are not UTF-8
+        raise InvalidURL("a backend URL must be valid text: it has bytes that are not UTF-8")
     try:
         parts = urlsplit(url)
     except ValueError as error:
@@ -80,30 +87,53 @@ def parse_url(url: str) -> BackendURL:
             "(for example '/' as %2F)"
         )
     userinfo, _, hosts = parts.netloc.rpartition("@")
-    username = password = None
-    if userinfo:
-        user, has_password, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if has_password else None
+    user, has_password, secret = userinfo.partition(":")
     redacted = url.partition("#")[0]
-    if password is not None:
-        redacted = redacted.replace(parts.netloc, f"{userinfo.partition(':')[0]}:***@{hosts}", 1)
+    if has_password:
+        redacted = redacted.replace(parts.netloc, f"{user}:***@{hosts}", 1)
+    username = _decoded(user, "user name", redacted) or None
+    password = _decoded(secret, "password", redacted) if has_password else None
+    path = _decoded(parts.path, "path", redacted)
     try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        pairs = parse_qsl(
+            parts.query,
+            keep_blank_values=True,
+            strict_parsing=bool(parts.query),
+            errors="strict",
+        )
+    except UnicodeDecodeError:
+        raise InvalidURL(_NOT_UTF8.format(part="query string"), backend=redacted) from None
     except ValueError:
         raise InvalidURL("malformed query string in backend URL", backend=redacted) from None
     query: dict[str, str] = {}
     for key, value in pairs:
+        if _CONTROL.search(key + value):
+            raise InvalidURL(
+                "a URL option must not percent-encode control characters", backend=redacted
+            )
         if key in query:
             raise InvalidURL(f"URL option {key!r} is given twice", backend=redacted)
         query[key] = value
+    if _CONTROL.search(path):
+        # a file name with a newline or NUL in it is a mistake, not a wish
+        raise InvalidURL(
+            "the URL's path must not percent-encode control characters", backend=redacted
+        )
     return BackendURL(
         raw=url,
         scheme=parts.scheme.lower(),
         hosts=hosts,
         username=username,
         password=password,
-        path=unquote(parts.path),
+        path=path,
         query=query,
         redacted=redacted,
     )
+
+
+def _decoded(text: str, part: str, redacted: str) -> str:
+    """Percent-decode one part of a URL; bytes that are not UTF-8 are refused, not replaced."""
+    try:
+        return unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidURL(_NOT_UTF8.format(part=part), backend=redacted) from None

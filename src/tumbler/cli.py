@@ -33,6 +33,7 @@ import click
 
 import tumbler
 from tumbler import LockState
+from tumbler import _core as core
 from tumbler.errors import (
     AcquireTimeout,
     BackendUnavailable,
@@ -122,7 +123,9 @@ else:
 class Seconds(_FloatType):
     """A finite number of seconds: ``positive`` ones for leases, non-negative for waits.
 
-    Ranges (a lease of at least 10 ms, at most a year) are the library's to enforce.
+    At most a year: the library's longest lease and timeout (and far longer ones would
+    overflow the timer of --kill-after). The library's finer rules (a lease of at least
+    10 ms) are checked by the commands before they connect.
     """
 
     name = "seconds"
@@ -143,6 +146,8 @@ class Seconds(_FloatType):
             self.fail(f"{value!r} must be more than 0 seconds", param, ctx)
         if seconds < 0:
             self.fail(f"{value!r} must not be negative", param, ctx)
+        if seconds > core.MAX_TIMEOUT:
+            self.fail(f"{value!r} is more than a year ({core.MAX_TIMEOUT:.0f} s)", param, ctx)
         return seconds
 
 
@@ -165,6 +170,12 @@ def url_option(help_text: str | None = None) -> Callable[[F], F]:
 
 def _connect(url: str | None) -> tumbler.Locks:
     return tumbler.connect(url)
+
+
+def _check_name(name: str) -> None:
+    """Refuse a bad lock name before connecting, which could create the SQLite file: bad input
+    leaves nothing behind."""
+    core.validate_name(name)
 
 
 # -- the command group ---------------------------------------------------------------------------
@@ -367,6 +378,9 @@ def run_locked(
     Tumbler errors are raised for ``main()`` to report; everything about the command is
     reported here.
     """
+    _check_name(name)
+    core.validate_ttl(ttl)
+    core.validate_timeout(wait)
     with _SignalRelay() as relay:
         try:
             with _connect(url) as locks:
@@ -554,6 +568,8 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in"}], "waiters",
     "limit"}), or a list of them without NAME.
     """
+    if name is not None:
+        _check_name(name)
     with _connect(url) as locks:
         states = [locks.status(name)] if name is not None else locks.status_all()
     if as_json:
@@ -601,6 +617,7 @@ def release(name: str, force: bool, yes: bool, url: str | None) -> int:
         raise click.UsageError(
             "no terminal to confirm on: add --yes to force-release", click.get_current_context()
         )
+    _check_name(name)
     with _connect(url) as locks:
         state = locks.status(name)
         if not yes:

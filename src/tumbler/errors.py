@@ -6,6 +6,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     TumblerError
     ├── AcquireTimeout (TimeoutError)       the lock could not be had within the timeout
     ├── LockLost                            a hold ended without its owner releasing it
+    │   └── HoldInDoubt                     check(): the hold cannot be confirmed right now
     ├── NotHeld (RuntimeError)              release of a lock the caller does not hold
     ├── AlreadyHeld (RuntimeError)          non-re-entrant lock taken twice by one thread/task
     ├── ClientClosed (RuntimeError)         use of a client after close()
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidTTL",
     "InvalidTimeout",
     "InvalidURL",
+    "HoldInDoubt",
     "LockLost",
     "MissingDependency",
     "NotHeld",
@@ -97,6 +99,16 @@ class LockLost(TumblerError):
     lease ran out, a renewal was refused, or an operator force-released the lock. The code that
     ran under the hold may not have been alone: a resource that checks fencing tokens will have
     refused its writes once a newer holder wrote.
+    """
+
+
+class HoldInDoubt(LockLost):
+    """The client cannot tell whether it still holds the lock (raised by ``Hold.check()``).
+
+    The connection to a session-based backend dropped (ZooKeeper's SUSPENDED), or renewals
+    could not reach the backend: the hold may still be valid, and becomes so again when a
+    renewal confirms it, but until then work that needs the lock must not go on. A subclass of
+    ``LockLost``, so code that stops on a lost lock stops here too.
     """
 
 

@@ -4,7 +4,7 @@ The contract suite already runs every generic lock case on Redis, Redis TLS+ACL 
 Cluster. Here: the keys and hash slots, fencing after keys vanish, scripts the server forgot,
 crashes and restarts, TLS and ACL failures, wake-ups by pub/sub (no polling, no herd),
 ``wait_replicas``, the URL grammar, and ``status_all`` across a cluster. Real redis-server
-processes only (``tests/servers``).
+processes only (``tumbler.testing.servers``, fixtures in ``tests/servers``).
 """
 
 from __future__ import annotations
@@ -30,14 +30,6 @@ import trustme
 
 import tumbler
 import tumbler.aio
-from tests.servers.redis import (
-    TUMBLER_PASSWORD,
-    RedisServer,
-    RedisServerCluster,
-    RedisUser,
-    free_port,
-    make_tls_files,
-)
 from tumbler import (
     BackendUnavailable,
     InvalidURL,
@@ -48,6 +40,14 @@ from tumbler import (
 from tumbler._url import parse_url
 from tumbler.backends import _redis_lua as lua
 from tumbler.backends.redis import parse_config
+from tumbler.testing.servers.redis import (
+    TUMBLER_PASSWORD,
+    RedisServer,
+    RedisServerCluster,
+    RedisUser,
+    free_port,
+    make_tls_files,
+)
 
 from ..contract.compat import PATIENCE, background, eventually, gather
 

@@ -16,9 +16,11 @@ import pytest_asyncio
 import tumbler
 import tumbler.aio
 
-BACKENDS = ["sqlite", "memory", "redis", "redis-tls-acl", "redis-cluster"]
+BACKENDS = ["sqlite", "memory", "redis", "redis-tls-acl", "redis-cluster", "zookeeper"]
 #: backends whose locks exclude across OS processes (memory:// is in-process only)
-PROCESS_BACKENDS = ["sqlite", "redis", "redis-cluster"]
+PROCESS_BACKENDS = ["sqlite", "redis", "redis-cluster", "zookeeper"]
+#: the ZooKeeper session timeout of the suite: a killed holder's entry goes after this long
+ZOOKEEPER_SESSION_TIMEOUT = 3.0
 
 
 def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -38,6 +40,10 @@ def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         cluster = request.getfixturevalue("redis_cluster")
         nodes = ",".join(f"{host}:{port}" for host, port in cluster.startup_nodes)
         return f"redis://{nodes}/0?cluster=true&prefix={prefix}"
+    if kind == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        base = f"/tumbler-test-{uuid.uuid4().hex[:12]}"
+        return f"{server.url_for(base)}?session_timeout={ZOOKEEPER_SESSION_TIMEOUT}"
     raise AssertionError(f"no such test backend {kind!r}")
 
 

@@ -1,14 +1,21 @@
-"""pytest fixtures with real Redis servers, built on :mod:`tests.servers.redis`.
+"""pytest fixtures with real Redis and ZooKeeper servers, built on
+:mod:`tumbler.testing.servers`.
 
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
-in a test module). The session-scoped ``redis_server``, ``redis_tls_server`` and
-``redis_cluster`` start once per session (per xdist worker) and stop at its end; tests that
-share one call :func:`flush_redis` first (from here or from :mod:`tests.servers.redis`).
-``fresh_redis_server`` is a server of the test's own, for tests that kill or restart it.
+in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
+``redis_cluster`` and ``zookeeper_server`` start once per session (per xdist worker) and stop
+at its end; tests sharing a Redis call :func:`flush_redis` first, tests sharing the ZooKeeper
+server keep to znodes of their own (a chroot of their own, e.g.
+``zookeeper_server.url_for("/" + unique name)``). ``fresh_redis_server``,
+``fresh_zookeeper_server`` and ``zookeeper_ensemble`` are the test's own, for tests that kill
+or restart servers.
 
-A fixture whose server cannot start (redis-server missing, or it fails) skips the test with the
+The ZooKeeper servers have a super user: a client adding ``server.super_auth`` passes every
+ACL, so a test can look at znodes that the code under test protected.
+
+A fixture whose server cannot start (the program missing, or it fails) skips the test with the
 reason on a developer's machine, and fails it in CI ($CI is true, 1 or yes), where a skipped
-Redis suite would look like a passing one.
+suite would look like a passing one.
 
 PYTEST_DONT_REWRITE: this module has no asserts to rewrite, and the marker keeps pytest from
 warning (an error under filterwarnings=error) when a test module imported it before a
@@ -17,6 +24,7 @@ warning (an error under filterwarnings=error) when a test module imported it bef
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -24,11 +32,12 @@ from typing import NoReturn, TypeVar
 import pytest
 
 from tests.conftest import IN_CI
-
-from .redis import (
+from tumbler.testing.servers import (
     RedisServer,
     RedisServerCluster,
-    RedisServerError,
+    ServerError,
+    ZooKeeperEnsemble,
+    ZooKeeperServer,
     flush_redis,
     start_cluster,
     start_tls_redis,
@@ -37,13 +46,16 @@ from .redis import (
 __all__ = [
     "flush_redis",
     "fresh_redis_server",
+    "fresh_zookeeper_server",
     "redis_cluster",
     "redis_server",
     "redis_tls_server",
     "server_unavailable",
+    "zookeeper_ensemble",
+    "zookeeper_server",
 ]
 
-Started = TypeVar("Started", RedisServer, RedisServerCluster)
+Started = TypeVar("Started", RedisServer, RedisServerCluster, ZooKeeperServer, ZooKeeperEnsemble)
 
 
 def server_unavailable(reason: str) -> NoReturn:
@@ -56,7 +68,7 @@ def server_unavailable(reason: str) -> NoReturn:
 def _start(what: str, start: Callable[[], Started]) -> Started:
     try:
         return start()
-    except (RedisServerError, OSError) as error:
+    except (ServerError, OSError) as error:
         server_unavailable(f"cannot start {what}: {error}")
 
 
@@ -93,3 +105,42 @@ def fresh_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = _start("redis-server", lambda: RedisServer(tmp_path / "redis").start())
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One standalone ZooKeeper server, with a super user, for the whole session (znodes from
+    other tests: keep to a chroot of the test's own)."""
+    workdir = tmp_path_factory.mktemp("zookeeper")
+    password = secrets.token_hex(12)
+    server = _start(
+        "a ZooKeeper server", lambda: ZooKeeperServer(workdir, super_password=password).start()
+    )
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fresh_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper server (with a super user) of this test's own, free to be killed
+    and restarted."""
+    password = secrets.token_hex(12)
+    server = _start(
+        "a ZooKeeper server",
+        lambda: ZooKeeperServer(tmp_path / "zookeeper", super_password=password).start(),
+    )
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
+    """A 3-member ZooKeeper ensemble (with a super user) of this test's own, every member
+    serving; the test may kill and restart members."""
+    password = secrets.token_hex(12)
+    ensemble = _start(
+        "a ZooKeeper ensemble",
+        lambda: ZooKeeperEnsemble(tmp_path / "zookeeper", super_password=password).start(),
+    )
+    yield ensemble
+    ensemble.close()

@@ -17,9 +17,9 @@ import trustme
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.servers import redis as servers
 from tests.servers.fixtures import flush_redis as reexported_flush_redis
-from tests.servers.redis import (
+from tumbler.testing.servers import redis as servers
+from tumbler.testing.servers.redis import (
     TUMBLER_PASSWORD,
     RedisNotInstalled,
     RedisServer,

@@ -46,6 +46,7 @@ PARENTS: dict[type[TumblerError], type[TumblerError]] = {
     errors.InvalidURL: errors.InvalidArgument,
     errors.UnknownScheme: errors.InvalidURL,
     errors.MissingDependency: errors.ConfigurationError,
+    errors.HoldInDoubt: errors.LockLost,
 }
 
 

@@ -145,9 +145,14 @@ class LockMachine(RuleBasedStateMachine):
             g.longest_step = max(g.longest_step, seconds)
             if not g.renew:
                 g.lost = self.now >= g.give_up_at
+                # a hold the client gives up is given back: its grant leaves the backend
+                g.in_backend = g.in_backend and not g.lost
             elif self.now >= g.renew_due:
                 # the renewal worker runs once, at the new time: too late, refused, or renewed
-                if self.now >= g.give_up_at or not (g.in_backend and self.now < g.lease_end):
+                if self.now >= g.give_up_at:
+                    g.lost = True
+                    g.in_backend = False  # given back
+                elif not (g.in_backend and self.now < g.lease_end):
                     g.lost = True
                 else:
                     g.lease_end = self.now + TTL

@@ -294,3 +294,57 @@ def test_option_conversion_type_errors_are_converted_too() -> None:
 def test_c1_control_characters_are_refused(text: str) -> None:
     with pytest.raises(InvalidURL, match="control"):
         parse_url(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Percent-decoding: what a URL spells with %XX is checked as if written out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sqlite:///tmp/a%0Ab.db",  # a newline in a file name
+        "sqlite:///tmp/a%00b.db",  # NUL: no file system takes it
+        "sqlite:///tmp/a%1B%5B31m.db",
+        "sqlite:///tmp/a%C2%85.db",  # C1 control NEL, UTF-8 encoded
+        "memory://x?prefix=a%00b",
+        "memory://x?a%0Ab=1",
+    ],
+)
+def test_percent_encoded_control_characters_are_refused(text: str) -> None:
+    assert "control characters" in str(refused(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "part"),
+    [
+        ("sqlite:///tmp/%FF.db", "path"),
+        ("sqlite:///tmp/caf%E9.db", "path"),  # Latin-1, not UTF-8
+        ("memory://x?prefix=%C3", "query string"),
+        (f"redis://u%FF:{SECRET}@h/0", "user name"),
+        (f"redis://u:{SECRET}%FF@h/0", "password"),
+    ],
+)
+def test_percent_encoded_bytes_that_are_not_utf8_are_refused_not_replaced(
+    text: str, part: str
+) -> None:
+    error = refused(text)
+    assert f"{part} percent-encodes bytes that are not UTF-8" in str(error)
+    assert SECRET not in str(error)
+
+
+@pytest.mark.parametrize(
+    "text", ["sqlite:///tmp/caf\udce9.db", "memory://\ud800", "redis://h/0?a=\udfff"]
+)
+def test_text_with_surrogates_is_refused(text: str) -> None:
+    # what Python makes of command-line bytes that are not UTF-8
+    assert "not UTF-8" in str(refused(text))
+
+
+@pytest.mark.parametrize("secret", ["\x00", "\n", "\x7f", "tab\there"])
+def test_a_password_may_hold_any_character(secret: str) -> None:
+    # credentials are the server's business; only where the URL names files or options do
+    # control characters mean a mistake
+    url = parse_url(f"redis://u:{quote(SECRET + secret, safe='')}@h/0")
+    assert url.password == SECRET + secret
+    assert all(SECRET not in text for text in shown(url))

@@ -14,6 +14,12 @@ How a hold can be lost (and how the holder learns it):
 2. A renewal is refused: the backend no longer has the grant (it expired there, or an operator
    force-released it). Noticed at that renewal.
 3. The client is closed, or the process forked (the child's copies are not held).
+4. The backend's session expired (ZooKeeper's LOST). Noticed when the backend reports it.
+
+Between "held" and "lost" a hold can be *in doubt*: a renewal could not reach the backend, or
+a session-based backend reported its connection dropped (ZooKeeper's SUSPENDED). Then
+``hold.held`` is False and ``check()`` raises ``HoldInDoubt`` until a renewal confirms the hold
+(it may come back) or its lease runs out (it is lost).
 
 Then ``hold.lost`` is True, the ``on_lost`` callbacks run (in the renewal worker: a thread, or
 the client's event loop), and ``release()`` or leaving the ``with`` block raises ``LockLost``.
@@ -38,13 +44,21 @@ from typing import Final, ParamSpec, TypeVar
 
 from .. import _core as core
 from .._acompat import AsyncEvent, acheck_cancelled, acurrent_context, ashield
-from ..backends.contract import AsyncBackend, Capabilities, Grant, GrantRequest, LockState
+from ..backends.contract import (
+    AsyncBackend,
+    Capabilities,
+    Grant,
+    GrantRequest,
+    LockState,
+    SessionEvents,
+)
 from ..errors import (
     AcquireTimeout,
     AlreadyHeld,
     BackendUnavailable,
     ClientClosed,
     ForkedClient,
+    HoldInDoubt,
     InvalidTimeout,
     LockLost,
     NotHeld,
@@ -97,6 +111,9 @@ class AsyncHold:
         self._deadline = core.local_deadline(sent_at, grant.granted_ttl)
         self._state = _HELD
         self._lost_reason: str | None = None
+        #: set on the backend's thread; acted on by the renewal worker
+        self._in_doubt = False
+        self._pending_loss: str | None = None
         self._loss_reported = False
         self._lost_event = AsyncEvent()
         self._callbacks: list[Callable[[AsyncHold], object]] = []
@@ -107,8 +124,16 @@ class AsyncHold:
 
     @property
     def held(self) -> bool:
-        """True while this hold is valid: not released, not lost, lease not run out."""
-        return self._state == _HELD and not self.lost
+        """True while this hold is known valid: not released, not lost, not in doubt, and its
+        lease has not run out."""
+        return self._state == _HELD and not self.lost and not self._in_doubt
+
+    @property
+    def in_doubt(self) -> bool:
+        """True while the client cannot confirm the hold (see the module docstring): the last
+        renewal could not reach the backend, or the backend's connection dropped. It may be
+        confirmed again; if not, it is lost when its lease runs out."""
+        return self._in_doubt and self._state == _HELD and not self.lost
 
     @property
     def lost(self) -> bool:
@@ -136,11 +161,17 @@ class AsyncHold:
         return max(0.0, self._deadline - self._locks._clock.now())
 
     def check(self) -> None:
-        """Raise ``LockLost`` if the hold was lost, ``NotHeld`` if it was released."""
+        """Raise ``LockLost`` if the hold was lost, ``HoldInDoubt`` if it is in doubt,
+        ``NotHeld`` if it was released."""
         if self.lost:
             raise LockLost(f"lock {self.name!r} was lost: {self.lost_reason}", lock_name=self.name)
         if self._state != _HELD:
             raise NotHeld(f"lock {self.name!r} was released", lock_name=self.name)
+        if self._in_doubt:
+            raise HoldInDoubt(
+                f"lock {self.name!r} is in doubt: the backend cannot be reached to confirm it",
+                lock_name=self.name,
+            )
 
     def on_lost(self, callback: Callable[[AsyncHold], object]) -> None:
         """Call ``callback(hold)`` once when the hold is found lost (at once if it already is).
@@ -265,12 +296,17 @@ class AsyncHold:
         """The renewal worker's job: renew, or find the hold lost. Returns the next due time."""
         if self._state != _HELD or self._lost_reason is not None:
             return None
+        if self._pending_loss is not None:
+            self._mark_lost(self._pending_loss)
+            await self._give_back()
+            return None
         clock = self._locks._clock
         now = clock.now()
         if now >= self._deadline:
             self._mark_lost("the lease ran out before a renewal succeeded")
+            await self._give_back()
             return None
-        if not self._auto_renew:
+        if not self._auto_renew and not self._in_doubt:
             return self._deadline
         try:
             granted = await self._locks._backend.renew(
@@ -278,6 +314,7 @@ class AsyncHold:
             )
         except BackendUnavailable as error:
             _log.warning("renewal of lock %r failed, will retry: %s", self.name, error)
+            self._in_doubt = True
             later = clock.now()
             return min(self._deadline, later + core.retry_delay(self._deadline - later))
         except TumblerError as error:
@@ -287,13 +324,25 @@ class AsyncHold:
             return None
         if granted is None:
             self._mark_lost(
-                "a renewal was refused: the backend no longer has this grant "
+                self._pending_loss
+                or "a renewal was refused: the backend no longer has this grant "
                 "(its lease ran out there, or it was force-released)"
             )
             return None
+        self._in_doubt = False
+        if not self._auto_renew:
+            return self._deadline  # confirmed after a doubt, not extended
         self._deadline = core.local_deadline(now, granted)
         self.ttl = granted
         return now + core.renew_delay(granted)
+
+    async def _give_back(self) -> None:
+        """Release a grant the client gave up: a session-based backend would keep it for as
+        long as the session lives, and others are spared the wait for their own expiry."""
+        try:
+            await self._locks._backend.release(self.name, self._request.owner)
+        except TumblerError as error:
+            _log.debug("could not give back lost lock %r: %s", self.name, error)
 
 
 class _AsyncPrimitive:
@@ -584,6 +633,8 @@ class AsyncLocks:
         # weak: a hold its holder dropped stops being renewed and runs out (see renewal.py)
         self._live: weakref.WeakValueDictionary[int, AsyncHold] = weakref.WeakValueDictionary()
         self._live_guard = threading.Lock()
+        if backend.session_events is not None:
+            backend.session_events.subscribe(self._on_session_event)
 
     @property
     def url(self) -> str:
@@ -723,6 +774,8 @@ class AsyncLocks:
                 except TumblerError as error:
                     _log.warning("could not release lock %r on close: %s", hold.name, error)
         await self._renewer.close()
+        if self._backend.session_events is not None:
+            self._backend.session_events.unsubscribe(self._on_session_event)
         await self._backend.close()
 
     async def __aenter__(self) -> AsyncLocks:
@@ -750,6 +803,23 @@ class AsyncLocks:
             )
         if self._closed:
             raise ClientClosed("the client is closed", lock_name=name, backend=self.url)
+
+    def _on_session_event(self, event: str) -> None:
+        """The backend's session is in trouble (called on the backend's thread: no waiting).
+
+        Holds are marked at once, so ``held`` turns False the moment the connection drops; the
+        renewal worker then does the rest on its own thread or loop, where ``on_lost``
+        callbacks are documented to run.
+        """
+        with self._live_guard:
+            holds = list(self._live.values())
+        for hold in holds:
+            if event == SessionEvents.EXPIRED:
+                hold._in_doubt = True
+                hold._pending_loss = "the backend's session expired"
+            elif event == SessionEvents.SUSPENDED:
+                hold._in_doubt = True
+        self._renewer.expedite()
 
     def _request(self, name: str, shared: bool, limit: int, fair: bool, ttl: float) -> GrantRequest:
         return GrantRequest(

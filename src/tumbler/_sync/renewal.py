@@ -57,6 +57,14 @@ class Renewer:
         if earliest:
             self._wakeup.set_threadsafe()
 
+    def expedite(self) -> None:
+        """Make every job due now (the backend's connection changed: confirm every hold)."""
+        with self._lock:
+            now = self._clock.now()
+            self._heap = [(min(due, now), order, ref) for due, order, ref in self._heap]
+            heapq.heapify(self._heap)
+        self._wakeup.set_threadsafe()
+
     def _run(self) -> None:
         while True:
             self._wakeup.clear()

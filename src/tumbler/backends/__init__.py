@@ -29,6 +29,7 @@ _registry: dict[str, tuple[str, str | None]] = {
     "redis": ("tumbler.backends.redis", "redis"),
     "rediss": ("tumbler.backends.redis", "redis"),
     "redis+unix": ("tumbler.backends.redis", "redis"),
+    "zookeeper": ("tumbler.backends.zookeeper", "zookeeper"),
 }
 
 

@@ -30,6 +30,7 @@ class AsyncAdapter:
         self.backend = backend
         self.url = backend.url
         self.capabilities = backend.capabilities
+        self.session_events = backend.session_events
         self.clock = backend.clock
         self._hub = hub
         self._executor = (

@@ -76,7 +76,12 @@ Inspection and operators
 
 Session-based backends (ZooKeeper, SQL connections) map their session onto the lease: a
 grant lives as long as the session, ``renew`` confirms the session is alive, and a lost
-session is reported as ``None`` from ``renew``.
+session is reported as ``None`` from ``renew``. A lease cannot outlast the session's timeout,
+so such a backend grants at most that (``capabilities.max_ttl``). Its ``session_events``
+(``SessionEvents``) report a dropped connection at once, so holds are in doubt from that
+moment rather than from the next renewal, and an expired session, so they are lost at once.
+When the lock logic gives a hold up because its lease ran out on the client, it releases the
+grant: a session-based backend would otherwise keep it for as long as the session lives.
 """
 
 from __future__ import annotations
@@ -166,6 +171,8 @@ class Capabilities:
     #: poll backoff for backends without push wake-ups: first and longest wait
     poll_base: float = 0.002
     poll_cap: float = 0.05
+    #: the longest lease it grants (ZooKeeper: the session timeout); longer ones are cut to it
+    max_ttl: float | None = None
 
 
 class WakeHub:
@@ -202,6 +209,46 @@ class WakeHub:
         for tag, callback in subscribers:
             if tags is None or tag in tags:
                 callback()
+
+    def notify_all(self) -> None:
+        """Wake every waiter of every name (the connection came back: anything may have changed)."""
+        with self._lock:
+            subscribers = [entry for entries in self._subscribers.values() for entry in entries]
+        for _tag, callback in subscribers:
+            callback()
+
+
+class SessionEvents:
+    """How a session-based backend tells the lock logic that its session is in trouble.
+
+    ``SUSPENDED``: the connection dropped; holds may be lost and are *in doubt* until a renewal
+    confirms them. ``RECONNECTED``: the same session is back; holds should be confirmed now.
+    ``EXPIRED``: the session ended; every hold made in it is lost. Callbacks run on the
+    backend's own thread and must not block. Thread-safe.
+    """
+
+    SUSPENDED = "suspended"
+    RECONNECTED = "reconnected"
+    EXPIRED = "expired"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[str], None]] = []
+
+    def subscribe(self, callback: Callable[[str], None]) -> None:
+        with self._lock:
+            self._callbacks.append(callback)
+
+    def unsubscribe(self, callback: Callable[[str], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+    def notify(self, event: str) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            callback(event)
 
 
 class Watch(Protocol):
@@ -250,6 +297,8 @@ class Backend(Protocol):
     capabilities: Capabilities
     #: the clock the backend's leases follow as seen by this client
     clock: Clock
+    #: session trouble reports (session-based backends), or None
+    session_events: SessionEvents | None
 
     def try_grant(self, request: GrantRequest) -> Grant | None: ...
 
@@ -274,6 +323,7 @@ class AsyncBackend(Protocol):
     url: str
     capabilities: Capabilities
     clock: Clock
+    session_events: SessionEvents | None
 
     async def try_grant(self, request: GrantRequest) -> Grant | None: ...
 
@@ -301,6 +351,7 @@ __all__ = [
     "GrantRequest",
     "HolderInfo",
     "LockState",
+    "SessionEvents",
     "WakeHub",
     "Watch",
 ]

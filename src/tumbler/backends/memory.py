@@ -29,7 +29,15 @@ from .._sync.watch import HubWatch
 from .._url import BackendURL
 from ..errors import ConfigurationError, InvalidURL
 from ._adapter import AsyncAdapter
-from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, WakeHub
+from .contract import (
+    Capabilities,
+    Grant,
+    GrantRequest,
+    HolderInfo,
+    LockState,
+    SessionEvents,
+    WakeHub,
+)
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -76,6 +84,7 @@ class MemoryBackend:
     """The blocking flavour; ``open_async`` wraps it (its calls never block)."""
 
     capabilities = CAPABILITIES
+    session_events: SessionEvents | None = None
 
     def __init__(self, url: BackendURL, store: _Store) -> None:
         self.url = url.redacted

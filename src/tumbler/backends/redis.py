@@ -47,7 +47,6 @@ How a hold can be lost here
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -56,6 +55,7 @@ import redis.exceptions as redis_errors  # the driver: without it, MissingDepend
 
 from .._url import BackendURL
 from ..errors import BackendUnavailable, InvalidURL, PermissionDenied, PermitsMismatch
+from ._options import flag, host_port, seconds
 from .contract import Capabilities
 
 if TYPE_CHECKING:
@@ -120,43 +120,6 @@ _OPTIONS = (
 )
 
 
-def _flag(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
-        raise ValueError("expected a positive number of seconds")
-    return value
-
-
-def _node(text: str, url: BackendURL) -> tuple[str, int]:
-    host, port = text, "6379"
-    if text.startswith("["):  # [IPv6]:port
-        host, _, rest = text[1:].partition("]")
-        if rest.startswith(":"):
-            port = rest[1:]
-        elif rest:
-            raise InvalidURL(f"bad host {text!r}", backend=url.redacted)
-    elif ":" in text:
-        host, _, port = text.rpartition(":")
-        if ":" in host:
-            raise InvalidURL(
-                f"an IPv6 address needs brackets: [{host}]:{port}", backend=url.redacted
-            )
-    if not host:
-        raise InvalidURL("the URL names no host", backend=url.redacted)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
-    return host, int(port)
-
-
 @dataclass(frozen=True)
 class RedisConfig:
     """A parsed ``redis://`` URL: what both flavours need to connect."""
@@ -182,12 +145,12 @@ def parse_config(url: BackendURL) -> RedisConfig:
     prefix = url.option("prefix", str, "tumbler")
     if not prefix or any(ch in prefix for ch in "{}") or len(prefix) > 100:
         raise InvalidURL("prefix must be 1 to 100 characters without braces", backend=url.redacted)
-    cluster = url.option("cluster", _flag, False)
+    cluster = url.option("cluster", flag, False)
     options: dict[str, Any] = {
         "username": url.username,
         "password": url.password,
-        "socket_timeout": url.option("socket_timeout", _seconds, 5.0),
-        "socket_connect_timeout": url.option("connect_timeout", _seconds, 5.0),
+        "socket_timeout": url.option("socket_timeout", seconds, 5.0),
+        "socket_connect_timeout": url.option("connect_timeout", seconds, 5.0),
     }
     unix_path = None
     db_text = url.query.get("db")
@@ -202,7 +165,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
         unix_path = url.path
         nodes: tuple[tuple[str, int], ...] = ()
     else:
-        nodes = tuple(_node(part, url) for part in url.hosts.split(",") if part) or (
+        nodes = tuple(host_port(part, url, 6379) for part in url.hosts.split(",") if part) or (
             ("localhost", 6379),
         )
         if len(nodes) > 1 and not cluster:
@@ -231,9 +194,9 @@ def parse_config(url: BackendURL) -> RedisConfig:
             ssl_ca_certs=url.query.get("ssl_ca_certs"),
             ssl_certfile=url.query.get("ssl_certfile"),
             ssl_keyfile=url.query.get("ssl_keyfile"),
-            ssl_check_hostname=url.option("ssl_check_hostname", _flag, True),
+            ssl_check_hostname=url.option("ssl_check_hostname", flag, True),
         )
-    wait_timeout = url.option("wait_timeout", _seconds, 1.0)
+    wait_timeout = url.option("wait_timeout", seconds, 1.0)
     wait_replicas = url.option("wait_replicas", int, 0)
     if wait_replicas and wait_timeout >= options["socket_timeout"]:
         raise InvalidURL(

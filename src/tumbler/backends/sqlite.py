@@ -72,7 +72,7 @@ from ..errors import (
     PermissionDenied,
 )
 from ._adapter import AsyncAdapter
-from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState
+from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, SessionEvents
 
 SCHEMA_VERSION = 1
 
@@ -246,6 +246,7 @@ class SQLiteBackend:
     """The blocking flavour; ``open_async`` runs it on a worker thread."""
 
     capabilities = CAPABILITIES
+    session_events: SessionEvents | None = None
     clock: Clock = SYSTEM_CLOCK
     hub = None
 

@@ -27,7 +27,7 @@ from ..._async.watch import AsyncHubWatch
 from ..._clock import SYSTEM_CLOCK, Clock
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
-from ..contract import Grant, GrantRequest, HolderInfo, LockState, WakeHub
+from ..contract import Grant, GrantRequest, HolderInfo, LockState, SessionEvents, WakeHub
 from ..redis import CAPABILITIES, MINIMUM_SERVER, RedisConfig, translate_errors
 
 _log = logging.getLogger("tumbler.redis")
@@ -214,6 +214,7 @@ class AsyncRedisBackend:
     """The Redis backend contract over redis-py (one client, one pub/sub connection)."""
 
     capabilities = CAPABILITIES
+    session_events: SessionEvents | None = None
 
     def __init__(self, config: RedisConfig) -> None:
         self.config = config

@@ -11,6 +11,6 @@
 
 from __future__ import annotations
 
-from ._clock import Clock, ManualClock, SystemClock
+from .._clock import Clock, ManualClock, SystemClock
 
 __all__ = ["Clock", "ManualClock", "SystemClock"]

@@ -10,10 +10,11 @@ process in its own directory (its config file, log and any data files live there
   ``reader`` may only read.
 * :func:`start_cluster` - a Redis Cluster of masters without replicas.
 
-Plain library code: it imports no pytest, so ``from tests.servers.redis import RedisServer``
-works from bench/ with the repository root on ``sys.path``. ``tests/servers/fixtures.py`` has
-the pytest fixtures. The programs are found on ``PATH``, or named by the environment variables
-``TUMBLER_REDIS_SERVER`` and ``TUMBLER_REDIS_CLI``; ``scripts/servers`` installs them.
+Plain library code: it imports no pytest, so bench/ and other programs can use it as well as
+the test suite (``tests/servers/fixtures.py`` has the pytest fixtures). It needs the
+``testing`` extra (redis-py, mirakuru, trustme). The programs are found on ``PATH``, or named
+by the environment variables ``TUMBLER_REDIS_SERVER`` and ``TUMBLER_REDIS_CLI``;
+``scripts/servers`` installs them.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +40,9 @@ from mirakuru import TCPExecutor
 from mirakuru.exceptions import AlreadyRunning, ExecutorError, ProcessFinishedWithError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from ...errors import InvalidArgument
+from ._common import LOOPBACK, ServerError, ServerNotInstalled, free_port, tail
 
 __all__ = [
     "ADMIN_USER",
@@ -65,7 +67,6 @@ __all__ = [
     "start_tls_redis",
 ]
 
-LOOPBACK = "127.0.0.1"
 #: seconds a server (or a whole cluster) gets to answer PING (or reach cluster_state:ok)
 STARTUP_TIMEOUT = 20.0
 CLUSTER_SLOTS = 16384
@@ -82,18 +83,17 @@ TUMBLER_RULES = "~tumbler:* &tumbler:* +@all -@dangerous +info"
 READER_RULES = "~tumbler:* &tumbler:* +@read +ping +hello +client|setname"
 
 _BIND_ATTEMPTS = 8
-_LOG_TAIL_LINES = 25
 _SERVER_ENV = "TUMBLER_REDIS_SERVER"
 _CLI_ENV = "TUMBLER_REDIS_CLI"
 #: characters Redis's config and ACL file parser would split or unquote
 _UNSAFE_IN_RULES = frozenset(" \t\r\n\"'\\")
 
 
-class RedisServerError(RuntimeError):
+class RedisServerError(ServerError):
     """A test Redis server could not be found, started or set up; the message says why."""
 
 
-class RedisNotInstalled(RedisServerError):
+class RedisNotInstalled(RedisServerError, ServerNotInstalled):
     """``redis-server`` or ``redis-cli`` is not installed (``scripts/servers`` installs them)."""
 
 
@@ -122,43 +122,10 @@ def redis_cli_binary() -> str:
     return _find_program("redis-cli", _CLI_ENV)
 
 
-_ports_lock = threading.Lock()
-_ports_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback TCP port that is free now and that this process has not handed out before.
-
-    The port is only free, not reserved: another program may take it before the server binds
-    it, which is why :meth:`RedisServer.start` retries with a new port when the bind fails.
-    The kernel hands out even ports to ``bind(port 0)`` and odd ones to outgoing connections,
-    so client sockets seldom collide with these.
-    """
-    with _ports_lock:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.bind((LOOPBACK, 0))
-                port: int = probe.getsockname()[1]
-            if port not in _ports_handed_out:
-                _ports_handed_out.add(port)
-                return port
-    raise RedisServerError("found no free loopback port in 100 tries")
-
-
 def _quote(value: str | Path) -> str:
     """A value for redis.conf: double-quoted, so paths with spaces stay one argument."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
-
-
-def _tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as file:
-            file.seek(offset)
-            data = file.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
 
 @dataclass(frozen=True)
@@ -172,7 +139,7 @@ class RedisUser:
     def __post_init__(self) -> None:
         for field, text in (("name", self.name), ("password", self.password)):
             if not text or _UNSAFE_IN_RULES.intersection(text):
-                raise ValueError(
+                raise InvalidArgument(
                     f"ACL user {field} {text!r} must be non-empty, without spaces, quotes or "
                     "backslashes (Redis would split or unquote it)"
                 )
@@ -272,7 +239,9 @@ class RedisServer:
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
         if tls_auth_clients not in ("optional", "yes", "no"):
-            raise ValueError(f"tls_auth_clients must be optional, yes or no: {tls_auth_clients!r}")
+            raise InvalidArgument(
+                f"tls_auth_clients must be optional, yes or no: {tls_auth_clients!r}"
+            )
         self.host = LOOPBACK
         self.port = port or 0
         #: the cluster bus port (cluster nodes only)
@@ -288,7 +257,9 @@ class RedisServer:
         self.admin: RedisUser | None = None
         if self.users:
             if ADMIN_USER in self.users or "default" in self.users:
-                raise ValueError(f"the users {ADMIN_USER!r} and 'default' are made by the server")
+                raise InvalidArgument(
+                    f"the users {ADMIN_USER!r} and 'default' are made by the server"
+                )
             self.admin = RedisUser(ADMIN_USER, secrets.token_hex(16), "~* &* +@all")
         self._owns_dir = workdir is None
         if workdir is None:
@@ -493,8 +464,8 @@ class RedisServer:
             executor.start()
         except BaseException as error:
             executor.kill()
-            log = _tail(self.log_path, log_offset)
-            output = _tail(self.console_path, console_offset)
+            log = tail(self.log_path, log_offset)
+            output = tail(self.console_path, console_offset)
             if isinstance(error, AlreadyRunning) or "Address already in use" in log + output:
                 raise _PortTaken(
                     f"port {self.port} (or cluster bus port {self.cluster_port}) on {self.host} "
@@ -644,7 +615,11 @@ class RedisServerCluster:
 
     def client(self, **options: Any) -> redis.cluster.RedisCluster:
         """A ``redis.cluster.RedisCluster`` over all nodes, closed by :meth:`close`."""
-        startup = [redis.cluster.ClusterNode(host, port) for host, port in self.startup_nodes]
+        # redis-py leaves ClusterNode's constructor unannotated
+        startup = [
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in self.startup_nodes
+        ]
         client = redis.cluster.RedisCluster(startup_nodes=startup, **options)
         self._clients.append(client)
         return client
@@ -701,7 +676,7 @@ class RedisServerCluster:
             state = ", ".join(f"{key}={info.get(key)}" for key in keys)
         except redis.RedisError as error:
             state = f"no answer ({error})"
-        return f"{node.host}:{node.port}: {state}\n{_tail(node.log_path, lines=8)}"
+        return f"{node.host}:{node.port}: {state}\n{tail(node.log_path, lines=8)}"
 
     def stop(self) -> None:
         """Stop every node (SIGTERM); their directories stay."""
@@ -754,7 +729,7 @@ def start_cluster(
     ``workdir``). Other ``options`` go to every :class:`RedisServer`.
     """
     if masters < 3:
-        raise ValueError(f"a Redis Cluster needs at least 3 masters, not {masters}")
+        raise InvalidArgument(f"a Redis Cluster needs at least 3 masters, not {masters}")
     cli = redis_cli_binary()
     owns_dir = workdir is None
     base = Path(tempfile.mkdtemp(prefix="tumbler-redis-cluster-") if workdir is None else workdir)

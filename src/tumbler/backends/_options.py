@@ -1,0 +1,48 @@
+"""URL pieces that several backends parse alike: flags, durations, host lists."""
+
+from __future__ import annotations
+
+import math
+
+from .._url import BackendURL
+from ..errors import InvalidURL
+
+
+def flag(text: str) -> bool:
+    """A boolean URL option: 1/true/yes/on or 0/false/no/off."""
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def seconds(text: str) -> float:
+    """A positive, finite duration in seconds."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+def host_port(text: str, url: BackendURL, default_port: int) -> tuple[str, int]:
+    """One ``host[:port]`` or ``[IPv6][:port]`` of a URL's host list."""
+    host, port = text, str(default_port)
+    if text.startswith("["):  # [IPv6]:port
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port = rest[1:]
+        elif rest:
+            raise InvalidURL(f"bad host {text!r}", backend=url.redacted)
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise InvalidURL(
+                f"an IPv6 address needs brackets: [{host}]:{port}", backend=url.redacted
+            )
+    if not host:
+        raise InvalidURL("the URL names no host", backend=url.redacted)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
+    return host, int(port)

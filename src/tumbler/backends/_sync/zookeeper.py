@@ -1,0 +1,483 @@
+# Generated from src/tumbler/backends/_async/zookeeper.py by tools/generate_sync.py: do not edit.
+# Change the asyncio source and run the tool again.
+"""The ZooKeeper backend (asyncio flavour, the source of the generated blocking twin).
+
+See ``tumbler.backends.zookeeper`` for the URL grammar, the node layout and the guarantees.
+kazoo runs its connection on threads of its own; every call here is one of its ``*_async``
+requests, whose result is awaited (``kazoo_aresult``) or waited for (``kazoo_result``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo import exceptions as kazoo_errors
+from kazoo.client import KazooClient, KazooState
+from kazoo.retry import KazooRetry
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from ..._clock import SYSTEM_CLOCK, Clock
+from ..._core import WATCH_LINE, check_limits, line_position
+from ..._sync.watch import HubWatch
+from ...errors import PermitsMismatch
+from ..contract import (
+    Capabilities,
+    Grant,
+    GrantRequest,
+    HolderInfo,
+    LockState,
+    SessionEvents,
+    WakeHub,
+)
+from ..zookeeper import (
+    CONTAINER_FLAG,
+    Contender,
+    CreateContainer,
+    ZooKeeperConfig,
+    decode_name,
+    encode_name,
+    entry_data,
+    entry_prefix,
+    kazoo_result,
+    owner_hash,
+    parse_children,
+    read_entry_data,
+    run_blocking,
+    translate_errors,
+)
+
+_log = logging.getLogger("tumbler.zookeeper")
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=True,
+    server_clock=True,
+    session_liveness=True,
+    # waiter entries live with the session, not a lease of their own
+    waiter_ttl=60.0,
+    # watches are delivered once per change within a session; the re-check is a safety net
+    recheck_interval=2.0,
+)
+
+
+@dataclass
+class _Entry:
+    """This client's entry for one acquisition: its node, its fencing token, whether granted."""
+
+    node: str
+    czxid: int
+    granted: bool = False
+
+
+class ZooKeeperBackend:
+    """The ZooKeeper backend contract over one kazoo client (one session)."""
+
+    def __init__(self, config: ZooKeeperConfig) -> None:
+        self.config = config
+        self.url = config.url
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        self.session_events = SessionEvents()
+        #: the session timeout the ensemble agreed to (learnt at each connection)
+        self.session_timeout = config.session_timeout
+        self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=config.session_timeout)
+        acl = None
+        auth = None
+        if config.digest is not None:
+            user, _, password = config.digest.partition(":")
+            acl = [make_digest_acl(user, password, all=True)]
+            auth = [("digest", config.digest)]
+        self._acl = acl
+        self._client = KazooClient(
+            hosts=config.connect_string,
+            timeout=config.session_timeout,
+            auth_data=auth,
+            default_acl=acl,
+            # reconnect for as long as the client lives; calls themselves are never retried
+            # by kazoo: the lock logic decides what a lost reply means
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            logger=_log,
+        )
+        self._learn_negotiated_timeout()
+        self._client.add_listener(self._on_state)
+        self._guard = threading.Lock()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        #: acquisitions whose create may have happened although its reply was lost
+        self._uncertain: set[tuple[str, str]] = set()
+        #: entries whose delete did not get through: deleted when the connection is back
+        self._orphans: set[str] = set()
+        #: (lock path, node-name prefix) of creates that may have happened, withdrawn while the
+        #: server could not be reached: looked for and deleted when the connection is back
+        self._lost_creates: set[tuple[str, str]] = set()
+        self._containers = True
+        self._closing = False
+        self._suspended = False
+
+    # -- connection ------------------------------------------------------------------------
+
+    def _learn_negotiated_timeout(self) -> None:
+        # The ensemble may narrow the session timeout (to its maxSessionTimeout); a lease longer
+        # than the real timeout would be unsafe. kazoo computes from the negotiated value but
+        # does not keep it, so its connect step is wrapped to read it back.
+        connection = self._client._connection
+        connect = connection._connect
+
+        def connect_and_learn(*args: Any) -> Any:
+            read_timeout, connect_timeout = connect(*args)
+            negotiated = round(read_timeout * 1.5) / 1000.0  # kazoo: read = negotiated * 2/3
+            if negotiated > 0:
+                self.session_timeout = negotiated
+                self.capabilities = dataclasses.replace(self.capabilities, max_ttl=negotiated)
+            return read_timeout, connect_timeout
+
+        connection._connect = connect_and_learn
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection states, reported on its thread: must not block."""
+        if self._closing:
+            return
+        if state == KazooState.SUSPENDED:
+            self._suspended = True
+            _log.warning("ZooKeeper connection lost; holds are in doubt until it is back")
+            self.session_events.notify(SessionEvents.SUSPENDED)
+        elif state == KazooState.LOST:
+            self._suspended = False
+            _log.warning("ZooKeeper session expired: every hold of this client is lost")
+            with self._guard:
+                self._entries.clear()
+                self._uncertain.clear()
+                # ephemeral: the server deleted them with the session
+                self._orphans.clear()
+                self._lost_creates.clear()
+            self.session_events.notify(SessionEvents.EXPIRED)
+            self.hub.notify_all()
+        elif state == KazooState.CONNECTED:
+            if self._suspended:
+                self._suspended = False
+                self.session_events.notify(SessionEvents.RECONNECTED)
+            self._delete_orphans()
+            self.hub.notify_all()
+
+    def _delete_orphans(self) -> None:
+        """Delete what withdrawals could not (runs on kazoo's thread: callbacks, no waiting)."""
+        with self._guard:
+            orphans = list(self._orphans)
+            lost_creates = list(self._lost_creates)
+        for node in orphans:
+            result = self._client.delete_async(node)
+            result.rawlink(functools.partial(self._orphan_deleted, node))
+        for path, marker in lost_creates:
+            listing = self._client.get_children_async(path)
+            listing.rawlink(functools.partial(self._lost_create_listed, path, marker))
+
+    def _lost_create_listed(self, path: str, marker: str, result: Any) -> None:
+        if not result.successful() and not isinstance(result.exception, kazoo_errors.NoNodeError):
+            return  # still unreachable: tried again at the next connection
+        children = result.value if result.successful() else []
+        with self._guard:
+            self._lost_creates.discard((path, marker))
+            found = [f"{path}/{child}" for child in children if child.startswith(marker)]
+            self._orphans.update(found)
+        for node in found:
+            self._client.delete_async(node).rawlink(functools.partial(self._orphan_deleted, node))
+
+    def _orphan_deleted(self, node: str, result: Any) -> None:
+        if result.successful() or isinstance(result.exception, kazoo_errors.NoNodeError):
+            with self._guard:
+                self._orphans.discard(node)
+
+    def start(self) -> None:
+        """Connect, and check that the base node can be used (made if missing)."""
+        with translate_errors(self.url):
+            run_blocking(self._client.start, self.config.connect_timeout)
+            base = self.config.base
+            if self._call(self._client.exists_async(base)) is None:
+                with contextlib.suppress(kazoo_errors.NodeExistsError):
+                    self._make_path(base)
+            # reading the base shows now, not at the first lock, whether the user may
+            self._call(self._client.get_children_async(base))
+
+    def close(self) -> None:
+        """End the session: the ensemble deletes this client's entries at once."""
+        self._closing = True
+        with contextlib.suppress(kazoo_errors.KazooException):
+            run_blocking(self._client.stop)
+        run_blocking(self._client.close)
+
+    def _call(self, result: Any) -> Any:
+        return kazoo_result(result, self.config.request_timeout)
+
+    # -- paths -----------------------------------------------------------------------------
+
+    def _lock_path(self, name: str) -> str:
+        return f"{self.config.base}/{encode_name(name)}"
+
+    def _make_path(self, path: str) -> None:
+        """Make ``path`` and its missing parents as persistent nodes."""
+        parent = path.rsplit("/", 1)[0]
+        if parent and self._call(self._client.exists_async(parent)) is None:
+            with contextlib.suppress(kazoo_errors.NodeExistsError):
+                self._make_path(parent)
+        with contextlib.suppress(kazoo_errors.NodeExistsError):
+            self._call(self._client.create_async(path, b"", acl=self._acl))
+
+    def _make_lock_node(self, path: str) -> None:
+        if self._containers:
+            acl = self._acl or OPEN_ACL_UNSAFE
+            request = CreateContainer(path, b"", acl, CONTAINER_FLAG)
+            result = self._client.handler.async_result()
+            self._client._call(request, result)
+            try:
+                self._call(result)
+                return
+            except kazoo_errors.NodeExistsError:
+                return
+            except kazoo_errors.NoNodeError:
+                self._make_path(self.config.base)
+                return self._make_lock_node(path)
+            except kazoo_errors.UnimplementedError:
+                _log.warning("this ZooKeeper has no container nodes: empty lock nodes are deleted")
+                self._containers = False
+        self._make_path(path)
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def _tidy(self) -> None:
+        """Retry pending clean-ups: a late reply does not always come with a reconnection."""
+        if self._orphans or self._lost_creates:
+            self._delete_orphans()
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        self._tidy()
+        key = (request.name, request.owner)
+        path = self._lock_path(request.name)
+        with translate_errors(self.url, request.name):
+            mine, created = self._entry(request, path)
+            children: list[str] | None = None
+            while True:
+                if children is None:
+                    children = self._children(path)
+                line = parse_children(children)
+                index = next((i for i, c in enumerate(line) if c.node == mine.node), None)
+                if index is None:
+                    # our entry is gone (force-released, or the session ended): join again
+                    with self._guard:
+                        self._entries.pop(key, None)
+                    mine, created = self._entry(request, path)
+                    children = None
+                    continue
+                entries = [contender.entry() for contender in line]
+                try:
+                    check_limits(entries, entries[index].owner, request.shared, request.limit)
+                except PermitsMismatch:
+                    self._forget(key, path, mine)
+                    raise
+                blocker = line_position(entries, index)
+                if blocker is None:
+                    if request.shared and request.limit and not created:
+                        self._announce_grant(path, mine, request)
+                    mine.granted = True
+                    ttl = min(request.ttl, self.session_timeout)
+                    return Grant(request.name, request.owner, mine.czxid, ttl)
+                if not request.queue:
+                    self._forget(key, path, mine)
+                    return None
+                children = self._watch(path, line, index, blocker, request)
+                if children is None:
+                    return None  # watching what blocks us; the watch wakes the waiter
+
+    def _entry(self, request: GrantRequest, path: str) -> tuple[_Entry, bool]:
+        """This acquisition's entry: known, found again after a lost reply, or created now."""
+        key = (request.name, request.owner)
+        with self._guard:
+            known = self._entries.get(key)
+            uncertain = key in self._uncertain
+        if known is not None:
+            return known, False
+        if uncertain:
+            found = self._find(path, request.owner)
+            if found is not None:
+                stat = self._call(self._client.exists_async(f"{path}/{found}"))
+                if stat is not None:
+                    mine = _Entry(found, stat.czxid)
+                    with self._guard:
+                        self._entries[key] = mine
+                        self._uncertain.discard(key)
+                    return mine, False
+        prefix = f"{path}/{entry_prefix(request.owner, request.shared, request.limit)}"
+        data = entry_data(request.holder, min(request.ttl, self.session_timeout))
+        with self._guard:
+            self._uncertain.add(key)
+        for _ in range(3):
+            try:
+                created, stat = self._call(
+                    self._client.create_async(
+                        prefix, data, ephemeral=True, sequence=True, include_data=True
+                    )
+                )
+            except kazoo_errors.NoNodeError:
+                self._make_lock_node(path)  # the lock node was idle and removed
+                continue
+            mine = _Entry(created.rsplit("/", 1)[1], stat.czxid)
+            with self._guard:
+                self._entries[key] = mine
+                self._uncertain.discard(key)
+            return mine, True
+        raise kazoo_errors.NoNodeError(f"the lock node {path} keeps disappearing")
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            children: list[str] = self._call(self._client.get_children_async(path))
+        except kazoo_errors.NoNodeError:
+            return []
+        return children
+
+    def _find(self, path: str, owner: str) -> str | None:
+        """The node of ``owner`` among the children, by the owner hash in its name."""
+        marker = f"_c_{owner_hash(owner)}-"
+        return next((node for node in self._children(path) if node.startswith(marker)), None)
+
+    def _watch(
+        self, path: str, line: list[Contender], index: int, blocker: int, request: GrantRequest
+    ) -> list[str] | None:
+        """Set a watch on what blocks entry ``index``. Returns None once it is set on an
+        unchanged state; otherwise the children as they are now, to decide again."""
+        callback = functools.partial(self._wake, request.name, owner_hash(request.owner))
+        if blocker == WATCH_LINE:
+            children: list[str] = self._call(self._client.get_children_async(path, watch=callback))
+            ahead = {contender.node for contender in line[:index]}
+            if ahead <= set(children):
+                return None  # nobody ahead has left since we read the line
+            return children
+        stat = self._call(self._client.exists_async(f"{path}/{line[blocker].node}", watch=callback))
+        if stat is None:
+            return self._children(path)  # it left in the meantime: decide again now
+        return None
+
+    def _wake(self, name: str, tag: str, _event: Any) -> None:
+        self.hub.notify(name, (tag,))
+
+    def _announce_grant(self, path: str, mine: _Entry, request: GrantRequest) -> None:
+        """Touch a semaphore entry granted after waiting: the waiter behind it watches it."""
+        data = entry_data(request.holder, min(request.ttl, self.session_timeout), granted=True)
+        with contextlib.suppress(kazoo_errors.NoNodeError):
+            self._call(self._client.set_async(f"{path}/{mine.node}", data))
+
+    def _forget(self, key: tuple[str, str], path: str, mine: _Entry) -> None:
+        with self._guard:
+            self._entries.pop(key, None)
+        self._delete(f"{path}/{mine.node}")
+
+    def _delete(self, node_path: str) -> bool:
+        """Delete an entry; if the server cannot be told now, it is told when it is back."""
+        try:
+            self._call(self._client.delete_async(node_path))
+        except kazoo_errors.NoNodeError:
+            return False
+        except BaseException:
+            with self._guard:
+                self._orphans.add(node_path)
+            raise
+        if not self._containers:
+            with contextlib.suppress(kazoo_errors.NotEmptyError, kazoo_errors.NoNodeError):
+                self._call(self._client.delete_async(node_path.rsplit("/", 1)[0]))
+        return True
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        self._tidy()
+        with self._guard:
+            mine = self._entries.get((name, owner))
+        if mine is None or not mine.granted:
+            return None
+        with translate_errors(self.url, name):
+            stat = self._call(self._client.exists_async(f"{self._lock_path(name)}/{mine.node}"))
+        if stat is None or stat.czxid != mine.czxid or stat.ephemeralOwner != self._session_id():
+            return None
+        return min(ttl, self.session_timeout)
+
+    def _session_id(self) -> int:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else -1
+
+    def release(self, name: str, owner: str) -> bool:
+        key = (name, owner)
+        path = self._lock_path(name)
+        with self._guard:
+            mine = self._entries.pop(key, None)
+            uncertain = key in self._uncertain
+        with translate_errors(self.url, name):
+            if mine is not None:
+                return self._delete(f"{path}/{mine.node}") and mine.granted
+            if not uncertain:
+                return False  # nothing of this owner was ever created
+            try:
+                found = self._find(path, owner)
+                if found is not None:
+                    self._delete(f"{path}/{found}")
+            except BaseException:
+                # Protection mode's other half: the create may have reached the server, and
+                # nobody would ever retry it, so its node would block the line for as long
+                # as the session lives. Look for it when the connection is back.
+                with self._guard:
+                    self._lost_creates.add((path, f"_c_{owner_hash(owner)}-"))
+                raise
+            finally:
+                with self._guard:
+                    self._uncertain.discard(key)
+            return False  # a lost create was never a grant its caller knew of
+
+    def watch(self, name: str, owner: str) -> HubWatch:
+        return HubWatch(self.clock, name, self.hub, owner_hash(owner))
+
+    def _holders(self, path: str) -> tuple[list[tuple[Contender, Any]], list[Contender]]:
+        """The granted entries of a lock with their stats and data, and the whole line."""
+        line = parse_children(self._children(path))
+        entries = [contender.entry() for contender in line]
+        granted = [c for i, c in enumerate(line) if line_position(entries, i) is None]
+        # one round trip for all: kazoo pipelines the requests
+        pending = [self._client.get_async(f"{path}/{c.node}") for c in granted]
+        holders = []
+        for contender, result in zip(granted, pending, strict=True):
+            with contextlib.suppress(kazoo_errors.NoNodeError):
+                holders.append((contender, self._call(result)))
+        return holders, line
+
+    def inspect(self, name: str) -> LockState:
+        with translate_errors(self.url, name):
+            holders, line = self._holders(self._lock_path(name))
+        infos = []
+        for contender, (data, stat) in holders:
+            holder, ttl = read_entry_data(data)
+            infos.append(HolderInfo(stat.czxid, contender.shared, ttl, holder))
+        limit = next((c.limit for c in line if c.shared), None)
+        return LockState(name, tuple(infos), len(line) - len(holders), limit)
+
+    def inspect_all(self) -> list[LockState]:
+        with translate_errors(self.url):
+            nodes = self._children(self.config.base)
+        states = []
+        for node in sorted(nodes):
+            try:
+                name = decode_name(node)
+            except UnicodeDecodeError:
+                continue  # not a lock node of ours
+            state = self.inspect(name)
+            if state.holders or state.waiters:
+                states.append(state)
+        return states
+
+    def force_release(self, name: str) -> int:
+        path = self._lock_path(name)
+        with translate_errors(self.url, name):
+            holders, _line = self._holders(path)
+            removed = 0
+            for contender, _ in holders:
+                if self._delete(f"{path}/{contender.node}"):
+                    removed += 1
+        return removed

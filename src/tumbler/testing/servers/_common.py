@@ -1,0 +1,66 @@
+"""What every throwaway server launcher shares: the loopback address, free ports, errors and
+reading the end of a log."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+__all__ = [
+    "LOOPBACK",
+    "ServerError",
+    "ServerNotInstalled",
+    "free_port",
+    "tail",
+]
+
+LOOPBACK = "127.0.0.1"
+_LOG_TAIL_LINES = 25
+
+
+class ServerError(RuntimeError):
+    """A throwaway test server could not be found, started or set up; the message says why.
+
+    The base of each launcher's own error class, so a fixture can catch every launcher's
+    failures at once.
+    """
+
+
+class ServerNotInstalled(ServerError):
+    """A program the server needs is not installed (``scripts/servers`` installs them)."""
+
+
+_ports_lock = threading.Lock()
+_ports_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A loopback TCP port that is free now and that this process has not handed out before.
+
+    The port is only free, not reserved: another program may take it before the server binds
+    it, which is why the launchers retry with new ports when a bind fails. The kernel hands
+    out even ports to ``bind(port 0)`` and odd ones to outgoing connections, so client sockets
+    seldom collide with these. Raises :class:`ServerError` if no new port turns up.
+    """
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((LOOPBACK, 0))
+                port: int = probe.getsockname()[1]
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise ServerError("found no free loopback port in 100 tries")
+
+
+def tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file from byte ``offset`` on ("" if unreadable), for
+    error messages: a server that failed usually said why at the end of its log."""
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            data = file.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])

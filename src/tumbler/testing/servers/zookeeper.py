@@ -1,0 +1,896 @@
+"""Real ZooKeeper servers for the ZooKeeper backend's tests, from Debian's ``zookeeper`` package.
+
+Two shapes, each made of real ZooKeeper JVMs on free loopback ports, every process in its own
+directory (its ``zoo.cfg``, its data directory and its log live there):
+
+* :class:`ZooKeeperServer` - one standalone server; it can be killed (SIGKILL, as in a crash)
+  and started again on the same port and data directory, with its data.
+* :class:`ZooKeeperEnsemble` - a replicated ensemble (3 members by default), each member with
+  a client, a quorum and an election port; members can be killed and restarted one at a time
+  while the others carry on, and :meth:`ZooKeeperEnsemble.leader` says which one leads.
+
+The servers are made for tests on a small shared machine: 128 MiB of heap and the serial
+collector per JVM, a 200 ms tick so sessions can expire within a test (session timeouts from
+400 ms to 60 s), no admin HTTP server, no fsync (a SIGKILL loses nothing the kernel already
+has; only a power cut would), and the four-letter words ``ruok``, ``srvr``, ``mntr`` and
+``stat`` allowed, which is how the launcher tells when a server is up and who leads. A
+``super_password`` turns on ZooKeeper's super user (``superDigest``), who passes every ACL.
+
+Plain library code like :mod:`tumbler.testing.servers.redis`: no pytest and no ZooKeeper
+client (the readiness probes speak the four-letter words over a socket), only mirakuru from
+the ``testing`` extra. The JVM is ``$TUMBLER_JAVA`` or ``java`` on ``PATH``; the class path is
+``$TUMBLER_ZOOKEEPER_CLASSPATH`` or Debian's ``/usr/share/java/zookeeper.jar`` (whose manifest
+names the jars it needs) plus ``slf4j-simple.jar`` for the log; ``scripts/servers`` installs
+them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, TypeVar
+
+from mirakuru import TCPExecutor
+from mirakuru.base import SimpleExecutor
+from mirakuru.exceptions import (
+    AlreadyRunning,
+    ExecutorError,
+    ProcessExitedWithError,
+    ProcessFinishedWithError,
+    TimeoutExpired,
+)
+
+from ...errors import InvalidArgument
+from ._common import LOOPBACK, ServerError, ServerNotInstalled, free_port, tail
+
+__all__ = [
+    "DEFAULT_MAX_SESSION_TIMEOUT",
+    "DEFAULT_MIN_SESSION_TIMEOUT",
+    "DEFAULT_TICK_TIME",
+    "FOUR_LETTER_WORDS",
+    "SUPER_USER",
+    "ZOOKEEPER_STARTUP_TIMEOUT",
+    "ZooKeeperEnsemble",
+    "ZooKeeperMember",
+    "ZooKeeperNotInstalled",
+    "ZooKeeperServer",
+    "ZooKeeperServerError",
+    "four_letter_word",
+    "java_binary",
+    "super_digest",
+    "zookeeper_classpath",
+]
+
+#: seconds a server gets to answer ``srvr`` (an ensemble: to elect a leader and sync everyone);
+#: a JVM needs about a CPU-second to start, which a busy 2-core machine can stretch to 30 s
+ZOOKEEPER_STARTUP_TIMEOUT = 60.0
+#: milliseconds: ZooKeeper's unit of time (heartbeats, and the session timeout bounds'
+#: defaults are 2 and 20 ticks); short, so tests can see sessions expire
+DEFAULT_TICK_TIME = 200
+DEFAULT_MIN_SESSION_TIMEOUT = 400
+DEFAULT_MAX_SESSION_TIMEOUT = 60_000
+#: the four-letter words the servers answer; the launcher itself uses ruok and srvr
+FOUR_LETTER_WORDS = ("ruok", "srvr", "mntr", "stat")
+#: the user that ``superDigest`` makes all-powerful
+SUPER_USER = "super"
+
+_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+_DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+#: an SLF4J binding that needs no config file: the server logs to stderr, i.e. its log file
+_SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
+_JAVA_ENV = "TUMBLER_JAVA"
+_CLASSPATH_ENV = "TUMBLER_ZOOKEEPER_CLASSPATH"
+_BIND_ATTEMPTS = 8
+#: the JVM's exit status after SIGTERM: it runs its shutdown hooks, then exits 128 + 15
+_EXIT_ON_SIGTERM = 128 + signal.SIGTERM
+_SERVING_MODES = ("leader", "follower", "standalone")
+_PROBE_TIMEOUT = 2.0
+
+_Server = TypeVar("_Server", bound="ZooKeeperServer")
+
+
+class ZooKeeperServerError(ServerError):
+    """A test ZooKeeper server could not be found, started or set up; the message says why."""
+
+
+class ZooKeeperNotInstalled(ZooKeeperServerError, ServerNotInstalled):
+    """Java or ZooKeeper's jars are not installed (``scripts/servers`` installs both)."""
+
+
+def java_binary() -> str:
+    """The ``java`` program to run: ``$TUMBLER_JAVA``, else the one on PATH."""
+    configured = os.environ.get(_JAVA_ENV)
+    if configured:
+        path = shutil.which(configured)
+        if path is None:
+            raise ZooKeeperNotInstalled(f"${_JAVA_ENV}={configured!r} is not an executable program")
+        return path
+    path = shutil.which("java")
+    if path is None:
+        raise ZooKeeperNotInstalled(
+            "java is not on PATH (Debian's zookeeper package brings one: install it with "
+            f"scripts/servers, or set ${_JAVA_ENV})"
+        )
+    return path
+
+
+def zookeeper_classpath() -> str:
+    """The JVM class path that runs ZooKeeper: ``$TUMBLER_ZOOKEEPER_CLASSPATH`` (entries
+    separated by ``:``), else Debian's jar and, if installed, ``slf4j-simple.jar``.
+
+    Raises :class:`ZooKeeperNotInstalled` naming the first entry that does not exist.
+    """
+    configured = os.environ.get(_CLASSPATH_ENV)
+    if configured:
+        for entry in configured.split(os.pathsep):
+            # "dir/*" is the JVM's spelling of every jar in dir
+            path = Path(entry[:-2] if entry.endswith("/*") else entry)
+            if entry and not path.exists():
+                raise ZooKeeperNotInstalled(
+                    f"${_CLASSPATH_ENV} names {entry!r}, which does not exist"
+                )
+        return configured
+    if not _DEBIAN_JAR.is_file():
+        raise ZooKeeperNotInstalled(
+            f"ZooKeeper's jar {_DEBIAN_JAR} is missing (install Debian's zookeeper package with "
+            f"scripts/servers, or set ${_CLASSPATH_ENV})"
+        )
+    entries = [_DEBIAN_JAR]
+    if _SLF4J_SIMPLE.is_file():
+        entries.append(_SLF4J_SIMPLE)
+    return os.pathsep.join(str(entry) for entry in entries)
+
+
+def super_digest(password: str) -> str:
+    """ZooKeeper's ``superDigest`` value for ``password``: ``super:`` and the base64 of the
+    SHA-1 of ``super:<password>``, the digest scheme's documented form."""
+    credentials = f"{SUPER_USER}:{password}".encode()
+    digest = base64.b64encode(hashlib.sha1(credentials).digest()).decode("ascii")
+    return f"{SUPER_USER}:{digest}"
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = _PROBE_TIMEOUT) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ...) to a server and return its answer.
+
+    Raises ``OSError`` if the server cannot be reached or does not finish answering within
+    ``timeout`` seconds. A word the server does not allow gets a "not in the whitelist" text,
+    not an error.
+    """
+    if len(word) != 4 or not word.isascii() or not word.isalpha():
+        raise InvalidArgument(f"a four-letter word is four ASCII letters, not {word!r}")
+    chunks: list[bytes] = []
+    with socket.create_connection((host, port), timeout=timeout) as connection:
+        connection.sendall(word.encode("ascii"))
+        # the server answers, then closes; an empty read is the end of the answer
+        while chunk := connection.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _mode(answer: str) -> str | None:
+    for line in answer.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+def _properties_value(value: str | Path) -> str:
+    # zoo.cfg is a Java properties file: a backslash starts an escape
+    return str(value).replace("\\", "\\\\")
+
+
+class _ZooKeeperExecutor(TCPExecutor):
+    """A TCPExecutor whose start is split in two, so an ensemble's JVMs can all be launched
+    before waiting for the first: on two cores that overlaps their start-up instead of
+    queueing it. Started means ``ready()`` (a four-letter word answer), not merely an open
+    port."""
+
+    def __init__(self, command: list[str], *, ready: Callable[[], bool], **kwargs: Any) -> None:
+        super().__init__(command, **kwargs)
+        self._ready = ready
+
+    def after_start_check(self) -> bool:
+        return self._ready()
+
+    def spawn(self) -> None:
+        """Launch the process (refusing if something answers on the port already)."""
+        if self.pre_start_check():
+            raise AlreadyRunning(self)
+        SimpleExecutor.start(self)
+
+    def wait_started(self) -> None:
+        """Wait until ``ready()``; raises mirakuru's errors if the process exits or the
+        timeout (counted from :meth:`spawn`) passes first."""
+        self.wait_for(self.check_subprocess)
+
+
+class _PortTaken(Exception):
+    pass
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server on a free ``127.0.0.1`` port, in a directory of its own.
+
+    Nothing runs until :meth:`start`; ``with ZooKeeperServer() as server:`` starts it and, on
+    exit, :meth:`close` s it. :meth:`stop` and :meth:`kill` end the process but keep the port
+    and the data directory, so :meth:`start` (or :meth:`restart`) brings the same server back
+    with its znodes (sessions survive too, if they have not expired meanwhile).
+
+    ``workdir`` is where the server's files go; without one the server makes a temporary
+    directory and removes it on :meth:`close` (a given ``workdir`` is left for the caller, so
+    its log can still be read after a failure). Times are in milliseconds, as in ``zoo.cfg``:
+    ``tick_time``, and the bounds the server puts on the session timeout a client asks for.
+    ``super_password`` sets ``superDigest``: a client that adds the digest credentials
+    :attr:`super_auth` may do anything to any znode, whatever its ACL. ``force_sync`` makes
+    the server fsync its transaction log (off by default: only a power cut, not a SIGKILL,
+    loses what is not synced). ``max_heap`` is the JVM's ``-Xmx``; ``jvm_options`` are added
+    to the JVM's command line and ``extra_config`` lines (``key=value``) to ``zoo.cfg``.
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        tick_time: int = DEFAULT_TICK_TIME,
+        min_session_timeout: int = DEFAULT_MIN_SESSION_TIMEOUT,
+        max_session_timeout: int = DEFAULT_MAX_SESSION_TIMEOUT,
+        super_password: str | None = None,
+        force_sync: bool = False,
+        max_heap: str = "128m",
+        jvm_options: Sequence[str] = (),
+        extra_config: Sequence[str] = (),
+        startup_timeout: float = ZOOKEEPER_STARTUP_TIMEOUT,
+    ) -> None:
+        for name, value in (
+            ("tick_time", tick_time),
+            ("min_session_timeout", min_session_timeout),
+            ("max_session_timeout", max_session_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgument(f"{name} is a positive number of milliseconds: {value!r}")
+        if min_session_timeout > max_session_timeout:
+            raise InvalidArgument(
+                f"min_session_timeout ({min_session_timeout} ms) is above "
+                f"max_session_timeout ({max_session_timeout} ms)"
+            )
+        if super_password is not None and (
+            not super_password or any(char in super_password for char in "\r\n")
+        ):
+            raise InvalidArgument("super_password must be non-empty and on one line")
+        for line in extra_config:
+            if "=" not in line or "\n" in line:
+                raise InvalidArgument(f"an extra_config line is one key=value: {line!r}")
+        if startup_timeout <= 0:
+            raise InvalidArgument(f"startup_timeout must be positive: {startup_timeout!r}")
+        self.host = LOOPBACK
+        self.port = port or 0
+        self.tick_time = tick_time
+        self.min_session_timeout = min_session_timeout
+        self.max_session_timeout = max_session_timeout
+        self.super_password = super_password
+        self.force_sync = force_sync
+        self.max_heap = max_heap
+        self.jvm_options = list(jvm_options)
+        self.extra_config = list(extra_config)
+        self.startup_timeout = startup_timeout
+        self._owns_dir = workdir is None
+        if workdir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="tumbler-zookeeper-"))
+            # a server that is never closed still leaves no directory behind at exit
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+        else:
+            self.dir = Path(workdir).resolve()
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.dir / "zoo.cfg"
+        self.data_dir = self.dir / "data"
+        #: the JVM's stdout and stderr, where ZooKeeper's log goes as well
+        self.log_path = self.dir / "zookeeper.log"
+        self._executor: _ZooKeeperExecutor | None = None
+        self._log_offset = 0
+        self._began = 0.0
+        #: seconds the last start took, from launching the JVM until the server served
+        self.startup_seconds = 0.0
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[str]:
+        """``["127.0.0.1:PORT"]``: the client addresses, as a ZooKeeper client takes them."""
+        return [f"{self.host}:{self.port}"]
+
+    @property
+    def connect_string(self) -> str:
+        """The client addresses joined by commas (kazoo's ``hosts=``)."""
+        return ",".join(self.hosts)
+
+    def url_for(self, chroot: str = "") -> str:
+        """``zookeeper://HOSTS`` with ``chroot`` (``/a/b``) as the path, for ``tumbler.connect``."""
+        if chroot and not chroot.startswith("/"):
+            raise InvalidArgument(f"a chroot starts with '/': {chroot!r}")
+        return f"zookeeper://{self.connect_string}{chroot}"
+
+    @property
+    def url(self) -> str:
+        """``zookeeper://127.0.0.1:PORT``."""
+        return self.url_for()
+
+    @property
+    def super_digest(self) -> str | None:
+        """The ``superDigest`` the server runs with, ``None`` without a ``super_password``."""
+        return None if self.super_password is None else super_digest(self.super_password)
+
+    @property
+    def super_auth(self) -> tuple[str, str]:
+        """``("digest", "super:PASSWORD")``: the scheme and credentials a client adds (kazoo:
+        ``auth_data=[server.super_auth]``) to act as the super user."""
+        if self.super_password is None:
+            raise ZooKeeperServerError("this server has no super user (no super_password)")
+        return ("digest", f"{SUPER_USER}:{self.super_password}")
+
+    # -- four-letter words -----------------------------------------------------------------
+
+    def command(self, word: str, timeout: float = _PROBE_TIMEOUT) -> str:
+        """The server's answer to a four-letter word (see :func:`four_letter_word`)."""
+        return four_letter_word(self.host, self.port, word, timeout)
+
+    def _ask(self, word: str) -> str | None:
+        try:
+            return self.command(word)
+        except OSError:
+            return None
+
+    def mode(self) -> str | None:
+        """What ``srvr`` says the server is: ``"standalone"``, ``"leader"``, ``"follower"``
+        (``"observer"``), or ``None`` if it does not serve (down, or an election is under
+        way)."""
+        answer = self._ask("srvr")
+        return None if answer is None else _mode(answer)
+
+    @property
+    def serving(self) -> bool:
+        """Whether the server answers clients now (it leads, follows or stands alone)."""
+        return self.mode() in _SERVING_MODES
+
+    def _ready(self) -> bool:
+        # ruok says "imok" as soon as the client port is open, before the server has loaded
+        # its data; only srvr tells that it serves
+        return self._ask("ruok") == "imok" and self.serving
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def _config_lines(self) -> list[str]:
+        return [
+            f"tickTime={self.tick_time}",
+            f"dataDir={_properties_value(self.data_dir)}",
+            f"clientPort={self.port}",
+            f"clientPortAddress={self.host}",
+            f"minSessionTimeout={self.min_session_timeout}",
+            f"maxSessionTimeout={self.max_session_timeout}",
+            # the Jetty admin server would take port 8080
+            "admin.enableServer=false",
+            f"4lw.commands.whitelist={','.join(FOUR_LETTER_WORDS)}",
+            f"forceSync={'yes' if self.force_sync else 'no'}",
+            # every client of a test comes from 127.0.0.1: no per-address cap
+            "maxClientCnxns=0",
+            # kilobytes: the default preallocates 64 MB per transaction log
+            "preAllocSize=1024",
+            *self.extra_config,
+        ]
+
+    def _write_files(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text("\n".join(self._config_lines()) + "\n")
+
+    def _command(self) -> list[str]:
+        options = [
+            f"-Xmx{self.max_heap}",
+            # a small machine shared by several JVMs: one GC thread, and only the quick
+            # compiler, which also makes start-up cheaper
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Djava.net.preferIPv4Stack=true",
+            # after a member is lost, look for the new leader every second at most, not 60
+            "-Dzookeeper.fastleader.maxNotificationInterval=1000",
+            "-Dzookeeper.cnxTimeout=1000",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        ]
+        if self.super_password is not None:
+            digest = super_digest(self.super_password)
+            options.append(f"-Dzookeeper.DigestAuthenticationProvider.superDigest={digest}")
+        return [
+            java_binary(),
+            *options,
+            *self.jvm_options,
+            "-cp",
+            zookeeper_classpath(),
+            _MAIN_CLASS,
+            str(self.config_path),
+        ]
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive (it may not serve yet: see :attr:`serving`)."""
+        return self._executor is not None and self._executor.running()
+
+    @property
+    def pid(self) -> int | None:
+        if self._executor is None or self._executor.process is None:
+            return None
+        return self._executor.process.pid
+
+    def start(self: _Server) -> _Server:
+        """Start the JVM and wait until the server serves; returns the server itself.
+
+        The first start picks a free port (trying again with another if some other program
+        binds it first); later starts reuse it. Raises :class:`ZooKeeperNotInstalled` if java
+        or ZooKeeper is missing, and :class:`ZooKeeperServerError`, with the end of the
+        server's log, if it does not serve within ``startup_timeout`` seconds.
+        """
+        if self.running:
+            return self
+        if self._executor is not None:
+            self.kill()  # it ended on its own: reap it before the next one
+        command = self._command()
+        pick_port = self.port == 0
+        attempts = _BIND_ATTEMPTS if pick_port else 1
+        for attempt in range(1, attempts + 1):
+            if pick_port:
+                self.port = free_port()
+            try:
+                self._spawn(command)
+                self._await_started()
+                return self
+            except _PortTaken as taken:
+                if attempt == attempts:
+                    raise ZooKeeperServerError(str(taken)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn(self, command: list[str]) -> None:
+        """Write the files and launch the JVM, without waiting for it."""
+        self._write_files()
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log: IO[bytes] = self.log_path.open("ab")
+        executor = _ZooKeeperExecutor(
+            command,
+            ready=self._ready,
+            host=self.host,
+            port=self.port,
+            cwd=str(self.dir),
+            timeout=self.startup_timeout,
+            sleep=0.05,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            expected_returncode=_EXIT_ON_SIGTERM,
+        )
+        try:
+            executor.spawn()
+        except AlreadyRunning:
+            raise _PortTaken(self._port_taken_message()) from None
+        finally:
+            log.close()
+        self._began = time.monotonic()
+        self._executor = executor
+
+    def _port_taken_message(self) -> str:
+        return f"port {self.port} on {self.host} is taken by another program"
+
+    def _await_started(self) -> None:
+        """Wait until the JVM launched by :meth:`_spawn` is up (see :meth:`_ready`)."""
+        executor = self._executor
+        if executor is None:
+            raise ZooKeeperServerError(f"{self!r} was not launched")
+        try:
+            executor.wait_started()
+        except BaseException as error:
+            self._executor = None
+            executor.kill()
+            log = self.log_tail()
+            if "Address already in use" in log:
+                raise _PortTaken(self._port_taken_message()) from None
+            if isinstance(error, ProcessExitedWithError):
+                reason = f"java exited with code {error.exit_code}"
+            elif isinstance(error, TimeoutExpired):
+                reason = f"it did not serve within {self.startup_timeout:g} s"
+            elif isinstance(error, ExecutorError):
+                reason = str(error)
+            else:
+                raise
+            raise ZooKeeperServerError(
+                f"ZooKeeper ({self.config_path}) did not come up on {self.host}:{self.port}: "
+                f"{reason}\n--- end of {self.log_path} ---\n{log or '(empty)'}"
+            ) from error
+        self.startup_seconds = time.monotonic() - self._began
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last ``lines`` lines the server logged since its last start."""
+        return tail(self.log_path, self._log_offset, lines)
+
+    def stop(self) -> None:
+        """End the process with SIGTERM, as an orderly shutdown; the directory stays."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # already gone (a crash): down is all stop() promises
+            with contextlib.suppress(ProcessFinishedWithError):
+                executor.stop()
+
+    def kill(self) -> None:
+        """End the process with SIGKILL, as in a crash; the directory stays."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.kill()
+
+    def restart(self: _Server) -> _Server:
+        """:meth:`stop` (if running) and :meth:`start` on the same port and directory."""
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop the process and remove the directory if the server made it. The server cannot
+        be started again."""
+        self.stop()
+        if self._owns_dir:
+            self._remove_dir()
+
+    def __enter__(self: _Server) -> _Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<{type(self).__name__} {self.host}:{self.port} {state} in {self.dir}>"
+
+
+class ZooKeeperMember(ZooKeeperServer):
+    """One member of a :class:`ZooKeeperEnsemble`: a server with an id (``myid``, from 1) and,
+    besides its client port, a quorum port (followers to the leader) and an election port.
+
+    Made and started by the ensemble, which knows every member's ports; :meth:`start` on its
+    own waits only until the JVM answers ``ruok`` - serving needs a quorum, which is the
+    ensemble's to wait for.
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        myid: int,
+        *,
+        init_limit: int,
+        sync_limit: int,
+        **options: Any,
+    ) -> None:
+        super().__init__(workdir, **options)
+        self.myid = myid
+        self.init_limit = init_limit
+        self.sync_limit = sync_limit
+        self.quorum_port = 0
+        self.election_port = 0
+        #: every member's ``server.N=...`` line, set by the ensemble before each start
+        self.server_lines: list[str] = []
+
+    @property
+    def server_line(self) -> str:
+        """This member's line in every member's ``zoo.cfg``."""
+        return f"server.{self.myid}={self.host}:{self.quorum_port}:{self.election_port}"
+
+    def start(self: _Server) -> _Server:
+        """Start the JVM on the member's ports and wait until it answers ``ruok`` (see the
+        class's docstring: :meth:`ZooKeeperEnsemble.restart` also waits for it to serve)."""
+        assert isinstance(self, ZooKeeperMember)
+        if not self.server_lines:
+            raise ZooKeeperServerError(
+                f"member {self.myid} has no ensemble to join: start the ZooKeeperEnsemble"
+            )
+        return super().start()
+
+    def _pick_ports(self) -> None:
+        self.port = free_port()
+        self.quorum_port = free_port()
+        self.election_port = free_port()
+
+    def _ready(self) -> bool:
+        return self._ask("ruok") == "imok"
+
+    def _config_lines(self) -> list[str]:
+        return [
+            *super()._config_lines(),
+            # in ticks: how long a follower may take to connect and sync to a new leader,
+            # and how far it may fall behind before the leader drops it
+            f"initLimit={self.init_limit}",
+            f"syncLimit={self.sync_limit}",
+            *self.server_lines,
+        ]
+
+    def _write_files(self) -> None:
+        super()._write_files()
+        (self.data_dir / "myid").write_text(f"{self.myid}\n")
+
+    def _port_taken_message(self) -> str:
+        return (
+            f"port {self.port}, {self.quorum_port} or {self.election_port} on {self.host} "
+            "is taken by another program"
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return (
+            f"<ZooKeeperMember {self.myid} {self.host}:{self.port} "
+            f"(quorum {self.quorum_port}, election {self.election_port}) {state} in {self.dir}>"
+        )
+
+
+class ZooKeeperEnsemble:
+    """A replicated ZooKeeper ensemble of ``size`` members (3 by default) on loopback ports.
+
+    Nothing runs until :meth:`start`; ``with ZooKeeperEnsemble() as ensemble:`` starts it and
+    closes it on exit. :attr:`members` are the :class:`ZooKeeperMember` s, indexed from 0
+    (member ``i`` has ``myid`` ``i + 1``); :meth:`kill`, :meth:`stop` and :meth:`restart` act
+    on one of them and keep its ports and data directory, the way a crashed or rebooted
+    machine comes back. :attr:`url` names every member, as a client of the whole ensemble
+    would. ``init_limit`` and ``sync_limit`` are in ticks (``zoo.cfg``'s ``initLimit`` and
+    ``syncLimit``); the other options are :class:`ZooKeeperServer`'s and apply to every
+    member. Each member lives in ``workdir/member-N`` (a temporary directory, removed on
+    :meth:`close`, if no ``workdir``).
+    """
+
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        size: int = 3,
+        init_limit: int = 25,
+        sync_limit: int = 10,
+        tick_time: int = DEFAULT_TICK_TIME,
+        min_session_timeout: int = DEFAULT_MIN_SESSION_TIMEOUT,
+        max_session_timeout: int = DEFAULT_MAX_SESSION_TIMEOUT,
+        super_password: str | None = None,
+        force_sync: bool = False,
+        max_heap: str = "128m",
+        jvm_options: Sequence[str] = (),
+        extra_config: Sequence[str] = (),
+        startup_timeout: float = ZOOKEEPER_STARTUP_TIMEOUT,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 3:
+            raise InvalidArgument(f"an ensemble has at least 3 members, not {size!r}")
+        for name, value in (("init_limit", init_limit), ("sync_limit", sync_limit)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgument(f"{name} is a positive number of ticks: {value!r}")
+        self._owns_dir = workdir is None
+        self.dir = Path(
+            tempfile.mkdtemp(prefix="tumbler-zookeeper-ensemble-") if workdir is None else workdir
+        ).resolve()
+        self.startup_timeout = startup_timeout
+        self.members = [
+            ZooKeeperMember(
+                self.dir / f"member-{myid}",
+                myid,
+                init_limit=init_limit,
+                sync_limit=sync_limit,
+                tick_time=tick_time,
+                min_session_timeout=min_session_timeout,
+                max_session_timeout=max_session_timeout,
+                super_password=super_password,
+                force_sync=force_sync,
+                max_heap=max_heap,
+                jvm_options=jvm_options,
+                extra_config=extra_config,
+                startup_timeout=startup_timeout,
+            )
+            for myid in range(1, size + 1)
+        ]
+        if self._owns_dir:
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+        #: seconds the last :meth:`start` took, until every member served
+        self.startup_seconds = 0.0
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every member's client address, ``["127.0.0.1:PORT", ...]``."""
+        return [host for member in self.members for host in member.hosts]
+
+    @property
+    def connect_string(self) -> str:
+        """Every member's client address joined by commas (kazoo's ``hosts=``)."""
+        return ",".join(self.hosts)
+
+    def url_for(self, chroot: str = "") -> str:
+        """``zookeeper://HOST1,HOST2,HOST3`` with ``chroot`` as the path."""
+        if chroot and not chroot.startswith("/"):
+            raise InvalidArgument(f"a chroot starts with '/': {chroot!r}")
+        return f"zookeeper://{self.connect_string}{chroot}"
+
+    @property
+    def url(self) -> str:
+        """``zookeeper://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3``."""
+        return self.url_for()
+
+    @property
+    def super_auth(self) -> tuple[str, str]:
+        """The super user's scheme and credentials (see :attr:`ZooKeeperServer.super_auth`)."""
+        return self.members[0].super_auth
+
+    # -- state -----------------------------------------------------------------------------
+
+    def modes(self) -> list[str | None]:
+        """Each member's ``srvr`` mode (``"leader"``, ``"follower"``, or ``None``)."""
+        return [member.mode() if member.running else None for member in self.members]
+
+    def leader(self) -> int | None:
+        """The index in :attr:`members` of the member that leads now; ``None`` while none
+        does (an election is under way, or there is no quorum) or, for the moment a cut-off
+        old leader takes to notice, while two claim to."""
+        leaders = [index for index, mode in enumerate(self.modes()) if mode == "leader"]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def _has_quorum(self, modes: list[str | None]) -> bool:
+        serving = [mode for mode in modes if mode in ("leader", "follower")]
+        return serving.count("leader") == 1 and len(serving) > len(self.members) // 2
+
+    def wait_for_quorum(self, timeout: float = ZOOKEEPER_STARTUP_TIMEOUT) -> int:
+        """Wait until one member leads and a majority serve, so clients can read and write;
+        returns the leader's index. Raises :class:`ZooKeeperServerError`, with each member's
+        state and log, if that takes more than ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._wait_until(
+                self._has_quorum,
+                max(0.0, deadline - time.monotonic()),
+                "to have a leader and a quorum",
+            )
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            # leadership changed hands between the two looks: look again
+
+    def _wait_until(
+        self, condition: Callable[[list[str | None]], bool], timeout: float, what: str
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition(self.modes()):
+            if time.monotonic() > deadline:
+                raise ZooKeeperServerError(
+                    f"the ensemble {self.connect_string} failed {what} within {timeout:g} s:\n"
+                    + "\n".join(self._describe(member) for member in self.members)
+                )
+            # nothing to wait on but the members' election
+            time.sleep(0.05)
+
+    def _describe(self, member: ZooKeeperMember) -> str:
+        state = f"mode {member.mode()}" if member.running else "not running"
+        return f"member {member.myid} ({member.host}:{member.port}): {state}\n{member.log_tail(8)}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> ZooKeeperEnsemble:
+        """Start every member that is not running and wait until all of them serve (one
+        leads, the others follow); returns the ensemble itself.
+
+        The JVMs are launched together and then waited for, so their start-ups overlap. The
+        first start picks free ports for every member (all again if one is taken); later
+        starts reuse them. On failure every member is killed and
+        :class:`ZooKeeperServerError` says why, with each member's log.
+        """
+        began = time.monotonic()
+        java_binary()
+        zookeeper_classpath()  # missing software is reported before anything starts
+        pick_ports = self.members[0].port == 0
+        attempts = _BIND_ATTEMPTS if pick_ports else 1
+        try:
+            for attempt in range(1, attempts + 1):
+                if pick_ports:
+                    for member in self.members:
+                        member._pick_ports()
+                lines = [member.server_line for member in self.members]
+                try:
+                    self._start_members(lines, began)
+                    break
+                except _PortTaken as taken:
+                    self.kill()
+                    if attempt == attempts:
+                        raise ZooKeeperServerError(str(taken)) from None
+        except BaseException:
+            self.kill()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _start_members(self, lines: list[str], began: float) -> None:
+        launched: list[ZooKeeperMember] = []
+        for member in self.members:
+            member.server_lines = lines
+            if not member.running:
+                member._spawn(member._command())
+                launched.append(member)
+        for member in launched:
+            member._await_started()
+        remaining = max(1.0, self.startup_timeout - (time.monotonic() - began))
+        try:
+            self._wait_until(
+                lambda modes: self._has_quorum(modes) and None not in modes,
+                remaining,
+                "to elect a leader with every member following",
+            )
+        except ZooKeeperServerError:
+            # a quorum or election port taken after it was picked: no exit, just no quorum
+            if any("Address already in use" in member.log_tail(200) for member in launched):
+                raise _PortTaken(
+                    "a quorum or election port was taken by another program: "
+                    + ", ".join(member.server_line for member in launched)
+                ) from None
+            raise
+
+    def kill(self, index: int | None = None) -> None:
+        """SIGKILL member ``index`` (every member if ``None``), as in a crash."""
+        for member in self._chosen(index):
+            member.kill()
+
+    def stop(self, index: int | None = None) -> None:
+        """SIGTERM member ``index`` (every member if ``None``), as an orderly shutdown."""
+        for member in self._chosen(index):
+            member.stop()
+
+    def restart(self, index: int, timeout: float | None = None) -> ZooKeeperMember:
+        """Stop member ``index`` if it runs, start it on its ports and data directory, and
+        wait (``timeout`` seconds, by default ``startup_timeout``) until it serves again
+        (it follows, or leads) within a quorum; returns the member."""
+        member = self.members[index]
+        member.stop()
+        member.start()
+        self._wait_until(
+            lambda modes: self._has_quorum(modes) and modes[index] in ("leader", "follower"),
+            self.startup_timeout if timeout is None else timeout,
+            f"to take member {member.myid} back",
+        )
+        return member
+
+    def _chosen(self, index: int | None) -> list[ZooKeeperMember]:
+        return list(self.members) if index is None else [self.members[index]]
+
+    def close(self) -> None:
+        """Stop every member and remove the directory if the ensemble made it. The ensemble
+        cannot be started again."""
+        for member in self.members:
+            member.close()
+        if self._owns_dir:
+            self._remove_dir()
+
+    def __enter__(self) -> ZooKeeperEnsemble:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ZooKeeperEnsemble {self.connect_string} in {self.dir}>"

@@ -1,0 +1,1 @@
+"""The fault-injection harness: ``tumbler torture`` (see docs/torture.md)."""

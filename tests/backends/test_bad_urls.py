@@ -1,0 +1,348 @@
+"""Malformed backend URLs and wrong credentials: a typed error, nothing made on disk.
+
+Two tables, each run in both flavours (``tumbler.connect`` and ``tumbler.aio.connect``):
+
+- BAD_URLS: URLs refused before anything is opened. Each gets its exact error class with a
+  fragment of its message, never shows the password, and leaves the directory it names as it
+  was (no SQLite file made, none made through a symlink).
+- SERVER_REFUSALS: wrong credentials for the TLS+ACL Redis of the contract suite. Each gets
+  ``PermissionDenied`` quickly (not a hang, not a generic error), without the password in the
+  message, and the right credentials still find no lock in the prefix.
+
+Parsing itself is tested in tests/unit/test_url.py and each backend's own URL grammar beside
+it (tests/backends/test_redis.py, test_sqlite.py); docs/bad-input.md shows these tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+import tumbler
+import tumbler.aio
+from tumbler import (
+    ConfigurationError,
+    InvalidArgument,
+    InvalidTTL,
+    InvalidURL,
+    PermissionDenied,
+    TumblerError,
+    UnknownScheme,
+)
+
+#: a password no other part of the URLs contains: finding it in a message is a leak
+SECRET = "Sw0rdf1sh-secret"
+#: how long a refusal may take: a wrong password must not look like an unreachable server
+NO_HANG = 10.0
+
+FLAVOURS = ["sync", "asyncio"]
+
+
+@dataclass(frozen=True)
+class BadURL:
+    """A URL (``{dir}``: the test's empty directory, ``{secret}``: SECRET) and its refusal.
+
+    ``prepare`` names a fixture-less set-up: files or links to make in ``{dir}`` first.
+    ``bug`` marks a refusal that the code does not give yet (a strict xfail: it fails the
+    suite once fixed, so that the mark is removed).
+    """
+
+    id: str
+    url: str
+    error: type[TumblerError]
+    says: str
+    prepare: str = ""
+    bug: str = ""
+    options: tuple[tuple[str, object], ...] = ()
+
+
+BAD_URLS = [
+    BadURL("empty", "", InvalidURL, "needs a scheme"),
+    BadURL("no-scheme", "locks.db", InvalidURL, "needs a scheme"),
+    BadURL("bare-path", "{dir}/locks.db", InvalidURL, "needs a scheme"),
+    BadURL("unknown-scheme", "postgres://u:{secret}@db.example/app", UnknownScheme, "'postgres'"),
+    BadURL("scheme-typo", "sqlit:///{dir}/locks.db", UnknownScheme, "known schemes: "),
+    BadURL("control-character", "sqlite:///{dir}/a\nb.db", InvalidURL, "control characters"),
+    BadURL("encoded-newline", "sqlite:///{dir}/a%0Ab.db", InvalidURL, "control characters"),
+    BadURL("encoded-nul", "sqlite:///{dir}/a%00b.db", InvalidURL, "control characters"),
+    BadURL("encoded-non-utf8", "sqlite:///{dir}/%FF.db", InvalidURL, "not UTF-8"),
+    # what Python makes of a command-line argument that is not UTF-8
+    BadURL("undecodable-text", "sqlite:///{dir}/caf\udce9.db", InvalidURL, "not UTF-8"),
+    BadURL("non-utf8-password", "redis://u:%FF{secret}@127.0.0.1:1/0", InvalidURL, "password"),
+    BadURL("unencoded-slash-in-password", "redis://u:a/{secret}@h/0", InvalidURL, "%2F"),
+    BadURL("unknown-option", "sqlite:///{dir}/locks.db?busy_timeuot=1", InvalidURL, "busy_timeuot"),
+    BadURL(
+        "option-twice",
+        "sqlite:///{dir}/locks.db?busy_timeout=1&busy_timeout=2",
+        InvalidURL,
+        "'busy_timeout' is given twice",
+    ),
+    BadURL(
+        "malformed-query", "sqlite:///{dir}/locks.db?busy_timeout", InvalidURL, "malformed query"
+    ),
+    BadURL("option-not-a-number", "sqlite:///{dir}/locks.db?busy_timeout=soon", InvalidURL, "soon"),
+    BadURL("option-nan", "sqlite:///{dir}/locks.db?busy_timeout=nan", InvalidURL, "busy_timeout"),
+    BadURL("option-bad-word", "sqlite:///{dir}/locks.db?synchronous=off", InvalidURL, "normal"),
+    BadURL("sqlite-with-host", "sqlite://host.example/{dir}/locks.db", InvalidURL, "not a host"),
+    BadURL("sqlite-in-memory", "sqlite:///:memory:", InvalidURL, "in-memory"),
+    BadURL(
+        "sqlite-with-password",
+        "sqlite://u:{secret}@/{dir}/locks.db",
+        InvalidURL,
+        "credentials",
+        bug="sqlite.py ignores credentials instead of refusing them",
+    ),
+    BadURL(
+        "sqlite-missing-parent",
+        "sqlite:///{dir}/no/such/dir/locks.db",
+        ConfigurationError,
+        "not an existing directory",
+    ),
+    BadURL(
+        "sqlite-directory",
+        "sqlite:///{dir}/a-directory",
+        ConfigurationError,
+        "directory",
+        prepare="directory",
+        bug="sqlite.py reports a directory as BackendUnavailable",
+    ),
+    BadURL(
+        "sqlite-dangling-symlink",
+        "sqlite:///{dir}/link.db",
+        ConfigurationError,
+        "symlink",
+        prepare="dangling-symlink",
+        bug="sqlite.py resolves the link and creates its target",
+    ),
+    BadURL(
+        "sqlite-symlink-loop",
+        "sqlite:///{dir}/loop.db",
+        ConfigurationError,
+        "symlink",
+        prepare="symlink-loop",
+        bug="sqlite.py lets Path.resolve()'s RuntimeError out",
+    ),
+    BadURL(
+        "bad-default-ttl",
+        "sqlite:///{dir}/locks.db",
+        InvalidTTL,
+        "ttl must be between",
+        options=(("default_ttl", -1),),
+        bug="connect() opens the backend (creating the file) before checking default_ttl",
+    ),
+    BadURL(
+        "unknown-connect-option",
+        "sqlite:///{dir}/locks.db",
+        InvalidArgument,
+        "does not take the option(s) pool_size",
+        options=(("pool_size", 4),),
+    ),
+    BadURL("port-0", "redis://u:{secret}@127.0.0.1:0/0", InvalidURL, "bad port '0'"),
+    BadURL("port-65536", "redis://u:{secret}@127.0.0.1:65536/0", InvalidURL, "bad port '65536'"),
+    BadURL(
+        "port-in-other-digits",
+        "redis://u:{secret}@127.0.0.1:\uff16\uff13\uff17\uff19/0",
+        InvalidURL,
+        "bad port",
+        bug="backends/_options.py host_port() takes any Unicode digits (str.isdigit)",
+    ),
+    BadURL("db-out-of-range", "redis://u:{secret}@127.0.0.1/10001", InvalidURL, "database"),
+    BadURL(
+        "db-with-underscore",
+        "redis://u:{secret}@127.0.0.1/1_0",
+        InvalidURL,
+        "database",
+        bug="redis.py reads the database with int(), which takes '1_0' as 10",
+    ),
+    BadURL(
+        "timeout-overflow",
+        "redis://u:{secret}@127.0.0.1:1/0?connect_timeout=1e300",
+        InvalidURL,
+        "connect_timeout",
+        bug="backends/_options.py seconds() has no upper bound: OverflowError at connect",
+    ),
+]
+
+
+def prepare(kind: str, directory: Path) -> None:
+    if kind == "directory":
+        (directory / "a-directory").mkdir()
+    elif kind == "dangling-symlink":
+        (directory / "link.db").symlink_to(directory / "target.db")
+    elif kind == "symlink-loop":
+        (directory / "loop.db").symlink_to(directory / "loop2.db")
+        (directory / "loop2.db").symlink_to(directory / "loop.db")
+    else:
+        assert not kind, f"no such preparation {kind!r}"
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*"))
+
+
+def url_params() -> list[object]:
+    params = []
+    for case in BAD_URLS:
+        marks = []
+        if case.bug:
+            # what the bug opened may not be closed: collected in the test (see below), its
+            # ResourceWarning must not fail the test in place of the xfail
+            marks = [
+                pytest.mark.xfail(reason=case.bug, strict=True),
+                pytest.mark.filterwarnings("ignore::ResourceWarning"),
+            ]
+        params.extend(
+            pytest.param(case, flavour, id=f"{case.id}-{flavour}", marks=marks)
+            for flavour in FLAVOURS
+        )
+    return params
+
+
+async def aconnect_and_close(url: str, **options: object) -> None:
+    locks = await tumbler.aio.connect(url, **options)
+    await locks.close()
+
+
+def connect_and_close(flavour: str, url: str, options: dict[str, object]) -> None:
+    """Connect in the flavour; a connection that succeeds (it should not) is closed."""
+    if flavour == "sync":
+        tumbler.connect(url, **options).close()
+    else:
+        asyncio.run(aconnect_and_close(url, **options))
+
+
+def check_refusal(error: BaseException, expected: type[TumblerError], says: str) -> None:
+    assert type(error) is expected
+    text = str(error)
+    assert says in text, text
+    for shown in (text, repr(error), str(error.backend)):
+        assert SECRET not in shown
+        assert quote(SECRET, safe="") not in shown
+    assert text.isprintable(), repr(text)
+
+
+@pytest.mark.parametrize(("case", "flavour"), url_params())
+def test_bad_urls_are_refused_and_make_nothing(
+    case: BadURL, flavour: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "target"
+    directory.mkdir()
+    prepare(case.prepare, directory)
+    before = listing(directory)
+    # a relative path would land in the working directory: make that the watched one too
+    monkeypatch.chdir(directory)
+    url = case.url.replace("{dir}", str(directory).lstrip("/")).replace("{secret}", SECRET)
+    if case.url.startswith("{dir}"):
+        url = "/" + url
+    try:
+        with pytest.raises(TumblerError) as refused:
+            connect_and_close(flavour, url, dict(case.options))
+    finally:
+        # a socket or file left open by a refused connect warns when collected: here, so
+        # that the warning fails this case and not whichever test runs next
+        gc.collect()
+    check_refusal(refused.value, case.error, case.says)
+    assert listing(directory) == before
+
+
+# -- refused by the server ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerRefusal:
+    """A URL of the TLS+ACL Redis that only the server can refuse. ``userinfo`` goes before
+    ``@``: ``{right}`` is the ``tumbler`` user's percent-encoded password, ``{other}`` the
+    ``reader``'s. ``ca`` replaces the CA file (``{dir}``: the test's directory)."""
+
+    id: str
+    error: type[TumblerError]
+    says: str
+    userinfo: str = "tumbler:{right}@"
+    db: int = 0
+    ca: str = ""
+    bug: str = ""
+
+
+SERVER_REFUSALS = [
+    ServerRefusal("wrong-password", PermissionDenied, "refused", f"tumbler:{SECRET}@"),
+    ServerRefusal("password-plus-one", PermissionDenied, "refused", "tumbler:{right}x@"),
+    ServerRefusal("unknown-user", PermissionDenied, "refused", f"nobody:{SECRET}@"),
+    ServerRefusal("another-users-password", PermissionDenied, "refused", "tumbler:{other}@"),
+    ServerRefusal("empty-password", PermissionDenied, "refused", "tumbler:@"),
+    ServerRefusal("user-without-password", PermissionDenied, "Redis", "tumbler@"),
+    ServerRefusal("password-without-user", PermissionDenied, "refused", f":{SECRET}@"),
+    ServerRefusal("no-credentials", PermissionDenied, "Redis", ""),
+    ServerRefusal(
+        "db-beyond-the-servers",
+        ConfigurationError,
+        "DB index is out of range",
+        db=16,
+        bug="redis.py reports the server's 'DB index is out of range' as BackendUnavailable",
+    ),
+    ServerRefusal(
+        "ca-file-missing",
+        ConfigurationError,
+        "missing.pem",
+        ca="{dir}/missing.pem",
+        bug="redis.py lets the TLS set-up's FileNotFoundError become BackendUnavailable",
+    ),
+    ServerRefusal(
+        "ca-file-not-a-certificate",
+        ConfigurationError,
+        "certificate",
+        ca="{dir}/not-a-certificate.pem",
+        bug="redis.py reports an unusable CA file as BackendUnavailable",
+    ),
+]
+
+
+def server_params() -> list[object]:
+    params = []
+    for case in SERVER_REFUSALS:
+        marks = [pytest.mark.xfail(reason=case.bug, strict=True)] if case.bug else []
+        params.extend(
+            pytest.param(case, flavour, id=f"{case.id}-{flavour}", marks=marks)
+            for flavour in FLAVOURS
+        )
+    return params
+
+
+def tls_url(server, userinfo: str, prefix: str, db: int = 0, ca: str = "") -> str:
+    return (
+        f"rediss://{userinfo}{server.host}:{server.port}/{db}"
+        f"?prefix={prefix}&ssl_ca_certs={ca or server.ca_path}"
+    )
+
+
+@pytest.mark.parametrize(("case", "flavour"), server_params())
+def test_what_the_server_refuses_is_refused_at_once(
+    case: ServerRefusal, flavour: str, redis_tls_server, tmp_path: Path
+) -> None:
+    server = redis_tls_server
+    prefix = f"tumbler:test-{uuid.uuid4().hex[:12]}"
+    (tmp_path / "not-a-certificate.pem").write_text("not a certificate\n")
+    right = quote(server.users["tumbler"].password, safe="")
+    other = quote(server.users["reader"].password, safe="")
+    userinfo = case.userinfo.replace("{right}", right).replace("{other}", other)
+    url = tls_url(server, userinfo, prefix, case.db, case.ca.replace("{dir}", str(tmp_path)))
+    began = time.monotonic()
+    with pytest.raises(TumblerError) as refused:
+        connect_and_close(flavour, url, {})
+    assert time.monotonic() - began < NO_HANG
+    check_refusal(refused.value, case.error, case.says)
+    for password in (server.users["tumbler"].password, server.users["reader"].password):
+        assert password not in str(refused.value)
+        assert quote(password, safe="") not in str(refused.value)
+    # the refused client made nothing; the right credentials still work
+    with tumbler.connect(tls_url(server, f"tumbler:{right}@", prefix)) as locks:
+        assert locks.status_all() == []
+        with locks.lock("after-refusal", timeout=0) as hold:
+            assert hold.held
+        assert locks.status_all() == []

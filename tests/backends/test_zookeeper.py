@@ -1,0 +1,477 @@
+"""ZooKeeper backend cases beyond the contract suite: URLs, node layout, protection mode,
+fencing across a re-created lock node, sessions (in doubt, expired), digest ACLs, the
+negotiated session timeout, herd-free wake-ups, Curator's node names, and a 3-node ensemble
+whose leader is killed while locks are held and waited for.
+
+Every case runs against a real ZooKeeper started by the fixtures in tests/servers.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
+
+import tumbler
+import tumbler.aio
+from tumbler._url import parse_url
+from tumbler.backends.zookeeper import encode_name, entry_data, entry_prefix, parse_config
+from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
+from tumbler.testing.servers import ZooKeeperEnsemble, ZooKeeperServer
+from tumbler.torture.proxy import FaultProxy
+
+from ..contract.compat import eventually
+
+PATIENCE = 30.0
+
+
+def base_path() -> str:
+    return f"/tumbler-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def url(zookeeper_server: ZooKeeperServer) -> str:
+    return f"{zookeeper_server.url_for(base_path())}?session_timeout=3"
+
+
+@pytest.fixture
+def raw(zookeeper_server: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A plain kazoo client, to look at and change the nodes as another program would."""
+    client = KazooClient(hosts=zookeeper_server.connect_string)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def connect(url: str) -> Iterator[Callable[..., tumbler.Locks]]:
+    clients: list[tumbler.Locks] = []
+
+    def make(target: str = url) -> tumbler.Locks:
+        client = tumbler.connect(target)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def base_of(url: str) -> str:
+    return parse_config(parse_url(url)).base
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+def test_url_options_and_defaults() -> None:
+    config = parse_config(parse_url("zookeeper://a,b:2182,[::1]:2183/locks/app?session_timeout=7"))
+    assert config.hosts == (("a", 2181), ("b", 2182), ("::1", 2183))
+    assert config.connect_string == "a:2181,b:2182,[::1]:2183"
+    assert config.base == "/locks/app"
+    assert config.session_timeout == 7.0
+    assert parse_config(parse_url("zookeeper://zk")).base == "/tumbler"
+    secret = parse_config(parse_url("zookeeper://app:s%40cret@zk/x"))
+    assert secret.digest == "app:s@cret"
+    assert "s@cret" not in repr(secret)
+    assert "s%40cret" not in secret.url
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("zookeeper://zk:0", "bad port"),
+        ("zookeeper://zk:99999", "bad port"),
+        ("zookeeper://zk?session_timeout=0", "session_timeout"),
+        ("zookeeper://zk?session_timeout=nan", "session_timeout"),
+        ("zookeeper://zk?sessiontimeout=3", "unknown URL option"),
+        ("zookeeper://zk/zookeeper", "bad base path"),
+        ("zookeeper://zk/a/../b", "bad base path"),
+        ("zookeeper://:pw@zk", "needs a user name"),
+    ],
+)
+def test_bad_urls_are_refused(url: str, message: str) -> None:
+    with pytest.raises(InvalidURL, match=message):
+        parse_config(parse_url(url))
+
+
+@pytest.mark.parametrize(
+    ("name", "node"),
+    [("orders", "orders"), ("a/b", "a%2Fb"), (".", "%2E"), ("..", "%2E%2E"), ("é", "%C3%A9")],
+)
+def test_lock_names_are_encoded_into_one_node_name(name: str, node: str) -> None:
+    assert encode_name(name) == node
+
+
+# -- node layout -----------------------------------------------------------------------------
+
+
+def test_an_entry_is_an_ephemeral_sequential_child_of_a_container(connect, url, raw) -> None:
+    locks = connect()
+    with locks.lock("orders/42") as hold:
+        path = f"{base_of(url)}/orders%2F42"
+        assert raw.exists(path) is not None
+        (child,) = raw.get_children(path)
+        assert child.startswith("_c_")
+        assert "-lock-" in child
+        assert child[-10:].isdigit()
+        data, stat = raw.get(f"{path}/{child}")
+        assert stat.ephemeralOwner == locks._backend._client.client_id[0]  # the holder's session
+        assert stat.czxid == hold.token
+        assert b"pid=" in data
+    assert raw.get_children(path) == []
+
+
+def test_idle_lock_nodes_are_removed_by_the_server(tmp_path) -> None:
+    # containers are swept every minute by default; this server sweeps every 100 ms
+    sweeping = ZooKeeperServer(tmp_path, jvm_options=["-Dznode.container.checkIntervalMs=100"])
+    with sweeping as server:
+        locks = tumbler.connect(server.url_for("/sweep"))
+        raw = KazooClient(hosts=server.connect_string)
+        raw.start(timeout=10)
+        try:
+            for name in ("a", "b", "c"):
+                with locks.lock(name):
+                    assert raw.exists(f"/sweep/{name}") is not None
+            eventually(lambda: raw.get_children("/sweep") == [], "the idle lock nodes are gone")
+            # and a lock whose node was swept works as before
+            with locks.lock("a") as hold:
+                assert hold.held
+        finally:
+            raw.stop()
+            raw.close()
+            locks.close()
+
+
+def test_read_and_semaphore_entries_carry_their_kind(connect, url, raw) -> None:
+    locks = connect()
+    with locks.rwlock("rw").read(), locks.semaphore("sem", 3):
+        base = base_of(url)
+        assert "-__READ__" in raw.get_children(f"{base}/rw")[0]
+        assert "-sem-3-" in raw.get_children(f"{base}/sem")[0]
+
+
+def test_tokens_increase_after_the_lock_node_is_deleted_and_made_again(connect, url, raw) -> None:
+    locks = connect()
+    lock = locks.lock("reborn")
+    with lock as first:
+        pass
+    path = f"{base_of(url)}/reborn"
+    raw.delete(path)  # as the server does with an empty container
+    with lock as second:
+        (child,) = raw.get_children(path)
+        assert child.endswith("0000000000")  # the sequence started again ...
+    assert second.token > first.token  # ... the creation zxid did not
+
+
+def test_a_lost_create_reply_leaves_no_orphan(connect, url, raw) -> None:
+    """Protection mode: the create reached the server, its reply did not; the retry finds the
+    node by the owner hash in its name instead of blocking the line with an orphan."""
+    locks = connect()
+    backend = locks._backend
+    request = locks._request("orphan", False, 1, False, 30)
+    path = f"{base_of(url)}/orphan"
+    raw.ensure_path(path)
+    # what a lost reply leaves: the node exists, the client does not know its name
+    raw.create(
+        f"{path}/{entry_prefix(request.owner, False, 1)}",
+        entry_data("lost reply", 3.0),
+        sequence=True,
+    )
+    backend._uncertain.add((request.name, request.owner))
+    grant = backend.try_grant(request)
+    assert grant is not None
+    assert len(raw.get_children(path)) == 1  # found again, not created twice
+    assert backend.release(request.name, request.owner)
+    assert raw.get_children(path) == []
+
+
+def test_a_withdrawn_uncertain_create_is_cleaned_up(connect, url, raw) -> None:
+    locks = connect()
+    backend = locks._backend
+    request = locks._request("withdrawn", False, 1, False, 30)
+    path = f"{base_of(url)}/withdrawn"
+    raw.ensure_path(path)
+    raw.create(
+        f"{path}/{entry_prefix(request.owner, False, 1)}", entry_data("x", 3.0), sequence=True
+    )
+    backend._uncertain.add((request.name, request.owner))
+    assert backend.release(request.name, request.owner) is False  # never a known grant
+    assert raw.get_children(path) == []
+    assert connect().lock("withdrawn").acquire(blocking=False)
+
+
+def test_a_create_whose_reply_is_lost_on_the_network_leaves_no_orphan(
+    zookeeper_server, raw
+) -> None:
+    """The real fault: replies stop reaching the client while it acquires, then the connection
+    breaks (as TCP loses data: with the connection, never in the middle of it). The create
+    happened on the server, the client gave up without knowing its node; once the connection
+    is back the client finds the node by its owner hash and deletes it."""
+    base = base_path()
+    host, port = zookeeper_server.host, zookeeper_server.port
+    with FaultProxy((host, port)) as proxy:
+        url = f"zookeeper://127.0.0.1:{proxy.port}{base}?session_timeout=6&request_timeout=0.5"
+        locks = tumbler.connect(url)
+        try:
+            lock = locks.lock("lost-reply")
+            path = f"{base}/lost-reply"
+            raw.ensure_path(path)  # so that the create succeeds on the server
+            proxy.blackhole("downstream")
+            with pytest.raises(BackendUnavailable):
+                lock.acquire(timeout=5)
+            # the create reached the server: an entry nobody knows about is in the line
+            assert len(raw.get_children(path)) == 1
+            proxy.reset_connections()  # the held replies go with the connection
+            proxy.heal()
+            eventually(lambda: raw.get_children(path) == [], "the orphan is deleted")
+            assert lock.acquire(timeout=PATIENCE)
+            lock.release()
+        finally:
+            locks.close()
+
+
+# -- Curator's node names --------------------------------------------------------------------
+
+
+def test_a_curator_style_mutex_entry_and_tumbler_exclude_each_other(connect, url, raw) -> None:
+    locks = connect()
+    path = f"{base_of(url)}/shared-with-java"
+    raw.ensure_path(path)
+    # what Curator's InterProcessMutex creates in protection mode
+    curator = raw.create(
+        f"{path}/_c_{uuid.uuid4()}-lock-", b"10.0.0.7", ephemeral=True, sequence=True
+    )
+    lock = locks.lock("shared-with-java")
+    assert not lock.acquire(blocking=False)
+    state = locks.status("shared-with-java")
+    assert len(state.holders) == 1
+    assert state.holders[0].holder == "10.0.0.7"
+    raw.delete(curator)
+    assert lock.acquire(timeout=PATIENCE)
+    # and a Curator client, which sorts by the digits after "lock-", sees tumbler ahead of it
+    late = raw.create(f"{path}/_c_{uuid.uuid4()}-lock-", b"", ephemeral=True, sequence=True)
+    children = sorted(raw.get_children(path), key=lambda node: node.rsplit("lock-", 1)[1])
+    assert children[-1] == late.rsplit("/", 1)[1]
+    lock.release()
+
+
+# -- waking waiters --------------------------------------------------------------------------
+
+
+def test_a_release_wakes_only_the_next_waiter(connect) -> None:
+    holder = connect()
+    lock = holder.lock("herd")
+    assert lock.acquire()
+    waiters = [connect() for _ in range(4)]
+    # what ZooKeeper's watches deliver to each waiting client (re-checks do not count)
+    woken = [0] * len(waiters)
+    for index, client in enumerate(waiters):
+        hub = client._backend.hub
+        original = hub.notify
+
+        def counting(name, tags=None, index=index, original=original):
+            woken[index] += 1
+            original(name, tags)
+
+        hub.notify = counting
+    first_granted, proceed = threading.Event(), threading.Event()
+    order: list[int] = []
+
+    def wait(index: int) -> None:
+        mine = waiters[index].lock("herd")
+        assert mine.acquire(timeout=PATIENCE)
+        order.append(index)
+        if index == 0:
+            first_granted.set()
+            proceed.wait(PATIENCE)
+        mine.release()
+
+    threads = []
+    for index in range(len(waiters)):
+        thread = threading.Thread(target=wait, args=(index,))
+        thread.start()
+        threads.append(thread)
+        eventually(lambda n=index + 1: holder.status("herd").waiters == n, f"{index + 1} waiting")
+    assert woken == [0, 0, 0, 0]
+    lock.release()
+    assert first_granted.wait(PATIENCE)
+    # the next in line was woken; nobody behind it was
+    assert woken[0] >= 1
+    assert woken[1:] == [0, 0, 0]
+    proceed.set()
+    for thread in threads:
+        thread.join(timeout=PATIENCE)
+    assert order == [0, 1, 2, 3]
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def expire_session(locks: tumbler.Locks, server_hosts: str) -> None:
+    """End a client's session from outside, as the ensemble does when it times out: a second
+    connection with the same session id and password closes it."""
+    session_id, password = locks._backend._client.client_id
+    twin = KazooClient(hosts=server_hosts, client_id=(session_id, password))
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+
+def test_an_expired_session_loses_every_hold_at_once(connect, zookeeper_server) -> None:
+    locks, other = connect(), connect()
+    lost: list[tumbler.Hold] = []
+    first = locks.lock("expired-a", ttl=30)
+    second = locks.lock("expired-b", ttl=30)
+    assert first.acquire()
+    assert second.acquire()
+    first.hold.on_lost(lost.append)
+    expire_session(locks, zookeeper_server.connect_string)
+    assert first.hold.wait_lost(timeout=PATIENCE)
+    assert second.hold.wait_lost(timeout=PATIENCE)
+    assert "session expired" in first.hold.lost_reason
+    assert lost == [first.hold]
+    # the ensemble deleted the entries with the session: others may take the locks at once
+    assert other.lock("expired-a").acquire(blocking=False)
+    # and the client goes on with a new session
+    assert locks.lock("expired-c").acquire(timeout=PATIENCE)
+
+
+def test_a_dropped_connection_puts_holds_in_doubt_until_confirmed(
+    fresh_zookeeper_server: ZooKeeperServer,
+) -> None:
+    server = fresh_zookeeper_server
+    locks = tumbler.connect(f"{server.url_for(base_path())}?session_timeout=20")
+    try:
+        lock = locks.lock("doubt", ttl=20)
+        assert lock.acquire()
+        hold = lock.hold
+        token = hold.token
+        server.kill()
+        eventually(lambda: hold.in_doubt, "the hold is in doubt")
+        assert not hold.held
+        assert not hold.lost
+        with pytest.raises(HoldInDoubt):
+            hold.check()
+        server.restart()  # the session outlives a restart shorter than its timeout
+        eventually(lambda: hold.held, "the hold is confirmed again")
+        assert not hold.in_doubt
+        assert hold.token == token
+        lock.release()
+    finally:
+        locks.close()
+
+
+@pytest.mark.asyncio
+async def test_asyncio_holds_learn_of_an_expired_session(url, zookeeper_server) -> None:
+    locks = await tumbler.aio.connect(url)
+    try:
+        lock = locks.lock("expired-async", ttl=30)
+        assert await lock.acquire()
+        hold = lock.hold
+        session_id, password = locks._backend._client.client_id
+        twin = KazooClient(hosts=zookeeper_server.connect_string, client_id=(session_id, password))
+        twin.start(timeout=10)
+        twin.stop()
+        twin.close()
+        assert await hold.wait_lost(timeout=PATIENCE)
+        assert "session expired" in hold.lost_reason
+    finally:
+        await locks.close()
+
+
+def test_the_lease_is_capped_by_the_negotiated_session_timeout(tmp_path) -> None:
+    # the server allows at most 2 s; the client asks for 10 and must not believe in 10
+    with ZooKeeperServer(tmp_path, max_session_timeout=2000) as server:
+        locks = tumbler.connect(f"{server.url_for(base_path())}?session_timeout=10")
+        try:
+            assert locks.capabilities.max_ttl == 2.0
+            with locks.lock("capped", ttl=30) as hold:
+                assert hold.ttl == 2.0
+        finally:
+            locks.close()
+
+
+def test_an_unreachable_ensemble_is_backend_unavailable() -> None:
+    from tumbler.testing.servers.redis import free_port
+
+    with pytest.raises(BackendUnavailable):
+        tumbler.connect(f"zookeeper://127.0.0.1:{free_port()}?connect_timeout=0.5")
+
+
+# -- digest ACLs -----------------------------------------------------------------------------
+
+
+def test_digest_credentials_protect_the_nodes(zookeeper_server) -> None:
+    base = base_path()
+    host = zookeeper_server.connect_string
+    owner = tumbler.connect(f"zookeeper://app:right@{host}{base}")
+    try:
+        with owner.lock("secret"):
+            raw = KazooClient(hosts=host, auth_data=[("digest", "app:right")])
+            raw.start(timeout=10)
+            try:
+                assert raw.get_acls(base)[0] == [make_digest_acl("app", "right", all=True)]
+            finally:
+                raw.stop()
+                raw.close()
+        for stranger in (f"zookeeper://app:wrong@{host}{base}", f"zookeeper://{host}{base}"):
+            with pytest.raises(PermissionDenied, match="refused access"):
+                tumbler.connect(stranger)
+    finally:
+        owner.close()
+
+
+# -- a 3-node ensemble -----------------------------------------------------------------------
+
+
+def test_killing_the_leader_keeps_the_lock_exclusive_and_waiters_go_on(
+    zookeeper_ensemble: ZooKeeperEnsemble,
+) -> None:
+    ensemble = zookeeper_ensemble
+    url = f"{ensemble.url_for(base_path())}?session_timeout=10"
+    holder, waiter, checker = (tumbler.connect(url) for _ in range(3))
+    try:
+        lock = holder.lock("election", ttl=10)
+        assert lock.acquire()
+        hold = lock.hold
+        result: list[tumbler.Hold] = []
+        started = threading.Event()
+
+        def wait() -> None:
+            mine = waiter.lock("election")
+            started.set()
+            if mine.acquire(timeout=60):
+                result.append(mine.hold)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        started.wait(PATIENCE)
+        eventually(lambda: checker.status("election").waiters == 1, "the waiter is in line")
+        leader = ensemble.leader()
+        assert leader is not None
+        ensemble.kill(leader)
+        new_leader = ensemble.wait_for_quorum(timeout=60)
+        assert new_leader != leader
+        # exclusive throughout: the hold is confirmed on the new leader, the waiter still waits
+        eventually(lambda: hold.held, "the holder's hold is confirmed")
+        assert not result
+        assert not checker.lock("election").acquire(blocking=False)
+        token = hold.token
+        lock.release()
+        thread.join(timeout=60)
+        assert result
+        assert result[0].token > token
+        result[0].release()
+        # the killed member comes back and the ensemble serves on
+        ensemble.restart(leader)
+        ensemble.wait_for_quorum(timeout=60)
+        assert checker.lock("election").acquire(timeout=PATIENCE)
+    finally:
+        for client in (holder, waiter, checker):
+            client.close()

@@ -1,0 +1,380 @@
+"""Bad input to the lock API: the one table of cases, and the check that the docs show it.
+
+Each case is an input, the call it is given to, and the typed error the call must raise with a
+fragment of its message; or, for names that are valid, no error: the name must work as data.
+Inputs are listed once per argument (NAMES, TTLS, TIMEOUTS, PERMITS) and given to every call
+that takes that argument (NAME_CALLS, ...), so a call added to the API needs one line here.
+
+The cases run in ``tests/contract/_async/test_locks.py`` (asyncio) and its generated twin
+``tests/contract/_sync/test_locks.py`` (threads), on every backend of ``conftest.BACKENDS``.
+There a refused call must leave nothing behind: a second client's ``status_all()`` is empty,
+a hold taken before the call is unchanged, and the first client still gets a lock.
+
+docs/bad-input.md is this table for readers; ``test_the_document_shows_every_case`` keeps the
+two the same, with the URL table (tests/backends/test_bad_urls.py) and the command line's
+(tests/cli/test_bad_input.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tumbler import (
+    InvalidArgument,
+    InvalidLockName,
+    InvalidPermits,
+    InvalidTimeout,
+    InvalidTTL,
+)
+
+DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "bad-input.md"
+
+#: longest message a refusal may have: it is one line in a log or on a terminal
+LONGEST_MESSAGE = 200
+
+
+@dataclass
+class Subject:
+    """What a call of the table works on: the client under test, a hold it took before the
+    call (for calls on a hold), and the fixture that connects (``connect`` or ``aconnect``)."""
+
+    locks: Any
+    hold: Any
+    connect: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    """An API call taking the input under test. ``run`` returns what the call returns: a
+    coroutine in asyncio, which the runner awaits."""
+
+    text: str
+    run: Callable[[Subject, object], object]
+    needs_hold: bool = False
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input: what it is, and the error it gets (None: it is valid and must work).
+
+    For valid names, ``same`` are other spellings of the same lock (NFC/NFD) and ``other``
+    names that must be locks of their own (prefixes, case variants, glob look-alikes).
+    """
+
+    id: str
+    value: object
+    error: type[InvalidArgument] | None
+    says: str = ""
+    same: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    call: Call
+    input: Input
+
+    @property
+    def id(self) -> str:
+        return f"{self.call.text}-{self.input.id}"
+
+    @property
+    def value(self) -> object:
+        return self.input.value
+
+    @property
+    def error(self) -> type[InvalidArgument]:
+        assert self.input.error is not None, "a valid input raises nothing"
+        return self.input.error
+
+    @contextlib.contextmanager
+    def named(self) -> Iterator[None]:
+        """Name the case in a failure: several cases run in one test."""
+        try:
+            yield
+        except (Exception, pytest.fail.Exception) as failure:
+            raise AssertionError(f"case {self.id}: {failure}") from failure
+
+    def check_refusal(self, error: BaseException) -> None:
+        """The refusal is of the exact class, says why, and fits on one short line."""
+        assert type(error) is self.input.error
+        text = str(error)
+        assert self.input.says in text, text
+        assert text.isprintable(), repr(text)
+        assert len(text) <= LONGEST_MESSAGE, text
+
+
+# -- calls ----------------------------------------------------------------------------------
+
+NAME_CALLS = [
+    Call("lock(name)", lambda s, v: s.locks.lock(v)),
+    Call("rlock(name)", lambda s, v: s.locks.rlock(v)),
+    Call("semaphore(name)", lambda s, v: s.locks.semaphore(v, 2)),
+    Call("rwlock(name)", lambda s, v: s.locks.rwlock(v)),
+    Call("synchronized(name)", lambda s, v: s.locks.synchronized(v)),
+    Call("status(name)", lambda s, v: s.locks.status(v)),
+    Call("force_release(name)", lambda s, v: s.locks.force_release(v)),
+]
+#: how a valid name is tried: acquired, inspected, released (see the runner)
+AS_DATA = Call("lock(name).acquire()", lambda s, v: None)
+
+TTL_CALLS = [
+    Call("lock(ttl)", lambda s, v: s.locks.lock("x", ttl=v)),
+    Call("rlock(ttl)", lambda s, v: s.locks.rlock("x", ttl=v)),
+    Call("semaphore(ttl)", lambda s, v: s.locks.semaphore("x", 2, ttl=v)),
+    Call("rwlock(ttl)", lambda s, v: s.locks.rwlock("x", ttl=v)),
+    Call("synchronized(ttl)", lambda s, v: s.locks.synchronized("x", ttl=v)),
+    Call("hold.extend(ttl)", lambda s, v: s.hold.extend(v), needs_hold=True),
+    Call("connect(default_ttl)", lambda s, v: s.connect(default_ttl=v)),
+]
+
+TIMEOUT_CALLS = [
+    Call("lock(timeout)", lambda s, v: s.locks.lock("x", timeout=v)),
+    Call("rlock(timeout)", lambda s, v: s.locks.rlock("x", timeout=v)),
+    Call("semaphore(timeout)", lambda s, v: s.locks.semaphore("x", 2, timeout=v)),
+    Call("rwlock(timeout)", lambda s, v: s.locks.rwlock("x", timeout=v)),
+    Call("synchronized(timeout)", lambda s, v: s.locks.synchronized("x", timeout=v)),
+    Call("acquire(timeout)", lambda s, v: s.locks.lock("x").acquire(timeout=v)),
+    Call("hold.wait_lost(timeout)", lambda s, v: s.hold.wait_lost(timeout=v), needs_hold=True),
+]
+#: a timeout that is fine by itself but contradicts blocking=False
+NON_BLOCKING = Call(
+    "acquire(blocking=False, timeout)",
+    lambda s, v: s.locks.lock("x").acquire(blocking=False, timeout=v),
+)
+
+PERMITS_CALLS = [Call("semaphore(permits)", lambda s, v: s.locks.semaphore("x", v))]
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+EMPTY = "must not be empty or only white space"
+
+
+def too_long(size: int) -> str:
+    return f"must be at most 255 UTF-8 bytes, this one has {size}"
+
+
+def char(code: int) -> str:
+    return f"must not contain the character U+{code:04X}"
+
+
+NAMES = [
+    Input("empty", "", InvalidLockName, EMPTY),
+    Input("spaces", "   ", InvalidLockName, EMPTY),
+    Input("ideographic-space", "\u3000\u00a0", InvalidLockName, EMPTY),
+    Input("256-ascii-bytes", "x" * 256, InvalidLockName, too_long(256)),
+    Input("256-bytes-of-e-acute", "\u00e9" * 128, InvalidLockName, too_long(256)),
+    Input("long-cjk", "\u9501" * 86, InvalidLockName, too_long(258)),
+    Input("long-emoji", "\U0001f512" * 64, InvalidLockName, too_long(256)),
+    Input("one-mebibyte", "x" * 2**20, InvalidLockName, too_long(2**20)),
+    Input("bytes", b"orders", InvalidLockName, "must be str, not bytes"),
+    Input("None", None, InvalidLockName, "must be str, not NoneType"),
+    Input("int", 42, InvalidLockName, "must be str, not int"),
+    Input("nul", "a\x00b", InvalidLockName, char(0)),
+    Input("newline", "a\nb", InvalidLockName, char(0x0A)),
+    Input("tab", "a\tb", InvalidLockName, char(0x09)),
+    Input("ansi-escape", "\x1b[31mred", InvalidLockName, char(0x1B)),
+    Input("delete", "a\x7f", InvalidLockName, char(0x7F)),
+    Input("c1-control", "a\x85b", InvalidLockName, char(0x85)),
+    Input("lone-high-surrogate", "\ud800", InvalidLockName, char(0xD800)),
+    Input("lone-low-surrogate", "x\udfff", InvalidLockName, char(0xDFFF)),
+    # what Python makes of the bytes b"caf\xe9" (Latin-1) on a UTF-8 command line
+    Input("undecodable-bytes", "caf\udce9", InvalidLockName, char(0xDCE9)),
+    Input("noncharacter", "a\uffff", InvalidLockName, char(0xFFFF)),
+    Input("bidi-override", "invoice\u202efdp.exe", InvalidLockName, char(0x202E)),
+    Input("bidi-isolate", "a\u2066b\u2069", InvalidLockName, char(0x2066)),
+    Input("line-separator", "a\u2028b", InvalidLockName, char(0x2028)),
+    Input("nul-after-a-mebibyte", "x" * 2**20 + "\x00", InvalidLockName, char(0)),
+    # -- valid: data, whatever a path, pattern or query language would make of it
+    Input("dot-dot-path", "../etc/passwd", None, other=("etc/passwd", "..", "../etc")),
+    Input("dot", ".", None, other=("..",)),
+    Input("dot-dot", "..", None, other=(".",)),
+    Input("slash", "/", None, other=("//",)),
+    Input("nested-path", "a/b", None, other=("a", "a/b/c", "b")),
+    Input("dot-dot-inside", "a/../b", None, other=("b", "a")),
+    Input("trailing-slash", "dir/", None, other=("dir",)),
+    Input("zookeeper", "zookeeper", None, other=("zookeeper/quota",)),
+    Input("glob-star", "*", None, other=("a", "**")),
+    Input("glob-chars", "[ab]?", None, other=("a?", "b")),
+    Input("percent", "100%", None, other=("100", "100%25")),
+    Input("format-string", "%s%n%x{0}", None, other=("%s",)),
+    Input("sql-quote", "x'; DROP TABLE tumbler_entries; --", None, other=("x",)),
+    Input("lua-quote", "a\"]] .. redis.call('FLUSHALL') .. [[", None, other=("a",)),
+    Input("braces", "{hashtag}", None, other=("hashtag",)),
+    Input("emoji", "lock-\U0001f512-\u2764\ufe0f-\U0001f469\u200d\U0001f4bb", None),
+    Input("mixed-scripts", "Z\u00fcrich-\u6771\u4eac-\u041c\u043e\u0441\u043a\u0432\u0430", None),
+    Input("right-to-left", "\u05e9\u05dc\u05d5\u05dd-\u0645\u0631\u062d\u0628\u0627", None),
+    Input("case", "Job", None, other=("job", "JOB")),
+    Input("padded", " padded ", None, other=("padded",)),
+    Input("nfd", "cafe\u0301", None, same=("caf\u00e9",)),
+    Input("nfc", "caf\u00e9", None, same=("cafe\u0301",), other=("cafe",)),
+    Input("hangul-jamo", "\u1112\u1161\u11ab", None, same=("\ud55c",)),
+    Input("255-bytes", "x" * 255, None, other=("x" * 254,)),
+    # 300 UTF-8 bytes as given, 200 once normalised: the limit counts the canonical form
+    Input("long-nfd-short-nfc", "e\u0301" * 100, None, same=("\u00e9" * 100,)),
+]
+
+TTLS = [
+    Input("zero", 0, InvalidTTL, "between 0.01 and 31536000 seconds, not 0"),
+    Input("negative", -1, InvalidTTL, "not -1"),
+    Input("below-10-ms", 0.001, InvalidTTL, "not 0.001"),
+    Input("nan", math.nan, InvalidTTL, "not NaN"),
+    Input("inf", math.inf, InvalidTTL, "not inf"),
+    Input("minus-inf", -math.inf, InvalidTTL, "not -inf"),
+    Input("over-a-year", 365 * 24 * 3600 + 1, InvalidTTL, "not 31536001"),
+    Input("huge", 10**12, InvalidTTL, "not 1000000000000"),
+    Input("5000-digits", 10**5000, InvalidTTL, "ttl is far too large: <an int of 16610 bits>"),
+    Input("bool", True, InvalidTTL, "must be a number of seconds, not bool"),
+    Input("str", "30", InvalidTTL, "must be a number of seconds, not str"),
+    Input("list", [30], InvalidTTL, "not list"),
+    Input("timedelta-zero", timedelta(0), InvalidTTL, "not datetime.timedelta(0)"),
+    Input("timedelta-negative", timedelta(seconds=-5), InvalidTTL, "timedelta(days=-1"),
+]
+
+TIMEOUTS = [
+    Input("negative", -2, InvalidTimeout, ">= 0, or None or -1 to wait for ever, not -2"),
+    Input("negative-fraction", -0.5, InvalidTimeout, "not -0.5"),
+    Input("minus-inf", -math.inf, InvalidTimeout, "not -inf"),
+    Input("nan", math.nan, InvalidTimeout, "not NaN"),
+    Input("huge", 10**12, InvalidTimeout, "at most 31536000 seconds"),
+    Input("5000-digits", 10**5000, InvalidTimeout, "timeout is far too large"),
+    Input("str", "5", InvalidTimeout, "must be a number of seconds, not str"),
+    Input("true", True, InvalidTimeout, "not bool"),
+    Input("false", False, InvalidTimeout, "not bool"),
+    Input("timedelta-minus-one", timedelta(seconds=-1), InvalidTimeout, ">= 0"),
+]
+#: inputs for NON_BLOCKING: valid timeouts that a non-blocking acquire must still refuse
+NON_BLOCKING_TIMEOUTS = [
+    Input("non-blocking-with-timeout", 5, InvalidTimeout, "non-blocking acquire cannot have"),
+]
+
+PERMITS = [
+    Input("zero", 0, InvalidPermits, "between 1 and 1000000, not 0"),
+    Input("negative", -1, InvalidPermits, "not -1"),
+    Input("over-a-million", 10**6 + 1, InvalidPermits, "not 1000001"),
+    Input("5000-digits", 10**5000, InvalidPermits, "not <an int of 16610 bits>"),
+    Input("float", 2.0, InvalidPermits, "must be an int, not float"),
+    Input("bool", True, InvalidPermits, "not bool"),
+    Input("str", "3", InvalidPermits, "not str"),
+    Input("None", None, InvalidPermits, "not NoneType"),
+]
+
+#: THE table: every input given to every call that takes it
+#: THE table: every input given to every call that takes it
+CASES: list[Case] = [
+    *(Case(call, name) for name in NAMES if name.error for call in NAME_CALLS),
+    *(Case(AS_DATA, name) for name in NAMES if name.error is None),
+    *(Case(call, ttl) for ttl in TTLS for call in TTL_CALLS),
+    *(Case(call, timeout) for timeout in TIMEOUTS for call in TIMEOUT_CALLS),
+    *(Case(NON_BLOCKING, timeout) for timeout in NON_BLOCKING_TIMEOUTS),
+    *(Case(call, permits) for permits in PERMITS for call in PERMITS_CALLS),
+]
+VALID = [case for case in CASES if case.input.error is None]
+
+
+@dataclass(frozen=True)
+class Group:
+    """The refused cases of one input, run one after another on the same two clients:
+    connecting is most of a case's cost, and the table has hundreds of cases per backend."""
+
+    id: str
+    cases: tuple[Case, ...]
+
+
+def _groups() -> list[Group]:
+    by_input: dict[int, list[Case]] = {}
+    for case in CASES:
+        if case.input.error is not None:
+            by_input.setdefault(id(case.input), []).append(case)
+    kinds = {id(item): kind for kind, inputs in _KINDS for item in inputs}
+    return [
+        Group(f"{kinds[key]}-{cases[0].input.id}", tuple(cases)) for key, cases in by_input.items()
+    ]
+
+
+_KINDS = [
+    ("name", NAMES),
+    ("ttl", TTLS),
+    ("timeout", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
+    ("permits", PERMITS),
+]
+REFUSED = _groups()
+
+
+def case_id(case: Case) -> str:
+    return case.id
+
+
+def group_id(group: Group) -> str:
+    return group.id
+
+
+# -- the document -----------------------------------------------------------------------------
+
+_ROW = re.compile(r"^\|\s*`(?P<id>[^`]+)`\s*\|(?P<rest>.*)\|\s*$")
+
+
+def document_rows(section: str) -> dict[str, str]:
+    """The rows of the tables under the heading ``section`` of docs/bad-input.md, by the case
+    id in their first column (the rest of the row as text)."""
+    text = DOCUMENT.read_text(encoding="utf-8")
+    heading = re.search(rf"^##+ {re.escape(section)}\s*$", text, re.MULTILINE)
+    assert heading is not None, f"docs/bad-input.md has no section {section!r}"
+    body = text[heading.end() :]
+    following = re.search(r"^## ", body, re.MULTILINE)
+    body = body[: following.start()] if following else body
+    rows: dict[str, str] = {}
+    for line in body.splitlines():
+        match = _ROW.match(line)
+        if match:
+            assert match["id"] not in rows, f"{match['id']} is shown twice in {section!r}"
+            rows[match["id"]] = match["rest"]
+    return rows
+
+
+def check_section(section: str, cases: dict[str, str]) -> None:
+    """The section shows exactly these case ids, each row naming its expected outcome."""
+    rows = document_rows(section)
+    assert sorted(rows) == sorted(cases), f"docs/bad-input.md, {section!r}"
+    for case, outcome in cases.items():
+        cell = f"| {outcome} |"
+        assert cell in rows[case], f"docs/bad-input.md, {section!r}: {case} should say {outcome}"
+
+
+def outcome(item: Input) -> str:
+    return item.error.__name__ if item.error is not None else "works"
+
+
+def test_the_document_shows_every_case() -> None:
+    """docs/bad-input.md shows the inputs of every table, with the calls they are given to."""
+    assert len({case.id for case in CASES}) == len(CASES), "case ids must be unique"
+    assert len({group.id for group in REFUSED}) == len(REFUSED), "input ids must be unique"
+    for section, inputs in (
+        ("Lock names", NAMES),
+        ("TTLs", TTLS),
+        ("Timeouts", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
+        ("Permits", PERMITS),
+    ):
+        check_section(section, {item.id: outcome(item) for item in inputs})
+    text = DOCUMENT.read_text(encoding="utf-8")
+    for call in [*NAME_CALLS, *TTL_CALLS, *TIMEOUT_CALLS, NON_BLOCKING, *PERMITS_CALLS]:
+        assert f"`{call.text}`" in text, f"docs/bad-input.md does not name the call {call.text}"
+
+    from tests.backends.test_bad_urls import BAD_URLS, SERVER_REFUSALS
+    from tests.cli.test_bad_input import CLI_CASES
+
+    check_section("Backend URLs", {case.id: case.error.__name__ for case in BAD_URLS})
+    check_section(
+        "Refused by the server", {case.id: case.error.__name__ for case in SERVER_REFUSALS}
+    )
+    check_section("The command line", {case.id: str(case.status) for case in CLI_CASES})
