@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from ._core import DEFAULT_TTL
+from ._core import DEFAULT_TTL, validate_ttl
 from ._sync.locks import Hold, Lock, Locks, ReadLock, RLock, RWLock, Semaphore
 from .backends import known_schemes, register_backend
 from .backends.contract import Capabilities, HolderInfo, LockState
@@ -98,6 +98,7 @@ def connect(
     """
     from ._connect import backend_module
 
+    default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     module, parsed = backend_module(url, options)
     backend = module.open_sync(parsed, **options)
     try:

@@ -20,7 +20,7 @@ from ._async.locks import (
     AsyncRWLock,
     AsyncSemaphore,
 )
-from ._core import DEFAULT_TTL
+from ._core import DEFAULT_TTL, validate_ttl
 
 __all__ = [
     "AsyncHold",
@@ -40,6 +40,7 @@ async def connect(
     """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
     from ._connect import backend_module
 
+    default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     module, parsed = backend_module(url, options)
     backend = await module.open_async(parsed, **options)
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from .._url import BackendURL
 from ..errors import InvalidURL
 
@@ -18,11 +16,15 @@ def flag(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+#: the longest duration an option may give: longer is a unit mistake, and overflows timers
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
 def seconds(text: str) -> float:
-    """A positive, finite duration in seconds."""
+    """A positive duration in seconds, at most a year."""
     value = float(text)
-    if not 0 < value < math.inf:
-        raise ValueError("expected a positive number of seconds")
+    if not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
     return value
 
 
@@ -43,6 +45,6 @@ def host_port(text: str, url: BackendURL, default_port: int) -> tuple[str, int]:
             )
     if not host:
         raise InvalidURL("the URL names no host", backend=url.redacted)
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
     return host, int(port)

@@ -47,14 +47,22 @@ How a hold can be lost here
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
 from .._url import BackendURL
-from ..errors import BackendUnavailable, InvalidURL, PermissionDenied, PermitsMismatch
+from ..errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidURL,
+    PermissionDenied,
+    PermitsMismatch,
+)
 from ._options import flag, host_port, seconds
 from .contract import Capabilities
 
@@ -88,6 +96,10 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
         ) from error
     except redis_errors.ResponseError as error:
         text = str(error)
+        if "DB index is out of range" in text:
+            raise ConfigurationError(
+                f"the Redis server has fewer databases: {text}", backend=url
+            ) from error
         if "PERMITS_MISMATCH" in text:
             limit = int(text.rsplit(" ", 1)[-1])
             kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
@@ -118,6 +130,24 @@ _OPTIONS = (
     "ssl_keyfile",
     "ssl_check_hostname",
 )
+
+
+def _check_tls_files(url: BackendURL) -> None:
+    """Refuse unusable certificate files before connecting: redis-py would report them as a
+    connection failure, which reads as "try again later" rather than "fix the URL"."""
+    for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        path = url.query.get(option)
+        if path is not None and not Path(path).is_file():
+            raise ConfigurationError(f"{option}: {path} is not a file", backend=url.redacted)
+    ca = url.query.get("ssl_ca_certs")
+    if ca is not None:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError) as error:
+            raise ConfigurationError(
+                f"ssl_ca_certs: {ca} holds no usable CA certificate: {error}",
+                backend=url.redacted,
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -180,6 +210,8 @@ def parse_config(url: BackendURL) -> RedisConfig:
                 )
             db_text = path
     try:
+        if db_text is not None and not (db_text.isascii() and db_text.isdigit()):
+            raise ValueError(db_text)
         db = int(db_text) if db_text is not None else 0
     except ValueError:
         raise InvalidURL(f"bad database number {db_text!r}", backend=url.redacted) from None
@@ -223,7 +255,9 @@ def parse_config(url: BackendURL) -> RedisConfig:
 def open_sync(url: BackendURL) -> RedisBackend:
     from ._sync.redis import RedisBackend
 
-    backend = RedisBackend(parse_config(url))
+    config = parse_config(url)
+    _check_tls_files(url)
+    backend = RedisBackend(config)
     try:
         backend.start()
     except BaseException:
@@ -235,7 +269,9 @@ def open_sync(url: BackendURL) -> RedisBackend:
 async def open_async(url: BackendURL) -> AsyncRedisBackend:
     from ._async.redis import AsyncRedisBackend
 
-    backend = AsyncRedisBackend(parse_config(url))
+    config = parse_config(url)
+    _check_tls_files(url)
+    backend = AsyncRedisBackend(config)
     try:
         await backend.start()
     except BaseException:

@@ -56,7 +56,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import platformdirs
@@ -220,11 +220,24 @@ def _create_private_file(path: Path, url: str) -> None:
     os.close(fd)
 
 
+def _quietly(check: Callable[[], bool]) -> bool:
+    """A path check, False where the path cannot be looked at: opening it says why."""
+    try:
+        return check()
+    except OSError:
+        return False
+
+
 def resolve_path(url: BackendURL) -> tuple[Path, bool]:
     """The database path a URL names, and whether it is the default one."""
     if url.hosts:
         raise InvalidURL(
             "sqlite:// takes a file path, not a host: sqlite:///absolute/path/locks.db",
+            backend=url.redacted,
+        )
+    if url.username is not None or url.password is not None:
+        raise InvalidURL(
+            "sqlite:// takes no credentials: file permissions guard the database",
             backend=url.redacted,
         )
     raw = url.path
@@ -238,8 +251,24 @@ def resolve_path(url: BackendURL) -> tuple[Path, bool]:
             "for in-process tests",
             backend=url.redacted,
         )
-    # resolved, so that the network check looks where the file really is
-    return Path(raw).expanduser().resolve(), False
+    path = Path(raw).expanduser()
+    if _quietly(path.is_symlink) and not _quietly(path.exists):
+        # SQLite would create the link's target, wherever it points
+        raise ConfigurationError(
+            f"{path} is a symlink to nothing (a missing target, or a loop)", backend=url.redacted
+        )
+    try:
+        # resolved, so that the network check looks where the file really is
+        resolved = path.resolve()
+    except (RuntimeError, OSError) as error:  # a symlink loop: RuntimeError before 3.13
+        raise ConfigurationError(
+            f"cannot resolve {path} (a symlink loop?): {error}", backend=url.redacted
+        ) from None
+    if _quietly(resolved.is_dir):
+        raise ConfigurationError(
+            f"{resolved} is a directory: name the database file in it", backend=url.redacted
+        )
+    return resolved, False
 
 
 class SQLiteBackend:
