@@ -114,6 +114,7 @@ class AsyncHold:
         #: set on the backend's thread; acted on by the renewal worker
         self._in_doubt = False
         self._pending_loss: str | None = None
+        self._given_back = False
         self._loss_reported = False
         self._lost_event = AsyncEvent()
         self._callbacks: list[Callable[[AsyncHold], object]] = []
@@ -177,7 +178,8 @@ class AsyncHold:
         """Call ``callback(hold)`` once when the hold is found lost (at once if it already is).
 
         It runs in the client's renewal worker (a thread in the blocking flavour, the event loop
-        in asyncio) and must not block; exceptions it raises are logged.
+        in asyncio), or in the thread or task whose ``wait_lost()`` found the lease run out
+        first; it must not block, and exceptions it raises are logged.
         """
         with self._guard:
             already = self._lost_reason is not None
@@ -187,25 +189,33 @@ class AsyncHold:
             self._run_callback(callback)
 
     async def wait_lost(self, timeout: float | None = None) -> bool:
-        """Wait until the hold is found lost or ``timeout`` passes; True if it was lost."""
+        """Wait until the hold is found lost or ``timeout`` passes; True if it was lost.
+
+        Returns at the client's deadline at the latest, even while a renewal is still waiting
+        for an unreachable backend (the renewal worker reports the loss when that call ends).
+        """
         seconds = core.validate_timeout(timeout)
         clock = self._locks._clock
         end = None if seconds is None else clock.now() + seconds
         clock.add_listener(self._lost_event.set_threadsafe)
         try:
             while not self._lost_event.is_set():
-                if end is None:
-                    await self._lost_event.wait(None)
-                else:
-                    left = end - clock.now()
-                    if left <= 0:
+                if self.lost:
+                    # found at the deadline, even if the renewal worker is still waiting for
+                    # the backend; the worker gives the grant back when it gets to it
+                    self._mark_lost(self.lost_reason or "the hold was lost")
+                    break
+                now = clock.now()
+                # the deadline may move (renewals), so wake there and look again
+                left = self._deadline - now if self._state == _HELD else None
+                if end is not None:
+                    if end - now <= 0:
                         break
-                    await self._lost_event.wait(clock.real_timeout(left))
-                    if not self._lost_event.is_set():
-                        continue
+                    left = end - now if left is None else min(left, end - now)
+                await self._lost_event.wait(None if left is None else clock.real_timeout(left))
         finally:
             clock.remove_listener(self._lost_event.set_threadsafe)
-        return self._lost_reason is not None
+        return self.lost
 
     async def extend(self, ttl: float | None = None) -> None:
         """Set the lease to ``ttl`` seconds from now (default: the TTL asked for at acquire).
@@ -294,7 +304,10 @@ class AsyncHold:
 
     async def _due(self) -> float | None:
         """The renewal worker's job: renew, or find the hold lost. Returns the next due time."""
-        if self._state != _HELD or self._lost_reason is not None:
+        if self._state != _HELD:
+            return None
+        if self._lost_reason is not None:
+            await self._give_back()  # found lost elsewhere (wait_lost): not given back yet
             return None
         if self._pending_loss is not None:
             self._mark_lost(self._pending_loss)
@@ -322,6 +335,12 @@ class AsyncHold:
             return None
         if self._state != _HELD:
             return None
+        if granted is not None and clock.now() >= self._deadline:
+            # confirmed too late: the holder may already have been told the hold is lost, and
+            # a hold reported lost never comes back
+            self._mark_lost("the lease ran out before a renewal succeeded")
+            await self._give_back()
+            return None
         if granted is None:
             self._mark_lost(
                 self._pending_loss
@@ -339,6 +358,9 @@ class AsyncHold:
     async def _give_back(self) -> None:
         """Release a grant the client gave up: a session-based backend would keep it for as
         long as the session lives, and others are spared the wait for their own expiry."""
+        if self._given_back:
+            return
+        self._given_back = True
         try:
             await self._locks._backend.release(self.name, self._request.owner)
         except TumblerError as error:
