@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from .errors import (
+    InvalidArgument,
     InvalidLockName,
     InvalidPermits,
     InvalidTimeout,
@@ -155,6 +156,13 @@ def validate_timeout(timeout: object) -> float | None:
             f"not {shown(timeout)}"
         )
     return seconds
+
+
+def validate_flag(value: object, what: str) -> bool:
+    """A yes/no option: only True or False (``fair="no"`` must not mean fair)."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be True or False, not {value!r}"[:200])
+    return value
 
 
 def validate_permits(permits: object) -> int:

@@ -394,9 +394,9 @@ class _Primitive:
         #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
         self.timeout: float | None = core.validate_timeout(timeout)
         #: grants in arrival order
-        self.fair: bool = bool(fair)
+        self.fair: bool = core.validate_flag(fair, "fair")
         #: renew the lease automatically while held
-        self.renew: bool = bool(renew)
+        self.renew: bool = core.validate_flag(renew, "renew")
         self._locks = locks
         self._limit = limit
         self._guard = threading.Lock()

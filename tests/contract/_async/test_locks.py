@@ -16,6 +16,7 @@ from tumbler import (
     AcquireTimeout,
     AlreadyHeld,
     ClientClosed,
+    InvalidArgument,
     LockLost,
     NotHeld,
     PermitsMismatch,
@@ -496,6 +497,15 @@ async def test_status_all_lists_held_locks_and_waiters(aconnect):
     assert "pid=" in states["one"].holders[0].holder
     assert await holder.force_release("one") == 1
     assert await pending.result() is True
+
+
+@pytest.mark.parametrize("option", ["fair", "renew"])
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+async def test_yes_no_options_take_only_booleans(aconnect, option, value):
+    locks = await aconnect()
+    with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
+        locks.lock("flags", **{option: value})
+    assert await locks.status_all() == []
 
 
 async def test_default_ttl_of_the_client(aconnect):

@@ -18,6 +18,7 @@ from tumbler import (
     AcquireTimeout,
     AlreadyHeld,
     ClientClosed,
+    InvalidArgument,
     LockLost,
     NotHeld,
     PermitsMismatch,
@@ -496,6 +497,15 @@ def test_status_all_lists_held_locks_and_waiters(connect):
     assert "pid=" in states["one"].holders[0].holder
     assert holder.force_release("one") == 1
     assert pending.result() is True
+
+
+@pytest.mark.parametrize("option", ["fair", "renew"])
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_yes_no_options_take_only_booleans(connect, option, value):
+    locks = connect()
+    with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
+        locks.lock("flags", **{option: value})
+    assert locks.status_all() == []
 
 
 def test_default_ttl_of_the_client(connect):
