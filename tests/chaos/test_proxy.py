@@ -25,7 +25,7 @@ from redis.retry import Retry
 
 import tumbler
 from tests.contract.compat import PATIENCE, eventually
-from tumbler.errors import InvalidArgument
+from tumbler.errors import InvalidArgument, LockLost
 from tumbler.testing.servers import RedisServer, free_port
 from tumbler.torture.proxy import (
     BLACKHOLE,
@@ -605,3 +605,29 @@ def test_tumbler_loss_is_reported_by_the_local_deadline(redis_proxy: FaultProxy)
         deadline = time.monotonic() + hold.expires_in
         # 50 ms for scheduling: the lag seen is up to TUMBLER_TIMEOUT
         assert hold.wait_lost(timeout=deadline - time.monotonic() + 0.05)
+
+
+def test_releasing_a_hold_lost_unnoticed_raises_lock_lost_and_tells_on_lost(
+    redis_proxy: FaultProxy,
+) -> None:
+    """The holder's process was paused past its lease while the renewal worker is stuck in a
+    call to an unreachable server: its release must still report the loss (LockLost and the
+    on_lost callbacks), not the connection error of the release itself."""
+    slow = TTL * 2  # each call waits this long for the cut server
+    url = f"{tumbler_url(redis_proxy)}".replace(
+        f"socket_timeout={TUMBLER_TIMEOUT}", f"socket_timeout={slow}"
+    )
+    with tumbler.connect(url) as locks:
+        lock = locks.lock("paused", ttl=TTL)
+        assert lock.acquire(timeout=PATIENCE)
+        hold = lock.hold
+        assert hold is not None
+        lost: list[tumbler.Hold] = []
+        hold.on_lost(lost.append)
+        redis_proxy.cut()
+        # the renewal at a third of the lease now waits `slow` seconds; the lease ends first
+        eventually(lambda: hold.lost, "the lease ran out")
+        with pytest.raises(LockLost):
+            lock.release()
+        assert lost == [hold]
+        redis_proxy.heal()

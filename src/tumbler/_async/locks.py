@@ -240,14 +240,23 @@ class AsyncHold:
 
         Runs to its end even if the calling task is cancelled. If the backend cannot be reached
         the error is raised, and the grant frees itself when its lease runs out (it is no
-        longer renewed).
+        longer renewed); but if the hold was lost already (its lease ran out while the holder
+        was paused, say), ``LockLost`` is what the caller learns either way.
         """
         self._locks._check_usable(self.name)
+        if self.lost and self._lost_reason is None:
+            # the lease ran out before anyone noticed (the process was paused): tell the
+            # on_lost callbacks now, before the backend is asked anything
+            self._mark_lost(self.lost_reason or "the lease ran out before a renewal succeeded")
         with self._guard:
             if self._state != _HELD:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
             self._state = _RELEASING
-        was_live = await ashield(self._release_grant())
+        try:
+            was_live = await ashield(self._release_grant())
+        except TumblerError:
+            self._raise_if_lost()  # lost anyway: that is what the holder must hear
+            raise
         if not was_live and self._lost_reason is None:
             self._mark_lost(
                 "the backend no longer had this grant at release: its lease ran out "
