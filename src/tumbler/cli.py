@@ -738,6 +738,15 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
 # -- entry point ---------------------------------------------------------------------------------
 
 
+def _add_torture() -> None:
+    # the harness lives in its own package (tumbler.torture); this is its one link to the CLI
+    from .torture.cli import torture
+
+    cli.add_command(torture)
+
+
+_add_torture()
+
 # click >= 8.2 raises this for a group called without a command; older click prints the help
 _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
     kind for kind in [getattr(click.exceptions, "NoArgsIsHelpError", None)] if kind is not None

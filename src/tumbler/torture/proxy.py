@@ -79,6 +79,7 @@ __all__ = [
     "Corrupt",
     "Delay",
     "Direction",
+    "DirectionLike",
     "Drop",
     "Fault",
     "FaultProxy",
@@ -210,8 +211,9 @@ class Reset(Fault):
 
     A connection-wide fault: setting it on either direction resets whole connections (both the
     client's and the upstream socket get RST: ``SO_LINGER`` 0, then close). New connections
-    are accepted and reset at once (the client's connect succeeds, its first read fails with
-    ``ECONNRESET``) until neither direction is ``Reset``.
+    are accepted and reset at once until neither direction is ``Reset``: the client's first
+    read fails with ``ECONNRESET`` (on loopback the RST can even beat ``connect`` returning,
+    which then fails with it).
     """
 
 
@@ -420,12 +422,21 @@ class FaultProxy:
         port: int = 0,
         seed: int | None = None,
     ) -> None:
-        upstream_host, upstream_port = upstream
-        if not isinstance(upstream_port, int) or not 0 < upstream_port < 65536:
+        try:
+            upstream_host, upstream_port = upstream
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"upstream must be (host, port), not {upstream!r}") from None
+        if not isinstance(upstream_host, str) or not upstream_host:
+            raise InvalidArgument(f"upstream host must be a host name or address: {upstream!r}")
+        if (
+            isinstance(upstream_port, bool)
+            or not isinstance(upstream_port, int)
+            or not 0 < upstream_port < 65536
+        ):
             raise InvalidArgument(f"upstream port must be 1..65535, not {upstream_port!r}")
-        if not isinstance(port, int) or not 0 <= port < 65536:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
             raise InvalidArgument(f"port must be 0..65535, not {port!r}")
-        self._upstream = (str(upstream_host), upstream_port)
+        self._upstream = (upstream_host, upstream_port)
         self._host = host
         self._port = port
         self._random = random.Random(seed)
@@ -466,6 +477,7 @@ class FaultProxy:
 
     @property
     def running(self) -> bool:
+        """True between start and stop."""
         return self._state == "running"
 
     # -- faults --------------------------------------------------------------------------
@@ -532,10 +544,11 @@ class FaultProxy:
     def refuse_new(self, how: Literal["rst", "close"] = "rst") -> None:
         """Turn new connections away until :meth:`allow_new` or :meth:`heal`.
 
-        ``"rst"``: accept and reset at once (the client's connect succeeds, its first read
-        fails with ``ECONNRESET``). ``"close"``: close the listening socket and keep the port
-        bound without listening, so connects fail with ``ECONNREFUSED`` (connections waiting
-        in the accept backlog are reset by the kernel). Open connections carry on.
+        ``"rst"``: accept and reset at once (the client's first read, or already its
+        ``connect``, fails with ``ECONNRESET``). ``"close"``: close the listening socket and
+        keep the port bound without listening, so connects fail with ``ECONNREFUSED``
+        (connections waiting in the accept backlog are reset by the kernel). Open connections
+        carry on.
         """
         if how not in ("rst", "close"):
             raise InvalidArgument(f"refuse_new how must be 'rst' or 'close', not {how!r}")

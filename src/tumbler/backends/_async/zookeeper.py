@@ -398,9 +398,14 @@ class AsyncZooKeeperBackend:
         if mine is None or not mine.granted:
             return None
         with translate_errors(self.url, name):
-            stat = await self._call(
-                self._client.exists_async(f"{self._lock_path(name)}/{mine.node}")
-            )
+            try:
+                stat = await self._call(
+                    self._client.exists_async(f"{self._lock_path(name)}/{mine.node}")
+                )
+            except kazoo_errors.SessionExpiredError as error:
+                if isinstance(error, kazoo_errors.ConnectionClosedError):
+                    raise  # the client was closed: not news about the grant
+                return None  # the session, and every entry made in it, is gone
         if stat is None or stat.czxid != mine.czxid or stat.ephemeralOwner != self._session_id():
             return None
         return min(ttl, self.session_timeout)
@@ -417,7 +422,14 @@ class AsyncZooKeeperBackend:
             uncertain = key in self._uncertain
         with translate_errors(self.url, name):
             if mine is not None:
-                return await self._delete(f"{path}/{mine.node}") and mine.granted
+                try:
+                    return await self._delete(f"{path}/{mine.node}") and mine.granted
+                except kazoo_errors.SessionExpiredError as error:
+                    if isinstance(error, kazoo_errors.ConnectionClosedError):
+                        raise
+                    with self._guard:
+                        self._orphans.discard(f"{path}/{mine.node}")
+                    return False  # the session ended: its entries went with it
             if not uncertain:
                 return False  # nothing of this owner was ever created
             try:

@@ -396,7 +396,12 @@ class ZooKeeperBackend:
         if mine is None or not mine.granted:
             return None
         with translate_errors(self.url, name):
-            stat = self._call(self._client.exists_async(f"{self._lock_path(name)}/{mine.node}"))
+            try:
+                stat = self._call(self._client.exists_async(f"{self._lock_path(name)}/{mine.node}"))
+            except kazoo_errors.SessionExpiredError as error:
+                if isinstance(error, kazoo_errors.ConnectionClosedError):
+                    raise  # the client was closed: not news about the grant
+                return None  # the session, and every entry made in it, is gone
         if stat is None or stat.czxid != mine.czxid or stat.ephemeralOwner != self._session_id():
             return None
         return min(ttl, self.session_timeout)
@@ -413,7 +418,14 @@ class ZooKeeperBackend:
             uncertain = key in self._uncertain
         with translate_errors(self.url, name):
             if mine is not None:
-                return self._delete(f"{path}/{mine.node}") and mine.granted
+                try:
+                    return self._delete(f"{path}/{mine.node}") and mine.granted
+                except kazoo_errors.SessionExpiredError as error:
+                    if isinstance(error, kazoo_errors.ConnectionClosedError):
+                        raise
+                    with self._guard:
+                        self._orphans.discard(f"{path}/{mine.node}")
+                    return False  # the session ended: its entries went with it
             if not uncertain:
                 return False  # nothing of this owner was ever created
             try:

@@ -1,0 +1,261 @@
+"""``tumbler torture``: the fault-injection harness as a command (registered by tumbler.cli).
+
+Exit status: 0 when no promised property was violated (and, with ``--strict``, every fault
+bit); 1 otherwise; 64 usage error; 69 a backend's servers could not be started or its server
+could not be reached; 78 a bad ``--url``; 70 a bug in the harness.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import click
+
+import tumbler
+from tumbler.errors import TumblerError
+
+from .backends import BACKENDS, BackendSpec, SetupError, spec_for_url
+from .faults import ALL_FAULTS, FAULT_HELP
+from .harness import Options, TortureRun, backend_specs, run_torture
+from .report import print_report, write_json, write_markdown
+from .resource import FENCING_MODES
+
+__all__ = ["exit_status", "main", "torture"]
+
+EX_OK = 0
+EX_VIOLATION = 1
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+EX_CONFIG = 78
+
+
+def _fault_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = {*ALL_FAULTS, "default", "all"}
+    unknown = [
+        name
+        for name in names
+        if name not in known and not all(kind in ALL_FAULTS for kind in name.split("+"))
+    ]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown fault {', '.join(unknown) or '(none given)'}; choose from "
+            f"{', '.join(ALL_FAULTS)}, or default, all",
+            param_hint="'--faults'",
+        )
+    return names
+
+
+def _faults_help() -> str:
+    return "; ".join(f"{name}: {text}" for name, text in FAULT_HELP.items())
+
+
+@click.command(
+    epilog="\b\nExit status: 0 no promised property violated; 1 violations (or, with --strict,\n"
+    "a fault that never bit); 64 usage; 69 servers unavailable; 78 bad URL.",
+)
+@click.option(
+    "--url",
+    metavar="URL",
+    default=None,
+    help="Torture an existing server: only faults on the clients (kill, pause) and, for one "
+    "Redis or ZooKeeper server, network faults through a local proxy.",
+)
+@click.option(
+    "--backend",
+    "backends",
+    metavar="NAME",
+    multiple=True,
+    help=f"Start throwaway servers for NAME so server faults apply: "
+    f"{', '.join(BACKENDS)}, or all (every backend present). Repeatable. Default: sqlite "
+    "(unless --url is given).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(2, 64),
+    default=4,
+    show_default=True,
+    help="Worker processes contending for the lock.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(1, 86_400),
+    default=20.0,
+    show_default=True,
+    help="Seconds of faults per backend and fault.",
+)
+@click.option(
+    "--ttl",
+    type=click.FloatRange(0.2, 60),
+    default=1.0,
+    show_default=True,
+    help="Lease of the workers' lock, in seconds.",
+)
+@click.option(
+    "--think",
+    type=click.FloatRange(0.001, 10),
+    default=0.02,
+    show_default=True,
+    help="Seconds a holder waits between its read and its write.",
+)
+@click.option(
+    "--faults",
+    "faults_text",
+    default="default",
+    show_default=True,
+    metavar="LIST",
+    help=f"Comma-separated faults, one round each: default (each backend's own), all, or "
+    f"some of: {_faults_help()}. Join kinds with + for one round injecting them in turn "
+    "(net-cut+net-drop).",
+)
+@click.option(
+    "--fencing",
+    type=click.Choice(FENCING_MODES),
+    default="on",
+    show_default=True,
+    help="The resource's check: on (reads and writes), writes, off (a control run: "
+    "violations expected).",
+)
+@click.option(
+    "--seed", type=int, default=None, help="Seed of every random choice (default: random)."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the full report (every count, fault and violation) as JSON.",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report as Markdown (between the report markers, if the file has them).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where servers and histories go (default: a temporary directory).",
+)
+@click.option("--keep", is_flag=True, help="Keep every round's histories, not only failed ones.")
+@click.option("--strict", is_flag=True, help="Exit 1 also when a fault never bit.")
+def torture(
+    url: str | None,
+    backends: tuple[str, ...],
+    workers: int,
+    seconds: float,
+    ttl: float,
+    think: float,
+    faults_text: str,
+    fencing: str,
+    seed: int | None,
+    json_path: Path | None,
+    markdown_path: Path | None,
+    workdir: Path | None,
+    keep: bool,
+    strict: bool,
+) -> int:
+    """Prove mutual exclusion under crashes, pauses, server failures and partitions.
+
+    Worker processes take the lock and do a read-modify-write on a shared counter in a
+    separate process that checks fencing tokens; the harness kills and pauses holders, kills
+    and restarts servers and breaks the network meanwhile, records everything, and checks the
+    history: no two accepted holders overlap, tokens strictly increase, no update is lost,
+    every grant is accounted for, the lock is granted again after each fault. One round per
+    backend and fault; a report table at the end.
+    """
+    faults = _fault_list(faults_text)
+    names = list(backends) or ([] if url else ["sqlite"])
+    unknown = [name for name in names if name != "all" and name not in BACKENDS]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown backend {', '.join(unknown)}; choose from {', '.join(BACKENDS)}, all",
+            param_hint="'--backend'",
+        )
+    specs: list[BackendSpec] = backend_specs(names)
+    if url is not None and urlsplit(url).scheme.lower() == "memory":
+        raise click.BadParameter(
+            "memory:// locks live inside one process; the workers are separate processes",
+            param_hint="'--url'",
+        )
+    if url is not None:
+        try:
+            with tumbler.connect(url):
+                pass
+        except TumblerError as error:
+            from tumbler.cli import exit_code_for
+
+            click.echo(f"tumbler: {error}", err=True)
+            return exit_code_for(error)
+        specs.append(spec_for_url(url))
+    if "all" not in names:
+        for spec in specs:
+            reason = spec.unavailable()
+            if reason is not None:
+                click.echo(f"tumbler: cannot torture {spec.name}: {reason}", err=True)
+                return EX_UNAVAILABLE
+    if seed is None:
+        seed = random.SystemRandom().randrange(1_000_000)
+    options = Options(
+        workers=workers,
+        seconds=seconds,
+        ttl=ttl,
+        think=think,
+        fencing=fencing,
+        seed=seed,
+        keep=keep,
+        workdir=workdir,
+    )
+
+    from rich.console import Console
+
+    console = Console(markup=False, emoji=False, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # a pipe has no width: do not wrap cells
+    console.print(f"tumbler torture: seed {seed}")
+
+    def log(message: str) -> None:
+        click.echo(message, err=True)
+
+    try:
+        run = run_torture(specs, faults, options, log=log)
+    except SetupError as error:
+        click.echo(f"tumbler: {error}", err=True)
+        return EX_UNAVAILABLE
+    print_report(run, console)
+    if json_path is not None:
+        write_json(run, json_path)
+    if markdown_path is not None:
+        write_markdown(run, markdown_path)
+    return exit_status(run, strict=strict)
+
+
+def exit_status(run: TortureRun, *, strict: bool = False) -> int:
+    """1 if a promised property was violated (or, ``strict``, a fault never bit), else 0."""
+    if not run.ok:
+        return EX_VIOLATION
+    if strict and any(r.fault != "none" and not r.exercised for r in run.rounds):
+        return EX_VIOLATION
+    return EX_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``torture`` on its own (before it is registered in ``tumbler``)."""
+    try:
+        result = torture.main(args=argv, prog_name="tumbler torture", standalone_mode=False)
+    except click.UsageError as error:
+        click.echo(f"tumbler: {error.format_message()}", err=True)
+        return EX_USAGE
+    except click.ClickException as error:
+        click.echo(f"tumbler: {error.format_message()}", err=True)
+        return EX_USAGE
+    return result if isinstance(result, int) else EX_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""The faults the harness injects (the "nemesis"), and the network proxy it injects them with.
+
+Fault kinds (``--faults``):
+
+``kill``
+    SIGKILL the worker that holds the lock, between its read and its write. Its lease must
+    run out and the lock pass on; its grant is never released.
+``pause``
+    SIGSTOP the holder between its read and its write for longer than its lease
+    (``2 * TTL + 1 s``), then SIGCONT. Meanwhile another worker should be granted the lock; the
+    resumed holder sends its write with the old token, which the resource must refuse, and it
+    must learn that its hold was lost.
+``restart``
+    SIGKILL every server of the backend, keep them down for 0.1 to 1.5 TTL, start them again.
+``minority``
+    SIGKILL one node of a cluster or ensemble, keep it down for 1 to 2 TTL, start it again:
+    on a sharded backend (Redis Cluster) the node that stores the lock, on an ensemble a
+    different follower each time (never the leader).
+``leader``
+    The same for the ensemble's current leader.
+``net-delay``
+    Through the proxy: delay every chunk in both directions by 0.05 to 0.25 TTL, with 50 %
+    jitter, for 2 TTL.
+``net-cut``
+    Through the proxy: blackhole both directions for 0.5 to 2.5 TTL, then heal.
+``net-drop``
+    Through the proxy: pass requests, drop replies (the server acts, the client never hears)
+    for 0.5 to 2.5 TTL, then heal.
+``net-reset``
+    Through the proxy: reset every connection (RST) three times, 0.1 TTL apart.
+``none``
+    Nothing: a baseline round.
+
+Every fault is recorded as a :class:`~tumbler.torture.check.FaultRecord` with its start and
+end (``time.monotonic_ns()``), what it hit, and for ``kill``/``pause`` the grant the worker held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .check import FaultRecord
+
+if TYPE_CHECKING:
+    from .backends import Deployment
+    from .pool import WorkerPool, WorkerSlot
+
+__all__ = [
+    "ALL_FAULTS",
+    "FAULT_HELP",
+    "HOLDER_FAULTS",
+    "NETWORK_FAULTS",
+    "SERVER_FAULTS",
+    "Nemesis",
+    "ProxyControl",
+    "network_faults_missing",
+]
+
+HOLDER_FAULTS = frozenset({"kill", "pause"})
+SERVER_FAULTS = frozenset({"restart", "minority", "leader"})
+NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset"})
+ALL_FAULTS = (
+    "none",
+    "kill",
+    "pause",
+    "restart",
+    "minority",
+    "leader",
+    "net-delay",
+    "net-cut",
+    "net-drop",
+    "net-reset",
+)
+FAULT_HELP = {
+    "none": "no fault (a baseline)",
+    "kill": "SIGKILL the holder inside its critical section",
+    "pause": "SIGSTOP the holder for 2 TTL + 1 s, then SIGCONT",
+    "restart": "SIGKILL every server, restart it",
+    "minority": "SIGKILL one node of a cluster/ensemble (the lock's shard, or the holder's "
+    "follower), restart it",
+    "leader": "SIGKILL the ensemble's leader, restart it",
+    "net-delay": "delay both directions with jitter (proxy)",
+    "net-cut": "blackhole both directions, then heal (proxy)",
+    "net-drop": "pass requests, drop replies, then heal (proxy)",
+    "net-reset": "reset every connection (proxy)",
+}
+
+_NS = 1_000_000_000
+
+
+def network_faults_missing() -> str | None:
+    """Why the proxy for network faults is not available, or None."""
+    if importlib.util.find_spec("tumbler.torture.proxy") is None:
+        return "the fault proxy (tumbler.torture.proxy) is not installed"
+    return None
+
+
+class ProxyControl:
+    """The harness's handle on one fault proxy in front of one server.
+
+    Wraps :class:`tumbler.torture.proxy.FaultProxy`, so the faults need only these verbs.
+    """
+
+    def __init__(self, proxy: Any) -> None:
+        self._proxy = proxy
+
+    @classmethod
+    def start(cls, host: str, port: int, seed: int | None = None) -> ProxyControl:
+        from .proxy import FaultProxy
+
+        return cls(FaultProxy((host, port), seed=seed).start())
+
+    @property
+    def port(self) -> int:
+        port: int = self._proxy.port
+        return port
+
+    def delay(self, seconds: float, jitter: float) -> None:
+        """Delay both directions by ``seconds`` plus or minus ``jitter``."""
+        self._proxy.delay(seconds * 1000, jitter * 1000, "both")
+
+    def cut(self) -> None:
+        """Blackhole both directions (held bytes are delivered on heal, as TCP would)."""
+        self._proxy.cut()
+
+    def drop_replies(self) -> None:
+        """Requests pass, replies are discarded for good."""
+        self._proxy.drop("downstream")
+
+    def reset(self) -> None:
+        """RST every open connection."""
+        self._proxy.reset_connections()
+
+    def heal(self) -> None:
+        self._proxy.heal()
+
+    def stats(self) -> Any:
+        """The proxy's counters (a ``ProxyStats``)."""
+        return self._proxy.stats()
+
+    def close(self) -> None:
+        self._proxy.stop()
+
+
+class Nemesis:
+    """Injects one fault at a time into a deployment and its workers, and records it."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        pool: WorkerPool,
+        *,
+        ttl: float,
+        rng: random.Random,
+        pause: float | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.pool = pool
+        self.ttl = ttl
+        self.rng = rng
+        #: how long a paused holder stays stopped
+        self.pause_seconds = pause if pause is not None else 2 * ttl + 1.0
+        self._nodes_hit = 0
+        #: the long holder a server or network fault was aimed at: (client, grant, pid)
+        self._holder: tuple[str, str, int] | None = None
+        self._inject: dict[str, Callable[[], FaultRecord | None]] = {
+            "kill": self._kill,
+            "pause": self._pause,
+            "restart": self._restart,
+            "minority": self._minority,
+            "leader": self._leader,
+            "net-delay": self._net_delay,
+            "net-cut": self._net_cut,
+            "net-drop": self._net_drop,
+            "net-reset": self._net_reset,
+        }
+
+    def inject(self, kind: str) -> FaultRecord | None:
+        """Inject one fault of ``kind``; None if there was nothing to hit in time (no holder).
+
+        Server and network faults wait (up to a few leases) for a worker in a long hold, so
+        that the fault finds a lease to break, not only idle connections.
+        """
+        self._holder = None
+        if kind not in HOLDER_FAULTS:
+            slot = None
+            if kind == "minority" and self.deployment.node_ports():
+                accept = self._on_a_follower(self.deployment.leader())
+                slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True, accept=accept)
+            if slot is None:
+                slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True)
+            if slot is not None and slot.acq is not None:
+                self._holder = (slot.client, slot.acq, slot.process.pid)
+        return self._inject[kind]()
+
+    def _on_a_follower(self, leader: int | None) -> Callable[[WorkerSlot], bool]:
+        """Whether a worker is connected to a node a minority fault may kill (a follower):
+        killing the node under a holder is what makes its client fail over."""
+        seen: dict[tuple[int, str | None], bool] = {}
+
+        def accept(slot: WorkerSlot) -> bool:
+            key = (slot.process.pid, slot.acq)  # a client may fail over between holds
+            if key not in seen:
+                serving = self.deployment.node_serving(slot.process.pid)
+                seen[key] = serving is not None and serving != leader
+            return seen[key]
+
+        return accept
+
+    def _hit_holder(self, record: FaultRecord) -> FaultRecord:
+        """``record`` naming the long holder the fault was aimed at (the checker confirms from
+        the history that the fault began during that hold)."""
+        if self._holder is None:
+            return record
+        client, acq, _ = self._holder
+        return dataclasses.replace(record, client=client, acq=acq)
+
+    def _between(self, low: float, high: float) -> float:
+        return self.ttl * self.rng.uniform(low, high)
+
+    # -- holders -----------------------------------------------------------------------------
+
+    def _kill(self) -> FaultRecord | None:
+        slot = self.pool.find_holder(timeout=5 * self.ttl + 5)
+        if slot is None:
+            return None
+        client, pid = slot.client, slot.process.pid
+        t = time.monotonic_ns()
+        acq = self.pool.kill(slot)
+        self.pool.replace(slot)
+        return FaultRecord("kill", t, t, f"worker {client} pid {pid}", client, acq)
+
+    def _pause(self) -> FaultRecord | None:
+        slot = self.pool.find_holder(timeout=5 * self.ttl + 5)
+        if slot is None:
+            return None
+        client, pid = slot.client, slot.process.pid
+        t0 = time.monotonic_ns()
+        acq = self.pool.pause(slot)
+        try:
+            # the fault is the passing of time: nothing to wait on but the clock
+            time.sleep(self.pause_seconds)
+        finally:
+            self.pool.resume(slot)
+        t1 = time.monotonic_ns()
+        return FaultRecord(
+            "pause",
+            t0,
+            t1,
+            f"worker {client} pid {pid}",
+            client,
+            acq,
+            f"stopped {(t1 - t0) / _NS:.2f} s",
+        )
+
+    # -- servers -----------------------------------------------------------------------------
+
+    def _restart(self) -> FaultRecord:
+        down = self._between(0.1, 1.5)
+        t0 = time.monotonic_ns()
+        self.deployment.kill_all()
+        time.sleep(down)
+        self.deployment.restart_all()
+        t1 = time.monotonic_ns()
+        return self._hit_holder(
+            FaultRecord("restart", t0, t1, "every server", detail=f"down {down:.2f} s")
+        )
+
+    def _minority(self) -> FaultRecord | None:
+        nodes = self.deployment.nodes
+        if nodes < 3:
+            return None
+        leader = self.deployment.leader()
+        choices = [index for index in range(nodes) if index != leader]
+        index = choices[self._nodes_hit % len(choices)]
+        self._nodes_hit += 1
+        # where the lock lives on one node only (a shard), that node is the one to lose;
+        # else the one the holder's session is on (its client must fail over)
+        home = self.deployment.node_of(self.pool.lock)
+        if home is not None and home != leader:
+            return self._hit_holder(
+                self._node_outage("minority", home, f"node {home} (the lock's)")
+            )
+        if self._holder is not None:
+            serving = self.deployment.node_serving(self._holder[2])
+            if serving is not None and serving != leader:
+                return self._hit_holder(
+                    self._node_outage("minority", serving, f"node {serving} (the holder's)")
+                )
+        return self._node_outage("minority", index, f"node {index}")
+
+    def _leader(self) -> FaultRecord | None:
+        leader = self.deployment.leader()
+        if leader is None:
+            return None
+        # every member stops serving until a new leader is elected: every client is hit
+        return self._hit_holder(self._node_outage("leader", leader, f"leader (node {leader})"))
+
+    def _node_outage(self, kind: str, index: int, target: str) -> FaultRecord:
+        down = self._between(1.0, 2.0)
+        t0 = time.monotonic_ns()
+        self.deployment.kill_node(index)
+        time.sleep(down)
+        self.deployment.restart_node(index)
+        t1 = time.monotonic_ns()
+        return FaultRecord(kind, t0, t1, target, detail=f"down {down:.2f} s")
+
+    # -- network -----------------------------------------------------------------------------
+
+    def _network(
+        self,
+        kind: str,
+        apply: Callable[[ProxyControl], None],
+        seconds: float,
+        detail: str,
+        hits: Callable[[ProxyTotals], int],
+        before_heal: Callable[[ProxyControl], None] | None = None,
+    ) -> FaultRecord | None:
+        proxies = self.deployment.proxies
+        if not proxies:
+            return None
+        before = ProxyTotals.of(proxies)
+        t0 = time.monotonic_ns()
+        try:
+            for proxy in proxies:
+                apply(proxy)
+            time.sleep(seconds)
+            held = ProxyTotals.of(proxies)
+            if before_heal is not None:
+                for proxy in proxies:
+                    before_heal(proxy)
+        finally:
+            for proxy in proxies:
+                with contextlib.suppress(Exception):
+                    proxy.heal()
+        t1 = time.monotonic_ns()
+        during = ProxyTotals.of(proxies) - before
+        during = dataclasses.replace(during, pending=held.pending)
+        count = hits(during)
+        return self._hit_holder(
+            FaultRecord(kind, t0, t1, "proxy", detail=f"{detail}: {during}", hits=count)
+        )
+
+    def _net_delay(self) -> FaultRecord | None:
+        # each way, so a round trip takes 0.1 to 0.5 TTL, plus or minus half of it: now under
+        # the clients' timeouts (a third of the TTL), now over
+        delay = self._between(0.05, 0.25)
+        jitter = delay / 2
+        return self._network(
+            "net-delay",
+            lambda proxy: proxy.delay(delay, jitter),
+            2 * self.ttl,
+            f"{delay * 1000:.0f} ± {jitter * 1000:.0f} ms for {2 * self.ttl:g} s",
+            hits=lambda totals: totals.forwarded,
+        )
+
+    def _net_cut(self) -> FaultRecord | None:
+        seconds = self._between(0.5, 2.5)
+        # Half the cuts end as TCP gives up on a long partition (connections reset), half as
+        # a short one heals (what was held is delivered, late).
+        give_up = self.rng.random() < 0.5
+        return self._network(
+            "net-cut",
+            ProxyControl.cut,
+            seconds,
+            f"cut {seconds:.2f} s" + (", then reset" if give_up else ""),
+            hits=lambda totals: totals.pending,
+            before_heal=ProxyControl.reset if give_up else None,
+        )
+
+    def _net_drop(self) -> FaultRecord | None:
+        seconds = self._between(0.5, 2.5)
+        return self._network(
+            "net-drop",
+            ProxyControl.drop_replies,
+            seconds,
+            f"replies dropped {seconds:.2f} s",
+            hits=lambda totals: totals.dropped,
+        )
+
+    def _net_reset(self) -> FaultRecord | None:
+        proxies = self.deployment.proxies
+        if not proxies:
+            return None
+        before = ProxyTotals.of(proxies)
+        t0 = time.monotonic_ns()
+        for burst in range(3):
+            if burst:
+                time.sleep(0.1 * self.ttl)
+            for proxy in proxies:
+                proxy.reset()
+        t1 = time.monotonic_ns()
+        during = ProxyTotals.of(proxies) - before
+        return self._hit_holder(
+            FaultRecord(
+                "net-reset", t0, t1, "proxy", detail=f"3 resets: {during}", hits=during.reset
+            )
+        )
+
+
+@dataclass(frozen=True)
+class ProxyTotals:
+    """The counters of a deployment's proxies, summed; differences measure one fault."""
+
+    #: bytes forwarded, both directions
+    forwarded: int = 0
+    #: replies (bytes) dropped
+    dropped: int = 0
+    #: bytes held (delayed or blackholed) at one moment
+    pending: int = 0
+    #: connections reset
+    reset: int = 0
+
+    @classmethod
+    def of(cls, proxies: list[ProxyControl]) -> ProxyTotals:
+        total = cls()
+        for proxy in proxies:
+            stats = proxy.stats()
+            flows = (stats.upstream, stats.downstream)
+            total = total + cls(
+                forwarded=sum(flow.forwarded for flow in flows),
+                dropped=sum(flow.dropped for flow in flows),
+                pending=sum(flow.pending for flow in flows),
+                reset=stats.reset,
+            )
+        return total
+
+    def __add__(self, other: ProxyTotals) -> ProxyTotals:
+        return ProxyTotals(
+            self.forwarded + other.forwarded,
+            self.dropped + other.dropped,
+            self.pending + other.pending,
+            self.reset + other.reset,
+        )
+
+    def __sub__(self, other: ProxyTotals) -> ProxyTotals:
+        return ProxyTotals(
+            self.forwarded - other.forwarded,
+            self.dropped - other.dropped,
+            self.pending - other.pending,
+            self.reset - other.reset,
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.forwarded} B forwarded, {self.dropped} B dropped, {self.pending} B held, "
+            f"{self.reset} connections reset"
+        )

@@ -1,0 +1,452 @@
+"""Runs torture rounds: one round per backend and fault, each checked on its own.
+
+A round: start the fenced resource and ``workers`` worker processes on a fresh lock name;
+inject the round's fault again and again for ``seconds`` (each time waiting until the lock
+is granted again, so every fault's recovery is measured); stop the workers; wait until the
+lock has no holder; check the history (:func:`tumbler.torture.check.check_round`).
+
+The servers of a backend are started once for all of its rounds (and restarted by the
+faults that kill them); each round gets its own directory with every history file, kept when
+``keep`` is set or the round found a violation.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tumbler
+from tumbler.errors import TumblerError
+
+from .backends import BACKENDS, BackendSpec, Deployment, Settings, SetupError
+from .check import (
+    ALL_KINDS,
+    FENCED_KINDS,
+    CheckResult,
+    FaultRecord,
+    RoundHistory,
+    Violation,
+    check_round,
+    hazard_exercised,
+)
+from .faults import HOLDER_FAULTS, Nemesis
+from .history import HistoryWriter
+from .pool import PoolError, ResourceProcess, WorkerPool
+
+__all__ = [
+    "BackendRun",
+    "Options",
+    "RoundResult",
+    "TortureRun",
+    "environment",
+    "run_backend",
+    "run_round",
+]
+
+_NS = 1_000_000_000
+#: the fraction of holds that last most of a lease in server and network rounds
+LONG_HOLDS = 0.25
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to torture: the same for every backend and fault of a run."""
+
+    workers: int = 4
+    #: seconds of faults per round (the round ends with a quiet recovery on top)
+    seconds: float = 20.0
+    ttl: float = 1.0
+    #: seconds between a worker's read and its write: the window kills and pauses aim at
+    think: float = 0.02
+    #: resource fencing: on (reads and writes), writes, off (the control experiment)
+    fencing: str = "on"
+    seed: int = 0
+    #: how long a paused holder stays stopped (default 2 TTL + 1 s)
+    pause: float | None = None
+    #: keep every round's directory (histories), not only those with violations
+    keep: bool = False
+    #: where round directories go (default: a new temporary directory)
+    workdir: Path | None = None
+
+    @property
+    def acquire_timeout(self) -> float:
+        return 2 * self.ttl + 2.0
+
+
+@dataclass
+class RoundResult:
+    """One backend under one fault: what happened and what the checker found."""
+
+    backend: str
+    fault: str
+    check: CheckResult
+    faults: list[FaultRecord]
+    #: violations the backend does not promise to avoid under this fault, and why
+    not_promised: dict[str, str]
+    exercised: bool
+    exercised_note: str
+    seconds: float
+    directory: Path | None = None
+    #: faults the nemesis tried but found nothing to hit (no holder in time)
+    missed: int = 0
+
+    @property
+    def promised_violations(self) -> list[Violation]:
+        return [v for v in self.check.violations if v.kind not in self.not_promised]
+
+    @property
+    def expected_violations(self) -> list[Violation]:
+        return [v for v in self.check.violations if v.kind in self.not_promised]
+
+    @property
+    def ok(self) -> bool:
+        return not self.promised_violations
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "fault": self.fault,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 2),
+            "promised_violations": len(self.promised_violations),
+            "not_promised_violations": len(self.expected_violations),
+            "not_promised": self.not_promised,
+            "hazard_exercised": self.exercised,
+            "hazard_note": self.exercised_note,
+            "faults_missed": self.missed,
+            "directory": str(self.directory) if self.directory else None,
+            "check": self.check.as_json(),
+            "fault_records": [record.as_json() for record in self.faults],
+        }
+
+
+@dataclass
+class BackendRun:
+    """Every round of one backend, or why it did not run."""
+
+    backend: str
+    summary: str
+    promise: str
+    rounds: list[RoundResult] = field(default_factory=list)
+    #: why the backend did not run at all
+    unavailable: str | None = None
+    #: faults asked for that do not apply here, and why
+    skipped: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    not_promised: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "summary": self.summary,
+            "promise": self.promise,
+            "unavailable": self.unavailable,
+            "skipped": self.skipped,
+            "versions": self.versions,
+            "not_promised": self.not_promised,
+            "rounds": [round_.as_json() for round_ in self.rounds],
+        }
+
+
+@dataclass
+class TortureRun:
+    """A whole ``tumbler torture`` run."""
+
+    options: Options
+    backends: list[BackendRun]
+    environment: dict[str, Any]
+    started: str
+    seconds: float
+
+    @property
+    def rounds(self) -> list[RoundResult]:
+        return [round_ for backend in self.backends for round_ in backend.rounds]
+
+    @property
+    def ok(self) -> bool:
+        return all(round_.ok for round_ in self.rounds)
+
+    def as_json(self) -> dict[str, Any]:
+        options = {
+            "workers": self.options.workers,
+            "seconds": self.options.seconds,
+            "ttl": self.options.ttl,
+            "think": self.options.think,
+            "fencing": self.options.fencing,
+            "seed": self.options.seed,
+        }
+        return {
+            "ok": self.ok,
+            "started": self.started,
+            "seconds": round(self.seconds, 1),
+            "options": options,
+            "environment": self.environment,
+            "backends": [backend.as_json() for backend in self.backends],
+        }
+
+
+def environment(versions: dict[str, str] | None = None) -> dict[str, Any]:
+    """The machine a run was made on: CPUs, kernel, Python, tumbler and server versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "tumbler": tumbler.__version__,
+        "servers": dict(versions or {}),
+        # the machine may be shared: how busy it was says how to read the timings
+        "load_average": [round(load, 2) for load in os.getloadavg()],
+    }
+
+
+# -- one round -----------------------------------------------------------------------------
+
+
+def _free_after_stop(admin_url: str, lock: str, bound: float) -> float | None:
+    """Seconds until the lock shows no holder (None if it still has one after ``bound``)."""
+    began = time.monotonic()
+    try:
+        locks = tumbler.connect(admin_url)
+    except TumblerError:
+        return None
+    with locks:
+        while True:
+            try:
+                if not locks.status(lock).holders:
+                    return time.monotonic() - began
+            except TumblerError:
+                pass  # the server may still be coming back
+            if time.monotonic() - began > bound:
+                return None
+            time.sleep(0.02)
+
+
+def run_round(
+    spec: BackendSpec,
+    deployment: Deployment,
+    fault: str,
+    options: Options,
+    directory: Path,
+    *,
+    log: Callable[[str], None] = lambda message: None,
+) -> RoundResult:
+    """Torture one backend with one fault kind (``none``: a baseline; ``a+b``: kinds injected
+    in turn) and check the history."""
+    rng = random.Random(f"{options.seed}:{spec.name}:{fault}")
+    kinds = [kind for kind in fault.split("+") if kind != "none"]
+    # histories are appended to: a directory left by an earlier run must not mix in
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    lock = f"torture-{spec.name}-{fault}-{options.seed}-{rng.randrange(1 << 30):x}"
+    bound = options.ttl + spec.recovery_grace
+    resource = ResourceProcess(directory, options.fencing).start()
+    pool = WorkerPool(
+        url=deployment.url,
+        lock=lock,
+        resource=resource.socket_path,
+        directory=directory,
+        count=options.workers,
+        ttl=options.ttl,
+        think=options.think,
+        acquire_timeout=options.acquire_timeout,
+        idle=0.005,
+        seed=options.seed,
+        long_hold=0.0 if set(kinds) <= {*HOLDER_FAULTS, "none"} else LONG_HOLDS,
+    )
+    records: list[FaultRecord] = []
+    missed = 0
+    began = time.monotonic()
+    try:
+        pool.start()
+        pool.grant_after(0, timeout=bound + 10)
+        nemesis = Nemesis(deployment, pool, ttl=options.ttl, rng=rng, pause=options.pause)
+        # the seconds count from when the workers are busy; a round injects at least one fault
+        # of each kind unless there is nothing to hit (no holder) again and again
+        end = time.monotonic() + options.seconds
+        while kinds and (
+            time.monotonic() < end or (len(records) < len(kinds) and missed < 3 * len(kinds))
+        ):
+            record = nemesis.inject(kinds[(len(records) + missed) % len(kinds)])
+            if record is None:
+                missed += 1
+                continue
+            records.append(record)
+            log(f"  {spec.name} {record.kind}: {record.target} {record.detail}".rstrip())
+            # recovered: granted again (or the bound passed: the checker reports it)
+            pool.grant_after(record.t1, timeout=bound)
+            time.sleep(rng.uniform(0.1, 0.5) * options.ttl)
+        if not kinds:
+            time.sleep(options.seconds)
+        elif records:
+            pool.grant_after(records[-1].t1, timeout=bound)
+        t_end = time.monotonic_ns()
+        pool.stop(timeout=options.acquire_timeout + options.ttl + 10)
+        free = _free_after_stop(deployment.admin_url, lock, bound)
+    finally:
+        pool.kill_all()
+        resource.stop()
+    with HistoryWriter(directory / "faults.jsonl") as fault_log:
+        for record in records:
+            fault_log.write_record(record.as_json())
+    histories = pool.histories()
+    resource_history = resource.history()
+    history = RoundHistory(
+        lock=lock,
+        ttl=options.ttl,
+        workers={client: h.events for client, h in histories.items()},
+        resource=resource_history.events,
+        faults=records,
+        killed=pool.killed,
+        bad_exits=pool.bad_exits,
+        damaged_lines=sum(h.damaged_lines for h in histories.values())
+        + resource_history.damaged_lines,
+        recovery_bound=bound,
+        t_end=t_end,
+        free_after_stop=free,
+    )
+    result = check_round(history)
+    not_promised = spec.not_promised_under(fault)
+    if options.fencing != "on":
+        for kind in FENCED_KINDS:
+            not_promised.setdefault(
+                kind, f"the resource's fencing is {options.fencing!r}: it is not promised"
+            )
+    exercised, note = hazard_exercised(kinds, result)
+    return RoundResult(
+        backend=spec.name,
+        fault=fault,
+        check=result,
+        faults=records,
+        not_promised={kind: why for kind, why in not_promised.items() if kind in ALL_KINDS},
+        exercised=exercised,
+        exercised_note=note,
+        seconds=time.monotonic() - began,
+        directory=directory,
+        missed=missed,
+    )
+
+
+# -- one backend ---------------------------------------------------------------------------
+
+
+def _launcher_errors() -> tuple[type[Exception], ...]:
+    """The server launchers' error class (when they are installed)."""
+    try:
+        from ..testing.servers._common import ServerError
+    except ImportError:
+        return ()
+    return (ServerError,)
+
+
+def resolve_faults(spec: BackendSpec, faults: Sequence[str]) -> tuple[str, ...]:
+    """``default`` stands for the backend's default faults, ``all`` for every one that applies."""
+    chosen: list[str] = []
+    for fault in faults:
+        expanded = (
+            spec.default_faults
+            if fault == "default"
+            else spec.faults
+            if fault == "all"
+            else (fault,)
+        )
+        chosen += [name for name in expanded if name not in chosen]
+    return tuple(chosen)
+
+
+def run_backend(
+    spec: BackendSpec,
+    faults: Sequence[str],
+    options: Options,
+    root: Path,
+    *,
+    log: Callable[[str], None] = lambda message: None,
+) -> BackendRun:
+    """Start the backend's servers, run one round per applicable fault, stop the servers.
+
+    Raises :class:`SetupError` if the servers cannot be started.
+    """
+    run = BackendRun(
+        spec.name,
+        spec.summary,
+        spec.promise,
+        not_promised={fault: dict(kinds) for fault, kinds in spec.not_promised.items()},
+    )
+    reason = spec.unavailable()
+    if reason is not None:
+        run.unavailable = reason
+        return run
+    chosen, run.skipped = spec.applicable(resolve_faults(spec, faults))
+    if not chosen:
+        return run
+    backend_dir = root / spec.name
+    backend_dir.mkdir(parents=True, exist_ok=True)
+    log(f"{spec.name}: starting servers")
+    deployment = spec.start(backend_dir / "servers", Settings(ttl=options.ttl))
+    setup_errors: tuple[type[Exception], ...] = (PoolError, *_launcher_errors())
+    try:
+        run.versions = deployment.versions()
+        for fault in chosen:
+            log(f"{spec.name}: {fault} for {options.seconds:g} s")
+            round_dir = backend_dir / fault
+            try:
+                result = run_round(spec, deployment, fault, options, round_dir, log=log)
+            except setup_errors as error:
+                # a worker that cannot start, a server that does not come back
+                raise SetupError(f"{spec.name} {fault}: {error}") from error
+            # kept when there is anything to look at: a violation (promised or not), or a
+            # fault that never bit
+            if not options.keep and not result.check.violations and result.exercised:
+                shutil.rmtree(round_dir, ignore_errors=True)
+                result.directory = None
+            run.rounds.append(result)
+    finally:
+        deployment.close()
+    return run
+
+
+def run_torture(
+    specs: Sequence[BackendSpec],
+    faults: Sequence[str],
+    options: Options,
+    *,
+    log: Callable[[str], None] = lambda message: None,
+) -> TortureRun:
+    """Every backend of ``specs`` with ``faults``; servers that cannot start raise SetupError."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    began = time.monotonic()
+    root = options.workdir or Path(tempfile.mkdtemp(prefix="torture-"))
+    root.mkdir(parents=True, exist_ok=True)
+    runs = [run_backend(spec, faults, options, root, log=log) for spec in specs]
+    versions: dict[str, str] = {}
+    for run in runs:
+        versions.update(run.versions)
+    if (
+        options.workdir is None
+        and not options.keep
+        and all(round_.directory is None for run in runs for round_ in run.rounds)
+    ):
+        shutil.rmtree(root, ignore_errors=True)
+    return TortureRun(options, runs, environment(versions), started, time.monotonic() - began)
+
+
+def backend_specs(names: Sequence[str]) -> list[BackendSpec]:
+    """The entries named (``all``: every entry), in table order; KeyError for unknown names."""
+    if "all" in names:
+        return list(BACKENDS.values())
+    return [BACKENDS[name] for name in names]

@@ -1,0 +1,380 @@
+"""The processes of a round: the fenced resource and the pool of workers.
+
+The harness follows each worker through its history file (complete lines only), so it knows,
+without asking the backend, who holds the lock and who is between its read and its write: the
+moment the ``kill`` and ``pause`` faults aim at. A killed worker is replaced by a new process
+(a new client id), so the load stays at ``count`` workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .history import HistoryFile, HistoryTail, read_history
+from .resource import ResourceClient, ResourceError
+
+__all__ = ["PoolError", "ResourceProcess", "WorkerPool", "WorkerSlot"]
+
+#: how often the harness looks at the workers' histories while it waits for something
+_POLL = 0.002
+
+
+class PoolError(Exception):
+    """A process of the round could not be started."""
+
+
+def _module_command(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it is already gone
+        os.kill(pid, signum)
+
+
+class ResourceProcess:
+    """The fenced resource in its own process (see :mod:`tumbler.torture.resource`)."""
+
+    def __init__(self, directory: Path, fencing: str) -> None:
+        # a Unix socket path is limited to 107 bytes: in the round's directory if it fits
+        self.socket_path = directory / "resource.sock"
+        if len(os.fsencode(self.socket_path)) > 100:
+            self.socket_path = Path(tempfile.mkdtemp(prefix="torture-")) / "resource.sock"
+        self.log_path = directory / "resource.jsonl"
+        self.fencing = fencing
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> ResourceProcess:
+        self.process = subprocess.Popen(
+            _module_command(
+                "tumbler.torture.resource",
+                str(self.socket_path),
+                str(self.log_path),
+                "--fencing",
+                self.fencing,
+            ),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise PoolError(f"the resource exited with status {self.process.returncode}")
+            try:
+                client = ResourceClient(self.socket_path, client="harness", timeout=5)
+            except ResourceError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise PoolError(f"the resource did not start within {timeout:g} s") from None
+                time.sleep(0.01)  # nothing to wait on but its socket appearing
+                continue
+            try:
+                client.ping()
+            finally:
+                client.close()
+            return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop it (SIGTERM): it writes its ``final`` line and exits."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.socket_path.parent != self.log_path.parent:
+            shutil.rmtree(self.socket_path.parent, ignore_errors=True)
+
+    def history(self) -> HistoryFile:
+        return read_history(self.log_path)
+
+
+@dataclass
+class WorkerSlot:
+    """One place in the pool, held by one worker process at a time."""
+
+    index: int
+    incarnation: int
+    client: str
+    process: subprocess.Popen[bytes]
+    history: Path
+    tail: HistoryTail
+    #: starting, idle, waiting, holding, critical (read done, write pending), stopped, failed
+    state: str = "starting"
+    acq: str | None = None
+    token: int | None = None
+    paused: bool = False
+    #: the current hold thinks long (a good target for server and network faults)
+    long: bool = False
+    #: when the worker's read was answered, and until when it thinks before writing (ns)
+    read_at: int = 0
+    writes_at: int = 0
+
+
+@dataclass
+class WorkerPool:
+    """``count`` worker processes on one lock and one resource."""
+
+    url: str
+    lock: str
+    resource: Path
+    directory: Path
+    count: int
+    ttl: float
+    think: float
+    acquire_timeout: float
+    idle: float
+    seed: int
+    #: the fraction of holds that think for most of a lease
+    long_hold: float = 0.0
+    slots: list[WorkerSlot] = field(default_factory=list)
+    #: slots whose worker was killed and replaced (their histories are part of the round)
+    retired: list[WorkerSlot] = field(default_factory=list)
+    #: clients the harness killed
+    killed: set[str] = field(default_factory=set)
+    #: ``time.monotonic_ns()`` of every grant seen, in order
+    grant_times: list[int] = field(default_factory=list)
+    #: clients that exited other than on request, and how
+    bad_exits: dict[str, int] = field(default_factory=dict)
+
+    def _spawn(self, index: int, incarnation: int) -> WorkerSlot:
+        client = f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
+        history = self.directory / f"{client}.jsonl"
+        command = _module_command(
+            "tumbler.torture.worker",
+            "--url", self.url,
+            "--lock", self.lock,
+            "--resource", str(self.resource),
+            "--history", str(history),
+            "--client", client,
+            "--ttl", repr(self.ttl),
+            "--think", repr(self.think),
+            "--acquire-timeout", repr(self.acquire_timeout),
+            "--idle", repr(self.idle),
+            "--seed", str(self.seed * 1000 + index * 100 + incarnation),
+            "--long-hold", repr(self.long_hold),
+        )  # fmt: skip
+        stderr = (self.directory / f"{client}.stderr").open("wb")
+        try:
+            # a session of its own: a Ctrl-C at the terminal reaches the harness only, which
+            # then stops the workers in order
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+            )
+        finally:
+            stderr.close()
+        return WorkerSlot(index, incarnation, client, process, history, HistoryTail(history))
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the workers and wait until each has connected."""
+        self.slots = [self._spawn(index, 0) for index in range(self.count)]
+        self.wait_started(timeout)
+
+    def wait_started(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while any(slot.state in ("starting", "failed") for slot in self.slots):
+            self.poll()
+            for slot in self.slots:
+                if slot.state == "failed":
+                    raise PoolError(f"worker {slot.client} failed: {self._last_error(slot)}")
+                if slot.state == "starting" and slot.process.poll() is not None:
+                    raise PoolError(
+                        f"worker {slot.client} exited with status {slot.process.returncode} "
+                        f"before it started: {self._stderr_tail(slot)}"
+                    )
+            if time.monotonic() > deadline:
+                raise PoolError(f"the workers did not connect within {timeout:g} s")
+            time.sleep(0.01)
+
+    @staticmethod
+    def _last_error(slot: WorkerSlot) -> str:
+        for event in reversed(read_history(slot.history).events):
+            if event.get("ev") == "error":
+                lines = str(event.get("what", "")).strip().splitlines()
+                return lines[-1] if lines else "?"
+        return "?"
+
+    def _stderr_tail(self, slot: WorkerSlot) -> str:
+        try:
+            text = (self.directory / f"{slot.client}.stderr").read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-3:])
+
+    # -- following the histories ----------------------------------------------------------
+
+    def poll(self) -> None:
+        """Read what the workers recorded since the last poll and update their states."""
+        for slot in self.slots:
+            self._follow(slot)
+
+    def _follow(self, slot: WorkerSlot) -> None:
+        for event in slot.tail.new_events():
+            ev = event.get("ev")
+            if ev == "start":
+                slot.state = "idle"
+            elif ev == "acquire":
+                slot.state, slot.acq, slot.token = "waiting", event.get("acq"), None
+            elif ev == "grant":
+                slot.state, slot.token = "holding", event.get("token")
+                self.grant_times.append(int(event["t"]))
+            elif ev == "no_grant":
+                slot.state = "idle"
+            elif ev == "op":
+                read_ok = event.get("kind") == "read" and event.get("outcome") == "ok"
+                slot.state = "critical" if read_ok else "holding"
+                think = float(event.get("think", 0)) if read_ok else 0.0
+                slot.long = think > self.ttl / 4
+                slot.read_at = int(event["t"])
+                slot.writes_at = slot.read_at + int(think * 1e9)
+            elif ev == "release":
+                slot.state, slot.acq, slot.token = "idle", None, None
+            elif ev == "stop":
+                slot.state = "stopped"
+            elif ev == "error":
+                slot.state = "failed"
+
+    def find_holder(
+        self,
+        timeout: float,
+        *,
+        long: bool = False,
+        accept: Callable[[WorkerSlot], bool] = lambda slot: True,
+    ) -> WorkerSlot | None:
+        """The first worker seen between its read and its write (in a long hold, if
+        ``long``; one that ``accept`` takes), within ``timeout``.
+
+        Only a worker in the first half of its think time counts: seen later, its write may
+        be on its way before the signal lands (the harness sees its history a few
+        milliseconds late on a busy machine), and the fault would miss the window it aims at.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            now = time.monotonic_ns()
+            for slot in self.slots:
+                if (
+                    slot.state == "critical"
+                    and not slot.paused
+                    and (slot.long or not long)
+                    and now < (slot.read_at + slot.writes_at) // 2
+                    and accept(slot)
+                ):
+                    return slot
+            time.sleep(_POLL)
+        return None
+
+    def grant_after(self, t_ns: int, timeout: float) -> int | None:
+        """Wait until some worker is granted the lock after ``t_ns``; its grant time or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll()
+            if self.grant_times and self.grant_times[-1] > t_ns:
+                for t in self.grant_times:
+                    if t > t_ns:
+                        return t
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+
+    # -- faults on workers ---------------------------------------------------------------
+
+    def kill(self, slot: WorkerSlot) -> str | None:
+        """SIGKILL the worker; returns the grant it held when it died (None if it held none)."""
+        acq = slot.acq if slot.state in ("holding", "critical") else None
+        _signal(slot.process.pid, signal.SIGKILL)
+        slot.process.wait()
+        self.killed.add(slot.client)
+        self._follow(slot)  # what it managed to record before it died
+        if slot.acq != acq or slot.state not in ("holding", "critical"):
+            acq = None  # it had released that grant before the signal landed
+        slot.state = "failed"
+        return acq
+
+    def replace(self, slot: WorkerSlot) -> None:
+        """Put a new worker process in the slot of a dead one."""
+        self.retired.append(slot)
+        slot.tail.close()
+        fresh = self._spawn(slot.index, slot.incarnation + 1)
+        self.slots[slot.index] = fresh
+
+    def pause(self, slot: WorkerSlot) -> str | None:
+        """SIGSTOP the worker; returns the grant it holds (None if it had just released)."""
+        acq = slot.acq
+        _signal(slot.process.pid, signal.SIGSTOP)
+        slot.paused = True
+        # a stopped process writes nothing more: what is on file is where it stopped
+        self._wait_stopped(slot)
+        self._follow(slot)
+        if slot.acq != acq or slot.state not in ("holding", "critical"):
+            return None
+        return acq
+
+    @staticmethod
+    def _wait_stopped(slot: WorkerSlot, timeout: float = 1.0) -> None:
+        """Until /proc says the process is stopped (the signal is delivered asynchronously)."""
+        deadline = time.monotonic() + timeout
+        status = Path(f"/proc/{slot.process.pid}/stat")
+        while time.monotonic() < deadline:
+            try:
+                fields = status.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                return
+            if fields and fields[0] in ("T", "t", "Z", "X"):
+                return
+            time.sleep(0.001)
+
+    def resume(self, slot: WorkerSlot) -> None:
+        _signal(slot.process.pid, signal.SIGCONT)
+        slot.paused = False
+
+    # -- the end --------------------------------------------------------------------------
+
+    def stop(self, timeout: float) -> None:
+        """Ask every worker to stop (SIGTERM) and wait; SIGKILL those still running after
+        ``timeout`` (recorded as bad exits: a worker must be able to stop)."""
+        for slot in self.slots:
+            if slot.paused:
+                self.resume(slot)
+            if slot.process.poll() is None:
+                _signal(slot.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for slot in self.slots:
+            try:
+                slot.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(slot.process.pid, signal.SIGKILL)
+                slot.process.wait()
+                self.bad_exits[slot.client] = -signal.SIGKILL
+                continue
+            code = slot.process.returncode
+            if code != 0 and slot.client not in self.killed:
+                self.bad_exits[slot.client] = code
+        for slot in self.retired:
+            code = slot.process.returncode
+            if code not in (0, None) and slot.client not in self.killed:
+                self.bad_exits[slot.client] = code
+        self.poll()
+
+    def kill_all(self) -> None:
+        """SIGKILL whatever still runs (cleanup after an error)."""
+        for slot in [*self.slots, *self.retired]:
+            if slot.process.poll() is None:
+                _signal(slot.process.pid, signal.SIGKILL)
+                slot.process.wait()
+            slot.tail.close()
+
+    def histories(self) -> dict[str, HistoryFile]:
+        """Every worker's history, retired ones included, by client id."""
+        return {slot.client: read_history(slot.history) for slot in [*self.retired, *self.slots]}

@@ -1,0 +1,220 @@
+"""The torture report: a rich table for the terminal, JSON for machines, Markdown for docs/.
+
+Markdown written to a file that holds the markers :data:`BEGIN` and :data:`END` replaces only
+what is between them, so docs/torture.md keeps its hand-written text around the latest report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .faults import FAULT_HELP
+from .harness import RoundResult, TortureRun
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+__all__ = ["BEGIN", "END", "markdown", "print_report", "table", "write_json", "write_markdown"]
+
+BEGIN = "<!-- torture-report:begin -->"
+END = "<!-- torture-report:end -->"
+
+#: violations listed per round in the Markdown report (the JSON has them all)
+_LISTED = 5
+
+_COLUMNS = (
+    "backend",
+    "fault",
+    "grants",
+    "faults",
+    "violations",
+    "not promised",
+    "stale refused",
+    "holds lost",
+    "recovery p50/max s",
+    "hazard exercised",
+)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _row(round_: RoundResult) -> list[str]:
+    check = round_.check
+    recovery = (
+        f"{_seconds(check.recovery_p50)} / {_seconds(check.recovery_max)}"
+        if check.recovery
+        else "-"
+    )
+    if round_.fault == "none":
+        hazard = "n/a (baseline)"
+    else:
+        hazard = ("yes: " if round_.exercised else "NO: ") + round_.exercised_note
+    return [
+        round_.backend,
+        round_.fault,
+        str(check.grants),
+        str(check.faults),
+        str(len(round_.promised_violations)),
+        str(len(round_.expected_violations)),
+        str(check.stale_refused),
+        str(check.holds_lost),
+        recovery,
+        hazard,
+    ]
+
+
+def table(run: TortureRun) -> Table:
+    """The run as a rich table, one row per backend and fault."""
+    from rich import box
+    from rich.table import Table
+
+    result = Table(box=box.SIMPLE_HEAD)
+    numeric = {"grants", "faults", "violations", "not promised", "stale refused", "holds lost"}
+    for column in _COLUMNS:
+        result.add_column(column, justify="right" if column in numeric else "left")
+    for round_ in run.rounds:
+        style = None if round_.ok else "bold red"
+        result.add_row(*_row(round_), style=style)
+    return result
+
+
+def print_report(run: TortureRun, console: Console) -> None:
+    """The table, then every promised violation and every unexercised fault, then skips."""
+    console.print(table(run))
+    for round_ in run.rounds:
+        for violation in round_.promised_violations[:_LISTED]:
+            console.print(
+                f"VIOLATION {round_.backend}/{round_.fault} {violation.kind}: {violation.detail}"
+            )
+        more = len(round_.promised_violations) - _LISTED
+        if more > 0:
+            console.print(f"... and {more} more in {round_.backend}/{round_.fault}")
+        if round_.promised_violations and round_.directory is not None:
+            console.print(f"histories kept in {round_.directory}")
+        if round_.fault != "none" and not round_.exercised:
+            console.print(
+                f"warning: {round_.backend}/{round_.fault} proved nothing: {round_.exercised_note}"
+            )
+    for backend in run.backends:
+        if backend.unavailable:
+            console.print(f"skipped {backend.backend}: {backend.unavailable}")
+        for fault, why in backend.skipped.items():
+            console.print(f"skipped {backend.backend}/{fault}: {why}")
+
+
+def write_json(run: TortureRun, path: Path) -> None:
+    path.write_text(json.dumps(run.as_json(), indent=2) + "\n")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(run: TortureRun) -> str:
+    """The report as Markdown: results, what was not promised, violations, machine, options."""
+    lines: list[str] = []
+    env = run.environment
+    options = run.options
+    lines.append(
+        f"Run of {run.started}: {options.workers} workers, {options.seconds:g} s of faults per "
+        f"round, TTL {options.ttl:g} s, think {options.think * 1000:g} ms, fencing "
+        f"{options.fencing}, seed {options.seed}; {run.seconds:.0f} s in all. "
+        f"Result: **{'no promised property violated' if run.ok else 'VIOLATIONS'}**."
+    )
+    lines += ["", "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    for round_ in run.rounds:
+        lines.append("| " + " | ".join(_cell(cell) for cell in _row(round_)) + " |")
+    skipped = [
+        f"- {backend.backend}: {backend.unavailable}"
+        for backend in run.backends
+        if backend.unavailable
+    ] + [
+        f"- {backend.backend}/{fault}: {why}"
+        for backend in run.backends
+        for fault, why in backend.skipped.items()
+    ]
+    if skipped:
+        lines += ["", "Not run:", "", *skipped]
+
+    lines += ["", "### Details per round", ""]
+    for round_ in run.rounds:
+        check = round_.check
+        lines.append(
+            f"- **{round_.backend} / {round_.fault}** ({FAULT_HELP.get(round_.fault, '')}): "
+            f"{check.acquires} acquires, {check.grants} grants, {check.acquire_errors} failed "
+            f"with an error, {check.acquire_timeouts} timed out; {check.writes_accepted} writes "
+            f"accepted, counter {check.final_counter}; {check.faults} faults"
+            + (f" ({round_.missed} found no holder)" if round_.missed else "")
+            + f", {check.kills_of_holders} holders killed, {check.grants_during_pause} grants "
+            f"during pauses, {check.pauses_loss_detected} paused holders told of the loss, "
+            f"{check.disruptions} client errors during server/network faults; lock free "
+            f"{_seconds(check.free_after_stop)} s after the workers stopped; "
+            f"{round_.seconds:.0f} s."
+        )
+        for violation in round_.check.violations[:_LISTED]:
+            mark = "not promised" if violation.kind in round_.not_promised else "VIOLATION"
+            lines.append(f"  - {mark} `{violation.kind}`: {_cell(violation.detail)}")
+        more = len(round_.check.violations) - _LISTED
+        if more > 0:
+            lines.append(f"  - ... {more} more (see the JSON report)")
+
+    promised_lines: list[str] = []
+    for backend in run.backends:
+        promised_lines.append(f"- **{backend.backend}** ({backend.summary}): {backend.promise}.")
+        for fault, kinds in backend.not_promised.items():
+            reasons: dict[str, list[str]] = {}
+            for kind, why in kinds.items():
+                reasons.setdefault(why, []).append(kind)
+            for why, names in reasons.items():
+                promised_lines.append(
+                    f"  - not promised under `{fault}`: {', '.join(names)}: {why}."
+                )
+    lines += ["", "### What each backend promises", "", *promised_lines]
+
+    servers = ", ".join(f"{name} {version}" for name, version in env["servers"].items())
+    lines += [
+        "",
+        "### Machine",
+        "",
+        f"- {env['cpus']} CPUs ({env['cpu']}), {env['kernel']}; load average at the end "
+        f"(1, 5, 15 min): {', '.join(map(str, env.get('load_average', [])))}",
+        f"- Python {env['python']}, tumbler {env['tumbler']}",
+        f"- servers: {servers or 'none'}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(run: TortureRun, path: Path) -> None:
+    """Write the Markdown report to ``path``: between the marker lines if the file has them
+    (each alone on its line; a marker quoted in the text does not count), else all of it."""
+    text = markdown(run)
+    try:
+        current = path.read_text()
+    except FileNotFoundError:
+        current = ""
+    lines = current.splitlines(keepends=True)
+    stripped = [line.strip() for line in lines]
+    if BEGIN in stripped and END in stripped[stripped.index(BEGIN) :]:
+        begin = stripped.index(BEGIN)
+        end = stripped.index(END, begin)
+        path.write_text("".join([*lines[: begin + 1], text, *lines[end:]]))
+    else:
+        path.write_text(text)
+
+
+def summary_json(run: TortureRun) -> dict[str, Any]:
+    """A short JSON summary: per round, the headline numbers."""
+    return {
+        f"{round_.backend}/{round_.fault}": {
+            "ok": round_.ok,
+            "grants": round_.check.grants,
+            "violations": len(round_.promised_violations),
+            "exercised": round_.exercised,
+        }
+        for round_ in run.rounds
+    }

@@ -1,0 +1,310 @@
+"""A torture worker: one OS process that loops acquire -> read-modify-write -> release.
+
+Run as ``python -m tumbler.torture.worker --url URL --lock NAME --resource SOCKET --history
+FILE --client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
+[--long-hold FRACTION]``. A ``FRACTION`` of the holds think for 0.3 to 1.2 TTL instead of
+``--think`` (their lease is renewed meanwhile).
+
+It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``), records every
+step in its history file (see :mod:`tumbler.torture.history`), and does *not* skip the write
+when it knows its hold is gone: the point is to send the stale write and watch the resource
+refuse it. A real application would check ``hold.held`` first; the worker records what
+``hold.held`` said at each request instead, so the checker can tell whether the library ever
+claimed a hold it no longer had.
+
+SIGTERM asks it to stop: while waiting for the lock it stops at once (the library withdraws
+the waiter); while holding it finishes the round and releases first. Errors the library
+reports (``TumblerError``) are recorded and the loop goes on; anything else is a bug, recorded
+as an ``error`` event, and the worker exits with status 70.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from types import FrameType
+
+import tumbler
+from tumbler.errors import BackendUnavailable, LockLost, NotHeld, TumblerError
+
+from .history import HistoryWriter
+from .resource import ResourceClient, ResourceError
+
+__all__ = ["main", "run_worker"]
+
+EX_SOFTWARE = 70
+
+
+class _Stop(BaseException):
+    """SIGTERM while waiting for the lock: unwinds the wait (the waiter is withdrawn)."""
+
+
+class _StopSignal:
+    def __init__(self) -> None:
+        self.requested = False
+        self.waiting = False
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        if self.waiting:
+            self.waiting = False
+            raise _Stop()
+
+
+def _connect(
+    url: str, writer: HistoryWriter, stop: _StopSignal, rng: random.Random
+) -> tumbler.Locks | None:
+    """Connect, retrying while the backend is unavailable (a fault may be under way)."""
+    while not stop.requested:
+        try:
+            return tumbler.connect(url)
+        except BackendUnavailable as error:
+            writer.write("connect_error", why=str(error))
+            time.sleep(0.05 + rng.random() * 0.2)
+    return None
+
+
+def run_worker(
+    *,
+    url: str,
+    lock_name: str,
+    resource_path: str,
+    history_path: str,
+    client: str,
+    ttl: float,
+    think: float,
+    acquire_timeout: float,
+    idle: float,
+    seed: int,
+    long_hold: float = 0.0,
+) -> int:
+    """The worker's loop; returns its exit status."""
+    rng = random.Random(seed)
+    stop = _StopSignal()
+    signal.signal(signal.SIGTERM, stop.handle)
+    writer = HistoryWriter(history_path)
+    try:
+        locks = _connect(url, writer, stop, rng)
+        if locks is None:
+            writer.write("stop")
+            return 0
+        with locks:
+            resource = ResourceClient(resource_path, client=client)
+            try:
+                writer.write("start", client=client, pid=os.getpid())
+                _loop(
+                    locks,
+                    resource,
+                    writer,
+                    stop,
+                    rng,
+                    lock_name,
+                    client,
+                    ttl,
+                    think,
+                    acquire_timeout,
+                    idle,
+                    long_hold,
+                )
+            finally:
+                resource.close()
+        writer.write("stop")
+        return 0
+    except _Stop:
+        writer.write("stop")
+        return 0
+    except BaseException:
+        writer.write("error", what=traceback.format_exc())
+        return EX_SOFTWARE
+    finally:
+        writer.close()
+
+
+def _loop(
+    locks: tumbler.Locks,
+    resource: ResourceClient,
+    writer: HistoryWriter,
+    stop: _StopSignal,
+    rng: random.Random,
+    lock_name: str,
+    client: str,
+    ttl: float,
+    think: float,
+    acquire_timeout: float,
+    idle: float,
+    long_hold: float,
+) -> None:
+    lock = locks.lock(lock_name, ttl=ttl)
+    attempt = 0
+    while not stop.requested:
+        attempt += 1
+        acq = f"{client}.{attempt}"
+        writer.write("acquire", acq=acq)
+        stop.waiting = True
+        try:
+            got = lock.acquire(timeout=acquire_timeout)
+        except _Stop:
+            writer.write("no_grant", acq=acq, why="stopped")
+            return
+        except TumblerError as error:
+            stop.waiting = False
+            writer.write("no_grant", acq=acq, why=f"{type(error).__name__}: {error}")
+            time.sleep(0.02 + rng.random() * 0.1)  # the backend is failing: do not spin
+            continue
+        finally:
+            stop.waiting = False
+        if not got:
+            writer.write("no_grant", acq=acq, why="timeout")
+            continue
+        hold = lock.hold
+        assert hold is not None
+        now = time.monotonic_ns()
+        writer.write_record(
+            {
+                "ev": "grant",
+                "t": now,
+                "acq": acq,
+                "token": hold.token,
+                "ttl": hold.ttl,
+                "deadline": now + int(hold.expires_in * 1e9),
+            }
+        )
+        hold.on_lost(_record_loss(writer, acq))
+        _critical_section(resource, writer, hold, lock_name, acq, think, long_hold, ttl, rng)
+        t0 = time.monotonic_ns()
+        try:
+            hold.release()
+            outcome = "ok"
+        except LockLost:
+            outcome = "lost"
+        except NotHeld:
+            outcome = "not_held"
+        except TumblerError as error:
+            outcome = "error"
+            writer.write("release_error", acq=acq, why=f"{type(error).__name__}: {error}")
+        writer.write("release", acq=acq, t0=t0, outcome=outcome)
+        if idle > 0:
+            time.sleep(rng.random() * idle)
+
+
+def _record_loss(writer: HistoryWriter, acq: str) -> Callable[[tumbler.Hold], object]:
+    """An ``on_lost`` callback that records the loss of grant ``acq``."""
+
+    def record(hold: tumbler.Hold) -> None:
+        writer.write("lost", acq=acq, reason=hold.lost_reason)
+
+    return record
+
+
+def _critical_section(
+    resource: ResourceClient,
+    writer: HistoryWriter,
+    hold: tumbler.Hold,
+    lock_name: str,
+    acq: str,
+    think: float,
+    long_hold: float,
+    ttl: float,
+    rng: random.Random,
+) -> None:
+    """Read the counter, think, write it back plus one: every request fenced with the token."""
+    # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
+    t0 = time.monotonic_ns()
+    held = hold.held
+    try:
+        accepted, value = resource.read(lock_name, hold.token, acq)
+    except ResourceError as error:
+        writer.write(
+            "op",
+            acq=acq,
+            token=hold.token,
+            kind="read",
+            t0=t0,
+            held=held,
+            outcome="error",
+            why=str(error),
+        )
+        return
+    # A few holds last most of a lease (renewed meanwhile): the window in which a server or
+    # network fault finds a holder, and its lease must survive or be lost, visibly.
+    pause = rng.uniform(0.3, 1.2) * ttl if rng.random() < long_hold else think
+    writer.write(
+        "op",
+        acq=acq,
+        token=hold.token,
+        kind="read",
+        t0=t0,
+        held=held,
+        outcome="ok" if accepted else "refused",
+        value=value,
+        think=pause,
+    )
+    if not accepted:
+        return
+    # The window a pause or a kill aims at: between the read and the write.
+    time.sleep(pause)
+    t0 = time.monotonic_ns()
+    held = hold.held
+    try:
+        accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
+    except ResourceError as error:
+        writer.write(
+            "op",
+            acq=acq,
+            token=hold.token,
+            kind="write",
+            t0=t0,
+            held=held,
+            outcome="error",
+            why=str(error),
+        )
+        return
+    writer.write(
+        "op",
+        acq=acq,
+        token=hold.token,
+        kind="write",
+        t0=t0,
+        held=held,
+        outcome="ok" if accepted else "refused",
+        value=value + 1,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tumbler.torture.worker")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--lock", required=True)
+    parser.add_argument("--resource", required=True)
+    parser.add_argument("--history", required=True)
+    parser.add_argument("--client", required=True)
+    parser.add_argument("--ttl", type=float, default=1.0)
+    parser.add_argument("--think", type=float, default=0.02)
+    parser.add_argument("--acquire-timeout", type=float, default=5.0)
+    parser.add_argument("--idle", type=float, default=0.005)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--long-hold", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    return run_worker(
+        url=args.url,
+        lock_name=args.lock,
+        resource_path=args.resource,
+        history_path=args.history,
+        client=args.client,
+        ttl=args.ttl,
+        think=args.think,
+        acquire_timeout=args.acquire_timeout,
+        idle=args.idle,
+        seed=args.seed,
+        long_hold=args.long_hold,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+"""Hand-made torture histories: correct ones built from a plan, and mutations that break them.
+
+A plan is a list of :class:`Step` s, one grant each, in order: ``normal`` (acquire, read,
+think, write, release), ``paused`` (the holder reads, is paused past its lease, the next
+holder is granted and does its whole round, then the paused one's write is refused and its
+release raises LockLost) or ``killed`` (the holder reads and is killed; the next grant comes
+after the lease). The resource's decisions come from the real :class:`FencedCounter`, so the
+log is what the resource would have written. Times are nanoseconds on one clock.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from tumbler.torture.check import FaultRecord, RoundHistory
+from tumbler.torture.resource import FencedCounter
+
+MS = 1_000_000
+S = 1_000_000_000
+LOCK = "torture-test"
+TTL = 1.0
+BOUND = TTL + 1.5
+
+
+@dataclass(frozen=True)
+class Step:
+    client: int
+    kind: str  # normal, paused, killed
+    gap_ms: int
+    think_ms: int
+    token_step: int = 1
+
+
+@dataclass
+class Built:
+    """A history under construction; :meth:`round` makes the checker's input."""
+
+    workers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    resource: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
+    killed: set[str] = field(default_factory=set)
+    bad_exits: dict[str, int] = field(default_factory=dict)
+    #: (acq, client, token, t_grant) in grant order
+    grants: list[tuple[str, str, int, int]] = field(default_factory=list)
+    t_end: int = 0
+    free_after_stop: float | None = 0.01
+
+    def round(self) -> RoundHistory:
+        return RoundHistory(
+            lock=LOCK,
+            ttl=TTL,
+            workers=copy.deepcopy(self.workers),
+            resource=copy.deepcopy(self.resource),
+            faults=list(self.faults),
+            killed=set(self.killed),
+            bad_exits=dict(self.bad_exits),
+            recovery_bound=BOUND,
+            t_end=self.t_end,
+            free_after_stop=self.free_after_stop,
+        )
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.built = Built()
+        self.counter = FencedCounter("on")
+        self.token = 100
+        self.attempts: dict[str, int] = {}
+        self.incarnation: dict[int, int] = {}
+
+    def client(self, index: int) -> str:
+        incarnation = self.incarnation.get(index, 0)
+        return f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
+
+    def event(self, who: str, **fields: Any) -> None:
+        self.built.workers.setdefault(who, []).append(fields)
+
+    def acquire(self, client: str, t_invoke: int, t_grant: int, token_step: int) -> str:
+        self.attempts[client] = self.attempts.get(client, 0) + 1
+        acq = f"{client}.{self.attempts[client]}"
+        if client not in self.built.workers:
+            self.event(client, ev="start", t=t_invoke - MS, client=client, pid=1000)
+        self.token += token_step
+        self.event(client, ev="acquire", t=t_invoke, acq=acq)
+        self.event(
+            client, ev="grant", t=t_grant, acq=acq, token=self.token, ttl=TTL,
+            deadline=t_grant + int(TTL * S),
+        )  # fmt: skip
+        self.built.grants.append((acq, client, self.token, t_grant))
+        return acq
+
+    def read(self, client: str, acq: str, token: int, t0: int, held: bool = True) -> int:
+        decision, would_refuse = self.counter.read(LOCK, token)
+        value_before = self.counter.counter(LOCK)
+        self.built.resource.append(
+            {
+                "op": "read", "t": t0 + MS // 2, "lock": LOCK, "token": token, "acq": acq,
+                "client": client, "accepted": decision.accepted, "would_refuse": would_refuse,
+                "max_before": decision.max_before, "value_before": value_before,
+            }
+        )  # fmt: skip
+        outcome = "ok" if decision.accepted else "refused"
+        self.event(
+            client, ev="op", t=t0 + MS, acq=acq, token=token, kind="read", t0=t0, held=held,
+            outcome=outcome, value=decision.value,
+        )  # fmt: skip
+        return decision.value
+
+    def write(self, client: str, acq: str, token: int, t0: int, base: int, held: bool) -> None:
+        value_before = self.counter.counter(LOCK)
+        decision, would_refuse = self.counter.write(LOCK, token, base + 1)
+        self.built.resource.append(
+            {
+                "op": "write", "t": t0 + MS // 2, "lock": LOCK, "token": token, "acq": acq,
+                "client": client, "accepted": decision.accepted, "would_refuse": would_refuse,
+                "max_before": decision.max_before, "value_before": value_before,
+                "base": base, "value": base + 1,
+            }
+        )  # fmt: skip
+        outcome = "ok" if decision.accepted else "refused"
+        self.event(
+            client, ev="op", t=t0 + MS, acq=acq, token=token, kind="write", t0=t0, held=held,
+            outcome=outcome, value=base + 1,
+        )  # fmt: skip
+
+    def release(self, client: str, acq: str, t0: int, outcome: str = "ok") -> int:
+        self.event(client, ev="release", t=t0 + MS, acq=acq, t0=t0, outcome=outcome)
+        return t0 + MS
+
+    def normal(self, index: int, t: int, think: int, token_step: int) -> int:
+        """One whole round of a holder from ``t``; returns when its release completed."""
+        client = self.client(index)
+        acq = self.acquire(client, t, t + 2 * MS, token_step)
+        token = self.token
+        value = self.read(client, acq, token, t + 3 * MS)
+        self.write(client, acq, token, t + 5 * MS + think, value, held=True)
+        return self.release(client, acq, t + 7 * MS + think)
+
+
+def build(steps: list[Step]) -> Built:
+    """A correct history following ``steps`` (a final normal step is added after faults)."""
+    builder = _Builder()
+    t = 10 * S
+    plan = list(steps)
+    if not plan or plan[-1].kind != "normal":
+        plan.append(Step(client=0, kind="normal", gap_ms=1, think_ms=1))
+    pending_pauses: list[Step] = []
+    index = 0
+    while index < len(plan):
+        step = plan[index]
+        t += step.gap_ms * MS
+        think = step.think_ms * MS
+        if step.kind == "normal":
+            t = builder.normal(step.client, t, think, step.token_step)
+        elif step.kind == "killed":
+            client = builder.client(step.client)
+            acq = builder.acquire(client, t, t + 2 * MS, step.token_step)
+            builder.read(client, acq, builder.token, t + 3 * MS)
+            t_kill = t + 4 * MS + think
+            builder.built.faults.append(
+                FaultRecord("kill", t_kill, t_kill, f"worker {client}", client, acq)
+            )
+            builder.built.killed.add(client)
+            builder.incarnation[step.client] = builder.incarnation.get(step.client, 0) + 1
+            # the lease runs out; the next holder (another client) gets the lock after it
+            t = t_kill + int(TTL * S) + 50 * MS
+        else:  # paused
+            client = builder.client(step.client)
+            acq = builder.acquire(client, t, t + 2 * MS, step.token_step)
+            token = builder.token
+            value = builder.read(client, acq, token, t + 3 * MS)
+            t_stop = t + 4 * MS
+            # another client's whole round after the paused holder's lease ran out
+            other = (step.client + 1) % 4
+            t_other = t + 2 * MS + int(TTL * S) + 100 * MS
+            t = builder.normal(other, t_other, think, 1)
+            # resumed after twice the lease (a long pause: its holder must learn of the loss)
+            t_cont = max(t + 5 * MS, t_stop + int(2.5 * TTL * S))
+            builder.write(client, acq, token, t_cont + MS, value, held=False)
+            builder.event(client, ev="lost", t=t_cont + 2 * MS, acq=acq, reason="lease ran out")
+            t = builder.release(client, acq, t_cont + 3 * MS, outcome="lost")
+            builder.built.faults.append(
+                FaultRecord("pause", t_stop, t_cont, f"worker {client}", client, acq)
+            )
+            pending_pauses.append(step)
+        index += 1
+    built = builder.built
+    for client in built.workers:
+        if client not in built.killed:
+            builder.event(client, ev="stop", t=t + MS)
+    built.resource.append(
+        {"op": "final", "t": t + 2 * MS, "locks": {LOCK: {"counter": builder.counter.counter(LOCK),
+                                                         "max_token": builder.token}}}
+    )  # fmt: skip
+    built.t_end = t + MS
+    return built
+
+
+# -- mutations: each breaks one property ---------------------------------------------------
+
+
+def _grant_pairs(built: Built) -> list[tuple[tuple[str, str, int, int], tuple[str, str, int, int]]]:
+    return list(zip(built.grants, built.grants[1:], strict=False))
+
+
+def _released_ok(built: Built) -> list[dict[str, Any]]:
+    """Releases that went well, by workers that stopped normally (not killed later)."""
+    return [
+        event
+        for client, events in built.workers.items()
+        if client not in built.killed
+        for event in events
+        if event.get("ev") == "release" and event.get("outcome") == "ok"
+    ]
+
+
+def break_exclusion(built: Built, pick: int) -> str:
+    """An earlier grant's write accepted after a later grant's requests (A, B, A)."""
+    pairs = _grant_pairs(built)
+    first, second = pairs[pick % len(pairs)]
+    last_of_second = max(
+        (i for i, r in enumerate(built.resource) if r.get("acq") == second[0]), default=None
+    )
+    assert last_of_second is not None
+    record = built.resource[last_of_second]
+    built.resource.insert(
+        last_of_second + 1,
+        {
+            "op": "write", "t": record["t"] + 1, "lock": LOCK, "token": first[2],
+            "acq": first[0], "client": first[1], "accepted": True, "would_refuse": True,
+            "max_before": record["token"], "value_before": record.get("value", 0),
+            "base": record.get("value", 0), "value": record.get("value", 0) + 1,
+        },
+    )  # fmt: skip
+    return "overlap"
+
+
+def break_fencing(built: Built, pick: int) -> str:
+    """An accepted request whose token is below the highest accepted before it."""
+    accepted = [r for r in built.resource if r.get("accepted")]
+    record = accepted[pick % len(accepted)]
+    record["max_before"] = record["token"] + 1
+    return "stale-accepted"
+
+
+def break_counter(built: Built, pick: int) -> str:
+    """A write based on a value the counter no longer had."""
+    writes = [r for r in built.resource if r.get("op") == "write" and r.get("accepted")]
+    record = writes[pick % len(writes)]
+    record["base"] = record["value_before"] - 1
+    return "lost-update"
+
+
+def break_tokens(built: Built, pick: int) -> str:
+    """A later grant gets a token not above an earlier one's."""
+    pairs = _grant_pairs(built)
+    first, second = pairs[pick % len(pairs)]
+    for event in built.workers[second[1]]:
+        if event.get("ev") == "grant" and event.get("acq") == second[0]:
+            event["token"] = first[2] - (pick % 2)  # equal, or lower
+    return "token-order"
+
+
+def break_belief(built: Built, pick: int) -> str:
+    """A holder sends a request believing it holds, after a later grant completed."""
+    pairs = _grant_pairs(built)
+    first, second = pairs[pick % len(pairs)]
+    t0 = second[3] + 1 + pick % (5 * MS)
+    built.workers[first[1]].append(
+        {"ev": "op", "t": t0 + MS, "acq": first[0], "token": first[2], "kind": "write",
+         "t0": t0, "held": True, "outcome": "refused", "value": 0}
+    )  # fmt: skip
+    return "double-hold"
+
+
+def break_loss_notice(built: Built, pick: int) -> str:
+    """A release reported ok after a later grant of the lock completed."""
+    pairs = _grant_pairs(built)
+    first, second = pairs[pick % len(pairs)]
+    for event in built.workers[first[1]]:
+        if event.get("ev") == "release" and event.get("acq") == first[0]:
+            event["t0"] = second[3] + 1
+            event["outcome"] = "ok"
+            return "unnoticed-loss"
+    # the first one was killed (no release): give it one
+    built.killed.discard(first[1])
+    built.workers[first[1]].append(
+        {"ev": "release", "t": second[3] + 2, "acq": first[0], "t0": second[3] + 1,
+         "outcome": "ok"}
+    )  # fmt: skip
+    return "unnoticed-loss"
+
+
+def break_accounting(built: Built, pick: int) -> str:
+    """A grant never released by a worker that stopped normally (or a stranger's request)."""
+    releases = _released_ok(built)
+    if pick % 2 == 0 and releases:
+        victim = releases[pick % len(releases)]
+        for events in built.workers.values():
+            if victim in events:
+                events.remove(victim)
+    else:
+        record = built.resource[pick % (len(built.resource) - 1)]
+        record["acq"] = "stranger.1"
+    return "unaccounted"
+
+
+def break_liveness(built: Built, pick: int) -> str:
+    """A fault after which the lock is never granted again (or never freed after the stop)."""
+    if pick % 2:
+        built.free_after_stop = None
+    else:
+        t = built.t_end + MS
+        built.faults.append(FaultRecord("restart", t, t + MS, "every server"))
+        built.t_end = t + int((BOUND + 1) * S)
+    return "no-recovery"
+
+
+def break_worker(built: Built, pick: int) -> str:
+    """A worker hit a bug, or exited with an unexpected status."""
+    client = sorted(built.workers)[pick % len(built.workers)]
+    if pick % 2:
+        built.workers[client].append({"ev": "error", "t": built.t_end, "what": "Traceback\nBoom"})
+    else:
+        built.bad_exits[client] = 70
+    return "worker-error"
+
+
+MUTATIONS = (
+    break_exclusion,
+    break_fencing,
+    break_counter,
+    break_tokens,
+    break_belief,
+    break_loss_notice,
+    break_accounting,
+    break_liveness,
+    break_worker,
+)

@@ -1,0 +1,280 @@
+"""The history checker: correct histories pass, each kind of violation is found.
+
+Histories are built from hypothesis-drawn plans (tests/chaos/histories.py): holders that take
+turns, holders paused past their lease (their late write refused by the resource), holders
+killed in their critical section. Each mutation breaks exactly one property; the checker must
+name it. No servers: these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tumbler.torture.check import (
+    ALL_KINDS,
+    CheckResult,
+    FaultRecord,
+    RoundHistory,
+    check_round,
+    hazard_exercised,
+)
+from tumbler.torture.history import HistoryTail, HistoryWriter, read_history
+from tumbler.torture.resource import FencedCounter
+
+from .histories import LOCK, MS, MUTATIONS, Built, Step, build
+
+steps = st.builds(
+    Step,
+    client=st.integers(0, 3),
+    kind=st.sampled_from(["normal", "normal", "normal", "paused", "killed"]),
+    gap_ms=st.integers(0, 200),
+    think_ms=st.integers(0, 50),
+    token_step=st.integers(1, 1_000_000),
+)
+plans = st.lists(steps, min_size=2, max_size=25)
+
+
+@given(plans)
+@settings(max_examples=150, deadline=None)
+def test_correct_histories_have_no_violation(plan: list[Step]) -> None:
+    built = build(plan)
+    result = check_round(built.round())
+    assert result.violations == []
+    paused = sum(1 for fault in built.faults if fault.kind == "pause")
+    killed = sum(1 for fault in built.faults if fault.kind == "kill")
+    assert result.grants == len(built.grants)
+    assert result.stale_refused == result.stale_requests == paused  # each paused late write
+    assert result.holds_lost == paused
+    assert result.pauses_loss_detected == paused
+    assert result.kills_of_holders == killed
+    assert result.grants_during_pause == paused  # the one other holder's round
+    assert result.final_counter == result.writes_accepted == len(built.grants) - paused - killed
+    assert len(result.recovery) == len(built.faults)
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda mutate: mutate.__name__)
+@given(plan=plans, pick=st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_each_broken_property_is_found(
+    mutate: Callable[[Built, int], str], plan: list[Step], pick: int
+) -> None:
+    built = build(plan)
+    kind = mutate(built, pick)
+    assert kind in ALL_KINDS
+    result = check_round(built.round())
+    assert kind in result.by_kind(), result.violations
+
+
+def test_every_kind_has_a_mutation() -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "paused", 0, 1), Step(2, "killed", 0, 1)])
+    found = {mutate(build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)]), 0)
+             for mutate in MUTATIONS}  # fmt: skip
+    assert found == set(ALL_KINDS)
+    assert check_round(built.round()).violations == []
+
+
+# -- hand-made histories of each kind, read as a reader would ---------------------------
+
+
+def _two_holders_overlapping(fencing: str, late_write_ms: int = 3000) -> RoundHistory:
+    """A reads, B is granted and does its round, A writes late: the classic pause.
+
+    B reads at 1500 ms and writes at 1510 ms; A's late write is at ``late_write_ms``.
+    """
+    counter = FencedCounter(fencing)  # type: ignore[arg-type]
+    resource: list[dict[str, object]] = []
+
+    def decide(op: str, acq: str, token: int, t: int, base: int = 0) -> int:
+        value_before = counter.counter(LOCK)
+        if op == "read":
+            decision, stale = counter.read(LOCK, token)
+        else:
+            decision, stale = counter.write(LOCK, token, base + 1)
+        resource.append({
+            "op": op, "t": t, "lock": LOCK, "token": token, "acq": acq, "accepted":
+            decision.accepted, "would_refuse": stale, "max_before": decision.max_before,
+            "value_before": value_before, "base": base, "value": base + 1,
+        })  # fmt: skip
+        return decision.value
+
+    a_value = decide("read", "a.1", 1, 3 * MS)
+    b_value = decide("read", "b.1", 2, 1500 * MS)
+    if late_write_ms < 1510:
+        decide("write", "a.1", 1, late_write_ms * MS, a_value)
+    decide("write", "b.1", 2, 1510 * MS, b_value)
+    if late_write_ms >= 1510:
+        decide("write", "a.1", 1, late_write_ms * MS, a_value)
+    workers = {
+        "a": [
+            {"ev": "acquire", "t": 1 * MS, "acq": "a.1"},
+            {"ev": "grant", "t": 2 * MS, "acq": "a.1", "token": 1},
+            {"ev": "op", "t": 4 * MS, "acq": "a.1", "kind": "read", "t0": 3 * MS, "held": True},
+            {"ev": "op", "t": (late_write_ms + 1) * MS, "acq": "a.1", "kind": "write",
+             "t0": late_write_ms * MS, "held": False},
+            {"ev": "lost", "t": 3002 * MS, "acq": "a.1"},
+            {"ev": "release", "t": 3004 * MS, "acq": "a.1", "t0": 3003 * MS, "outcome": "lost"},
+            {"ev": "stop", "t": 3005 * MS},
+        ],
+        "b": [
+            {"ev": "acquire", "t": 100 * MS, "acq": "b.1"},
+            {"ev": "grant", "t": 1400 * MS, "acq": "b.1", "token": 2},
+            {"ev": "op", "t": 1501 * MS, "acq": "b.1", "kind": "read", "t0": 1500 * MS,
+             "held": True},
+            {"ev": "op", "t": 1511 * MS, "acq": "b.1", "kind": "write", "t0": 1510 * MS,
+             "held": True},
+            {"ev": "release", "t": 1521 * MS, "acq": "b.1", "t0": 1520 * MS, "outcome": "ok"},
+            {"ev": "stop", "t": 3005 * MS},
+        ],
+    }  # fmt: skip
+    pause = FaultRecord("pause", 5 * MS, (late_write_ms - 5) * MS, "worker a", "a", "a.1")
+    return RoundHistory(LOCK, 1.0, workers, resource, [pause], recovery_bound=2.5,
+                        t_end=3100 * MS)  # fmt: skip
+
+
+def test_fencing_refuses_the_paused_holder() -> None:
+    result = check_round(_two_holders_overlapping("on"))
+    assert result.violations == []
+    assert result.stale_refused == 1
+    assert result.grants_during_pause == 1
+    assert hazard_exercised(["pause"], result) == (True, "1 grants in pauses, 1 stale requests")
+
+
+def test_without_fencing_the_paused_holder_overwrites() -> None:
+    result = check_round(_two_holders_overlapping("off"))
+    kinds = result.by_kind()
+    assert kinds["overlap"] == 1
+    assert kinds["lost-update"] == 1  # the late write was based on a stale read
+    assert kinds["stale-accepted"] == 1
+    assert set(kinds) == {"overlap", "lost-update", "stale-accepted"}
+    # the hazard happened all the same: a stale write arrived (and was let through)
+    assert (result.stale_refused, result.stale_requests) == (0, 1)
+    assert hazard_exercised(["pause"], result)[0] is True
+
+
+def test_fencing_only_writes_lets_a_late_write_land_between_read_and_write() -> None:
+    # A's late write lands between B's read and B's write: with only writes fenced it is
+    # accepted (A's token is still the highest written), and B's write then overwrites it
+    kinds = check_round(_two_holders_overlapping("writes", late_write_ms=1505)).by_kind()
+    assert kinds["lost-update"] == 1
+    assert kinds["overlap"] >= 1
+    # fencing the reads too refuses it: B's read raised the bar
+    result = check_round(_two_holders_overlapping("on", late_write_ms=1505))
+    assert result.violations == []
+    assert result.stale_refused == 1
+
+
+def test_a_killed_holder_needs_no_release_but_a_stopped_one_does() -> None:
+    built = build([Step(0, "killed", 0, 1), Step(1, "normal", 0, 1)])
+    assert check_round(built.round()).violations == []
+    built.killed.clear()  # as if it had stopped on request: its grant is unaccounted
+    victim = next(fault.client for fault in built.faults if fault.kind == "kill")
+    assert victim is not None
+    built.workers[victim].append({"ev": "stop", "t": built.t_end})
+    assert check_round(built.round()).by_kind() == {"unaccounted": 1}
+
+
+def test_slow_recovery_is_a_violation() -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)])
+    t_grant = built.grants[1][3]
+    built.faults.append(FaultRecord("restart", t_grant - 3_000 * MS, t_grant - 2_600 * MS))
+    result = check_round(built.round())
+    assert result.by_kind() == {"no-recovery": 1}
+    assert result.recovery == [pytest.approx(2.6, abs=0.01)]
+
+
+# -- hazards ---------------------------------------------------------------------------
+
+
+def test_a_fault_round_that_hit_nothing_is_flagged() -> None:
+    empty = CheckResult(faults=3)
+    assert hazard_exercised(["kill"], empty) == (False, "no kill hit a holder")
+    assert hazard_exercised(["pause"], empty)[0] is False
+    assert hazard_exercised(["pause"], CheckResult(faults=1, grants_during_pause=2)) == (
+        False,
+        "no stale request after a pause",
+    )
+    assert hazard_exercised(["restart"], empty) == (False, "the clients never noticed")
+    assert hazard_exercised(["net-reset"], CheckResult(faults=1, fault_hits=2))[0] is True
+    assert hazard_exercised(["restart"], CheckResult(faults=1, fault_hits=2))[0] is False
+    assert hazard_exercised(["kill"], CheckResult()) == (False, "no fault was injected")
+    assert hazard_exercised(["none"], CheckResult()) == (True, "baseline")
+
+
+# -- the history files -----------------------------------------------------------------
+
+
+def test_a_truncated_last_line_is_skipped_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "w0.jsonl"
+    with HistoryWriter(path) as writer:
+        writer.write("acquire", acq="w0.1")
+        writer.write("grant", acq="w0.1", token=7)
+    with path.open("ab") as file:  # a SIGKILL in the middle of a line
+        file.write(json.dumps({"ev": "op", "acq": "w0.1"}).encode()[:9])
+    history = read_history(path)
+    assert [event["ev"] for event in history.events] == ["acquire", "grant"]
+    assert history.damaged_lines == 1
+    assert read_history(tmp_path / "missing.jsonl").events == []
+
+
+def test_a_tail_waits_for_the_end_of_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "w0.jsonl"
+    tail = HistoryTail(path)
+    assert list(tail.new_events()) == []  # no file yet
+    line = json.dumps({"ev": "grant", "t": 1}).encode()
+    with path.open("wb") as file:
+        file.write(line[:5])
+        file.flush()
+        assert list(tail.new_events()) == []
+        file.write(line[5:] + b"\n")
+        file.flush()
+        assert list(tail.new_events()) == [{"ev": "grant", "t": 1}]
+    tail.close()
+
+
+# -- the resource's rule ----------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.sampled_from(["read", "write"]), st.integers(0, 20)), max_size=40))
+def test_fenced_counter_accepts_exactly_the_fresh_tokens(ops: list[tuple[str, int]]) -> None:
+    on, writes, off = FencedCounter("on"), FencedCounter("writes"), FencedCounter("off")
+    highest: int | None = None
+    highest_written: int | None = None
+    for op, token in ops:
+        fresh = highest is None or token >= highest
+        fresh_write = highest_written is None or token >= highest_written
+        if op == "read":
+            assert on.read(LOCK, token)[0].accepted is fresh
+            assert writes.read(LOCK, token)[0].accepted is True
+            decision, would_refuse = off.read(LOCK, token)
+        else:
+            assert on.write(LOCK, token, 1)[0].accepted is fresh
+            assert writes.write(LOCK, token, 1)[0].accepted is fresh_write
+            decision, would_refuse = off.write(LOCK, token, 1)
+            if fresh_write:
+                highest_written = token if highest_written is None else max(highest_written, token)
+        assert decision.accepted is True
+        if fresh:
+            highest = token if highest is None else max(highest, token)
+        assert would_refuse is not fresh
+        assert on.snapshot()[LOCK]["max_token"] == highest
+
+
+@pytest.mark.parametrize("outcome", ["ok", "error", "not_held"])
+def test_a_long_paused_holder_must_be_told_of_the_loss(outcome: str) -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "paused", 0, 1)])
+    assert check_round(built.round()).violations == []
+    paused = next(fault for fault in built.faults if fault.kind == "pause")
+    assert paused.client is not None
+    events = built.workers[paused.client]
+    # no on_lost, and a release that did not raise LockLost (say the backend's error hid it)
+    events[:] = [e for e in events if not (e["ev"] == "lost" and e["acq"] == paused.acq)]
+    for event in events:
+        if event["ev"] == "release" and event["acq"] == paused.acq:
+            event["outcome"] = outcome
+    assert check_round(built.round()).by_kind() == {"unnoticed-loss": 1}
