@@ -313,7 +313,7 @@ def test_a_release_wakes_only_the_next_waiter(connect) -> None:
 # -- sessions --------------------------------------------------------------------------------
 
 
-def expire_session(locks: tumbler.Locks, server_hosts: str) -> None:
+def expire_session(locks: tumbler.Locks | tumbler.aio.AsyncLocks, server_hosts: str) -> None:
     """End a client's session from outside, as the ensemble does when it times out: a second
     connection with the same session id and password closes it."""
     session_id, password = locks._backend._client.client_id
@@ -352,28 +352,34 @@ def test_an_expired_session_loses_every_hold_at_once(connect, zookeeper_server) 
 
 
 def test_a_dropped_connection_puts_holds_in_doubt_until_confirmed(
-    fresh_zookeeper_server: ZooKeeperServer,
+    zookeeper_server: ZooKeeperServer,
 ) -> None:
-    server = fresh_zookeeper_server
-    locks = tumbler.connect(f"{server.url_for(base_path())}?session_timeout=20")
-    try:
-        lock = locks.lock("doubt", ttl=20)
-        assert lock.acquire()
-        hold = lock.hold
-        token = hold.token
-        server.kill()
-        eventually(lambda: hold.in_doubt, "the hold is in doubt")
-        assert not hold.held
-        assert not hold.lost
-        with pytest.raises(HoldInDoubt):
-            hold.check()
-        server.restart()  # the session outlives a restart shorter than its timeout
-        eventually(lambda: hold.held, "the hold is confirmed again")
-        assert not hold.in_doubt
-        assert hold.token == token
-        lock.release()
-    finally:
-        locks.close()
+    # The connection is cut at a proxy, not by killing the server: ZooKeeper 3.8.0 may leave
+    # a client that reconnects while it is starting up without an answer for a whole read
+    # timeout, which would test that bug rather than tumbler.
+    upstream = (zookeeper_server.host, zookeeper_server.port)
+    with FaultProxy(upstream) as proxy:
+        url = f"zookeeper://127.0.0.1:{proxy.port}{base_path()}?session_timeout=20"
+        locks = tumbler.connect(url)
+        try:
+            lock = locks.lock("doubt", ttl=20)
+            assert lock.acquire()
+            hold = lock.hold
+            token = hold.token
+            proxy.refuse_new()
+            proxy.reset_connections()
+            eventually(lambda: hold.in_doubt, "the hold is in doubt")
+            assert not hold.held
+            assert not hold.lost
+            with pytest.raises(HoldInDoubt):
+                hold.check()
+            proxy.allow_new()  # the session outlives a break shorter than its timeout
+            eventually(lambda: hold.held, "the hold is confirmed again")
+            assert not hold.in_doubt
+            assert hold.token == token
+            lock.release()
+        finally:
+            locks.close()
 
 
 @pytest.mark.asyncio
@@ -383,11 +389,7 @@ async def test_asyncio_holds_learn_of_an_expired_session(url, zookeeper_server) 
         lock = locks.lock("expired-async", ttl=30)
         assert await lock.acquire()
         hold = lock.hold
-        session_id, password = locks._backend._client.client_id
-        twin = KazooClient(hosts=zookeeper_server.connect_string, client_id=(session_id, password))
-        twin.start(timeout=10)
-        twin.stop()
-        twin.close()
+        expire_session(locks, zookeeper_server.connect_string)
         assert await hold.wait_lost(timeout=PATIENCE)
         assert "session expired" in hold.lost_reason
     finally:

@@ -195,9 +195,7 @@ class AsyncZooKeeperBackend:
         with translate_errors(self.url):
             await arun_blocking(self._client.start, self.config.connect_timeout)
             base = self.config.base
-            if await self._call(self._client.exists_async(base)) is None:
-                with contextlib.suppress(kazoo_errors.NodeExistsError):
-                    await self._make_path(base)
+            await self._make_path(base)
             # reading the base shows now, not at the first lock, whether the user may
             await self._call(self._client.get_children_async(base))
 
@@ -217,13 +215,8 @@ class AsyncZooKeeperBackend:
         return f"{self.config.base}/{encode_name(name)}"
 
     async def _make_path(self, path: str) -> None:
-        """Make ``path`` and its missing parents as persistent nodes."""
-        parent = path.rsplit("/", 1)[0]
-        if parent and await self._call(self._client.exists_async(parent)) is None:
-            with contextlib.suppress(kazoo_errors.NodeExistsError):
-                await self._make_path(parent)
-        with contextlib.suppress(kazoo_errors.NodeExistsError):
-            await self._call(self._client.create_async(path, b"", acl=self._acl))
+        """Make ``path`` and its missing parents as persistent nodes (kazoo's ensure_path)."""
+        await self._call(self._client.ensure_path_async(path, acl=self._acl))
 
     async def _make_lock_node(self, path: str) -> None:
         if self._containers:

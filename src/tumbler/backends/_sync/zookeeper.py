@@ -197,9 +197,7 @@ class ZooKeeperBackend:
         with translate_errors(self.url):
             run_blocking(self._client.start, self.config.connect_timeout)
             base = self.config.base
-            if self._call(self._client.exists_async(base)) is None:
-                with contextlib.suppress(kazoo_errors.NodeExistsError):
-                    self._make_path(base)
+            self._make_path(base)
             # reading the base shows now, not at the first lock, whether the user may
             self._call(self._client.get_children_async(base))
 
@@ -219,13 +217,8 @@ class ZooKeeperBackend:
         return f"{self.config.base}/{encode_name(name)}"
 
     def _make_path(self, path: str) -> None:
-        """Make ``path`` and its missing parents as persistent nodes."""
-        parent = path.rsplit("/", 1)[0]
-        if parent and self._call(self._client.exists_async(parent)) is None:
-            with contextlib.suppress(kazoo_errors.NodeExistsError):
-                self._make_path(parent)
-        with contextlib.suppress(kazoo_errors.NodeExistsError):
-            self._call(self._client.create_async(path, b"", acl=self._acl))
+        """Make ``path`` and its missing parents as persistent nodes (kazoo's ensure_path)."""
+        self._call(self._client.ensure_path_async(path, acl=self._acl))
 
     def _make_lock_node(self, path: str) -> None:
         if self._containers:
