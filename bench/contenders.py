@@ -294,17 +294,18 @@ class RedisPyFastPoll(RedisPyLock):
     poll: ClassVar[float] = 0.001
 
 
-class _PythonRedisLockSession:
-    def __init__(self, client: Any, lock: Any, lock_name: str, timeout: int) -> None:
-        self._client = client
+class _TimeoutLockSession:
+    """A peer's lock whose ``acquire(timeout=...)`` returns False when the timeout runs out."""
+
+    def __init__(
+        self, lock: Any, lock_name: str, timeout: float, close: Callable[[], object]
+    ) -> None:
         self._lock = lock
         self._lock_name = lock_name
         self._timeout = timeout
+        self._close = close
 
     def acquire(self) -> None:
-        # The library's timeout bounds each BLPOP, not the whole acquire (a waiter that is woken
-        # and loses the race starts a new one); without one, a waiter whose wake-up was lost
-        # would retry for ever, with it the bench reports an error.
         if not self._lock.acquire(timeout=self._timeout):
             raise TimeoutError(f"no grant of {self._lock_name!r} within {self._timeout} s")
 
@@ -312,7 +313,7 @@ class _PythonRedisLockSession:
         self._lock.release()
 
     def close(self) -> None:
-        self._client.close()
+        self._close()
 
 
 @dataclass(frozen=True)
@@ -337,30 +338,15 @@ class PythonRedisLock(SyncContender):
         except BaseException:
             client.close()
             raise
-        return _PythonRedisLockSession(client, lock, lock_name, round(self.options.timeout))
+        # The library's timeout bounds each BLPOP, not the whole acquire (a waiter that is woken
+        # and loses the race starts a new one); without one, a waiter whose wake-up was lost
+        # would retry for ever, with it the bench reports an error.
+        return _TimeoutLockSession(lock, lock_name, round(self.options.timeout), client.close)
 
 
 # -- ZooKeeper peers -----------------------------------------------------------------------------
 
 ZOOKEEPER_SCHEMES = ("zookeeper",)
-
-
-class _KazooLockSession:
-    def __init__(self, client: Any, lock: Any, timeout: float) -> None:
-        self._client = client
-        self._lock = lock
-        self._timeout = timeout
-
-    def acquire(self) -> None:
-        if not self._lock.acquire(timeout=self._timeout):
-            raise TimeoutError(f"no grant of {self._lock.path!r} within {self._timeout} s")
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def close(self) -> None:
-        self._client.stop()
-        self._client.close()
 
 
 @dataclass(frozen=True)
@@ -384,7 +370,12 @@ class KazooLock(SyncContender):
         client = KazooClient(hosts=config.connect_string, timeout=config.session_timeout)
         client.start(timeout=config.connect_timeout)
         lock = client.Lock(f"{config.base}/kazoo-{lock_name}")
-        return _KazooLockSession(client, lock, self.options.timeout)
+
+        def close() -> None:
+            client.stop()
+            client.close()
+
+        return _TimeoutLockSession(lock, lock_name, self.options.timeout, close)
 
 
 # -- negative control ---------------------------------------------------------------------------
