@@ -229,16 +229,25 @@ def _missing_redis() -> str | None:
     return None
 
 
-class _RedisDeployment(Deployment):
-    def __init__(self, server: Any, proxy: ProxyControl | None, ttl: float) -> None:
-        target = f"127.0.0.1:{proxy.port}" if proxy else f"{server.host}:{server.port}"
-        options = _redis_options(ttl)
-        super().__init__(
-            f"redis://{target}/0?{options}",
-            f"redis://{server.host}:{server.port}/0?{options}",
-            [proxy] if proxy else [],
-        )
+class _OneServerDeployment(Deployment):
+    """One server the harness started (Redis, ZooKeeper), reached through the proxy if any.
+
+    ``url_at(address)`` is the backend URL for a ``host:port`` address: the workers get the
+    proxy's, the harness's own client the server's.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        proxy: ProxyControl | None,
+        address: str,
+        url_at: Callable[[str], str],
+        versions: Callable[[], dict[str, str]],
+    ) -> None:
+        target = f"127.0.0.1:{proxy.port}" if proxy else address
+        super().__init__(url_at(target), url_at(address), [proxy] if proxy else [])
         self.server = server
+        self._versions = versions
 
     def kill_all(self) -> None:
         self.server.kill()
@@ -247,7 +256,7 @@ class _RedisDeployment(Deployment):
         self.server.start()
 
     def versions(self) -> dict[str, str]:
-        return {"redis-server": _redis_version()}
+        return self._versions()
 
     def close(self) -> None:
         super().close()
@@ -264,7 +273,14 @@ def _redis_starter(appendonly: bool) -> Callable[[Path, Settings], Deployment]:
         proxy = None
         if not network_faults_missing():
             proxy = ProxyControl.start(server.host, server.port)
-        return _RedisDeployment(server, proxy, settings.ttl)
+        options = _redis_options(settings.ttl)
+        return _OneServerDeployment(
+            server,
+            proxy,
+            f"{server.host}:{server.port}",
+            lambda address: f"redis://{address}/0?{options}",
+            lambda: {"redis-server": _redis_version()},
+        )
 
     return start
 
@@ -354,31 +370,6 @@ def _missing_zookeeper() -> str | None:
     return None
 
 
-class _ZooKeeperDeployment(Deployment):
-    def __init__(self, server: Any, proxy: ProxyControl | None, ttl: float) -> None:
-        target = f"127.0.0.1:{proxy.port}" if proxy else server.connect_string
-        options = _zookeeper_options(ttl)
-        super().__init__(
-            f"zookeeper://{target}/torture?{options}",
-            f"zookeeper://{server.connect_string}/torture?{options}",
-            [proxy] if proxy else [],
-        )
-        self.server = server
-
-    def kill_all(self) -> None:
-        self.server.kill()
-
-    def restart_all(self) -> None:
-        self.server.start()
-
-    def versions(self) -> dict[str, str]:
-        return {"zookeeper": _zookeeper_version()}
-
-    def close(self) -> None:
-        super().close()
-        self.server.close()
-
-
 def _start_zookeeper(directory: Path, settings: Settings) -> Deployment:
     from ..testing.servers.zookeeper import ZooKeeperServer
 
@@ -387,7 +378,14 @@ def _start_zookeeper(directory: Path, settings: Settings) -> Deployment:
     proxy = None
     if not network_faults_missing():
         proxy = ProxyControl.start(server.host, server.port)
-    return _ZooKeeperDeployment(server, proxy, settings.ttl)
+    options = _zookeeper_options(settings.ttl)
+    return _OneServerDeployment(
+        server,
+        proxy,
+        server.connect_string,
+        lambda address: f"zookeeper://{address}/torture?{options}",
+        lambda: {"zookeeper": _zookeeper_version()},
+    )
 
 
 class _ZooKeeperEnsembleDeployment(Deployment):

@@ -214,37 +214,24 @@ def _critical_section(
     rng: random.Random,
 ) -> None:
     """Read the counter, think, write it back plus one: every request fenced with the token."""
+
+    def record(kind: str, t0: int, held: bool, outcome: str, **fields: object) -> None:
+        writer.write(
+            "op", acq=acq, token=hold.token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
+        )
+
     # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
     t0 = time.monotonic_ns()
     held = hold.held
     try:
         accepted, value = resource.read(lock_name, hold.token, acq)
     except ResourceError as error:
-        writer.write(
-            "op",
-            acq=acq,
-            token=hold.token,
-            kind="read",
-            t0=t0,
-            held=held,
-            outcome="error",
-            why=str(error),
-        )
+        record("read", t0, held, "error", why=str(error))
         return
     # A few holds last most of a lease (renewed meanwhile): the window in which a server or
     # network fault finds a holder, and its lease must survive or be lost, visibly.
     pause = rng.uniform(0.3, 1.2) * ttl if rng.random() < long_hold else think
-    writer.write(
-        "op",
-        acq=acq,
-        token=hold.token,
-        kind="read",
-        t0=t0,
-        held=held,
-        outcome="ok" if accepted else "refused",
-        value=value,
-        think=pause,
-    )
+    record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
     if not accepted:
         return
     # The window a pause or a kill aims at: between the read and the write.
@@ -254,27 +241,9 @@ def _critical_section(
     try:
         accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
     except ResourceError as error:
-        writer.write(
-            "op",
-            acq=acq,
-            token=hold.token,
-            kind="write",
-            t0=t0,
-            held=held,
-            outcome="error",
-            why=str(error),
-        )
+        record("write", t0, held, "error", why=str(error))
         return
-    writer.write(
-        "op",
-        acq=acq,
-        token=hold.token,
-        kind="write",
-        t0=t0,
-        held=held,
-        outcome="ok" if accepted else "refused",
-        value=value + 1,
-    )
+    record("write", t0, held, "ok" if accepted else "refused", value=value + 1)
 
 
 def main(argv: list[str] | None = None) -> int:
