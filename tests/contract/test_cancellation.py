@@ -57,7 +57,12 @@ async def test_a_cancelled_release_still_releases(aconnect):
         return not await other.lock("release-me").locked()
 
     await aeventually(free, "the lock is released")
-    assert lock.hold is None
+
+    # the shielded release finishes in the background: the backend may answer others first
+    async def forgotten() -> bool:
+        return lock.hold is None
+
+    await aeventually(forgotten, "the released hold is forgotten")
 
 
 @pytest.mark.parametrize("steps", range(0, 60, 3))
