@@ -62,6 +62,7 @@ from ..errors import (
     InvalidURL,
     PermissionDenied,
     PermitsMismatch,
+    TumblerError,
 )
 from ._options import flag, host_port, seconds
 from .contract import Capabilities
@@ -86,35 +87,50 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
     """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
     try:
         yield
-    except redis_errors.NoPermissionError as error:
-        raise PermissionDenied(
+    except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as error:
+        raise tumbler_error(error, url, name) from error
+
+
+def tumbler_error(
+    error: redis_errors.RedisError | redis_errors.RedisClusterException | OSError,
+    url: str,
+    name: str | None = None,
+) -> TumblerError:
+    """The tumbler error that says what a redis-py error means for a lock user."""
+    if isinstance(error, redis_errors.NoPermissionError):
+        return PermissionDenied(
             f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.AuthenticationError as error:
-        raise PermissionDenied(
+        )
+    if isinstance(error, redis_errors.AuthenticationError):
+        return PermissionDenied(
             f"Redis refused the credentials: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.ResponseError as error:
+        )
+    if isinstance(error, redis_errors.ResponseError):
         text = str(error)
         if "DB index is out of range" in text:
-            raise ConfigurationError(
-                f"the Redis server has fewer databases: {text}", backend=url
-            ) from error
+            return ConfigurationError(f"the Redis server has fewer databases: {text}", backend=url)
         if "PERMITS_MISMATCH" in text:
             limit = int(text.rsplit(" ", 1)[-1])
             kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
-            raise PermitsMismatch(
-                f"the lock is in use as {kind}", lock_name=name, backend=url
-            ) from error
+            return PermitsMismatch(f"the lock is in use as {kind}", lock_name=name, backend=url)
         if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
-            raise PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url) from error
-        raise BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url) from error
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as error:
-        raise BackendUnavailable(
-            f"cannot reach Redis: {error}", lock_name=name, backend=url
-        ) from error
-    except redis_errors.RedisError as error:
-        raise BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url) from error
+            return PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url)
+        return BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url)
+    if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
+        return BackendUnavailable(f"cannot reach Redis: {error}", lock_name=name, backend=url)
+    if isinstance(error, redis_errors.RedisClusterException):
+        # redis-py's cluster client reports a failed start as this (not a RedisError), with
+        # the last startup node's own failure as the cause
+        if "Cluster mode is not enabled" in str(error):
+            return ConfigurationError(
+                "the Redis server is not a cluster node: drop cluster=true from the URL",
+                backend=url,
+            )
+        cause = error.__cause__
+        if isinstance(cause, redis_errors.RedisError | OSError):
+            return tumbler_error(cause, url, name)
+        return BackendUnavailable(f"Redis Cluster: {error}", lock_name=name, backend=url)
+    return BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url)
 
 
 _OPTIONS = (

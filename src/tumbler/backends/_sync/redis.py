@@ -205,6 +205,9 @@ class RedisWatch:
     ) -> None:
         self.close()
 
+    def wake(self) -> None:
+        self._watch.wake()
+
     def close(self) -> None:
         self._watch.close()
 
@@ -231,10 +234,19 @@ class RedisBackend:
         options = dict(config.client_options, retry=Retry(NoBackoff(), 0))
         self.client: Redis | RedisCluster
         if config.cluster:
-            self.client = RedisCluster(
-                startup_nodes=[ClusterNode(host, port) for host, port in config.nodes],
-                **options,
-            )
+            startup_nodes = [ClusterNode(host, port) for host, port in config.nodes]
+            try:
+                with translate_errors(self.url):
+                    self.client = RedisCluster(startup_nodes=startup_nodes, **options)
+            except BaseException:
+                # The blocking RedisCluster asks its startup nodes for the slots in its
+                # constructor; when that fails, the connections it made are not closed, and
+                # their sockets warn (unclosed) whenever the garbage collector gets to them.
+                for node in startup_nodes:
+                    connection = getattr(node, "redis_connection", None)
+                    if connection is not None:
+                        connection.close()
+                raise
         elif config.unix_path is not None:
             self.client = Redis(unix_socket_path=config.unix_path, db=config.db, **options)
         else:
@@ -376,7 +388,9 @@ class RedisBackend:
 
     def close(self) -> None:
         self.wakeups.close()
-        with contextlib.suppress(redis_errors.RedisError, OSError):
-            self.client.close()
-            if self.pubsub_client is not self.client:
-                self.pubsub_client.close()
+        clients: list[Redis | RedisCluster] = [self.client]
+        if self.pubsub_client is not self.client:
+            clients.append(self.pubsub_client)
+        for client in clients:  # each on its own: one failing must not leave the other open
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                client.close()
