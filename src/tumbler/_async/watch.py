@@ -35,6 +35,10 @@ class AsyncHubWatch:
         await self._event.wait(self._clock.real_timeout(timeout))
         self._event.clear()
 
+    def wake(self) -> None:
+        """End the current wait now, or the next one if none is under way (from any thread)."""
+        self._event.set_threadsafe()
+
     def close(self) -> None:
         """Stop listening (again is harmless)."""
         self._clock.remove_listener(self._event.set_threadsafe)

@@ -31,6 +31,8 @@ backend could grant it to anyone else, timed from when the grant or renewal was 
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import logging
 import os
@@ -39,7 +41,7 @@ import secrets
 import socket
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import replace
 from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
@@ -53,6 +55,7 @@ from ..backends.contract import (
     GrantRequest,
     LockState,
     SessionEvents,
+    Watch,
 )
 from ..errors import (
     AcquireTimeout,
@@ -226,10 +229,10 @@ class Hold:
         Raises ``LockLost`` if the backend no longer has the grant.
         """
         seconds = self._request.ttl if ttl is None else core.validate_ttl(ttl)
-        self._locks._check_usable(self.name)
-        self.check()
-        sent_at = self._locks._clock.now()
-        granted = self._locks._backend.renew(self.name, self._request.owner, seconds)
+        with self._locks._operation(self.name):
+            self.check()
+            sent_at = self._locks._clock.now()
+            granted = self._locks._backend.renew(self.name, self._request.owner, seconds)
         if granted is None:
             self._mark_lost("the backend no longer has this grant")
             self.check()
@@ -245,7 +248,10 @@ class Hold:
         longer renewed); but if the hold was lost already (its lease ran out while the holder
         was paused, say), ``LockLost`` is what the caller learns either way.
         """
-        self._locks._check_usable(self.name)
+        with self._locks._operation(self.name):
+            self._release()
+
+    def _release(self) -> None:
         if self.lost and self._lost_reason is None:
             # the lease ran out before anyone noticed (the process was paused): tell the
             # on_lost callbacks now, before the backend is asked anything
@@ -283,7 +289,7 @@ class Hold:
 
     def _release_grant(self) -> bool:
         try:
-            return self._locks._backend.release(self.name, self._request.owner)
+            return self._locks._release_entry(self.name, self._request.owner)
         finally:
             # Renewal stops whatever the backend answered: if the release did not get through,
             # the grant frees itself when its lease runs out.
@@ -371,7 +377,7 @@ class Hold:
             return
         self._given_back = True
         try:
-            self._locks._backend.release(self.name, self._request.owner)
+            self._locks._release_entry(self.name, self._request.owner)
         except TumblerError as error:
             _log.debug("could not give back lost lock %r: %s", self.name, error)
 
@@ -478,8 +484,8 @@ class _Primitive:
 
     def locked(self) -> bool:
         """Whether an acquire (non-fair) would have to wait now: asks the backend."""
-        self._locks._check_usable(self.name)
-        state = self._locks._backend.inspect(self.name)
+        with self._locks._operation(self.name):
+            state = self._locks._backend.inspect(self.name)
         return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
 
     def __enter__(self) -> Hold:
@@ -664,6 +670,10 @@ class Locks:
         # weak: a hold its holder dropped stops being renewed and runs out (see renewal.py)
         self._live: weakref.WeakValueDictionary[int, Hold] = weakref.WeakValueDictionary()
         self._live_guard = threading.Lock()
+        # backend calls in flight, per thread/task, and the waits close() must end
+        self._calls: collections.Counter[Hashable] = collections.Counter()
+        self._calls_done = Event()
+        self._watches: set[Watch] = set()
         if backend.session_events is not None:
             backend.session_events.subscribe(self._on_session_event)
 
@@ -763,13 +773,13 @@ class Locks:
     def status(self, name: str) -> LockState:
         """Holders (with fencing token and lease left) and waiters of one lock."""
         canonical = core.validate_name(name)
-        self._check_usable(canonical)
-        return self._backend.inspect(canonical)
+        with self._operation(canonical):
+            return self._backend.inspect(canonical)
 
     def status_all(self) -> list[LockState]:
         """Every lock that has holders or waiters."""
-        self._check_usable(None)
-        return self._backend.inspect_all()
+        with self._operation(None):
+            return self._backend.inspect_all()
 
     def force_release(self, name: str) -> int:
         """Remove every grant of ``name`` (for operators); returns how many were removed.
@@ -778,8 +788,8 @@ class Locks:
         refuses their writes once the next holder (with a greater token) has written.
         """
         canonical = core.validate_name(name)
-        self._check_usable(canonical)
-        return self._backend.force_release(canonical)
+        with self._operation(canonical):
+            return self._backend.force_release(canonical)
 
     def settle(self) -> None:
         """Wait until the renewals and expiry checks due on the clock have run.
@@ -789,12 +799,22 @@ class Locks:
         self._renewer.settle()
 
     def close(self) -> None:
-        """Release every hold still held, stop renewing, and close the backend."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release every hold still held, stop renewing, and close the backend.
+
+        Threads or tasks waiting for a lock of this client raise ``ClientClosed`` (they leave
+        the line first); calls that start afterwards raise it too. Calls already talking to
+        the backend are let finish before its connections close, so close() may take as long
+        as the slowest of them (each is bounded by the backend's timeouts).
+        """
+        with self._live_guard:
+            if self._closed:
+                return
+            self._closed = True
+            watches = list(self._watches)
         if os.getpid() != self._pid:
             return  # the parent's connections and grants are the parent's to close
+        for watch in watches:
+            watch.wake()
         with self._live_guard:
             holds = list(self._live.values())
         for hold in holds:
@@ -807,6 +827,7 @@ class Locks:
         self._renewer.close()
         if self._backend.session_events is not None:
             self._backend.session_events.unsubscribe(self._on_session_event)
+        self._calls_finished()
         self._backend.close()
 
     def __enter__(self) -> Locks:
@@ -824,6 +845,51 @@ class Locks:
         return f"<{type(self).__name__} {self.url}>"
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _operation(self, name: str | None) -> contextlib.AbstractContextManager[None]:
+        """A call on the backend: refused once close() began, which waits for it to end."""
+        return self._counted(name, refuse_if_closed=True)
+
+    def _call(self) -> contextlib.AbstractContextManager[None]:
+        """A backend call that must run even after close() began (a release): close() waits."""
+        return self._counted(None, refuse_if_closed=False)
+
+    @contextlib.contextmanager
+    def _counted(self, name: str | None, *, refuse_if_closed: bool) -> Iterator[None]:
+        # close() must not close the connections under a call: a driver would reconnect and
+        # leave the new connection open, and an acquire could be granted a lock nobody renews
+        context = current_context()
+        with self._live_guard:
+            if refuse_if_closed:
+                self._check_usable(name)
+            self._calls[context] += 1
+        try:
+            yield
+        finally:
+            with self._live_guard:
+                self._calls[context] -= 1
+                if not self._calls[context]:
+                    del self._calls[context]
+                closing = self._closed
+            if closing:
+                self._calls_done.set_threadsafe()
+
+    def _calls_finished(self) -> None:
+        """Wait until no backend call is in flight but the closing thread's/task's own (an
+        ``on_lost`` callback may call close() from inside a release)."""
+        me = current_context()
+        while True:
+            with self._live_guard:
+                if all(context == me for context in self._calls):
+                    return
+                self._calls_done.clear()
+            self._calls_done.wait(None)
+
+    def _release_entry(self, name: str, owner: str) -> bool:
+        """``backend.release``, counted in flight: it may run on after its caller was
+        cancelled (``ashield``), and close() must wait for it."""
+        with self._call():
+            return self._backend.release(name, owner)
 
     def _check_usable(self, name: str | None) -> None:
         if os.getpid() != self._pid:
@@ -874,7 +940,12 @@ class Locks:
         grant withdraws the request (the waiter entry, or a grant whose reply an error or a
         cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
         """
-        self._check_usable(request.name)
+        with self._operation(request.name):
+            return self._acquire_or_wait(request, timeout, renew)
+
+    def _acquire_or_wait(
+        self, request: GrantRequest, timeout: float | None, renew: bool
+    ) -> Hold | None:
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
@@ -883,6 +954,9 @@ class Locks:
         # waiters to wake by their entries, and fair requests keep their place by them.
         queue = timeout != 0
         watch = backend.watch(request.name, request.owner)
+        with self._live_guard:
+            self._check_usable(request.name)  # close() wakes the waits it knows of
+            self._watches.add(watch)
         try:
             hold = self._try(replace(request, queue=queue), renew)
             if hold is not None or not queue:
@@ -905,10 +979,13 @@ class Locks:
                         pause = min(pause, deadline - now)
                     watch.wait(pause)
                     check_cancelled()
+                    self._check_usable(request.name)
         except BaseException:
             shield(self._withdraw(request))
             raise
         finally:
+            with self._live_guard:
+                self._watches.discard(watch)
             watch.close()
         shield(self._withdraw(request))
         return None
@@ -920,15 +997,19 @@ class Locks:
         if grant is None:
             return None
         if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
-            return self._new_hold(request, grant, sent_at, renew)
-        # the reply came too late to use the lease: give it back (the caller tries again)
-        shield(self._backend.release(request.name, request.owner))
+            hold = self._new_hold(request, grant, sent_at, renew)
+            if hold is not None:
+                return hold
+        # The reply came too late to use the lease (the caller tries again), or close() began
+        # meanwhile and nobody would renew it: give it back.
+        shield(self._release_entry(request.name, request.owner))
+        self._check_usable(request.name)
         return None
 
     def _withdraw(self, request: GrantRequest) -> bool:
         """Remove the request's entry, if any; False if the backend could not be reached."""
         try:
-            self._backend.release(request.name, request.owner)
+            self._release_entry(request.name, request.owner)
         except TumblerError as error:
             _log.warning(
                 "could not withdraw from lock %r (its entry expires by itself): %s",
@@ -938,10 +1019,15 @@ class Locks:
             return False
         return True
 
-    def _new_hold(self, request: GrantRequest, grant: Grant, sent_at: float, renew: bool) -> Hold:
+    def _new_hold(
+        self, request: GrantRequest, grant: Grant, sent_at: float, renew: bool
+    ) -> Hold | None:
+        """The hold for a grant, or None if close() began (it would never be renewed)."""
         hold = Hold(self, request, grant, sent_at, renew)
         key = id(hold)
         with self._live_guard:
+            if self._closed:
+                return None
             self._live[key] = hold
         hold._finish_callbacks.append(lambda _: self._forget(key))
         due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold._deadline

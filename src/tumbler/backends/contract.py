@@ -56,8 +56,10 @@ Waking waiters (``watch``)
     subscribe on the server; ``watch.retry_needed``, read after entering, says whether a change
     between construction and entry could have been missed (the subscription is new), and then
     the lock is tried again before waiting. ``watch.wait(timeout)`` returns when the lock may
-    have changed or ``timeout`` seconds passed on the backend's clock; ``watch.close()`` (also
-    when never entered) ends it, and may be called again. A
+    have changed or ``timeout`` seconds passed on the backend's clock; ``watch.wake()``, from
+    any thread, makes the current wait (or the next, if none is under way) return at once:
+    closing the client ends its waits so. ``watch.close()`` (also when never entered) ends
+    the watch, and may be called again. A
     backend with push wake-ups (``capabilities.push_wakeups``) wakes waiters from the server;
     the others return after the timeout and the lock logic polls with jittered backoff. A
     wake-up is a hint, never a grant: the caller always tries again. A backend may wake only
@@ -258,6 +260,8 @@ class Watch(Protocol):
 
     def wait(self, timeout: float) -> None: ...
 
+    def wake(self) -> None: ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Watch: ...
@@ -276,6 +280,8 @@ class AsyncWatch(Protocol):
     retry_needed: bool
 
     async def wait(self, timeout: float) -> None: ...
+
+    def wake(self) -> None: ...
 
     def close(self) -> None: ...
 

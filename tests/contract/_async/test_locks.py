@@ -406,6 +406,28 @@ async def test_close_releases_what_is_held_and_refuses_further_use(aconnect):
         await first.lock("closing").acquire()
 
 
+async def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(aconnect):
+    holder, closing = await aconnect(), await aconnect()
+    held = holder.lock("closed-while-waiting")
+    assert await held.acquire()
+    # no timeout: only close() can end this wait (on a manual clock nothing else would)
+    pending = abackground(lambda: closing.lock("closed-while-waiting").acquire(timeout=None))
+
+    async def waiting() -> bool:
+        return (await holder.status("closed-while-waiting")).waiters == 1
+
+    await aeventually(waiting, "the waiter is in line")
+    await closing.close()
+    with pytest.raises(ClientClosed):
+        await pending.result()
+    state = await holder.status("closed-while-waiting")
+    assert state.waiters == 0
+    assert [h.token for h in state.holders] == [held.hold.token]
+    # nothing was granted to the closed client after all: the next in line gets it
+    await held.release()
+    assert await holder.lock("closed-while-waiting").acquire(timeout=0)
+
+
 async def test_leaving_with_after_close_raises_lock_lost_once(aconnect):
     locks = await aconnect()
     with pytest.raises(LockLost):

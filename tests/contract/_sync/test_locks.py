@@ -406,6 +406,28 @@ def test_close_releases_what_is_held_and_refuses_further_use(connect):
         first.lock("closing").acquire()
 
 
+def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(connect):
+    holder, closing = connect(), connect()
+    held = holder.lock("closed-while-waiting")
+    assert held.acquire()
+    # no timeout: only close() can end this wait (on a manual clock nothing else would)
+    pending = background(lambda: closing.lock("closed-while-waiting").acquire(timeout=None))
+
+    def waiting() -> bool:
+        return (holder.status("closed-while-waiting")).waiters == 1
+
+    eventually(waiting, "the waiter is in line")
+    closing.close()
+    with pytest.raises(ClientClosed):
+        pending.result()
+    state = holder.status("closed-while-waiting")
+    assert state.waiters == 0
+    assert [h.token for h in state.holders] == [held.hold.token]
+    # nothing was granted to the closed client after all: the next in line gets it
+    held.release()
+    assert holder.lock("closed-while-waiting").acquire(timeout=0)
+
+
 def test_leaving_with_after_close_raises_lock_lost_once(connect):
     locks = connect()
     with pytest.raises(LockLost):
