@@ -51,6 +51,7 @@ RENAMES = {
     "AsyncWakeups": "Wakeups",
     "AsyncRedisWatch": "RedisWatch",
     "AsyncRedisBackend": "RedisBackend",
+    "AsyncClosings": "Closings",
     "aclose": "close",
     "AsyncZooKeeperBackend": "ZooKeeperBackend",
     "kazoo_aresult": "kazoo_result",

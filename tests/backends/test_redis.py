@@ -10,9 +10,12 @@ processes only (``tumbler.testing.servers``, fixtures in ``tests/servers``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import hashlib
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -48,6 +51,7 @@ from tumbler.testing.servers.redis import (
     free_port,
     make_tls_files,
 )
+from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import PATIENCE, background, eventually, gather
 
@@ -412,6 +416,38 @@ def test_plain_redis_to_a_tls_port_fails_cleanly(redis_tls_server: RedisServer) 
         tumbler.connect(url)
     assert time.monotonic() - began < NO_HANG
     assert secret_free(refused.value, TUMBLER_PASSWORD)
+
+
+def open_sockets_to(port: int) -> set[socket.socket]:
+    """This process's sockets still open to ``port`` (garbage or not)."""
+    found = set()
+    for thing in gc.get_objects():
+        if isinstance(thing, socket.socket) and thing.family == socket.AF_INET:
+            with contextlib.suppress(OSError):  # not connected, or closed
+                if thing.getpeername()[1] == port:
+                    found.add(thing)
+    return found
+
+
+def test_a_refused_asyncio_connect_leaves_no_socket_open(redis_tls_server: RedisServer) -> None:
+    # redis-py closes a connection whose AUTH was refused without waiting for the server's
+    # TLS goodbye; with the goodbye slow to come (a proxy delays replies), an event loop that
+    # ended at once (asyncio.run) would leave its socket open
+    server = redis_tls_server
+    with FaultProxy((server.host, server.port), seed=7) as proxy:
+        proxy.delay(500, direction="downstream")
+        url = tls_url(server, ssl_ca_certs=server.ca_path).replace(
+            f":{server.port}/", f":{proxy.port}/"
+        )
+        url = url.replace(quote(server.users["tumbler"].password, safe=""), "wrong")
+        before = open_sockets_to(proxy.port)
+
+        async def refused() -> set[socket.socket]:
+            with pytest.raises(PermissionDenied):
+                await tumbler.aio.connect(url)
+            return open_sockets_to(proxy.port) - before  # at once: the loop runs no further
+
+        assert asyncio.run(refused()) == set()
 
 
 # -- ACL -------------------------------------------------------------------------------------

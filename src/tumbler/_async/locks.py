@@ -119,7 +119,10 @@ class AsyncHold:
         self._pending_loss: str | None = None
         self._given_back = False
         self._loss_reported = False
-        self._lost_event = AsyncEvent()
+        #: set once the hold ended (released, or lost and the on_lost callbacks run): what
+        #: wait_lost() waits for
+        self._settled = False
+        self._lost_wakers: set[AsyncEvent] = set()
         self._callbacks: list[Callable[[AsyncHold], object]] = []
         self._finish_callbacks: list[Callable[[AsyncHold], None]] = []
         self._guard = threading.Lock()
@@ -196,28 +199,41 @@ class AsyncHold:
 
         Returns at the client's deadline at the latest, even while a renewal is still waiting
         for an unreachable backend (the renewal worker reports the loss when that call ends).
+        When it returns True, the ``on_lost`` callbacks have run (unless ``timeout`` ran out
+        while another thread was still running them). Returns False once the hold is released
+        without having been lost.
         """
         seconds = core.validate_timeout(timeout)
         clock = self._locks._clock
         end = None if seconds is None else clock.now() + seconds
-        clock.add_listener(self._lost_event.set_threadsafe)
+        # a wake-up of this call's own: the clock moved by hand, or the loss was settled
+        wake = AsyncEvent()
+        with self._guard:
+            self._lost_wakers.add(wake)
+        clock.add_listener(wake.set_threadsafe)
         try:
-            while not self._lost_event.is_set():
-                if self.lost:
+            while True:
+                wake.clear()
+                if self._settled:
+                    break
+                if self._lost_reason is None and self.lost:
                     # found at the deadline, even if the renewal worker is still waiting for
                     # the backend; the worker gives the grant back when it gets to it
                     self._mark_lost(self.lost_reason or "the hold was lost")
-                    break
+                    continue  # or another thread marked it first: wait for its callbacks
                 now = clock.now()
                 # the deadline may move (renewals), so wake there and look again
-                left = self._deadline - now if self._state == _HELD else None
+                held = self._state == _HELD and self._lost_reason is None
+                left = self._deadline - now if held else None
                 if end is not None:
                     if end - now <= 0:
                         break
                     left = end - now if left is None else min(left, end - now)
-                await self._lost_event.wait(None if left is None else clock.real_timeout(left))
+                await wake.wait(None if left is None else clock.real_timeout(left))
         finally:
-            clock.remove_listener(self._lost_event.set_threadsafe)
+            clock.remove_listener(wake.set_threadsafe)
+            with self._guard:
+                self._lost_wakers.discard(wake)
         return self.lost
 
     async def extend(self, ttl: float | None = None) -> None:
@@ -259,15 +275,10 @@ class AsyncHold:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
             self._state = _RELEASING
         try:
-            was_live = await ashield(self._release_grant())
+            await ashield(self._release_grant())
         except TumblerError:
             self._raise_if_lost()  # lost anyway: that is what the holder must hear
             raise
-        if not was_live and self._lost_reason is None:
-            self._mark_lost(
-                "the backend no longer had this grant at release: its lease ran out "
-                "or it was force-released"
-            )
         self._raise_if_lost()
 
     def __repr__(self) -> str:
@@ -286,12 +297,23 @@ class AsyncHold:
             raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
 
     async def _release_grant(self) -> bool:
+        """Release at the backend and end the hold; False if the backend no longer had it."""
+        # shielded: a caller cancelled meanwhile still has its hold ended, and told if lost
         try:
-            return await self._locks._release_entry(self.name, self._request.owner)
+            try:
+                was_live = await self._locks._release_entry(self.name, self._request.owner)
+            finally:
+                # Renewal stops whatever the backend answered: if the release did not get
+                # through, the grant frees itself when its lease runs out.
+                self._finish()
+            if not was_live:
+                self._mark_lost(
+                    "the backend no longer had this grant at release: its lease ran out "
+                    "or it was force-released"
+                )
+            return was_live
         finally:
-            # Renewal stops whatever the backend answered: if the release did not get through,
-            # the grant frees itself when its lease runs out.
-            self._finish()
+            self._settle()
 
     def _finish(self) -> None:
         with self._guard:
@@ -307,9 +329,16 @@ class AsyncHold:
             self._lost_reason = reason
             callbacks, self._callbacks = self._callbacks, []
         _log.warning("lock %r lost: %s", self.name, reason)
-        self._lost_event.set_threadsafe()
         for callback in callbacks:
             self._run_callback(callback)
+        self._settle()  # after the callbacks: a wait_lost() that returns finds them done
+
+    def _settle(self) -> None:
+        with self._guard:
+            self._settled = True
+            wakers = list(self._lost_wakers)
+        for wake in wakers:
+            wake.set_threadsafe()
 
     def _run_callback(self, callback: Callable[[AsyncHold], object]) -> None:
         try:

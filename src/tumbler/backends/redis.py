@@ -46,6 +46,7 @@ How a hold can be lost here
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import Iterator
@@ -68,6 +69,8 @@ from ._options import flag, host_port, seconds
 from .contract import Capabilities
 
 if TYPE_CHECKING:
+    import redis.asyncio
+
     from ._async.redis import AsyncRedisBackend
     from ._sync.redis import RedisBackend
 
@@ -131,6 +134,67 @@ def tumbler_error(
             return tumbler_error(cause, url, name)
         return BackendUnavailable(f"Redis Cluster: {error}", lock_name=name, backend=url)
     return BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url)
+
+
+class AsyncClosings:
+    """Connection closes that redis-py's asyncio client starts without waiting for them.
+
+    After a read fails (a refused AUTH or HELLO, a timeout, a cancelled call) redis-py closes
+    the connection with ``nowait`` and forgets it. Over TLS that close waits for the server's
+    reply; if the event loop ends first (``asyncio.run`` around a connect that was refused),
+    the socket is never closed. This follows those closes so that ``finish()`` at the
+    backend's close can end them.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    def follow(self, client: redis.asyncio.Redis) -> None:
+        """Follow the closes of ``client``'s connections (made from now on)."""
+        pool = client.connection_pool
+        base = pool.connection_class
+        closings = self
+
+        class FollowedConnection(base):  # type: ignore[valid-type,misc]
+            async def disconnect(self, nowait: bool = False, **options: Any) -> None:
+                writer = self._writer
+                finished = False
+                try:
+                    await super().disconnect(nowait=nowait, **options)
+                    finished = not nowait
+                finally:
+                    if writer is not None and not finished:
+                        closings._follow(writer)
+
+        pool.connection_class = FollowedConnection
+
+    def _follow(self, writer: asyncio.StreamWriter) -> None:
+        async def closed() -> None:
+            with contextlib.suppress(Exception):  # how it ends does not matter, only that
+                await writer.wait_closed()
+
+        task = asyncio.ensure_future(closed())
+        self._pending[task] = writer
+        task.add_done_callback(self._pending.pop)
+
+    async def finish(self) -> None:
+        """End the closes still under way: cut them short (no goodbye to the server)."""
+        pending = dict(self._pending)
+        for writer in pending.values():
+            writer.transport.abort()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+
+
+class Closings:
+    """Blocking twin of :class:`AsyncClosings`: redis-py's blocking client closes its sockets
+    at once, so there is nothing to follow."""
+
+    def follow(self, client: object) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
 
 
 _OPTIONS = (

@@ -306,6 +306,38 @@ def test_an_unrenewed_lease_expires_and_the_holder_learns(connect):
         lock.release()
 
 
+def test_wait_lost_returns_after_the_on_lost_callbacks_ran(connect):
+    holder, operator = connect(), connect()
+    lock = holder.lock("told-first", ttl=SHORT_TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    told: list[str] = []
+
+    def slow(_hold: object) -> None:
+        time.sleep(0.3)  # slow work in a callback, as the holder's wait_lost() wakes
+        told.append("slow")
+
+    hold.on_lost(slow)
+    hold.on_lost(lambda _hold: told.append("quick"))
+    # a renewed hold has no deadline to run out at: its renewal worker finds it lost
+    assert operator.force_release("told-first") == 1
+    assert hold.wait_lost(timeout=20)
+    assert told == ["slow", "quick"]
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_wait_lost_returns_false_once_the_hold_is_released(connect):
+    locks = connect()
+    lock = locks.lock("watched")
+    assert lock.acquire()
+    hold = lock.hold
+    watching = background(lambda: hold.wait_lost())  # no timeout: only the release ends it
+    lock.release()
+    assert watching.result() is False
+    assert not hold.lost
+
+
 def test_renewal_keeps_the_lock_past_its_ttl(connect):
     first, second = connect(), connect()
     lock = first.lock("renewed", ttl=SHORT_TTL)

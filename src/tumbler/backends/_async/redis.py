@@ -28,7 +28,13 @@ from ..._clock import SYSTEM_CLOCK, Clock
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
 from ..contract import Grant, GrantRequest, HolderInfo, LockState, SessionEvents, WakeHub
-from ..redis import CAPABILITIES, MINIMUM_SERVER, RedisConfig, translate_errors
+from ..redis import (
+    CAPABILITIES,
+    MINIMUM_SERVER,
+    AsyncClosings,
+    RedisConfig,
+    translate_errors,
+)
 
 _log = logging.getLogger("tumbler.redis")
 
@@ -256,6 +262,11 @@ class AsyncRedisBackend:
             self.pubsub_client: Redis = Redis(host=host, port=port, **options)
         else:
             self.pubsub_client = self.client  # type: ignore[assignment]
+        # What redis-py closes without waiting, close() finishes: on a single server that is
+        # every connection (pubsub_client is the client); not followed are the cluster
+        # client's own connections, which its nodes make.
+        self.closings = AsyncClosings()
+        self.closings.follow(self.pubsub_client)
         self.wakeups = AsyncWakeups(self)
         self._grant = AsyncScript(self.client, lua.GRANT)
         self._renew = AsyncScript(self.client, lua.RENEW)
@@ -392,3 +403,4 @@ class AsyncRedisBackend:
         for client in clients:  # each on its own: one failing must not leave the other open
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 await client.aclose()
+        await self.closings.finish()

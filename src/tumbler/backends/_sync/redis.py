@@ -30,7 +30,13 @@ from ..._sync.watch import HubWatch
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
 from ..contract import Grant, GrantRequest, HolderInfo, LockState, SessionEvents, WakeHub
-from ..redis import CAPABILITIES, MINIMUM_SERVER, RedisConfig, translate_errors
+from ..redis import (
+    CAPABILITIES,
+    MINIMUM_SERVER,
+    Closings,
+    RedisConfig,
+    translate_errors,
+)
 
 _log = logging.getLogger("tumbler.redis")
 
@@ -258,6 +264,11 @@ class RedisBackend:
             self.pubsub_client: Redis = Redis(host=host, port=port, **options)
         else:
             self.pubsub_client = self.client  # type: ignore[assignment]
+        # What redis-py closes without waiting, close() finishes: on a single server that is
+        # every connection (pubsub_client is the client); not followed are the cluster
+        # client's own connections, which its nodes make.
+        self.closings = Closings()
+        self.closings.follow(self.pubsub_client)
         self.wakeups = Wakeups(self)
         self._grant = Script(self.client, lua.GRANT)
         self._renew = Script(self.client, lua.RENEW)
@@ -394,3 +405,4 @@ class RedisBackend:
         for client in clients:  # each on its own: one failing must not leave the other open
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 client.close()
+        self.closings.finish()
