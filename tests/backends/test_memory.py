@@ -109,3 +109,26 @@ def test_memory_urls_take_no_path_or_options():
         tumbler.connect("memory://store/path")
     with pytest.raises(InvalidURL):
         tumbler.connect("memory://store?x=1")
+
+
+def test_wait_lost_timeouts_follow_the_clock(url, clock):
+    with tumbler.connect(url, clock=clock) as locks:
+        lock = locks.lock("job", ttl=30, renew=False)
+        assert lock.acquire()
+        hold = lock.hold
+        listening = len(clock._listeners)
+        result: list[bool] = []
+        watcher = threading.Thread(target=lambda: result.append(hold.wait_lost(timeout=5)))
+        watcher.start()
+        eventually(lambda: len(clock._listeners) > listening, "the watcher waits on the clock")
+        clock.advance(4)
+        watcher.join(0.2)
+        assert watcher.is_alive()  # 4 s of clock time is not 5 (a move of the clock used to end it)
+        clock.advance(1)
+        watcher.join(30)
+        assert result == [False]
+        assert hold.held
+        clock.advance(25)
+        assert hold.wait_lost(timeout=0)
+        with pytest.raises(LockLost):
+            lock.release()
