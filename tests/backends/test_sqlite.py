@@ -110,6 +110,23 @@ def test_a_database_held_busy_gives_backend_unavailable(tmp_path):
         assert locks.lock("x").acquire(timeout=0)
 
 
+def test_a_transaction_abandoned_as_it_began_is_rolled_back_by_the_next(tmp_path):
+    # A signal handler that raises as BEGIN returns ends contextlib's __enter__ before the with
+    # block, leaving the transaction open on the thread's connection: in CI, `tumbler run` got
+    # SIGINT while waiting and could not withdraw its waiter entry.
+    path = tmp_path / "locks.db"
+    with tumbler.connect(url_of(path)) as locks:
+        lock = locks.lock("job")
+        assert lock.acquire(timeout=0)
+        abandoned = locks._backend._transaction()
+        abandoned.__enter__()  # what that exception leaves behind
+        lock.release()
+        assert locks.status_all() == []
+        del abandoned  # closed late, it must not roll back what came after
+        assert live_rows(path) == 0
+        assert locks.lock("job").acquire(timeout=0)
+
+
 def test_a_file_that_is_not_a_database_is_a_configuration_error(tmp_path):
     path = tmp_path / "locks.db"
     path.write_bytes(b"this is not an SQLite database, it is a text file" * 100)

@@ -322,6 +322,12 @@ class SQLiteBackend:
                 self._connections.append(db)  # before anything can fail: close() finds it
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        elif db.in_transaction:
+            # Every call starts here, outside a transaction, so this one was abandoned: an
+            # exception (a signal handler's) that came as BEGIN returned ended contextlib's
+            # __enter__ before the with block. Statements run now would join it and be undone.
+            with self._errors():
+                db.execute("ROLLBACK")
         return db
 
     @contextlib.contextmanager
@@ -362,11 +368,15 @@ class SQLiteBackend:
         can never read the same state and both decide to grant."""
         db = self._connection()
         with self._errors():
+            mine = object()
+            self._local.transaction = mine
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                # an abandoned one closed late must not roll back a newer transaction
+                if getattr(self._local, "transaction", None) is mine and db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
 
