@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from .._async.watch import AsyncHubWatch
-from .contract import Backend, Grant, GrantRequest, LockState, WakeHub
+from .contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
 
 T = TypeVar("T")
 
@@ -50,6 +50,9 @@ class AsyncAdapter:
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
         return await self._call(self.backend.renew, name, owner, ttl)
+
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return await self._call(self.backend.renew_all, renewals, timeout)
 
     async def release(self, name: str, owner: str) -> bool:
         return await self._call(self.backend.release, name, owner)

@@ -39,10 +39,16 @@ Fencing tokens
     satisfies this. ``capabilities.durable_fencing`` says whether this survives a backend
     crash and restart.
 
-Leases (``renew``)
+Leases (``renew``, ``renew_all``)
     ``renew`` sets a grant's lease to ``ttl`` from now and returns the TTL granted (a backend
     may clamp it), or None if the owner has no live grant. It **never revives** an expired or
-    removed grant, even if nobody else has taken the lock.
+    removed grant, even if nobody else has taken the lock. ``renew_all`` does the same for many
+    grants at once, in as few round trips as the store allows (one script call, one
+    transaction, one session check): the client's renewal worker renews every hold that is due
+    with one call. It returns or raises ``BackendUnavailable`` within about ``timeout``
+    seconds, whatever the network does: a renewal that outlived the leases it renews would
+    keep the worker from every other hold. ``capabilities.min_ttl`` is the shortest lease the
+    backend can keep renewed; shorter ones are refused before any call.
 
 Release (``release``)
     Compare-and-delete: removes the owner's entry (grant or waiter) and nobody else's, wakes
@@ -89,7 +95,7 @@ grant: a session-based backend would otherwise keep it for as long as the sessio
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -120,6 +126,15 @@ class GrantRequest:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """One lease to renew: ``owner``'s grant of ``name``, for ``ttl`` seconds from now."""
+
+    name: str
+    owner: str
+    ttl: float
+
+
+@dataclass(frozen=True)
 class Grant:
     """A grant made by the backend: the fencing ``token`` and the lease it ``granted_ttl``."""
 
@@ -135,8 +150,12 @@ class HolderInfo:
 
     token: int
     shared: bool
+    #: seconds left on the lease; for a grant that lives with its holder's session
+    #: (``session``), the session timeout instead: how long the grant outlives a dead holder
     expires_in: float
     holder: str
+    #: the grant lives as long as its holder's session (ZooKeeper), not a lease that counts down
+    session: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +194,11 @@ class Capabilities:
     poll_cap: float = 0.05
     #: the longest lease it grants (ZooKeeper: the session timeout); longer ones are cut to it
     max_ttl: float | None = None
+    #: the shortest lease it can keep renewed: a shorter ttl is refused with ``InvalidTTL``
+    min_ttl: float = 0.5
+    #: who the locks exclude: ``"process"`` (threads and tasks of one process only),
+    #: ``"host"`` (processes of one machine) or ``"network"`` (processes on any machine)
+    scope: str = "network"
 
 
 class WakeHub:
@@ -310,6 +334,10 @@ class Backend(Protocol):
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
 
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """``renew`` for each of ``renewals``, results in the same order, within ``timeout``."""
+        ...
+
     def release(self, name: str, owner: str) -> bool: ...
 
     def watch(self, name: str, owner: str) -> Watch: ...
@@ -335,6 +363,10 @@ class AsyncBackend(Protocol):
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
 
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """``renew`` for each of ``renewals``, results in the same order, within ``timeout``."""
+        ...
+
     async def release(self, name: str, owner: str) -> bool: ...
 
     def watch(self, name: str, owner: str) -> AsyncWatch: ...
@@ -357,6 +389,7 @@ __all__ = [
     "GrantRequest",
     "HolderInfo",
     "LockState",
+    "Renewal",
     "SessionEvents",
     "WakeHub",
     "Watch",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import _core as core
@@ -35,6 +36,7 @@ from .contract import (
     GrantRequest,
     HolderInfo,
     LockState,
+    Renewal,
     SessionEvents,
     WakeHub,
 )
@@ -155,6 +157,9 @@ class MemoryBackend:
                     row.expires_at = now + ttl
                     return ttl
         return None
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     def release(self, name: str, owner: str) -> bool:
         store = self._store

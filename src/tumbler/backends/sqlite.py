@@ -56,7 +56,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import platformdirs
@@ -72,7 +72,15 @@ from ..errors import (
     PermissionDenied,
 )
 from ._adapter import AsyncAdapter
-from .contract import Capabilities, Grant, GrantRequest, HolderInfo, LockState, SessionEvents
+from .contract import (
+    Capabilities,
+    Grant,
+    GrantRequest,
+    HolderInfo,
+    LockState,
+    Renewal,
+    SessionEvents,
+)
 
 SCHEMA_VERSION = 1
 
@@ -495,6 +503,9 @@ class SQLiteBackend:
                 (now + round(ttl * 1e9), name, owner, now),
             ).rowcount
         return ttl if changed == 1 else None
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     def release(self, name: str, owner: str) -> bool:
         db = self._connection()

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import secrets
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -27,7 +27,15 @@ from ..._async.watch import AsyncHubWatch
 from ..._clock import SYSTEM_CLOCK, Clock
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
-from ..contract import Grant, GrantRequest, HolderInfo, LockState, SessionEvents, WakeHub
+from ..contract import (
+    Grant,
+    GrantRequest,
+    HolderInfo,
+    LockState,
+    Renewal,
+    SessionEvents,
+    WakeHub,
+)
 from ..redis import (
     CAPABILITIES,
     MINIMUM_SERVER,
@@ -342,6 +350,9 @@ class AsyncRedisBackend:
         keys = [self.keys.entries(name)]
         renewed = await self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
+
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [await self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     async def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..contract import (
     GrantRequest,
     HolderInfo,
     LockState,
+    Renewal,
     SessionEvents,
     WakeHub,
 )
@@ -406,6 +408,9 @@ class AsyncZooKeeperBackend:
     def _session_id(self) -> int:
         client_id = self._client.client_id
         return int(client_id[0]) if client_id else -1
+
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [await self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     async def release(self, name: str, owner: str) -> bool:
         key = (name, owner)

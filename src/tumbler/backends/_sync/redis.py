@@ -13,7 +13,7 @@ import hashlib
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -29,7 +29,15 @@ from ..._clock import SYSTEM_CLOCK, Clock
 from ..._sync.watch import HubWatch
 from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from .. import _redis_lua as lua
-from ..contract import Grant, GrantRequest, HolderInfo, LockState, SessionEvents, WakeHub
+from ..contract import (
+    Grant,
+    GrantRequest,
+    HolderInfo,
+    LockState,
+    Renewal,
+    SessionEvents,
+    WakeHub,
+)
 from ..redis import (
     CAPABILITIES,
     MINIMUM_SERVER,
@@ -344,6 +352,9 @@ class RedisBackend:
         keys = [self.keys.entries(name)]
         renewed = self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..contract import (
     GrantRequest,
     HolderInfo,
     LockState,
+    Renewal,
     SessionEvents,
     WakeHub,
 )
@@ -402,6 +404,9 @@ class ZooKeeperBackend:
     def _session_id(self) -> int:
         client_id = self._client.client_id
         return int(client_id[0]) if client_id else -1
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
 
     def release(self, name: str, owner: str) -> bool:
         key = (name, owner)
