@@ -43,7 +43,7 @@ RENAMES = {
     "AsyncRWLock": "RWLock",
     "_AsyncPrimitive": "_Primitive",
     "AsyncRenewer": "Renewer",
-    "AsyncRenewable": "Renewable",
+    "AsyncExitGuard": "ExitGuard",
     "AsyncHubWatch": "HubWatch",
     "_async": "_sync",
     # backends
@@ -68,6 +68,9 @@ RENAMES = {
     "ashield": "shield",
     "acurrent_context": "current_context",
     "acheck_cancelled": "check_cancelled",
+    "acheck_loop": "check_loop",
+    "acurrent_loop": "current_loop",
+    "acheck_synchronizable": "check_synchronizable",
     "asleep_real": "sleep_real",
     # test helpers (tests/contract/compat.py)
     "aconnect": "connect",

@@ -37,6 +37,7 @@ from .errors import (
     PermitsMismatch,
     TumblerError,
     UnknownScheme,
+    WrongEventLoop,
 )
 
 __version__ = "0.1.0"
@@ -77,6 +78,7 @@ __all__ = [
     "Semaphore",
     "TumblerError",
     "UnknownScheme",
+    "WrongEventLoop",
     "connect",
     "known_schemes",
     "register_backend",

@@ -9,10 +9,15 @@ here has the same shape, so the generated code reads as if written by hand.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import inspect
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any, TypeVar
+
+from .errors import WrongEventLoop
 
 T = TypeVar("T")
 
@@ -167,3 +172,136 @@ def sleep_real(seconds: float) -> None:
 
 async def asleep_real(seconds: float) -> None:
     await asyncio.sleep(seconds)
+
+
+def current_loop() -> object | None:
+    """Sync twin of ``acurrent_loop``: a blocking client belongs to no event loop."""
+    return None
+
+
+def acurrent_loop() -> object | None:
+    """The running event loop, or None outside one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def check_loop(home: object | None) -> None:
+    """Sync twin of ``acheck_loop``: threads need no check."""
+
+
+def acheck_loop(home: object | None) -> None:
+    """Raise ``WrongEventLoop`` unless called on ``home``, the loop the client was made on."""
+    if home is not None and acurrent_loop() is not home:
+        raise WrongEventLoop(
+            "this asyncio client was made on another event loop, which renews its leases; "
+            "connect anew on this loop"
+        )
+
+
+def _is_coroutine_function(function: Callable[..., object]) -> bool:
+    # an object whose class has an "async def __call__" counts too
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        type(function).__call__
+    )
+
+
+def check_synchronizable(function: Callable[..., object]) -> None:
+    """``@synchronized`` of the blocking client holds the lock for a plain call only."""
+    if _is_coroutine_function(function):
+        raise TypeError(
+            f"{function!r} is a coroutine function: the blocking client's @synchronized would "
+            "release the lock before its body runs; use tumbler.aio's client"
+        )
+    if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+        raise TypeError(
+            f"{function!r} is a generator function: @synchronized would release the lock when "
+            "the generator is made, before its body runs; take the lock inside it instead"
+        )
+
+
+def acheck_synchronizable(function: Callable[..., object]) -> None:
+    """``@synchronized`` of the asyncio client holds the lock while a coroutine runs."""
+    if inspect.isasyncgenfunction(function) or inspect.isgeneratorfunction(function):
+        raise TypeError(
+            f"{function!r} is a generator function: @synchronized would release the lock when "
+            "the generator is made, before its body runs; take the lock inside it instead"
+        )
+    if not _is_coroutine_function(function):
+        raise TypeError(
+            f"{function!r} is not a coroutine function: the asyncio client's @synchronized "
+            "decorates 'async def' functions; use the blocking client (tumbler.connect) for "
+            "plain ones"
+        )
+
+
+#: how long closing a forgotten client may hold up the end of the program
+EXIT_GRACE = 2.0
+
+
+class ExitGuard:
+    """Close a client still open when the interpreter exits normally.
+
+    Its holds would otherwise keep their locks for a whole lease after the process is gone.
+    The close runs in a daemon thread given ``EXIT_GRACE`` seconds: an unreachable backend
+    must not hang the exit (the grants then run out by themselves). Only a weak reference is
+    kept, so the guard never keeps a client alive.
+    """
+
+    def __init__(self, close: Callable[[], object]) -> None:
+        self._close = weakref.WeakMethod(close)
+        self._armed = True
+        atexit.register(self._at_exit)
+
+    def disarm(self) -> None:
+        self._armed = False
+        atexit.unregister(self._at_exit)
+
+    def _at_exit(self) -> None:
+        close = self._close()
+        if close is None or not self._armed:
+            return
+        worker = threading.Thread(target=close, name="tumbler-exit", daemon=True)
+        worker.start()
+        worker.join(EXIT_GRACE)
+
+
+class AsyncExitGuard:
+    """Close a client still open when its event loop shuts down (``asyncio.run()`` returns).
+
+    ``asyncio.run()`` cancels the tasks still pending before it closes the loop: a task of the
+    guard's own waits for that cancellation and then closes the client on the loop, within
+    ``EXIT_GRACE`` seconds. Made outside a running loop, it guards nothing.
+    """
+
+    def __init__(self, close: Callable[[], Awaitable[object]]) -> None:
+        self._close = weakref.WeakMethod(close)
+        self._armed = True
+        self._task: asyncio.Task[None] | None = None
+        with contextlib.suppress(RuntimeError):
+            self._task = asyncio.get_running_loop().create_task(
+                self._watch(), name="tumbler-exit-guard"
+            )
+
+    def disarm(self) -> None:
+        self._armed = False
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(RuntimeError):  # its loop is already closed
+                task.cancel()
+
+    async def _watch(self) -> None:
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            # the loop is shutting down; the close below must not see this task as cancelled
+            uncancel = getattr(asyncio.current_task(), "uncancel", None)
+            if uncancel is not None:
+                uncancel()
+            close = self._close()
+            if close is None or not self._armed:
+                return
+            self._armed = False
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(close(), EXIT_GRACE)

@@ -312,6 +312,10 @@ def local_deadline(sent_at: float, granted_ttl: float) -> float:
     return sent_at + granted_ttl - drift_margin(granted_ttl)
 
 
+#: the least time a renewal call is given, even when a lease is about to run out
+MIN_CALL_BOUND = 0.01
+
+
 def renew_delay(granted_ttl: float) -> float:
     """How long after a grant or renewal the next renewal is due."""
     return granted_ttl * RENEW_FRACTION

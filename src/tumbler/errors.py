@@ -11,6 +11,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     ├── AlreadyHeld (RuntimeError)          non-re-entrant lock taken twice by one thread/task
     ├── ClientClosed (RuntimeError)         use of a client after close()
     ├── ForkedClient (RuntimeError)         use of a client inherited across fork()
+    ├── WrongEventLoop (RuntimeError)       an asyncio client used from another event loop
     ├── InvalidArgument (ValueError)        bad input, refused before the backend is touched
     │   ├── InvalidLockName
     │   ├── InvalidTTL
@@ -51,6 +52,7 @@ __all__ = [
     "PermitsMismatch",
     "TumblerError",
     "UnknownScheme",
+    "WrongEventLoop",
 ]
 
 
@@ -126,6 +128,15 @@ class ClientClosed(TumblerError, RuntimeError):
 
 class ForkedClient(TumblerError, RuntimeError):
     """The client was created in a parent process; a forked child must connect() anew."""
+
+
+class WrongEventLoop(TumblerError, RuntimeError):
+    """An asyncio client was used from an event loop other than the one it was made on.
+
+    Its connections and its renewal worker belong to that loop: once it is gone (a second
+    ``asyncio.run()``, a test framework's loop per test), nothing would renew a grant made
+    through it. Connect anew on each loop.
+    """
 
 
 class InvalidArgument(TumblerError, ValueError):

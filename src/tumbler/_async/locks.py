@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import functools
 import logging
 import os
@@ -38,14 +39,22 @@ import random
 import secrets
 import socket
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import replace
 from types import TracebackType
-from typing import Final, ParamSpec, TypeVar
+from typing import Final, NoReturn, ParamSpec, TypeVar
 
 from .. import _core as core
-from .._acompat import AsyncEvent, acheck_cancelled, acurrent_context, ashield
+from .._acompat import (
+    AsyncEvent,
+    AsyncExitGuard,
+    acheck_cancelled,
+    acheck_loop,
+    acheck_synchronizable,
+    acurrent_context,
+    acurrent_loop,
+    ashield,
+)
 from ..backends.contract import (
     AsyncBackend,
     AsyncWatch,
@@ -53,6 +62,7 @@ from ..backends.contract import (
     Grant,
     GrantRequest,
     LockState,
+    Renewal,
     SessionEvents,
 )
 from ..errors import (
@@ -63,6 +73,7 @@ from ..errors import (
     ForkedClient,
     HoldInDoubt,
     InvalidTimeout,
+    InvalidTTL,
     LockLost,
     NotHeld,
     TumblerError,
@@ -85,6 +96,15 @@ _UNSET: Final = _Unset()
 _HELD = "held"
 _RELEASING = "releasing"
 _RELEASED = "released"
+
+
+class _Step(enum.Enum):
+    RENEW = "renew"
+    GIVE_BACK = "give back"
+
+
+_RENEW: Final = _Step.RENEW
+_GIVE_BACK: Final = _Step.GIVE_BACK
 
 
 class AsyncHold:
@@ -242,7 +262,7 @@ class AsyncHold:
         For holds acquired with ``renew=False``; renewed holds are extended automatically.
         Raises ``LockLost`` if the backend no longer has the grant.
         """
-        seconds = self._request.ttl if ttl is None else core.validate_ttl(ttl)
+        seconds = self._request.ttl if ttl is None else self._locks._lease(core.validate_ttl(ttl))
         with self._locks._operation(self.name):
             self.check()
             sent_at = self._locks._clock.now()
@@ -280,6 +300,22 @@ class AsyncHold:
             self._raise_if_lost()  # lost anyway: that is what the holder must hear
             raise
         self._raise_if_lost()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a hold cannot leave its process: its lease is renewed by the client that was "
+            "granted it, and its owner id must stay secret; pass the name and the fencing "
+            "token instead"
+        )
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(
+            "a hold cannot be copied: a copy would share the grant's owner without being "
+            "renewed or released with it; pass the hold itself"
+        )
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self.lost else self._state)
@@ -346,45 +382,36 @@ class AsyncHold:
         except Exception:
             _log.exception("on_lost callback for lock %r failed", self.name)
 
-    async def _due(self) -> float | None:
-        """The renewal worker's job: renew, or find the hold lost. Returns the next due time."""
+    def _triage(self, now: float) -> float | _Step | None:
+        """What the renewal worker must do for this hold, decided without I/O: ``RENEW``,
+        ``GIVE_BACK`` (it was found lost: release the grant), a later due time, or None (the
+        hold ended)."""
         if self._state != _HELD:
-            return None
-        if self._lost_reason is not None:
-            await self._give_back()  # found lost elsewhere (wait_lost): not given back yet
             return None
         if self._pending_loss is not None:
             self._mark_lost(self._pending_loss)
-            await self._give_back()
-            return None
-        clock = self._locks._clock
-        now = clock.now()
-        if now >= self._deadline:
+        elif now >= self._deadline:
             self._mark_lost("the lease ran out before a renewal succeeded")
-            await self._give_back()
-            return None
+        if self._lost_reason is not None:
+            return None if self._given_back else _GIVE_BACK
         if not self._auto_renew and not self._in_doubt:
             return self._deadline
-        try:
-            granted = await self._locks._backend.renew(
-                self.name, self._request.owner, self._request.ttl
-            )
-        except BackendUnavailable as error:
-            _log.warning("renewal of lock %r failed, will retry: %s", self.name, error)
-            self._in_doubt = True
-            later = clock.now()
-            return min(self._deadline, later + core.retry_delay(self._deadline - later))
-        except TumblerError as error:
-            self._mark_lost(f"renewal failed: {error}")
-            return None
+        return _RENEW
+
+    def _renewal(self) -> Renewal:
+        return Renewal(self.name, self._request.owner, self._request.ttl)
+
+    def _renewed(self, granted: float | None, sent_at: float) -> float | None:
+        """Take a renewal's answer; the next due time, or None."""
         if self._state != _HELD:
             return None
-        if granted is not None and clock.now() >= self._deadline:
+        now = self._locks._clock.now()
+        if granted is not None and self._lost_reason is None and now >= self._deadline:
             # confirmed too late: the holder may already have been told the hold is lost, and
             # a hold reported lost never comes back
             self._mark_lost("the lease ran out before a renewal succeeded")
-            await self._give_back()
-            return None
+        if self._lost_reason is not None:
+            return now  # found lost meanwhile (the deadline watch): give the grant back
         if granted is None:
             self._mark_lost(
                 self._pending_loss
@@ -395,9 +422,25 @@ class AsyncHold:
         self._in_doubt = False
         if not self._auto_renew:
             return self._deadline  # confirmed after a doubt, not extended
-        self._deadline = core.local_deadline(now, granted)
+        self._deadline = core.local_deadline(sent_at, granted)
         self.ttl = granted
-        return now + core.renew_delay(granted)
+        return sent_at + core.renew_delay(granted)
+
+    def _unreachable(self, error: BackendUnavailable) -> float:
+        """A renewal could not reach the backend: in doubt, and tried again soon."""
+        self._in_doubt = True
+        later = self._locks._clock.now()
+        return min(self._deadline, later + core.retry_delay(self._deadline - later))
+
+    def _expire(self, now: float) -> float | None:
+        """The deadline watch: report the hold lost once its deadline passed; else the
+        deadline to wake at (None: nothing to watch)."""
+        if self._state != _HELD or self._lost_reason is not None:
+            return None
+        if now < self._deadline:
+            return self._deadline
+        self._mark_lost("the lease ran out before a renewal succeeded")
+        return None
 
     async def _give_back(self) -> None:
         """Release a grant the client gave up: a session-based backend would keep it for as
@@ -405,6 +448,7 @@ class AsyncHold:
         if self._given_back:
             return
         self._given_back = True
+        self._locks._forget(id(self))
         try:
             await self._locks._release_entry(self.name, self._request.owner)
         except TumblerError as error:
@@ -434,7 +478,9 @@ class _AsyncPrimitive:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
         #: the lease asked for, in seconds
-        self.ttl: float = locks._default_ttl if ttl is None else core.validate_ttl(ttl)
+        self.ttl: float = (
+            locks._default_ttl if ttl is None else locks._lease(core.validate_ttl(ttl))
+        )
         #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
         self.timeout: float | None = core.validate_timeout(timeout)
         #: grants in arrival order
@@ -651,7 +697,8 @@ class AsyncRWLock:
     """A read/write lock: ``read()`` is shared among readers, ``write()`` is exclusive.
 
     The write side is the same as ``lock(name)``: a mutex of that name excludes readers too.
-    Without ``fair=True`` a stream of readers can keep a writer waiting.
+    Fair (arrival order) unless made with ``fair=False``, which lets a stream of readers keep a
+    writer waiting.
     """
 
     def __init__(
@@ -661,7 +708,7 @@ class AsyncRWLock:
         *,
         ttl: float | None = None,
         timeout: float | None = None,
-        fair: bool = False,
+        fair: bool = True,
         renew: bool = True,
     ) -> None:
         self._read = AsyncReadLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
@@ -682,29 +729,43 @@ class AsyncLocks:
     """A client of one lock backend: makes lock objects and renews their leases.
 
     Made by ``connect()``. Use one client per process (per event loop in asyncio) and share it:
-    it holds the backend connection(s) and the one renewal worker that serves every hold.
-    ``close()`` (or leaving ``with``) releases what is still held. A client is not usable in a
-    process forked from the one that made it (``ForkedClient``): connect anew in the child.
+    it holds the backend connection(s) and the one renewal worker that serves every hold. A
+    grant stays held, and renewed, until it is released, found lost, or the client closed: the
+    client keeps it, not the caller's reference to the lock object or the hold.
+
+    ``close()`` (or leaving ``with``) releases what is still held; so does the end of the
+    program (interpreter exit; in asyncio, the end of ``asyncio.run()``) for a client left
+    open, within a couple of seconds, so that an unreachable backend cannot hang the exit. A
+    client is not usable in a process forked from the one that made it (``ForkedClient``), nor,
+    in asyncio, from another event loop (``WrongEventLoop``): connect anew there.
     """
 
     def __init__(self, backend: AsyncBackend, *, default_ttl: float = core.DEFAULT_TTL) -> None:
         self._backend = backend
         self._clock = backend.clock
-        self._default_ttl = core.validate_ttl(default_ttl)
-        self._renewer = AsyncRenewer(backend.clock)
+        self._min_ttl = backend.capabilities.min_ttl
+        self._default_ttl = self._lease(core.validate_ttl(default_ttl))
+        self._renewer: AsyncRenewer[AsyncHold] = AsyncRenewer(
+            backend.clock, self._serve_due, self._expire_overdue
+        )
         self._pid = os.getpid()
+        self._loop = acurrent_loop()
         self._closed = False
         self._rng = random.Random()
         self._holder = f"{socket.gethostname()} pid={self._pid}"
-        # weak: a hold its holder dropped stops being renewed and runs out (see renewal.py)
-        self._live: weakref.WeakValueDictionary[int, AsyncHold] = weakref.WeakValueDictionary()
+        # The client keeps every hold it granted until it is released, lost or the client
+        # closed: a hold must not run out because the caller dropped its lock object.
+        self._live: dict[int, AsyncHold] = {}
         self._live_guard = threading.Lock()
+        # a client's waiters on one lock queue here, and only the first of them at the backend
+        self._lines: dict[tuple[str, bool, int, bool], collections.deque[AsyncEvent]] = {}
         # backend calls in flight, per thread/task, and the waits close() must end
         self._calls: collections.Counter[Hashable] = collections.Counter()
         self._calls_done = AsyncEvent()
         self._watches: set[AsyncWatch] = set()
         if backend.session_events is not None:
             backend.session_events.subscribe(self._on_session_event)
+        self._exit_guard = AsyncExitGuard(self.close)
 
     @property
     def url(self) -> str:
@@ -766,10 +827,16 @@ class AsyncLocks:
         *,
         ttl: float | None = None,
         timeout: float | None = None,
-        fair: bool = False,
+        fair: bool = True,
         renew: bool = True,
     ) -> AsyncRWLock:
-        """A read/write lock: ``.read()`` shared, ``.write()`` exclusive."""
+        """A read/write lock: ``.read()`` shared, ``.write()`` exclusive.
+
+        Fair by default: requests are granted in arrival order, so a reader that comes after a
+        waiting writer waits behind it and a stream of readers cannot starve a writer (as
+        Curator's and kazoo's read/write locks behave). ``fair=False`` lets readers overtake a
+        waiting writer, for more read throughput at the risk of starving writers.
+        """
         return AsyncRWLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
 
     def synchronized(
@@ -783,11 +850,16 @@ class AsyncLocks:
         """Decorate a function so that every call runs holding the re-entrant mutex ``name``.
 
         A call that cannot have the lock within ``timeout`` raises ``AcquireTimeout``; a call
-        whose hold is lost while it runs raises ``LockLost`` when it returns.
+        whose hold is lost while it runs raises ``LockLost`` when it returns. Generator
+        functions are refused (``TypeError``): the lock would be released when the generator is
+        made, before its body runs; so are coroutine functions in the blocking client and plain
+        ones in the asyncio client, which would give no exclusion either.
         """
         lock = self.rlock(name, ttl=ttl, timeout=timeout, fair=fair)
 
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            acheck_synchronizable(function)
+
             @functools.wraps(function)
             async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
                 async with lock:
@@ -838,12 +910,18 @@ class AsyncLocks:
         with self._live_guard:
             if self._closed:
                 return
+            if os.getpid() == self._pid:
+                acheck_loop(self._loop)
             self._closed = True
             watches = list(self._watches)
+            waiting = [wake for line in self._lines.values() for wake in line]
+        self._exit_guard.disarm()
         if os.getpid() != self._pid:
             return  # the parent's connections and grants are the parent's to close
         for watch in watches:
             watch.wake()
+        for wake in waiting:
+            wake.set_threadsafe()
         with self._live_guard:
             holds = list(self._live.values())
         for hold in holds:
@@ -891,6 +969,8 @@ class AsyncLocks:
         with self._live_guard:
             if refuse_if_closed:
                 self._check_usable(name)
+            else:
+                acheck_loop(self._loop)
             self._calls[context] += 1
         try:
             yield
@@ -927,6 +1007,7 @@ class AsyncLocks:
                 lock_name=name,
                 backend=self.url,
             )
+        acheck_loop(self._loop)
         if self._closed:
             raise ClientClosed("the client is closed", lock_name=name, backend=self.url)
 
@@ -972,7 +1053,55 @@ class AsyncLocks:
         cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
         """
         with self._operation(request.name):
-            return await self._acquire_or_wait(request, timeout, renew)
+            if timeout == 0:
+                return await self._acquire_or_wait(request, timeout, renew)
+            # One waiter per lock and client talks to the backend; the client's others queue
+            # behind it here, in arrival order, at no cost to the backend or the connection pool.
+            key = (request.name, request.shared, request.limit, request.fair)
+            deadline = None if timeout is None else self._clock.now() + timeout
+            turn = AsyncEvent()
+            with self._live_guard:
+                line = self._lines.setdefault(key, collections.deque())
+                line.append(turn)
+            try:
+                if not await self._wait_turn(request.name, line, turn, deadline):
+                    return None
+                left = None if deadline is None else max(0.0, deadline - self._clock.now())
+                return await self._acquire_or_wait(request, left, renew)
+            finally:
+                with self._live_guard:
+                    first = line[0] is turn
+                    line.remove(turn)
+                    if not line:
+                        if self._lines.get(key) is line:
+                            del self._lines[key]
+                    elif first:
+                        line[0].set_threadsafe()
+
+    async def _wait_turn(
+        self,
+        name: str,
+        line: collections.deque[AsyncEvent],
+        turn: AsyncEvent,
+        deadline: float | None,
+    ) -> bool:
+        """Wait until ``turn`` is first in its line; False if the deadline passed first."""
+        clock = self._clock
+        clock.add_listener(turn.set_threadsafe)
+        try:
+            while True:
+                turn.clear()
+                with self._live_guard:
+                    self._check_usable(name)  # close() sets every turn
+                    if line[0] is turn:
+                        return True
+                now = clock.now()
+                if deadline is not None and now >= deadline:
+                    return False
+                await turn.wait(None if deadline is None else clock.real_timeout(deadline - now))
+                acheck_cancelled()
+        finally:
+            clock.remove_listener(turn.set_threadsafe)
 
     async def _acquire_or_wait(
         self, request: GrantRequest, timeout: float | None, renew: bool
@@ -1063,8 +1192,71 @@ class AsyncLocks:
         hold._finish_callbacks.append(lambda _: self._forget(key))
         due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold._deadline
         self._renewer.schedule(hold, due)
+        self._renewer.deadline_set(hold._deadline)
         return hold
 
     def _forget(self, key: int) -> None:
         with self._live_guard:
             self._live.pop(key, None)
+
+    async def _serve_due(self, holds: list[AsyncHold]) -> list[float | None]:
+        """The renewal worker's batch: every hold due now, renewed with one backend call."""
+        clock = self._clock
+        now = clock.now()
+        after: list[float | None] = [None] * len(holds)
+        renewing: list[int] = []
+        for index, hold in enumerate(holds):
+            step = hold._triage(now)
+            if step is _RENEW:
+                renewing.append(index)
+            elif step is _GIVE_BACK:
+                await hold._give_back()
+            else:
+                after[index] = step
+        if not renewing:
+            return after
+        batch = [holds[index] for index in renewing]
+        sent_at = clock.now()
+        # A renewal that outlived the leases it renews would only keep the worker from the
+        # others: bounded by the least time left (the deadline watch reports losses meanwhile).
+        bound = max(min(hold._deadline for hold in batch) - sent_at, core.MIN_CALL_BOUND)
+        try:
+            granted = await self._backend.renew_all([hold._renewal() for hold in batch], bound)
+        except BackendUnavailable as error:
+            _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
+            for index, hold in zip(renewing, batch, strict=True):
+                after[index] = hold._unreachable(error)
+            return after
+        except TumblerError as error:
+            for hold in batch:
+                hold._mark_lost(f"renewal failed: {error}")
+            return after
+        for index, hold, ttl in zip(renewing, batch, granted, strict=True):
+            after[index] = hold._renewed(ttl, sent_at)
+        return after
+
+    def _expire_overdue(self) -> float | None:
+        """The deadline watch: report every hold whose deadline passed as lost (the renewal
+        worker gives their grants back); the next deadline to watch for."""
+        with self._live_guard:
+            holds = list(self._live.values())
+        now = self._clock.now()
+        earliest: float | None = None
+        for hold in holds:
+            deadline = hold._expire(now)
+            if deadline is None:
+                if hold._lost_reason is not None and not hold._given_back:
+                    self._renewer.schedule(hold, now)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        return earliest
+
+    def _lease(self, ttl: float) -> float:
+        """``ttl``, refused if shorter than the backend can keep renewed."""
+        if ttl < self._min_ttl:
+            raise InvalidTTL(
+                f"ttl {ttl:g} s is shorter than the {self._min_ttl:g} s lease this backend "
+                "can keep renewed",
+                backend=self.url if hasattr(self, "_backend") else None,
+            )
+        return ttl

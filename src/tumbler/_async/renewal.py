@@ -1,9 +1,18 @@
-"""One renewal scheduler per client: a heap of due times served by one background worker.
+"""One renewal worker and one deadline watch per client.
 
-Every hold of a client is renewed (at a third of its lease) and checked for expiry by this one
-worker (a task, or in the blocking flavour a daemon thread), not by a thread per hold. The heap
-keeps only weak references: a hold that nobody references any more (its lock object dropped
-without release) stops being renewed, so its lease runs out instead of being kept for ever.
+Every hold of a client is renewed (at a third of its lease) by one background worker (a task,
+or in the blocking flavour a daemon thread), not by a worker per hold: it wakes at the earliest
+due time and hands every hold then due to the client in one batch, which the client renews with
+one backend call (``renew_all``).
+
+A second worker, the *deadline watch*, does no I/O: it wakes at the earliest local deadline of
+the client's holds and reports every hold whose deadline has passed as lost, at once. A renewal
+call stuck on a silent network (the connection open, no bytes flowing) may hold the renewal
+worker up to the end of its bound; the watch makes sure the holder is told (``on_lost``,
+``wait_lost()``) at its own deadline all the same, which comes before the backend's expiry.
+
+The scheduler keeps its holds (strong references): a hold whose lock object the caller dropped
+is still renewed until it is released, lost, or its client closed.
 """
 
 from __future__ import annotations
@@ -12,56 +21,83 @@ import heapq
 import itertools
 import logging
 import threading
-import weakref
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from .._acompat import AsyncEvent, AsyncWorker, ajoin, aspawn
 from .._clock import Clock
 
 _log = logging.getLogger("tumbler.renewal")
 
-
-class AsyncRenewable(Protocol):
-    async def _due(self) -> float | None:
-        """Do what is due (renew, or declare the hold lost); return the next due time or None."""
-        ...
+T = TypeVar("T")
+#: for each item served, its next due time or None
+NextDue = list[float | None]
 
 
-_Job = tuple[float, int, weakref.ref[AsyncRenewable]]
+class AsyncRenewer(Generic[T]):
+    """Schedules items (holds) and serves them in batches.
 
+    ``serve(items)`` does what is due for each item and returns, for each, the next due time
+    or None (done). ``expire()`` reports every item whose deadline passed and returns the next
+    deadline to watch for, or None.
+    """
 
-class AsyncRenewer:
-    def __init__(self, clock: Clock) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        serve: Callable[[list[T]], Awaitable[NextDue]],
+        expire: Callable[[], float | None],
+    ) -> None:
         self._clock = clock
+        self._serve = serve
+        self._expire = expire
         self._lock = threading.Lock()
-        self._heap: list[_Job] = []
+        self._heap: list[tuple[float, int, T]] = []
         self._order = itertools.count()
         self._wakeup = AsyncEvent()
+        self._watch_wakeup = AsyncEvent()
         self._progress = AsyncEvent()
         self._busy = False
+        #: the deadline the watch sleeps until (None: no hold to watch)
+        self._watched: float | None = None
+        self._watch_busy = False
         self._closed = False
-        self._worker: AsyncWorker | None = None
-        clock.add_listener(self._wakeup.set_threadsafe)
+        self._workers: list[AsyncWorker] = []
+        clock.add_listener(self._wake_both)
 
-    def schedule(self, item: AsyncRenewable, due: float) -> None:
-        """Call ``item._due()`` at ``due`` on the clock (and then whenever it asks)."""
+    def schedule(self, item: T, due: float) -> None:
+        """Serve ``item`` at ``due`` on the clock (and then whenever it asks)."""
         with self._lock:
-            heapq.heappush(self._heap, (due, next(self._order), weakref.ref(item)))
+            heapq.heappush(self._heap, (due, next(self._order), item))
             # The worker sleeps until the earliest due time: wake it only if that moved
             # earlier (a thread switch per acquisition would cost more than the grant).
             earliest = self._heap[0][0] == due
-            if self._worker is None and not self._closed:
-                self._worker = aspawn(self._run, "tumbler-renewal")
+            if not self._workers and not self._closed:
+                self._workers = [
+                    aspawn(self._run, "tumbler-renewal"),
+                    aspawn(self._watch, "tumbler-deadlines"),
+                ]
         if earliest:
             self._wakeup.set_threadsafe()
+
+    def deadline_set(self, deadline: float) -> None:
+        """A new hold's deadline: the watch moves its alarm if this one comes first."""
+        with self._lock:
+            earlier = self._watched is None or deadline < self._watched
+        if earlier:
+            self._watch_wakeup.set_threadsafe()
 
     def expedite(self) -> None:
         """Make every job due now (the backend's connection changed: confirm every hold)."""
         with self._lock:
             now = self._clock.now()
-            self._heap = [(min(due, now), order, ref) for due, order, ref in self._heap]
+            self._heap = [(min(due, now), order, item) for due, order, item in self._heap]
             heapq.heapify(self._heap)
+        self._wake_both()
+
+    def _wake_both(self) -> None:
         self._wakeup.set_threadsafe()
+        self._watch_wakeup.set_threadsafe()
 
     async def _run(self) -> None:
         while True:
@@ -70,43 +106,70 @@ class AsyncRenewer:
                 if self._closed:
                     return
                 now = self._clock.now()
-                job = heapq.heappop(self._heap) if self._heap and self._heap[0][0] <= now else None
-                self._busy = job is not None
-                next_due = self._heap[0][0] if job is None and self._heap else None
-            if job is None:
+                batch: list[T] = []
+                while self._heap and self._heap[0][0] <= now:
+                    batch.append(heapq.heappop(self._heap)[2])
+                self._busy = bool(batch)
+                next_due = self._heap[0][0] if not batch and self._heap else None
+            if not batch:
                 self._progress.set_threadsafe()
                 timeout = None if next_due is None else self._clock.real_timeout(next_due - now)
                 await self._wakeup.wait(timeout)
                 continue
-            item = job[2]()
-            if item is None:
-                continue
             try:
-                again = await item._due()
+                again = await self._serve(batch)
             except Exception:  # a renewal must never kill the worker that serves all holds
-                _log.exception("renewal job failed")
-                again = None
-            if again is not None:
-                with self._lock:
-                    heapq.heappush(self._heap, (again, next(self._order), job[2]))
+                _log.exception("renewal failed")
+                again = [None] * len(batch)
+            with self._lock:
+                for item, due in zip(batch, again, strict=True):
+                    if due is not None:
+                        heapq.heappush(self._heap, (due, next(self._order), item))
+
+    async def _watch(self) -> None:
+        while True:
+            self._watch_wakeup.clear()
+            with self._lock:
+                if self._closed:
+                    return
+                self._watch_busy = True
+            try:
+                deadline = self._expire()
+            except Exception:
+                _log.exception("deadline watch failed")
+                deadline = None
+            with self._lock:
+                self._watched = deadline
+                self._watch_busy = False
+            self._progress.set_threadsafe()
+            if deadline is None:
+                await self._watch_wakeup.wait(None)
+            else:
+                left = deadline - self._clock.now()
+                if left > 0:
+                    await self._watch_wakeup.wait(self._clock.real_timeout(left))
 
     async def settle(self) -> None:
-        """Wait until every job that is due on the clock has run (for tests on a manual clock)."""
+        """Wait until every job and deadline that is due on the clock has been served (for
+        tests on a manual clock)."""
         while True:
             with self._lock:
-                due = bool(self._heap) and self._heap[0][0] <= self._clock.now()
-                if not (self._busy or due) or self._closed or self._worker is None:
+                now = self._clock.now()
+                due = bool(self._heap) and self._heap[0][0] <= now
+                overdue = self._watched is not None and self._watched <= now
+                busy = self._busy or self._watch_busy
+                if not (busy or due or overdue) or self._closed or not self._workers:
                     return
                 self._progress.clear()
-            self._wakeup.set_threadsafe()
+            self._wake_both()
             await self._progress.wait(0.05)
 
     async def close(self) -> None:
         with self._lock:
             self._closed = True
             self._heap.clear()
-            worker = self._worker
-        self._clock.remove_listener(self._wakeup.set_threadsafe)
-        self._wakeup.set_threadsafe()
-        if worker is not None:
+            workers, self._workers = self._workers, []
+        self._clock.remove_listener(self._wake_both)
+        self._wake_both()
+        for worker in workers:
             await ajoin(worker)
