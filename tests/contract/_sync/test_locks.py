@@ -8,6 +8,7 @@ asyncio, ``tests/contract/_sync/test_locks.py`` (generated from it) for threads.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import time
 import unicodedata
@@ -19,12 +20,14 @@ from tumbler import (
     AlreadyHeld,
     ClientClosed,
     InvalidArgument,
+    InvalidTTL,
     LockLost,
     NotHeld,
     PermitsMismatch,
 )
+from tumbler import _core as core
 
-from ..compat import background, eventually, gather
+from ..compat import PATIENCE, background, eventually, gather
 from ..test_bad_input import REFUSED, VALID, Subject, case_id, group_id
 
 # a short lease, for cases about expiry: long enough for a loaded 2-core machine (two test
@@ -590,3 +593,91 @@ def test_mutual_exclusion_under_concurrency(connect):
     assert most_inside == 1
     assert len(tokens) == 40
     assert tokens == sorted(tokens)
+
+
+def test_a_grant_stays_held_after_its_lock_object_is_dropped(connect):
+    first, second = connect(), connect()
+    # the caller keeps no reference: the client must still renew the grant
+    assert first.lock("dropped", ttl=SHORT_TTL).acquire()
+    gc.collect()
+    # several leases pass without a renewal failing: the lock stays taken
+    assert not second.lock("dropped").acquire(timeout=3 * SHORT_TTL)
+    state = first.status("dropped")
+    assert len(state.holders) == 1
+
+
+def test_a_clients_waiters_on_one_lock_wait_at_the_backend_as_one(connect):
+    holder, crowd = connect(), connect()
+    held = holder.lock("busy")
+    assert held.acquire()
+    lock = crowd.lock("busy")
+    granted: list[int] = []
+
+    def take() -> None:
+        with lock as hold:
+            granted.append(hold.token)
+
+    waiters = [background(take) for _ in range(20)]
+
+    def one_in_line() -> bool:
+        return (holder.status("busy")).waiters == 1
+
+    eventually(one_in_line, "the crowd's first waiter is in line")
+    assert (holder.status("busy")).waiters == 1
+    held.release()
+    for waiter in waiters:
+        waiter.result()
+    assert len(granted) == 20
+    assert granted == sorted(granted)
+    assert (holder.status("busy")).waiters == 0
+
+
+def test_overlapping_readers_do_not_starve_a_writer(connect):
+    readers_client, other_readers, writer_client = (
+        connect(),
+        connect(),
+        connect(),
+    )
+    first = readers_client.rwlock("shelf").read()
+    second = other_readers.rwlock("shelf").read()
+    writer = writer_client.rwlock("shelf").write()
+    written = False
+    assert first.acquire(timeout=0)
+
+    def writes() -> bool:
+        nonlocal written
+        acquired = writer.acquire(timeout=PATIENCE)
+        written = True
+        if acquired:
+            writer.release()
+        return acquired
+
+    pending = background(writes)
+
+    def queued() -> bool:
+        return (writer_client.status("shelf")).waiters == 1
+
+    eventually(queued, "the writer waits")
+    # a relay of readers: the next takes its read lock before the last lets go, so without
+    # arrival order there is never a moment with no reader, and the writer never gets in
+    holding, idle = first, second
+    while not written:
+        if not idle.acquire(timeout=0.2):
+            break  # queued behind the writer: the relay is broken, as it must be
+        holding.release()
+        holding, idle = idle, holding
+    if holding.hold is not None:
+        holding.release()
+    assert pending.result() is True
+
+
+def test_a_ttl_shorter_than_the_backend_keeps_is_refused(connect):
+    locks = connect()
+    floor = locks.capabilities.min_ttl
+    if floor <= core.MIN_TTL:
+        pytest.skip("this backend can keep any lease tumbler accepts")
+    with pytest.raises(InvalidTTL, match=f"{floor:g} s"):
+        locks.lock("short", ttl=floor / 2)
+    with pytest.raises(InvalidTTL, match=f"{floor:g} s"):
+        connect(default_ttl=floor / 2)
+    assert locks.status_all() == []
