@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import contextlib
 import inspect
+import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
@@ -20,6 +21,8 @@ from typing import Any, TypeVar
 from .errors import WrongEventLoop
 
 T = TypeVar("T")
+
+_log = logging.getLogger("tumbler")
 
 #: what spawn() and aspawn() return
 Worker = threading.Thread
@@ -285,9 +288,11 @@ class AsyncExitGuard:
             )
 
     def disarm(self) -> None:
+        if not self._armed:
+            return  # already closing the client: the close must not cancel itself
         self._armed = False
         task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
+        if task is not None:
             with contextlib.suppress(RuntimeError):  # its loop is already closed
                 task.cancel()
 
@@ -303,5 +308,7 @@ class AsyncExitGuard:
             if close is None or not self._armed:
                 return
             self._armed = False
-            with contextlib.suppress(Exception, asyncio.CancelledError):
+            try:
                 await asyncio.wait_for(close(), EXIT_GRACE)
+            except (Exception, asyncio.CancelledError):
+                _log.warning("could not close a client left open at exit", exc_info=True)

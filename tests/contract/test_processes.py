@@ -167,3 +167,16 @@ def test_a_forked_child_does_not_inherit_holds(process_backend_url):
         with tumbler.connect(process_backend_url) as other:
             assert not other.lock("parental").acquire(blocking=False)
         lock.release()
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_program_that_ends_holding_a_lock_releases_it(
+    process_backend_url, tmp_path, processes, flavour
+):
+    marker = tmp_path / "marker"
+    ttl = 20.0  # far longer than the test waits: only a release at exit frees the lock in time
+    processes.append(start("forget", process_backend_url, "left", str(marker), str(ttl), flavour))
+    assert processes[-1].wait(PATIENCE) == 0
+    assert read_marker(marker) > 0
+    with tumbler.connect(process_backend_url) as locks:
+        assert locks.lock("left").acquire(timeout=ttl / 4)

@@ -2,11 +2,13 @@
 
     python worker.py count URL NAME COUNTER_FILE TOKENS_FILE N FLAVOUR [--no-lock]
     python worker.py hold  URL NAME MARKER_FILE TTL FLAVOUR [--fair]
+    python worker.py forget URL NAME MARKER_FILE TTL FLAVOUR
 
 ``count`` does N read-modify-write increments of a counter file that is not atomic by itself,
 each under the lock (or, with --no-lock, under nothing: the negative control), appending each
 grant's fencing token to TOKENS_FILE. ``hold`` acquires, writes its token to MARKER_FILE, and
-then blocks until killed.
+then blocks until killed. ``forget`` acquires, writes its token, and ends the program without
+releasing or closing anything.
 """
 
 from __future__ import annotations
@@ -76,6 +78,20 @@ async def hold_async(url: str, name: str, marker: str, ttl: float, fair: bool) -
     await asyncio.Event().wait()
 
 
+def forget_sync(url: str, name: str, marker: str, ttl: float) -> None:
+    locks = tumbler.connect(url)
+    lock = locks.lock(name, ttl=ttl)
+    lock.acquire(timeout=None)
+    append(marker, str(lock.hold.token))
+
+
+async def forget_async(url: str, name: str, marker: str, ttl: float) -> None:
+    locks = await tumbler.aio.connect(url)
+    lock = locks.lock(name, ttl=ttl)
+    await lock.acquire(timeout=None)
+    append(marker, str(lock.hold.token))
+
+
 def main(argv: list[str]) -> None:
     mode, url, name, *rest = argv
     flags = {arg for arg in rest if arg.startswith("--")}
@@ -95,6 +111,12 @@ def main(argv: list[str]) -> None:
             asyncio.run(hold_async(url, name, marker, float(ttl), "--fair" in flags))
         else:
             hold_sync(url, name, marker, float(ttl), "--fair" in flags)
+    elif mode == "forget":
+        marker, ttl, flavour = args
+        if flavour == "async":
+            asyncio.run(forget_async(url, name, marker, float(ttl)))
+        else:
+            forget_sync(url, name, marker, float(ttl))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
