@@ -1,0 +1,76 @@
+"""A holder cut off in silence (the connection open, no byte flowing: a dead switch) is told
+its hold is lost before the backend can grant the lock to anyone else.
+
+The holder's renewal call then blocks until its bound; ``on_lost`` must not wait for it. Run
+on the server backends, through the fault proxy, in both flavours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+import tumbler
+import tumbler.aio
+from tumbler.torture.proxy import FaultProxy
+
+from .compat import PATIENCE
+from .conftest import make_url
+
+TTL = 2.0
+FLAVOURS = ["sync", "async"]
+
+
+@pytest.fixture(params=["redis", "zookeeper"])
+def server_url(request, tmp_path) -> tuple[str, tuple[str, int]]:
+    url = make_url(request.param, request, tmp_path)
+    server = request.getfixturevalue(f"{request.param}_server")
+    return url, (server.host, server.port)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_silenced_holder_is_told_before_anyone_else_is_granted(server_url, flavour):
+    url, (host, port) = server_url
+    events: list[str] = []
+    told = threading.Event()
+
+    def lost(_hold: object) -> None:
+        events.append("holder told")
+        told.set()
+
+    def other_takes_the_lock() -> None:
+        with tumbler.connect(url) as other:
+            assert other.lock("silenced").acquire(timeout=PATIENCE)
+            events.append("other granted")
+
+    with FaultProxy((host, port), seed=11) as proxy:
+        cut_url = url.replace(f":{port}/", f":{proxy.port}/", 1)
+        if flavour == "sync":
+            holder = tumbler.connect(cut_url)
+            lock = holder.lock("silenced", ttl=TTL)
+            assert lock.acquire()
+            assert lock.hold is not None
+            lock.hold.on_lost(lost)
+            proxy.blackhole()
+            other_takes_the_lock()
+            assert told.wait(PATIENCE)
+            proxy.heal()
+            holder.close()
+        else:
+
+            async def main() -> None:
+                holder = await tumbler.aio.connect(cut_url)
+                lock = holder.lock("silenced", ttl=TTL)
+                assert await lock.acquire()
+                assert lock.hold is not None
+                lock.hold.on_lost(lost)
+                proxy.blackhole()
+                await asyncio.to_thread(other_takes_the_lock)
+                assert await asyncio.to_thread(told.wait, PATIENCE)
+                proxy.heal()
+                await holder.close()
+
+            asyncio.run(main())
+    assert events == ["holder told", "other granted"]
