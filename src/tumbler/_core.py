@@ -299,10 +299,11 @@ def drift_margin(ttl: float) -> float:
 
     Covers clock-rate differences between client and server (1% of the lease, as Redlock's
     description allows) and the delay between the deadline and the holder acting on it on a
-    loaded machine (a thread or task woken late): 25 ms, but never more than 5% of the lease.
+    loaded machine (a thread or task woken late): 25 ms, but no more than 5% of the lease
+    (and at least 2 ms).
     The holder's ``on_lost`` must come before the backend can grant the lock to anyone else.
     """
-    return ttl * 0.01 + min(0.025, ttl * 0.05)
+    return ttl * 0.01 + min(0.025, max(0.002, ttl * 0.05))
 
 
 def local_deadline(sent_at: float, granted_ttl: float) -> float:

@@ -40,7 +40,7 @@ AnyLock = tumbler.Lock | tumbler.Semaphore | tumbler.ReadLock
 
 def give_up_margin(ttl: float) -> float:
     """How much before the backend's lease ends a client stops believing it holds it."""
-    return ttl * 0.01 + min(0.025, ttl * 0.05)
+    return ttl * 0.01 + min(0.025, max(0.002, ttl * 0.05))
 
 
 @dataclass(eq=False)
