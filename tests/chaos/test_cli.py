@@ -74,6 +74,8 @@ def test_a_short_run_writes_json_and_markdown(
     assert text.endswith(END + "\n\nafter\n")
     assert "old report" not in text
     assert "| sqlite | kill |" in text
+    assert "| work after grant |" in text
+    assert round_["check"]["work_after_grant_s"] == []
 
 
 def _run(round_: RoundResult) -> TortureRun:

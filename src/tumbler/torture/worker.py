@@ -5,12 +5,16 @@ FILE --client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed 
 [--long-hold FRACTION]``. A ``FRACTION`` of the holds think for 0.3 to 1.2 TTL instead of
 ``--think`` (their lease is renewed meanwhile).
 
-It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``), records every
-step in its history file (see :mod:`tumbler.torture.history`), and does *not* skip the write
-when it knows its hold is gone: the point is to send the stale write and watch the resource
-refuse it. A real application would check ``hold.held`` first; the worker records what
-``hold.held`` said at each request instead, so the checker can tell whether the library ever
-claimed a hold it no longer had.
+It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``) and records
+every step in its history file (see :mod:`tumbler.torture.history`). Its critical section
+(read, think, write) is what a correct user of the library writes: it stops working the moment
+the hold's ``on_lost`` callback runs (the thinking is a wait on the event the callback sets),
+and records when it stopped (``work_end``), so the checker can tell whether a holder was still
+working after another client had been granted the lock. It then still sends its pending write
+once, marked as a probe: the point is to send the stale write and watch the resource refuse
+it. It does not look at ``hold.held`` before the write; it records what ``hold.held`` said at
+each request instead, so the checker can tell whether the library ever claimed a hold it no
+longer had.
 
 SIGTERM asks it to stop: while waiting for the lock it stops at once (the library withdraws
 the waiter); while holding it finishes the round and releases first. Errors the library
@@ -25,6 +29,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -175,8 +180,9 @@ def _loop(
                 "deadline": now + int(hold.expires_in * 1e9),
             }
         )
-        hold.on_lost(_record_loss(writer, acq))
-        _critical_section(resource, writer, hold, lock_name, acq, think, long_hold, ttl, rng)
+        lost = threading.Event()
+        hold.on_lost(_record_loss(writer, acq, lost))
+        _critical_section(resource, writer, hold, lost, lock_name, acq, think, long_hold, ttl, rng)
         t0 = time.monotonic_ns()
         try:
             hold.release()
@@ -193,11 +199,15 @@ def _loop(
             time.sleep(rng.random() * idle)
 
 
-def _record_loss(writer: HistoryWriter, acq: str) -> Callable[[tumbler.Hold], object]:
-    """An ``on_lost`` callback that records the loss of grant ``acq``."""
+def _record_loss(
+    writer: HistoryWriter, acq: str, lost: threading.Event
+) -> Callable[[tumbler.Hold], object]:
+    """An ``on_lost`` callback that records the loss of grant ``acq`` and sets ``lost``."""
 
     def record(hold: tumbler.Hold) -> None:
+        # recorded before the event is set: the loss is on file before the work stops
         writer.write("lost", acq=acq, reason=hold.lost_reason)
+        lost.set()
 
     return record
 
@@ -206,6 +216,7 @@ def _critical_section(
     resource: ResourceClient,
     writer: HistoryWriter,
     hold: tumbler.Hold,
+    lost: threading.Event,
     lock_name: str,
     acq: str,
     think: float,
@@ -213,13 +224,24 @@ def _critical_section(
     ttl: float,
     rng: random.Random,
 ) -> None:
-    """Read the counter, think, write it back plus one: every request fenced with the token."""
+    """Read the counter, think, write it back plus one: every request fenced with the token.
+
+    The work stops as soon as ``lost`` is set (by ``on_lost``): no step begins after it, and
+    the thinking is a wait on it. When the work ends, for whatever reason, ``work_end`` is
+    recorded, before the release or the probe.
+    """
 
     def record(kind: str, t0: int, held: bool, outcome: str, **fields: object) -> None:
         writer.write(
             "op", acq=acq, token=hold.token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
         )
 
+    def end(why: str) -> None:
+        writer.write("work_end", acq=acq, why=why)
+
+    if lost.is_set():  # lost as it was granted: nothing to do
+        end("lost")
+        return
     # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
     t0 = time.monotonic_ns()
     held = hold.held
@@ -227,23 +249,64 @@ def _critical_section(
         accepted, value = resource.read(lock_name, hold.token, acq)
     except ResourceError as error:
         record("read", t0, held, "error", why=str(error))
+        end("error")
         return
     # A few holds last most of a lease (renewed meanwhile): the window in which a server or
     # network fault finds a holder, and its lease must survive or be lost, visibly.
     pause = rng.uniform(0.3, 1.2) * ttl if rng.random() < long_hold else think
     record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
     if not accepted:
+        end("refused")  # the resource has seen a newer token: the hold is gone
         return
-    # The window a pause or a kill aims at: between the read and the write.
-    time.sleep(pause)
+    # The window a pause or a kill aims at: between the read and the write. A wait on the
+    # event rather than a sleep: on_lost ends it at once, as it would a real holder's work.
+    if lost.wait(pause):
+        end("lost")
+        _probe(resource, writer, hold, lock_name, acq, value)
+        return
     t0 = time.monotonic_ns()
     held = hold.held
     try:
         accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
     except ResourceError as error:
         record("write", t0, held, "error", why=str(error))
+        end("error")
         return
     record("write", t0, held, "ok" if accepted else "refused", value=value + 1)
+    end("done" if accepted else "refused")
+
+
+def _probe(
+    resource: ResourceClient,
+    writer: HistoryWriter,
+    hold: tumbler.Hold,
+    lock_name: str,
+    acq: str,
+    value: int,
+) -> None:
+    """Send the write the lost hold did not make, as a paused process would have (it is not
+    work: the holder has stopped and knows it): the resource must refuse it if anyone else
+    has been granted the lock since."""
+    t0 = time.monotonic_ns()
+    held = hold.held
+    fields: dict[str, object]
+    try:
+        accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
+    except ResourceError as error:
+        outcome, fields = "error", {"why": str(error)}
+    else:
+        outcome, fields = ("ok" if accepted else "refused"), {"value": value + 1}
+    writer.write(
+        "op",
+        acq=acq,
+        token=hold.token,
+        kind="write",
+        t0=t0,
+        held=held,
+        outcome=outcome,
+        probe=True,
+        **fields,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
