@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backends import URL_VARIABLE
 from .history import HistoryFile, HistoryTail, read_history
 from .resource import ResourceClient, ResourceError
 
@@ -35,6 +36,12 @@ class PoolError(Exception):
 
 def _module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def _child_environment() -> dict[str, str]:
+    """The harness's environment without ``$TUMBLER_URL``: the children get the URL they need
+    on a pipe, and a password in it must not be copied into every process's environment."""
+    return {name: value for name, value in os.environ.items() if name != URL_VARIABLE}
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -64,6 +71,7 @@ class ResourceProcess:
                 self.fencing,
             ),
             stdin=subprocess.DEVNULL,
+            env=_child_environment(),
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
@@ -98,6 +106,18 @@ class ResourceProcess:
 
     def history(self) -> HistoryFile:
         return read_history(self.log_path)
+
+
+def _send_url(process: subprocess.Popen[bytes], url: str) -> None:
+    """Give a new worker its URL on its standard input (the command line and the environment
+    are readable by others: ``ps``, ``/proc``), then close the pipe."""
+    assert process.stdin is not None
+    try:
+        # a URL is far below a pipe's capacity: the write never waits for the reader
+        process.stdin.write(url.encode() + b"\n")
+        process.stdin.close()
+    except BrokenPipeError:
+        pass  # it died first: wait_started reports its exit status and stderr
 
 
 @dataclass
@@ -153,7 +173,6 @@ class WorkerPool:
         history = self.directory / f"{client}.jsonl"
         command = _module_command(
             "tumbler.torture.worker",
-            "--url", self.url,
             "--lock", self.lock,
             "--resource", str(self.resource),
             "--history", str(history),
@@ -170,10 +189,15 @@ class WorkerPool:
             # a session of its own: a Ctrl-C at the terminal reaches the harness only, which
             # then stops the workers in order
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+                command,
+                stdin=subprocess.PIPE,
+                stderr=stderr,
+                env=_child_environment(),
+                start_new_session=True,
             )
         finally:
             stderr.close()
+        _send_url(process, self.url)
         return WorkerSlot(index, incarnation, client, process, history, HistoryTail(history))
 
     def start(self, timeout: float = 60.0) -> None:

@@ -1,8 +1,10 @@
 """A torture worker: one OS process that loops acquire -> read-modify-write -> release.
 
-Run as ``python -m tumbler.torture.worker --url URL --lock NAME --resource SOCKET --history
-FILE --client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
-[--long-hold FRACTION]``. A ``FRACTION`` of the holds think for 0.3 to 1.2 TTL instead of
+Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --history FILE
+--client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N] [--long-hold
+FRACTION] < URL``: the backend URL comes on standard input (one line), never on the command
+line or in the environment, where anyone on the machine could read its password (``ps``,
+``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to 1.2 TTL instead of
 ``--think`` (their lease is renewed meanwhile).
 
 It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``) and records
@@ -34,6 +36,7 @@ import time
 import traceback
 from collections.abc import Callable
 from types import FrameType
+from typing import IO
 
 import tumbler
 from tumbler.errors import BackendUnavailable, LockLost, NotHeld, TumblerError
@@ -43,6 +46,7 @@ from .resource import ResourceClient, ResourceError
 
 __all__ = ["main", "run_worker"]
 
+EX_USAGE = 64
 EX_SOFTWARE = 70
 
 
@@ -309,9 +313,17 @@ def _probe(
     )
 
 
+def _read_url(stream: IO[str]) -> str | None:
+    """The backend URL: the first line of ``stream`` (the harness's pipe), or None."""
+    url = stream.readline().rstrip("\r\n")
+    return url or None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tumbler.torture.worker")
-    parser.add_argument("--url", required=True)
+    parser = argparse.ArgumentParser(
+        prog="python -m tumbler.torture.worker",
+        description="A torture worker; reads the backend URL from standard input.",
+    )
     parser.add_argument("--lock", required=True)
     parser.add_argument("--resource", required=True)
     parser.add_argument("--history", required=True)
@@ -323,8 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--long-hold", type=float, default=0.0)
     args = parser.parse_args(argv)
+    url = _read_url(sys.stdin)
+    if url is None:
+        print("torture worker: no backend URL on standard input", file=sys.stderr)
+        return EX_USAGE
     return run_worker(
-        url=args.url,
+        url=url,
         lock_name=args.lock,
         resource_path=args.resource,
         history_path=args.history,
