@@ -323,6 +323,19 @@ def test_a_holder_stopped_before_the_other_grant_is_exempt() -> None:
     assert late.by_kind() == {"work-after-grant": 1}
 
 
+def test_grants_while_a_holder_was_cut_off_are_counted() -> None:
+    history = _late_notice(lost_ms=1300)
+    isolate = FaultRecord("net-isolate", 500 * MS, 2500 * MS, "worker a's proxy", "a", "a.1")
+    history = RoundHistory(
+        LOCK, 1.0, history.workers, history.resource, [isolate], recovery_bound=2.5,
+        t_end=3100 * MS,
+    )  # fmt: skip
+    result = check_round(history)
+    assert result.grants_during_isolation == 1  # b.1 at 1400 ms
+    assert result.holds_hit == 1
+    assert result.violations == []
+
+
 def test_a_killed_holder_stopped_working_at_its_kill() -> None:
     built = build([Step(0, "normal", 0, 1), Step(1, "killed", 0, 1), Step(2, "normal", 0, 1)])
     assert check_round(built.round()).violations == []
@@ -350,6 +363,14 @@ def test_a_fault_round_that_hit_nothing_is_flagged() -> None:
     assert hazard_exercised(["net-reset"], CheckResult(faults=1, fault_hits=2))[0] is True
     assert hazard_exercised(["restart"], CheckResult(faults=1, fault_hits=2))[0] is False
     assert hazard_exercised(["kill"], CheckResult()) == (False, "no fault was injected")
+    # a holder cut off alone proves something only if another worker was granted meanwhile
+    cut_off = CheckResult(faults=1, fault_hits=300, holds_hit=1, disruptions=4)
+    assert hazard_exercised(["net-isolate"], cut_off) == (
+        False,
+        "no grant while a holder was cut off",
+    )
+    cut_off.grants_during_isolation = 2
+    assert hazard_exercised(["net-isolate"], cut_off)[0] is True
     assert hazard_exercised(["none"], CheckResult()) == (True, "baseline")
 
 

@@ -104,6 +104,8 @@ ALL_KINDS = (
 
 #: faults aimed at the current holder (the harness names its client and grant)
 HOLDER_FAULTS = frozenset({"kill", "pause"})
+#: the network fault that cuts one holder off while the others go on
+ISOLATE = "net-isolate"
 
 _NS = 1_000_000_000
 
@@ -197,6 +199,8 @@ class CheckResult:
     kills_of_holders: int = 0
     #: grants made (by others) while a holder was paused
     grants_during_pause: int = 0
+    #: grants made (by others) while a holder was cut off alone (``net-isolate``)
+    grants_during_isolation: int = 0
     #: pauses longer than twice the lease whose holder then learned it had lost the hold
     pauses_loss_detected: int = 0
     #: errors, losses and holds in doubt the clients saw while a server or network fault
@@ -244,6 +248,7 @@ class CheckResult:
             "faults": self.faults,
             "kills_of_holders": self.kills_of_holders,
             "grants_during_pause": self.grants_during_pause,
+            "grants_during_isolation": self.grants_during_isolation,
             "pauses_loss_detected": self.pauses_loss_detected,
             "disruptions": self.disruptions,
             "fault_hits": self.fault_hits,
@@ -699,6 +704,12 @@ def _count_hazards(
             life = lives.get(fault.acq)
             if fault.t1 - fault.t0 > 2 * ttl_ns and life is not None and life.lost:
                 result.pauses_loss_detected += 1
+        if fault.kind == ISOLATE and fault.acq is not None:
+            start = bisect.bisect_right(done_times, fault.t0)
+            end = bisect.bisect_left(done_times, fault.t1)
+            result.grants_during_isolation += sum(
+                1 for grant in grants[start:end] if grant.client != fault.client
+            )
         if fault.kind not in HOLDER_FAULTS and fault.acq is not None:
             life = lives.get(fault.acq)
             if (
@@ -721,7 +732,8 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
     pause and a stale request reached the resource (refused, unless fencing is off); server
     faults: a fault began while a holder held (on the node it used, for a minority), or
     clients saw errors, losses or holds in doubt while the fault was on; network faults:
-    that, or the proxy dropped, held or reset something. A round without faults exercises
+    that, or the proxy dropped, held or reset something; ``net-isolate`` also: another worker
+    was granted the lock while the holder was cut off. A round without faults exercises
     nothing and needs nothing.
     """
     kinds = set(kinds) - {"none"}
@@ -746,6 +758,11 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
             missing.append("no grant while a holder was paused")
         else:
             missing.append("no stale request after a pause")
+    if ISOLATE in kinds:
+        if result.grants_during_isolation:
+            shown.append(f"{result.grants_during_isolation} grants while a holder was cut off")
+        else:
+            missing.append("no grant while a holder was cut off")
     others = kinds - HOLDER_FAULTS
     if others:
         network = any(kind.startswith("net-") for kind in others)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends import URL_VARIABLE
+from .backends import with_netloc
+from .faults import ProxyControl
 from .history import HistoryFile, HistoryTail, read_history
 from .resource import ResourceClient, ResourceError
 
@@ -140,6 +142,8 @@ class WorkerSlot:
     #: when the worker's read was answered, and until when it thinks before writing (ns)
     read_at: int = 0
     writes_at: int = 0
+    #: the proxy of its own it reaches the server through, if the pool gives it one
+    proxy: ProxyControl | None = None
 
 
 @dataclass
@@ -158,6 +162,8 @@ class WorkerPool:
     seed: int
     #: the fraction of holds that think for most of a lease
     long_hold: float = 0.0
+    #: how many leases those think at most
+    long_max: float = 1.2
     slots: list[WorkerSlot] = field(default_factory=list)
     #: slots whose worker was killed and replaced (their histories are part of the round)
     retired: list[WorkerSlot] = field(default_factory=list)
@@ -167,6 +173,9 @@ class WorkerPool:
     grant_times: list[int] = field(default_factory=list)
     #: clients that exited other than on request, and how
     bad_exits: dict[str, int] = field(default_factory=dict)
+    #: the address ``url`` names (host, port): each worker then reaches it through a proxy of
+    #: its own, so that a network fault can hit one worker alone
+    own_proxies: tuple[str, int] | None = None
 
     def _spawn(self, index: int, incarnation: int) -> WorkerSlot:
         client = f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
@@ -183,7 +192,12 @@ class WorkerPool:
             "--idle", repr(self.idle),
             "--seed", str(self.seed * 1000 + index * 100 + incarnation),
             "--long-hold", repr(self.long_hold),
+            "--long-max", repr(self.long_max),
         )  # fmt: skip
+        url, proxy = self.url, None
+        if self.own_proxies is not None:
+            proxy = ProxyControl.start(*self.own_proxies)
+            url = with_netloc(self.url, "127.0.0.1", proxy.port)
         stderr = (self.directory / f"{client}.stderr").open("wb")
         try:
             # a session of its own: a Ctrl-C at the terminal reaches the harness only, which
@@ -197,8 +211,10 @@ class WorkerPool:
             )
         finally:
             stderr.close()
-        _send_url(process, self.url)
-        return WorkerSlot(index, incarnation, client, process, history, HistoryTail(history))
+        _send_url(process, url)
+        return WorkerSlot(
+            index, incarnation, client, process, history, HistoryTail(history), proxy=proxy
+        )
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the workers and wait until each has connected."""
@@ -330,6 +346,8 @@ class WorkerPool:
         """Put a new worker process in the slot of a dead one."""
         self.retired.append(slot)
         slot.tail.close()
+        if slot.proxy is not None:
+            slot.proxy.close()
         fresh = self._spawn(slot.index, slot.incarnation + 1)
         self.slots[slot.index] = fresh
 
@@ -398,6 +416,8 @@ class WorkerPool:
                 _signal(slot.process.pid, signal.SIGKILL)
                 slot.process.wait()
             slot.tail.close()
+            if slot.proxy is not None:
+                slot.proxy.close()
 
     def histories(self) -> dict[str, HistoryFile]:
         """Every worker's history, retired ones included, by client id."""

@@ -2,10 +2,10 @@
 
 Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --history FILE
 --client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N] [--long-hold
-FRACTION] < URL``: the backend URL comes on standard input (one line), never on the command
-line or in the environment, where anyone on the machine could read its password (``ps``,
-``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to 1.2 TTL instead of
-``--think`` (their lease is renewed meanwhile).
+FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one line), never
+on the command line or in the environment, where anyone on the machine could read its
+password (``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to ``M``
+(default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
 
 It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``) and records
 every step in its history file (see :mod:`tumbler.torture.history`). Its critical section
@@ -92,6 +92,7 @@ def run_worker(
     idle: float,
     seed: int,
     long_hold: float = 0.0,
+    long_max: float = 1.2,
 ) -> int:
     """The worker's loop; returns its exit status."""
     rng = random.Random(seed)
@@ -120,6 +121,7 @@ def run_worker(
                     acquire_timeout,
                     idle,
                     long_hold,
+                    long_max,
                 )
             finally:
                 resource.close()
@@ -148,6 +150,7 @@ def _loop(
     acquire_timeout: float,
     idle: float,
     long_hold: float,
+    long_max: float,
 ) -> None:
     lock = locks.lock(lock_name, ttl=ttl)
     attempt = 0
@@ -186,7 +189,9 @@ def _loop(
         )
         lost = threading.Event()
         hold.on_lost(_record_loss(writer, acq, lost))
-        _critical_section(resource, writer, hold, lost, lock_name, acq, think, long_hold, ttl, rng)
+        _critical_section(
+            resource, writer, hold, lost, lock_name, acq, think, (long_hold, long_max), ttl, rng
+        )
         t0 = time.monotonic_ns()
         try:
             hold.release()
@@ -224,7 +229,7 @@ def _critical_section(
     lock_name: str,
     acq: str,
     think: float,
-    long_hold: float,
+    long: tuple[float, float],
     ttl: float,
     rng: random.Random,
 ) -> None:
@@ -257,7 +262,8 @@ def _critical_section(
         return
     # A few holds last most of a lease (renewed meanwhile): the window in which a server or
     # network fault finds a holder, and its lease must survive or be lost, visibly.
-    pause = rng.uniform(0.3, 1.2) * ttl if rng.random() < long_hold else think
+    fraction, longest = long
+    pause = rng.uniform(0.3, longest) * ttl if rng.random() < fraction else think
     record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
     if not accepted:
         end("refused")  # the resource has seen a newer token: the hold is gone
@@ -334,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=0.005)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--long-hold", type=float, default=0.0)
+    parser.add_argument("--long-max", type=float, default=1.2)
     args = parser.parse_args(argv)
     url = _read_url(sys.stdin)
     if url is None:
@@ -351,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         idle=args.idle,
         seed=args.seed,
         long_hold=args.long_hold,
+        long_max=args.long_max,
     )
 
 
