@@ -1,11 +1,12 @@
 """Hand-made torture histories: correct ones built from a plan, and mutations that break them.
 
 A plan is a list of :class:`Step` s, one grant each, in order: ``normal`` (acquire, read,
-think, write, release), ``paused`` (the holder reads, is paused past its lease, the next
-holder is granted and does its whole round, then the paused one's write is refused and its
-release raises LockLost) or ``killed`` (the holder reads and is killed; the next grant comes
-after the lease). The resource's decisions come from the real :class:`FencedCounter`, so the
-log is what the resource would have written. Times are nanoseconds on one clock.
+think, write, end of work, release), ``paused`` (the holder reads, is paused past its lease,
+the next holder is granted and does its whole round, then the paused one's on_lost runs, it
+stops working, its probe write is refused and its release raises LockLost) or ``killed``
+(the holder reads and is killed; the next grant comes after the lease). The resource's
+decisions come from the real :class:`FencedCounter`, so the log is what the resource would
+have written. Times are nanoseconds on one clock.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ class _Builder:
         )  # fmt: skip
         return decision.value
 
-    def write(self, client: str, acq: str, token: int, t0: int, base: int, held: bool) -> None:
+    def write(
+        self, client: str, acq: str, token: int, t0: int, base: int, held: bool, probe: bool = False
+    ) -> None:
         value_before = self.counter.counter(LOCK)
         decision, would_refuse = self.counter.write(LOCK, token, base + 1)
         self.built.resource.append(
@@ -120,9 +123,10 @@ class _Builder:
             }
         )  # fmt: skip
         outcome = "ok" if decision.accepted else "refused"
+        extra = {"probe": True} if probe else {}
         self.event(
             client, ev="op", t=t0 + MS, acq=acq, token=token, kind="write", t0=t0, held=held,
-            outcome=outcome, value=base + 1,
+            outcome=outcome, value=base + 1, **extra,
         )  # fmt: skip
 
     def release(self, client: str, acq: str, t0: int, outcome: str = "ok") -> int:
@@ -136,6 +140,7 @@ class _Builder:
         token = self.token
         value = self.read(client, acq, token, t + 3 * MS)
         self.write(client, acq, token, t + 5 * MS + think, value, held=True)
+        self.event(client, ev="work_end", t=t + 6 * MS + think, acq=acq, why="done")
         return self.release(client, acq, t + 7 * MS + think)
 
 
@@ -178,8 +183,9 @@ def build(steps: list[Step]) -> Built:
             t = builder.normal(other, t_other, think, 1)
             # resumed after twice the lease (a long pause: its holder must learn of the loss)
             t_cont = max(t + 5 * MS, t_stop + int(2.5 * TTL * S))
-            builder.write(client, acq, token, t_cont + MS, value, held=False)
-            builder.event(client, ev="lost", t=t_cont + 2 * MS, acq=acq, reason="lease ran out")
+            builder.event(client, ev="lost", t=t_cont + MS, acq=acq, reason="lease ran out")
+            builder.event(client, ev="work_end", t=t_cont + MS + 1, acq=acq, why="lost")
+            builder.write(client, acq, token, t_cont + 2 * MS, value, held=False, probe=True)
             t = builder.release(client, acq, t_cont + 3 * MS, outcome="lost")
             builder.built.faults.append(
                 FaultRecord("pause", t_stop, t_cont, f"worker {client}", client, acq)
@@ -293,6 +299,29 @@ def break_loss_notice(built: Built, pick: int) -> str:
     return "unnoticed-loss"
 
 
+def break_late_work(built: Built, pick: int) -> str:
+    """A holder not paused goes on working (no release, no on_lost, no end of work) until after
+    a later grant completed, as under a silent partition whose on_lost comes late."""
+    paused = {fault.acq for fault in built.faults if fault.kind == "pause"}
+    pairs = [pair for pair in _grant_pairs(built) if pair[0][0] not in paused]
+    first, second = pairs[pick % len(pairs)]
+    t_late = second[3] + 1 + pick % (500 * MS)
+    events = built.workers[first[1]]
+    ends = [e for e in events if e.get("acq") == first[0] and e["ev"] in ("release", "work_end")]
+    for event in ends:
+        if event["ev"] == "release":
+            event["t0"] = t_late
+            event["t"] = t_late + MS
+        else:
+            event["t"] = t_late
+    if not ends:  # it was killed in its critical section: make it work on, then release
+        built.killed.discard(first[1])
+        events.append(
+            {"ev": "release", "t": t_late + MS, "acq": first[0], "t0": t_late, "outcome": "ok"}
+        )
+    return "work-after-grant"
+
+
 def break_accounting(built: Built, pick: int) -> str:
     """A grant never released by a worker that stopped normally (or a stranger's request)."""
     releases = _released_ok(built)
@@ -335,6 +364,7 @@ MUTATIONS = (
     break_tokens,
     break_belief,
     break_loss_notice,
+    break_late_work,
     break_accounting,
     break_liveness,
     break_worker,

@@ -56,6 +56,7 @@ def test_correct_histories_have_no_violation(plan: list[Step]) -> None:
     assert result.grants_during_pause == paused  # the one other holder's round
     assert result.final_counter == result.writes_accepted == len(built.grants) - paused - killed
     assert len(result.recovery) == len(built.faults)
+    assert result.work_after_grant == []  # the paused holders are exempt, the others stopped
 
 
 @pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda mutate: mutate.__name__)
@@ -188,6 +189,165 @@ def test_slow_recovery_is_a_violation() -> None:
     assert result.recovery == [pytest.approx(2.6, abs=0.01)]
 
 
+# -- work after another's grant (issue 11) -----------------------------------------------
+
+
+def _late_notice(
+    lost_ms: int | None,
+    *,
+    release_ms: int = 2610,
+    work_end: tuple[int, str] | None = None,
+    pause_ms: tuple[int, int] | None = None,
+) -> RoundHistory:
+    """A, in a long hold, is cut off from the server: its lease runs out there, B is granted
+    at 1400 ms and does its round. A's on_lost runs at ``lost_ms`` (None: never); A records
+    the end of its work 1 ms later (or as ``work_end`` says), sends its write as a probe,
+    refused, and releases at ``release_ms`` (raising LockLost if it was told, else "ok").
+
+    With ``pause_ms`` A is stopped (SIGSTOP) over that interval as well.
+    """
+    counter = FencedCounter("on")
+    resource: list[dict[str, object]] = []
+
+    def decide(op: str, acq: str, token: int, t: int, base: int = 0) -> int:
+        value_before = counter.counter(LOCK)
+        if op == "read":
+            decision, stale = counter.read(LOCK, token)
+        else:
+            decision, stale = counter.write(LOCK, token, base + 1)
+        resource.append({
+            "op": op, "t": t, "lock": LOCK, "token": token, "acq": acq, "accepted":
+            decision.accepted, "would_refuse": stale, "max_before": decision.max_before,
+            "value_before": value_before, "base": base, "value": base + 1,
+        })  # fmt: skip
+        return decision.value
+
+    a_value = decide("read", "a.1", 1, 3 * MS)
+    b_value = decide("read", "b.1", 2, 1500 * MS)
+    decide("write", "b.1", 2, 1510 * MS, b_value)
+    a: list[dict[str, object]] = [
+        {"ev": "acquire", "t": 1 * MS, "acq": "a.1"},
+        {"ev": "grant", "t": 2 * MS, "acq": "a.1", "token": 1},
+        {"ev": "op", "t": 4 * MS, "acq": "a.1", "kind": "read", "t0": 3 * MS, "held": True,
+         "outcome": "ok", "value": a_value},
+    ]  # fmt: skip
+    if lost_ms is not None:
+        a.append({"ev": "lost", "t": lost_ms * MS, "acq": "a.1"})
+        work_end = work_end or (lost_ms + 1, "lost")
+    if work_end is not None:
+        end_ms, why = work_end
+        a.append({"ev": "work_end", "t": end_ms * MS, "acq": "a.1", "why": why})
+        decide("write", "a.1", 1, (end_ms + 2) * MS, a_value)
+        a.append({"ev": "op", "t": (end_ms + 3) * MS, "acq": "a.1", "kind": "write",
+                  "t0": (end_ms + 2) * MS, "held": False, "outcome": "refused",
+                  "probe": lost_ms is not None})  # fmt: skip
+    outcome = "ok" if lost_ms is None else "lost"
+    a += [
+        {"ev": "release", "t": (release_ms + 1) * MS, "acq": "a.1", "t0": release_ms * MS,
+         "outcome": outcome},
+        {"ev": "stop", "t": 3005 * MS},
+    ]  # fmt: skip
+    workers = {
+        "a": a,
+        "b": [
+            {"ev": "acquire", "t": 100 * MS, "acq": "b.1"},
+            {"ev": "grant", "t": 1400 * MS, "acq": "b.1", "token": 2},
+            {"ev": "op", "t": 1501 * MS, "acq": "b.1", "kind": "read", "t0": 1500 * MS,
+             "held": True},
+            {"ev": "op", "t": 1511 * MS, "acq": "b.1", "kind": "write", "t0": 1510 * MS,
+             "held": True},
+            {"ev": "work_end", "t": 1512 * MS, "acq": "b.1", "why": "done"},
+            {"ev": "release", "t": 1521 * MS, "acq": "b.1", "t0": 1520 * MS, "outcome": "ok"},
+            {"ev": "stop", "t": 3005 * MS},
+        ],
+    }  # fmt: skip
+    faults = []
+    if pause_ms is not None:
+        faults.append(
+            FaultRecord("pause", pause_ms[0] * MS, pause_ms[1] * MS, "worker a", "a", "a.1")
+        )
+    return RoundHistory(LOCK, 1.0, workers, resource, faults, recovery_bound=2.5,
+                        t_end=3100 * MS)  # fmt: skip
+
+
+def _details(result: CheckResult, kind: str) -> list[str]:
+    return [violation.detail for violation in result.violations if violation.kind == kind]
+
+
+def test_a_holder_told_after_another_was_granted_worked_after_its_grant() -> None:
+    # on_lost 1200 ms after B's grant: every other property holds (A's write was a refused
+    # probe, its release raised LockLost), yet A went on working alongside B
+    result = check_round(_late_notice(lost_ms=2600))
+    assert result.by_kind() == {"work-after-grant": 1}
+    (violation,) = result.violations
+    assert violation.t == 1400 * MS
+    assert violation.detail == (
+        "a.1 (token 1) was still working 1200.0 ms after b.1 was granted token 2 "
+        "(it stopped when: on_lost ran)"
+    )
+    assert result.work_after_grant == [pytest.approx(1.2)]
+    assert result.work_after_grant_max == pytest.approx(1.2)
+
+
+def test_a_holder_told_before_the_next_grant_kept_its_promise() -> None:
+    result = check_round(_late_notice(lost_ms=1300))
+    assert result.violations == []
+    assert result.work_after_grant == []
+
+
+def test_a_holder_never_told_worked_until_it_noticed() -> None:
+    # no on_lost: its work ended when the resource refused its write at 1990 ms, after B's
+    # grant; its release (after that) is not what stopped it
+    result = check_round(_late_notice(lost_ms=None, work_end=(1990, "refused")))
+    assert result.by_kind() == {"work-after-grant": 1, "unnoticed-loss": 1}
+    assert result.work_after_grant == [pytest.approx(0.59)]
+    (detail,) = _details(result, "work-after-grant")
+    assert detail.endswith("(it stopped when: work ended: refused)")
+
+
+def test_a_release_after_another_grant_ends_the_work_late() -> None:
+    # neither told nor noticing: the work ended when the release was invoked, 50 ms after
+    # B's grant (and that release not raising LockLost is unnoticed-loss)
+    result = check_round(_late_notice(lost_ms=None, release_ms=1450))
+    assert result.by_kind() == {"work-after-grant": 1, "unnoticed-loss": 1}
+    assert "50.0 ms after b.1" in _details(result, "work-after-grant")[0]
+    assert result.work_after_grant == [pytest.approx(0.05)]
+
+
+def test_a_holder_stopped_before_the_other_grant_is_exempt() -> None:
+    # SIGSTOP from 500 ms to 2590 ms: B is granted while A cannot run at all; A's on_lost at
+    # resume is as soon as a stopped process can be told (fencing refuses its probe)
+    assert check_round(_late_notice(lost_ms=2600, pause_ms=(500, 2590))).violations == []
+    # stopped only after B's grant: the work between B's grant and the pause is a violation
+    late = check_round(_late_notice(lost_ms=2600, pause_ms=(1450, 2590)))
+    assert late.by_kind() == {"work-after-grant": 1}
+
+
+def test_grants_while_a_holder_was_cut_off_are_counted() -> None:
+    history = _late_notice(lost_ms=1300)
+    isolate = FaultRecord("net-isolate", 500 * MS, 2500 * MS, "worker a's proxy", "a", "a.1")
+    history = RoundHistory(
+        LOCK, 1.0, history.workers, history.resource, [isolate], recovery_bound=2.5,
+        t_end=3100 * MS,
+    )  # fmt: skip
+    result = check_round(history)
+    assert result.grants_during_isolation == 1  # b.1 at 1400 ms
+    assert result.holds_hit == 1
+    assert result.violations == []
+
+
+def test_a_killed_holder_stopped_working_at_its_kill() -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "killed", 0, 1), Step(2, "normal", 0, 1)])
+    assert check_round(built.round()).violations == []
+    # a kill recorded only after the next grant: the holder worked until then
+    kill = next(fault for fault in built.faults if fault.kind == "kill")
+    built.faults[built.faults.index(kill)] = FaultRecord(
+        "kill", built.grants[2][3] + 5 * MS, built.grants[2][3] + 5 * MS, kill.target,
+        kill.client, kill.acq,
+    )  # fmt: skip
+    assert check_round(built.round()).by_kind()["work-after-grant"] == 1
+
+
 # -- hazards ---------------------------------------------------------------------------
 
 
@@ -203,6 +363,14 @@ def test_a_fault_round_that_hit_nothing_is_flagged() -> None:
     assert hazard_exercised(["net-reset"], CheckResult(faults=1, fault_hits=2))[0] is True
     assert hazard_exercised(["restart"], CheckResult(faults=1, fault_hits=2))[0] is False
     assert hazard_exercised(["kill"], CheckResult()) == (False, "no fault was injected")
+    # a holder cut off alone proves something only if another worker was granted meanwhile
+    cut_off = CheckResult(faults=1, fault_hits=300, holds_hit=1, disruptions=4)
+    assert hazard_exercised(["net-isolate"], cut_off) == (
+        False,
+        "no grant while a holder was cut off",
+    )
+    cut_off.grants_during_isolation = 2
+    assert hazard_exercised(["net-isolate"], cut_off)[0] is True
     assert hazard_exercised(["none"], CheckResult()) == (True, "baseline")
 
 

@@ -1,12 +1,21 @@
-"""``tumbler torture`` as a command: its exit statuses and its reports."""
+"""``tumbler torture`` as a command: its exit statuses, its reports, its URL."""
 
 from __future__ import annotations
 
 import json
+import secrets
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from urllib.parse import quote
 
+import psutil
 import pytest
 
+import tumbler.torture.cli as torture_cli
+from tests.servers.fixtures import server_unavailable
+from tumbler.testing.servers import RedisServer, ServerError
+from tumbler.testing.servers.redis import TUMBLER_RULES, RedisUser
+from tumbler.torture.backends import BackendSpec
 from tumbler.torture.check import CheckResult, Violation
 from tumbler.torture.cli import exit_status, main
 from tumbler.torture.harness import BackendRun, Options, RoundResult, TortureRun, environment
@@ -36,6 +45,20 @@ def test_a_bad_url_exits_78(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown backend URL scheme 'nosuch'" in capsys.readouterr().err
 
 
+def test_without_url_or_backend_tumbler_url_is_the_url(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUMBLER_URL", "nosuch://somewhere")
+    assert main([]) == 78
+    assert "unknown backend URL scheme 'nosuch'" in capsys.readouterr().err
+    monkeypatch.setenv("TUMBLER_URL", "memory://")
+    assert main(["--seconds", "1"]) == 64
+    err = capsys.readouterr().err
+    assert err.startswith("tumbler: Invalid value for $TUMBLER_URL: memory:// locks live")
+    # --url wins over it
+    assert main(["--url", "nosuch://elsewhere"]) == 78
+
+
 def test_an_unreachable_server_exits_69(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("redis")
     # port 1 on loopback: nothing listens there
@@ -45,8 +68,10 @@ def test_an_unreachable_server_exits_69(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.timeout(90)
 def test_a_short_run_writes_json_and_markdown(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # --backend asks for throwaway servers only: $TUMBLER_URL is not tortured as well
+    monkeypatch.setenv("TUMBLER_URL", "nosuch://somewhere")
     report = tmp_path / "report.json"
     doc = tmp_path / "torture.md"
     # the markers quoted in the text do not count: only the lines that are nothing else
@@ -74,6 +99,89 @@ def test_a_short_run_writes_json_and_markdown(
     assert text.endswith(END + "\n\nafter\n")
     assert "old report" not in text
     assert "| sqlite | kill |" in text
+    assert "| work after grant |" in text
+    assert round_["check"]["work_after_grant_s"] == []
+
+
+#: a password with characters a URL must percent-encode, unique to this test run
+PASSWORD = f"tort-{secrets.token_hex(6)}@p:w/d%?#"
+
+
+@pytest.fixture
+def acl_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A plain Redis whose only lock user, ``tumbler``, has :data:`PASSWORD`."""
+    server = RedisServer(
+        tmp_path / "redis-acl", users=[RedisUser("tumbler", PASSWORD, TUMBLER_RULES)]
+    )
+    try:
+        server.start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start redis-server with ACL users: {error}")
+    yield server
+    server.close()
+
+
+def _worker_views() -> dict[int, tuple[bytes, bytes]]:
+    """What anyone on the machine can read of this process's torture workers: each one's
+    command line and (same user, or root) environment."""
+    views: dict[int, tuple[bytes, bytes]] = {}
+    for child in psutil.Process().children(recursive=True):
+        proc = Path(f"/proc/{child.pid}")
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"tumbler.torture.worker" in cmdline:
+                views[child.pid] = (cmdline, (proc / "environ").read_bytes())
+        except OSError:
+            continue  # it exited meanwhile (a killed worker)
+    return views
+
+
+@pytest.mark.timeout(90)
+def test_a_password_in_tumbler_url_stays_out_of_the_workers_sight(
+    acl_redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"{acl_redis_server.url}?socket_timeout=0.33&connect_timeout=0.33"
+    assert quote(PASSWORD, safe="") in url
+    monkeypatch.setenv("TUMBLER_URL", url)
+    seen: dict[int, tuple[bytes, bytes]] = {}
+    run_torture = torture_cli.run_torture
+
+    def looking(
+        specs: Sequence[BackendSpec],
+        faults: Sequence[str],
+        options: Options,
+        *,
+        log: Callable[[str], None],
+    ) -> TortureRun:
+        def log_and_look(message: str) -> None:
+            # the harness logs each fault as it is done: the round's workers are running
+            seen.update(_worker_views())
+            log(message)
+
+        return run_torture(specs, faults, options, log=log_and_look)
+
+    monkeypatch.setattr(torture_cli, "run_torture", looking)
+    report = tmp_path / "report.json"
+    argv = ["--faults", "kill", "--seconds", "1", "--seed", "3", "--json", str(report)]
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) == 0
+    out, err = capsys.readouterr()
+    (backend,) = json.loads(report.read_text())["backends"]
+    assert backend["backend"] == "url-redis"  # $TUMBLER_URL was the server tortured
+    (round_,) = backend["rounds"]
+    assert round_["check"]["grants"] > 0  # the workers did log in with the password
+    assert len(seen) >= 4, seen  # the four workers, and the one that replaced a killed one
+    forms = (PASSWORD, quote(PASSWORD, safe=""), quote(PASSWORD))
+    leaks = [
+        (pid, part)
+        for pid, views in seen.items()
+        for part, view in zip(("cmdline", "environ"), views, strict=True)
+        if any(form.encode() in view for form in forms)
+    ]
+    assert leaks == []
+    assert not any(form in out + err for form in forms)
 
 
 def _run(round_: RoundResult) -> TortureRun:

@@ -35,6 +35,7 @@ __all__ = [
     "Deployment",
     "SetupError",
     "spec_for_url",
+    "with_netloc",
 ]
 
 
@@ -106,6 +107,14 @@ class Deployment:
     def versions(self) -> dict[str, str]:
         """Server software and versions, for the report."""
         return {}
+
+    def isolatable(self) -> tuple[str, int] | None:
+        """The address the workers' URL names, when it is the one proxy of the harness's (a
+        single server): a proxy of each worker's own can then stand in front of it, for
+        ``net-isolate``. None for clusters and ensembles (several addresses in the URL)."""
+        if len(self.proxies) == 1:
+            return ("127.0.0.1", self.proxies[0].port)
+        return None
 
     def close(self) -> None:
         for proxy in self.proxies:
@@ -441,7 +450,7 @@ def _started(start: Callable[[], Any]) -> Any:
 # -- the table -----------------------------------------------------------------------------
 
 _HOLDER = ("kill", "pause")
-_NETWORK = ("net-delay", "net-cut", "net-drop", "net-reset")
+_NETWORK = ("net-delay", "net-cut", "net-drop", "net-reset", "net-isolate")
 
 _FORGETS = (
     "restarted without persistence, Redis forgets every grant: a second client is granted the "
@@ -562,7 +571,8 @@ def _proxied(url: str) -> tuple[str, str, int] | None:
     return parts.scheme, host, port or (6379 if parts.scheme == "redis" else 2181)
 
 
-def _with_netloc(url: str, host: str, port: int) -> str:
+def with_netloc(url: str, host: str, port: int) -> str:
+    """``url`` with its host and port replaced (credentials, path and options kept)."""
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
@@ -581,7 +591,7 @@ def spec_for_url(url: str) -> BackendSpec:
             return Deployment(url, url)
         _, host, port = target
         proxy = ProxyControl.start(host, port)
-        return Deployment(_with_netloc(url, "127.0.0.1", proxy.port), url, [proxy])
+        return Deployment(with_netloc(url, "127.0.0.1", proxy.port), url, [proxy])
 
     return BackendSpec(
         name=f"url-{scheme}",

@@ -27,6 +27,15 @@ Properties (each violation kind names one):
     completed must raise ``LockLost``; a holder paused for more than twice its lease must get
     its ``on_lost`` callback or ``LockLost`` from its release (an error that hides the loss
     does not count).
+``work-after-grant``
+    A holder stops working before another client's grant of the lock begins: each grant's
+    work ends when its holder released it (the release was invoked), its ``on_lost`` callback
+    ran, or it noticed the loss itself (``work_end``; a killed holder at its kill); a later
+    grant that completed before that end is a violation, reported with how long the holder
+    went on. The later grant counts from when its acquire returned (it certainly had begun
+    by then). A holder stopped (SIGSTOP) during its hold before the other grant is exempt: no
+    lease can tell a stopped process in time (fencing covers it, and ``unnoticed-loss``
+    checks that it is told when it resumes).
 ``unaccounted``
     Every grant ends in a release or a loss (unless its worker was killed), and every request
     at the resource comes from a grant a worker recorded, with that grant's token.
@@ -71,6 +80,7 @@ LOST_UPDATE = "lost-update"
 TOKEN_ORDER = "token-order"
 DOUBLE_HOLD = "double-hold"
 UNNOTICED_LOSS = "unnoticed-loss"
+WORK_AFTER_GRANT = "work-after-grant"
 UNACCOUNTED = "unaccounted"
 NO_RECOVERY = "no-recovery"
 WORKER_ERROR = "worker-error"
@@ -78,7 +88,7 @@ WORKER_ERROR = "worker-error"
 #: what the resource's fencing protects: these need fencing, not the lock alone
 FENCED_KINDS = (OVERLAP, STALE_ACCEPTED, LOST_UPDATE)
 #: what the lock alone promises about its holders' belief
-BELIEF_KINDS = (DOUBLE_HOLD, UNNOTICED_LOSS)
+BELIEF_KINDS = (DOUBLE_HOLD, UNNOTICED_LOSS, WORK_AFTER_GRANT)
 ALL_KINDS = (
     OVERLAP,
     STALE_ACCEPTED,
@@ -86,6 +96,7 @@ ALL_KINDS = (
     TOKEN_ORDER,
     DOUBLE_HOLD,
     UNNOTICED_LOSS,
+    WORK_AFTER_GRANT,
     UNACCOUNTED,
     NO_RECOVERY,
     WORKER_ERROR,
@@ -93,6 +104,8 @@ ALL_KINDS = (
 
 #: faults aimed at the current holder (the harness names its client and grant)
 HOLDER_FAULTS = frozenset({"kill", "pause"})
+#: the network fault that cuts one holder off while the others go on
+ISOLATE = "net-isolate"
 
 _NS = 1_000_000_000
 
@@ -186,6 +199,8 @@ class CheckResult:
     kills_of_holders: int = 0
     #: grants made (by others) while a holder was paused
     grants_during_pause: int = 0
+    #: grants made (by others) while a holder was cut off alone (``net-isolate``)
+    grants_during_isolation: int = 0
     #: pauses longer than twice the lease whose holder then learned it had lost the hold
     pauses_loss_detected: int = 0
     #: errors, losses and holds in doubt the clients saw while a server or network fault
@@ -197,6 +212,9 @@ class CheckResult:
     holds_hit: int = 0
     #: seconds from each fault's end to the next grant
     recovery: list[float] = field(default_factory=list)
+    #: for each grant whose holder went on working after another grant had begun, for how
+    #: many seconds (the ``work-after-grant`` violations, promised or not)
+    work_after_grant: list[float] = field(default_factory=list)
     final_counter: int | None = None
     damaged_lines: int = 0
     free_after_stop: float | None = None
@@ -212,6 +230,10 @@ class CheckResult:
     def recovery_p50(self) -> float | None:
         return statistics.median(self.recovery) if self.recovery else None
 
+    @property
+    def work_after_grant_max(self) -> float | None:
+        return max(self.work_after_grant) if self.work_after_grant else None
+
     def as_json(self) -> dict[str, Any]:
         return {
             "acquires": self.acquires,
@@ -226,11 +248,13 @@ class CheckResult:
             "faults": self.faults,
             "kills_of_holders": self.kills_of_holders,
             "grants_during_pause": self.grants_during_pause,
+            "grants_during_isolation": self.grants_during_isolation,
             "pauses_loss_detected": self.pauses_loss_detected,
             "disruptions": self.disruptions,
             "fault_hits": self.fault_hits,
             "holds_hit": self.holds_hit,
             "recovery_s": [round(value, 4) for value in self.recovery],
+            "work_after_grant_s": [round(value, 4) for value in self.work_after_grant],
             "final_counter": self.final_counter,
             "damaged_lines": self.damaged_lines,
             "free_after_stop_s": self.free_after_stop,
@@ -253,6 +277,24 @@ class _GrantLife:
     release_t0: int | None = None
     release_outcome: str | None = None
     lost: bool = False
+    #: when the on_lost callback ran
+    lost_t: int | None = None
+    #: when the holder recorded that it stopped working, and why
+    work_end_t: int | None = None
+    work_end_why: str | None = None
+
+    def stopped_working(self) -> tuple[int, str] | None:
+        """When the holder stopped working, and what stopped it (None: not on record)."""
+        ends = [
+            (t, why)
+            for t, why in (
+                (self.release_t0, "released"),
+                (self.lost_t, "on_lost ran"),
+                (self.work_end_t, f"work ended: {self.work_end_why}"),
+            )
+            if t is not None
+        ]
+        return min(ends) if ends else None
 
 
 def _ms(ns: int) -> str:
@@ -269,6 +311,7 @@ def check_round(history: RoundHistory) -> CheckResult:
     _check_resource(history, lives, result)
     _check_tokens(grants, result)
     _check_belief(history, lives, grants, result)
+    _check_work(history, lives, grants, result)
     _check_accounting(history, lives, result)
     _check_liveness(history, grants, result)
     _count_hazards(history, lives, grants, result)
@@ -297,6 +340,11 @@ def _collect_grants(history: RoundHistory, result: CheckResult) -> dict[str, _Gr
                     result.acquire_errors += 1
             elif ev == "lost" and acq in lives:
                 lives[acq].lost = True
+                if lives[acq].lost_t is None:
+                    lives[acq].lost_t = t
+            elif ev == "work_end" and acq in lives and lives[acq].work_end_t is None:
+                lives[acq].work_end_t = t
+                lives[acq].work_end_why = str(event.get("why", "?"))
             elif ev == "release" and acq in lives:
                 life = lives[acq]
                 life.release_t0 = int(event.get("t0", t))
@@ -515,6 +563,54 @@ def _check_belief(
             )
 
 
+def _check_work(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    grants: Sequence[_Grant],
+    result: CheckResult,
+) -> None:
+    done_times = [grant.t_done for grant in grants]
+    killed = set(history.killed)
+    kills: dict[str, int] = {}
+    pauses: dict[str, list[int]] = {}
+    for fault in history.faults:
+        if fault.client is None:
+            continue
+        if fault.kind == "kill" and fault.client in killed:
+            kills[fault.client] = min(fault.t0, kills.get(fault.client, fault.t0))
+        elif fault.kind == "pause":
+            pauses.setdefault(fault.client, []).append(fault.t0)
+    for life in lives.values():
+        own = life.grant
+        stopped = life.stopped_working()
+        if stopped is None:
+            # no stop on record: a killed holder worked until its kill; any other grant
+            # without an end is unaccounted, or its worker crashed (worker-error), and when
+            # its work ended is not known
+            t_kill = kills.get(own.client)
+            if t_kill is None or t_kill < own.t_done:
+                continue
+            stopped = (t_kill, "killed")
+        end, why = stopped
+        start = bisect.bisect_right(done_times, own.t_done)
+        stop = bisect.bisect_left(done_times, end)
+        other = next((g for g in grants[start:stop] if g.acq != own.acq), None)
+        if other is None:
+            continue
+        if any(own.t_done <= t_pause <= other.t_done for t_pause in pauses.get(own.client, ())):
+            continue  # stopped by the harness before the other grant: see the docstring
+        late = end - other.t_done
+        result.work_after_grant.append(late / _NS)
+        result.violations.append(
+            Violation(
+                WORK_AFTER_GRANT,
+                f"{own.acq} (token {own.token}) was still working {_ms(late)} after "
+                f"{other.acq} was granted token {other.token} (it stopped when: {why})",
+                other.t_done,
+            )
+        )
+
+
 def _check_accounting(
     history: RoundHistory, lives: Mapping[str, _GrantLife], result: CheckResult
 ) -> None:
@@ -608,6 +704,12 @@ def _count_hazards(
             life = lives.get(fault.acq)
             if fault.t1 - fault.t0 > 2 * ttl_ns and life is not None and life.lost:
                 result.pauses_loss_detected += 1
+        if fault.kind == ISOLATE and fault.acq is not None:
+            start = bisect.bisect_right(done_times, fault.t0)
+            end = bisect.bisect_left(done_times, fault.t1)
+            result.grants_during_isolation += sum(
+                1 for grant in grants[start:end] if grant.client != fault.client
+            )
         if fault.kind not in HOLDER_FAULTS and fault.acq is not None:
             life = lives.get(fault.acq)
             if (
@@ -630,7 +732,8 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
     pause and a stale request reached the resource (refused, unless fencing is off); server
     faults: a fault began while a holder held (on the node it used, for a minority), or
     clients saw errors, losses or holds in doubt while the fault was on; network faults:
-    that, or the proxy dropped, held or reset something. A round without faults exercises
+    that, or the proxy dropped, held or reset something; ``net-isolate`` also: another worker
+    was granted the lock while the holder was cut off. A round without faults exercises
     nothing and needs nothing.
     """
     kinds = set(kinds) - {"none"}
@@ -655,6 +758,11 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
             missing.append("no grant while a holder was paused")
         else:
             missing.append("no stale request after a pause")
+    if ISOLATE in kinds:
+        if result.grants_during_isolation:
+            shown.append(f"{result.grants_during_isolation} grants while a holder was cut off")
+        else:
+            missing.append("no grant while a holder was cut off")
     others = kinds - HOLDER_FAULTS
     if others:
         network = any(kind.startswith("net-") for kind in others)

@@ -7,6 +7,7 @@ could not be reached; 78 a bad ``--url``; 70 a bug in the harness.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 import click
 
 import tumbler
+from tumbler.backends import URL_VARIABLE
 from tumbler.errors import TumblerError
 
 from .backends import BACKENDS, BackendSpec, SetupError, spec_for_url
@@ -62,7 +64,8 @@ def _faults_help() -> str:
     metavar="URL",
     default=None,
     help="Torture an existing server: only faults on the clients (kill, pause) and, for one "
-    "Redis or ZooKeeper server, network faults through a local proxy.",
+    "Redis or ZooKeeper server, network faults through a local proxy. Default: $TUMBLER_URL "
+    "when no --backend is given. The workers get it on a pipe, never on their command line.",
 )
 @click.option(
     "--backend",
@@ -71,7 +74,7 @@ def _faults_help() -> str:
     multiple=True,
     help=f"Start throwaway servers for NAME so server faults apply: "
     f"{', '.join(BACKENDS)}, or all (every backend present). Repeatable. Default: sqlite "
-    "(unless --url is given).",
+    "(unless --url or $TUMBLER_URL is given).",
 )
 @click.option(
     "--workers",
@@ -170,6 +173,12 @@ def torture(
     backend and fault; a report table at the end.
     """
     faults = _fault_list(faults_text)
+    url_hint = "'--url'"
+    if url is None and not backends:
+        # as the other commands do; but an explicit --backend asks for throwaway servers
+        # only, and never also tortures whatever server the environment points at
+        url = os.environ.get(URL_VARIABLE) or None
+        url_hint = f"${URL_VARIABLE}"
     names = list(backends) or ([] if url else ["sqlite"])
     unknown = [name for name in names if name != "all" and name not in BACKENDS]
     if unknown:
@@ -181,7 +190,7 @@ def torture(
     if url is not None and urlsplit(url).scheme.lower() == "memory":
         raise click.BadParameter(
             "memory:// locks live inside one process; the workers are separate processes",
-            param_hint="'--url'",
+            param_hint=url_hint,
         )
     if url is not None:
         try:

@@ -28,6 +28,11 @@ Fault kinds (``--faults``):
     for 0.5 to 2.5 TTL, then heal.
 ``net-reset``
     Through the proxy: reset every connection (RST) three times, 0.1 TTL apart.
+``net-isolate``
+    A silent partition of the holder alone: each worker reaches the server through a proxy of
+    its own, and the holder's is blackholed for 1.5 to 3 TTL (half the time its connections
+    are then reset) while the others go on. Its lease runs out at the server and another
+    worker is granted the lock: the holder must have been told (``on_lost``) before that.
 ``none``
     Nothing: a baseline round.
 
@@ -65,7 +70,7 @@ __all__ = [
 
 HOLDER_FAULTS = frozenset({"kill", "pause"})
 SERVER_FAULTS = frozenset({"restart", "minority", "leader"})
-NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset"})
+NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset", "net-isolate"})
 ALL_FAULTS = (
     "none",
     "kill",
@@ -77,6 +82,7 @@ ALL_FAULTS = (
     "net-cut",
     "net-drop",
     "net-reset",
+    "net-isolate",
 )
 FAULT_HELP = {
     "none": "no fault (a baseline)",
@@ -90,6 +96,7 @@ FAULT_HELP = {
     "net-cut": "blackhole both directions, then heal (proxy)",
     "net-drop": "pass requests, drop replies, then heal (proxy)",
     "net-reset": "reset every connection (proxy)",
+    "net-isolate": "blackhole the holder's connections only, then heal (its own proxy)",
 }
 
 _NS = 1_000_000_000
@@ -180,6 +187,7 @@ class Nemesis:
             "net-cut": self._net_cut,
             "net-drop": self._net_drop,
             "net-reset": self._net_reset,
+            "net-isolate": self._net_isolate,
         }
 
     def inject(self, kind: str) -> FaultRecord | None:
@@ -322,8 +330,11 @@ class Nemesis:
         detail: str,
         hits: Callable[[ProxyTotals], int],
         before_heal: Callable[[ProxyControl], None] | None = None,
+        proxies: list[ProxyControl] | None = None,
+        target: str = "proxy",
     ) -> FaultRecord | None:
-        proxies = self.deployment.proxies
+        if proxies is None:
+            proxies = self.deployment.proxies
         if not proxies:
             return None
         before = ProxyTotals.of(proxies)
@@ -345,7 +356,7 @@ class Nemesis:
         during = dataclasses.replace(during, pending=held.pending)
         count = hits(during)
         return self._hit_holder(
-            FaultRecord(kind, t0, t1, "proxy", detail=f"{detail}: {during}", hits=count)
+            FaultRecord(kind, t0, t1, target, detail=f"{detail}: {during}", hits=count)
         )
 
     def _net_delay(self) -> FaultRecord | None:
@@ -383,6 +394,27 @@ class Nemesis:
             seconds,
             f"replies dropped {seconds:.2f} s",
             hits=lambda totals: totals.dropped,
+        )
+
+    def _net_isolate(self) -> FaultRecord | None:
+        if self._holder is None:
+            return None  # no holder in a long hold: cutting a waiter off proves nothing
+        client = self._holder[0]
+        slot = next((slot for slot in self.pool.slots if slot.client == client), None)
+        if slot is None or slot.proxy is None:
+            return None
+        # longer than the lease, so that another worker is granted the lock meanwhile
+        seconds = self._between(1.5, 3.0)
+        give_up = self.rng.random() < 0.5
+        return self._network(
+            "net-isolate",
+            ProxyControl.cut,
+            seconds,
+            f"worker {client} cut off {seconds:.2f} s" + (", then reset" if give_up else ""),
+            hits=lambda totals: totals.pending,
+            before_heal=ProxyControl.reset if give_up else None,
+            proxies=[slot.proxy],
+            target=f"worker {client}'s proxy",
         )
 
     def _net_reset(self) -> FaultRecord | None:

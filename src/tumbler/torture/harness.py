@@ -268,6 +268,11 @@ def run_round(
         idle=0.005,
         seed=options.seed,
         long_hold=0.0 if set(kinds) <= {*HOLDER_FAULTS, "none"} else LONG_HOLDS,
+        # a proxy per worker only where a fault aims at one worker's connections; there a long
+        # hold outlasts a lease, so that the cut-off holder is still working when its lease
+        # runs out at the server and another worker is granted the lock
+        own_proxies=deployment.isolatable() if "net-isolate" in kinds else None,
+        long_max=3.0 if "net-isolate" in kinds else 1.2,
     )
     records: list[FaultRecord] = []
     missed = 0

@@ -22,9 +22,14 @@ Worker events (``ev``):
 ``op``
     ``acq``, ``token``, ``kind`` (``read`` / ``write``), ``t0`` (invoked; the hold's ``held``
     was sampled just before, as ``held``), ``t`` (answered), ``outcome`` (``ok`` /
-    ``refused`` / ``error``), ``value`` (read: the counter; write: the value written).
+    ``refused`` / ``error``), ``value`` (read: the counter; write: the value written);
+    ``probe`` (true): the write a lost hold did not make, sent after its work stopped.
 ``lost``
-    ``acq``, ``reason``: the hold's ``on_lost`` callback ran.
+    ``acq``, ``reason``: the hold's ``on_lost`` callback ran (stamped as it began).
+``work_end``
+    ``acq``, ``why`` (``done``: the write was accepted / ``lost``: ``on_lost`` ran /
+    ``refused``: the resource had seen a newer token / ``error``: the resource failed): the
+    holder stopped working; nothing it sends after this is work.
 ``release``
     ``acq``, ``t0``, ``t``, ``outcome`` (``ok`` / ``lost``: ``LockLost`` was raised /
     ``error``: the backend could not be reached / ``not_held``).

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..backends import URL_VARIABLE
+from .backends import with_netloc
+from .faults import ProxyControl
 from .history import HistoryFile, HistoryTail, read_history
 from .resource import ResourceClient, ResourceError
 
@@ -35,6 +38,12 @@ class PoolError(Exception):
 
 def _module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def _child_environment() -> dict[str, str]:
+    """The harness's environment without ``$TUMBLER_URL``: the children get the URL they need
+    on a pipe, and a password in it must not be copied into every process's environment."""
+    return {name: value for name, value in os.environ.items() if name != URL_VARIABLE}
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -64,6 +73,7 @@ class ResourceProcess:
                 self.fencing,
             ),
             stdin=subprocess.DEVNULL,
+            env=_child_environment(),
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
@@ -100,6 +110,18 @@ class ResourceProcess:
         return read_history(self.log_path)
 
 
+def _send_url(process: subprocess.Popen[bytes], url: str) -> None:
+    """Give a new worker its URL on its standard input (the command line and the environment
+    are readable by others: ``ps``, ``/proc``), then close the pipe."""
+    assert process.stdin is not None
+    try:
+        # a URL is far below a pipe's capacity: the write never waits for the reader
+        process.stdin.write(url.encode() + b"\n")
+        process.stdin.close()
+    except BrokenPipeError:
+        pass  # it died first: wait_started reports its exit status and stderr
+
+
 @dataclass
 class WorkerSlot:
     """One place in the pool, held by one worker process at a time."""
@@ -120,6 +142,8 @@ class WorkerSlot:
     #: when the worker's read was answered, and until when it thinks before writing (ns)
     read_at: int = 0
     writes_at: int = 0
+    #: the proxy of its own it reaches the server through, if the pool gives it one
+    proxy: ProxyControl | None = None
 
 
 @dataclass
@@ -138,6 +162,8 @@ class WorkerPool:
     seed: int
     #: the fraction of holds that think for most of a lease
     long_hold: float = 0.0
+    #: how many leases those think at most
+    long_max: float = 1.2
     slots: list[WorkerSlot] = field(default_factory=list)
     #: slots whose worker was killed and replaced (their histories are part of the round)
     retired: list[WorkerSlot] = field(default_factory=list)
@@ -147,13 +173,15 @@ class WorkerPool:
     grant_times: list[int] = field(default_factory=list)
     #: clients that exited other than on request, and how
     bad_exits: dict[str, int] = field(default_factory=dict)
+    #: the address ``url`` names (host, port): each worker then reaches it through a proxy of
+    #: its own, so that a network fault can hit one worker alone
+    own_proxies: tuple[str, int] | None = None
 
     def _spawn(self, index: int, incarnation: int) -> WorkerSlot:
         client = f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
         history = self.directory / f"{client}.jsonl"
         command = _module_command(
             "tumbler.torture.worker",
-            "--url", self.url,
             "--lock", self.lock,
             "--resource", str(self.resource),
             "--history", str(history),
@@ -164,17 +192,29 @@ class WorkerPool:
             "--idle", repr(self.idle),
             "--seed", str(self.seed * 1000 + index * 100 + incarnation),
             "--long-hold", repr(self.long_hold),
+            "--long-max", repr(self.long_max),
         )  # fmt: skip
+        url, proxy = self.url, None
+        if self.own_proxies is not None:
+            proxy = ProxyControl.start(*self.own_proxies)
+            url = with_netloc(self.url, "127.0.0.1", proxy.port)
         stderr = (self.directory / f"{client}.stderr").open("wb")
         try:
             # a session of its own: a Ctrl-C at the terminal reaches the harness only, which
             # then stops the workers in order
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+                command,
+                stdin=subprocess.PIPE,
+                stderr=stderr,
+                env=_child_environment(),
+                start_new_session=True,
             )
         finally:
             stderr.close()
-        return WorkerSlot(index, incarnation, client, process, history, HistoryTail(history))
+        _send_url(process, url)
+        return WorkerSlot(
+            index, incarnation, client, process, history, HistoryTail(history), proxy=proxy
+        )
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the workers and wait until each has connected."""
@@ -306,6 +346,8 @@ class WorkerPool:
         """Put a new worker process in the slot of a dead one."""
         self.retired.append(slot)
         slot.tail.close()
+        if slot.proxy is not None:
+            slot.proxy.close()
         fresh = self._spawn(slot.index, slot.incarnation + 1)
         self.slots[slot.index] = fresh
 
@@ -374,6 +416,8 @@ class WorkerPool:
                 _signal(slot.process.pid, signal.SIGKILL)
                 slot.process.wait()
             slot.tail.close()
+            if slot.proxy is not None:
+                slot.proxy.close()
 
     def histories(self) -> dict[str, HistoryFile]:
         """Every worker's history, retired ones included, by client id."""

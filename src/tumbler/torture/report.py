@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .check import CheckResult
 from .faults import FAULT_HELP
 from .harness import RoundResult, TortureRun
 
@@ -34,6 +35,7 @@ _COLUMNS = (
     "not promised",
     "stale refused",
     "holds lost",
+    "work after grant",
     "recovery p50/max s",
     "hazard exercised",
 )
@@ -41,6 +43,14 @@ _COLUMNS = (
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _late_work(check: CheckResult) -> str:
+    """How many holders went on working after another's grant, and the longest for how long."""
+    late = check.work_after_grant
+    if not late:
+        return "0"
+    return f"{len(late)} (max {max(late) * 1000:.0f} ms)"
 
 
 def _row(round_: RoundResult) -> list[str]:
@@ -63,6 +73,7 @@ def _row(round_: RoundResult) -> list[str]:
         str(len(round_.expected_violations)),
         str(check.stale_refused),
         str(check.holds_lost),
+        _late_work(check),
         recovery,
         hazard,
     ]
@@ -74,7 +85,15 @@ def table(run: TortureRun) -> Table:
     from rich.table import Table
 
     result = Table(box=box.SIMPLE_HEAD)
-    numeric = {"grants", "faults", "violations", "not promised", "stale refused", "holds lost"}
+    numeric = {
+        "grants",
+        "faults",
+        "violations",
+        "not promised",
+        "stale refused",
+        "holds lost",
+        "work after grant",
+    }
     for column in _COLUMNS:
         result.add_column(column, justify="right" if column in numeric else "left")
     for round_ in run.rounds:
@@ -152,6 +171,7 @@ def markdown(run: TortureRun) -> str:
             + (f" ({round_.missed} found no holder)" if round_.missed else "")
             + f", {check.kills_of_holders} holders killed, {check.grants_during_pause} grants "
             f"during pauses, {check.pauses_loss_detected} paused holders told of the loss, "
+            f"{len(check.work_after_grant)} holders still working after another's grant, "
             f"{check.disruptions} client errors during server/network faults; lock free "
             f"{_seconds(check.free_after_stop)} s after the workers stopped; "
             f"{round_.seconds:.0f} s."
