@@ -1,22 +1,209 @@
 """The asyncio flavour of a backend whose driver only blocks (SQLite's stdlib module).
 
-Each call runs on one worker thread of the adapter's own, in order. That order matters: when a
-task is cancelled while its ``try_grant`` runs, the lock logic's clean-up ``release`` queues
-behind it and so removes the grant the cancelled call made.
+Every call runs on one worker thread of the adapter's own (the blocking backend keeps one
+connection per thread, so one thread means one connection and no contention between them).
+Calls do not simply queue in arrival order, though: with many waiting tasks, the queue is
+mostly their polls (``try_grant``), and a renewal or release behind hundreds of polls came too
+late (a holder lost its lease to its own client's waiters). So the worker serves two queues:
+
+- **urgent**: ``renew``, ``renew_all`` and ``release``. They go before every poll.
+- **normal**: everything else, in arrival order.
+
+One order is kept across the two: calls about the same ``(name, owner)`` run in the order
+they were made. When a task is cancelled while its ``try_grant`` is queued or running, the lock
+logic's clean-up ``release`` of that owner must run after it, or the grant the cancelled call
+makes would survive. So an urgent call first promotes the queued normal calls of its owner
+into the urgent queue, ahead of itself; a call already running finishes before the worker
+takes the next (one thread). A queued call whose caller was cancelled is dropped unrun.
+
+Duplicate work is coalesced where that is safe: consecutive queued ``try_grant`` calls run as
+one batch (``try_grant_many``, one transaction deciding each in arrival order, exactly as if
+they ran back to back), when the backend offers it.
+
+``renew_all`` keeps its bound: the time it spent queued counts against its ``timeout``, the
+backend gets only what is left, and the caller gets ``BackendUnavailable`` once ``timeout``
+has passed, whatever the worker is doing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import collections
+import contextlib
+import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._async.watch import AsyncHubWatch
+from ..errors import BackendUnavailable, TumblerError
 from .contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
 
 T = TypeVar("T")
+
+#: most polls decided in one batch: a batch holds the database's write lock, and urgent calls
+#: that arrive meanwhile wait for it to end
+MAX_BATCH = 64
+
+
+class BatchingBackend(Protocol):
+    """What a blocking backend offers to have queued polls decided together."""
+
+    def try_grant_many(self, requests: Sequence[GrantRequest]) -> list[Grant | TumblerError | None]:
+        """``try_grant`` for each request in order, atomically as a whole; a request refused
+        with an error (``PermitsMismatch``) gets it in its place and changes nothing."""
+        ...
+
+
+class _Call:
+    """One call waiting for (or on) the worker thread."""
+
+    __slots__ = ("args", "function", "future", "key", "loop", "submitted")
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        key: tuple[str, str] | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.function = function
+        self.args = args
+        self.key = key
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.submitted = time.monotonic()
+
+    def deliver(self, result: object = None, error: BaseException | None = None) -> None:
+        """Hand the outcome to the caller's loop (from the worker thread)."""
+        # a closed loop raises RuntimeError: nobody is waiting any more
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+
+
+def _settle(future: asyncio.Future[Any], result: object, error: BaseException | None) -> None:
+    if future.done():  # cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _Worker:
+    """The one thread that runs a blocking backend's calls, urgent ones first."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._try_grant_many: Callable[..., list[Any]] | None = getattr(
+            backend, "try_grant_many", None
+        )
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._urgent: collections.deque[_Call] = collections.deque()
+        self._normal: collections.deque[_Call] = collections.deque()
+        #: queued normal calls by (name, owner), for promotion ahead of that owner's urgent call
+        self._queued: dict[tuple[str, str], list[_Call]] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tumbler-backend", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        urgent: bool,
+        keys: Sequence[tuple[str, str]] = (),
+    ) -> asyncio.Future[Any]:
+        call = _Call(
+            function, args, keys[0] if len(keys) == 1 else None, asyncio.get_running_loop()
+        )
+        with self._lock:
+            if self._stopping:
+                raise BackendUnavailable("the backend is closed")
+            if urgent:
+                for key in keys:
+                    for earlier in self._queued.pop(key, ()):
+                        self._normal.remove(earlier)
+                        self._urgent.append(earlier)
+                self._urgent.append(call)
+            else:
+                self._normal.append(call)
+                if call.key is not None:
+                    self._queued.setdefault(call.key, []).append(call)
+            self._ready.notify()
+        return call.future
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """End the thread once the calls already queued have run."""
+        with self._lock:
+            self._stopping = True
+            self._ready.notify()
+
+    def _take(self) -> list[_Call]:
+        """The next call, or a batch of consecutive polls (the caller holds the lock)."""
+        if self._urgent:
+            return [self._urgent.popleft()]
+        first = self._normal.popleft()
+        batch = [first]
+        if self._try_grant_many is not None and first.function == self._backend.try_grant:
+            while (
+                self._normal
+                and len(batch) < MAX_BATCH
+                and self._normal[0].function == self._backend.try_grant
+            ):
+                batch.append(self._normal.popleft())
+        for call in batch:
+            if call.key is not None:
+                queued = self._queued.get(call.key)
+                if queued is not None:
+                    queued.remove(call)
+                    if not queued:
+                        del self._queued[call.key]
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._urgent or self._normal or self._stopping):
+                    self._ready.wait()
+                if not (self._urgent or self._normal):
+                    return
+                batch = self._take()
+            # a call whose caller was cancelled before it began is not run (its owner's
+            # clean-up, if any, is queued behind it and runs as usual)
+            batch = [call for call in batch if not call.future.cancelled()]
+            if len(batch) > 1:
+                self._run_batch(batch)
+            elif batch:
+                self._run_one(batch[0])
+
+    def _run_one(self, call: _Call) -> None:
+        try:
+            result = call.function(*call.args)
+        except BaseException as error:  # handed to the caller, whatever it is
+            call.deliver(error=error)
+        else:
+            call.deliver(result)
+
+    def _run_batch(self, batch: list[_Call]) -> None:
+        assert self._try_grant_many is not None
+        try:
+            results = self._try_grant_many([call.args[0] for call in batch])
+        except BaseException as error:
+            for call in batch:
+                call.deliver(error=error)
+            return
+        for call, result in zip(batch, results, strict=True):
+            if isinstance(result, TumblerError):
+                call.deliver(error=result)
+            else:
+                call.deliver(result)
 
 
 class AsyncAdapter:
@@ -33,29 +220,67 @@ class AsyncAdapter:
         self.session_events = backend.session_events
         self.clock = backend.clock
         self._hub = hub
-        self._executor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="tumbler-backend")
-            if in_thread
-            else None
-        )
+        self._worker = _Worker(backend) if in_thread else None
 
-    async def _call(self, function: Callable[..., T], *args: object) -> T:
-        if self._executor is None:
+    async def _call(
+        self,
+        function: Callable[..., T],
+        *args: Any,
+        urgent: bool = False,
+        keys: Sequence[tuple[str, str]] = (),
+    ) -> T:
+        if self._worker is None:
             return function(*args)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+        result: T = await self._worker.submit(function, args, urgent=urgent, keys=keys)
+        return result
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
-        return await self._call(self.backend.try_grant, request)
+        return await self._call(
+            self.backend.try_grant, request, keys=((request.name, request.owner),)
+        )
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        return await self._call(self.backend.renew, name, owner, ttl)
+        return await self._call(
+            self.backend.renew, name, owner, ttl, urgent=True, keys=((name, owner),)
+        )
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        return await self._call(self.backend.renew_all, renewals, timeout)
+        if self._worker is None:
+            return self.backend.renew_all(renewals, timeout)
+        started = time.monotonic()
+
+        def bounded() -> list[float | None]:
+            # the time spent queued counts against the caller's bound
+            left = timeout - (time.monotonic() - started)
+            if left <= 0:
+                raise BackendUnavailable(
+                    f"the renewals waited more than {timeout:.3g} s for the backend's thread",
+                    backend=self.url,
+                )
+            return self.backend.renew_all(renewals, left)
+
+        future = self._worker.submit(
+            bounded, (), urgent=True, keys=[(r.name, r.owner) for r in renewals]
+        )
+        try:
+            # asyncio.wait, not wait_for: it neither cancels the call nor (before 3.12) can
+            # swallow a cancellation of the caller
+            await asyncio.wait({future}, timeout=max(timeout, 0.0))
+        except BaseException:
+            future.cancel()
+            raise
+        if not future.done():
+            future.cancel()  # dropped if it has not begun; its result is ignored if it has
+            raise BackendUnavailable(
+                f"the renewals did not finish within {timeout:.3g} s", backend=self.url
+            )
+        result: list[float | None] = future.result()
+        return result
 
     async def release(self, name: str, owner: str) -> bool:
-        return await self._call(self.backend.release, name, owner)
+        return await self._call(
+            self.backend.release, name, owner, urgent=True, keys=((name, owner),)
+        )
 
     def watch(self, name: str, owner: str) -> AsyncHubWatch:
         return AsyncHubWatch(self.clock, name, self._hub)
@@ -70,8 +295,12 @@ class AsyncAdapter:
         return await self._call(self.backend.force_release, name)
 
     async def close(self) -> None:
+        if self._worker is None:
+            self.backend.close()
+            return
+        if self._worker.stopping:
+            return  # closed already
         try:
             await self._call(self.backend.close)
         finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=False)
+            self._worker.stop()

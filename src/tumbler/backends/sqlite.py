@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import sqlite3
@@ -70,6 +71,8 @@ from ..errors import (
     ConfigurationError,
     InvalidURL,
     PermissionDenied,
+    PermitsMismatch,
+    TumblerError,
 )
 from ._adapter import AsyncAdapter
 from .contract import (
@@ -339,16 +342,22 @@ class SQLiteBackend:
         return db
 
     @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Convert sqlite3's errors to tumbler's at this one edge, keeping the cause."""
+    def _errors(self, waited: float | None = None) -> Iterator[None]:
+        """Convert sqlite3's errors to tumbler's at this one edge, keeping the cause.
+
+        ``waited``: how long the call waited for the write lock, if not ``busy_timeout``."""
         try:
             yield
         except sqlite3.OperationalError as error:
             message = str(error)
             if "locked" in message or "busy" in message:
                 raise BackendUnavailable(
-                    f"the database stayed locked by another process for more than "
-                    f"{self.busy_timeout} s (busy_timeout)",
+                    "the database stayed locked by another process for more than "
+                    + (
+                        f"{self.busy_timeout} s (busy_timeout)"
+                        if waited is None
+                        else f"{waited:.3g} s (the call's timeout)"
+                    ),
                     backend=self.url,
                 ) from error
             if "readonly" not in message and not _is_directory_or_hidden(self.path.parent):
@@ -371,11 +380,11 @@ class SQLiteBackend:
             ) from error
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, waited: float | None = None) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front, so two grants
         can never read the same state and both decide to grant."""
         db = self._connection()
-        with self._errors():
+        with self._errors(waited):
             mine = object()
             self._local.transaction = mine
             db.execute("BEGIN IMMEDIATE")
@@ -432,65 +441,98 @@ class SQLiteBackend:
     def try_grant(self, request: GrantRequest) -> Grant | None:
         with self._transaction() as db:
             now = _now_ns()
-            db.execute(
-                "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?",
-                (request.name, now),
-            )
-            rows = db.execute(
-                "SELECT owner, seq, shared, lim, fair, token FROM tumbler_entries "
-                "WHERE name = ? ORDER BY seq",
-                (request.name,),
-            ).fetchall()
-            entries = [
-                core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
-                for owner, seq, shared, lim, fair, token in rows
-            ]
-            mine = next((entry for entry in entries if entry.owner == request.owner), None)
-            decision = core.decide(
-                entries, request.owner, request.shared, request.limit, request.fair
-            )
-            if decision is core.Decision.HELD:
-                assert mine is not None
-                assert mine.token is not None
-                return Grant(request.name, request.owner, mine.token, request.ttl)
-            if decision is core.Decision.GRANT:
-                (token,) = db.execute(
-                    "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' "
-                    "RETURNING value"
-                ).fetchone()
-                expires_at = now + round(request.ttl * 1e9)
-                result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
-            else:
-                token = None
-                expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
-                result = None
-            if mine is not None:
-                db.execute(
-                    "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
-                    (token, expires_at, mine.seq),
-                )
-            elif result is not None or request.queue:  # a single try leaves nothing behind
-                db.execute(
-                    "INSERT INTO tumbler_entries "
-                    "(name, owner, shared, lim, fair, token, expires_at, holder) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        request.name,
-                        request.owner,
-                        request.shared,
-                        request.limit,
-                        request.fair,
-                        token,
-                        expires_at,
-                        request.holder,
-                    ),
-                )
-            db.execute(
-                "DELETE FROM tumbler_entries WHERE seq IN (SELECT seq FROM tumbler_entries "
-                "WHERE expires_at <= ? LIMIT ?)",
-                (now, _SWEEP),
-            )
+            result = self._decide(db, request, now, self._live_entries(db, request.name, now))
+            self._sweep(db, now)
             return result
+
+    def try_grant_many(self, requests: Sequence[GrantRequest]) -> list[Grant | TumblerError | None]:
+        """``try_grant`` for each request, in order, in one transaction (the asyncio adapter's
+        batch of queued polls): the same decisions as one transaction each, back to back, but
+        each name's rows are read once. A request refused with an error gets it in its place
+        and changes nothing; a failure of the transaction (busy) raises for all."""
+        with self._transaction() as db:
+            now = _now_ns()
+            entries: dict[str, list[core.Entry]] = {}
+            results: list[Grant | TumblerError | None] = []
+            for request in requests:
+                if request.name not in entries:
+                    entries[request.name] = self._live_entries(db, request.name, now)
+                try:
+                    results.append(self._decide(db, request, now, entries[request.name]))
+                except PermitsMismatch as error:
+                    results.append(error)
+            self._sweep(db, now)
+            return results
+
+    def _live_entries(self, db: sqlite3.Connection, name: str, now: int) -> list[core.Entry]:
+        """The name's live entries in arrival order; expired ones are deleted."""
+        db.execute("DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now))
+        rows = db.execute(
+            "SELECT owner, seq, shared, lim, fair, token FROM tumbler_entries "
+            "WHERE name = ? ORDER BY seq",
+            (name,),
+        ).fetchall()
+        return [
+            core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
+            for owner, seq, shared, lim, fair, token in rows
+        ]
+
+    def _decide(
+        self, db: sqlite3.Connection, request: GrantRequest, now: int, entries: list[core.Entry]
+    ) -> Grant | None:
+        """Decide one request inside a transaction and record it; ``entries`` (the name's live
+        entries) is updated to match, so that the next request of a batch sees this one."""
+        mine = next((entry for entry in entries if entry.owner == request.owner), None)
+        decision = core.decide(entries, request.owner, request.shared, request.limit, request.fair)
+        if decision is core.Decision.HELD:
+            assert mine is not None
+            assert mine.token is not None
+            return Grant(request.name, request.owner, mine.token, request.ttl)
+        if decision is core.Decision.GRANT:
+            (token,) = db.execute(
+                "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value"
+            ).fetchone()
+            expires_at = now + round(request.ttl * 1e9)
+            result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
+        else:
+            token = None
+            expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
+            result = None
+        if mine is not None:
+            db.execute(
+                "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
+                (token, expires_at, mine.seq),
+            )
+            if token is not None:
+                entries[entries.index(mine)] = dataclasses.replace(mine, token=token)
+        elif result is not None or request.queue:  # a single try leaves nothing behind
+            seq = db.execute(
+                "INSERT INTO tumbler_entries "
+                "(name, owner, shared, lim, fair, token, expires_at, holder) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.name,
+                    request.owner,
+                    request.shared,
+                    request.limit,
+                    request.fair,
+                    token,
+                    expires_at,
+                    request.holder,
+                ),
+            ).lastrowid
+            assert seq is not None
+            entries.append(
+                core.Entry(request.owner, seq, request.shared, request.limit, request.fair, token)
+            )
+        return result
+
+    def _sweep(self, db: sqlite3.Connection, now: int) -> None:
+        db.execute(
+            "DELETE FROM tumbler_entries WHERE seq IN (SELECT seq FROM tumbler_entries "
+            "WHERE expires_at <= ? LIMIT ?)",
+            (now, _SWEEP),
+        )
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         db = self._connection()
@@ -505,7 +547,42 @@ class SQLiteBackend:
         return ttl if changed == 1 else None
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
+        """Every renewal in one transaction, waiting at most ``timeout`` (and never longer than
+        ``busy_timeout``) for another process's write lock, then ``BackendUnavailable``."""
+        if not renewals:
+            return []
+        wait = max(0.0, min(timeout, self.busy_timeout))
+        db = self._connection()
+        with self._errors(wait):
+            db.execute(f"PRAGMA busy_timeout = {round(wait * 1000)}")
+        try:
+            with self._transaction(wait) as db:
+                now = _now_ns()
+                # Each statement matches at most one row (UNIQUE (name, owner)), so the summed
+                # rowcount says whether every one was renewed; "expires_at > now" keeps an
+                # expired lease dead, as in renew().
+                changed = db.executemany(
+                    "UPDATE tumbler_entries SET expires_at = ? WHERE name = ? AND owner = ? "
+                    "AND token IS NOT NULL AND expires_at > ?",
+                    [(now + round(r.ttl * 1e9), r.name, r.owner, now) for r in renewals],
+                ).rowcount
+                if changed == len(renewals):
+                    return [r.ttl for r in renewals]
+                # Some were not renewed: those whose grant is not live now, which the UPDATE
+                # left as they were (a renewed one is live until now + ttl).
+                return [
+                    r.ttl
+                    if db.execute(
+                        "SELECT 1 FROM tumbler_entries WHERE name = ? AND owner = ? "
+                        "AND token IS NOT NULL AND expires_at > ?",
+                        (r.name, r.owner, now),
+                    ).fetchone()
+                    else None
+                    for r in renewals
+                ]
+        finally:
+            with self._errors():
+                db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
 
     def release(self, name: str, owner: str) -> bool:
         db = self._connection()

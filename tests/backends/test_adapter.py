@@ -1,0 +1,254 @@
+"""The asyncio adapter over SQLite: renewals and releases go before queued polls, and calls of
+one owner keep their order (a cancelled waiter's clean-up runs after its own try_grant).
+
+The SQLite backend is real; its methods are wrapped only to record, on the adapter's worker
+thread, the order in which calls ran (and, for a few, to hold the worker at a known point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import tumbler.aio
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.sqlite import SQLiteBackend
+
+from ..contract.compat import PATIENCE
+
+pytestmark = pytest.mark.asyncio
+
+WAITERS = 800
+
+
+class Log:
+    """What ran on the worker thread (and what the loop submitted), in order."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, object]] = []
+        self._changed = threading.Condition()
+
+    def add(self, event: str, kind: str, key: object) -> None:
+        with self._changed:
+            self.entries.append((event, kind, key))
+            self._changed.notify_all()
+
+    def count(self, event: str, kinds: tuple[str, ...]) -> int:
+        with self._changed:
+            return sum(1 for e, k, _ in self.entries if e == event and k in kinds)
+
+    async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
+        def wait() -> bool:
+            with self._changed:
+                return self._changed.wait_for(predicate, PATIENCE)
+
+        assert await asyncio.to_thread(wait), f"timed out waiting until {what}"
+
+
+def record_worker_calls(monkeypatch: pytest.MonkeyPatch, log: Log) -> None:
+    """Wrap the backend's methods (on the class, before the adapter looks them up)."""
+
+    def wrap(name: str, key: Callable[..., object]) -> None:
+        original = getattr(SQLiteBackend, name, None)
+        if original is None:
+            return
+
+        def recorded(self: SQLiteBackend, *args: Any) -> Any:
+            log.add("ran", name, key(*args))
+            return original(self, *args)
+
+        monkeypatch.setattr(SQLiteBackend, name, recorded)
+
+    wrap("try_grant", lambda request: 1)
+    wrap("try_grant_many", lambda requests: len(requests))
+    wrap("renew", lambda name, owner, ttl: (name, owner))
+    wrap("renew_all", lambda renewals, timeout: tuple((r.name, r.owner) for r in renewals))
+    wrap("release", lambda name, owner: (name, owner))
+
+
+def record_submissions(adapter: Any, log: Log) -> None:
+    """Note on the loop when a renewal or release is handed to the adapter."""
+    keys: dict[str, Callable[..., object]] = {
+        "renew": lambda name, owner, ttl: (name, owner),
+        "renew_all": lambda renewals, timeout: tuple((r.name, r.owner) for r in renewals),
+        "release": lambda name, owner: (name, owner),
+    }
+    for name, key in keys.items():
+        original = getattr(adapter, name)
+
+        async def submitted(
+            *args: Any, _original: Any = original, _name: str = name, _key: Any = key
+        ) -> Any:
+            log.add("submitted", _name, _key(*args))
+            return await _original(*args)
+
+        setattr(adapter, name, submitted)
+
+
+def polls_passed(log: Log) -> Iterator[tuple[str, object, int]]:
+    """For each urgent call: how many poll calls (a batch counts once) ran between its
+    submission and its start."""
+    entries = list(log.entries)
+    for index, (event, kind, key) in enumerate(entries):
+        if event != "submitted":
+            continue
+        ran = next(i for i in range(index + 1, len(entries)) if entries[i] == ("ran", kind, key))
+        polls = sum(
+            1
+            for e, k, _ in entries[index + 1 : ran]
+            if e == "ran" and k in ("try_grant", "try_grant_many")
+        )
+        yield kind, key, polls
+
+
+async def test_renewals_and_releases_do_not_wait_behind_many_polls(tmp_path, monkeypatch):
+    """800 tasks poll a held lock on one client; an idle holder with a 1 s lease on the same
+    client keeps it, and neither its renewals nor the release of the busy lock wait behind the
+    queued polls (at most the one poll call already running when they were submitted)."""
+    log = Log()
+    record_worker_calls(monkeypatch, log)
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        record_submissions(locks._backend, log)
+        idle = locks.lock("idle", ttl=1.0)
+        assert await idle.acquire(timeout=PATIENCE)
+        hold = idle.hold
+        hold.on_lost(lambda _: log.add("lost", "", None))
+        busy = locks.lock("busy")
+        assert await busy.acquire(timeout=PATIENCE)
+        waiters = [
+            asyncio.create_task(locks.lock("busy").acquire(timeout=None)) for _ in range(WAITERS)
+        ]
+        polls = ("try_grant", "try_grant_many")
+        # every waiter has polled at least twice: the queue is full of polls
+        await log.wait_for(
+            lambda: (
+                sum(
+                    (key if isinstance(key, int) else 0)
+                    for e, k, key in log.entries
+                    if e == "ran" and k in polls
+                )
+                >= 2 * WAITERS
+            ),
+            "the waiters poll",
+        )
+        renewals = ("renew", "renew_all")
+        renewed = log.count("ran", renewals)
+        # three leases' worth of renewals (every ttl/3) while they poll
+        await log.wait_for(
+            lambda: log.count("ran", renewals) >= renewed + 9 or log.count("lost", ("",)) > 0,
+            "renewals ran or the hold was lost",
+        )
+        assert hold.held
+        assert not hold.lost
+        await busy.release()
+        assert hold.held
+        assert not hold.lost
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await idle.release()
+    passed = list(polls_passed(log))
+    assert any(kind == "release" and key[0] == "busy" for kind, key, _ in passed)
+    assert sum(1 for kind, _, _ in passed if kind in renewals) >= 9
+    late = [(kind, count) for kind, _, count in passed if count > 1]
+    assert not late, f"urgent calls waited behind polls: {late}"
+
+
+@pytest.fixture
+def hold_worker(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """``force_release`` holds the worker thread until ``proceed`` is set: the calls made
+    meanwhile queue up behind it."""
+    started, proceed = threading.Event(), threading.Event()
+    original = SQLiteBackend.force_release
+
+    def held(self: SQLiteBackend, name: str) -> int:
+        started.set()
+        assert proceed.wait(PATIENCE)
+        return original(self, name)
+
+    monkeypatch.setattr(SQLiteBackend, "force_release", held)
+    return started, proceed
+
+
+def request(name: str, owner: str) -> GrantRequest:
+    return GrantRequest(name, owner, False, 1, False, 30.0, "test", True)
+
+
+async def test_a_release_passes_other_owners_polls_but_not_its_owners(tmp_path, hold_worker):
+    started, proceed = hold_worker
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        adapter = locks._backend
+        blocker = asyncio.create_task(adapter.force_release("elsewhere"))
+        assert await asyncio.to_thread(started.wait, PATIENCE)
+        # queued behind the blocker, in this order
+        mine = asyncio.create_task(adapter.try_grant(request("x", "a")))
+        theirs = asyncio.create_task(adapter.try_grant(request("x", "b")))
+        await asyncio.sleep(0)  # both submitted
+        release = asyncio.create_task(adapter.release("x", "a"))
+        await asyncio.sleep(0)
+        proceed.set()
+        await blocker
+        # a's try_grant ran before a's release (promoted with it), and b's after: b got it
+        assert (await mine) is not None
+        assert await release is True
+        assert (await theirs) is not None
+
+
+@pytest.mark.parametrize("where", ["queued", "running"])
+async def test_a_cancelled_waiters_grant_does_not_survive(tmp_path, monkeypatch, where):
+    """A task cancelled while its try_grant is queued (it never runs) or running (it grants):
+    either way the clean-up release comes after it, and the lock ends up free."""
+    started, proceed = threading.Event(), threading.Event()
+    if where == "running":
+        original = SQLiteBackend.try_grant
+
+        def held(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
+            if grant_request.name == "victim":
+                started.set()
+                assert proceed.wait(PATIENCE)
+            return original(self, grant_request)
+
+        monkeypatch.setattr(SQLiteBackend, "try_grant", held)
+    else:
+        original_force = SQLiteBackend.force_release
+
+        def held_force(self: SQLiteBackend, name: str) -> int:
+            started.set()
+            assert proceed.wait(PATIENCE)
+            return original_force(self, name)
+
+        monkeypatch.setattr(SQLiteBackend, "force_release", held_force)
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    async with await tumbler.aio.connect(url) as locks:
+        adapter = locks._backend
+        releases = asyncio.Event()
+        original_release = adapter.release
+
+        async def release(name: str, owner: str) -> bool:
+            releases.set()
+            return await original_release(name, owner)
+
+        adapter.release = release
+        blocker = None
+        if where == "queued":
+            blocker = asyncio.create_task(adapter.force_release("elsewhere"))
+            assert await asyncio.to_thread(started.wait, PATIENCE)
+        acquire = asyncio.create_task(locks.lock("victim").acquire(timeout=0))
+        if where == "running":
+            assert await asyncio.to_thread(started.wait, PATIENCE)
+        else:
+            await asyncio.sleep(0)  # its try_grant is queued
+        acquire.cancel()
+        await asyncio.wait_for(releases.wait(), PATIENCE)  # the clean-up is submitted
+        proceed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await acquire
+        if blocker is not None:
+            await blocker
+        assert (await locks.status("victim")).holders == ()
+        async with await tumbler.aio.connect(url) as other:
+            assert await other.lock("victim").acquire(timeout=0)
