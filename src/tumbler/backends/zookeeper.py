@@ -64,11 +64,15 @@ How a hold can be lost here
 from __future__ import annotations
 
 import asyncio
+import binascii
 import contextlib
+import functools
 import hashlib
 import json
+import logging
 import re
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
@@ -76,6 +80,7 @@ from urllib.parse import quote, unquote
 from kazoo import exceptions as kazoo_errors  # the driver: without it, MissingDependency
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Create2
+from kazoo.protocol.states import Callback, EventType, WatchedEvent
 
 from .._core import Entry
 from .._url import BackendURL
@@ -90,6 +95,9 @@ T = TypeVar("T")
 
 DEFAULT_BASE = "/tumbler"
 DEFAULT_PORT = 2181
+#: The shortest lease ZooKeeper can keep renewed (``Capabilities.min_ttl``); see the module
+#: docstring, "The shortest lease".
+MIN_TTL = 0.5
 _OPTIONS = ("session_timeout", "connect_timeout", "request_timeout")
 
 
@@ -164,6 +172,143 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
         request_timeout=request_timeout,
         digest=digest,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Connecting: give up as soon as every host refused, and say so
+
+
+def _refused(error: BaseException | None) -> bool:
+    """Whether a connection attempt ended in ECONNREFUSED (kazoo wraps the socket error)."""
+    while error is not None:
+        if isinstance(error, ConnectionRefusedError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _describe(error: BaseException) -> str:
+    """The innermost cause of a failed attempt (kazoo's wrapper says less than the socket)."""
+    inner: BaseException | None = error
+    while inner is not None:
+        error = inner
+        inner = error.__cause__ or error.__context__
+    return str(error) or type(error).__name__
+
+
+class ConnectAttempts:
+    """How the attempts to connect to each host ended while the client starts.
+
+    kazoo retries a refused connection until ``start``'s timeout and then only says
+    "Connection time-out". The backend wraps kazoo's connect step to record each attempt here,
+    so that the start ends as soon as every host of the ensemble has refused (nothing listens
+    there, and a TCP client that waits longer would not be helped), with the real cause.
+    """
+
+    def __init__(self, hosts: Iterable[tuple[str, int]]) -> None:
+        self._lock = threading.Lock()
+        self._hosts = list(dict.fromkeys(hosts))
+        self._last: dict[tuple[str, int], BaseException | None] = {}
+        #: set once the start is decided: connected, refused by every host, or unauthorised
+        self.settled = threading.Event()
+
+    def record(self, host: str, port: int, error: BaseException | None) -> None:
+        """One attempt's outcome (None: connected), from kazoo's connection thread."""
+        with self._lock:
+            self._last[(host, port)] = error
+            decided = (
+                error is None
+                or isinstance(error, kazoo_errors.AuthFailedError)
+                or self._every_host_refused()
+            )
+        if decided:
+            self.settled.set()
+
+    def _every_host_refused(self) -> bool:
+        return bool(self._hosts) and all(_refused(self._last.get(h)) for h in self._hosts)
+
+    def failure(self, timeout: float) -> str:
+        """Why the start failed, naming the hosts (never credentials: they are not here)."""
+        with self._lock:
+            names = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._hosts]
+            if self._every_host_refused():
+                return f"connection refused by every ZooKeeper host ({', '.join(names)})"
+            causes = []
+            for name, host in zip(names, self._hosts, strict=True):
+                if host not in self._last:
+                    causes.append(f"{name}: no attempt ended")
+                    continue
+                error = self._last[host]
+                causes.append(f"{name}: {'connected' if error is None else _describe(error)}")
+        return f"no ZooKeeper host took the connection within {timeout:g} s ({'; '.join(causes)})"
+
+
+def start_client(client: Any, attempts: ConnectAttempts, timeout: float, url: str) -> None:
+    """kazoo's ``start``, ending early when every host refused (blocking: run it on a thread)."""
+    client.start_async()
+    attempts.settled.wait(timeout)
+    if client.connected:
+        return
+    client.stop()
+    client.close()
+    raise BackendUnavailable(f"cannot reach ZooKeeper: {attempts.failure(timeout)}", backend=url)
+
+
+# --------------------------------------------------------------------------------------------
+# Logging: kazoo logs its requests, credentials included; none of them reaches a log
+
+
+_REDACTED = "<redacted>"
+
+
+class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger tumbler gives kazoo: kazoo's records with every credential taken out.
+
+    At DEBUG kazoo logs each request it sends, among them the ``Auth`` packet whose ``auth`` is
+    ``USER:PASSWORD``, and the ``Connect`` packet and its reply, whose ``passwd`` is the
+    session's password (whoever has it can take the session over); at its BLATHER level (5) it
+    logs that password in hex. Requests are redacted by their fields, ``passwd`` messages by
+    their byte arguments, and then, whatever the message, the known secrets are cut out of the
+    text, so a record kazoo adds in a later version cannot leak them either.
+    """
+
+    def __init__(self, logger: logging.Logger, secrets: Callable[[], Iterable[str]]) -> None:
+        super().__init__(logger, {})
+        self._secrets = secrets
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        if "passwd" in str(msg):
+            args = tuple(_REDACTED if isinstance(arg, (bytes, bytearray)) else arg for arg in args)
+        args = tuple(_redact_fields(arg) for arg in args)
+        text = str(msg) % args if args else str(msg)
+        for secret in self._secrets():
+            if secret:
+                text = text.replace(secret, _REDACTED)
+        kwargs.setdefault("stacklevel", 2)
+        self.logger.log(level, "%s", text, **kwargs)
+
+
+def _redact_fields(arg: object) -> object:
+    fields = getattr(arg, "_fields", None)
+    if not isinstance(fields, tuple):
+        return arg
+    secret_fields = {name: _REDACTED for name in ("auth", "passwd") if name in fields}
+    return arg._replace(**secret_fields) if secret_fields else arg  # type: ignore[attr-defined]
+
+
+def client_secrets(digest: str | None, client: Any) -> list[str]:
+    """What must never be logged: the digest credentials and the session's password."""
+    found = []
+    if digest is not None:
+        found.append(digest)
+        found.append(digest.partition(":")[2])
+    session_password = getattr(client, "_session_passwd", None)
+    if session_password and any(session_password):
+        found.append(binascii.hexlify(session_password).decode())
+        found.append(repr(session_password))
+    return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,21 +394,202 @@ def parse_children(children: list[str]) -> list[Contender]:
     return line
 
 
-def entry_data(holder: str, ttl: float, granted: bool = False) -> bytes:
+def entry_data(
+    holder: str, ttl: float, granted: bool = False, session_timeout: float | None = None
+) -> bytes:
     record: dict[str, Any] = {"holder": holder, "ttl": ttl}
+    if session_timeout is not None:
+        # how long the entry outlives its holder: what `tumbler status` shows
+        record["session_timeout"] = session_timeout
     if granted:
         record["granted"] = True
     return json.dumps(record, separators=(",", ":")).encode()
 
 
-def read_entry_data(data: bytes) -> tuple[str, float]:
+class EntryData(NamedTuple):
+    """What an entry's data says: its holder, lease, and holder's session timeout if known."""
+
+    holder: str
+    ttl: float
+    session_timeout: float | None
+
+
+def read_entry_data(data: bytes) -> EntryData:
     """The holder description and lease of an entry (foreign entries: what can be shown)."""
     try:
         record = json.loads(data)
-        return str(record["holder"]), float(record["ttl"])
+        holder, ttl = str(record["holder"]), float(record["ttl"])
     except (ValueError, KeyError, TypeError):
         text = data.decode("utf-8", "replace") if data else ""
-        return (text or "(not a tumbler client)"), 0.0
+        return EntryData(text or "(not a tumbler client)", 0.0, None)
+    session_timeout = record.get("session_timeout")
+    if not isinstance(session_timeout, (int, float)) or not session_timeout > 0:
+        session_timeout = None  # written by an older tumbler
+    return EntryData(holder, ttl, session_timeout)
+
+
+# --------------------------------------------------------------------------------------------
+# Renewing: the session keeps every entry; a watch says which were deleted
+
+
+@dataclass(eq=False)
+class OwnEntry:
+    """This client's entry for one acquisition, and what is known of it without asking.
+
+    The entry lives as long as the session that made it (``session``, its ephemeral owner)
+    unless it is deleted. ``gone`` becomes True when it is known to be deleted (a release, an
+    operator's force_release, the end of its session) and never becomes False again.
+    ``watched`` says that a deletion watch is set on the node, so that ``gone`` would be set
+    if it were deleted: a watch fires once, and kazoo drops every watch when a connection
+    breaks, so it is set again when it fires for anything else (see ``DeletionWatches``).
+    """
+
+    path: str
+    czxid: int
+    session: int
+    granted: bool = False
+    watched: bool = False
+    gone: bool = False
+    #: times the watch fired for something other than the deletion: the answer to a watch set
+    #: before the last of them does not mean a watch is still set
+    epoch: int = 0
+    watcher: Callable[[WatchedEvent], None] | None = field(default=None, repr=False)
+
+    @property
+    def node(self) -> str:
+        return self.path.rsplit("/", 1)[1]
+
+
+class DeletionWatches:
+    """Deletion watches on this client's own entries, so that a renewal needs no read per entry.
+
+    kazoo runs the watch callbacks on its watch thread and the answers (``rawlink``) on its
+    completion thread; the state they change is guarded here.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def arm(self, entry: OwnEntry) -> tuple[Any, int]:
+        """Set the watch (again) with an ``exists`` call; returns kazoo's result for it, and
+        the epoch to hand to ``settle`` with the answer."""
+        with self._lock:
+            epoch = entry.epoch
+            if entry.watcher is None:
+                # one callable per entry: kazoo keeps a set of them per path, so setting the
+                # watch again never makes it fire twice
+                entry.watcher = functools.partial(self._fired, entry)
+            watcher = entry.watcher
+        result = self._client.exists_async(entry.path, watch=watcher)
+        result.rawlink(functools.partial(self._answered, entry, epoch))
+        return result, epoch
+
+    def _answered(self, entry: OwnEntry, epoch: int, result: Any) -> None:
+        try:
+            stat = result.get_nowait()
+        except Exception:  # no answer: not watched, so the next renewal reads the entry
+            return
+        self.settle(entry, epoch, stat)
+
+    def settle(self, entry: OwnEntry, epoch: int, stat: Any) -> bool:
+        """Take in the answer to ``arm``'s read; returns whether the entry is still there."""
+        with self._lock:
+            if stat is None or stat.czxid != entry.czxid or stat.ephemeralOwner != entry.session:
+                entry.gone = True
+                entry.watched = False
+            elif entry.epoch == epoch and not entry.gone:
+                entry.watched = True
+            return not entry.gone
+
+    def forget(self, entry: OwnEntry) -> None:
+        """The entry is deleted, or its session ended: nothing of it is left to renew."""
+        with self._lock:
+            entry.gone = True
+            entry.watched = False
+
+    def _fired(self, entry: OwnEntry, event: WatchedEvent) -> None:
+        with self._lock:
+            if event.type == EventType.DELETED:
+                entry.gone = True
+                entry.watched = False
+                return
+            # the data changed (a semaphore entry announcing its grant), or the connection
+            # broke (kazoo drops every watch then): the watch is no longer set
+            entry.epoch += 1
+            entry.watched = False
+            again = event.type == EventType.CHANGED and not entry.gone
+        if again:
+            self.arm(entry)
+
+
+class SessionProbe:
+    """Round trips that show this client's session is alive, shared by concurrent renewals.
+
+    A renewal confirms its leases from the moment it began, so it may count only the answer
+    to a request sent *after* it began (the server restarts the session's timeout when it
+    hears the request): a caller never joins a probe already on its way. Callers that come
+    while one is on its way share the next one, sent as soon as that one is answered (the
+    server answers a session's requests in order, so sending it earlier would not make it
+    come back sooner). Each answer is handed to its callers through kazoo's watch thread,
+    behind every watch event that arrived before it: ZooKeeper delivers a watch event before
+    any answer that reflects the change, so an entry deleted before the probe was answered
+    is already marked gone (``DeletionWatches``) when its callers look.
+
+    The result ``after_now`` returns is a kazoo result, settled with the id of the session
+    the probe was sent in, or with the probe's error.
+    """
+
+    def __init__(self, client: Any, path: str) -> None:
+        self._client = client
+        self._path = path
+        self._lock = threading.Lock()
+        self._on_its_way = False
+        self._next: Any = None
+
+    def after_now(self) -> Any:
+        with self._lock:
+            if self._next is None:
+                self._next = self._client.handler.async_result()
+            shared = self._next
+            if self._on_its_way:
+                return shared
+            self._on_its_way = True
+            self._next = None
+        self._send(shared)
+        return shared
+
+    def _send(self, shared: Any) -> None:
+        session = self._client._session_id or -1
+        try:
+            request = self._client.exists_async(self._path)
+        except Exception as error:  # kazoo reports its errors in the result; just in case
+            request = self._client.handler.async_result()
+            request.set_exception(error)
+        request.rawlink(functools.partial(self._answered, shared, session))
+
+    def _answered(self, shared: Any, session: int, request: Any) -> None:
+        settle = functools.partial(self._settle, shared, session, request)
+        handler = self._client.handler
+        if handler.running:
+            handler.dispatch_callback(Callback("watch", settle, ()))
+        else:
+            settle()  # the client is stopping: no watch event will come any more
+        with self._lock:
+            waiting = self._next
+            self._next = None
+            self._on_its_way = waiting is not None
+        if waiting is not None:
+            self._send(waiting)
+
+    @staticmethod
+    def _settle(shared: Any, session: int, request: Any) -> None:
+        try:
+            request.get_nowait()
+        except BaseException as error:  # kazoo's error: the callers' to handle
+            shared.set_exception(error)
+        else:
+            shared.set(session)
 
 
 # --------------------------------------------------------------------------------------------

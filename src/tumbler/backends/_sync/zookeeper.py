@@ -13,9 +13,11 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kazoo import exceptions as kazoo_errors
@@ -26,7 +28,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from ..._clock import SYSTEM_CLOCK, Clock
 from ..._core import WATCH_LINE, check_limits, line_position
 from ..._sync.watch import HubWatch
-from ...errors import PermitsMismatch
+from ...errors import InvalidTimeout, PermitsMismatch
 from ..contract import (
     Capabilities,
     Grant,
@@ -39,9 +41,16 @@ from ..contract import (
 )
 from ..zookeeper import (
     CONTAINER_FLAG,
+    MIN_TTL,
+    ConnectAttempts,
     Contender,
     CreateContainer,
+    DeletionWatches,
+    OwnEntry,
+    RedactingLogger,
+    SessionProbe,
     ZooKeeperConfig,
+    client_secrets,
     decode_name,
     encode_name,
     entry_data,
@@ -51,10 +60,14 @@ from ..zookeeper import (
     parse_children,
     read_entry_data,
     run_blocking,
+    start_client,
     translate_errors,
 )
 
 _log = logging.getLogger("tumbler.zookeeper")
+
+#: how many lock nodes a client remembers having seen (``_remember_lock_node``)
+LOCK_NODES_REMEMBERED = 10_000
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -65,16 +78,10 @@ CAPABILITIES = Capabilities(
     waiter_ttl=60.0,
     # watches are delivered once per change within a session; the re-check is a safety net
     recheck_interval=2.0,
+    min_ttl=MIN_TTL,
+    # an ensemble serves clients on any machine that reaches it
+    scope="network",
 )
-
-
-@dataclass
-class _Entry:
-    """This client's entry for one acquisition: its node, its fencing token, whether granted."""
-
-    node: str
-    czxid: int
-    granted: bool = False
 
 
 class ZooKeeperBackend:
@@ -104,12 +111,17 @@ class ZooKeeperBackend:
             # reconnect for as long as the client lives; calls themselves are never retried
             # by kazoo: the lock logic decides what a lost reply means
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
-            logger=_log,
+            # kazoo logs its requests, the credentials among them
+            logger=RedactingLogger(_log, lambda: client_secrets(config.digest, self._client)),
         )
-        self._learn_negotiated_timeout()
+        #: the outcome of each connection attempt while the client starts
+        self._attempts: ConnectAttempts | None = ConnectAttempts(self._client.hosts)
+        self._wrap_connect()
         self._client.add_listener(self._on_state)
         self._guard = threading.Lock()
-        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._entries: dict[tuple[str, str], OwnEntry] = {}
+        self._watches = DeletionWatches(self._client)
+        self._probe = SessionProbe(self._client, config.base)
         #: acquisitions whose create may have happened although its reply was lost
         self._uncertain: set[tuple[str, str]] = set()
         #: entries whose delete did not get through: deleted when the connection is back
@@ -118,20 +130,31 @@ class ZooKeeperBackend:
         #: server could not be reached: looked for and deleted when the connection is back
         self._lost_creates: set[tuple[str, str]] = set()
         self._containers = True
+        #: lock nodes known to exist (see _remember_lock_node)
+        self._lock_nodes: OrderedDict[str, None] = OrderedDict()
         self._closing = False
         self._suspended = False
 
     # -- connection ------------------------------------------------------------------------
 
-    def _learn_negotiated_timeout(self) -> None:
+    def _wrap_connect(self) -> None:
         # The ensemble may narrow the session timeout (to its maxSessionTimeout); a lease longer
         # than the real timeout would be unsafe. kazoo computes from the negotiated value but
-        # does not keep it, so its connect step is wrapped to read it back.
+        # does not keep it, so its connect step is wrapped to read it back. The wrapper also
+        # records how each attempt ended while the client starts (ConnectAttempts).
         connection = self._client._connection
         connect = connection._connect
 
-        def connect_and_learn(*args: Any) -> Any:
-            read_timeout, connect_timeout = connect(*args)
+        def connect_and_learn(host: str, hostip: str, port: int) -> Any:
+            attempts = self._attempts
+            try:
+                read_timeout, connect_timeout = connect(host, hostip, port)
+            except BaseException as error:
+                if attempts is not None:
+                    attempts.record(host, port, error)
+                raise
+            if attempts is not None:
+                attempts.record(host, port, None)
             negotiated = round(read_timeout * 1.5) / 1000.0  # kazoo: read = negotiated * 2/3
             if negotiated > 0:
                 self.session_timeout = negotiated
@@ -152,6 +175,8 @@ class ZooKeeperBackend:
             self._suspended = False
             _log.warning("ZooKeeper session expired: every hold of this client is lost")
             with self._guard:
+                for entry in self._entries.values():
+                    self._watches.forget(entry)
                 self._entries.clear()
                 self._uncertain.clear()
                 # ephemeral: the server deleted them with the session
@@ -196,8 +221,15 @@ class ZooKeeperBackend:
 
     def start(self) -> None:
         """Connect, and check that the base node can be used (made if missing)."""
+        attempts = self._attempts
+        assert attempts is not None, "started twice"
         with translate_errors(self.url):
-            run_blocking(self._client.start, self.config.connect_timeout)
+            try:
+                run_blocking(
+                    start_client, self._client, attempts, self.config.connect_timeout, self.url
+                )
+            finally:
+                self._attempts = None
             base = self.config.base
             self._make_path(base)
             # reading the base shows now, not at the first lock, whether the user may
@@ -222,23 +254,49 @@ class ZooKeeperBackend:
         """Make ``path`` and its missing parents as persistent nodes (kazoo's ensure_path)."""
         self._call(self._client.ensure_path_async(path, acl=self._acl))
 
+    def _send_lock_node(self, path: str) -> Any:
+        """Send the create of a lock node (a container) without waiting for it; None if this
+        server has no containers (then ``_make_lock_node`` makes a plain node)."""
+        if not self._containers:
+            return None
+        acl = self._acl or OPEN_ACL_UNSAFE
+        request = CreateContainer(path, b"", acl, CONTAINER_FLAG)
+        result = self._client.handler.async_result()
+        self._client._call(request, result)
+        return result
+
+    def _lock_node_made(self, result: Any) -> bool:
+        """Whether the lock node exists after ``_send_lock_node``'s create (made or there)."""
+        try:
+            self._call(result)
+        except kazoo_errors.NodeExistsError:
+            pass
+        except kazoo_errors.NoNodeError:
+            return False  # the base node is missing
+        except kazoo_errors.UnimplementedError:
+            _log.warning("this ZooKeeper has no container nodes: empty lock nodes are deleted")
+            self._containers = False
+            return False
+        return True
+
+    def _remember_lock_node(self, path: str) -> None:
+        # Lock nodes this client has used lately: a grant there need not make the node first.
+        # Bounded, least recently used first out; a node the server removed meanwhile (an idle
+        # container) costs one more round trip, as before.
+        with self._guard:
+            self._lock_nodes[path] = None
+            self._lock_nodes.move_to_end(path)
+            if len(self._lock_nodes) > LOCK_NODES_REMEMBERED:
+                self._lock_nodes.popitem(last=False)
+
     def _make_lock_node(self, path: str) -> None:
-        if self._containers:
-            acl = self._acl or OPEN_ACL_UNSAFE
-            request = CreateContainer(path, b"", acl, CONTAINER_FLAG)
-            result = self._client.handler.async_result()
-            self._client._call(request, result)
-            try:
-                self._call(result)
+        making = self._send_lock_node(path)
+        if making is not None:
+            if self._lock_node_made(making):
                 return
-            except kazoo_errors.NodeExistsError:
-                return
-            except kazoo_errors.NoNodeError:
+            if self._containers:  # the base node is missing
                 self._make_path(self.config.base)
                 return self._make_lock_node(path)
-            except kazoo_errors.UnimplementedError:
-                _log.warning("this ZooKeeper has no container nodes: empty lock nodes are deleted")
-                self._containers = False
         self._make_path(path)
 
     # -- the contract ----------------------------------------------------------------------
@@ -253,8 +311,7 @@ class ZooKeeperBackend:
         key = (request.name, request.owner)
         path = self._lock_path(request.name)
         with translate_errors(self.url, request.name):
-            mine, created = self._entry(request, path)
-            children: list[str] | None = None
+            mine, created, children = self._entry(request, path)
             while True:
                 if children is None:
                     children = self._children(path)
@@ -264,8 +321,8 @@ class ZooKeeperBackend:
                     # our entry is gone (force-released, or the session ended): join again
                     with self._guard:
                         self._entries.pop(key, None)
-                    mine, created = self._entry(request, path)
-                    children = None
+                    self._watches.forget(mine)
+                    mine, created, children = self._entry(request, path)
                     continue
                 entries = [contender.entry() for contender in line]
                 try:
@@ -276,7 +333,7 @@ class ZooKeeperBackend:
                 blocker = line_position(entries, index)
                 if blocker is None:
                     if request.shared and request.limit and not created:
-                        self._announce_grant(path, mine, request)
+                        self._announce_grant(mine, request)
                     mine.granted = True
                     ttl = min(request.ttl, self.session_timeout)
                     return Grant(request.name, request.owner, mine.czxid, ttl)
@@ -287,43 +344,65 @@ class ZooKeeperBackend:
                 if children is None:
                     return None  # watching what blocks us; the watch wakes the waiter
 
-    def _entry(self, request: GrantRequest, path: str) -> tuple[_Entry, bool]:
-        """This acquisition's entry: known, found again after a lost reply, or created now."""
+    def _entry(self, request: GrantRequest, path: str) -> tuple[OwnEntry, bool, list[str] | None]:
+        """This acquisition's entry: known, found again after a lost reply, or created now;
+        whether it was created now; and, if it was, the lock's children read just after.
+
+        A deletion watch is set on it at once (``DeletionWatches``): renewals rely on it.
+        """
         key = (request.name, request.owner)
         with self._guard:
             known = self._entries.get(key)
             uncertain = key in self._uncertain
         if known is not None:
-            return known, False
+            return known, False, None
         if uncertain:
             found = self._find(path, request.owner)
             if found is not None:
                 stat = self._call(self._client.exists_async(f"{path}/{found}"))
                 if stat is not None:
-                    mine = _Entry(found, stat.czxid)
+                    mine = OwnEntry(f"{path}/{found}", stat.czxid, stat.ephemeralOwner)
+                    self._watches.arm(mine)
                     with self._guard:
                         self._entries[key] = mine
                         self._uncertain.discard(key)
-                    return mine, False
+                    return mine, False, None
         prefix = f"{path}/{entry_prefix(request.owner, request.shared, request.limit)}"
-        data = entry_data(request.holder, min(request.ttl, self.session_timeout))
+        data = entry_data(
+            request.holder,
+            min(request.ttl, self.session_timeout),
+            session_timeout=self.session_timeout,
+        )
         with self._guard:
             self._uncertain.add(key)
         for _ in range(3):
+            # One round trip: the server handles a session's requests in the order they were
+            # sent, so the lock node is made (if this client has not seen it yet) before the
+            # entry is created in it, and the children are read after the entry is there.
+            making = None if path in self._lock_nodes else self._send_lock_node(path)
+            creating = self._client.create_async(
+                prefix, data, ephemeral=True, sequence=True, include_data=True
+            )
+            listing = self._client.get_children_async(path)
+            if making is not None:
+                self._lock_node_made(making)
             try:
-                created, stat = self._call(
-                    self._client.create_async(
-                        prefix, data, ephemeral=True, sequence=True, include_data=True
-                    )
-                )
+                created, stat = self._call(creating)
             except kazoo_errors.NoNodeError:
+                self._lock_nodes.pop(path, None)
                 self._make_lock_node(path)  # the lock node was idle and removed
                 continue
-            mine = _Entry(created.rsplit("/", 1)[1], stat.czxid)
+            self._remember_lock_node(path)
+            mine = OwnEntry(created, stat.czxid, stat.ephemeralOwner)
+            self._watches.arm(mine)  # its answer comes with the next one: no wait here
             with self._guard:
                 self._entries[key] = mine
                 self._uncertain.discard(key)
-            return mine, True
+            try:
+                children: list[str] = self._call(listing)
+            except kazoo_errors.NoNodeError:
+                children = []
+            return mine, True, children
         raise kazoo_errors.NoNodeError(f"the lock node {path} keeps disappearing")
 
     def _children(self, path: str) -> list[str]:
@@ -358,16 +437,22 @@ class ZooKeeperBackend:
     def _wake(self, name: str, tag: str, _event: Any) -> None:
         self.hub.notify(name, (tag,))
 
-    def _announce_grant(self, path: str, mine: _Entry, request: GrantRequest) -> None:
+    def _announce_grant(self, mine: OwnEntry, request: GrantRequest) -> None:
         """Touch a semaphore entry granted after waiting: the waiter behind it watches it."""
-        data = entry_data(request.holder, min(request.ttl, self.session_timeout), granted=True)
+        data = entry_data(
+            request.holder,
+            min(request.ttl, self.session_timeout),
+            granted=True,
+            session_timeout=self.session_timeout,
+        )
         with contextlib.suppress(kazoo_errors.NoNodeError):
-            self._call(self._client.set_async(f"{path}/{mine.node}", data))
+            self._call(self._client.set_async(mine.path, data))
 
-    def _forget(self, key: tuple[str, str], path: str, mine: _Entry) -> None:
+    def _forget(self, key: tuple[str, str], path: str, mine: OwnEntry) -> None:
         with self._guard:
             self._entries.pop(key, None)
-        self._delete(f"{path}/{mine.node}")
+        self._watches.forget(mine)
+        self._delete(mine.path)
 
     def _delete(self, node_path: str) -> bool:
         """Delete an entry; if the server cannot be told now, it is told when it is back."""
@@ -385,28 +470,61 @@ class ZooKeeperBackend:
         return True
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        self._tidy()
-        with self._guard:
-            mine = self._entries.get((name, owner))
-        if mine is None or not mine.granted:
-            return None
-        with translate_errors(self.url, name):
-            try:
-                stat = self._call(self._client.exists_async(f"{self._lock_path(name)}/{mine.node}"))
-            except kazoo_errors.SessionExpiredError as error:
-                if isinstance(error, kazoo_errors.ConnectionClosedError):
-                    raise  # the client was closed: not news about the grant
-                return None  # the session, and every entry made in it, is gone
-        if stat is None or stat.czxid != mine.czxid or stat.ephemeralOwner != self._session_id():
-            return None
-        return min(ttl, self.session_timeout)
-
-    def _session_id(self) -> int:
-        client_id = self._client.client_id
-        return int(client_id[0]) if client_id else -1
+        (granted,) = self.renew_all([Renewal(name, owner, ttl)], self.config.request_timeout)
+        return granted
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
+        """Confirm every lease in one round trip, however many there are.
+
+        An entry lives as long as the session that made it, unless it is deleted. So a grant
+        is confirmed when its entry was made in this session, a round trip sent after this call
+        began shows the session is alive (``SessionProbe``, shared with concurrent callers),
+        and the entry's deletion watch has not fired (``DeletionWatches``). Entries without a
+        watch (kazoo drops them when a connection breaks) are read, and watched again, in the
+        same wait. Raises ``BackendUnavailable`` once ``timeout`` (at most the request
+        timeout) has passed without an answer.
+        """
+        if math.isnan(timeout):
+            raise InvalidTimeout("the renewal timeout is NaN", backend=self.url)
+        began = time.monotonic()
+        deadline = began + max(0.0, min(timeout, self.config.request_timeout))
+        self._tidy()
+        with self._guard:
+            mine = [self._entries.get((renewal.name, renewal.owner)) for renewal in renewals]
+        refused: list[float | None] = [None] * len(renewals)
+        if not any(entry is not None and entry.granted for entry in mine):
+            return refused  # nothing to confirm: no need to ask the server
+        name = renewals[0].name if len(renewals) == 1 else None
+        with translate_errors(self.url, name):
+            try:
+                session = kazoo_result(
+                    self._probe.after_now(), max(0.0, deadline - time.monotonic())
+                )
+                # what the watches say now is true up to the probe's answer; unwatched
+                # entries are read (and watched again)
+                confirmed: set[int] = set()
+                reads = []
+                for entry in mine:
+                    if entry is None or not entry.granted or entry.session != session:
+                        continue
+                    if entry.watched:
+                        confirmed.add(id(entry))
+                    elif not entry.gone:
+                        reads.append((entry, *self._watches.arm(entry)))
+                for entry, result, epoch in reads:
+                    stat = kazoo_result(result, max(0.0, deadline - time.monotonic()))
+                    if self._watches.settle(entry, epoch, stat):
+                        confirmed.add(id(entry))
+            except kazoo_errors.SessionExpiredError as error:
+                if isinstance(error, kazoo_errors.ConnectionClosedError):
+                    raise  # the client was closed: not news about the grants
+                return refused  # the session, and every entry made in it, is gone
+        return [
+            min(renewal.ttl, self.session_timeout)
+            if entry is not None and id(entry) in confirmed and not entry.gone
+            else None
+            for renewal, entry in zip(renewals, mine, strict=True)
+        ]
 
     def release(self, name: str, owner: str) -> bool:
         key = (name, owner)
@@ -416,13 +534,14 @@ class ZooKeeperBackend:
             uncertain = key in self._uncertain
         with translate_errors(self.url, name):
             if mine is not None:
+                self._watches.forget(mine)
                 try:
-                    return self._delete(f"{path}/{mine.node}") and mine.granted
+                    return self._delete(mine.path) and mine.granted
                 except kazoo_errors.SessionExpiredError as error:
                     if isinstance(error, kazoo_errors.ConnectionClosedError):
                         raise
                     with self._guard:
-                        self._orphans.discard(f"{path}/{mine.node}")
+                        self._orphans.discard(mine.path)
                     return False  # the session ended: its entries went with it
             if not uncertain:
                 return False  # nothing of this owner was ever created
@@ -463,8 +582,14 @@ class ZooKeeperBackend:
             holders, line = self._holders(self._lock_path(name))
         infos = []
         for contender, (data, stat) in holders:
-            holder, ttl = read_entry_data(data)
-            infos.append(HolderInfo(stat.czxid, contender.shared, ttl, holder))
+            recorded = read_entry_data(data)
+            # A grant lives as long as its holder's session, whatever its lease: how long it
+            # would outlive a dead holder is that session's timeout, which tumbler's entries
+            # record (other programs' entries do not: this client's is the best guess).
+            outlives = recorded.session_timeout or self.session_timeout
+            infos.append(
+                HolderInfo(stat.czxid, contender.shared, outlives, recorded.holder, session=True)
+            )
         limit = next((c.limit for c in line if c.shared), None)
         return LockState(name, tuple(infos), len(line) - len(holders), limit)
 
