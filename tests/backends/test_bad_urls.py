@@ -155,6 +155,18 @@ BAD_URLS = [
         "database",
     ),
     BadURL(
+        "max-connections-0",
+        "redis://u:{secret}@127.0.0.1:1/0?max_connections=0",
+        InvalidURL,
+        "bad value '0' for URL option 'max_connections'",
+    ),
+    BadURL(
+        "max-connections-not-whole",
+        "redis://u:{secret}@127.0.0.1:1/0?max_connections=1e3",
+        InvalidURL,
+        "a whole number of connections from 1 to 10000",
+    ),
+    BadURL(
         "timeout-overflow",
         "redis://u:{secret}@127.0.0.1:1/0?connect_timeout=1e300",
         InvalidURL,

@@ -834,6 +834,17 @@ BAD_URLS = [
     pytest.param("redis://u:{s}@h/0?wait_timeout=0", "wait_timeout", id="wait-timeout-0"),
     pytest.param("redis://u:{s}@h/0?socket_timeout=nan", "socket_timeout", id="timeout-nan"),
     pytest.param("redis://u:{s}@h/0?connect_timeout=inf", "connect_timeout", id="timeout-inf"),
+    pytest.param("redis://u:{s}@h/0?max_connections=0", "max_connections", id="connections-0"),
+    pytest.param("redis://u:{s}@h/0?max_connections=-1", "max_connections", id="connections-neg"),
+    pytest.param("redis://u:{s}@h/0?max_connections=10001", "10000", id="connections-10001"),
+    pytest.param("redis://u:{s}@h/0?max_connections=ten", "max_connections", id="connections-word"),
+    pytest.param("redis://u:{s}@h/0?max_connections=1_0", "max_connections", id="connections-1_0"),
+    pytest.param("redis://u:{s}@h/0?max_connections=2.5", "max_connections", id="connections-2.5"),
+    pytest.param(
+        "redis://u:{s}@h1:1,h2:2/0?cluster=true&max_connections=0",
+        "max_connections",
+        id="connections-0-cluster",
+    ),
     pytest.param("redis://u:{s}@h/0?prefix=", "prefix", id="prefix-empty"),
     pytest.param("redis://u:{s}@h/0?prefix=a{b}", "prefix", id="prefix-braces"),
     pytest.param("redis+unix://u:{s}@host/run/redis.sock", "socket", id="unix-with-host"),
@@ -861,6 +872,9 @@ def test_good_urls_parse() -> None:
         True,
     )
     assert config("redis://h?db=7")[1] == 7
+    assert parse_config(parse_url("redis://h")).max_connections == 100
+    assert parse_config(parse_url("redis://h?max_connections=7")).max_connections == 7
+    assert parse_config(parse_url("redis://h?max_connections=10000")).max_connections == 10_000
     assert config("redis+unix:///run/redis.sock?db=3")[1:3] == (3, "/run/redis.sock")
     tls = parse_config(parse_url("rediss://h/0?ssl_check_hostname=off&ssl_ca_certs=/ca.pem"))
     assert tls.client_options["ssl_check_hostname"] is False

@@ -16,7 +16,14 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
 ``<prefix>:c:<client>``
     each client's pub/sub channel (not a key). A release publishes ``<owner hash> <name>`` to
     the channel of each client whose waiter it lets through: only that client wakes, and in it
-    only that waiter; the other processes waiting on the lock hear nothing.
+    only that waiter; the other processes waiting on the lock hear nothing. A waiter entry
+    names its client's channel once the client has subscribed to it (before, ``client`` is
+    empty: the waiter tries again by itself as soon as it has subscribed). On a single server,
+    a wake-up that reached no subscriber tells the release that the waiter's client is gone
+    (its process died and the server closed its connections): the release removes that
+    waiter and lets the next one through at once, instead of leaving the line to wait for the
+    dead waiter's entry to run out. On Redis Cluster PUBLISH counts only the subscribers on
+    the node that runs the script, so there nobody is judged by it.
 
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
@@ -46,11 +53,14 @@ local function encode(e)
                          e.fair and 1 or 0, token, e.expires, e.client, e.holder)
 end
 
--- tell each waiter's client that the waiter may go now
-local function wake(waiters, channel_prefix, name)
-    for _, e in ipairs(waiters) do
-        redis.call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
+-- tell a waiter's client that the waiter may go now; false if the client is known to be
+-- gone (judge: PUBLISH reached nobody on a server that sees every subscriber, see above)
+local function wake(e, channel_prefix, name, judge)
+    if e.client == '' then
+        return true  -- not subscribed yet: it tries again by itself once it is
     end
+    local heard = redis.call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
+    return heard > 0 or not judge
 end
 
 -- the live entries of the hash, dropping expired ones on the way
@@ -68,8 +78,9 @@ local function live_entries(key)
     return entries
 end
 
--- the waiters that can go now, in arrival order (a release wakes just them: no herd)
-local function admissible_waiters(entries)
+-- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
+-- client is gone is removed, and the next one considered in its place, in the same pass.
+local function wake_admissible(key, entries, channel_prefix, name, judge)
     table.sort(entries, function(a, b) return a.seq < b.seq end)
     local ahead, exclusive_ahead = 0, false
     for _, e in ipairs(entries) do
@@ -78,7 +89,6 @@ local function admissible_waiters(entries)
             if not e.shared then exclusive_ahead = true end
         end
     end
-    local go = {}
     for _, e in ipairs(entries) do
         if not e.token then
             local admitted
@@ -88,15 +98,31 @@ local function admissible_waiters(entries)
                 admitted = ahead == 0
             end
             if admitted then
-                go[#go + 1] = e
-                ahead = ahead + 1
-                if not e.shared then exclusive_ahead = true end
+                if wake(e, channel_prefix, name, judge) then
+                    ahead = ahead + 1
+                    if not e.shared then exclusive_ahead = true end
+                else
+                    redis.call('HDEL', key, e.owner)
+                end
             elseif e.fair then
                 break  -- a fair waiter that cannot go yet holds those behind it
             end
         end
     end
-    return go
+end
+
+-- set the lease of owner's live grant in key to ttl_ms from now; false if it has none
+local function renew_entry(key, owner, ttl_ms)
+    local value = redis.call('HGET', key, owner)
+    if not value then return false end
+    local e = decode(owner, value)
+    if not e.token or e.expires <= now_ms then return false end
+    e.expires = now_ms + ttl_ms
+    redis.call('HSET', key, owner, encode(e))
+    if redis.call('PEXPIRETIME', key) < e.expires then
+        redis.call('PEXPIREAT', key, e.expires)
+    end
+    return true
 end
 
 -- the hash lives as long as its longest-lived entry
@@ -114,8 +140,9 @@ end
 """
 
 #: KEYS: entries, sequence. ARGV: owner, shared (0/1), limit, fair (0/1), ttl_ms, holder,
-#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes this waiter).
-#: Returns {1, token} if granted (or already held by the owner), {0} if not; an error reply
+#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes this waiter;
+#: empty while the client has not subscribed to it yet). Returns {1, token} if granted (or
+#: already held by the owner), {0} if not; an error reply
 #: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones'.
 #: The decision is tumbler._core.decide(), restated in Lua.
 GRANT = (
@@ -184,6 +211,7 @@ elseif mine or queue then
                 client = client, holder = holder}
         entries[#entries + 1] = mine
     end
+    mine.client = client  -- subscribed since its last try, or subscribed anew
     mine.expires = now_ms + waiter_ttl_ms
     redis.call('HSET', entries_key, owner, encode(mine))
 end
@@ -197,23 +225,31 @@ return result
 RENEW = (
     _COMMON
     + """
-local owner = redis.sha1hex(ARGV[1])
-local value = redis.call('HGET', KEYS[1], owner)
-if not value then return 0 end
-local e = decode(owner, value)
-if not e.token or e.expires <= now_ms then return 0 end
-e.expires = now_ms + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], owner, encode(e))
-if redis.call('PEXPIRETIME', KEYS[1]) < e.expires then
-    redis.call('PEXPIREAT', KEYS[1], e.expires)
-end
-return 1
+if renew_entry(KEYS[1], redis.sha1hex(ARGV[1]), tonumber(ARGV[2])) then return 1 end
+return 0
 """
 )
 
-#: KEYS: entries. ARGV: owner, client channel prefix, lock name. Removes the owner's entry
-#: (grant or waiter) and nobody else's; wakes the waiters that can now go. Returns 1 if a
-#: live grant was removed.
+#: KEYS: the entries of each lease to renew (a key may come more than once: several grants
+#: of one lock). ARGV: owner and ttl_ms of each, in the order of KEYS (2 per key). Returns one
+#: 1 or 0 per key, as RENEW would: every lease of a client in one call (on Redis Cluster, all
+#: the keys of one call share a hash slot).
+RENEW_ALL = (
+    _COMMON
+    + """
+local renewed = {}
+for i, key in ipairs(KEYS) do
+    local owner = redis.sha1hex(ARGV[2 * i - 1])
+    renewed[i] = renew_entry(key, owner, tonumber(ARGV[2 * i])) and 1 or 0
+end
+return renewed
+"""
+)
+
+#: KEYS: entries. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up that
+#: reaches nobody means the waiter's client is gone; 0 on Redis Cluster). Removes the owner's
+#: entry (grant or waiter) and nobody else's; wakes the waiters that can now go, removing
+#: those whose client is gone. Returns 1 if a live grant was removed.
 RELEASE = (
     _COMMON
     + """
@@ -222,14 +258,15 @@ local value = redis.call('HGET', KEYS[1], owner)
 if not value then return 0 end
 redis.call('HDEL', KEYS[1], owner)
 local e = decode(owner, value)
-wake(admissible_waiters(live_entries(KEYS[1])), ARGV[2], ARGV[3])
+wake_admissible(KEYS[1], live_entries(KEYS[1]), ARGV[2], ARGV[3], ARGV[4] == '1')
 if e.token and e.expires > now_ms then return 1 end
 return 0
 """
 )
 
-#: KEYS: entries. ARGV: client channel prefix, lock name. Removes every grant (for operators)
-#: and wakes every waiter; returns how many grants were removed.
+#: KEYS: entries. ARGV: client channel prefix, lock name, judge (as for RELEASE). Removes
+#: every grant (for operators) and wakes every waiter, removing those whose client is gone;
+#: returns how many grants were removed.
 FORCE_RELEASE = (
     _COMMON
     + """
@@ -239,12 +276,13 @@ for _, e in ipairs(entries) do
     if e.token then
         redis.call('HDEL', KEYS[1], e.owner)
         removed = removed + 1
-    else
+    elseif wake(e, ARGV[1], ARGV[2], ARGV[3] == '1') then
         kept[#kept + 1] = e
+    else
+        redis.call('HDEL', KEYS[1], e.owner)
     end
 end
 set_key_expiry(KEYS[1], kept)
-wake(kept, ARGV[1], ARGV[2])
 return removed
 """
 )

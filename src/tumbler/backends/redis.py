@@ -10,7 +10,9 @@ URL grammar::
 Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, default
 ``tumbler``), ``cluster`` (``true`` for Redis Cluster), ``socket_timeout`` and
 ``connect_timeout`` (seconds, default 5: no call waits longer for the server),
-``wait_replicas`` and ``wait_timeout`` (see replication below), and for ``rediss://``:
+``max_connections`` (default 100: the most calls one client has under way at once; more wait
+for a free connection, up to ``socket_timeout``), ``wait_replicas`` and ``wait_timeout`` (see
+replication below), and for ``rediss://``:
 ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
 Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``). With ACLs, the user needs the
 keys and channels under the prefix and these commands (those inside the scripts are checked
@@ -25,7 +27,13 @@ What it guarantees
     Fencing tokens strictly increase per lock name (see ``_redis_lua`` for how they survive
     the name's keys expiring). Every key of a lock shares one hash slot, so it works on Redis
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
-    re-check every second in case a message is lost.
+    re-check every second in case a message is lost. A release that wakes a waiter whose
+    client no longer listens (its process died, and the server closed its connections) drops
+    that waiter and wakes the next at once, on a single server; on Redis Cluster (where a
+    release cannot tell) and for a waiter whose host vanished without closing its connections,
+    the dead waiter's entry runs out within ``waiter_ttl`` (3 s). All the leases of a client are
+    renewed together: one script call per 500 of them (per hash slot on Redis Cluster), all
+    pipelined, within the time their leases have left.
 
 What it cannot promise
     Redis replicates asynchronously. If the primary fails after acknowledging a grant but
@@ -49,10 +57,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
@@ -69,6 +79,7 @@ from ._options import flag, host_port, seconds
 from .contract import Capabilities
 
 if TYPE_CHECKING:
+    import redis
     import redis.asyncio
 
     from ._async.redis import AsyncRedisBackend
@@ -78,11 +89,34 @@ CAPABILITIES = Capabilities(
     push_wakeups=True,
     durable_fencing=False,
     server_clock=True,
-    waiter_ttl=5.0,
+    # A waiter's entry is refreshed by its re-check, once a second (the same load as before
+    # the lease was shortened from 5 s): 3 s lets two re-checks go missing (a paused or busy
+    # client) before a live waiter loses its place, and bounds how long the entry of a waiter
+    # that died unseen (Redis Cluster, a vanished host) holds up a fair line.
+    waiter_ttl=3.0,
     recheck_interval=1.0,
+    # Leases are timed in milliseconds on the server, so precision is not the limit: the
+    # renewal is. It comes at a third of the lease and must reach the server within the rest,
+    # through one round trip, the client's scheduling delays (GIL, event loop, GC: tens of
+    # milliseconds on a loaded machine) and, after a failed try, a second one. A second
+    # leaves 667 ms for that; shorter leases would be lost to an ordinary hiccup.
+    min_ttl=1.0,
+    scope="network",
 )
 
+#: ``max_connections`` when the URL does not say: redis-py's own default pool size
+DEFAULT_MAX_CONNECTIONS = 100
+#: the most ``max_connections`` may be: each is a socket on the client and on the server
+MAX_CONNECTIONS = 10_000
+#: leases renewed by one script call: the server runs nothing else while a script runs, and
+#: 500 renewals take it about a millisecond
+RENEWALS_PER_CALL = 500
+#: what a pool (or a Cluster gate) says when no connection came free in time
+NO_CONNECTION = "No connection available."
+
 MINIMUM_SERVER = (7, 0)
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -119,6 +153,13 @@ def tumbler_error(
         if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
             return PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url)
         return BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url)
+    if isinstance(error, redis_errors.ConnectionError) and str(error) == NO_CONNECTION:
+        return BackendUnavailable(
+            "every connection of this client to Redis stayed busy for socket_timeout; the "
+            "client makes more calls at once than max_connections (in the URL) allows",
+            lock_name=name,
+            backend=url,
+        )
     if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
         return BackendUnavailable(f"cannot reach Redis: {error}", lock_name=name, backend=url)
     if isinstance(error, redis_errors.RedisClusterException):
@@ -149,9 +190,8 @@ class AsyncClosings:
     def __init__(self) -> None:
         self._pending: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
-    def follow(self, client: redis.asyncio.Redis) -> None:
-        """Follow the closes of ``client``'s connections (made from now on)."""
-        pool = client.connection_pool
+    def follow(self, pool: redis.asyncio.ConnectionPool) -> None:
+        """Follow the closes of ``pool``'s connections (made from now on)."""
         base = pool.connection_class
         closings = self
 
@@ -190,11 +230,116 @@ class Closings:
     """Blocking twin of :class:`AsyncClosings`: redis-py's blocking client closes its sockets
     at once, so there is nothing to follow."""
 
-    def follow(self, client: object) -> None:
+    def follow(self, pool: object) -> None:
         pass
 
     def finish(self) -> None:
         pass
+
+
+class AsyncGate:
+    """At most ``limit`` calls under way at once; the others wait up to ``wait`` seconds.
+
+    For Redis Cluster, whose clients give each node a pool of ``limit`` connections that fails
+    a call at once when it is full (the asyncio one cannot wait at all): below this gate no
+    pool ever is. A single server needs no gate: its pool itself waits (``limit`` None).
+    """
+
+    def __init__(self, limit: int | None, wait: float) -> None:
+        self._semaphore = asyncio.Semaphore(limit) if limit is not None else None
+        self._wait = wait
+
+    async def __aenter__(self) -> None:
+        semaphore = self._semaphore
+        if semaphore is None:
+            return
+        if not semaphore.locked():
+            await semaphore.acquire()  # free: returns without suspending
+            return
+        waiter = asyncio.ensure_future(semaphore.acquire())
+        try:
+            await asyncio.wait({waiter}, timeout=self._wait)
+        except BaseException:
+            waiter.cancel()
+            if waiter.done() and not waiter.cancelled():
+                semaphore.release()
+            raise
+        if not waiter.done():
+            # the semaphore gives back a place taken as the cancellation arrives
+            waiter.cancel()
+            raise redis_errors.ConnectionError(NO_CONNECTION)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+
+
+class SyncGate:
+    """Blocking twin of :class:`AsyncGate`."""
+
+    def __init__(self, limit: int | None, wait: float) -> None:
+        self._semaphore = threading.BoundedSemaphore(limit) if limit is not None else None
+        self._wait = wait
+
+    def __enter__(self) -> None:
+        if self._semaphore is not None and not self._semaphore.acquire(timeout=self._wait):
+            raise redis_errors.ConnectionError(NO_CONNECTION)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._semaphore is not None:
+            self._semaphore.release()
+
+
+class AsyncBound:
+    """How ``renew_all`` keeps within its timeout (asyncio): the whole call is cancelled when
+    the time is up. redis-py drops a connection whose read was cancelled (and the call drops
+    the others it sent on), so no connection is left with replies still to come."""
+
+    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+        try:
+            return await asyncio.wait_for(call(), timeout)
+        except asyncio.TimeoutError:
+            raise redis_errors.TimeoutError(f"no reply within {timeout:.3g} s") from None
+
+    async def borrow(self, pool: redis.asyncio.ConnectionPool) -> Any:
+        return await pool.get_connection()  # type: ignore[no-untyped-call]
+
+    async def read(self, connection: Any) -> Any:
+        return await connection.read_response()
+
+
+class SyncBound:
+    """Blocking twin of :class:`AsyncBound`: a deadline every step takes its timeout from.
+
+    A connection made during the call connects and greets the server within the time left
+    (its socket keeps that timeout for writes later; one that fails a write is dropped and
+    made anew), and each reply is read within the time left: redis-py drops a connection
+    whose read timed out (and the call drops the others it sent on).
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def run(self, call: Callable[[], T], timeout: float) -> T:
+        self._local.deadline = time.monotonic() + timeout
+        try:
+            return call()
+        finally:
+            self._local.deadline = None
+
+    def _left(self) -> float:
+        left: float = self._local.deadline - time.monotonic()
+        if left <= 0:
+            raise redis_errors.TimeoutError("no reply in time")
+        return left
+
+    def borrow(self, pool: redis.ConnectionPool) -> Any:
+        left = self._left()
+        pool.connection_kwargs.update(socket_timeout=left, socket_connect_timeout=left)
+        return pool.get_connection()
+
+    def read(self, connection: Any) -> Any:
+        return connection.read_response(timeout=self._left())
 
 
 _OPTIONS = (
@@ -203,6 +348,7 @@ _OPTIONS = (
     "db",
     "socket_timeout",
     "connect_timeout",
+    "max_connections",
     "wait_replicas",
     "wait_timeout",
     "ssl_ca_certs",
@@ -230,6 +376,15 @@ def _check_tls_files(url: BackendURL) -> None:
             ) from None
 
 
+def connection_count(text: str) -> int:
+    """``max_connections``: a whole number of connections, 1 to MAX_CONNECTIONS."""
+    # int() would take "1_0", " 10" and other scripts' digits: refuse what a reader would not
+    # read as the number
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_CONNECTIONS:
+        raise ValueError(f"expected a whole number of connections from 1 to {MAX_CONNECTIONS}")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class RedisConfig:
     """A parsed ``redis://`` URL: what both flavours need to connect."""
@@ -242,6 +397,8 @@ class RedisConfig:
     db: int
     wait_replicas: int
     wait_timeout: float
+    #: the most calls under way at once (connections per node on Redis Cluster)
+    max_connections: int
     #: keyword arguments for redis-py's clients (credentials included: never log this)
     client_options: dict[str, Any] = field(repr=False)
 
@@ -308,6 +465,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
             ssl_keyfile=url.query.get("ssl_keyfile"),
             ssl_check_hostname=url.option("ssl_check_hostname", flag, True),
         )
+    max_connections = url.option("max_connections", connection_count, DEFAULT_MAX_CONNECTIONS)
     wait_timeout = url.option("wait_timeout", seconds, 1.0)
     wait_replicas = url.option("wait_replicas", int, 0)
     if wait_replicas and wait_timeout >= options["socket_timeout"]:
@@ -328,6 +486,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
         db=db,
         wait_replicas=wait_replicas,
         wait_timeout=wait_timeout,
+        max_connections=max_connections,
         client_options=options,
     )
 

@@ -16,11 +16,18 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 
 from ..._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ..._async.watch import AsyncHubWatch
@@ -39,7 +46,10 @@ from ..contract import (
 from ..redis import (
     CAPABILITIES,
     MINIMUM_SERVER,
+    RENEWALS_PER_CALL,
+    AsyncBound,
     AsyncClosings,
+    AsyncGate,
     RedisConfig,
     translate_errors,
 )
@@ -227,8 +237,18 @@ class AsyncRedisWatch:
         await self._watch.wait(timeout)
 
 
+#: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
+#: its keys and its arguments
+_RenewalCall = tuple["tuple[str, int] | None", list[str], list["str | int"]]
+
+
 class AsyncRedisBackend:
-    """The Redis backend contract over redis-py (one client, one pub/sub connection)."""
+    """The Redis backend contract over redis-py.
+
+    Per client: the pool of ``max_connections`` for calls (they wait for a free connection,
+    up to ``socket_timeout``), one pub/sub connection for wake-ups, and one connection (per
+    node on Redis Cluster) for renewals, so that a busy pool never holds them up.
+    """
 
     capabilities = CAPABILITIES
     session_events: SessionEvents | None = None
@@ -241,15 +261,23 @@ class AsyncRedisBackend:
         self.keys = lua.Keys(config.prefix)
         #: names this client's wake-up channel; stored with each of its waiters
         self.client_id = secrets.token_hex(8)
-        # No retries inside redis-py: a retried release whose first reply was lost would look
-        # like a lost hold. tumbler's lock logic decides what to retry.
-        options = dict(config.client_options, retry=Retry(NoBackoff(), 0))
+        wait = config.client_options["socket_timeout"]
+        # What redis-py closes without waiting, close() finishes: every connection but the
+        # cluster client's own, which its nodes make.
+        self.closings = AsyncClosings()
         self.client: Redis | RedisCluster
         if config.cluster:
+            # No retries inside redis-py: a retried release whose first reply was lost would
+            # look like a lost hold. tumbler's lock logic decides what to retry.
+            options = dict(config.client_options, retry=Retry(NoBackoff(), 0))
             startup_nodes = [ClusterNode(host, port) for host, port in config.nodes]
             try:
                 with translate_errors(self.url):
-                    self.client = RedisCluster(startup_nodes=startup_nodes, **options)
+                    self.client = RedisCluster(
+                        startup_nodes=startup_nodes,
+                        max_connections=config.max_connections,
+                        **options,
+                    )
             except BaseException:
                 # The blocking RedisCluster asks its startup nodes for the slots in its
                 # constructor; when that fails, the connections it made are not closed, and
@@ -259,28 +287,55 @@ class AsyncRedisBackend:
                     if connection is not None:
                         connection.close()
                 raise
-        elif config.unix_path is not None:
-            self.client = Redis(unix_socket_path=config.unix_path, db=config.db, **options)
+            # its node pools fail a call at once when full: the gate keeps them from filling
+            self._gate = AsyncGate(config.max_connections, wait)
         else:
-            host, port = config.nodes[0]
-            self.client = Redis(host=host, port=port, db=config.db, **options)
+            connection_class, options = self._connection_options(None)
+            pool = BlockingConnectionPool(
+                connection_class=connection_class,
+                max_connections=config.max_connections,
+                timeout=wait,
+                **options,
+            )
+            self.closings.follow(pool)
+            self.client = Redis.from_pool(pool)
+            self._gate = AsyncGate(None, wait)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
-        if config.cluster:
-            host, port = config.nodes[0]
-            self.pubsub_client: Redis = Redis(host=host, port=port, **options)
-        else:
-            self.pubsub_client = self.client  # type: ignore[assignment]
-        # What redis-py closes without waiting, close() finishes: on a single server that is
-        # every connection (pubsub_client is the client); not followed are the cluster
-        # client's own connections, which its nodes make.
-        self.closings = AsyncClosings()
-        self.closings.follow(self.pubsub_client)
+        self.pubsub_client: Redis = Redis.from_pool(
+            self._pool(config.nodes[0] if config.nodes else None)
+        )
+        self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
+        self._bound = AsyncBound()
+        self._judge = "0" if config.cluster else "1"
         self.wakeups = AsyncWakeups(self)
         self._grant = AsyncScript(self.client, lua.GRANT)
         self._renew = AsyncScript(self.client, lua.RENEW)
         self._release = AsyncScript(self.client, lua.RELEASE)
         self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
         self._inspect = AsyncScript(self.client, lua.INSPECT)
+        self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
+
+    def _connection_options(
+        self, address: tuple[str, int] | None
+    ) -> tuple[type[AbstractConnection], dict[str, Any]]:
+        """The connection class and keyword arguments for a pool of connections to ``address``
+        (None: the URL's server)."""
+        # No retries inside redis-py (see the cluster client above).
+        options = dict(self.config.client_options, retry=Retry(NoBackoff(), 0))
+        tls = options.pop("ssl", False)
+        if self.config.unix_path is not None:
+            options.update(path=self.config.unix_path, db=self.config.db)
+            return UnixDomainSocketConnection, options
+        host, port = address if address is not None else self.config.nodes[0]
+        options.update(host=host, port=port, db=self.config.db)
+        return (SSLConnection if tls else Connection), options
+
+    def _pool(self, address: tuple[str, int] | None) -> ConnectionPool:
+        """A pool of its own, which never waits, for connections to ``address``."""
+        connection_class, options = self._connection_options(address)
+        pool = ConnectionPool(connection_class=connection_class, **options)
+        self.closings.follow(pool)
+        return pool
 
     async def start(self) -> None:
         """Check that the server answers, is recent enough, and will not evict lock keys."""
@@ -309,7 +364,8 @@ class AsyncRedisBackend:
 
     async def _call(self, name: str | None, call: Callable[[], Awaitable[T]]) -> T:
         with translate_errors(self.url, name):
-            return await call()
+            async with self._gate:
+                return await call()
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         keys = [self.keys.entries(request.name), self.keys.sequence(request.name)]
@@ -323,7 +379,9 @@ class AsyncRedisBackend:
             int(request.queue),
             round(self.capabilities.waiter_ttl * 1000),
             lua.SEQUENCE_TTL_MS,
-            self.client_id,
+            # until the client's channel is subscribed, a release must not take a wake-up
+            # that reaches nobody for a sign that this waiter is gone
+            self.client_id if self.wakeups.subscribed() else "",
         ]
         result = await self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
@@ -336,7 +394,10 @@ class AsyncRedisBackend:
     async def _await_replicas(self, request: GrantRequest) -> None:
         wanted = self.config.wait_replicas
         with translate_errors(self.url, request.name):
-            acknowledged = await self.client.wait(wanted, round(self.config.wait_timeout * 1000))
+            async with self._gate:
+                acknowledged = await self.client.wait(
+                    wanted, round(self.config.wait_timeout * 1000)
+                )
         if acknowledged < wanted:
             await self.release(request.name, request.owner)
             raise BackendUnavailable(
@@ -352,11 +413,119 @@ class AsyncRedisBackend:
         return ttl if renewed else None
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        return [await self.renew(r.name, r.owner, r.ttl) for r in renewals]
+        """Every lease in one pipelined round trip per connection: one script call per
+        ``RENEWALS_PER_CALL`` leases (on Redis Cluster, per hash slot, sent to the slot's
+        node), on the client's renewal connections, all within ``timeout``."""
+        if not renewals:
+            return []
+        names = {renewal.name for renewal in renewals}
+        name = names.pop() if len(names) == 1 else None
+        with translate_errors(self.url, name):
+            renewed = await self._bound.run(lambda: self._renew_in_calls(renewals), timeout)
+        return [renewal.ttl if ok else None for renewal, ok in zip(renewals, renewed, strict=True)]
+
+    async def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
+        use_source = False  # EVALSHA, until a server says it does not know the script
+        for _attempt in range(3):
+            calls, places = self._renewal_calls(renewals)
+            replies = await self._send_renewals(calls, use_source)
+            errors = [reply for reply in replies if isinstance(reply, Exception)]
+            if not errors:
+                renewed = [False] * len(renewals)
+                for reply, indexes in zip(replies, places, strict=True):
+                    for index, ok in zip(indexes, reply, strict=True):
+                        renewed[index] = bool(ok)
+                return renewed
+            # A server restarted or flushed its scripts: EVAL sends the source, which loads
+            # it again. A slot moved to another node: follow it, as the cluster client does.
+            for error in errors:
+                if isinstance(error, redis_errors.NoScriptError):
+                    use_source = True
+                elif isinstance(error, redis_errors.AskError) and isinstance(
+                    self.client, RedisCluster
+                ):
+                    await self.client.nodes_manager.move_slot(error)
+                else:
+                    raise error
+        raise errors[0]
+
+    def _renewal_calls(
+        self, renewals: Sequence[Renewal]
+    ) -> tuple[list[_RenewalCall], list[list[int]]]:
+        """The script calls that renew ``renewals``, and which renewals each call carries."""
+        calls: list[_RenewalCall] = []
+        places: list[list[int]] = []
+        if isinstance(self.client, RedisCluster):
+            by_slot: dict[int, list[int]] = {}
+            for index, renewal in enumerate(renewals):
+                slot = key_slot(self.keys.entries(renewal.name).encode())
+                by_slot.setdefault(slot, []).append(index)
+            for slot, indexes in by_slot.items():
+                node = self.client.nodes_manager.get_node_from_slot(slot)
+                self._add_calls(renewals, (node.host, int(node.port)), indexes, calls, places)
+        else:
+            self._add_calls(renewals, None, list(range(len(renewals))), calls, places)
+        return calls, places
+
+    def _add_calls(
+        self,
+        renewals: Sequence[Renewal],
+        address: tuple[str, int] | None,
+        indexes: list[int],
+        calls: list[_RenewalCall],
+        places: list[list[int]],
+    ) -> None:
+        for start in range(0, len(indexes), RENEWALS_PER_CALL):
+            chunk = indexes[start : start + RENEWALS_PER_CALL]
+            keys = [self.keys.entries(renewals[index].name) for index in chunk]
+            args: list[str | int] = []
+            for index in chunk:
+                args += [renewals[index].owner, max(1, round(renewals[index].ttl * 1000))]
+            calls.append((address, keys, args))
+            places.append(chunk)
+
+    async def _send_renewals(self, calls: list[_RenewalCall], use_source: bool) -> list[Any]:
+        """Each call's reply (or error reply): every call for one connection written at once,
+        then the replies read, connection by connection."""
+        script: str = lua.RENEW_ALL if use_source else self._renew_all_sha
+        command = "EVAL" if use_source else "EVALSHA"
+        by_address: dict[tuple[str, int] | None, list[int]] = {}
+        for index, (address, _keys, _args) in enumerate(calls):
+            by_address.setdefault(address, []).append(index)
+        replies: list[Any] = [None] * len(calls)
+        borrowed: list[tuple[ConnectionPool, Any, list[int]]] = []
+        try:
+            for address, indexes in by_address.items():
+                pool = self._renewal_pools.get(address)
+                if pool is None:
+                    pool = self._renewal_pools[address] = self._pool(address)
+                connection = await self._bound.borrow(pool)
+                borrowed.append((pool, connection, indexes))
+                commands = [
+                    (command, script, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
+                ]
+                await connection.send_packed_command(
+                    connection.pack_commands(commands), check_health=False
+                )
+            for _pool, connection, indexes in borrowed:
+                for index in indexes:
+                    try:
+                        replies[index] = await self._bound.read(connection)
+                    except redis_errors.ResponseError as error:  # read whole: still in step
+                        replies[index] = error
+        except BaseException:
+            # replies may still be on their way: nobody may read them as theirs
+            for _pool, connection, _indexes in borrowed:
+                await connection.disconnect()
+            raise
+        finally:
+            for pool, connection, _indexes in borrowed:
+                await pool.release(connection)
+        return replies
 
     async def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [owner, self.keys.client_channel_prefix(), name]
+        args: list[str | int] = [owner, self.keys.client_channel_prefix(), name, self._judge]
         return bool(await self._call(name, lambda: self._release(keys, args)))
 
     def watch(self, name: str, owner: str) -> AsyncRedisWatch:
@@ -398,20 +567,24 @@ class AsyncRedisBackend:
 
     async def _scan(self) -> AsyncIterator[Any]:
         with translate_errors(self.url):
-            async for key in self.client.scan_iter(match=self.keys.entries_pattern(), count=500):
-                yield key
+            async with self._gate:
+                async for key in self.client.scan_iter(
+                    match=self.keys.entries_pattern(), count=500
+                ):
+                    yield key
 
     async def force_release(self, name: str) -> int:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.client_channel_prefix(), name]
+        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._judge]
         return int(await self._call(name, lambda: self._force_release(keys, args)))
 
     async def close(self) -> None:
         await self.wakeups.close()
-        clients: list[Redis | RedisCluster] = [self.client]
-        if self.pubsub_client is not self.client:
-            clients.append(self.pubsub_client)
-        for client in clients:  # each on its own: one failing must not leave the other open
+        # each on its own: one failing must not leave the others open
+        for client in (self.client, self.pubsub_client):
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 await client.aclose()
+        for pool in self._renewal_pools.values():
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await pool.disconnect()
         await self.closings.finish()
