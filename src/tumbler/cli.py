@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import click
 
@@ -367,11 +367,12 @@ def run(
     exits with CMD's status. The lock is released once CMD and every process it started have
     exited: tumbler adopts (and reaps) what CMD leaves running in the background, as flock(1)
     keeps its lock while any of them holds the lock file open (a daemon CMD starts keeps it
-    for as long as the daemon runs). --no-wait-descendants releases it when CMD itself exits. If the lock is lost meanwhile (its lease ran out, or an operator
-    force-released it), CMD's process group and every process it started get SIGTERM, then
-    SIGKILL after --kill-after seconds, and tumbler exits with status 79. SIGINT, SIGTERM and
-    SIGHUP are passed on to them while the lock is held; while waiting, they end the wait
-    (exit status 128 + the signal's number).
+    for as long as the daemon runs). --no-wait-descendants releases it when CMD itself
+    exits. If the lock is lost meanwhile (its lease ran out, or an operator force-released
+    it), CMD's process group and every process it started get SIGTERM, then SIGKILL after
+    --kill-after seconds, and tumbler exits with status 79. SIGINT, SIGTERM and SIGHUP are
+    passed on to them while the lock is held; while waiting, they end the wait (exit status
+    128 + the signal's number).
 
     CMD's environment is tumbler's, but $TUMBLER_URL loses its credentials (user and
     password): the command does not need them, and everything it starts would inherit them.
@@ -716,9 +717,10 @@ def _command_environment() -> dict[str, str]:
         except InvalidURL:
             return environment
         if parsed.username is not None or parsed.password is not None:
-            parts = urlsplit(url)
-            hosts = parts.netloc.rpartition("@")[2]
-            url = urlunsplit(parts._replace(netloc=hosts, fragment=""))
+            # in the text itself: urlunsplit() would turn "redis+unix://@/path" (no host)
+            # into "redis+unix:/path"
+            netloc = urlsplit(url).netloc
+            url = url.partition("#")[0].replace(netloc, netloc.rpartition("@")[2], 1)
         environment["TUMBLER_URL"] = url
     return environment
 

@@ -116,7 +116,7 @@ def test_lost_lock_stops_every_descendant(
     spawn: Spawn, locks: tumbler.Locks, command_stays: bool
 ) -> None:
     runner = spawn(
-        "run", "job", "--ttl", "0.5", "--kill-after", "0.5", "--",
+        "run", "job", "--ttl", "1.5", "--kill-after", "0.5", "--",
         *python_command(ESCAPES_THE_GROUP.format(command_stays=command_stays)),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -188,11 +188,19 @@ SECRET = "Sekr1tPw"
         ),
         (f"zookeeper://app:{SECRET}@h1:2181,h2:2181/locks", "zookeeper://h1:2181,h2:2181/locks"),
         (f"redis://:{SECRET}@127.0.0.1:6379/0#frag", "redis://127.0.0.1:6379/0"),
+        (f"redis+unix://:{SECRET}@/run/redis.sock?db=1", "redis+unix:///run/redis.sock?db=1"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
         # malformed (an unencoded '/' in the password): where the secret ends cannot be told
         (f"redis://tumbler:{SECRET}/x@127.0.0.1:6379/0", None),
     ],
-    ids=["user-and-password", "zookeeper-digest", "password-only", "no-credentials", "malformed"],
+    ids=[
+        "user-and-password",
+        "zookeeper-digest",
+        "password-only",
+        "unix-socket",
+        "no-credentials",
+        "malformed",
+    ],
 )
 def test_the_command_gets_no_credentials(
     env: dict[str, str], url: str, tumbler_url: str, child_sees: str | None
