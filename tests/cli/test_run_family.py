@@ -137,6 +137,33 @@ def test_lost_lock_stops_every_descendant(
     assert locks.status("job").holders == ()
 
 
+# The command starts a process in a session of its own that ends on SIGTERM, waits until its
+# handler is in place, says both pids, and exits 4, leaving it running.
+LEAVES_ITS_OWN_SESSION = """
+import os, subprocess, sys
+left = subprocess.Popen(
+    [sys.executable, "-c",
+     "import os, signal, sys; signal.signal(signal.SIGTERM, lambda *_: os._exit(0)); "
+     "print(os.getpid(), flush=True); sys.stdin.read()"],
+    start_new_session=True, stdout=subprocess.PIPE,
+)
+print(os.getpid(), left.stdout.readline().decode().strip(), flush=True)
+sys.exit(4)
+"""
+
+
+def test_signals_reach_what_the_command_left_in_a_session_of_its_own(spawn: Spawn) -> None:
+    runner = spawn(
+        "run", "job", "--", *python_command(LEAVES_ITS_OWN_SESSION),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    command, left = map(int, read_line(runner).split())
+    wait_until(lambda: process_gone(command), "the command itself has exited")
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 4  # the command's status, though it had exited before
+    assert process_gone(left)
+
+
 def tgkill(pid: int, tid: int, signum: int) -> None:
     """Send ``signum`` to one thread of process ``pid`` (glibc's tgkill)."""
     libc = ctypes.CDLL(None, use_errno=True)
