@@ -9,6 +9,7 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
     75   the lock is busy: not acquired in time
     77   the backend refused access
     78   configuration error: bad or unknown backend URL, missing extra, unusable backend
+         (``memory://``, whose locks live inside one process, included)
     79   the lock was lost while the command ran (the command was stopped)
     126  ``run``: the command cannot be executed; 127: the command was not found
     129, 130, 143  ``run``: SIGHUP, SIGINT, SIGTERM while waiting for the lock
@@ -17,23 +18,30 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import logging
 import math
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
 import tumbler
-from tumbler import LockState
+from tumbler import HolderInfo, LockState
 from tumbler import _core as core
+from tumbler._url import parse_url
 from tumbler.errors import (
     AcquireTimeout,
     BackendUnavailable,
@@ -86,7 +94,8 @@ Exit status:
   69   backend unavailable
   75   lock busy: not acquired in time
   77   permission denied by the backend
-  78   configuration error (bad/unknown URL, missing extra)
+  78   configuration error (bad/unknown URL, missing extra,
+       a backend whose locks live inside one process)
   79   lock lost while the command ran (it was stopped)
   126  command not executable, 127 command not found
   130  SIGINT, 143 SIGTERM, 129 SIGHUP while waiting for the lock"""
@@ -104,8 +113,55 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+#: What a terminal acts on instead of showing: C0 controls, DEL and C1 controls (ESC and CSI
+#: begin escape sequences: cursor moves, window titles, hyperlinks), lone surrogates (not even
+#: encodable), and bidirectional marks, overrides and isolates and the line and paragraph
+#: separators, which reorder or break the text around them.
+_UNPRINTABLE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+    r"\u2028\u2029]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def _printable(text: str) -> str:
+    """``text`` made safe for a terminal: what a terminal would act on is shown as an escape.
+
+    Holder descriptions, and the lock names ``status`` lists, are written by whichever client
+    took the lock (a backend does not check them), so they may carry escape sequences meant for
+    the operator's terminal. Everything the CLI prints for humans goes through here.
+    """
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+#: The same less the C0 controls, which ``json.dumps`` escapes itself inside strings (outside
+#: them, its indentation's newlines are the only ones)
+_UNPRINTABLE_IN_JSON = re.compile(
+    r"[\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _json_text(document: Any) -> str:
+    """``document`` as indented JSON in which no character a terminal acts on appears raw.
+
+    ``json.dumps`` escapes C0 controls only; DEL, C1 controls, lone surrogates and
+    bidirectional controls are escaped here too (``\\uXXXX`` is valid anywhere in a JSON
+    string, and these characters occur only inside strings).
+    """
+    text = json.dumps(document, indent=2, ensure_ascii=False)
+    return _UNPRINTABLE_IN_JSON.sub(_json_escape, text)
+
+
 def _complain(message: str) -> None:
-    click.echo(f"tumbler: {_one_line(message)}", err=True)
+    click.echo(f"tumbler: {_printable(_one_line(message))}", err=True)
 
 
 # -- parameter types -----------------------------------------------------------------------------
@@ -168,8 +224,23 @@ def url_option(help_text: str | None = None) -> Callable[[F], F]:
     )
 
 
-def _connect(url: str | None) -> tumbler.Locks:
-    return tumbler.connect(url)
+def _connect(url: str | None, command: str) -> tumbler.Locks:
+    """Connect for ``command``, refusing a backend whose locks live inside one process.
+
+    ``run``, ``status`` and ``release`` are about locks that other processes take: on a
+    backend of scope "process" (``memory://``), ``run`` would exclude nobody, and ``status``
+    and ``release`` would see only this process's own (none).
+    """
+    locks = tumbler.connect(url)
+    if locks.capabilities.scope == "process":
+        locks.close()
+        raise ConfigurationError(
+            f"this backend's locks live inside one process, so 'tumbler {command}' would "
+            "see no other process's locks: use sqlite:// (processes of one machine), "
+            "redis:// or zookeeper:// (processes on any machine)",
+            backend=locks.url,
+        )
+    return locks
 
 
 def _check_name(name: str) -> None:
@@ -265,9 +336,20 @@ class _RunCommand(click.Command):
     type=DURATION,
     default=5.0,
     show_default=True,
-    help="If the lock is lost, seconds between SIGTERM and SIGKILL to the command.",
+    help="If the lock is lost, seconds between SIGTERM and SIGKILL to the command and the "
+    "processes it started.",
 )
-@url_option()
+@click.option(
+    "--wait-descendants/--no-wait-descendants",
+    default=True,
+    help="Keep the lock until every process CMD started has exited, also those it left "
+    "running in the background (the default; Linux only), or release it as soon as CMD "
+    "itself exits.",
+)
+@url_option(
+    "Backend URL, e.g. redis://HOST:6379/0 or sqlite:///var/lib/app/locks.db. "
+    "Default: $TUMBLER_URL, else an SQLite file in your cache directory."
+)
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -276,20 +358,36 @@ def run(
     wait: float | None,
     no_wait: bool,
     kill_after: float,
+    wait_descendants: bool,
     url: str | None,
 ) -> int:
     """Run a command while holding the lock NAME: a distributed flock(1).
 
-    Waits for the lock, runs CMD in its own process group, keeps the lease renewed, releases
-    the lock when CMD exits, and exits with CMD's status. If the lock is lost while CMD runs
-    (its lease ran out, or an operator force-released it), CMD's process group gets SIGTERM,
-    then SIGKILL after --kill-after seconds, and tumbler exits with status 79. SIGINT,
-    SIGTERM and SIGHUP are passed on to CMD while the lock is held; while waiting, they end
-    the wait (exit status 128 + the signal's number).
+    Waits for the lock, runs CMD in its own process group, keeps the lease renewed, and
+    exits with CMD's status. The lock is released once CMD and every process it started have
+    exited: tumbler adopts (and reaps) what CMD leaves running in the background, as flock(1)
+    keeps its lock while any of them holds the lock file open (a daemon CMD starts keeps it
+    for as long as the daemon runs). --no-wait-descendants releases it when CMD itself
+    exits. If the lock is lost meanwhile (its lease ran out, or an operator force-released
+    it), CMD's process group and every process it started get SIGTERM, then SIGKILL after
+    --kill-after seconds, and tumbler exits with status 79. SIGINT, SIGTERM and SIGHUP are
+    passed on to them while the lock is held; while waiting, they end the wait (exit status
+    128 + the signal's number).
+
+    CMD's environment is tumbler's, but $TUMBLER_URL loses its credentials (user and
+    password): the command does not need them, and everything it starts would inherit them.
+
+    Who a lock excludes depends on the backend: redis:// and zookeeper:// locks exclude
+    processes on any machine; sqlite:// locks only processes of one machine (network file
+    systems are refused); memory:// locks live inside one process and are refused here.
 
     \b
-    Example, a cron job installed on many hosts that must run on one at a time:
-      tumbler run --no-wait --url sqlite:///shared/locks.db nightly-report -- ./report.sh
+    A cron job installed on many hosts, to run on one at a time (credentials
+    in $TUMBLER_URL: a command line is visible to every user):
+      TUMBLER_URL=redis://:PASSWORD@locks.internal:6379/0 \\
+        tumbler run --no-wait nightly-report -- ./report.sh
+    Jobs of one machine that must not overlap:
+      tumbler run --url sqlite:///var/lib/app/locks.db backup -- ./backup.sh
     """
     command: list[str] | None = ctx.meta[_RunCommand.COMMAND_KEY]
     if not command:
@@ -298,7 +396,15 @@ def run(
         if wait not in (None, 0):
             raise click.UsageError("--no-wait and --wait are contradictory", ctx)
         wait = 0.0
-    return run_locked(name, command, ttl=ttl, wait=wait, kill_after=kill_after, url=url)
+    return run_locked(
+        name,
+        command,
+        ttl=ttl,
+        wait=wait,
+        kill_after=kill_after,
+        wait_descendants=wait_descendants,
+        url=url,
+    )
 
 
 class _Signalled(BaseException):
@@ -314,7 +420,7 @@ class _SignalRelay:
 
     Waiting: raise in the main thread, so the library withdraws the waiter entry and we exit.
     Starting the command: remember them, so the child is not started, or gets them once it is.
-    Holding: pass them on to the command's process group; its exit status becomes ours.
+    Holding: pass them on to the command's family; its exit status becomes ours.
     Finishing: ignore them, so that releasing the lock is never cut short.
     """
 
@@ -323,7 +429,7 @@ class _SignalRelay:
     def __init__(self) -> None:
         self.phase = self.WAITING
         self.pending: list[int] = []
-        self.child: subprocess.Popen[bytes] | None = None
+        self.family: _Family | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _SignalRelay:
@@ -343,25 +449,203 @@ class _SignalRelay:
             raise _Signalled(signum)
         if self.phase == self.STARTING:
             self.pending.append(signum)
-        elif self.phase == self.HOLDING and self.child is not None:
-            _signal_group(self.child, signum)
+        elif self.phase == self.HOLDING and self.family is not None:
+            self.family.signal(signum)
 
-    def holding(self, child: subprocess.Popen[bytes]) -> None:
-        self.child = child
+    def holding(self, family: _Family) -> None:
+        self.family = family
         self.phase = self.HOLDING
         for signum in self.pending:
-            _signal_group(child, signum)
-
-
-def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
-    # The child leads its own session, so its process group id is its pid; the group also
-    # reaches whatever it started (a shell script's commands).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)
+            family.signal(signum)
 
 
 def _child_status(returncode: int) -> int:
     return EX_SIGNAL_BASE - returncode if returncode < 0 else returncode
+
+
+#: prctl(2) option (<linux/prctl.h>): orphaned descendants are re-parented to this process
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _set_child_subreaper(enabled: bool) -> None:
+    """Become (or stop being) the reaper of our orphaned descendants; OSError if impossible.
+
+    A process whose parent exits is re-parented to its nearest ancestor that is a subreaper
+    instead of to init, so ``run`` sees (and must reap) everything the command leaves behind.
+    Not inherited by children. One prctl(2) call through ctypes: the packages that wrap prctl
+    (python-prctl, pyprctl) are unmaintained, and this is the one call needed.
+    """
+    if not sys.platform.startswith("linux"):
+        raise OSError(errno.ENOSYS, "child subreapers exist on Linux only")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def _descendants() -> list[tuple[int, int]]:
+    """``(pid, process group)`` of every live process descended from this one.
+
+    Read from /proc (none where there is no /proc). A process found here may exit before it
+    is signalled; its pid can be reused only once it is reaped, by its parent, so the window
+    for signalling a stranger is the time between this read and the kill.
+    """
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue  # it exited meanwhile
+        # the command name (in parentheses) may hold spaces and parentheses: split after it
+        state, ppid, pgrp = stat.rpartition(b")")[2].split()[:3]
+        if state not in (b"Z", b"X"):  # exited: nothing to signal, and it has no children
+            children.setdefault(int(ppid), []).append((int(entry), int(pgrp)))
+    found: list[tuple[int, int]] = []
+    parents = [os.getpid()]
+    while parents:
+        for process in children.get(parents.pop(), ()):
+            found.append(process)
+            parents.append(process[0])
+    return found
+
+
+class _Family:
+    """The command (our direct child) and the processes it starts.
+
+    With ``wait_descendants`` this process is their subreaper: every descendant that is
+    orphaned becomes our child, so once ``waitpid`` finds no child left, none of them is
+    alive. Without it, only the command is waited for, and it is left a zombie until
+    ``finish()``: its pid, which is its process group's id, cannot be taken by another
+    process (and group) before the last signal to the group has gone out.
+    """
+
+    def __init__(self, child: subprocess.Popen[bytes], *, wait_descendants: bool) -> None:
+        self.child = child
+        self.wait_descendants = wait_descendants
+        #: the command's exit status as Popen.returncode has it, once it has exited
+        self.returncode: int | None = None
+        #: nothing left to wait for: the command has exited (and, with wait_descendants,
+        #: every process it started)
+        self.done = False
+        self._reaped = False
+
+    def collect(self) -> None:
+        """Reap whatever has exited, without blocking; update ``returncode`` and ``done``."""
+        if self.wait_descendants:
+            while True:
+                try:
+                    pid, wait_status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    self.done = True
+                    return
+                if pid == 0:
+                    return
+                if pid == self.child.pid:
+                    self._reaped = True
+                    self._exited(os.waitstatus_to_exitcode(wait_status))
+        elif self.returncode is None:
+            if not hasattr(os, "waitid"):  # macOS: reap at once; the group id is at risk
+                pid, wait_status = os.waitpid(self.child.pid, os.WNOHANG)
+                if pid:
+                    self._reaped = True
+                    self._exited(os.waitstatus_to_exitcode(wait_status))
+                return
+            info = os.waitid(os.P_PID, self.child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if info is not None:
+                exited = info.si_code == os.CLD_EXITED
+                self._exited(info.si_status if exited else -info.si_status)
+
+    def _exited(self, returncode: int) -> None:
+        self.returncode = returncode
+        if not self.wait_descendants:
+            self.done = True
+
+    def finish(self) -> None:
+        """Reap the command if it is left a zombie; ``returncode`` becomes Popen's."""
+        if self.returncode is not None and not self._reaped:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.child.pid, 0)
+            self._reaped = True
+        self.child.returncode = self.returncode
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the command's process group and to every descendant outside it
+        (one that made a group or session of its own)."""
+        group = self.child.pid  # the command leads a session of its own: group id = its pid
+        descendants = _descendants()
+        # A group's id cannot be reused while the group has members or its leader's pid is
+        # taken (not reaped); past that it may name a stranger's group.
+        if not self._reaped or any(pgrp == group for _, pgrp in descendants):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signum)
+        for pid, pgrp in descendants:
+            if pgrp != group:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+
+
+def _ignore_signal(signum: int, frame: FrameType | None) -> None:
+    """A handler that does nothing: installed so that the signal reaches the wakeup fd."""
+
+
+class _Wakeups:
+    """What wakes ``run``'s main thread: a signal, a child's exit (SIGCHLD), a lost hold.
+
+    Python runs signal handlers in the main thread only, but the kernel may hand a signal to
+    any thread (the renewal worker's): a main thread blocked on a lock would then not run
+    the handler (nor pass the signal on) until something else woke it. So it waits in
+    select() on a pipe that every signal writes to (``signal.set_wakeup_fd``), and that
+    ``notify()`` writes to from other threads.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._closed = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._previous_fd = -1
+        self._previous_chld: Any = None
+
+    def __enter__(self) -> _Wakeups:
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        # SIG_IGN would have the kernel reap children itself; a handler keeps them ours
+        self._previous_chld = signal.signal(signal.SIGCHLD, _ignore_signal)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        signal.signal(signal.SIGCHLD, self._previous_chld)
+        signal.set_wakeup_fd(self._previous_fd)
+        with self._guard:  # a late notify() must not write to a reused descriptor
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)
+
+    def notify(self) -> None:
+        """Wake the main thread (from any thread)."""
+        with self._guard:
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending
+                    os.write(self._write, b"\0")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Return once woken (or after ``timeout`` seconds); signal handlers have run."""
+        select.select([self._read], [], [], timeout)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._read, 4096):
+                pass
+
+
+#: how often run re-sends SIGKILL while processes remain (one forked as a round went out
+#: was not in it)
+_KILL_ROUND = 0.05
 
 
 def run_locked(
@@ -371,19 +655,21 @@ def run_locked(
     ttl: float = 30.0,
     wait: float | None = None,
     kill_after: float = 5.0,
+    wait_descendants: bool = True,
     url: str | None = None,
 ) -> int:
     """``tumbler run``: hold the lock ``name`` while ``command`` runs; return the exit status.
 
-    Tumbler errors are raised for ``main()`` to report; everything about the command is
-    reported here.
+    With ``wait_descendants``, the lock is held until every process the command started has
+    exited. Tumbler errors are raised for ``main()`` to report; everything about the command
+    is reported here.
     """
     _check_name(name)
     core.validate_ttl(ttl)
     core.validate_timeout(wait)
     with _SignalRelay() as relay:
         try:
-            with _connect(url) as locks:
+            with _connect(url, "run") as locks:
                 lock = locks.lock(name, ttl=ttl)
                 acquired = lock.acquire(timeout=wait)
                 relay.phase = relay.STARTING
@@ -393,7 +679,7 @@ def run_locked(
                     return EX_TEMPFAIL
                 hold = lock.hold
                 assert hold is not None
-                return _supervise(hold, list(command), kill_after, relay)
+                return _supervise(hold, list(command), kill_after, wait_descendants, relay)
         except _Signalled as signalled:
             what = signal.Signals(signalled.signum).name
             _complain(f"{what} while waiting for lock {name!r}: not run")
@@ -408,12 +694,43 @@ def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:
         holders = ()
     if holders:
         holder = holders[0]
+        # the description is the holding client's to write: _complain escapes what is in it
         return f"lock {name!r} {when} (holder: {holder.holder}, token {holder.token})"
     return f"lock {name!r} {when}"
 
 
+def _command_environment() -> dict[str, str]:
+    """The command's environment: ours, with ``$TUMBLER_URL`` stripped of its credentials.
+
+    The command does not need them (tumbler holds the lock for it), and every process it
+    starts would inherit a password. The URL stays without them rather than going, so that a
+    tumbler inside the command names the same backend and is refused there (a clear
+    permission error) instead of falling back to the default SQLite file, whose locks would
+    exclude nobody else. A URL that does not parse is dropped: where its secret is cannot be
+    told.
+    """
+    environment = dict(os.environ)
+    url = environment.pop("TUMBLER_URL", None)
+    if url is not None:
+        try:
+            parsed = parse_url(url)
+        except InvalidURL:
+            return environment
+        if parsed.username is not None or parsed.password is not None:
+            # in the text itself: urlunsplit() would turn "redis+unix://@/path" (no host)
+            # into "redis+unix:/path"
+            netloc = urlsplit(url).netloc
+            url = url.partition("#")[0].replace(netloc, netloc.rpartition("@")[2], 1)
+        environment["TUMBLER_URL"] = url
+    return environment
+
+
 def _supervise(
-    hold: tumbler.Hold, command: list[str], kill_after: float, relay: _SignalRelay
+    hold: tumbler.Hold,
+    command: list[str],
+    kill_after: float,
+    wait_descendants: bool,
+    relay: _SignalRelay,
 ) -> int:
     """Run ``command`` under ``hold``; stop it if the hold is lost. Returns the exit status."""
     if relay.pending:
@@ -422,10 +739,36 @@ def _supervise(
         signum = relay.pending[0]
         _complain(f"{signal.Signals(signum).name} before the command started: not run")
         return EX_SIGNAL_BASE + signum
+    if wait_descendants:
+        try:
+            _set_child_subreaper(True)
+        except OSError as error:
+            wait_descendants = False
+            _complain(
+                f"cannot adopt what the command leaves running ({error.strerror or error}): "
+                "the lock is released when the command exits"
+            )
+    try:
+        with _Wakeups() as wakeups:
+            return _supervise_family(hold, command, kill_after, wait_descendants, relay, wakeups)
+    finally:
+        if wait_descendants:
+            with contextlib.suppress(OSError):
+                _set_child_subreaper(False)
+
+
+def _supervise_family(
+    hold: tumbler.Hold,
+    command: list[str],
+    kill_after: float,
+    wait_descendants: bool,
+    relay: _SignalRelay,
+    wakeups: _Wakeups,
+) -> int:
     try:
         # A session of its own: the terminal's Ctrl-C reaches us only (we pass it on), and the
         # whole process group can be stopped if the lock is lost.
-        child = subprocess.Popen(command, start_new_session=True)
+        child = subprocess.Popen(command, start_new_session=True, env=_command_environment())
     except FileNotFoundError:
         relay.phase = relay.FINISHING
         _release_quietly(hold)
@@ -437,43 +780,38 @@ def _supervise(
         _complain(f"{command[0]}: cannot execute: {error.strerror or error}")
         return EX_CANNOT_EXECUTE
 
-    exited = threading.Event()
+    family = _Family(child, wait_descendants=wait_descendants)
     lost = threading.Event()
-    changed = threading.Event()
-
-    def reap() -> None:
-        child.wait()
-        exited.set()
-        changed.set()
 
     def on_lost(_hold: tumbler.Hold) -> None:
         lost.set()
-        changed.set()
+        wakeups.notify()
 
-    threading.Thread(target=reap, name="tumbler-run-reaper", daemon=True).start()
-    relay.holding(child)
+    relay.holding(family)
     hold.on_lost(on_lost)
-    changed.wait()  # signals are handled (passed on) while the main thread waits here
+    family.collect()
+    while not (lost.is_set() or family.done):
+        wakeups.wait()  # signal handlers (passing signals on) run here
+        family.collect()
 
     if lost.is_set():
         reason = hold.lost_reason or "the lease ran out"
         outcome = "it was stopped"
-        if exited.is_set():
-            outcome = f"it had exited with status {_child_status(child.returncode)}"
-        else:
-            _signal_group(child, signal.SIGTERM)
-            if not exited.wait(kill_after):
-                _signal_group(child, signal.SIGKILL)
-                exited.wait()
-        # Whatever the command left running in its group ran without the lock as well.
-        _signal_group(child, signal.SIGKILL)
+        if family.returncode is not None:
+            outcome = f"it had exited with status {_child_status(family.returncode)}"
+            if not family.done:
+                outcome += "; what it left running was stopped"
+        _stop(family, wakeups, kill_after)
         relay.phase = relay.FINISHING
+        family.finish()
         _release_quietly(hold)
         _complain(f"lock {hold.name!r} was lost while the command ran ({reason}); {outcome}")
         return EX_LOCK_LOST
 
     relay.phase = relay.FINISHING
-    status = _child_status(child.returncode)
+    family.finish()
+    assert family.returncode is not None
+    status = _child_status(family.returncode)
     try:
         hold.release()
     except LockLost as error:
@@ -485,6 +823,27 @@ def _supervise(
     return status
 
 
+def _stop(family: _Family, wakeups: _Wakeups, kill_after: float) -> None:
+    """SIGTERM to the command's family; SIGKILL to whatever is left ``kill_after`` s later."""
+    family.signal(signal.SIGTERM)
+    deadline = time.monotonic() + kill_after
+    family.collect()
+    while not family.done:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        wakeups.wait(left)
+        family.collect()
+    # Without wait_descendants the command may be done while what it left in its group runs
+    # on: that ran without the lock as well, so the group gets SIGKILL in any case.
+    while True:
+        family.signal(signal.SIGKILL)
+        family.collect()
+        if family.done:
+            return
+        wakeups.wait(_KILL_ROUND)
+
+
 def _release_quietly(hold: tumbler.Hold) -> None:
     with contextlib.suppress(TumblerError):
         hold.release()
@@ -493,22 +852,34 @@ def _release_quietly(hold: tumbler.Hold) -> None:
 # -- status --------------------------------------------------------------------------------------
 
 
+def _holder_json(holder: HolderInfo) -> dict[str, Any]:
+    # A grant that lives with its holder's session has no countdown: its expires_in is the
+    # session timeout, which a script must not read as the seconds left.
+    return {
+        "holder": holder.holder,
+        "token": holder.token,
+        "mode": "shared" if holder.shared else "exclusive",
+        "expires_in": None if holder.session else round(holder.expires_in, 3),
+        "session": holder.session,
+        "session_timeout": round(holder.expires_in, 3) if holder.session else None,
+    }
+
+
 def _state_json(state: LockState) -> dict[str, Any]:
     return {
         "name": state.name,
         "locked": state.locked,
-        "holders": [
-            {
-                "holder": holder.holder,
-                "token": holder.token,
-                "mode": "shared" if holder.shared else "exclusive",
-                "expires_in": round(holder.expires_in, 3),
-            }
-            for holder in state.holders
-        ],
+        "holders": [_holder_json(holder) for holder in state.holders],
         "waiters": state.waiters,
         "limit": state.limit,
     }
+
+
+def _lease_text(holder: HolderInfo) -> str:
+    """How long the grant lasts, as the status table shows it."""
+    if holder.session:
+        return f"with session (timeout {holder.expires_in:g} s)"
+    return f"{holder.expires_in:.1f} s left"
 
 
 # rich is imported where a table is printed: `tumbler run`, the hot path, never needs it.
@@ -535,22 +906,23 @@ def _table(*columns: str, right: Sequence[str] = ()) -> Table:
 
 def _status_table(states: Sequence[LockState]) -> Table:
     table = _table(
-        "lock", "holder", "token", "mode", "ttl left (s)", "waiters", right=("token", "waiters")
+        "lock", "holder", "token", "mode", "lease", "waiters", right=("token", "waiters")
     )
     for state in states:
+        name = _printable(state.name)
         waiters = str(state.waiters)
         if not state.holders:
-            table.add_row(state.name, "-", "-", "-", "-", waiters)
+            table.add_row(name, "-", "-", "-", "-", waiters)
         for holder in state.holders:
             mode = "exclusive"
             if holder.shared:
                 mode = "shared" if not state.limit else f"shared ({state.limit} permits)"
             table.add_row(
-                state.name,
-                holder.holder,
+                name,
+                _printable(holder.holder),
                 str(holder.token),
                 mode,
-                f"{holder.expires_in:.1f}",
+                _lease_text(holder),
                 waiters,
             )
     return table
@@ -564,19 +936,23 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     """Show the holders and waiters of lock NAME, or of every lock in use.
 
     For each holder: its description (host and pid), fencing token, mode (exclusive or
-    shared) and the seconds left on its lease. With --json, one object for NAME
-    ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in"}], "waiters",
-    "limit"}), or a list of them without NAME.
+    shared) and its lease: the seconds left on it, or, on a backend where a grant lives as
+    long as its holder's session (ZooKeeper), "with session" and the session's timeout (how
+    long the grant outlives a holder that died). With --json, one object for NAME
+    ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
+    "session_timeout"}], "waiters", "limit"}), or a list of them without NAME; expires_in is
+    null for a session's grant, session_timeout null for the others. Characters that a
+    terminal would act on (escape sequences in a holder's description) are shown escaped.
     """
     if name is not None:
         _check_name(name)
-    with _connect(url) as locks:
+    with _connect(url, "status") as locks:
         states = [locks.status(name)] if name is not None else locks.status_all()
     if as_json:
         document: Any = (
             _state_json(states[0]) if name is not None else list(map(_state_json, states))
         )
-        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        click.echo(_json_text(document))
         return EX_OK
     console = _console()
     if name is not None and not states[0].holders and not states[0].waiters:
@@ -618,7 +994,7 @@ def release(name: str, force: bool, yes: bool, url: str | None) -> int:
             "no terminal to confirm on: add --yes to force-release", click.get_current_context()
         )
     _check_name(name)
-    with _connect(url) as locks:
+    with _connect(url, "release") as locks:
         state = locks.status(name)
         if not yes:
             if not state.holders:
