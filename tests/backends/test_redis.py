@@ -576,16 +576,20 @@ def test_waiters_are_woken_by_the_server_not_by_polling(
     admin = fresh_redis_server.client()
     url = f"{fresh_redis_server.url}?prefix={new_prefix()}"
     waiters = 8
-    with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+    # a client of its own per waiter: a client's waiters on one lock queue inside it, and only
+    # its first waits at the server
+    with contextlib.ExitStack() as stack:
+        locks = stack.enter_context(tumbler.connect(url))
+        others = [stack.enter_context(tumbler.connect(url)) for _ in range(waiters)]
         lock = locks.lock("busy")
         assert lock.acquire()
 
-        def wait_then_release() -> None:
+        def wait_then_release(other: tumbler.Locks) -> None:
             waiting = other.lock("busy")
             assert waiting.acquire(timeout=PATIENCE)
             waiting.release()
 
-        threads = [background(wait_then_release) for _ in range(waiters)]
+        threads = [background(lambda o=other: wait_then_release(o)) for other in others]
         eventually(lambda: locks.status("busy").waiters == waiters, "every waiter queued")
 
         # Nothing is released for a second: only each waiter's re-check may reach the server
@@ -620,17 +624,18 @@ async def test_waiting_tasks_are_woken_by_the_server_not_by_polling(
     url = f"{fresh_redis_server.url}?prefix={new_prefix()}"
     waiters = 8
     locks = await tumbler.aio.connect(url)
-    other = await tumbler.aio.connect(url)
+    # a client of its own per waiter, as in the threaded case
+    others = [await tumbler.aio.connect(url) for _ in range(waiters)]
     try:
         lock = locks.lock("busy")
         assert await lock.acquire()
 
-        async def wait_then_release() -> None:
+        async def wait_then_release(other: tumbler.aio.AsyncLocks) -> None:
             waiting = other.lock("busy")
             assert await waiting.acquire(timeout=PATIENCE)
             await waiting.release()
 
-        tasks = [asyncio.ensure_future(wait_then_release()) for _ in range(waiters)]
+        tasks = [asyncio.ensure_future(wait_then_release(other)) for other in others]
         deadline = time.monotonic() + PATIENCE
         while (await locks.status("busy")).waiters < waiters:
             assert time.monotonic() < deadline, "the waiting tasks did not queue"
@@ -649,7 +654,8 @@ async def test_waiting_tasks_are_woken_by_the_server_not_by_polling(
         assert calls <= 1 + 2 * waiters + 2 * waiters, f"{calls} scripts for {waiters} hand-offs"
         assert await locks.status_all() == []
     finally:
-        await other.close()
+        for other in others:
+            await other.close()
         await locks.close()
 
 
@@ -673,7 +679,8 @@ def test_one_pubsub_connection_per_client(fresh_redis_server: RedisServer) -> No
         plan = [(first, "a")] * 4 + [(first, "b")] * 4 + [(second, "a")] * 8
         threads = [background(lambda c=c, n=n: wait_then_release(c, n)) for c, n in plan]
         eventually(
-            lambda: (holder.status("a").waiters, holder.status("b").waiters) == (12, 4),
+            # a client's waiters on one lock wait at the server as one
+            lambda: (holder.status("a").waiters, holder.status("b").waiters) == (2, 1),
             "every waiter queued",
         )
         # one connection per client, subscribed to the client's own channel, whatever it
