@@ -196,7 +196,10 @@ class WorkerPool:
         )  # fmt: skip
         url, proxy = self.url, None
         if self.own_proxies is not None:
-            proxy = ProxyControl.start(*self.own_proxies)
+            try:
+                proxy = ProxyControl.start(*self.own_proxies)
+            except OSError as error:
+                raise PoolError(f"no proxy for worker {client}: {error}") from error
             url = with_netloc(self.url, "127.0.0.1", proxy.port)
         stderr = (self.directory / f"{client}.stderr").open("wb")
         try:
