@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from tests.servers.fixtures import server_unavailable
-from tumbler._sync.renewal import Renewer
 from tumbler.testing.servers import RedisServer
 from tumbler.torture.backends import BACKENDS, SetupError, spec_for_url
 from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend
@@ -87,19 +86,6 @@ def test_redis(tmp_path: Path) -> None:
     assert set(restart.not_promised) == {"double-hold", "unnoticed-loss", "work-after-grant"}
 
 
-# The lock layer this branch started from reports a loss only when the renewal worker gets
-# to it, which a renewal stuck on the cut-off server delays past the server's expiry (issue 11,
-# measured: 5 of 6 cut-off holders still working 68 to 90 ms after the next grant); the
-# deadline watch of the lock layer's rewrite (Renewer.deadline_set) reports it at the
-# holder's local deadline. Drop this marker once both are on one branch.
-_BEFORE_DEADLINE_WATCH = pytest.mark.xfail(
-    not hasattr(Renewer, "deadline_set"),
-    reason="on_lost comes after another client's grant until the lock layer's deadline watch",
-    strict=False,
-)
-
-
-@_BEFORE_DEADLINE_WATCH
 @pytest.mark.timeout(90)
 def test_redis_holder_cut_off_alone_is_told_before_the_next_grant(tmp_path: Path) -> None:
     """The field finding of issue 11: a silent partition of the holder alone. The others go on
