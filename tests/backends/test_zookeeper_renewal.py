@@ -339,3 +339,26 @@ def test_after_a_reconnection_entries_are_read_once_and_watched_again(proxied, r
         assert requests.count == 1  # watched again: the probe alone
     finally:
         locks.close()
+
+
+def test_a_semaphore_entry_touched_at_its_grant_is_still_watched(locks, url) -> None:
+    """A semaphore entry granted after waiting is touched (its data set) for the waiter behind
+    it; that fires its deletion watch with CHANGED, and the watch must be set again, so that a
+    later deletion is still refused at the next renewal."""
+    other = tumbler.connect(url)
+    try:
+        backend = locks._backend
+        first = GrantRequest("sem", secrets.token_urlsafe(18), True, 1, False, SESSION, "a")
+        assert other._backend.try_grant(first) is not None
+        waiting = GrantRequest("sem", secrets.token_urlsafe(18), True, 1, False, SESSION, "b")
+        assert backend.try_grant(waiting) is None  # in line
+        assert other._backend.release(first.name, first.owner)
+        assert backend.try_grant(waiting) is not None  # granted after waiting: touched
+        renewal = Renewal(waiting.name, waiting.owner, SESSION)
+        entry = backend._entries[(waiting.name, waiting.owner)]
+        eventually(lambda: entry.watched, "the watch is set again")
+        assert backend.renew_all([renewal], 5.0) == [SESSION]
+        assert other.force_release("sem") == 1
+        assert backend.renew_all([renewal], 5.0) == [None]
+    finally:
+        other.close()

@@ -68,9 +68,9 @@ The shortest lease
     has the other two thirds, less the drift margin (1% + 2 ms), to come back: 326 ms at
     0.5 s. Its probe waits behind the session's own writes still in the server's pipeline
     (each committed after an fsync of the transaction log and, in an ensemble, a quorum of
-    acknowledgements) and behind a probe already on its way. Measured on a loaded 2-core VM
-    (``bench/many_leases.py``), a renewal took at most 10 ms on an idle client and 65 ms while
-    10,000 leases were granted and renewed at once: 0.5 s leaves five times that, enough for a
+    acknowledgements) and behind a probe already on its way. Measured on a loaded 2-core VM,
+    a renewal took at most 10 ms on an idle client and 85 ms while 10,000 leases were granted
+    and renewed at once (``bench/many_leases.py``): 0.5 s leaves four times that, room for a
     stall of the server's JVM. A shorter lease buys nothing here: the server measures sessions
     in ticks (``tickTime``, 2 s by default) and ends one no sooner than two ticks after it last
     heard from the client, so a dead holder's locks are freed after the session timeout
