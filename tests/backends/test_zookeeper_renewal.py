@@ -83,6 +83,17 @@ class Requests:
 
         self.client._call = counted_call
         self.client.exists_async = spied_exists
+        #: renewals that have been given a probe to wait for
+        self.callers = 0
+        after_now = backend._probe.after_now
+
+        def counted_after_now() -> Any:
+            result = after_now()
+            with self.lock:
+                self.callers += 1  # counted once it has its probe
+            return result
+
+        backend._probe.after_now = counted_after_now
 
     def record(self, event: str) -> None:
         with self.lock:
@@ -212,7 +223,7 @@ def test_a_renewal_never_counts_a_probe_sent_before_it_began(proxied) -> None:
         for thread in later:
             thread.start()
         # both wait for a probe of their own, which waits for the first probe's answer
-        eventually(lambda: backend._probe._next is not None, "the later callers share one")
+        eventually(lambda: requests.callers == 3, "the later callers wait")
         assert requests.probes() == 1
         proxy.heal()
         for thread in (first, *later):
@@ -252,12 +263,12 @@ async def test_asyncio_a_renewal_never_counts_a_probe_sent_before_it_began(
             async def sent() -> bool:
                 return requests.probes() == 1
 
-            async def shared() -> bool:
-                return backend._probe._next is not None
+            async def waiting() -> bool:
+                return requests.callers == 3
 
             await aeventually(sent, "the first probe is sent")
             later = [asyncio.create_task(renew(f"later-{n}")) for n in range(2)]
-            await aeventually(shared, "the later callers share one")
+            await aeventually(waiting, "the later callers wait")
             assert requests.probes() == 1
             proxy.heal()
             assert await asyncio.gather(first, *later) == [[SESSION] * 3] * 3

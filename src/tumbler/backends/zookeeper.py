@@ -320,7 +320,10 @@ class RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         if "passwd" in str(msg):
             args = tuple(_REDACTED if isinstance(arg, (bytes, bytearray)) else arg for arg in args)
         args = tuple(_redact_fields(arg) for arg in args)
-        text = str(msg) % args if args else str(msg)
+        try:
+            text = str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):  # a malformed record: still shown, still redacted
+            text = " ".join(map(str, (msg, *args)))
         for secret in self._secrets():
             if secret:
                 text = text.replace(secret, _REDACTED)
