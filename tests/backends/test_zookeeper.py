@@ -8,7 +8,9 @@ Every case runs against a real ZooKeeper started by the fixtures in tests/server
 
 from __future__ import annotations
 
+import binascii
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -22,6 +24,7 @@ from tumbler._url import parse_url
 from tumbler.backends.zookeeper import encode_name, entry_data, entry_prefix, parse_config
 from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
 from tumbler.testing.servers import ZooKeeperEnsemble, ZooKeeperServer
+from tumbler.testing.servers.redis import free_port
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import eventually
@@ -89,6 +92,7 @@ def test_url_options_and_defaults() -> None:
         ("zookeeper://zk:99999", "bad port"),
         ("zookeeper://zk?session_timeout=0", "session_timeout"),
         ("zookeeper://zk?session_timeout=nan", "session_timeout"),
+        ("zookeeper://zk?session_timeout=0.4", "at least 0.5 s"),
         ("zookeeper://zk?sessiontimeout=3", "unknown URL option"),
         ("zookeeper://zk/zookeeper", "bad base path"),
         ("zookeeper://zk/a/../b", "bad base path"),
@@ -396,6 +400,37 @@ async def test_asyncio_holds_learn_of_an_expired_session(url, zookeeper_server) 
         await locks.close()
 
 
+def test_status_shows_a_holder_bound_to_its_session_and_the_session_timeout(
+    zookeeper_server,
+) -> None:
+    """A grant here outlives its holder by the holder's session timeout, not by its lease."""
+    base = base_path()
+    holder = tumbler.connect(f"{zookeeper_server.url_for(base)}?session_timeout=3")
+    operator = tumbler.connect(f"{zookeeper_server.url_for(base)}?session_timeout=7")
+    try:
+        with holder.lock("session-bound", ttl=2):
+            (info,) = operator.status("session-bound").holders
+            assert info.session is True
+            assert info.expires_in == 3.0  # the holder's session timeout, not the 2 s lease
+            (state,) = operator.status_all()
+            assert state.holders == (info,)
+    finally:
+        holder.close()
+        operator.close()
+
+
+@pytest.mark.asyncio
+async def test_asyncio_status_shows_a_holder_bound_to_its_session(zookeeper_server) -> None:
+    url = f"{zookeeper_server.url_for(base_path())}?session_timeout=3"
+    locks = await tumbler.aio.connect(url)
+    try:
+        async with locks.lock("session-bound", ttl=2):
+            (info,) = (await locks.status("session-bound")).holders
+            assert (info.session, info.expires_in) == (True, 3.0)
+    finally:
+        await locks.close()
+
+
 def test_the_lease_is_capped_by_the_negotiated_session_timeout(tmp_path) -> None:
     # the server allows at most 2 s; the client asks for 10 and must not believe in 10
     with ZooKeeperServer(tmp_path, max_session_timeout=2000) as server:
@@ -409,10 +444,72 @@ def test_the_lease_is_capped_by_the_negotiated_session_timeout(tmp_path) -> None
 
 
 def test_an_unreachable_ensemble_is_backend_unavailable() -> None:
-    from tumbler.testing.servers.redis import free_port
-
     with pytest.raises(BackendUnavailable):
         tumbler.connect(f"zookeeper://127.0.0.1:{free_port()}?connect_timeout=0.5")
+
+
+# connect_timeout is long: refused connections must end the start long before it
+REFUSED_URL = "zookeeper://app:pa55word@127.0.0.1:{},127.0.0.1:{}/x?connect_timeout=10"
+
+
+def check_refused(error: BackendUnavailable, ports: tuple[int, int], seconds: float) -> None:
+    message = str(error)
+    assert "connection refused" in message
+    for port in ports:
+        assert f"127.0.0.1:{port}" in message
+    assert "pa55word" not in message
+    assert seconds < 10  # it did not wait for connect_timeout
+
+
+def test_when_every_host_refuses_connecting_fails_at_once_and_says_so() -> None:
+    ports = (free_port(), free_port())  # nothing listens there
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        tumbler.connect(REFUSED_URL.format(*ports))
+    check_refused(caught.value, ports, time.monotonic() - began)
+
+
+@pytest.mark.asyncio
+async def test_asyncio_when_every_host_refuses_connecting_fails_at_once_and_says_so() -> None:
+    ports = (free_port(), free_port())
+    began = time.monotonic()
+    with pytest.raises(BackendUnavailable) as caught:
+        await tumbler.aio.connect(REFUSED_URL.format(*ports))
+    check_refused(caught.value, ports, time.monotonic() - began)
+
+
+def test_a_host_that_refuses_does_not_end_the_start_while_another_answers(
+    zookeeper_server,
+) -> None:
+    url = f"zookeeper://127.0.0.1:{free_port()},{zookeeper_server.connect_string}{base_path()}"
+    locks = tumbler.connect(url)
+    try:
+        with locks.lock("one-host-up") as hold:
+            assert hold.held
+    finally:
+        locks.close()
+
+
+# -- credentials never reach a log -----------------------------------------------------------
+
+
+def test_no_credential_reaches_any_log(zookeeper_server, caplog) -> None:
+    """kazoo logs every request it sends at DEBUG, the Auth packet with USER:PASSWORD and the
+    Connect packet with the session's password among them, and that password in hex at its
+    level 5: tumbler's logger for kazoo takes them out, at every level."""
+    caplog.set_level(1)
+    locks = tumbler.connect(f"zookeeper://app:s3cr3t-pw@{zookeeper_server.connect_string}/cred")
+    try:
+        session_password = locks._backend._client._session_passwd
+        with locks.lock("logged") as hold:
+            assert hold.held
+    finally:
+        locks.close()
+    text = caplog.text
+    assert "Sending request(xid=-4): Auth(" in text  # the packet was logged, redacted
+    assert "s3cr3t-pw" not in text
+    assert binascii.hexlify(session_password).decode() not in text
+    assert repr(session_password) not in text
 
 
 # -- digest ACLs -----------------------------------------------------------------------------

@@ -389,7 +389,8 @@ class AsyncZooKeeperBackend:
             try:
                 created, stat = await self._call(creating)
             except kazoo_errors.NoNodeError:
-                self._lock_nodes.pop(path, None)
+                with self._guard:
+                    self._lock_nodes.pop(path, None)
                 await self._make_lock_node(path)  # the lock node was idle and removed
                 continue
             self._remember_lock_node(path)

@@ -389,7 +389,8 @@ class ZooKeeperBackend:
             try:
                 created, stat = self._call(creating)
             except kazoo_errors.NoNodeError:
-                self._lock_nodes.pop(path, None)
+                with self._guard:
+                    self._lock_nodes.pop(path, None)
                 self._make_lock_node(path)  # the lock node was idle and removed
                 continue
             self._remember_lock_node(path)
