@@ -357,7 +357,7 @@ def _start_redis_cluster(directory: Path, settings: Settings) -> Deployment:
 def _zookeeper_options(ttl: float) -> str:
     # The session timeout is the lease here (hold.ttl is capped by it): make it the TTL, so a
     # dead holder frees the lock as fast as on the other backends.
-    session = max(0.4, ttl)
+    session = max(0.5, ttl)
     request = max(0.2, min(5.0, ttl / 3))
     return f"session_timeout={session:g}&request_timeout={request:g}&connect_timeout=5"
 
