@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import logging
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -44,6 +46,8 @@ from ..contract import (
     WakeHub,
 )
 from ..redis import (
+    BACKUP_FAIR_MS,
+    BACKUP_RETRY_MS,
     CAPABILITIES,
     MINIMUM_SERVER,
     RENEWALS_PER_CALL,
@@ -154,9 +158,16 @@ class AsyncWakeups:
         pubsub = self._pubsub_connection()
         hub = self._backend.hub
         failures = 0
+        #: backup wake-ups not yet due: (when, name, owner hash)
+        backups: list[tuple[float, str, str]] = []
         while not self._closed:
+            now = time.monotonic()
+            while backups and backups[0][0] <= now:
+                _due, name, tag = heapq.heappop(backups)
+                hub.notify(name, (tag,))
+            wait = min(1.0, backups[0][0] - now) if backups else 1.0
             try:
-                message = await pubsub.get_message(timeout=1.0)
+                message = await pubsub.get_message(timeout=wait)
             except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
                 if "NOPERM" in str(error) or "permission" in str(error).lower():
                     self._refuse_pending(str(error))
@@ -181,7 +192,12 @@ class AsyncWakeups:
                 data = message["data"]
                 text = data.decode() if isinstance(data, bytes) else str(data)
                 tag, _, name = text.partition(" ")
-                hub.notify(name, (tag,))
+                if tag.startswith("~"):  # a backup: try later, if the woken waiter never came
+                    delay_ms, _, tag = tag[1:].partition(":")
+                    due = time.monotonic() + int(delay_ms) / 1000
+                    heapq.heappush(backups, (due, name, tag))
+                else:
+                    hub.notify(name, (tag,))
 
     async def close(self) -> None:
         with self._lock:
@@ -306,7 +322,11 @@ class AsyncRedisBackend:
         )
         self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
         self._bound = AsyncBound()
-        self._judge = "0" if config.cluster else "1"
+        # how a release finds dead waiters: by the wake-up reaching nobody (a single server
+        # sees every subscriber), else by a backup wake-up (see _redis_lua)
+        self._wake_args: list[str | int] = (
+            [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, 0, 0]
+        )
         self.wakeups = AsyncWakeups(self)
         self._grant = AsyncScript(self.client, lua.GRANT)
         self._renew = AsyncScript(self.client, lua.RENEW)
@@ -525,7 +545,7 @@ class AsyncRedisBackend:
 
     async def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [owner, self.keys.client_channel_prefix(), name, self._judge]
+        args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
         return bool(await self._call(name, lambda: self._release(keys, args)))
 
     def watch(self, name: str, owner: str) -> AsyncRedisWatch:
@@ -575,7 +595,7 @@ class AsyncRedisBackend:
 
     async def force_release(self, name: str) -> int:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._judge]
+        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._wake_args[0]]
         return int(await self._call(name, lambda: self._force_release(keys, args)))
 
     async def close(self) -> None:
