@@ -322,9 +322,10 @@ class SyncBound:
     """Blocking twin of :class:`AsyncBound`: a deadline every step takes its timeout from.
 
     A connection made during the call connects and greets the server within the time left
-    (its socket keeps that timeout for writes later; one that fails a write is dropped and
-    made anew), and each reply is read within the time left: redis-py drops a connection
-    whose read timed out (and the call drops the others it sent on).
+    (and keeps that timeout for its writes; after any failure the call's pools are replaced,
+    so no connection reconnects with the timeout of an earlier call), and each reply is read
+    within the time left: redis-py drops a connection whose read timed out (and the call
+    drops the others it sent on).
     """
 
     def __init__(self) -> None:

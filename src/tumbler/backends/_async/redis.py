@@ -461,7 +461,7 @@ class AsyncRedisBackend:
             for error in errors:
                 if isinstance(error, redis_errors.NoScriptError):
                     use_source = True
-                elif isinstance(error, redis_errors.AskError) and isinstance(
+                elif isinstance(error, redis_errors.MovedError) and isinstance(
                     self.client, RedisCluster
                 ):
                     await self.client.nodes_manager.move_slot(error)
@@ -514,11 +514,14 @@ class AsyncRedisBackend:
             by_address.setdefault(address, []).append(index)
         replies: list[Any] = [None] * len(calls)
         borrowed: list[tuple[ConnectionPool, Any, list[int]]] = []
+        used: dict[tuple[str, int] | None, ConnectionPool] = {}
+        failed = True
         try:
             for address, indexes in by_address.items():
                 pool = self._renewal_pools.get(address)
                 if pool is None:
                     pool = self._renewal_pools[address] = self._pool(address)
+                used[address] = pool
                 connection = await self._bound.borrow(pool)
                 borrowed.append((pool, connection, indexes))
                 commands = [
@@ -533,14 +536,19 @@ class AsyncRedisBackend:
                         replies[index] = await self._bound.read(connection)
                     except redis_errors.ResponseError as error:  # read whole: still in step
                         replies[index] = error
-        except BaseException:
-            # replies may still be on their way: nobody may read them as theirs
-            for _pool, connection, _indexes in borrowed:
-                await connection.disconnect()
-            raise
+            failed = False
         finally:
             for pool, connection, _indexes in borrowed:
+                if failed:  # replies may still be on their way: nobody may read them as theirs
+                    await connection.disconnect()
                 await pool.release(connection)
+            if failed:
+                # A pool's connections keep the timeouts they were made with and reconnect
+                # with them: the next call makes new ones, with the time it has left.
+                for address, pool in used.items():
+                    del self._renewal_pools[address]
+                    with contextlib.suppress(redis_errors.RedisError, OSError):
+                        await pool.disconnect()
         return replies
 
     async def release(self, name: str, owner: str) -> bool:
