@@ -33,7 +33,7 @@ from tumbler import BackendUnavailable
 from tumbler.backends import _redis_lua as lua
 from tumbler.backends.contract import Renewal
 from tumbler.backends.redis import CAPABILITIES
-from tumbler.testing.servers.redis import RedisServer, RedisServerCluster
+from tumbler.testing.servers.redis import RedisServer, RedisServerCluster, RedisUser
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import PATIENCE, background, eventually
@@ -529,3 +529,37 @@ def test_the_capabilities_redis_declares() -> None:
     assert CAPABILITIES.scope == "network"
     # a waiter re-checks (and so refreshes its entry) three times per waiter lease
     assert CAPABILITIES.waiter_ttl == 3 * CAPABILITIES.recheck_interval
+
+
+#: exactly the rights the Redis backend's module docstring lists
+DOCUMENTED_RIGHTS = RedisUser(
+    "least",
+    "least-pw",
+    "~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan +time "
+    "+hgetall +hget +hset +hdel +hlen +get +set +del +pexpireat +pexpiretime +publish +wait "
+    "+hello +ping +client|setname",
+)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_renew_all_needs_no_more_rights_than_documented(flavour: str, tmp_path: Path) -> None:
+    """A server that does not know the renewal script (new, restarted, flushed) is sent it
+    with SCRIPT LOAD, not EVAL, which the documented rights do not include."""
+    with RedisServer(tmp_path / "acl", users=[DOCUMENTED_RIGHTS]) as server:
+        url = f"{server.url_for('least')}?prefix={new_prefix()}"
+        if flavour == "sync":
+            with tumbler.connect(url) as locks:
+                renewals = renewals_of(hold_many(locks, 3), 60)
+                assert locks._backend.renew_all(renewals, 5.0) == [60] * 3
+                server.client().script_flush()
+                assert locks._backend.renew_all(renewals, 5.0) == [60] * 3
+        else:
+
+            async def main() -> None:
+                async with await tumbler.aio.connect(url) as locks:
+                    renewals = renewals_of(await ahold_many(locks, 3), 60)
+                    assert await locks._backend.renew_all(renewals, 5.0) == [60] * 3
+                    server.client().script_flush()
+                    assert await locks._backend.renew_all(renewals, 5.0) == [60] * 3
+
+            run(main())

@@ -445,10 +445,10 @@ class RedisBackend:
         return [renewal.ttl if ok else None for renewal, ok in zip(renewals, renewed, strict=True)]
 
     def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
-        use_source = False  # EVALSHA, until a server says it does not know the script
+        load = False  # until a server says it does not know the script
         for _attempt in range(3):
             calls, places = self._renewal_calls(renewals)
-            replies = self._send_renewals(calls, use_source)
+            replies = self._send_renewals(calls, load)
             errors = [reply for reply in replies if isinstance(reply, Exception)]
             if not errors:
                 renewed = [False] * len(renewals)
@@ -456,11 +456,12 @@ class RedisBackend:
                     for index, ok in zip(indexes, reply, strict=True):
                         renewed[index] = bool(ok)
                 return renewed
-            # A server restarted or flushed its scripts: EVAL sends the source, which loads
-            # it again. A slot moved to another node: follow it, as the cluster client does.
+            # A server restarted or flushed its scripts: load it again (SCRIPT LOAD, not EVAL:
+            # the ACL rights the module docstring lists). A slot moved to another node:
+            # follow it, as the cluster client does.
             for error in errors:
                 if isinstance(error, redis_errors.NoScriptError):
-                    use_source = True
+                    load = True
                 elif isinstance(error, redis_errors.MovedError) and isinstance(
                     self.client, RedisCluster
                 ):
@@ -504,11 +505,10 @@ class RedisBackend:
             calls.append((address, keys, args))
             places.append(chunk)
 
-    def _send_renewals(self, calls: list[_RenewalCall], use_source: bool) -> list[Any]:
-        """Each call's reply (or error reply): every call for one connection written at once,
-        then the replies read, connection by connection."""
-        script: str = lua.RENEW_ALL if use_source else self._renew_all_sha
-        command = "EVAL" if use_source else "EVALSHA"
+    def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
+        """Each call's reply (or error reply): every call for one connection written at once
+        (after SCRIPT LOAD if ``load``), then the replies read, connection by connection."""
+        sha = self._renew_all_sha
         by_address: dict[tuple[str, int] | None, list[int]] = {}
         for index, (address, _keys, _args) in enumerate(calls):
             by_address.setdefault(address, []).append(index)
@@ -524,13 +524,18 @@ class RedisBackend:
                 used[address] = pool
                 connection = self._bound.borrow(pool)
                 borrowed.append((pool, connection, indexes))
-                commands = [
-                    (command, script, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
+                commands: list[tuple[Any, ...]] = (
+                    [("SCRIPT", "LOAD", lua.RENEW_ALL)] if load else []
+                )
+                commands += [
+                    ("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
                 ]
                 connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
             for _pool, connection, indexes in borrowed:
+                if load:
+                    self._bound.read(connection)  # the SHA-1, known already
                 for index in indexes:
                     try:
                         replies[index] = self._bound.read(connection)
