@@ -12,8 +12,8 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, d
 ``connect_timeout`` (seconds, default 5: no call waits longer for the server),
 ``max_connections`` (default 100: the most calls one client has under way at once; more wait
 for a free connection, up to ``socket_timeout``), ``wait_replicas`` and ``wait_timeout`` (see
-replication below), and for ``rediss://``:
-``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
+replication below), and for ``rediss://``: ``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_check_hostname`` (default true).
 Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``). With ACLs, the user needs the
 keys and channels under the prefix and these commands (those inside the scripts are checked
 too): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan
