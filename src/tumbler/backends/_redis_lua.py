@@ -23,7 +23,12 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     (its process died and the server closed its connections): the release removes that
     waiter and lets the next one through at once, instead of leaving the line to wait for the
     dead waiter's entry to run out. On Redis Cluster PUBLISH counts only the subscribers on
-    the node that runs the script, so there nobody is judged by it.
+    the node that runs the script, so there nobody is judged by it; instead a release also
+    sends a *backup* wake-up, ``~<ms>:<owner hash> <name>``, to the first waiter it does not
+    let through: that waiter tries again ``ms`` later, and takes the lock if the woken one
+    never came. A fair waiter cannot pass a fair waiter ahead of it, so then the release also
+    cuts the woken fair waiters' entries to run out in that time (a live one renews its entry
+    when it tries again, and that is within a re-check even if the wake-up is lost).
 
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
@@ -80,7 +85,10 @@ end
 
 -- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
 -- client is gone is removed, and the next one considered in its place, in the same pass.
-local function wake_admissible(key, entries, channel_prefix, name, judge)
+-- With backup_ms (when nobody is judged), the first waiter not let through is told to try
+-- again later in case the woken ones are dead (above); a fair one after backup_ms, when the
+-- woken include a fair waiter, whose entry is cut to run out by then; else after retry_ms.
+local function wake_admissible(key, entries, channel_prefix, name, judge, backup_ms, retry_ms)
     table.sort(entries, function(a, b) return a.seq < b.seq end)
     local ahead, exclusive_ahead = 0, false
     for _, e in ipairs(entries) do
@@ -89,6 +97,7 @@ local function wake_admissible(key, entries, channel_prefix, name, judge)
             if not e.shared then exclusive_ahead = true end
         end
     end
+    local woken, backup = {}, nil
     for _, e in ipairs(entries) do
         if not e.token then
             local admitted
@@ -101,13 +110,33 @@ local function wake_admissible(key, entries, channel_prefix, name, judge)
                 if wake(e, channel_prefix, name, judge) then
                     ahead = ahead + 1
                     if not e.shared then exclusive_ahead = true end
+                    woken[#woken + 1] = e
                 else
                     redis.call('HDEL', key, e.owner)
                 end
-            elseif e.fair then
-                break  -- a fair waiter that cannot go yet holds those behind it
+            else
+                backup = backup or e
+                if e.fair then
+                    break  -- a fair waiter that cannot go yet holds those behind it
+                end
             end
         end
+    end
+    if backup_ms > 0 and backup and #woken > 0 and backup.client ~= '' then
+        local delay_ms = retry_ms
+        if backup.fair then
+            for _, e in ipairs(woken) do
+                if e.fair then
+                    delay_ms = backup_ms
+                    if e.expires > now_ms + backup_ms then
+                        e.expires = now_ms + backup_ms
+                        redis.call('HSET', key, e.owner, encode(e))
+                    end
+                end
+            end
+        end
+        redis.call('PUBLISH', channel_prefix .. backup.client,
+                   '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
     end
 end
 
@@ -247,9 +276,10 @@ return renewed
 )
 
 #: KEYS: entries. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up that
-#: reaches nobody means the waiter's client is gone; 0 on Redis Cluster). Removes the owner's
-#: entry (grant or waiter) and nobody else's; wakes the waiters that can now go, removing
-#: those whose client is gone. Returns 1 if a live grant was removed.
+#: reaches nobody means the waiter's client is gone; 0 on Redis Cluster), backup_ms and
+#: retry_ms (0 and 0: no backup wake-up; see above). Removes the owner's entry (grant or
+#: waiter) and nobody else's; wakes the waiters that can now go, removing those whose client
+#: is gone. Returns 1 if a live grant was removed.
 RELEASE = (
     _COMMON
     + """
@@ -258,7 +288,8 @@ local value = redis.call('HGET', KEYS[1], owner)
 if not value then return 0 end
 redis.call('HDEL', KEYS[1], owner)
 local e = decode(owner, value)
-wake_admissible(KEYS[1], live_entries(KEYS[1]), ARGV[2], ARGV[3], ARGV[4] == '1')
+wake_admissible(KEYS[1], live_entries(KEYS[1]), ARGV[2], ARGV[3], ARGV[4] == '1',
+                tonumber(ARGV[5]), tonumber(ARGV[6]))
 if e.token and e.expires > now_ms then return 1 end
 return 0
 """

@@ -12,8 +12,8 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, d
 ``connect_timeout`` (seconds, default 5: no call waits longer for the server),
 ``max_connections`` (default 100: the most calls one client has under way at once; more wait
 for a free connection, up to ``socket_timeout``), ``wait_replicas`` and ``wait_timeout`` (see
-replication below), and for ``rediss://``:
-``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
+replication below), and for ``rediss://``: ``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_check_hostname`` (default true).
 Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``). With ACLs, the user needs the
 keys and channels under the prefix and these commands (those inside the scripts are checked
 too): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan
@@ -29,9 +29,11 @@ What it guarantees
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
     re-check every second in case a message is lost. A release that wakes a waiter whose
     client no longer listens (its process died, and the server closed its connections) drops
-    that waiter and wakes the next at once, on a single server; on Redis Cluster (where a
-    release cannot tell) and for a waiter whose host vanished without closing its connections,
-    the dead waiter's entry runs out within ``waiter_ttl`` (3 s). All the leases of a client are
+    that waiter and wakes the next at once, on a single server. On Redis Cluster, where a
+    release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
+    (1.5 s if both are fair: the woken one's entry is cut to run out by then). A waiter whose
+    host vanished without closing its connections holds a fair line up on a single server
+    until its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are
     renewed together: one script call per 500 of them (per hash slot on Redis Cluster), all
     pipelined, within the time their leases have left.
 
@@ -111,6 +113,14 @@ MAX_CONNECTIONS = 10_000
 #: leases renewed by one script call: the server runs nothing else while a script runs, and
 #: 500 renewals take it about a millisecond
 RENEWALS_PER_CALL = 500
+#: Redis Cluster, where a release cannot tell a dead waiter (see ``_redis_lua``): how long a
+#: fair waiter that a release woke has to come before the fair waiter behind it may pass it.
+#: Longer than a re-check (1 s) and its round trip, so that a live waiter whose wake-up was
+#: lost still comes in time.
+BACKUP_FAIR_MS = 1500
+#: ... and when the waiter behind is not held up by the woken one's entry, how long after the
+#: release it tries anyway (a live woken waiter has taken the lock within milliseconds)
+BACKUP_RETRY_MS = 200
 #: what a pool (or a Cluster gate) says when no connection came free in time
 NO_CONNECTION = "No connection available."
 
@@ -312,9 +322,10 @@ class SyncBound:
     """Blocking twin of :class:`AsyncBound`: a deadline every step takes its timeout from.
 
     A connection made during the call connects and greets the server within the time left
-    (its socket keeps that timeout for writes later; one that fails a write is dropped and
-    made anew), and each reply is read within the time left: redis-py drops a connection
-    whose read timed out (and the call drops the others it sent on).
+    (and keeps that timeout for its writes; after any failure the call's pools are replaced,
+    so no connection reconnects with the timeout of an earlier call), and each reply is read
+    within the time left: redis-py drops a connection whose read timed out (and the call
+    drops the others it sent on).
     """
 
     def __init__(self) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -46,6 +48,8 @@ from ..contract import (
     WakeHub,
 )
 from ..redis import (
+    BACKUP_FAIR_MS,
+    BACKUP_RETRY_MS,
     CAPABILITIES,
     MINIMUM_SERVER,
     RENEWALS_PER_CALL,
@@ -156,9 +160,16 @@ class Wakeups:
         pubsub = self._pubsub_connection()
         hub = self._backend.hub
         failures = 0
+        #: backup wake-ups not yet due: (when, name, owner hash)
+        backups: list[tuple[float, str, str]] = []
         while not self._closed:
+            now = time.monotonic()
+            while backups and backups[0][0] <= now:
+                _due, name, tag = heapq.heappop(backups)
+                hub.notify(name, (tag,))
+            wait = min(1.0, backups[0][0] - now) if backups else 1.0
             try:
-                message = pubsub.get_message(timeout=1.0)
+                message = pubsub.get_message(timeout=wait)
             except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
                 if "NOPERM" in str(error) or "permission" in str(error).lower():
                     self._refuse_pending(str(error))
@@ -183,7 +194,12 @@ class Wakeups:
                 data = message["data"]
                 text = data.decode() if isinstance(data, bytes) else str(data)
                 tag, _, name = text.partition(" ")
-                hub.notify(name, (tag,))
+                if tag.startswith("~"):  # a backup: try later, if the woken waiter never came
+                    delay_ms, _, tag = tag[1:].partition(":")
+                    due = time.monotonic() + int(delay_ms) / 1000
+                    heapq.heappush(backups, (due, name, tag))
+                else:
+                    hub.notify(name, (tag,))
 
     def close(self) -> None:
         with self._lock:
@@ -308,7 +324,11 @@ class RedisBackend:
         )
         self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
         self._bound = SyncBound()
-        self._judge = "0" if config.cluster else "1"
+        # how a release finds dead waiters: by the wake-up reaching nobody (a single server
+        # sees every subscriber), else by a backup wake-up (see _redis_lua)
+        self._wake_args: list[str | int] = (
+            [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, 0, 0]
+        )
         self.wakeups = Wakeups(self)
         self._grant = Script(self.client, lua.GRANT)
         self._renew = Script(self.client, lua.RENEW)
@@ -425,10 +445,10 @@ class RedisBackend:
         return [renewal.ttl if ok else None for renewal, ok in zip(renewals, renewed, strict=True)]
 
     def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
-        use_source = False  # EVALSHA, until a server says it does not know the script
+        load = False  # until a server says it does not know the script
         for _attempt in range(3):
             calls, places = self._renewal_calls(renewals)
-            replies = self._send_renewals(calls, use_source)
+            replies = self._send_renewals(calls, load)
             errors = [reply for reply in replies if isinstance(reply, Exception)]
             if not errors:
                 renewed = [False] * len(renewals)
@@ -436,12 +456,13 @@ class RedisBackend:
                     for index, ok in zip(indexes, reply, strict=True):
                         renewed[index] = bool(ok)
                 return renewed
-            # A server restarted or flushed its scripts: EVAL sends the source, which loads
-            # it again. A slot moved to another node: follow it, as the cluster client does.
+            # A server restarted or flushed its scripts: load it again (SCRIPT LOAD, not EVAL:
+            # the ACL rights the module docstring lists). A slot moved to another node:
+            # follow it, as the cluster client does.
             for error in errors:
                 if isinstance(error, redis_errors.NoScriptError):
-                    use_source = True
-                elif isinstance(error, redis_errors.AskError) and isinstance(
+                    load = True
+                elif isinstance(error, redis_errors.MovedError) and isinstance(
                     self.client, RedisCluster
                 ):
                     self.client.nodes_manager.move_slot(error)
@@ -484,48 +505,60 @@ class RedisBackend:
             calls.append((address, keys, args))
             places.append(chunk)
 
-    def _send_renewals(self, calls: list[_RenewalCall], use_source: bool) -> list[Any]:
-        """Each call's reply (or error reply): every call for one connection written at once,
-        then the replies read, connection by connection."""
-        script: str = lua.RENEW_ALL if use_source else self._renew_all_sha
-        command = "EVAL" if use_source else "EVALSHA"
+    def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
+        """Each call's reply (or error reply): every call for one connection written at once
+        (after SCRIPT LOAD if ``load``), then the replies read, connection by connection."""
+        sha = self._renew_all_sha
         by_address: dict[tuple[str, int] | None, list[int]] = {}
         for index, (address, _keys, _args) in enumerate(calls):
             by_address.setdefault(address, []).append(index)
         replies: list[Any] = [None] * len(calls)
         borrowed: list[tuple[ConnectionPool, Any, list[int]]] = []
+        used: dict[tuple[str, int] | None, ConnectionPool] = {}
+        failed = True
         try:
             for address, indexes in by_address.items():
                 pool = self._renewal_pools.get(address)
                 if pool is None:
                     pool = self._renewal_pools[address] = self._pool(address)
+                used[address] = pool
                 connection = self._bound.borrow(pool)
                 borrowed.append((pool, connection, indexes))
-                commands = [
-                    (command, script, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
+                commands: list[tuple[Any, ...]] = (
+                    [("SCRIPT", "LOAD", lua.RENEW_ALL)] if load else []
+                )
+                commands += [
+                    ("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
                 ]
                 connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
             for _pool, connection, indexes in borrowed:
+                if load:
+                    self._bound.read(connection)  # the SHA-1, known already
                 for index in indexes:
                     try:
                         replies[index] = self._bound.read(connection)
                     except redis_errors.ResponseError as error:  # read whole: still in step
                         replies[index] = error
-        except BaseException:
-            # replies may still be on their way: nobody may read them as theirs
-            for _pool, connection, _indexes in borrowed:
-                connection.disconnect()
-            raise
+            failed = False
         finally:
             for pool, connection, _indexes in borrowed:
+                if failed:  # replies may still be on their way: nobody may read them as theirs
+                    connection.disconnect()
                 pool.release(connection)
+            if failed:
+                # A pool's connections keep the timeouts they were made with and reconnect
+                # with them: the next call makes new ones, with the time it has left.
+                for address, pool in used.items():
+                    del self._renewal_pools[address]
+                    with contextlib.suppress(redis_errors.RedisError, OSError):
+                        pool.disconnect()
         return replies
 
     def release(self, name: str, owner: str) -> bool:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [owner, self.keys.client_channel_prefix(), name, self._judge]
+        args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
         return bool(self._call(name, lambda: self._release(keys, args)))
 
     def watch(self, name: str, owner: str) -> RedisWatch:
@@ -573,7 +606,7 @@ class RedisBackend:
 
     def force_release(self, name: str) -> int:
         keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._judge]
+        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._wake_args[0]]
         return int(self._call(name, lambda: self._force_release(keys, args)))
 
     def close(self) -> None:
