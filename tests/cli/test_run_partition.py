@@ -1,0 +1,54 @@
+"""``tumbler run`` cut off from Redis in silence (the connection open, no byte flowing): the
+command is stopped before the server can grant the lock to anyone else.
+
+The lost-lock stop comes from the client's deadline watch, at the holder's local deadline,
+while the renewal call is still waiting for the silenced server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import tumbler
+from tumbler.cli import EX_LOCK_LOST
+from tumbler.testing.servers import RedisServer
+from tumbler.torture.proxy import FaultProxy
+
+from .conftest import Spawn, python_command, read_line
+
+# The command says it runs, then on SIGTERM says when it was stopped (CLOCK_MONOTONIC is
+# system-wide, so the test can compare it with its own clock) and exits.
+STOPPABLE = """
+import os, signal, sys, time
+def stopped(*_):
+    print(time.monotonic(), flush=True)
+    os._exit(0)
+signal.signal(signal.SIGTERM, stopped)
+print("running", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def test_a_silenced_run_stops_its_command_before_another_grant(
+    spawn: Spawn, redis_server: RedisServer
+) -> None:
+    url = f"{redis_server.url}?prefix=tumbler:cli-{uuid.uuid4().hex[:12]}"
+    with FaultProxy((redis_server.host, redis_server.port), seed=5) as proxy:
+        cut = url.replace(f":{redis_server.port}/", f":{proxy.port}/", 1)
+        runner = spawn(
+            "run", "job", "--url", cut, "--ttl", "2", "--",
+            *python_command(STOPPABLE),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert read_line(runner) == "running"
+        proxy.blackhole()
+        with tumbler.connect(url) as other:
+            assert other.lock("job").acquire(timeout=30)
+            granted_at = time.monotonic()
+            stopped_at = float(read_line(runner))
+            assert stopped_at < granted_at
+            proxy.heal()
+            assert runner.wait(timeout=30) == EX_LOCK_LOST
