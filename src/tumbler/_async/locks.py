@@ -10,7 +10,8 @@ How a hold can be lost (and how the holder learns it):
 
 1. The lease runs out before a renewal succeeds: the backend was unreachable for longer than
    the lease, or the holder's process was paused (SIGSTOP, a long GC or C call, a blocked event
-   loop) past it. Noticed by the renewal worker, or at the latest by ``held``/``check()``.
+   loop) past it. Noticed at the client's local deadline by its deadline watch, whatever
+   a renewal call is doing, or by ``held``/``check()``.
 2. A renewal is refused: the backend no longer has the grant (it expired there, or an operator
    force-released it). Noticed at that renewal.
 3. The client is closed, or the process forked (the child's copies are not held).
@@ -21,8 +22,9 @@ a session-based backend reported its connection dropped (ZooKeeper's SUSPENDED).
 ``hold.held`` is False and ``check()`` raises ``HoldInDoubt`` until a renewal confirms the hold
 (it may come back) or its lease runs out (it is lost).
 
-Then ``hold.lost`` is True, the ``on_lost`` callbacks run (in the renewal worker: a thread, or
-the client's event loop), and ``release()`` or leaving the ``with`` block raises ``LockLost``.
+Then ``hold.lost`` is True, the ``on_lost`` callbacks run (in a background worker of the
+client: a thread, or a task on its event loop), and ``release()`` or leaving the ``with`` block
+raises ``LockLost``.
 The client's view is conservative: it gives a hold up (``local_deadline``) a little before the
 backend could grant it to anyone else, timed from when the grant or renewal was *sent*.
 """
@@ -203,9 +205,11 @@ class AsyncHold:
     def on_lost(self, callback: Callable[[AsyncHold], object]) -> None:
         """Call ``callback(hold)`` once when the hold is found lost (at once if it already is).
 
-        It runs in the client's renewal worker (a thread in the blocking flavour, the event loop
-        in asyncio), or in the thread or task whose ``wait_lost()`` found the lease run out
-        first; it must not block, and exceptions it raises are logged.
+        It runs in one of the client's background workers (threads in the blocking flavour,
+        tasks on the event loop in asyncio): at the hold's local deadline at the latest, even
+        while a renewal call is stuck on a silent network; or in the thread or task whose
+        ``wait_lost()`` found the lease run out first. It must not block, and exceptions it
+        raises are logged.
         """
         with self._guard:
             already = self._lost_reason is not None
@@ -426,7 +430,7 @@ class AsyncHold:
         self.ttl = granted
         return sent_at + core.renew_delay(granted)
 
-    def _unreachable(self, error: BackendUnavailable) -> float:
+    def _unreachable(self) -> float:
         """A renewal could not reach the backend: in doubt, and tried again soon."""
         self._in_doubt = True
         later = self._locks._clock.now()
@@ -1225,7 +1229,7 @@ class AsyncLocks:
         except BackendUnavailable as error:
             _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
             for index, hold in zip(renewing, batch, strict=True):
-                after[index] = hold._unreachable(error)
+                after[index] = hold._unreachable()
             return after
         except TumblerError as error:
             for hold in batch:
@@ -1257,6 +1261,6 @@ class AsyncLocks:
             raise InvalidTTL(
                 f"ttl {ttl:g} s is shorter than the {self._min_ttl:g} s lease this backend "
                 "can keep renewed",
-                backend=self.url if hasattr(self, "_backend") else None,
+                backend=self.url,
             )
         return ttl
