@@ -38,7 +38,14 @@ Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
     backend refuses them. ``:memory:`` databases are refused too: each connection would get a
     database of its own, so nothing would be excluded. Waiters poll (a short jittered backoff,
-    2 to 50 ms): SQLite cannot wake another process.
+    2 to 50 ms): SQLite cannot wake another process. Each poll refreshes the waiter's entry
+    (a 1 s lease), so a waiter that dies holds up a fair line for at most 1 s. Leases are at
+    least 0.5 s (``capabilities.min_ttl``).
+
+asyncio
+    An asyncio client runs its SQLite calls on one thread of its own (``_adapter.py``), where
+    renewals and releases go before the waiting tasks' polls, and queued polls are decided in
+    one transaction (``try_grant_many``).
 
 The default file lives in a per-user directory that others cannot write (created 0700; a
 directory that others could write is refused), never in a shared temporary directory where
@@ -91,9 +98,21 @@ CAPABILITIES = Capabilities(
     push_wakeups=False,
     durable_fencing=True,
     server_clock=True,
-    waiter_ttl=5.0,
+    # Every poll (at most poll_cap = 50 ms apart, plus the time it queues) refreshes a waiter's
+    # entry, so 1 s is 20 polls' worth: a live waiter keeps its place through a stall of most
+    # of a second (a loaded machine, a blocked event loop, an asyncio client's polls queued
+    # behind a thousand others). One stalled longer loses only its place in a fair line: its
+    # next poll joins at the back (nothing else is lost). A waiter that died blocks a fair
+    # line for at most this long after its last poll.
+    waiter_ttl=1.0,
     poll_base=0.002,
     poll_cap=0.05,
+    # A renewal is one short transaction (well under 1 ms), but it may wait for another
+    # process's write lock, and a WAL checkpoint fsyncs the file while it holds it (tens of
+    # ms on a busy disk, see bench/many_leases_sqlite.py). Renewals come at ttl/3 and the
+    # client gives the hold up at about ttl: at 0.5 s, 0.33 s is left for such waits.
+    min_ttl=0.5,
+    scope="host",
 )
 
 NETWORK_FILESYSTEMS = frozenset(
