@@ -95,7 +95,8 @@ async def run(args: argparse.Namespace, url: str) -> int:
     path, _ = sqlite_backend.resolve_path(parsed)
     with contextlib.closing(sqlite3.connect(path)) as db:
         live = db.execute(
-            "SELECT count(*) FROM tumbler_entries WHERE token IS NOT NULL AND expires_at > ?",
+            "SELECT count(*) FROM tumbler_entries WHERE token IS NOT NULL AND expires_at > ? "
+            "AND name LIKE 'lease-%'",  # others may use the same file
             (sqlite_backend._now_ns(),),
         ).fetchone()[0]
     await call("close")
