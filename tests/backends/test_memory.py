@@ -8,7 +8,9 @@ import uuid
 import pytest
 
 import tumbler
+import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, LockLost
+from tumbler import _core as core
 from tumbler.testing import ManualClock
 
 from ..contract.compat import eventually
@@ -132,3 +134,20 @@ def test_wait_lost_timeouts_follow_the_clock(url, clock):
         assert hold.wait_lost(timeout=0)
         with pytest.raises(LockLost):
             lock.release()
+
+
+@pytest.mark.asyncio
+async def test_capabilities_scope_and_the_shortest_lease_follow_the_clock(url, clock):
+    """One process's locks; any lease on a ManualClock (the test moves time), and a real
+    floor on the real clock, where a renewal worker can be scheduled late."""
+    with tumbler.connect(url, clock=clock) as manual:
+        assert manual.capabilities.scope == "process"
+        assert manual.capabilities.min_ttl == core.MIN_TTL
+    async with await tumbler.aio.connect(url, clock=clock) as amanual:
+        assert amanual.capabilities.min_ttl == core.MIN_TTL
+    real_url = f"memory://{uuid.uuid4().hex}"
+    with tumbler.connect(real_url) as real:
+        assert real.capabilities.scope == "process"
+        assert real.capabilities.min_ttl == 0.2
+    async with await tumbler.aio.connect(real_url) as areal:
+        assert areal.capabilities.min_ttl == 0.2

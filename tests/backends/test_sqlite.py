@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import tumbler
+import tumbler.aio
 from tumbler import BackendUnavailable, ConfigurationError, InvalidURL
 from tumbler.backends import sqlite as sqlite_backend
 
-from ..contract.compat import eventually
+from ..contract.compat import PATIENCE, BackgroundCall, eventually
+from ..contract.test_processes import WORKER
 
 
 def url_of(path: Path, query: str = "") -> str:
@@ -193,3 +198,78 @@ def test_a_relative_path_is_resolved_at_connect(tmp_path, monkeypatch):
         assert locks.lock("x").acquire()
     monkeypatch.chdir(tmp_path.parent)
     assert (tmp_path / "relative.db").exists()
+
+
+#: how long a fair waiter killed in line may hold up the next one: its entry's lease
+#: (capabilities.waiter_ttl, 1 s) plus a second for polls and a loaded machine (it was 5 s)
+DEAD_WAITER_BOUND = 2.0
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_fair_waiter_holds_the_line_up_briefly(tmp_path, flavour):
+    url = url_of(tmp_path / "locks.db")
+    with tumbler.connect(url) as locks:
+        first = locks.lock("line", fair=True)
+        assert first.acquire()
+        never = str(tmp_path / "never")
+        victim = subprocess.Popen(
+            [sys.executable, WORKER, "hold", url, "line", never, "30", flavour, "--fair"]
+        )
+        try:
+            eventually(lambda: locks.status("line").waiters == 1, "the victim waits in line")
+            if flavour == "sync":
+                with tumbler.connect(url) as others:
+                    # behind the victim in the line
+                    call = BackgroundCall(
+                        lambda: (
+                            others.lock("line", fair=True).acquire(timeout=PATIENCE)
+                            and time.monotonic()
+                        )
+                    )
+                    granted_after = _kill_and_release(locks, first, victim, call)
+            else:
+
+                async def wait_in_line() -> float:
+                    async with await tumbler.aio.connect(url) as others:
+                        assert await others.lock("line", fair=True).acquire(timeout=PATIENCE)
+                        return time.monotonic()
+
+                call = BackgroundCall(lambda: asyncio.run(wait_in_line()))
+                granted_after = _kill_and_release(locks, first, victim, call)
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+            victim.wait()
+    assert granted_after < DEAD_WAITER_BOUND
+    assert not (tmp_path / "never").exists()
+
+
+def _kill_and_release(
+    locks: tumbler.Locks, first: tumbler.Lock, victim: subprocess.Popen[bytes], call: BackgroundCall
+) -> float:
+    """With the live waiter in line behind the victim: SIGKILL the victim, release, and
+    return how long after the kill the live waiter was granted the lock (``call`` returns
+    when, on the monotonic clock)."""
+    eventually(lambda: locks.status("line").waiters == 2, "the live waiter waits behind it")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    killed_at = time.monotonic()
+    first.release()
+    granted_at = call.result()
+    assert isinstance(granted_at, float)
+    return granted_at - killed_at
+
+
+@pytest.mark.asyncio
+async def test_capabilities_say_host_scope_half_a_second_leases_and_short_waiter_leases(
+    tmp_path,
+):
+    url = url_of(tmp_path / "locks.db")
+    with tumbler.connect(url) as locks:
+        sync = locks.capabilities
+    async with await tumbler.aio.connect(url) as alocks:
+        assert alocks.capabilities == sync
+    assert sync.scope == "host"
+    assert sync.min_ttl == 0.5
+    # a dead waiter's entry holds up a fair line for this long (see the killed-waiter test)
+    assert sync.waiter_ttl == 1.0

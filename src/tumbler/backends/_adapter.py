@@ -33,7 +33,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .._async.watch import AsyncHubWatch
 from ..errors import BackendUnavailable, TumblerError
@@ -46,19 +46,10 @@ T = TypeVar("T")
 MAX_BATCH = 64
 
 
-class BatchingBackend(Protocol):
-    """What a blocking backend offers to have queued polls decided together."""
-
-    def try_grant_many(self, requests: Sequence[GrantRequest]) -> list[Grant | TumblerError | None]:
-        """``try_grant`` for each request in order, atomically as a whole; a request refused
-        with an error (``PermitsMismatch``) gets it in its place and changes nothing."""
-        ...
-
-
 class _Call:
     """One call waiting for (or on) the worker thread."""
 
-    __slots__ = ("args", "function", "future", "key", "loop", "submitted")
+    __slots__ = ("args", "function", "future", "key", "loop")
 
     def __init__(
         self,
@@ -72,7 +63,6 @@ class _Call:
         self.key = key
         self.loop = loop
         self.future: asyncio.Future[Any] = loop.create_future()
-        self.submitted = time.monotonic()
 
     def deliver(self, result: object = None, error: BaseException | None = None) -> None:
         """Hand the outcome to the caller's loop (from the worker thread)."""
@@ -95,9 +85,11 @@ class _Worker:
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
-        self._try_grant_many: Callable[..., list[Any]] | None = getattr(
-            backend, "try_grant_many", None
-        )
+        # the optional batch hook: try_grant for each request in order, in one transaction,
+        # a request refused with an error (PermitsMismatch) getting it in its place
+        self._try_grant_many: (
+            Callable[[Sequence[GrantRequest]], list[Grant | TumblerError | None]] | None
+        ) = getattr(backend, "try_grant_many", None)
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._urgent: collections.deque[_Call] = collections.deque()
@@ -121,7 +113,7 @@ class _Worker:
         )
         with self._lock:
             if self._stopping:
-                raise BackendUnavailable("the backend is closed")
+                raise BackendUnavailable("the backend is closed", backend=self._backend.url)
             if urgent:
                 for key in keys:
                     for earlier in self._queued.pop(key, ()):

@@ -13,11 +13,14 @@ leases, timeouts and renewals follow a clock the test moves: expiry and lost-hol
 then be tested without sleeping. All clients of a store must use the same clock.
 
 Guarantees: the same grant rule, fencing tokens, leases and wake-ups as every backend, decided
-under one in-process lock. Waiters are woken directly on release (push wake-ups).
+under one in-process lock. Waiters are woken directly on release (push wake-ups). Locks exclude
+the threads and tasks of one process (``capabilities.scope == "process"``). Leases of at least
+0.2 s on the real clock (``capabilities.min_ttl``), of any length on a ``ManualClock``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import weakref
@@ -25,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import _core as core
-from .._clock import SYSTEM_CLOCK, Clock
+from .._clock import SYSTEM_CLOCK, Clock, ManualClock
 from .._sync.watch import HubWatch
 from .._url import BackendURL
 from ..errors import ConfigurationError, InvalidURL
@@ -49,7 +52,16 @@ CAPABILITIES = Capabilities(
     # Releases wake waiters at once; an expiry wakes nobody, and a re-check costs microseconds
     # here, so waiters look again often.
     recheck_interval=0.05,
+    # A renewal here costs microseconds, so what a lease must cover is the renewal worker
+    # being late: it renews at ttl/3, and the client gives the hold up at about ttl, which
+    # leaves 2/3 of the lease (0.13 s at 0.2 s) for a thread or event loop that a loaded
+    # machine schedules late (GIL hand-offs come every 5 ms; other processes' bursts take
+    # tens of ms). On a ManualClock the test moves time itself, so any lease will do.
+    min_ttl=0.2,
+    scope="process",
 )
+#: on a ManualClock time moves only when the test says so: no lease is too short to renew
+MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
 
 
 @dataclass
@@ -91,6 +103,8 @@ class MemoryBackend:
     def __init__(self, url: BackendURL, store: _Store) -> None:
         self.url = url.redacted
         self.clock: Clock = store.clock
+        if isinstance(store.clock, ManualClock):
+            self.capabilities = MANUAL_CLOCK_CAPABILITIES
         self.hub = store.hub
         self._store = store
 
@@ -151,15 +165,23 @@ class MemoryBackend:
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         store = self._store
         with store.lock:
-            now = store.clock.now()
-            for row in store.rows.get(name, ()):
-                if row.entry.owner == owner and row.entry.granted and row.expires_at > now:
-                    row.expires_at = now + ttl
-                    return ttl
-        return None
+            return self._renew(name, owner, ttl, store.clock.now())
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        return [self.renew(r.name, r.owner, r.ttl) for r in renewals]
+        """One pass under the store's lock, at one instant of its clock (``timeout`` is moot:
+        nothing here waits but for that lock, held by others for microseconds)."""
+        store = self._store
+        with store.lock:
+            now = store.clock.now()
+            return [self._renew(r.name, r.owner, r.ttl, now) for r in renewals]
+
+    def _renew(self, name: str, owner: str, ttl: float, now: float) -> float | None:
+        """Renew one grant (the caller holds the store's lock)."""
+        for row in self._store.rows.get(name, ()):
+            if row.entry.owner == owner and row.entry.granted and row.expires_at > now:
+                row.expires_at = now + ttl
+                return ttl
+        return None
 
     def release(self, name: str, owner: str) -> bool:
         store = self._store

@@ -38,7 +38,14 @@ Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
     backend refuses them. ``:memory:`` databases are refused too: each connection would get a
     database of its own, so nothing would be excluded. Waiters poll (a short jittered backoff,
-    2 to 50 ms): SQLite cannot wake another process.
+    2 to 50 ms): SQLite cannot wake another process. Each poll refreshes the waiter's entry
+    (a 1 s lease), so a waiter that dies holds up a fair line for at most 1 s. Leases are at
+    least 0.5 s (``capabilities.min_ttl``).
+
+asyncio
+    An asyncio client runs its SQLite calls on one thread of its own (``_adapter.py``), where
+    renewals and releases go before the waiting tasks' polls, and queued polls are decided in
+    one transaction (``try_grant_many``).
 
 The default file lives in a per-user directory that others cannot write (created 0700; a
 directory that others could write is refused), never in a shared temporary directory where
@@ -50,6 +57,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import math
 import os
 import re
 import sqlite3
@@ -91,9 +100,21 @@ CAPABILITIES = Capabilities(
     push_wakeups=False,
     durable_fencing=True,
     server_clock=True,
-    waiter_ttl=5.0,
+    # Every poll (at most poll_cap = 50 ms apart, plus the time it queues) refreshes a waiter's
+    # entry, so 1 s is 20 polls' worth: a live waiter keeps its place through a stall of most
+    # of a second (a loaded machine, a blocked event loop, an asyncio client's polls queued
+    # behind a thousand others). One stalled longer loses only its place in a fair line: its
+    # next poll joins at the back (nothing else is lost). A waiter that died blocks a fair
+    # line for at most this long after its last poll.
+    waiter_ttl=1.0,
     poll_base=0.002,
     poll_cap=0.05,
+    # A renewal is one short transaction (well under 1 ms), but it may wait for another
+    # process's write lock, and a WAL checkpoint fsyncs the file while it holds it (tens of
+    # ms on a busy disk, see bench/many_leases_sqlite.py). Renewals come at ttl/3 and the
+    # client gives the hold up at about ttl: at 0.5 s, 0.33 s is left for such waits.
+    min_ttl=0.5,
+    scope="host",
 )
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -282,6 +303,72 @@ def resolve_path(url: BackendURL) -> tuple[Path, bool]:
     return resolved, False
 
 
+class _Line:
+    """One name's live entries during a transaction (those that decisions can need: see
+    ``SQLiteBackend._line``), indexed so that deciding a request costs what the decision
+    needs, not a pass over every waiter: a batch of polls from hundreds of waiting tasks would
+    otherwise cost hundreds of passes over hundreds of entries.
+
+    ``relevant(request)`` is the part of the line ``core.decide`` looks at for that request:
+    every grant, the owner's own entry, the fair waiters ahead of it (fair requests only), and
+    for a shared request two waiters of each shared limit (``check_limits`` needs one that is
+    not the owner's). ``core.decide`` gives the same answer on it as on the whole line.
+    """
+
+    def __init__(self, entries: list[core.Entry]) -> None:
+        self.by_owner: dict[str, core.Entry] = {}
+        self.grants: list[core.Entry] = []
+        self.fair_waiters: list[core.Entry] = []  # in arrival order
+        self.shared_waiters: dict[int, list[core.Entry]] = {}  # by limit, at most two each
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: core.Entry) -> None:
+        """A new entry, arriving after every other one."""
+        self.by_owner[entry.owner] = entry
+        if entry.granted:
+            self.grants.append(entry)
+            return
+        if entry.fair:
+            self.fair_waiters.append(entry)
+        if entry.shared:
+            kept = self.shared_waiters.setdefault(entry.limit, [])
+            if len(kept) < 2:
+                kept.append(entry)
+
+    def granted(self, waiter: core.Entry, token: int) -> None:
+        """The owner of ``waiter`` was granted: its entry keeps its place and gets ``token``."""
+        entry = dataclasses.replace(waiter, token=token)
+        self.by_owner[entry.owner] = entry
+        self.grants.append(entry)
+        if waiter in self.fair_waiters:
+            self.fair_waiters.remove(waiter)
+        kept = self.shared_waiters.get(waiter.limit, [])
+        if waiter in kept:
+            # the grant itself now stands for its limit in check_limits
+            kept.remove(waiter)
+
+    def relevant(self, request: GrantRequest) -> list[core.Entry]:
+        mine = self.by_owner.get(request.owner)
+        chosen: dict[int, core.Entry] = {}
+        if request.fair:
+            my_seq = mine.seq if mine is not None else math.inf
+            for entry in self.fair_waiters:
+                if entry.seq >= my_seq:
+                    break
+                chosen[entry.seq] = entry
+        if request.shared:
+            for kept in self.shared_waiters.values():
+                for entry in kept:
+                    chosen[entry.seq] = entry
+        # last, so that they win over any copy from before a grant
+        for entry in self.grants:
+            chosen[entry.seq] = entry
+        if mine is not None:
+            chosen[mine.seq] = mine
+        return [chosen[seq] for seq in sorted(chosen)]
+
+
 class SQLiteBackend:
     """The blocking flavour; ``open_async`` runs it on a worker thread."""
 
@@ -441,7 +528,10 @@ class SQLiteBackend:
     def try_grant(self, request: GrantRequest) -> Grant | None:
         with self._transaction() as db:
             now = _now_ns()
-            result = self._decide(db, request, now, self._live_entries(db, request.name, now))
+            refresh: list[int] = []
+            line = self._line(db, request.name, now, [request.owner])
+            result = self._decide(db, request, now, line, refresh)
+            self._refresh_waiters(db, now, refresh)
             self._sweep(db, now)
             return result
 
@@ -452,38 +542,55 @@ class SQLiteBackend:
         and changes nothing; a failure of the transaction (busy) raises for all."""
         with self._transaction() as db:
             now = _now_ns()
-            entries: dict[str, list[core.Entry]] = {}
-            results: list[Grant | TumblerError | None] = []
+            owners: dict[str, list[str]] = {}
             for request in requests:
-                if request.name not in entries:
-                    entries[request.name] = self._live_entries(db, request.name, now)
+                owners.setdefault(request.name, []).append(request.owner)
+            lines = {name: self._line(db, name, now, asking) for name, asking in owners.items()}
+            results: list[Grant | TumblerError | None] = []
+            refresh: list[int] = []
+            for request in requests:
                 try:
-                    results.append(self._decide(db, request, now, entries[request.name]))
+                    results.append(self._decide(db, request, now, lines[request.name], refresh))
                 except PermitsMismatch as error:
                     results.append(error)
+            self._refresh_waiters(db, now, refresh)
             self._sweep(db, now)
             return results
 
-    def _live_entries(self, db: sqlite3.Connection, name: str, now: int) -> list[core.Entry]:
-        """The name's live entries in arrival order; expired ones are deleted."""
+    def _line(self, db: sqlite3.Connection, name: str, now: int, owners: list[str]) -> _Line:
+        """What decisions on the name for ``owners`` need of its live entries (expired ones
+        are deleted): the grants, the fair and the shared waiters, and the owners' own. The
+        other waiters (non-fair exclusive ones, the many of a busy mutex) play no part."""
         db.execute("DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now))
         rows = db.execute(
             "SELECT owner, seq, shared, lim, fair, token FROM tumbler_entries "
-            "WHERE name = ? ORDER BY seq",
-            (name,),
+            "WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
+            "OR owner IN (SELECT value FROM json_each(?))) ORDER BY seq",
+            (name, json.dumps(owners)),
         ).fetchall()
-        return [
-            core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
-            for owner, seq, shared, lim, fair, token in rows
-        ]
+        return _Line(
+            [
+                core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
+                for owner, seq, shared, lim, fair, token in rows
+            ]
+        )
 
     def _decide(
-        self, db: sqlite3.Connection, request: GrantRequest, now: int, entries: list[core.Entry]
+        self,
+        db: sqlite3.Connection,
+        request: GrantRequest,
+        now: int,
+        line: _Line,
+        refresh: list[int],
     ) -> Grant | None:
-        """Decide one request inside a transaction and record it; ``entries`` (the name's live
-        entries) is updated to match, so that the next request of a batch sees this one."""
-        mine = next((entry for entry in entries if entry.owner == request.owner), None)
-        decision = core.decide(entries, request.owner, request.shared, request.limit, request.fair)
+        """Decide one request inside a transaction and record it; ``line`` (the name's live
+        entries) is updated to match, so that the next request of a batch sees this one. A
+        waiter that stays one is added to ``refresh`` (its entry's lease is renewed with the
+        others at the end of the transaction: no decision in it depends on that lease)."""
+        mine = line.by_owner.get(request.owner)
+        decision = core.decide(
+            line.relevant(request), request.owner, request.shared, request.limit, request.fair
+        )
         if decision is core.Decision.HELD:
             assert mine is not None
             assert mine.token is not None
@@ -498,13 +605,14 @@ class SQLiteBackend:
             token = None
             expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
             result = None
-        if mine is not None:
+        if mine is not None and token is None:
+            refresh.append(mine.seq)
+        elif mine is not None:
             db.execute(
                 "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
                 (token, expires_at, mine.seq),
             )
-            if token is not None:
-                entries[entries.index(mine)] = dataclasses.replace(mine, token=token)
+            line.granted(mine, token)
         elif result is not None or request.queue:  # a single try leaves nothing behind
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
@@ -522,10 +630,19 @@ class SQLiteBackend:
                 ),
             ).lastrowid
             assert seq is not None
-            entries.append(
+            line.add(
                 core.Entry(request.owner, seq, request.shared, request.limit, request.fair, token)
             )
         return result
+
+    def _refresh_waiters(self, db: sqlite3.Connection, now: int, seqs: list[int]) -> None:
+        """Renew the leases of these waiter entries, in one statement."""
+        if seqs:
+            db.execute(
+                "UPDATE tumbler_entries SET expires_at = ? "
+                "WHERE seq IN (SELECT value FROM json_each(?))",
+                (now + round(self.capabilities.waiter_ttl * 1e9), json.dumps(seqs)),
+            )
 
     def _sweep(self, db: sqlite3.Connection, now: int) -> None:
         db.execute(
