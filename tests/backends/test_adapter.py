@@ -114,12 +114,20 @@ def polls_passed(log: Log) -> Iterator[tuple[str, object, int]]:
 
 
 async def test_renewals_and_releases_do_not_wait_behind_many_polls(tmp_path, monkeypatch):
-    """800 tasks poll a held lock on one client; an idle holder with a 1 s lease on the same
-    client keeps it, and no poll starts between a renewal or release being queued and its
-    start (only the one poll call already running then, if any, goes first)."""
+    """800 tasks of one client poll 800 held locks; an idle holder with a 1 s lease on the
+    same client keeps it, and no poll starts between a renewal or release being queued and its
+    start (only the one poll call already running then, if any, goes first).
+
+    The names differ because a client's waiters on one lock queue inside the client, behind
+    a single poller; another client holds them."""
     log = Log()
     record_worker_calls(monkeypatch, log)
-    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    names = [f"busy-{index}" for index in range(WAITERS)]
+    async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as blocker:
+        for name in names:
+            assert await blocker.lock(name).acquire(timeout=0)
+        polled_before = log.polled  # the blocker's own grants
         record_queueing(locks._backend, log)
         idle = locks.lock("idle", ttl=1.0)
         assert await idle.acquire(timeout=PATIENCE)
@@ -128,11 +136,9 @@ async def test_renewals_and_releases_do_not_wait_behind_many_polls(tmp_path, mon
         busy = locks.lock("busy")
         assert await busy.acquire(timeout=PATIENCE)
         busy_owner = busy.hold._request.owner
-        waiters = [
-            asyncio.create_task(locks.lock("busy").acquire(timeout=None)) for _ in range(WAITERS)
-        ]
+        waiters = [asyncio.create_task(locks.lock(name).acquire(timeout=None)) for name in names]
         # every waiter has polled at least twice: the queue is full of polls
-        await log.wait_for(lambda: log.polled >= 2 * WAITERS, "the waiters poll")
+        await log.wait_for(lambda: log.polled >= polled_before + 2 * WAITERS, "the waiters poll")
         renewals = ("renew", "renew_all")
         renewed = log.count("ran", renewals)
         # three leases' worth of renewals (every ttl/3) while they poll
