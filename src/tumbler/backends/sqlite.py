@@ -383,7 +383,7 @@ def _secure_directory(database: Path, trust: _Trust | None, url: str, *, private
             problem = trust.problem(info, shared=True, sticky=True) if trust else None
             if problem is not None:
                 raise ConfigurationError(
-                    f"refusing {database}: {child} is a symlink that {problem.removeprefix('is ')}"
+                    f"refusing {database}: {child}, a symlink, {problem}"
                     "; its owner could point it anywhere",
                     backend=url,
                 )
