@@ -242,6 +242,8 @@ def default_path() -> Path:
 COMPANIONS = ("-wal", "-shm", "-journal")
 
 _MAX_SYMLINKS = 40  # as many as Linux follows in one path
+_O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
 
 def _user(uid: int) -> str:
@@ -392,7 +394,10 @@ def _secure_directory(database: Path, trust: _Trust | None, url: str, *, private
                 raise ConfigurationError(
                     f"cannot resolve {database}: too many symlinks (a loop?)", backend=url
                 )
-            target = Path(os.readlink(child))
+            try:
+                target = Path(os.readlink(child))
+            except OSError as error:  # gone since the lstat
+                raise _open_error(database, error, url) from error
             if target.is_absolute():
                 current = Path(target.anchor)
                 current_info = _lstat(current, database, url)
@@ -449,26 +454,27 @@ def secure_database(database: Path, url: str, *, private: bool) -> Path:
     # before the database is made, so that a refusal leaves nothing behind
     for suffix in COMPANIONS:
         companion = path.with_name(path.name + suffix)
-        with contextlib.suppress(FileNotFoundError):
-            _check_file(companion, os.lstat(companion), database, trust, url, private=private)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
-    for _ in range(3):  # the file may come or go between the tries; more is an attack
+        info = _lstat_file(companion, database, url)
+        if info is not None:
+            _check_file(companion, info, database, trust, url, private=private)
+    # O_NONBLOCK: a FIFO put there must not hang the open before it is refused
+    flags = os.O_RDONLY | _O_NONBLOCK | _O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+    for _ in range(3):  # it may come or go between the tries; more often is an attack
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             pass
-        except PermissionError as error:
-            raise PermissionDenied(f"cannot create {database}: {error}", backend=url) from error
         except OSError as error:
-            raise ConfigurationError(f"cannot create {database}: {error}", backend=url) from error
+            raise _open_error(database, error, url) from error
         else:
             try:
-                os.fchmod(fd, 0o600)  # the umask may have taken bits away
+                if hasattr(os, "fchmod"):
+                    os.fchmod(fd, 0o600)  # the umask may have taken bits away from 0600
             finally:
                 os.close(fd)
             return path
-        # it exists: look at it without following a symlink, then check the file opened
-        info = os.lstat(path) if os.path.lexists(path) else None
+        # it exists: refused if a symlink, else checked again on the file opened
+        info = _lstat_file(path, database, url)
         if info is None:
             continue
         _check_file(path, info, database, trust, url, private=private)
@@ -476,21 +482,30 @@ def secure_database(database: Path, url: str, *, private: bool) -> Path:
             fd = os.open(path, flags)
         except FileNotFoundError:
             continue
-        except PermissionError as error:
-            raise PermissionDenied(
-                f"no permission to use {database}: {error}", backend=url
-            ) from error
         except OSError as error:
-            # ELOOP: it became a symlink since the lstat
-            raise ConfigurationError(
-                f"cannot open {database} safely: {error}", backend=url
-            ) from error
+            raise _open_error(database, error, url) from error  # ELOOP: a symlink since
         try:
             _check_file(path, os.fstat(fd), database, trust, url, private=private)
         finally:
             os.close(fd)
         return path
     raise ConfigurationError(f"{database} keeps appearing and disappearing", backend=url)
+
+
+def _lstat_file(entry: Path, database: Path, url: str) -> os.stat_result | None:
+    """``lstat(entry)``, None if there is no such file."""
+    try:
+        return os.lstat(entry)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _open_error(database, error, url) from error
+
+
+def _open_error(database: Path, error: OSError, url: str) -> TumblerError:
+    if isinstance(error, PermissionError):
+        return PermissionDenied(f"no permission to use {database}: {error}", backend=url)
+    return ConfigurationError(f"cannot use {database} safely: {error}", backend=url)
 
 
 def resolve_path(url: BackendURL) -> tuple[Path, bool]:
