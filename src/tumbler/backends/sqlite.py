@@ -47,9 +47,41 @@ asyncio
     renewals and releases go before the waiting tasks' polls, and queued polls are decided in
     one transaction (``try_grant_many``).
 
-The default file lives in a per-user directory that others cannot write (created 0700; a
-directory that others could write is refused), never in a shared temporary directory where
-another user could plant or swap the file.
+Who else can touch the database
+    Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
+    or a directory on its path can release anyone's locks in it. So at every connect, for the
+    default file and for a path you name alike, tumbler refuses (``ConfigurationError``, naming
+    the path and what is wrong: "writable by other users (mode 0666)", "owned by uid 1001")
+    what someone other than root, you and a group you are in could change:
+
+    - the database or a companion owned by another user (but see groups below), or writable
+      by other users or by a group you are not in; a symlink in place of either (never
+      followed: it could lead to another database), or anything but a regular file;
+    - the database's directory on the same terms, and also when it is sticky (``/tmp``): there
+      others could plant the companions before SQLite makes them;
+    - any directory above it, or symlink on the way, on the same terms, except that a sticky
+      directory others may write (``/tmp``) may be passed through to an entry of yours or
+      root's: they cannot rename or remove that.
+
+    Sharing between users is what groups are for, and is allowed: a database owned by a
+    member of a group you are in, writable by that group, in a directory of the same group
+    (make it setgid, ``chmod 2770``, so that the companions get the group too). Every member
+    can then take and release the others' locks; a group that every account is in
+    (``users``) protects nothing. Create the shared file yourself with the mode it needs
+    (``install -m 660 -g GROUP /dev/null /srv/app/locks.db``): tumbler makes a missing
+    database 0600, whatever the umask, and SQLite gives the companions the database's mode. The
+    default file is private: its directory (``<user cache dir>/tumbler``, made 0700 with any
+    missing parents) and the file must be yours and writable by you alone. No option weakens
+    these checks: each setup they refuse has a safe form (a directory of your own, or a
+    group's).
+
+    The checks come before SQLite opens the file by its path (SQLite cannot be handed an open
+    file; Python's sqlite3 cannot ask it not to follow symlinks), and each thread's connection
+    opens it again later. What closes that gap is the rule above: nobody but root, you and your
+    group can rename, replace or add anything on the path, so nobody else can swap the file or
+    a directory between the check and the open. The database file itself is opened with
+    ``O_NOFOLLOW`` and checked on the open file. POSIX ACLs are not read: an ACL that lets
+    someone else write is its owner's decision.
 """
 
 from __future__ import annotations
