@@ -195,6 +195,13 @@ BAD_URLS = [
         prepare="symlink-to-a-database",
     ),
     BadURL(
+        "sqlite-fifo",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        "locks.db is not a regular file",
+        prepare="fifo",
+    ),
+    BadURL(
         "sqlite-symlinked-companion",
         "sqlite:///{dir}/locks.db",
         ConfigurationError,
@@ -306,6 +313,8 @@ def _prepare_sqlite_files(kind: str, directory: Path) -> None:
     elif kind == "symlink-to-a-database":
         (directory / "real.db").touch(mode=0o600)
         (directory / "link.db").symlink_to(directory / "real.db")
+    elif kind == "fifo":
+        os.mkfifo(database, 0o600)
     elif kind == "symlinked-companion":
         database.touch(mode=0o600)
         (directory / "locks.db-shm").symlink_to(directory / "elsewhere-shm")
