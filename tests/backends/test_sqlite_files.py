@@ -138,9 +138,7 @@ def finish(child: subprocess.Popen[str]) -> str:
 
 @needs_root
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_another_user_cannot_read_or_write_the_files_tumbler_makes(
-    public_dir: Path, flavour: str
-) -> None:
+def test_another_user_cannot_open_the_files_tumbler_makes(public_dir: Path, flavour: str) -> None:
     directory = public_dir / "locks"
     directory.mkdir(mode=0o755)  # others may look in; the files are another matter
     url = url_of(directory / "locks.db")
