@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ class BadURL:
     """A URL (``{dir}``: the test's empty directory, ``{secret}``: SECRET) and its refusal.
 
     ``prepare`` names a fixture-less set-up: files or links to make in ``{dir}`` first.
+    ``root``: the set-up gives files to another user (OTHER_UID), which only root can do.
     ``bug`` marks a refusal that the code does not give yet (a strict xfail: it fails the
     suite once fixed, so that the mark is removed).
     """
@@ -61,7 +63,11 @@ class BadURL:
     prepare: str = ""
     bug: str = ""
     options: tuple[tuple[str, object], ...] = ()
+    root: bool = False
 
+
+#: another user, and a group this process is not in, for files that are not ours
+OTHER_UID = OTHER_GID = 65534
 
 BAD_URLS = [
     BadURL("empty", "", InvalidURL, "needs a scheme"),
@@ -125,6 +131,99 @@ BAD_URLS = [
         "symlink",
         prepare="symlink-loop",
     ),
+    # Files and directories that someone other than you (and root, and a group you are in)
+    # could change: through them another user could release your locks.
+    BadURL(
+        "sqlite-world-writable-database",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        "locks.db is writable by other users (mode 0666)",
+        prepare="world-writable-database",
+    ),
+    BadURL(
+        "sqlite-database-of-another-user",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        f"locks.db is owned by uid {OTHER_UID}",
+        prepare="database-of-another-user",
+        root=True,
+    ),
+    BadURL(
+        "sqlite-database-writable-by-a-foreign-group",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        f"locks.db is writable by group {OTHER_GID}",
+        prepare="database-writable-by-a-foreign-group",
+        root=True,
+    ),
+    BadURL(
+        "sqlite-world-writable-directory",
+        "sqlite:///{dir}/open/locks.db",
+        ConfigurationError,
+        "open is writable by other users (mode 0777)",
+        prepare="world-writable-directory",
+    ),
+    BadURL(
+        "sqlite-sticky-directory",
+        "sqlite:///{dir}/tmp/locks.db",
+        ConfigurationError,
+        "tmp is writable by other users (mode 1777); another user could replace the database "
+        "or plant its -wal, -shm or -journal file",
+        prepare="sticky-directory",
+    ),
+    BadURL(
+        "sqlite-directory-of-another-user",
+        "sqlite:///{dir}/theirs/locks.db",
+        ConfigurationError,
+        f"theirs is owned by uid {OTHER_UID}",
+        prepare="directory-of-another-user",
+        root=True,
+    ),
+    BadURL(
+        "sqlite-below-a-directory-of-another-user",
+        "sqlite:///{dir}/theirs/mine/locks.db",
+        ConfigurationError,
+        "another user could replace what is below it",
+        prepare="below-a-directory-of-another-user",
+        root=True,
+    ),
+    BadURL(
+        "sqlite-symlink-to-a-database",
+        "sqlite:///{dir}/link.db",
+        ConfigurationError,
+        "link.db is a symlink",
+        prepare="symlink-to-a-database",
+    ),
+    BadURL(
+        "sqlite-fifo",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        "locks.db is not a regular file",
+        prepare="fifo",
+    ),
+    BadURL(
+        "sqlite-symlinked-companion",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        "locks.db-shm is a symlink",
+        prepare="symlinked-companion",
+    ),
+    BadURL(
+        "sqlite-planted-wal",
+        "sqlite:///{dir}/locks.db",
+        ConfigurationError,
+        f"locks.db-wal is owned by uid {OTHER_UID}",
+        prepare="planted-wal",
+        root=True,
+    ),
+    BadURL(
+        "sqlite-planted-symlink-to-a-directory",
+        "sqlite:///{dir}/tmp/app/locks.db",
+        ConfigurationError,
+        f"app, a symlink, is owned by uid {OTHER_UID}",
+        prepare="planted-symlink-to-a-directory",
+        root=True,
+    ),
     BadURL(
         "bad-default-ttl",
         "sqlite:///{dir}/locks.db",
@@ -183,8 +282,57 @@ def prepare(kind: str, directory: Path) -> None:
     elif kind == "symlink-loop":
         (directory / "loop.db").symlink_to(directory / "loop2.db")
         (directory / "loop2.db").symlink_to(directory / "loop.db")
+    elif kind:
+        _prepare_sqlite_files(kind, directory)
+
+
+def _prepare_sqlite_files(kind: str, directory: Path) -> None:
+    """Unsafe places for a database (``root`` cases give files away to OTHER_UID)."""
+    database = directory / "locks.db"
+    if kind == "world-writable-database":
+        database.touch()
+        database.chmod(0o666)
+    elif kind == "database-of-another-user":
+        database.touch()
+        os.chown(database, OTHER_UID, OTHER_GID)
+    elif kind == "database-writable-by-a-foreign-group":
+        database.touch()
+        database.chmod(0o660)
+        os.chown(database, os.getuid(), OTHER_GID)
+    elif kind == "world-writable-directory":
+        (directory / "open").mkdir()
+        (directory / "open").chmod(0o777)
+    elif kind == "sticky-directory":
+        (directory / "tmp").mkdir()
+        (directory / "tmp").chmod(0o1777)
+    elif kind in ("directory-of-another-user", "below-a-directory-of-another-user"):
+        (directory / "theirs").mkdir()
+        if kind == "below-a-directory-of-another-user":
+            (directory / "theirs" / "mine").mkdir(mode=0o700)
+        os.chown(directory / "theirs", OTHER_UID, OTHER_GID)
+    elif kind == "symlink-to-a-database":
+        (directory / "real.db").touch(mode=0o600)
+        (directory / "link.db").symlink_to(directory / "real.db")
+    elif kind == "fifo":
+        os.mkfifo(database, 0o600)
+    elif kind == "symlinked-companion":
+        database.touch(mode=0o600)
+        (directory / "locks.db-shm").symlink_to(directory / "elsewhere-shm")
+    elif kind == "planted-wal":
+        database.touch(mode=0o600)
+        planted = directory / "locks.db-wal"
+        planted.touch()
+        planted.chmod(0o666)
+        os.chown(planted, OTHER_UID, OTHER_GID)
+    elif kind == "planted-symlink-to-a-directory":
+        # in a sticky directory such as /tmp, another user's link to a directory of yours
+        (directory / "tmp").mkdir()
+        (directory / "tmp").chmod(0o1777)
+        (directory / "mine").mkdir(mode=0o700)
+        (directory / "tmp" / "app").symlink_to(directory / "mine")
+        os.lchown(directory / "tmp" / "app", OTHER_UID, OTHER_GID)
     else:
-        assert not kind, f"no such preparation {kind!r}"
+        raise AssertionError(f"no such preparation {kind!r}")
 
 
 def listing(directory: Path) -> list[str]:
@@ -194,11 +342,18 @@ def listing(directory: Path) -> list[str]:
 def url_params() -> list[object]:
     params = []
     for case in BAD_URLS:
-        marks = []
+        marks: list[pytest.MarkDecorator] = []
+        if case.root:
+            marks.append(
+                pytest.mark.skipif(
+                    not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user needs root",
+                )
+            )
         if case.bug:
             # what the bug opened may not be closed: collected in the test (see below), its
             # ResourceWarning must not fail the test in place of the xfail
-            marks = [
+            marks += [
                 pytest.mark.xfail(reason=case.bug, strict=True),
                 pytest.mark.filterwarnings("ignore::ResourceWarning"),
             ]

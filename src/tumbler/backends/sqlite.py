@@ -47,9 +47,41 @@ asyncio
     renewals and releases go before the waiting tasks' polls, and queued polls are decided in
     one transaction (``try_grant_many``).
 
-The default file lives in a per-user directory that others cannot write (created 0700; a
-directory that others could write is refused), never in a shared temporary directory where
-another user could plant or swap the file.
+Who else can touch the database
+    Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
+    or a directory on its path can release anyone's locks in it. So at every connect, for the
+    default file and for a path you name alike, tumbler refuses (``ConfigurationError``, naming
+    the path and what is wrong: "writable by other users (mode 0666)", "owned by uid 1001")
+    what someone other than root, you and a group you are in could change:
+
+    - the database or a companion owned by another user (but see groups below), or writable
+      by other users or by a group you are not in; a symlink in place of either (never
+      followed: it could lead to another database), or anything but a regular file;
+    - the database's directory on the same terms, and also when it is sticky (``/tmp``): there
+      others could plant the companions before SQLite makes them;
+    - any directory above it, or symlink on the way, on the same terms, except that a sticky
+      directory others may write (``/tmp``) may be passed through to an entry of yours or
+      root's: they cannot rename or remove that.
+
+    Sharing between users is what groups are for, and is allowed: a database owned by a
+    member of a group you are in, writable by that group, in a directory of the same group
+    (make it setgid, ``chmod 2770``, so that the companions get the group too). Every member
+    can then take and release the others' locks; a group that every account is in
+    (``users``) protects nothing. Create the shared file yourself with the mode it needs
+    (``install -m 660 -g GROUP /dev/null /srv/app/locks.db``): tumbler makes a missing
+    database 0600, whatever the umask, and SQLite gives the companions the database's mode. The
+    default file is private: its directory (``<user cache dir>/tumbler``, made 0700 with any
+    missing parents) and the file must be yours and writable by you alone. No option weakens
+    these checks: each setup they refuse has a safe form (a directory of your own, or a
+    group's).
+
+    The checks come before SQLite opens the file by its path (SQLite cannot be handed an open
+    file; Python's sqlite3 cannot ask it not to follow symlinks), and each thread's connection
+    opens it again later. What closes that gap is the rule above: nobody but root, you and your
+    group can rename, replace or add anything on the path, so nobody else can swap the file or
+    a directory between the check and the open. The database file itself is opened with
+    ``O_NOFOLLOW`` and checked on the open file. POSIX ACLs are not read: an ACL that lets
+    someone else write is its owner's decision.
 """
 
 from __future__ import annotations
@@ -70,6 +102,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import platformdirs
+
+if sys.platform != "win32":
+    import grp
+    import pwd
 
 from .. import _core as core
 from .._clock import SYSTEM_CLOCK, Clock
@@ -221,37 +257,6 @@ def _is_directory_or_hidden(path: Path) -> bool:
         return False
 
 
-def default_path() -> Path:
-    """The default lock file: in the user's cache directory, private to the user."""
-    return Path(platformdirs.user_cache_dir("tumbler")) / "locks.db"
-
-
-def _prepare_private_dir(directory: Path, url: str) -> None:
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = directory.stat()
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise ConfigurationError(
-            f"{directory} belongs to another user; refusing to keep locks there", backend=url
-        )
-    if info.st_mode & 0o022:
-        raise ConfigurationError(
-            f"{directory} can be written by other users (mode {info.st_mode & 0o777:o}); "
-            "refusing to keep locks there",
-            backend=url,
-        )
-
-
-def _create_private_file(path: Path, url: str) -> None:
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as error:
-        raise ConfigurationError(
-            f"cannot create {path} safely (a symlink there is refused): {error}", backend=url
-        ) from error
-    os.close(fd)
-
-
 def _quietly(check: Callable[[], bool]) -> bool:
     """A path check, False where the path cannot be looked at: opening it says why."""
     try:
@@ -260,8 +265,284 @@ def _quietly(check: Callable[[], bool]) -> bool:
         return False
 
 
+def default_path() -> Path:
+    """The default lock file: in the user's cache directory, private to the user."""
+    return Path(platformdirs.user_cache_dir("tumbler")) / "locks.db"
+
+
+#: the files SQLite keeps beside the database, named after it (WAL mode; the rollback journal)
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+_MAX_SYMLINKS = 40  # as many as Linux follows in one path
+_O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, NameError):
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return f"group {gid} ({grp.getgrgid(gid).gr_name})"
+    except (KeyError, NameError):
+        return f"group {gid}"
+
+
+def _mode(mode: int) -> str:
+    return f"mode {stat.S_IMODE(mode):04o}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trust:
+    """Who may be able to change the database, its companions, and the directories above it:
+    root (who can anyway), this process's user, and, where a location may be shared, the
+    members of a group this process is in. Anyone else could release its holders' locks."""
+
+    uid: int
+    groups: frozenset[int]
+
+    @classmethod
+    def of_this_process(cls) -> _Trust | None:
+        """None where there are no POSIX users (Windows): no ownership to check."""
+        if not hasattr(os, "geteuid"):
+            return None
+        return cls(os.geteuid(), frozenset({os.getegid(), *os.getgroups()}))
+
+    def problem(self, info: os.stat_result, *, shared: bool, sticky: bool) -> str | None:
+        """What lets someone else change this file, directory or symlink; None if nothing.
+
+        ``shared``: a group this process is in may own and write it (a shared setup: only a
+        member can give a file its group, so its owner is a member too, or root made it so).
+        ``sticky``: a sticky directory that others may write is acceptable (an ancestor such as
+        /tmp: they may add entries beside ours, not rename or remove ours, whose owner is
+        checked in turn); never for the database's own directory, where they could plant the
+        companions before SQLite makes them.
+        """
+        ours = shared and info.st_gid in self.groups
+        if info.st_uid not in (0, self.uid) and not ours:
+            return f"is owned by {_user(info.st_uid)}"
+        if stat.S_ISLNK(info.st_mode):
+            return None  # a symlink's mode means nothing: only its owner can change it
+        excused = sticky and info.st_mode & stat.S_ISVTX
+        if info.st_mode & stat.S_IWOTH and not excused:
+            return f"is writable by other users ({_mode(info.st_mode)})"
+        if info.st_mode & stat.S_IWGRP and not ours and not excused:
+            member = "" if info.st_gid in self.groups else ", which you are not in"
+            return f"is writable by {_group(info.st_gid)}{member} ({_mode(info.st_mode)})"
+        return None
+
+
+def _make_private_dirs(directory: Path, url: str) -> None:
+    """``directory`` and its missing parents, made 0700 (``mkdir -p`` makes the parents by the
+    umask: 0777 under umask 0, which the checks would then refuse)."""
+    missing = []
+    for candidate in (directory, *directory.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    for candidate in reversed(missing):
+        try:
+            # the umask can only take bits away from 0700
+            os.mkdir(candidate, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile: checked below like any other
+        except PermissionError as error:
+            raise PermissionDenied(f"cannot make {candidate}: {error}", backend=url) from error
+        except OSError as error:
+            raise ConfigurationError(f"cannot make {candidate}: {error}", backend=url) from error
+
+
+def _lstat(entry: Path, database: Path, url: str) -> os.stat_result:
+    try:
+        return os.lstat(entry)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigurationError(
+            f"cannot use {database}: {entry} is not an existing directory", backend=url
+        ) from None
+    except PermissionError as error:
+        raise PermissionDenied(
+            f"cannot use {database}: no permission to look at {entry}", backend=url
+        ) from error
+    except OSError as error:
+        raise ConfigurationError(f"cannot use {database}: {entry}: {error}", backend=url) from error
+
+
+def _secure_directory(database: Path, trust: _Trust | None, url: str, *, private: bool) -> Path:
+    """The directory holding ``database`` (an absolute path), resolved as the kernel resolves
+    it, having checked every directory and symlink on the way from /: owned by root, this user
+    or (unless ``private``) a group of its, and writable by no one else; a sticky directory
+    others may write only above the database's own.
+
+    This is what makes the check safe to act on: SQLite opens the database by its path (and
+    again for each thread's connection), after the check; nobody but those trusted can swap a
+    directory or plant a symlink on the path in between.
+    """
+
+    def check(directory: Path, info: os.stat_result, *, final: bool) -> None:
+        if trust is None:
+            return
+        if final:
+            problem = trust.problem(info, shared=not private, sticky=False)
+            why = "another user could replace the database or plant its -wal, -shm or -journal file"
+        else:
+            problem = trust.problem(info, shared=True, sticky=True)
+            why = "another user could replace what is below it"
+        if problem is not None:
+            raise ConfigurationError(
+                f"refusing {database}: {directory} {problem}; {why}", backend=url
+            )
+
+    current = Path(database.anchor)
+    current_info = _lstat(current, database, url)
+    check(current, current_info, final=False)
+    pending = list(reversed(database.parent.parts[1:]))
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            # current is a real directory, so its parent is where ".." leads; every directory
+            # above it was checked on the way down
+            current = current.parent
+            current_info = _lstat(current, database, url)
+            continue
+        child = current / name
+        info = _lstat(child, database, url)
+        if stat.S_ISLNK(info.st_mode):
+            problem = trust.problem(info, shared=True, sticky=True) if trust else None
+            if problem is not None:
+                raise ConfigurationError(
+                    f"refusing {database}: {child}, a symlink, {problem}"
+                    "; its owner could point it anywhere",
+                    backend=url,
+                )
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise ConfigurationError(
+                    f"cannot resolve {database}: too many symlinks (a loop?)", backend=url
+                )
+            try:
+                target = Path(os.readlink(child))
+            except OSError as error:  # gone since the lstat
+                raise _open_error(database, error, url) from error
+            if target.is_absolute():
+                current = Path(target.anchor)
+                current_info = _lstat(current, database, url)
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigurationError(
+                f"cannot use {database}: {child} is not an existing directory", backend=url
+            )
+        check(child, info, final=False)
+        current, current_info = child, info
+    check(current, current_info, final=True)
+    return current
+
+
+def _check_file(
+    entry: Path,
+    info: os.stat_result,
+    database: Path,
+    trust: _Trust | None,
+    url: str,
+    *,
+    private: bool,
+) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise ConfigurationError(
+            f"refusing {database}: {entry} is a symlink; tumbler never follows one to the "
+            "database or its companions (it could lead to another database); name the file itself",
+            backend=url,
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigurationError(f"refusing {database}: {entry} is not a regular file", backend=url)
+    problem = trust.problem(info, shared=not private, sticky=False) if trust else None
+    if problem is not None:
+        raise ConfigurationError(
+            f"refusing {database}: {entry} {problem}; another user could release your locks",
+            backend=url,
+        )
+
+
+def secure_database(database: Path, url: str, *, private: bool) -> Path:
+    """Check where the database ``database`` (an absolute path) is and make it if missing
+    (0600, whatever the umask); return its path with the directories resolved.
+
+    Refused with ``ConfigurationError``: a database, companion or directory on its path that a
+    user other than root, this one and (unless ``private``) the members of its groups could
+    change, a symlink in place of the database or a companion, anything but a regular file.
+    The companions SQLite makes later get the database file's mode (SQLite copies it).
+    """
+    trust = _Trust.of_this_process()
+    directory = _secure_directory(database, trust, url, private=private)
+    path = directory / database.name
+    _refuse_network_filesystem(path, url)
+    # before the database is made, so that a refusal leaves nothing behind
+    for suffix in COMPANIONS:
+        companion = path.with_name(path.name + suffix)
+        info = _lstat_file(companion, database, url)
+        if info is not None:
+            _check_file(companion, info, database, trust, url, private=private)
+    # O_NONBLOCK: a FIFO put there must not hang the open before it is refused
+    flags = os.O_RDONLY | _O_NONBLOCK | _O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+    for _ in range(3):  # it may come or go between the tries; more often is an attack
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        except OSError as error:
+            raise _open_error(database, error, url) from error
+        else:
+            try:
+                if hasattr(os, "fchmod"):
+                    os.fchmod(fd, 0o600)  # the umask may have taken bits away from 0600
+            finally:
+                os.close(fd)
+            return path
+        # it exists: refused if a symlink, else checked again on the file opened
+        info = _lstat_file(path, database, url)
+        if info is None:
+            continue
+        _check_file(path, info, database, trust, url, private=private)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise _open_error(database, error, url) from error  # ELOOP: a symlink since
+        try:
+            _check_file(path, os.fstat(fd), database, trust, url, private=private)
+        finally:
+            os.close(fd)
+        return path
+    raise ConfigurationError(f"{database} keeps appearing and disappearing", backend=url)
+
+
+def _lstat_file(entry: Path, database: Path, url: str) -> os.stat_result | None:
+    """``lstat(entry)``, None if there is no such file."""
+    try:
+        return os.lstat(entry)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _open_error(database, error, url) from error
+
+
+def _open_error(database: Path, error: OSError, url: str) -> TumblerError:
+    if isinstance(error, PermissionError):
+        return PermissionDenied(f"no permission to use {database}: {error}", backend=url)
+    return ConfigurationError(f"cannot use {database} safely: {error}", backend=url)
+
+
 def resolve_path(url: BackendURL) -> tuple[Path, bool]:
-    """The database path a URL names, and whether it is the default one."""
+    """The database path a URL names (absolute; symlinks are resolved by ``secure_database``,
+    which checks them), and whether it is the default one."""
     if url.hosts:
         raise InvalidURL(
             "sqlite:// takes a file path, not a host: sqlite:///absolute/path/locks.db",
@@ -283,24 +564,12 @@ def resolve_path(url: BackendURL) -> tuple[Path, bool]:
             "for in-process tests",
             backend=url.redacted,
         )
-    path = Path(raw).expanduser()
-    if _quietly(path.is_symlink) and not _quietly(path.exists):
-        # SQLite would create the link's target, wherever it points
+    path = Path.cwd() / Path(raw).expanduser()
+    if path.name in ("", "..") or _quietly(lambda: stat.S_ISDIR(os.lstat(path).st_mode)):
         raise ConfigurationError(
-            f"{path} is a symlink to nothing (a missing target, or a loop)", backend=url.redacted
+            f"{path} is a directory: name the database file in it", backend=url.redacted
         )
-    try:
-        # resolved, so that the network check looks where the file really is
-        resolved = path.resolve()
-    except (RuntimeError, OSError) as error:  # a symlink loop: RuntimeError before 3.13
-        raise ConfigurationError(
-            f"cannot resolve {path} (a symlink loop?): {error}", backend=url.redacted
-        ) from None
-    if _quietly(resolved.is_dir):
-        raise ConfigurationError(
-            f"{resolved} is a directory: name the database file in it", backend=url.redacted
-        )
-    return resolved, False
+    return path, False
 
 
 class _Line:
@@ -386,11 +655,10 @@ class SQLiteBackend:
         self.synchronous = url.option("synchronous", str, "normal").lower()
         if self.synchronous not in ("normal", "full"):
             raise InvalidURL("synchronous must be 'normal' or 'full'", backend=self.url)
-        self.path, is_default = resolve_path(url)
+        path, is_default = resolve_path(url)
         if is_default:
-            _prepare_private_dir(self.path.parent, self.url)
-            _create_private_file(self.path, self.url)
-        _refuse_network_filesystem(self.path, self.url)
+            _make_private_dirs(path.parent, self.url)
+        self.path = secure_database(path, self.url, private=is_default)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
