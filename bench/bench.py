@@ -1,7 +1,7 @@
 """tumbler's benchmark: uncontended pair latency, contended hand-off and fairness.
 
     python bench/bench.py                              # a fresh SQLite file in a temp dir
-    python bench/bench.py --url sqlite:///tmp/l.db --url memory://
+    python bench/bench.py --url "sqlite://$(mktemp -d)/l.db" --url memory://
     python bench/bench.py --quick                      # a few seconds, to see that it runs
     python bench/bench.py --redis                      # + a throwaway redis-server: the peers
     python bench/bench.py --repeat 3 --json out.json   # as peer-bench.md measured the peers

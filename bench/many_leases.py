@@ -2,7 +2,7 @@
 
     python bench/many_leases.py --zookeeper                       # a throwaway ZooKeeper
     python bench/many_leases.py --redis --locks 10000 --ttl 3     # a throwaway redis-server
-    python bench/many_leases.py sqlite:///tmp/leases.db --hold 30
+    python bench/many_leases.py "sqlite://$(mktemp -d)/leases.db" --hold 30
     python bench/many_leases.py --redis --asyncio                 # the asyncio client
 
 One client acquires ``--locks`` distinct locks with lease ``--ttl`` through the public API and
