@@ -124,6 +124,7 @@ import hashlib
 import json
 import logging
 import re
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -134,6 +135,7 @@ from urllib.parse import quote, unquote
 
 from kazoo import exceptions as kazoo_errors  # the driver: without it, MissingDependency
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.utils import create_tcp_connection
 from kazoo.protocol.serialization import Create2
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
 from kazoo.security import ACL, Permissions, make_digest_acl_credential
@@ -206,21 +208,6 @@ class ZooKeeperConfig:
     def connect_string(self) -> str:
         return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
 
-    def kazoo_tls(self) -> dict[str, Any]:
-        """kazoo's keyword arguments for this URL's transport (none: in clear)."""
-        tls = self.tls
-        if tls is None:
-            return {}
-        return {
-            "use_ssl": True,
-            "verify_certs": True,
-            "check_hostname": tls.check_hostname,
-            "ca": tls.ca_certs,
-            "certfile": tls.certfile,
-            # kazoo loads a client certificate only when given both files
-            "keyfile": tls.keyfile or tls.certfile,
-        }
-
 
 @dataclass(frozen=True)
 class TLSConfig:
@@ -284,13 +271,18 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
     )
 
 
-def check_tls_files(config: ZooKeeperConfig) -> None:
-    """Refuse unusable certificate files before connecting: kazoo would meet them at every
-    connection attempt and retry until ``connect_timeout``, which reads as "the ensemble is
-    down" rather than "fix the URL"."""
+def tls_context(config: ZooKeeperConfig) -> ssl.SSLContext | None:
+    """The TLS context of a ``zookeepers://`` URL (None for ``zookeeper://``), made once per
+    client: the server's certificate must chain to ``ssl_ca_certs`` (the system's CAs without
+    it) and, unless ``ssl_check_hostname=false``, name the host as the URL writes it.
+
+    Unusable files are refused here (``ConfigurationError``), before connecting: met at a
+    connection attempt they would be retried until ``connect_timeout``, which reads as "the
+    ensemble is down" rather than "fix the URL".
+    """
     tls = config.tls
     if tls is None:
-        return
+        return None
     for option, path in (
         ("ssl_ca_certs", tls.ca_certs),
         ("ssl_certfile", tls.certfile),
@@ -298,15 +290,14 @@ def check_tls_files(config: ZooKeeperConfig) -> None:
     ):
         if path is not None and not Path(path).is_file():
             raise ConfigurationError(f"{option}: {path} is not a file", backend=config.url)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if tls.ca_certs is not None:
-        try:
-            context.load_verify_locations(cafile=tls.ca_certs)
-        except (ssl.SSLError, OSError, ValueError) as error:
-            raise ConfigurationError(
-                f"ssl_ca_certs: {tls.ca_certs} holds no usable CA certificate: {error}",
-                backend=config.url,
-            ) from None
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_certs)
+    except (ssl.SSLError, OSError, ValueError) as error:
+        raise ConfigurationError(
+            f"ssl_ca_certs: {tls.ca_certs} holds no usable CA certificate: {error}",
+            backend=config.url,
+        ) from None
+    context.check_hostname = tls.check_hostname
     if tls.certfile is not None:
         try:
             context.load_cert_chain(tls.certfile, tls.keyfile)
@@ -316,6 +307,33 @@ def check_tls_files(config: ZooKeeperConfig) -> None:
                 f"ssl_certfile: {files} hold no usable certificate and private key: {error}",
                 backend=config.url,
             ) from None
+    return context
+
+
+def tls_connector(context: ssl.SSLContext) -> Callable[..., ssl.SSLSocket]:
+    """kazoo's ``create_connection`` for TLS, with the client's one context.
+
+    kazoo's own makes a context (reading the files again) at every attempt, and leaves the
+    socket of a failed handshake open; this one connects in clear with kazoo's helper, then
+    does the handshake, and closes the socket if that fails. kazoo passes its own TLS
+    settings too: the context already has them.
+    """
+
+    def create_connection(
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        **_kazoo_settings: Any,
+    ) -> ssl.SSLSocket:
+        plain = create_tcp_connection(socket, address, timeout=timeout)
+        try:
+            # the handshake happens here, bounded by the socket's timeout
+            return context.wrap_socket(plain, server_hostname=hostname)
+        except BaseException:
+            plain.close()
+            raise
+
+    return create_connection
 
 
 # --------------------------------------------------------------------------------------------
@@ -394,10 +412,37 @@ def _refused(error: BaseException | None) -> bool:
     return _ended_in(error, (ConnectionRefusedError,))
 
 
+#: the TLS alerts of a server that refuses the client's certificate (or its lack of one)
+_CERTIFICATE_ALERTS = frozenset(
+    {
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    }
+)
+
+
 def _hopeless(error: BaseException | None) -> bool:
-    """Whether trying the host again cannot help: nothing listens there, or its certificate
-    fails the check (a wrong CA or host name does not mend itself)."""
-    return _ended_in(error, (ConnectionRefusedError, ssl.SSLCertVerificationError))
+    """Whether trying the host again cannot help: nothing listens there, or a certificate was
+    refused, the server's by the client (a wrong CA or host name) or the client's by the
+    server: neither mends itself."""
+    while error is not None:
+        if isinstance(error, (ConnectionRefusedError, ssl.SSLCertVerificationError)):
+            return True
+        if isinstance(error, ssl.SSLError) and error.reason in _CERTIFICATE_ALERTS:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _dropped_at_once(error: BaseException | None) -> bool:
+    """Whether the host closed the connection without a reply: what a TLS-only port does
+    with a client that speaks in clear (and a server that has too many clients)."""
+    return isinstance(error, kazoo_errors.ConnectionDropped) and "broken" in str(error)
 
 
 def _describe(error: BaseException) -> str:
@@ -419,9 +464,10 @@ class ConnectAttempts:
     certificate check, with the real cause.
     """
 
-    def __init__(self, hosts: Iterable[tuple[str, int]]) -> None:
+    def __init__(self, hosts: Iterable[tuple[str, int]], tls: bool = False) -> None:
         self._lock = threading.Lock()
         self._hosts = list(dict.fromkeys(hosts))
+        self._tls = tls
         self._last: dict[tuple[str, int], BaseException | None] = {}
         #: set once the start is decided: connected, refused (or failed the certificate check)
         #: by every host, or unauthorised
@@ -456,12 +502,18 @@ class ConnectAttempts:
                     continue
                 error = self._last[host]
                 causes.append(f"{name}: {'connected' if error is None else _describe(error)}")
+            hint = ""
+            if not self._tls and self._every_host(_dropped_at_once):
+                hint = "; if the ensemble's port speaks only TLS, use zookeepers://"
         if hopeless:
             return (
-                "every ZooKeeper host refused the connection or failed the TLS certificate "
-                f"check ({'; '.join(causes)})"
+                "every ZooKeeper host refused the connection or a TLS certificate "
+                f"({'; '.join(causes)})"
             )
-        return f"no ZooKeeper host took the connection within {timeout:g} s ({'; '.join(causes)})"
+        return (
+            f"no ZooKeeper host took the connection within {timeout:g} s "
+            f"({'; '.join(causes)}){hint}"
+        )
 
 
 def start_client(client: Any, attempts: ConnectAttempts, timeout: float, url: str) -> None:
@@ -871,9 +923,7 @@ async def arun_blocking(function: Callable[..., T], *args: Any) -> T:
 def open_sync(url: BackendURL) -> ZooKeeperBackend:
     from ._sync.zookeeper import ZooKeeperBackend
 
-    config = parse_config(url)
-    check_tls_files(config)
-    backend = ZooKeeperBackend(config)
+    backend = ZooKeeperBackend(parse_config(url))
     try:
         backend.start()
     except BaseException:
@@ -885,9 +935,7 @@ def open_sync(url: BackendURL) -> ZooKeeperBackend:
 async def open_async(url: BackendURL) -> AsyncZooKeeperBackend:
     from ._async.zookeeper import AsyncZooKeeperBackend
 
-    config = parse_config(url)
-    check_tls_files(config)
-    backend = AsyncZooKeeperBackend(config)
+    backend = AsyncZooKeeperBackend(parse_config(url))
     try:
         await backend.start()
     except BaseException:

@@ -61,6 +61,8 @@ from ..zookeeper import (
     parse_children,
     read_entry_data,
     start_client,
+    tls_connector,
+    tls_context,
     translate_errors,
 )
 
@@ -88,6 +90,8 @@ class AsyncZooKeeperBackend:
     """The ZooKeeper backend contract over one kazoo client (one session)."""
 
     def __init__(self, config: ZooKeeperConfig) -> None:
+        # first: unusable certificate files are refused before anything is made
+        tls = tls_context(config)
         self.config = config
         self.url = config.url
         self.clock: Clock = SYSTEM_CLOCK
@@ -116,10 +120,14 @@ class AsyncZooKeeperBackend:
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             # kazoo logs its requests, the credentials among them
             logger=RedactingLogger(_log, lambda: client_secrets(config.digest, self._client)),
-            **config.kazoo_tls(),
+            use_ssl=tls is not None,
         )
+        if tls is not None:
+            self._client.handler.create_connection = tls_connector(tls)
         #: the outcome of each connection attempt while the client starts
-        self._attempts: ConnectAttempts | None = ConnectAttempts(self._client.hosts)
+        self._attempts: ConnectAttempts | None = ConnectAttempts(
+            self._client.hosts, tls=config.tls is not None
+        )
         self._wrap_connect()
         self._client.add_listener(self._on_state)
         self._guard = threading.Lock()

@@ -63,6 +63,8 @@ from ..zookeeper import (
     read_entry_data,
     run_blocking,
     start_client,
+    tls_connector,
+    tls_context,
     translate_errors,
 )
 
@@ -90,6 +92,8 @@ class ZooKeeperBackend:
     """The ZooKeeper backend contract over one kazoo client (one session)."""
 
     def __init__(self, config: ZooKeeperConfig) -> None:
+        # first: unusable certificate files are refused before anything is made
+        tls = tls_context(config)
         self.config = config
         self.url = config.url
         self.clock: Clock = SYSTEM_CLOCK
@@ -118,10 +122,14 @@ class ZooKeeperBackend:
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             # kazoo logs its requests, the credentials among them
             logger=RedactingLogger(_log, lambda: client_secrets(config.digest, self._client)),
-            **config.kazoo_tls(),
+            use_ssl=tls is not None,
         )
+        if tls is not None:
+            self._client.handler.create_connection = tls_connector(tls)
         #: the outcome of each connection attempt while the client starts
-        self._attempts: ConnectAttempts | None = ConnectAttempts(self._client.hosts)
+        self._attempts: ConnectAttempts | None = ConnectAttempts(
+            self._client.hosts, tls=config.tls is not None
+        )
         self._wrap_connect()
         self._client.add_listener(self._on_state)
         self._guard = threading.Lock()
