@@ -4,8 +4,9 @@
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
 ``redis_cluster``, ``zookeeper_server`` and ``zookeeper_tls_server`` start once per session
-(per xdist worker, and only in a worker whose tests ask for them) and stop at its end; tests sharing a Redis call :func:`flush_redis` first, tests sharing the ZooKeeper
-server keep to znodes of their own (a chroot of their own, e.g.
+(per xdist worker, and only in a worker whose tests ask for them) and stop at its end; tests
+sharing a Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to
+znodes of their own (a chroot of their own, e.g.
 ``zookeeper_server.url_for("/" + unique name)``). ``fresh_redis_server``,
 ``fresh_zookeeper_server`` and ``zookeeper_ensemble`` are the test's own, for tests that kill
 or restart servers.
