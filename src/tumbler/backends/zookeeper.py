@@ -385,10 +385,9 @@ def acl_problem(path: str, acls: list[ACL], identity: str, url: str) -> Configur
     user = identity.partition(":")[0]
     return ConfigurationError(
         f"the ZooKeeper node {path} may be changed by others than {user!r} "
-        f"(its ACL: {describe_acl(acls)}): whoever may create or delete in it can take "
-        f"locks from their holders. Give it an ACL for {user!r} alone (zkCli, as its admin "
-        "or the super user: addauth digest USER:PASSWORD, then setAcl -R PATH auth::cdrwa), "
-        "or delete it",
+        f"(its ACL: {describe_acl(acls)}): they could take locks from their holders. Give "
+        f"it an ACL for {user!r} alone (in zkCli, as that user: addauth digest "
+        f"{user}:PASSWORD, then setAcl -R {path} auth::cdrwa), or delete it",
         backend=url,
     )
 
