@@ -109,7 +109,9 @@ How a hold can be lost here
 
 Connecting and logging
     The first connection waits up to ``connect_timeout``, but ends as soon as every host has
-    refused it (nothing listens there), with a message that says so and names the hosts.
+    refused it (nothing listens there) or, over TLS, a certificate (the client refused the
+    server's, or the server the client's: neither mends itself), with a message that says so
+    and names the hosts.
     kazoo logs the requests it sends at DEBUG, among them the digest credentials and the
     session's password: the logger tumbler gives it takes every credential out.
 """
