@@ -23,6 +23,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 import tumbler
 import tumbler.aio
+from tumbler.backends.zookeeper import entry_data, entry_prefix
 from tumbler.errors import ConfigurationError, PermissionDenied
 from tumbler.testing.servers import ZooKeeperServer
 
@@ -245,3 +246,34 @@ def test_a_lock_node_is_checked_once_per_client(
         assert hold is not None
         runner.release(hold)
     assert checked == ["a", "b"]
+
+
+def test_an_entry_found_again_after_a_lost_reply_is_checked_too(
+    runner: Runner,
+    zookeeper_server: ZooKeeperServer,
+    anonymous: KazooClient,
+    operator: KazooClient,
+) -> None:
+    """The reply that was lost carried the lock node's ACL as well: the entry found again by
+    its owner hash (protection mode) is no grant until the node is checked, and is deleted if
+    the node is refused."""
+    base = base_path()
+    anonymous.create(f"{base}/orphan", makepath=True)
+    operator.set_acls(base, [DIGEST])
+    locks = runner.connect(url_of(zookeeper_server, base))
+    backend = locks._backend
+    request = locks._request("orphan", False, 1, False, 30)
+    # what a lost reply leaves: the entry exists, the client does not know its name
+    operator.create(
+        f"{base}/orphan/{entry_prefix(request.owner, False, 1)}",
+        entry_data("lost reply", 3.0),
+        acl=[DIGEST],
+        ephemeral=True,
+        sequence=True,
+    )
+    backend._uncertain.add((request.name, request.owner))
+    with pytest.raises(ConfigurationError) as refused:
+        runner.run(backend.try_grant(request))
+    check_refusal(refused.value, f"{base}/orphan")
+    assert anonymous.get_children(f"{base}/orphan") == []
+    assert (request.name, request.owner) not in backend._uncertain
