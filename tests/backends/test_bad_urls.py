@@ -5,6 +5,7 @@ Two tables, each run in both flavours (``tumbler.connect`` and ``tumbler.aio.con
 - BAD_URLS: URLs refused before anything is opened. Each gets its exact error class with a
   fragment of its message, never shows the password, and leaves the directory it names as it
   was (no SQLite file made, none made through a symlink).
+  ZooKeeper's rows include its TLS options, whose files are checked before connecting.
 - SERVER_REFUSALS: wrong credentials for the TLS+ACL Redis of the contract suite. Each gets
   ``PermissionDenied`` quickly (not a hang, not a generic error), without the password in the
   message, and the right credentials still find no lock in the prefix.
@@ -271,6 +272,57 @@ BAD_URLS = [
         InvalidURL,
         "connect_timeout",
     ),
+    # ZooKeeper: port 1 is never tried, every one of these is refused before connecting
+    BadURL(
+        "zookeeper-password-without-user",
+        "zookeeper://:{secret}@127.0.0.1:1/x",
+        InvalidURL,
+        "a password needs a user name",
+    ),
+    BadURL(
+        "zookeeper-session-timeout-below-min-ttl",
+        "zookeeper://u:{secret}@127.0.0.1:1/x?session_timeout=0.4",
+        InvalidURL,
+        "session_timeout must be at least 0.5 s",
+    ),
+    BadURL(
+        "zookeeper-ssl-option-in-clear",
+        "zookeeper://u:{secret}@127.0.0.1:1/x?ssl_ca_certs=/{dir}/ca.pem",
+        InvalidURL,
+        "ssl_* options need a zookeepers:// URL",
+    ),
+    BadURL(
+        "zookeeper-keyfile-without-certfile",
+        "zookeepers://u:{secret}@127.0.0.1:1/x?ssl_keyfile=/{dir}/key.pem",
+        InvalidURL,
+        "ssl_keyfile needs ssl_certfile",
+    ),
+    BadURL(
+        "zookeeper-check-hostname-bad-word",
+        "zookeepers://u:{secret}@127.0.0.1:1/x?ssl_check_hostname=perhaps",
+        InvalidURL,
+        "bad value 'perhaps' for URL option 'ssl_check_hostname'",
+    ),
+    BadURL(
+        "zookeeper-ca-file-missing",
+        "zookeepers://u:{secret}@127.0.0.1:1/x?ssl_ca_certs=/{dir}/missing.pem",
+        ConfigurationError,
+        "missing.pem is not a file",
+    ),
+    BadURL(
+        "zookeeper-ca-file-not-a-certificate",
+        "zookeepers://u:{secret}@127.0.0.1:1/x?ssl_ca_certs=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "holds no usable CA certificate",
+        prepare="not-a-certificate",
+    ),
+    BadURL(
+        "zookeeper-certfile-not-a-certificate",
+        "zookeepers://u:{secret}@127.0.0.1:1/x?ssl_certfile=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "hold no usable certificate and private key",
+        prepare="not-a-certificate",
+    ),
 ]
 
 
@@ -282,6 +334,8 @@ def prepare(kind: str, directory: Path) -> None:
     elif kind == "symlink-loop":
         (directory / "loop.db").symlink_to(directory / "loop2.db")
         (directory / "loop2.db").symlink_to(directory / "loop.db")
+    elif kind == "not-a-certificate":
+        (directory / "not-a-certificate.pem").write_text("not a certificate\n")
     elif kind:
         _prepare_sqlite_files(kind, directory)
 

@@ -6,6 +6,7 @@ across processes) and a branch to ``make_url`` that starts or reuses its server.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -16,11 +17,22 @@ import pytest_asyncio
 import tumbler
 import tumbler.aio
 
-BACKENDS = ["sqlite", "memory", "redis", "redis-tls-acl", "redis-cluster", "zookeeper"]
+BACKENDS = [
+    "sqlite",
+    "memory",
+    "redis",
+    "redis-tls-acl",
+    "redis-cluster",
+    "zookeeper",
+    "zookeeper-tls",
+]
 #: backends whose locks exclude across OS processes (memory:// is in-process only)
 PROCESS_BACKENDS = ["sqlite", "redis", "redis-cluster", "zookeeper"]
 #: the ZooKeeper session timeout of the suite: a killed holder's entry goes after this long
 ZOOKEEPER_SESSION_TIMEOUT = 3.0
+#: the digest credentials of the zookeeper-tls backend: every node its clients make is theirs
+#: alone, and every node they use is checked to be
+ZOOKEEPER_TLS_USER = f"tumbler:{secrets.token_urlsafe(12)}"
 
 
 def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -44,6 +56,15 @@ def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         server = request.getfixturevalue("zookeeper_server")
         base = f"/tumbler-test-{uuid.uuid4().hex[:12]}"
         return f"{server.url_for(base)}?session_timeout={ZOOKEEPER_SESSION_TIMEOUT}"
+    if kind == "zookeeper-tls":
+        # TLS with a client certificate, and digest credentials over it
+        server = request.getfixturevalue("zookeeper_tls_server")
+        base = f"/tumbler-test-{uuid.uuid4().hex[:12]}"
+        return (
+            f"{server.scheme}://{ZOOKEEPER_TLS_USER}@{server.connect_string}{base}"
+            f"?session_timeout={ZOOKEEPER_SESSION_TIMEOUT}&ssl_ca_certs={server.ca_path}"
+            f"&ssl_certfile={server.client_cert_path}&ssl_keyfile={server.client_key_path}"
+        )
     raise AssertionError(f"no such test backend {kind!r}")
 
 

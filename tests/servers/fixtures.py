@@ -3,9 +3,10 @@
 
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
-``redis_cluster`` and ``zookeeper_server`` start once per session (per xdist worker) and stop
-at its end; tests sharing a Redis call :func:`flush_redis` first, tests sharing the ZooKeeper
-server keep to znodes of their own (a chroot of their own, e.g.
+``redis_cluster``, ``zookeeper_server`` and ``zookeeper_tls_server`` start once per session
+(per xdist worker, and only in a worker whose tests ask for them) and stop at its end; tests
+sharing a Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to
+znodes of their own (a chroot of their own, e.g.
 ``zookeeper_server.url_for("/" + unique name)``). ``fresh_redis_server``,
 ``fresh_zookeeper_server`` and ``zookeeper_ensemble`` are the test's own, for tests that kill
 or restart servers.
@@ -39,6 +40,7 @@ from tumbler.testing.servers import (
     ZooKeeperEnsemble,
     ZooKeeperServer,
     flush_redis,
+    make_tls_files,
     start_cluster,
     start_tls_redis,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "server_unavailable",
     "zookeeper_ensemble",
     "zookeeper_server",
+    "zookeeper_tls_server",
 ]
 
 Started = TypeVar("Started", RedisServer, RedisServerCluster, ZooKeeperServer, ZooKeeperEnsemble)
@@ -116,6 +119,24 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
     server = _start(
         "a ZooKeeper server", lambda: ZooKeeperServer(workdir, super_password=password).start()
     )
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One standalone ZooKeeper server that speaks only TLS (a Netty ``secureClientPort``, a
+    throw-away CA's certificate; client certificates wanted, not needed), with a super user,
+    for the whole session. Its URLs are ``zookeepers://`` and need ``ssl_ca_certs`` (its
+    :attr:`~ZooKeeperServer.ca_path`); keep to a chroot of the test's own."""
+    workdir = tmp_path_factory.mktemp("zookeeper-tls")
+    password = secrets.token_hex(12)
+
+    def start() -> ZooKeeperServer:
+        tls = make_tls_files(workdir / "tls")
+        return ZooKeeperServer(workdir / "server", super_password=password, tls=tls).start()
+
+    server = _start("a ZooKeeper server with TLS", start)
     yield server
     server.close()
 

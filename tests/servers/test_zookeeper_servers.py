@@ -135,6 +135,31 @@ def test_standalone_server_is_configured_for_tests(zookeeper_server: ZooKeeperSe
     assert "-Xmx128m" in command
 
 
+def test_a_tls_server_speaks_only_tls(zookeeper_tls_server: ZooKeeperServer) -> None:
+    server = zookeeper_tls_server
+    port = server.port
+    assert server.url_for("/a") == f"zookeepers://127.0.0.1:{port}/a"
+    # one port, on loopback, and nothing on it in clear: a four-letter word gets no answer
+    assert listening(server.pid) == {("127.0.0.1", port)}
+    try:
+        answer = four_letter_word(server.host, port, "ruok")
+    except OSError:
+        answer = ""
+    assert answer == ""
+    assert server.command("ruok") == "imok"  # over TLS
+    assert "Mode: standalone" in server.command("srvr")
+    # what kazoo needs to reach it, the host name checked against the certificate
+    options = server.connection_kwargs()
+    assert options["use_ssl"] is True
+    assert options["check_hostname"] is True
+    path = unique_path()
+    with kazoo(**options) as client:
+        client.create(path, b"over TLS")
+        assert client.get(path)[0] == b"over TLS"
+    with pytest.raises(ZooKeeperServerError, match="does not speak TLS"):
+        _ = ZooKeeperServer().ca_path
+
+
 def test_session_timeout_bounds_are_configurable(tmp_path: Path) -> None:
     server = ZooKeeperServer(
         tmp_path, tick_time=100, min_session_timeout=1_000, max_session_timeout=2_000
@@ -286,6 +311,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path: Path) -> Non
         {"super_password": "two\nlines"},
         {"extra_config": ["no equals sign"]},
         {"startup_timeout": 0},
+        {"tls_client_auth": "optional"},
     ]
     for options in bad:
         with pytest.raises(InvalidArgument):

@@ -30,6 +30,7 @@ _registry: dict[str, tuple[str, str | None]] = {
     "rediss": ("tumbler.backends.redis", "redis"),
     "redis+unix": ("tumbler.backends.redis", "redis"),
     "zookeeper": ("tumbler.backends.zookeeper", "zookeeper"),
+    "zookeepers": ("tumbler.backends.zookeeper", "zookeeper"),
 }
 
 

@@ -3,14 +3,35 @@
 URL grammar::
 
     zookeeper://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/BASE/PATH][?OPTIONS]
+    zookeepers://...         TLS, to the ensemble's secure client port; the certificate is verified
 
 The hosts are the ensemble's members (port 2181 by default); the path is the node under which
 lock nodes live (default ``/tumbler``). Options: ``session_timeout`` (seconds, default 10),
 ``connect_timeout`` (seconds to wait for the first connection, default 10) and
-``request_timeout`` (seconds any one call may wait for the server, default 5). With
-``USER:PASSWORD`` the client authenticates with the ``digest`` scheme and every node it creates
-is readable and writable by that user only; a client lacking rights on existing nodes gets
-``PermissionDenied``.
+``request_timeout`` (seconds any one call may wait for the server, default 5), and for
+``zookeepers://``: ``ssl_ca_certs`` (the CA file that signed the servers' certificates; the
+system's CAs otherwise), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate, for servers
+with ``ssl.clientAuth=need``; the key may be in the certificate's file), ``ssl_check_hostname``
+(default true: the certificate must name the host as the URL writes it).
+
+``zookeeper://`` travels in clear: whoever sees the traffic reads the digest password, the lock
+names and the holder descriptions, and can inject requests into the session. Use
+``zookeepers://`` where the network is not trusted (ZooKeeper 3.5+ with
+``secureClientPort`` and ``serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory``).
+
+Credentials and ACLs
+    With ``USER:PASSWORD`` the client authenticates with the ``digest`` scheme, and every node
+    it creates is readable and writable by that user only; a client lacking rights on existing
+    nodes gets ``PermissionDenied``. Nodes that exist already may have been made by someone
+    else with open ACLs (``world:anyone``), and whoever may create or delete children of a lock
+    node can delete a holder's entry or put one of their own ahead of it: take the lock. So a
+    client with credentials checks the ACL of the base node when it connects and of each lock
+    node the first time it uses it, and refuses (``ConfigurationError`` naming the node and its
+    ACL) a node on which anyone but its own user may do more than read. The lock node's check
+    travels in the same round trip as the grant (its answer is read before the grant is
+    given, and a refused grant's entry is deleted at once); a lock node the client already
+    checked costs nothing (see ``_entry`` in the backend). Without credentials nothing is
+    checked: such a client's own nodes are open to everyone.
 
 Node layout
     Lock ``name`` is the container node ``BASE/<name, percent-encoded>``. Each acquisition
@@ -88,7 +109,9 @@ How a hold can be lost here
 
 Connecting and logging
     The first connection waits up to ``connect_timeout``, but ends as soon as every host has
-    refused it (nothing listens there), with a message that says so and names the hosts.
+    refused it (nothing listens there) or, over TLS, a certificate (the client refused the
+    server's, or the server the client's: neither mends itself), with a message that says so
+    and names the hosts.
     kazoo logs the requests it sends at DEBUG, among them the digest credentials and the
     session's password: the logger tumbler gives it takes every credential out.
 """
@@ -103,21 +126,26 @@ import hashlib
 import json
 import logging
 import re
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
 from kazoo import exceptions as kazoo_errors  # the driver: without it, MissingDependency
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.utils import create_tcp_connection
 from kazoo.protocol.serialization import Create2
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
+from kazoo.security import ACL, Permissions, make_digest_acl_credential
 
 from .._core import Entry
 from .._url import BackendURL
-from ..errors import BackendUnavailable, InvalidURL, PermissionDenied
-from ._options import host_port, seconds
+from ..errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from ._options import flag, host_port, seconds
 
 if TYPE_CHECKING:
     from ._async.zookeeper import AsyncZooKeeperBackend
@@ -131,6 +159,8 @@ DEFAULT_PORT = 2181
 #: docstring, "The shortest lease".
 MIN_TTL = 0.5
 _OPTIONS = ("session_timeout", "connect_timeout", "request_timeout")
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
+TLS_SCHEME = "zookeepers"
 
 
 @contextlib.contextmanager
@@ -173,14 +203,44 @@ class ZooKeeperConfig:
     request_timeout: float
     #: ``user:password`` for the digest scheme (never log this)
     digest: str | None = field(repr=False)
+    #: how to speak TLS to the secure client port; None: in clear
+    tls: TLSConfig | None = None
 
     @property
     def connect_string(self) -> str:
         return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
 
 
+@dataclass(frozen=True)
+class TLSConfig:
+    """The ``ssl_*`` options of a ``zookeepers://`` URL."""
+
+    ca_certs: str | None
+    certfile: str | None
+    keyfile: str | None
+    check_hostname: bool
+
+
 def parse_config(url: BackendURL) -> ZooKeeperConfig:
-    url.allow_options(_OPTIONS)
+    url.allow_options(_OPTIONS + _TLS_OPTIONS)
+    tls = None
+    if url.scheme == TLS_SCHEME:
+        tls = TLSConfig(
+            ca_certs=url.query.get("ssl_ca_certs") or None,
+            certfile=url.query.get("ssl_certfile") or None,
+            keyfile=url.query.get("ssl_keyfile") or None,
+            check_hostname=url.option("ssl_check_hostname", flag, True),
+        )
+        if tls.keyfile is not None and tls.certfile is None:
+            raise InvalidURL(
+                "ssl_keyfile needs ssl_certfile: the certificate it is the key of",
+                backend=url.redacted,
+            )
+    elif any(name in url.query for name in _TLS_OPTIONS):
+        raise InvalidURL(
+            f"ssl_* options need a {TLS_SCHEME}:// URL (ZooKeeper's secure client port)",
+            backend=url.redacted,
+        )
     hosts = tuple(host_port(part, url, DEFAULT_PORT) for part in url.hosts.split(",") if part)
     if not hosts:
         hosts = (("localhost", DEFAULT_PORT),)
@@ -209,6 +269,128 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
         connect_timeout=url.option("connect_timeout", seconds, 10.0),
         request_timeout=request_timeout,
         digest=digest,
+        tls=tls,
+    )
+
+
+def tls_context(config: ZooKeeperConfig) -> ssl.SSLContext | None:
+    """The TLS context of a ``zookeepers://`` URL (None for ``zookeeper://``), made once per
+    client: the server's certificate must chain to ``ssl_ca_certs`` (the system's CAs without
+    it) and, unless ``ssl_check_hostname=false``, name the host as the URL writes it.
+
+    Unusable files are refused here (``ConfigurationError``), before connecting: met at a
+    connection attempt they would be retried until ``connect_timeout``, which reads as "the
+    ensemble is down" rather than "fix the URL".
+    """
+    tls = config.tls
+    if tls is None:
+        return None
+    for option, path in (
+        ("ssl_ca_certs", tls.ca_certs),
+        ("ssl_certfile", tls.certfile),
+        ("ssl_keyfile", tls.keyfile),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise ConfigurationError(f"{option}: {path} is not a file", backend=config.url)
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_certs)
+    except (ssl.SSLError, OSError, ValueError) as error:
+        raise ConfigurationError(
+            f"ssl_ca_certs: {tls.ca_certs} holds no usable CA certificate: {error}",
+            backend=config.url,
+        ) from None
+    context.check_hostname = tls.check_hostname
+    if tls.certfile is not None:
+        try:
+            context.load_cert_chain(tls.certfile, tls.keyfile)
+        except (ssl.SSLError, OSError, ValueError) as error:
+            files = tls.certfile if tls.keyfile is None else f"{tls.certfile} and {tls.keyfile}"
+            raise ConfigurationError(
+                f"ssl_certfile: {files} hold no usable certificate and private key: {error}",
+                backend=config.url,
+            ) from None
+    return context
+
+
+def tls_connector(context: ssl.SSLContext) -> Callable[..., ssl.SSLSocket]:
+    """kazoo's ``create_connection`` for TLS, with the client's one context.
+
+    kazoo's own makes a context (reading the files again) at every attempt, and leaves the
+    socket of a failed handshake open; this one connects in clear with kazoo's helper, then
+    does the handshake, and closes the socket if that fails. kazoo passes its own TLS
+    settings too: the context already has them.
+    """
+
+    def create_connection(
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        **_kazoo_settings: Any,
+    ) -> ssl.SSLSocket:
+        plain = create_tcp_connection(socket, address, timeout=timeout)
+        try:
+            # the handshake happens here, bounded by the socket's timeout
+            return context.wrap_socket(plain, server_hostname=hostname)
+        except BaseException:
+            plain.close()
+            raise
+
+    return create_connection
+
+
+# --------------------------------------------------------------------------------------------
+# ACLs: with credentials, nobody else may change the nodes tumbler uses
+
+
+#: what an ACL may grant others than the URL's user on a node tumbler uses
+OTHERS_MAY = Permissions.READ
+_PERMISSION_LETTERS = (
+    (Permissions.CREATE, "c"),
+    (Permissions.DELETE, "d"),
+    (Permissions.READ, "r"),
+    (Permissions.WRITE, "w"),
+    (Permissions.ADMIN, "a"),
+)
+
+
+def digest_identity(digest: str) -> str:
+    """The id the server gives a ``user:password`` digest session: ``user:<base64 sha1>``."""
+    user, _, password = digest.partition(":")
+    return str(make_digest_acl_credential(user, password))
+
+
+def describe_acl(acls: Iterable[ACL]) -> str:
+    """An ACL as zkCli writes it (``world:anyone:cdrwa``), digests without their hash (a hash
+    of a password is as good as one to whoever can try passwords offline)."""
+    entries = []
+    for acl in acls:
+        scheme, identity = str(acl.id.scheme), str(acl.id.id)
+        if scheme == "digest":
+            identity = identity.partition(":")[0] + ":<hash>"
+        letters = "".join(letter for bit, letter in _PERMISSION_LETTERS if acl.perms & bit)
+        text = f"{scheme}:{identity}:{letters or '-'}"
+        # written by whoever made the node: shown, never obeyed, by a terminal
+        entries.append(text if text.isprintable() else ascii(text)[1:-1])
+    return ", ".join(entries) or "(empty)"
+
+
+def acl_problem(path: str, acls: list[ACL], identity: str, url: str) -> ConfigurationError | None:
+    """The refusal of node ``path`` if its ACL lets anyone but ``identity`` (the URL's user,
+    from ``digest_identity``) do more than read it; None if only that user may."""
+    foreign = [
+        acl
+        for acl in acls
+        if acl.perms & ~OTHERS_MAY and (acl.id.scheme, acl.id.id) != ("digest", identity)
+    ]
+    if not foreign:
+        return None
+    user = identity.partition(":")[0]
+    return ConfigurationError(
+        f"the ZooKeeper node {path} may be changed by others than {user!r} "
+        f"(its ACL: {describe_acl(acls)}): they could take locks from their holders. Give "
+        f"it an ACL for {user!r} alone (in zkCli, as that user: addauth digest "
+        f"{user}:PASSWORD, then setAcl -R {path} auth::cdrwa), or delete it",
+        backend=url,
     )
 
 
@@ -216,13 +398,52 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
 # Connecting: give up as soon as every host refused, and say so
 
 
-def _refused(error: BaseException | None) -> bool:
-    """Whether a connection attempt ended in ECONNREFUSED (kazoo wraps the socket error)."""
+def _ended_in(error: BaseException | None, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether a connection attempt's error is, or was caused by, one of ``kinds`` (kazoo
+    wraps the socket's error)."""
     while error is not None:
-        if isinstance(error, ConnectionRefusedError):
+        if isinstance(error, kinds):
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def _refused(error: BaseException | None) -> bool:
+    """Whether a connection attempt ended in ECONNREFUSED."""
+    return _ended_in(error, (ConnectionRefusedError,))
+
+
+#: the TLS alerts of a server that refuses the client's certificate (or its lack of one)
+_CERTIFICATE_ALERTS = frozenset(
+    {
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    }
+)
+
+
+def _hopeless(error: BaseException | None) -> bool:
+    """Whether trying the host again cannot help: nothing listens there, or a certificate was
+    refused, the server's by the client (a wrong CA or host name) or the client's by the
+    server: neither mends itself."""
+    while error is not None:
+        if isinstance(error, (ConnectionRefusedError, ssl.SSLCertVerificationError)):
+            return True
+        if isinstance(error, ssl.SSLError) and error.reason in _CERTIFICATE_ALERTS:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _dropped_at_once(error: BaseException | None) -> bool:
+    """Whether the host closed the connection without a reply: what a TLS-only port does
+    with a client that speaks in clear (and a server that has too many clients)."""
+    return isinstance(error, kazoo_errors.ConnectionDropped) and "broken" in str(error)
 
 
 def _describe(error: BaseException) -> str:
@@ -240,14 +461,17 @@ class ConnectAttempts:
     kazoo retries a refused connection until ``start``'s timeout and then only says
     "Connection time-out". The backend wraps kazoo's connect step to record each attempt here,
     so that the start ends as soon as every host of the ensemble has refused (nothing listens
-    there, and a TCP client that waits longer would not be helped), with the real cause.
+    there, and a TCP client that waits longer would not be helped) or, over TLS, failed the
+    certificate check, with the real cause.
     """
 
-    def __init__(self, hosts: Iterable[tuple[str, int]]) -> None:
+    def __init__(self, hosts: Iterable[tuple[str, int]], tls: bool = False) -> None:
         self._lock = threading.Lock()
         self._hosts = list(dict.fromkeys(hosts))
+        self._tls = tls
         self._last: dict[tuple[str, int], BaseException | None] = {}
-        #: set once the start is decided: connected, refused by every host, or unauthorised
+        #: set once the start is decided: connected, refused (or failed the certificate check)
+        #: by every host, or unauthorised
         self.settled = threading.Event()
 
     def record(self, host: str, port: int, error: BaseException | None) -> None:
@@ -257,20 +481,21 @@ class ConnectAttempts:
             decided = (
                 error is None
                 or isinstance(error, kazoo_errors.AuthFailedError)
-                or self._every_host_refused()
+                or self._every_host(_hopeless)
             )
         if decided:
             self.settled.set()
 
-    def _every_host_refused(self) -> bool:
-        return bool(self._hosts) and all(_refused(self._last.get(h)) for h in self._hosts)
+    def _every_host(self, ended: Callable[[BaseException | None], bool]) -> bool:
+        return bool(self._hosts) and all(ended(self._last.get(h)) for h in self._hosts)
 
     def failure(self, timeout: float) -> str:
         """Why the start failed, naming the hosts (never credentials: they are not here)."""
         with self._lock:
             names = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._hosts]
-            if self._every_host_refused():
+            if self._every_host(_refused):
                 return f"connection refused by every ZooKeeper host ({', '.join(names)})"
+            hopeless = self._every_host(_hopeless)
             causes = []
             for name, host in zip(names, self._hosts, strict=True):
                 if host not in self._last:
@@ -278,7 +503,18 @@ class ConnectAttempts:
                     continue
                 error = self._last[host]
                 causes.append(f"{name}: {'connected' if error is None else _describe(error)}")
-        return f"no ZooKeeper host took the connection within {timeout:g} s ({'; '.join(causes)})"
+            hint = ""
+            if not self._tls and self._every_host(_dropped_at_once):
+                hint = "; if the ensemble's port speaks only TLS, use zookeepers://"
+        if hopeless:
+            return (
+                "every ZooKeeper host refused the connection or a TLS certificate "
+                f"({'; '.join(causes)})"
+            )
+        return (
+            f"no ZooKeeper host took the connection within {timeout:g} s "
+            f"({'; '.join(causes)}){hint}"
+        )
 
 
 def start_client(client: Any, attempts: ConnectAttempts, timeout: float, url: str) -> None:

@@ -48,9 +48,11 @@ from ..zookeeper import (
     RedactingLogger,
     SessionProbe,
     ZooKeeperConfig,
+    acl_problem,
     arun_blocking,
     client_secrets,
     decode_name,
+    digest_identity,
     encode_name,
     entry_data,
     entry_prefix,
@@ -59,6 +61,8 @@ from ..zookeeper import (
     parse_children,
     read_entry_data,
     start_client,
+    tls_connector,
+    tls_context,
     translate_errors,
 )
 
@@ -86,6 +90,8 @@ class AsyncZooKeeperBackend:
     """The ZooKeeper backend contract over one kazoo client (one session)."""
 
     def __init__(self, config: ZooKeeperConfig) -> None:
+        # first: unusable certificate files are refused before anything is made
+        tls = tls_context(config)
         self.config = config
         self.url = config.url
         self.clock: Clock = SYSTEM_CLOCK
@@ -96,10 +102,13 @@ class AsyncZooKeeperBackend:
         self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=config.session_timeout)
         acl = None
         auth = None
+        #: the URL's user as ZooKeeper names it in ACLs (None: no credentials, no ACL checks)
+        self._identity: str | None = None
         if config.digest is not None:
             user, _, password = config.digest.partition(":")
             acl = [make_digest_acl(user, password, all=True)]
             auth = [("digest", config.digest)]
+            self._identity = digest_identity(config.digest)
         self._acl = acl
         self._client = KazooClient(
             hosts=config.connect_string,
@@ -111,9 +120,14 @@ class AsyncZooKeeperBackend:
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             # kazoo logs its requests, the credentials among them
             logger=RedactingLogger(_log, lambda: client_secrets(config.digest, self._client)),
+            use_ssl=tls is not None,
         )
+        if tls is not None:
+            self._client.handler.create_connection = tls_connector(tls)
         #: the outcome of each connection attempt while the client starts
-        self._attempts: ConnectAttempts | None = ConnectAttempts(self._client.hosts)
+        self._attempts: ConnectAttempts | None = ConnectAttempts(
+            self._client.hosts, tls=config.tls is not None
+        )
         self._wrap_connect()
         self._client.add_listener(self._on_state)
         self._guard = threading.Lock()
@@ -128,7 +142,8 @@ class AsyncZooKeeperBackend:
         #: server could not be reached: looked for and deleted when the connection is back
         self._lost_creates: set[tuple[str, str]] = set()
         self._containers = True
-        #: lock nodes known to exist (see _remember_lock_node)
+        #: lock nodes known to exist and, with credentials, whose ACL was checked (see
+        #: _remember_lock_node)
         self._lock_nodes: OrderedDict[str, None] = OrderedDict()
         self._closing = False
         self._suspended = False
@@ -230,8 +245,13 @@ class AsyncZooKeeperBackend:
                 self._attempts = None
             base = self.config.base
             await self._make_path(base)
+            # with credentials, who else may change the base: its ACL comes in the same round
+            # trip as the read below
+            checking = None if self._identity is None else self._client.get_acls_async(base)
             # reading the base shows now, not at the first lock, whether the user may
             await self._call(self._client.get_children_async(base))
+            if checking is not None:
+                await self._check_acl(base, checking)
 
     async def close(self) -> None:
         """End the session: the ensemble deletes this client's entries at once."""
@@ -277,10 +297,30 @@ class AsyncZooKeeperBackend:
             return False
         return True
 
+    async def _check_acl(self, path: str, checking: Any, entry: str | None = None) -> None:
+        """Refuse node ``path`` (``ConfigurationError``) if others than the URL's user may
+        change it; ``checking`` is the ``get_acls`` request already sent for it. ``entry`` is
+        this client's entry made in it by the same round trip: deleted if the node is
+        refused, so that it does not stay in a line that others can change."""
+        identity = self._identity
+        assert identity is not None, "only a client with credentials checks ACLs"
+        try:
+            acls, _stat = await self._call(checking)
+            refusal = acl_problem(path, acls, identity, self.url)
+            if refusal is not None:
+                raise refusal
+        except BaseException:
+            if entry is not None:
+                # not deleted now (the server is out of reach): _delete keeps it for later
+                with contextlib.suppress(Exception):
+                    await self._delete(entry)
+            raise
+
     def _remember_lock_node(self, path: str) -> None:
-        # Lock nodes this client has used lately: a grant there need not make the node first.
-        # Bounded, least recently used first out; a node the server removed meanwhile (an idle
-        # container) costs one more round trip, as before.
+        # Lock nodes this client has used lately (with credentials: whose ACL it checked): a
+        # grant there need neither make the node nor check it first. Bounded, least recently
+        # used first out; a node the server removed meanwhile (an idle container) costs one
+        # more round trip, as before.
         with self._guard:
             self._lock_nodes[path] = None
             self._lock_nodes.move_to_end(path)
@@ -361,6 +401,13 @@ class AsyncZooKeeperBackend:
             if found is not None:
                 stat = await self._call(self._client.exists_async(f"{path}/{found}"))
                 if stat is not None:
+                    if self._identity is not None and path not in self._lock_nodes:
+                        # the reply that was lost carried this node's ACL as well
+                        with self._guard:
+                            self._uncertain.discard(key)
+                        checking = self._client.get_acls_async(path)
+                        await self._check_acl(path, checking, f"{path}/{found}")
+                        self._remember_lock_node(path)
                     mine = OwnEntry(f"{path}/{found}", stat.czxid, stat.ephemeralOwner)
                     self._watches.arm(mine)
                     with self._guard:
@@ -379,7 +426,14 @@ class AsyncZooKeeperBackend:
             # One round trip: the server handles a session's requests in the order they were
             # sent, so the lock node is made (if this client has not seen it yet) before the
             # entry is created in it, and the children are read after the entry is there.
-            making = None if path in self._lock_nodes else self._send_lock_node(path)
+            # With credentials, a lock node this client has not seen yet may have been made by
+            # someone else, with an ACL that lets others take the lock: its ACL comes in the
+            # same round trip, and is checked before the entry can count as a grant.
+            seen = path in self._lock_nodes
+            making = None if seen else self._send_lock_node(path)
+            checking = None
+            if not seen and self._identity is not None:
+                checking = self._client.get_acls_async(path)
             creating = self._client.create_async(
                 prefix, data, ephemeral=True, sequence=True, include_data=True
             )
@@ -393,6 +447,10 @@ class AsyncZooKeeperBackend:
                     self._lock_nodes.pop(path, None)
                 await self._make_lock_node(path)  # the lock node was idle and removed
                 continue
+            if checking is not None:
+                with self._guard:
+                    self._uncertain.discard(key)  # its fate is known: kept, or deleted now
+                await self._check_acl(path, checking, created)
             self._remember_lock_node(path)
             mine = OwnEntry(created, stat.czxid, stat.ephemeralOwner)
             self._watches.arm(mine)  # its answer comes with the next one: no wait here

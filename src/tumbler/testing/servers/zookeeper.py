@@ -4,7 +4,9 @@ Two shapes, each made of real ZooKeeper JVMs on free loopback ports, every proce
 directory (its ``zoo.cfg``, its data directory and its log live there):
 
 * :class:`ZooKeeperServer` - one standalone server; it can be killed (SIGKILL, as in a crash)
-  and started again on the same port and data directory, with its data.
+  and started again on the same port and data directory, with its data. Given ``tls`` (the
+  files of :func:`~tumbler.testing.servers.make_tls_files`) it speaks only TLS: its one client
+  port is a ``secureClientPort`` served by Netty.
 * :class:`ZooKeeperEnsemble` - a replicated ensemble (3 members by default), each member with
   a client, a quorum and an election port; members can be killed and restarted one at a time
   while the others carry on, and :meth:`ZooKeeperEnsemble.leader` says which one leads.
@@ -18,10 +20,11 @@ has; only a power cut would), and the four-letter words ``ruok``, ``srvr``, ``mn
 
 Plain library code like :mod:`tumbler.testing.servers.redis`: no pytest and no ZooKeeper
 client (the readiness probes speak the four-letter words over a socket), only mirakuru from
-the ``testing`` extra. The JVM is ``$TUMBLER_JAVA`` or ``java`` on ``PATH``; the class path is
-``$TUMBLER_ZOOKEEPER_CLASSPATH`` or Debian's ``/usr/share/java/zookeeper.jar`` (whose manifest
-names the jars it needs) plus ``slf4j-simple.jar`` for the log; ``scripts/servers`` installs
-them.
+the ``testing`` extra (and, for a TLS server, ``cryptography``, which trustme brings). The JVM
+is ``$TUMBLER_JAVA`` or ``java`` on ``PATH``; the class path is ``$TUMBLER_ZOOKEEPER_CLASSPATH``
+or Debian's ``/usr/share/java/zookeeper.jar`` (whose manifest names the jars it needs), plus
+``slf4j-simple.jar`` for the log and ``netty-codec.jar``, which Netty's TLS handler needs and
+Debian's manifest leaves out; ``scripts/servers`` installs them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -40,7 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from mirakuru import TCPExecutor
 from mirakuru.base import SimpleExecutor
@@ -54,6 +58,9 @@ from mirakuru.exceptions import (
 
 from ...errors import InvalidArgument
 from ._common import LOOPBACK, ServerError, ServerNotInstalled, free_port, tail
+
+if TYPE_CHECKING:
+    from .redis import TLSFiles
 
 __all__ = [
     "DEFAULT_MAX_SESSION_TIMEOUT",
@@ -90,6 +97,12 @@ _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
 #: an SLF4J binding that needs no config file: the server logs to stderr, i.e. its log file
 _SLF4J_SIMPLE = Path("/usr/share/java/slf4j-simple.jar")
+#: Netty's TLS handler needs its codec classes; Debian's zookeeper.jar manifest does not name
+#: them (without them the secure port closes every connection: NoClassDefFoundError)
+_NETTY_CODEC = Path("/usr/share/java/netty-codec.jar")
+#: the values of ``ssl.clientAuth`` a TLS server may run with: ``want`` asks clients for a
+#: certificate and lets in those without one, ``need`` refuses them
+TLS_CLIENT_AUTH = ("want", "need")
 _JAVA_ENV = "TUMBLER_JAVA"
 _CLASSPATH_ENV = "TUMBLER_ZOOKEEPER_CLASSPATH"
 _BIND_ATTEMPTS = 8
@@ -148,8 +161,7 @@ def zookeeper_classpath() -> str:
             f"scripts/servers, or set ${_CLASSPATH_ENV})"
         )
     entries = [_DEBIAN_JAR]
-    if _SLF4J_SIMPLE.is_file():
-        entries.append(_SLF4J_SIMPLE)
+    entries.extend(jar for jar in (_SLF4J_SIMPLE, _NETTY_CODEC) if jar.is_file())
     return os.pathsep.join(str(entry) for entry in entries)
 
 
@@ -161,17 +173,27 @@ def super_digest(password: str) -> str:
     return f"{SUPER_USER}:{digest}"
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = _PROBE_TIMEOUT) -> str:
+def four_letter_word(
+    host: str,
+    port: int,
+    word: str,
+    timeout: float = _PROBE_TIMEOUT,
+    tls: ssl.SSLContext | None = None,
+) -> str:
     """Send a four-letter word (``ruok``, ``srvr``, ...) to a server and return its answer.
 
-    Raises ``OSError`` if the server cannot be reached or does not finish answering within
+    ``tls`` is the context to speak TLS with, to a secure client port. Raises ``OSError`` (an
+    ``ssl.SSLError`` too) if the server cannot be reached or does not finish answering within
     ``timeout`` seconds. A word the server does not allow gets a "not in the whitelist" text,
     not an error.
     """
     if len(word) != 4 or not word.isascii() or not word.isalpha():
         raise InvalidArgument(f"a four-letter word is four ASCII letters, not {word!r}")
     chunks: list[bytes] = []
-    with socket.create_connection((host, port), timeout=timeout) as connection:
+    with contextlib.ExitStack() as stack:
+        connection = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+        if tls is not None:
+            connection = stack.enter_context(tls.wrap_socket(connection, server_hostname=host))
         connection.sendall(word.encode("ascii"))
         # the server answers, then closes; an empty read is the end of the answer
         while chunk := connection.recv(4096):
@@ -189,6 +211,21 @@ def _mode(answer: str) -> str | None:
 def _properties_value(value: str | Path) -> str:
     # zoo.cfg is a Java properties file: a backslash starts an escape
     return str(value).replace("\\", "\\\\")
+
+
+def _write_key_store(tls: TLSFiles, path: Path) -> None:
+    """The server's certificate chain and key in one PEM file, the key as PKCS#8: ZooKeeper's
+    PEM key store reads no other key form (trustme writes EC keys in OpenSSL's own)."""
+    from cryptography.hazmat.primitives import serialization  # only TLS servers need it
+
+    key = serialization.load_pem_private_key(tls.server_key_path.read_bytes(), password=None)
+    pkcs8 = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    path.touch(mode=0o600)
+    path.write_bytes(tls.server_cert_path.read_bytes() + pkcs8)
 
 
 class _ZooKeeperExecutor(TCPExecutor):
@@ -237,6 +274,12 @@ class ZooKeeperServer:
     the server fsync its transaction log (off by default: only a power cut, not a SIGKILL,
     loses what is not synced). ``max_heap`` is the JVM's ``-Xmx``; ``jvm_options`` are added
     to the JVM's command line and ``extra_config`` lines (``key=value``) to ``zoo.cfg``.
+
+    ``tls`` (the files of :func:`~tumbler.testing.servers.make_tls_files`) makes the server speak
+    only TLS, its certificate signed by the files' CA; ``tls_client_auth`` is ``"want"`` (a
+    client may present a certificate of that CA, and need not) or ``"need"`` (it must). The
+    URLs are then ``zookeepers://`` and :meth:`connection_kwargs` carries the CA and the client
+    certificate.
     """
 
     def __init__(
@@ -253,7 +296,13 @@ class ZooKeeperServer:
         jvm_options: Sequence[str] = (),
         extra_config: Sequence[str] = (),
         startup_timeout: float = ZOOKEEPER_STARTUP_TIMEOUT,
+        tls: TLSFiles | None = None,
+        tls_client_auth: str = "want",
     ) -> None:
+        if tls_client_auth not in TLS_CLIENT_AUTH:
+            raise InvalidArgument(
+                f"tls_client_auth must be {' or '.join(TLS_CLIENT_AUTH)}: {tls_client_auth!r}"
+            )
         for name, value in (
             ("tick_time", tick_time),
             ("min_session_timeout", min_session_timeout),
@@ -286,6 +335,8 @@ class ZooKeeperServer:
         self.jvm_options = list(jvm_options)
         self.extra_config = list(extra_config)
         self.startup_timeout = startup_timeout
+        self.tls = tls
+        self.tls_client_auth = tls_client_auth
         self._owns_dir = workdir is None
         if workdir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="tumbler-zookeeper-"))
@@ -296,6 +347,8 @@ class ZooKeeperServer:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.config_path = self.dir / "zoo.cfg"
         self.data_dir = self.dir / "data"
+        #: a TLS server's certificate chain and key in one file, the form ZooKeeper reads
+        self.key_store_path = self.dir / "key-store.pem"
         #: the JVM's stdout and stderr, where ZooKeeper's log goes as well
         self.log_path = self.dir / "zookeeper.log"
         self._executor: _ZooKeeperExecutor | None = None
@@ -316,16 +369,66 @@ class ZooKeeperServer:
         """The client addresses joined by commas (kazoo's ``hosts=``)."""
         return ",".join(self.hosts)
 
+    @property
+    def scheme(self) -> str:
+        """``zookeepers`` for a TLS server, ``zookeeper`` otherwise."""
+        return "zookeeper" if self.tls is None else "zookeepers"
+
     def url_for(self, chroot: str = "") -> str:
-        """``zookeeper://HOSTS`` with ``chroot`` (``/a/b``) as the path, for ``tumbler.connect``."""
+        """``zookeeper://HOSTS`` (``zookeepers://`` with TLS) with ``chroot`` (``/a/b``) as the
+        path, for ``tumbler.connect``. A TLS server's URL needs ``?ssl_ca_certs=`` with
+        :attr:`ca_path` as well, unless the system trusts the CA."""
         if chroot and not chroot.startswith("/"):
             raise InvalidArgument(f"a chroot starts with '/': {chroot!r}")
-        return f"zookeeper://{self.connect_string}{chroot}"
+        return f"{self.scheme}://{self.connect_string}{chroot}"
 
     @property
     def url(self) -> str:
-        """``zookeeper://127.0.0.1:PORT``."""
+        """``zookeeper://127.0.0.1:PORT`` (``zookeepers://`` with TLS)."""
         return self.url_for()
+
+    def _tls_files(self) -> TLSFiles:
+        if self.tls is None:
+            raise ZooKeeperServerError(f"{self!r} does not speak TLS")
+        return self.tls
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA that signed the server's certificate (TLS servers only)."""
+        return self._tls_files().ca_path
+
+    @property
+    def client_cert_path(self) -> Path:
+        """A client certificate of that CA, as servers with ``tls_client_auth="need"`` ask."""
+        return self._tls_files().client_cert_path
+
+    @property
+    def client_key_path(self) -> Path:
+        return self._tls_files().client_key_path
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for a kazoo client of this server: the hosts and, with TLS, the CA
+        and the client certificate (the host name is checked)."""
+        kwargs: dict[str, Any] = {"hosts": self.connect_string}
+        if self.tls is not None:
+            kwargs.update(
+                use_ssl=True,
+                ca=str(self.tls.ca_path),
+                certfile=str(self.tls.client_cert_path),
+                keyfile=str(self.tls.client_key_path),
+                check_hostname=True,
+            )
+        return kwargs
+
+    def _probe_context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls.ca_path))
+        # a readiness probe: the CA is checked, the name need not be (the files may name
+        # another host, to test clients that check it)
+        context.check_hostname = False
+        context.load_cert_chain(str(self.tls.client_cert_path), str(self.tls.client_key_path))
+        return context
 
     @property
     def super_digest(self) -> str | None:
@@ -343,8 +446,9 @@ class ZooKeeperServer:
     # -- four-letter words -----------------------------------------------------------------
 
     def command(self, word: str, timeout: float = _PROBE_TIMEOUT) -> str:
-        """The server's answer to a four-letter word (see :func:`four_letter_word`)."""
-        return four_letter_word(self.host, self.port, word, timeout)
+        """The server's answer to a four-letter word (see :func:`four_letter_word`), over TLS
+        to a TLS server."""
+        return four_letter_word(self.host, self.port, word, timeout, self._probe_context())
 
     def _ask(self, word: str) -> str | None:
         try:
@@ -375,8 +479,7 @@ class ZooKeeperServer:
         return [
             f"tickTime={self.tick_time}",
             f"dataDir={_properties_value(self.data_dir)}",
-            f"clientPort={self.port}",
-            f"clientPortAddress={self.host}",
+            *self._client_port_lines(),
             f"minSessionTimeout={self.min_session_timeout}",
             f"maxSessionTimeout={self.max_session_timeout}",
             # the Jetty admin server would take port 8080
@@ -390,8 +493,26 @@ class ZooKeeperServer:
             *self.extra_config,
         ]
 
+    def _client_port_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"clientPort={self.port}", f"clientPortAddress={self.host}"]
+        # no clientPort: nothing reaches this server in clear
+        return [
+            f"secureClientPort={self.port}",
+            f"secureClientPortAddress={self.host}",
+            # only Netty serves TLS (unknown keys become zookeeper.* system properties)
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={_properties_value(self.key_store_path)}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={_properties_value(self.tls.ca_path)}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.tls_client_auth}",
+        ]
+
     def _write_files(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.tls is not None:
+            _write_key_store(self.tls, self.key_store_path)
         self.config_path.write_text("\n".join(self._config_lines()) + "\n")
 
     def _command(self) -> list[str]:
