@@ -237,7 +237,7 @@ def _connect(url: str | None, command: str) -> tumbler.Locks:
         raise ConfigurationError(
             f"this backend's locks live inside one process, so 'tumbler {command}' would "
             "see no other process's locks: use sqlite:// (processes of one machine), "
-            "redis:// or zookeeper:// (processes on any machine)",
+            "redis:// or zookeeper:// / zookeepers:// (processes on any machine)",
             backend=locks.url,
         )
     return locks
