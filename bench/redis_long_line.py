@@ -53,21 +53,25 @@ async def keep_line(url: str, waiters: int, seconds: float) -> None:
     async with await tumbler.aio.connect(f"{url}&max_connections=64") as locks:
         backend = locks._backend  # the waiters' own script call, as a waiting lock makes it
         stop = time.monotonic() + seconds
-        tries = 0
+        tries = failures = 0
 
         async def waiter() -> None:
-            nonlocal tries
+            nonlocal tries, failures
             owner = secrets.token_hex(16)
             await asyncio.sleep(random.random())  # spread the tries over the second
             while time.monotonic() < stop:
                 started = time.monotonic()
-                await backend.try_grant(request(owner))
-                tries += 1
+                try:
+                    await backend.try_grant(request(owner))
+                    tries += 1
+                except tumbler.TumblerError:  # a saturated server: what a waiter would see
+                    failures += 1
                 await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 
         began = time.monotonic()
         await asyncio.gather(*(waiter() for _ in range(waiters)))
-        print(json.dumps({"tries_per_second": tries / (time.monotonic() - began)}), flush=True)
+        elapsed = time.monotonic() - began
+        print(json.dumps({"tries": tries / elapsed, "failures": failures}), flush=True)
 
 
 def sample(call: Callable[[], object], pause: float, stop: float, into: list[float]) -> None:
@@ -146,11 +150,12 @@ def run(url: str, admin: redis.Redis, waiters: int, seconds: float) -> None:
         elapsed = time.monotonic() - began
         cpu1, calls1, usec1 = server_figures(admin)
         out, _ = line.communicate(timeout=ramp + seconds + 60)
-        rate = json.loads(out.strip().splitlines()[-1])["tries_per_second"]
+        line_figures = json.loads(out.strip().splitlines()[-1])
         ping_client.close()
     per_call = (usec1 - usec0) / max(1, calls1 - calls0)
     print(
-        f"waiters {waiters:6d} (queued {queued}): tries {rate:7.0f}/s, "
+        f"waiters {waiters:6d} (queued {queued}): tries {line_figures['tries']:7.0f}/s "
+        f"({line_figures['failures']} failed), "
         f"server CPU {100 * (cpu1 - cpu0) / elapsed:5.1f}% of a core, "
         f"script call {per_call:7.1f} us (server time, mean)"
     )
