@@ -14,6 +14,7 @@ Real redis-server processes only; the malformed entries are written with redis-p
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 
 import pytest
@@ -188,3 +189,33 @@ async def test_malformed_entries_block_nothing_and_are_dropped_asyncio(
         assert keys_without_expiry(admin, prefix) == []
         assert await asyncio.wait_for(lock.acquire(blocking=False), PATIENCE)
         await locks.force_release("ledger")
+
+
+def test_entries_without_indexes_are_respected(redis_server: RedisServer) -> None:
+    """A well-formed entry that no index knows (tumbler before the indexes wrote only the
+    hash, so both may run side by side during an upgrade) holds the lock as it says, also
+    when its lease was extended in the hash alone."""
+    prefix = new_prefix()
+    admin = redis_server.client(decode_responses=True)
+    seconds, micros = admin.time()
+    now_ms = seconds * 1000 + micros // 1000
+    token = seconds * 1_000_000 + micros
+    field = hashlib.sha1(b"an older client's owner id").hexdigest()
+
+    def write(expires_ms: int) -> None:
+        admin.hset(entries_key(prefix, "ledger"), field, f"{token}|0|1|0|{token}|{expires_ms}||old")
+
+    write(now_ms + 30_000)
+    with tumbler.connect(f"{redis_server.url}?prefix={prefix}") as locks:
+        assert locks.lock("ledger").acquire(blocking=False) is False
+        [holder] = locks.status("ledger").holders
+        assert (holder.token, holder.holder) == (token, "old")
+        # the older client renews in the hash only; the index still has the first expiry
+        write(now_ms + 60_000)
+        admin.zadd(f"{prefix}:{{ledger}}:t", {field: now_ms - 1})
+        assert locks.lock("ledger").acquire(blocking=False) is False
+        write(now_ms - 1)  # its lease ran out
+        lock = locks.lock("ledger")
+        assert lock.acquire(blocking=False)
+        assert lock.hold.token > token
+        lock.release()

@@ -40,10 +40,13 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     cuts the woken fair waiters' entries to run out in that time (a live one renews its entry
     when it tries again, and that is within a re-check even if the wake-up is lost).
 
-Malformed data: an entry that does not parse, or that no index knows (written by something
-other than these scripts), is ignored by every script and dropped by the next grant, release
-or force release of its lock; ``INSPECT`` counts them. A lock holding nothing but such
-entries has its keys deleted, so they never outlive the lock.
+Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
+is ignored by every script and dropped by the next grant, release or force release of its
+lock; ``INSPECT`` counts them. A lock holding nothing but such entries has its keys deleted,
+so they never outlive the lock. A well-formed entry that no index knows, or whose lease was
+extended without its index (as tumbler before the indexes wrote them, so both can run side
+by side during an upgrade), is indexed anew when found: the hash is the truth, the indexes
+are rebuilt from it.
 
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
@@ -151,34 +154,53 @@ local function put(K, e)
     end
 end
 
--- owner's live entry, or nil; one that is malformed, unindexed or expired is dropped
+-- owner's live entry, or nil; one that is malformed or expired is dropped, a live one that
+-- no index knows (written by an older tumbler, which kept no indexes) is indexed
 local function get(K, owner)
     local value = call('HGET', K.e, owner)
     local indexed = call('ZSCORE', K.t, owner)
     if not value and not indexed then return nil end  -- nothing to drop: the usual case
     local e = decode(owner, value)
-    if e and indexed and e.expires > now_ms then return e end
+    if e and e.expires > now_ms then
+        if not indexed then put(K, e) end
+        return e
+    end
     remove(K, owner)
     return nil
 end
 
--- drop the expired entries (each once: amortised, whatever the line's length)
+-- drop the expired entries (each once: amortised, whatever the line's length); an entry
+-- whose lease was extended without its index (by an older tumbler) is timed anew instead
 local function purge(K)
     for _, owner in ipairs(call('ZRANGEBYSCORE', K.t, '-inf', score(now_ms))) do
-        remove(K, owner)
+        local e = decode(owner, call('HGET', K.e, owner))
+        if e and e.expires > now_ms then
+            call('ZADD', K.t, score(e.expires), owner)
+        else
+            remove(K, owner)
+        end
     end
 end
 
--- drop the entries of the hash that no index knows (malformed ones included); they are only
--- looked for when the hash has more fields than the index has entries
-local function sweep(K)
-    if call('HLEN', K.e) <= call('ZCARD', K.t) then return end
-    local raw = call('HGETALL', K.e)
+-- every field of the hash: drop the malformed and expired ones, index the live ones no
+-- index knows; returns how many were malformed
+local function sweep_all(K)
+    local raw, malformed = call('HGETALL', K.e), 0
     for i = 1, #raw, 2 do
-        if not decode(raw[i], raw[i + 1]) or not call('ZSCORE', K.t, raw[i]) then
+        local e = decode(raw[i], raw[i + 1])
+        if not e then malformed = malformed + 1 end
+        if not e or e.expires <= now_ms then
             remove(K, raw[i])
+        elseif not call('ZSCORE', K.t, raw[i]) then
+            put(K, e)
         end
     end
+    return malformed
+end
+
+-- sweep_all, when the hash has fields that no index knows (it has more than the index)
+local function sweep(K)
+    if call('HLEN', K.e) > call('ZCARD', K.t) then sweep_all(K) end
 end
 
 -- the live grants, oldest token first
@@ -470,12 +492,7 @@ FORCE_RELEASE = (
     + """
 local K = lock_keys(1)
 purge(K)
-local raw = call('HGETALL', K.e)
-for i = 1, #raw, 2 do
-    if not decode(raw[i], raw[i + 1]) or not call('ZSCORE', K.t, raw[i]) then
-        remove(K, raw[i])
-    end
-end
+sweep_all(K)
 local removed = 0
 for _, e in ipairs(holders(K)) do
     remove(K, e.owner)
@@ -487,9 +504,9 @@ return removed
 """
 )
 
-#: KEYS: the lock's entries and expiries (``e``, ``t``). Returns {now_ms, malformed, owner1,
-#: entry1, ...}: the live entries, and how many entries it could not use (malformed or
-#: unindexed: the next grant or release drops them); changes nothing.
+#: KEYS: the lock's entries (``e``). Returns {now_ms, malformed, owner1, entry1, ...}: the
+#: live entries, and how many entries it could not parse (the next grant or release drops
+#: them); changes nothing.
 INSPECT = (
     _COMMON
     + """
@@ -497,7 +514,7 @@ local raw = call('HGETALL', KEYS[1])
 local result = {now_ms, 0}
 for i = 1, #raw, 2 do
     local e = decode(raw[i], raw[i + 1])
-    if not e or not call('ZSCORE', KEYS[2], raw[i]) then
+    if not e then
         result[2] = result[2] + 1
     elseif e.expires > now_ms then
         result[#result + 1] = raw[i]

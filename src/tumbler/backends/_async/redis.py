@@ -591,7 +591,7 @@ class AsyncRedisBackend:
         return AsyncRedisWatch(self, name, owner)
 
     async def inspect(self, name: str) -> LockState:
-        keys = self.keys.lock_keys(name)[:3:2]  # entries and expiries
+        keys = [self.keys.entries(name)]
         raw = await self._call(name, lambda: self._inspect(keys, []))
         now_ms, malformed = int(raw[0]), int(raw[1])
         if malformed:

@@ -591,7 +591,7 @@ class RedisBackend:
         return RedisWatch(self, name, owner)
 
     def inspect(self, name: str) -> LockState:
-        keys = self.keys.lock_keys(name)[:3:2]  # entries and expiries
+        keys = [self.keys.entries(name)]
         raw = self._call(name, lambda: self._inspect(keys, []))
         now_ms, malformed = int(raw[0]), int(raw[1])
         if malformed:
