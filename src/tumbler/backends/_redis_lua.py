@@ -318,7 +318,8 @@ local function renew_entry(e_key, t_key, h_key, owner, ttl_ms)
     call('HSET', e_key, owner, encode(e))
     call('ZADD', t_key, score(e.expires), owner)
     if call('PEXPIRETIME', e_key) < e.expires then
-        -- the line's keys hold waiters only, whose entries end sooner: grants extend those
+        -- only the keys that hold grants: the line's hold waiters, whose entries end sooner
+        -- (and every grant or release sets them all again)
         for _, key in ipairs({e_key, t_key, h_key}) do call('PEXPIREAT', key, e.expires) end
     end
     return true

@@ -24,8 +24,8 @@ With ACLs, the user needs the keys and channels under the prefix and exactly the
 its scripts), and ``+wait`` with ``wait_replicas``. The connect checks them all, keys and
 channels included, and refuses a user that lacks any with ``PermissionDenied`` naming what
 it lacks; a right taken away later fails the call that needs it with ``PermissionDenied``
-naming the command. (Redis Cluster clients also send ``CLUSTER SLOTS`` and ``COMMAND`` when
-they start.)
+naming the command. (On Redis Cluster, redis-py's client also sends ``CLUSTER SLOTS`` or
+``CLUSTER SHARDS`` and ``COMMAND`` when it starts.)
 
 What it guarantees
     Each grant, renewal and release is one Lua script, run atomically by the server: a grant
@@ -36,10 +36,11 @@ What it guarantees
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
     re-check every second in case a message is lost. A grant attempt costs the server the
     same however long the lock's line is (the line is kept in sorted sets, see
-    ``_redis_lua``), and a line is at most ``max_waiters`` long. A release that wakes a
-    waiter whose
-    client no longer listens (its process died, and the server closed its connections) drops
-    that waiter and wakes the next at once, on a single server. On Redis Cluster, where a
+    ``_redis_lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
+    tumbler did not write block nothing: the scripts skip and drop them (``status`` counts
+    them: ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
+    listens (its process died, and the server closed its connections) drops that waiter and
+    wakes the next at once, on a single server. On Redis Cluster, where a
     release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
     (1.5 s if both are fair: the woken one's entry is cut to run out by then). A waiter whose
     host vanished without closing its connections holds a fair line up on a single server
