@@ -1,6 +1,7 @@
 """A long line on one Redis lock: what N waiters cost the server and everyone else on it.
 
     python bench/redis_long_line.py [--waiters 1000,2000] [--seconds 10] [--url redis://...]
+                                    [--grant-cost 10,1000,10000]
 
 One client holds the lock ``crowded``; a separate process keeps N waiters in its line, each
 trying again once a second as a waiter does (``recheck_interval``), through the backend's own
@@ -12,6 +13,9 @@ refreshed). Meanwhile this process, on connections of its own, measures for ``--
 - single grant attempts on the crowded lock by a newcomer that does not queue;
 - the server's CPU (``INFO cpu``, as a share of one core) and the mean server time of a
   script call (``INFO commandstats``: EVALSHA, nearly all of them the waiters' tries).
+
+First (``--grant-cost``), without that load: the server time and round trip of single grant
+attempts on a lock whose line of N waiters was written with the grant script itself.
 
 Printed as median / 99th percentile / max in milliseconds. Nothing is asserted (see
 bench/README.md). Without ``--url``, a throwaway redis-server on a free loopback port. Each
@@ -164,11 +168,63 @@ def run(url: str, admin: redis.Redis, waiters: int, seconds: float) -> None:
     print(f"  crowded lock, one try     ms median / p99 / max  {figures(attempts)}")
 
 
+def grant_cost(admin: redis.Redis, sizes: list[int], attempts: int = 500) -> None:
+    """Server time of one grant attempt on a lock with N waiters, the line written by the
+    grant script itself (waiters with a long lease, so that none runs out meanwhile)."""
+    from tumbler.backends import _redis_lua as lua
+
+    keys = lua.Keys(f"tumbler:bench-{secrets.token_hex(4)}")
+    grant = admin.register_script(lua.GRANT)
+
+    def args(owner: str, queue: bool) -> list[object]:
+        # owner, shared, limit, fair, ttl_ms, holder, queue, waiter_ttl_ms, sequence_ttl_ms,
+        # client, max_waiters (an older script ignores the last)
+        return [
+            owner,
+            0,
+            1,
+            0,
+            60_000,
+            "bench",
+            int(queue),
+            600_000,
+            lua.SEQUENCE_TTL_MS,
+            "",
+            10**6,
+        ]
+
+    for size in sizes:
+        name = f"cost-{size}"
+        # the keys a script of this version takes (before the line's indexes: two)
+        lock_keys = getattr(keys, "lock_keys", lambda n: [keys.entries(n), keys.sequence(n)])(name)
+        assert grant(lock_keys, args("holder", True))[0] == 1
+        for start in range(0, size, 1000):
+            pipe = admin.pipeline(transaction=False)
+            for index in range(start, min(size, start + 1000)):
+                grant(lock_keys, args(f"waiter-{index}", True), client=pipe)
+            pipe.execute()
+        _cpu, calls0, usec0 = server_figures(admin)
+        started = time.perf_counter()
+        for index in range(attempts):
+            grant(lock_keys, args(f"newcomer-{index}", False))
+        elapsed = time.perf_counter() - started
+        _cpu, calls1, usec1 = server_figures(admin)
+        print(
+            f"grant attempt with {size:6d} waiters: {(usec1 - usec0) / (calls1 - calls0):8.1f} us "
+            f"server time, {1000 * elapsed / attempts:6.2f} ms round trip (mean of {attempts})"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", help="a redis:// URL (default: a throwaway server)")
     parser.add_argument("--waiters", default="1000,2000", help="comma-separated line lengths")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--grant-cost",
+        default="10,1000,10000",
+        help="comma-separated line lengths at which to time single grant attempts ('' skips)",
+    )
     parser.add_argument("--keep-line", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.keep_line is not None:
@@ -187,7 +243,9 @@ def main() -> int:
         url = f"{url}{'&' if '?' in url else '?'}prefix=tumbler:bench-{secrets.token_hex(4)}"
         admin = redis.Redis.from_url(url.split("?")[0])
         try:
-            for waiters in (int(part) for part in args.waiters.split(",")):
+            if args.grant_cost:
+                grant_cost(admin, [int(part) for part in args.grant_cost.split(",")])
+            for waiters in (int(part) for part in args.waiters.split(",") if part):
                 run(url, admin, waiters, args.seconds)
         finally:
             admin.close()
