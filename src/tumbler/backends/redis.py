@@ -37,8 +37,8 @@ What it guarantees
     re-check every second in case a message is lost. A grant attempt costs the server the
     same however long the lock's line is (the line is kept in sorted sets, see
     ``_redis_lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
-    tumbler did not write block nothing: the scripts skip and drop them (``status`` counts
-    them: ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
+    do not parse block nothing: the scripts skip and drop them (``status`` counts them:
+    ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
     listens (its process died, and the server closed its connections) drops that waiter and
     wakes the next at once, on a single server. On Redis Cluster, where a
     release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
@@ -455,8 +455,8 @@ def waiter_count(text: str) -> int:
 
 @dataclass(frozen=True)
 class RedisLockState(LockState):
-    """``LockState`` with what only Redis reports: entries of the lock's hash that the scripts
-    could not use (malformed, or written by something else), which they drop."""
+    """``LockState`` with what only Redis reports: entries of the lock's hash that do not
+    parse (written by hand, by another program, by a bug), which the scripts skip and drop."""
 
     malformed: int = 0
 

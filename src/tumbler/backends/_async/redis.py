@@ -596,8 +596,8 @@ class AsyncRedisBackend:
         now_ms, malformed = int(raw[0]), int(raw[1])
         if malformed:
             _log.warning(
-                "lock %r: %d entries of its Redis hash are not tumbler's (malformed, or "
-                "written by something else); its next grant or release drops them",
+                "lock %r: %d entries of its Redis hash do not parse (written by hand, by "
+                "another program, by a bug); its next grant or release drops them",
                 name,
                 malformed,
             )
