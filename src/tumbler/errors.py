@@ -20,6 +20,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     │   └── InvalidURL
     │       └── UnknownScheme
     ├── PermitsMismatch (ValueError)        a semaphore's permits differ from its live holders'
+    ├── TooManyWaiters                      the lock's line at the backend is full
     ├── ConfigurationError                  the backend cannot be used as configured
     │   └── MissingDependency (ImportError) the backend's optional extra is not installed
     ├── PermissionDenied (PermissionError)  the backend refused us access
@@ -50,6 +51,7 @@ __all__ = [
     "NotHeld",
     "PermissionDenied",
     "PermitsMismatch",
+    "TooManyWaiters",
     "TumblerError",
     "UnknownScheme",
     "WrongEventLoop",
@@ -176,6 +178,15 @@ class UnknownScheme(InvalidURL):
 
 class PermitsMismatch(TumblerError, ValueError):
     """A semaphore asked for with a permit count other than the one its live holders use."""
+
+
+class TooManyWaiters(TumblerError):
+    """An acquire would have queued behind as many waiters as the backend allows for one lock.
+
+    The backend keeps each lock's line bounded (Redis: the ``max_waiters`` URL option), so
+    that one crowded lock cannot slow the server for every other lock. Nothing was queued:
+    try again later, or take fewer waits at once.
+    """
 
 
 class ConfigurationError(TumblerError):

@@ -267,6 +267,24 @@ BAD_URLS = [
         "a whole number of connections from 1 to 10000",
     ),
     BadURL(
+        "max-waiters-0",
+        "redis://u:{secret}@127.0.0.1:1/0?max_waiters=0",
+        InvalidURL,
+        "bad value '0' for URL option 'max_waiters'",
+    ),
+    BadURL(
+        "max-waiters-too-many",
+        "redis://u:{secret}@127.0.0.1:1/0?max_waiters=1000001",
+        InvalidURL,
+        "a whole number of waiters from 1 to 1000000",
+    ),
+    BadURL(
+        "max-waiters-not-whole",
+        "redis://u:{secret}@127.0.0.1:1/0?max_waiters=1_000",
+        InvalidURL,
+        "a whole number of waiters",
+    ),
+    BadURL(
         "timeout-overflow",
         "redis://u:{secret}@127.0.0.1:1/0?connect_timeout=1e300",
         InvalidURL,
@@ -472,7 +490,8 @@ def test_bad_urls_are_refused_and_make_nothing(
 class ServerRefusal:
     """A URL of the TLS+ACL Redis that only the server can refuse. ``userinfo`` goes before
     ``@``: ``{right}`` is the ``tumbler`` user's percent-encoded password, ``{other}`` the
-    ``reader``'s. ``ca`` replaces the CA file (``{dir}``: the test's directory). ``cluster``
+    ``reader``'s, ``{partial}`` the ``partial`` user's (a lock user without PEXPIRETIME). ``ca``
+    replaces the CA file (``{dir}``: the test's directory). ``cluster``
     asks for Redis Cluster, which this server is not."""
 
     id: str
@@ -494,6 +513,8 @@ SERVER_REFUSALS = [
     ServerRefusal("user-without-password", PermissionDenied, "Redis", "tumbler@"),
     ServerRefusal("password-without-user", PermissionDenied, "refused", f":{SECRET}@"),
     ServerRefusal("no-credentials", PermissionDenied, "Redis", ""),
+    ServerRefusal("read-only-user", PermissionDenied, "info", "reader:{other}@"),
+    ServerRefusal("user-lacking-a-command", PermissionDenied, "PEXPIRETIME", "partial:{partial}@"),
     ServerRefusal(
         "db-beyond-the-servers",
         ConfigurationError,
@@ -552,7 +573,9 @@ def test_what_the_server_refuses_is_refused_at_once(
     (tmp_path / "not-a-certificate.pem").write_text("not a certificate\n")
     right = quote(server.users["tumbler"].password, safe="")
     other = quote(server.users["reader"].password, safe="")
+    partial = quote(server.users["partial"].password, safe="")
     userinfo = case.userinfo.replace("{right}", right).replace("{other}", other)
+    userinfo = userinfo.replace("{partial}", partial)
     ca = case.ca.replace("{dir}", str(tmp_path))
     url = tls_url(server, userinfo, prefix, case.db, ca, case.cluster)
     began = time.monotonic()
@@ -563,7 +586,11 @@ def test_what_the_server_refuses_is_refused_at_once(
         gc.collect()  # as above: a connection the refusal left open fails this case
     assert time.monotonic() - began < NO_HANG
     check_refusal(refused.value, case.error, case.says)
-    for password in (server.users["tumbler"].password, server.users["reader"].password):
+    for password in (
+        server.users["tumbler"].password,
+        server.users["reader"].password,
+        server.users["partial"].password,
+    ):
         assert password not in str(refused.value)
         assert quote(password, safe="") not in str(refused.value)
     # the refused client made nothing; the right credentials still work

@@ -165,10 +165,11 @@ def test_every_key_of_a_name_shares_one_hash_slot(redis_cluster: RedisServerClus
         for key in keys:
             tag = key[key.index("{") + 1 : key.index("}", key.index("{"))]
             by_tag.setdefault(tag, []).append(key)
-        # one hash tag per name (no two names collide), each with its entries and sequence key
+        # one hash tag per name (no two names collide), each with its entries, sequence,
+        # expiries and grants keys (the line's are made when somebody waits)
         assert len(by_tag) == len(AWKWARD_NAMES), keys
         for tag, group in by_tag.items():
-            assert sorted(key[-2:] for key in group) == [":e", ":n"], group
+            assert sorted(key.rsplit(":", 1)[1] for key in group) == ["e", "h", "n", "t"], group
             slots = {node.execute_command("CLUSTER KEYSLOT", key) for key in group}
             assert slots == {node.execute_command("CLUSTER KEYSLOT", "{" + tag + "}")}, group
         # and the names come back intact from the keys
@@ -186,7 +187,7 @@ def test_only_the_sequence_key_outlives_a_release_and_it_expires(
     admin = redis_server.client(decode_responses=True)
     with tumbler.connect(url) as locks, tumbler.connect(url) as other:
         with locks.lock("orders:42"):
-            assert len(keys_under(admin, prefix)) == 2
+            assert len(keys_under(admin, prefix)) == 4  # entries, sequence, expiries, grants
             # a waiter that gives up must withdraw its entry, too
             assert not other.lock("orders:42").acquire(timeout=0.2)
         [sequence] = keys_under(admin, prefix)
@@ -210,6 +211,8 @@ def test_owners_are_stored_hashed(redis_server: RedisServer, redis_url: str) -> 
             if admin.type(key) == "hash":
                 for field, value in admin.hgetall(key).items():
                     stored += [field, value]
+            elif admin.type(key) == "zset":
+                stored += admin.zrange(key, 0, -1)
             else:
                 stored.append(admin.get(key) or "")
         assert stored
@@ -463,18 +466,32 @@ def test_a_read_only_user_is_refused(redis_tls_server: RedisServer) -> None:
     assert secret_free(refused.value, reader_password)
 
 
-def test_permission_denied_names_the_lock(redis_tls_server: RedisServer) -> None:
+def test_keys_outside_the_users_rights_are_refused_at_connect(
+    redis_tls_server: RedisServer,
+) -> None:
     server = redis_tls_server
     # the tumbler user may only touch keys under tumbler:
     url = tls_url(server, ssl_ca_certs=server.ca_path, prefix="elsewhere")
-    with tumbler.connect(url) as locks:
-        with pytest.raises(PermissionDenied) as refused:
-            locks.lock("orders:42").acquire(blocking=False)
-        assert refused.value.lock_name == "orders:42"
-        assert "orders:42" in str(refused.value)
-        assert secret_free(refused.value, TUMBLER_PASSWORD)
-        with pytest.raises(PermissionDenied):
-            locks.status("orders:42")
+    with pytest.raises(PermissionDenied) as refused:
+        tumbler.connect(url)
+    assert "keys" in str(refused.value)
+    assert secret_free(refused.value, TUMBLER_PASSWORD)
+
+
+def test_permission_denied_names_the_lock(tmp_path: Path) -> None:
+    user = RedisUser("locker", "locker-pw", "~tumbler:* &tumbler:* +@all -@dangerous +info")
+    with RedisServer(tmp_path / "acl", users=[user]) as server:
+        url = with_options(server.url_for("locker"), prefix=new_prefix())
+        with tumbler.connect(url) as locks:
+            # the operator narrows the user's keys after the connect
+            server.client().execute_command("ACL", "SETUSER", "locker", "resetkeys", "~other:*")
+            with pytest.raises(PermissionDenied) as refused:
+                locks.lock("orders:42").acquire(blocking=False)
+            assert refused.value.lock_name == "orders:42"
+            assert "orders:42" in str(refused.value)
+            assert secret_free(refused.value, user.password)
+            with pytest.raises(PermissionDenied):
+                locks.status("orders:42")
 
 
 def test_a_wrong_password_is_refused(redis_tls_server: RedisServer) -> None:
@@ -739,26 +756,40 @@ def test_waits_that_start_together_all_get_their_subscription(redis_server: Redi
 
 
 NO_CHANNELS = RedisUser("locker", "locker-pw", "~tumbler:* resetchannels +@all -@dangerous +info")
+ALL_RIGHTS = RedisUser("locker", "locker-pw", "~tumbler:* &tumbler:* +@all -@dangerous +info")
 
 
-def test_a_user_without_channel_rights_gets_permission_denied(tmp_path: Path) -> None:
+def test_a_user_without_channel_rights_is_refused_at_connect(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "acl", users=[NO_CHANNELS]) as server:
+        prefix = new_prefix()
+        url = with_options(server.url_for("locker"), prefix=prefix, socket_timeout=1)
+        with pytest.raises(PermissionDenied) as refused:
+            tumbler.connect(url)  # the keys are allowed, the wake-up channels are not
+        assert f"PUBLISH {prefix}:c:" in str(refused.value)
+        assert f"SUBSCRIBE {prefix}:c:" in str(refused.value)
+        assert secret_free(refused.value, NO_CHANNELS.password)
+
+
+def test_channel_rights_withdrawn_after_connect_give_permission_denied(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "acl", users=[ALL_RIGHTS]) as server:
         url = with_options(server.url_for("locker"), prefix=new_prefix(), socket_timeout=1)
         with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
-            assert holder.lock("orders:42").acquire()  # the keys are allowed
+            assert holder.lock("orders:42").acquire()
+            server.client().execute_command("ACL", "SETUSER", "locker", "resetchannels")
             with pytest.raises(PermissionDenied) as refused:
-                # the wait subscribes to the lock's channel, which the user may not
+                # the wait subscribes to the lock's channel, which the user may no longer
                 waiter.lock("orders:42").acquire(timeout=0.2)
             assert refused.value.lock_name == "orders:42"
-            assert secret_free(refused.value, NO_CHANNELS.password)
+            assert secret_free(refused.value, ALL_RIGHTS.password)
 
 
 def test_a_failed_subscription_is_tried_again(tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "acl", users=[NO_CHANNELS]) as server:
+    with RedisServer(tmp_path / "acl", users=[ALL_RIGHTS]) as server:
         url = with_options(server.url_for("locker"), prefix=new_prefix(), socket_timeout=1)
         with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
             lock = holder.lock("orders:42")
             assert lock.acquire()
+            server.client().execute_command("ACL", "SETUSER", "locker", "resetchannels")
             with pytest.raises(TumblerError):
                 waiter.lock("orders:42").acquire(timeout=0.2)
             # the operator fixes the user's rights: the next wait must subscribe anew

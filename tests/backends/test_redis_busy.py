@@ -537,9 +537,9 @@ def test_the_capabilities_redis_declares() -> None:
 DOCUMENTED_RIGHTS = RedisUser(
     "least",
     "least-pw",
-    "~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan +time "
-    "+hgetall +hget +hset +hdel +hlen +get +set +del +pexpireat +pexpiretime +publish +wait "
-    "+hello +ping +client|setname",
+    "~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +scan +time +hget +hset "
+    "+hdel +hgetall +hlen +get +set +del +pexpireat +pexpiretime +publish +zadd +zrem +zrange "
+    "+zrangebyscore +zcard +zcount +zscore",
 )
 
 

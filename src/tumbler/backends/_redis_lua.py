@@ -5,8 +5,18 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
 
 ``<prefix>:{<name>}:e``
     a hash: owner hash -> entry ``seq|shared|limit|fair|token|expires_ms|client|holder`` (token
-    empty for a waiter). The hash expires with its longest-lived entry, so the entries of
-    holders that all crashed vanish by themselves.
+    empty for a waiter): every grant and waiter of the lock.
+``<prefix>:{<name>}:t``, ``:h``, ``:w``, ``:wf``, ``:wx``, ``:ws``
+    sorted sets of owner hashes that index the entries, so that no script reads the whole line:
+    ``t`` every entry by the time it expires, ``h`` the grants by token, and the waiters in
+    arrival order (by ``seq``): ``w`` all of them, ``wf`` the fair ones, ``wx`` the fair
+    exclusive ones, ``ws`` the shared ones. A grant looks at the holders and at the head of
+    the line (or counts the fair waiters ahead of it), in O(holders + log waiters) whatever
+    the line's length; a release wakes from the head of the line and stops as soon as nobody
+    behind can go (and after ``WAKE_SCAN`` waiters in any case: the others re-check by
+    themselves). Expired entries are dropped through ``t``. Every key of the lock expires with
+    its longest-lived entry (``t``'s last), so the entries of holders that all crashed vanish
+    by themselves, and a lock left with no entry has its keys deleted.
 ``<prefix>:{<name>}:n``
     the name's sequence: fencing tokens and arrival numbers come from it. Each value is
     ``max(previous + 1, server time in microseconds)``, and the key expires a day after the
@@ -30,22 +40,77 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     cuts the woken fair waiters' entries to run out in that time (a live one renews its entry
     when it tries again, and that is within a re-check even if the wake-up is lost).
 
+Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
+is ignored by every script and dropped by the next grant, release or force release of its
+lock; ``INSPECT`` counts them. A lock holding nothing but such entries has its keys deleted,
+so they never outlive the lock. A well-formed entry that no index knows, or whose lease was
+extended without its index (as tumbler before the indexes wrote them, so both can run side
+by side during an upgrade), is indexed anew when found: the hash is the truth, the indexes
+are rebuilt from it.
+
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
 clocks never decide an expiry. Every script returns its own decision; none trusts the client.
+A command the ACL refuses inside a script fails the script with ``NOPERM <COMMAND>: ...``,
+naming the command; ``PROBE`` lists the commands the user may not run without running any.
 """
 
 from __future__ import annotations
 
 SEQUENCE_TTL_MS = 24 * 3600 * 1000
+#: the most waiters one release looks at (from the head of the line) to wake those it lets
+#: through: the rest re-check within a second anyway, and the server runs nothing else
+#: while a script runs
+WAKE_SCAN = 64
 
-_COMMON = """
-local now = redis.call('TIME')
+#: the commands the scripts run, as ACL rules (checked at connect by ``PROBE``)
+SCRIPT_COMMANDS = (
+    "time",
+    "hget",
+    "hset",
+    "hdel",
+    "hgetall",
+    "hlen",
+    "get",
+    "set",
+    "del",
+    "pexpireat",
+    "pexpiretime",
+    "publish",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zcard",
+    "zcount",
+    "zscore",
+)
+
+_COMMON = (
+    f"local WAKE_SCAN = {WAKE_SCAN}\n"
+    + """
+-- redis.call that names the command when the ACL refuses it (Redis's own error does not)
+local function call(command, ...)
+    local reply = redis.pcall(command, ...)
+    if type(reply) == 'table' and reply.err then
+        if string.find(reply.err, 'The user executing the script', 1, true) then
+            error({err = 'NOPERM ' .. string.upper(command) .. ': ' .. reply.err})
+        end
+        error(reply)
+    end
+    return reply
+end
+
+local now = call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
+-- an entry, or nil if the value is not one these scripts wrote (numbers of at most 16
+-- digits stay exact in Lua's doubles and in sorted-set scores)
 local function decode(owner, value)
+    if type(value) ~= 'string' then return nil end
     local seq, shared, limit, fair, token, expires, client, holder =
-        string.match(value, '^(%d+)|(%d)|(%d+)|(%d)|(%d*)|(%d+)|([^|]*)|(.*)$')
+        string.match(value, '^(%d+)|([01])|(%d+)|([01])|(%d*)|(%d+)|([^|]*)|(.*)$')
+    if not seq or #seq > 16 or #limit > 9 or #token > 16 or #expires > 16 then return nil end
     return {owner = owner, seq = tonumber(seq), shared = shared == '1', limit = tonumber(limit),
             fair = fair == '1', token = tonumber(token), expires = tonumber(expires),
             client = client, holder = holder}
@@ -58,29 +123,133 @@ local function encode(e)
                          e.fair and 1 or 0, token, e.expires, e.client, e.holder)
 end
 
+local function score(n) return string.format('%d', n) end
+
+-- the keys of the lock whose keys start at KEYS[first] (see lock_keys())
+local function lock_keys(first)
+    return {e = KEYS[first], n = KEYS[first + 1], t = KEYS[first + 2], h = KEYS[first + 3],
+            w = KEYS[first + 4], wf = KEYS[first + 5], wx = KEYS[first + 6],
+            ws = KEYS[first + 7]}
+end
+
+local INDEXES = {'t', 'h', 'w', 'wf', 'wx', 'ws'}
+
+local function remove(K, owner)
+    call('HDEL', K.e, owner)
+    for _, index in ipairs(INDEXES) do call('ZREM', K[index], owner) end
+end
+
+-- store e and index it (a grant leaves the line)
+local function put(K, e)
+    call('HSET', K.e, e.owner, encode(e))
+    call('ZADD', K.t, score(e.expires), e.owner)
+    if e.token then
+        call('ZADD', K.h, score(e.token), e.owner)
+        for _, index in ipairs({'w', 'wf', 'wx', 'ws'}) do call('ZREM', K[index], e.owner) end
+    else
+        call('ZADD', K.w, score(e.seq), e.owner)
+        if e.fair then call('ZADD', K.wf, score(e.seq), e.owner) end
+        if e.fair and not e.shared then call('ZADD', K.wx, score(e.seq), e.owner) end
+        if e.shared then call('ZADD', K.ws, score(e.seq), e.owner) end
+    end
+end
+
+-- owner's live entry, or nil; one that is malformed or expired is dropped, a live one that
+-- no index knows (written by an older tumbler, which kept no indexes) is indexed
+local function get(K, owner)
+    local value = call('HGET', K.e, owner)
+    local indexed = call('ZSCORE', K.t, owner)
+    if not value and not indexed then return nil end  -- nothing to drop: the usual case
+    local e = decode(owner, value)
+    if e and e.expires > now_ms then
+        if not indexed then put(K, e) end
+        return e
+    end
+    remove(K, owner)
+    return nil
+end
+
+-- drop the expired entries (each once: amortised, whatever the line's length); an entry
+-- whose lease was extended without its index (by an older tumbler) is timed anew instead
+local function purge(K)
+    for _, owner in ipairs(call('ZRANGEBYSCORE', K.t, '-inf', score(now_ms))) do
+        local e = decode(owner, call('HGET', K.e, owner))
+        if e and e.expires > now_ms then
+            call('ZADD', K.t, score(e.expires), owner)
+        else
+            remove(K, owner)
+        end
+    end
+end
+
+-- every field of the hash: drop the malformed and expired ones, index the live ones no
+-- index knows; returns how many were malformed
+local function sweep_all(K)
+    local raw, malformed = call('HGETALL', K.e), 0
+    for i = 1, #raw, 2 do
+        local e = decode(raw[i], raw[i + 1])
+        if not e then malformed = malformed + 1 end
+        if not e or e.expires <= now_ms then
+            remove(K, raw[i])
+        elseif not call('ZSCORE', K.t, raw[i]) then
+            put(K, e)
+        end
+    end
+    return malformed
+end
+
+-- sweep_all, when the hash has fields that no index knows (it has more than the index)
+local function sweep(K)
+    if call('HLEN', K.e) > call('ZCARD', K.t) then sweep_all(K) end
+end
+
+-- the live grants, oldest token first
+local function holders(K)
+    local result = {}
+    for _, owner in ipairs(call('ZRANGE', K.h, 0, -1)) do
+        local e = get(K, owner)
+        if e and e.token then
+            result[#result + 1] = e
+        else
+            call('ZREM', K.h, owner)  -- gone, or a waiter listed as a grant
+        end
+    end
+    return result
+end
+
+-- the first live entry of a line index after score `after` (nil: from the start), or nil
+local function first_after(K, index, after)
+    local low = '-inf'
+    if after then low = '(' .. score(after) end
+    while true do
+        local found = call('ZRANGEBYSCORE', K[index], low, '+inf', 'LIMIT', 0, 1)
+        if #found == 0 then return nil end
+        local e = get(K, found[1])
+        if e and not e.token then return e end
+        call('ZREM', K[index], found[1])  -- gone, or a grant still listed in line
+    end
+end
+
+-- every key of the lock expires with its longest-lived entry; with none left, they go
+local function set_expiry(K)
+    local last = call('ZRANGE', K.t, -1, -1, 'WITHSCORES')
+    if #last == 0 then
+        call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws)
+        return
+    end
+    for _, key in ipairs({K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws}) do
+        call('PEXPIREAT', key, last[2])
+    end
+end
+
 -- tell a waiter's client that the waiter may go now; false if the client is known to be
 -- gone (judge: PUBLISH reached nobody on a server that sees every subscriber, see above)
 local function wake(e, channel_prefix, name, judge)
     if e.client == '' then
         return true  -- not subscribed yet: it tries again by itself once it is
     end
-    local heard = redis.call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
+    local heard = call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
     return heard > 0 or not judge
-end
-
--- the live entries of the hash, dropping expired ones on the way
-local function live_entries(key)
-    local raw = redis.call('HGETALL', key)
-    local entries = {}
-    for i = 1, #raw, 2 do
-        local e = decode(raw[i], raw[i + 1])
-        if e.expires > now_ms then
-            entries[#entries + 1] = e
-        else
-            redis.call('HDEL', key, raw[i])
-        end
-    end
-    return entries
 end
 
 -- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
@@ -88,37 +257,38 @@ end
 -- With backup_ms (when nobody is judged), the first waiter not let through is told to try
 -- again later in case the woken ones are dead (above); a fair one after backup_ms, when the
 -- woken include a fair waiter, whose entry is cut to run out by then; else after retry_ms.
-local function wake_admissible(key, entries, channel_prefix, name, judge, backup_ms, retry_ms)
-    table.sort(entries, function(a, b) return a.seq < b.seq end)
-    local ahead, exclusive_ahead = 0, false
-    for _, e in ipairs(entries) do
-        if e.token then
-            ahead = ahead + 1
-            if not e.shared then exclusive_ahead = true end
-        end
+local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_ms)
+    local ahead, exclusive_ahead, limit = 0, false, nil
+    for _, e in ipairs(holders(K)) do
+        ahead = ahead + 1
+        if e.shared then limit = e.limit else exclusive_ahead = true end
     end
-    local woken, backup = {}, nil
-    for _, e in ipairs(entries) do
-        if not e.token then
-            local admitted
-            if e.shared then
-                admitted = not exclusive_ahead and (e.limit == 0 or ahead < e.limit)
+    local woken, backup, after, examined = {}, nil, nil, 0
+    while examined < WAKE_SCAN do
+        local e = first_after(K, 'w', after)
+        if not e then break end
+        after, examined = e.seq, examined + 1
+        if e.shared then limit = e.limit end
+        local admitted
+        if e.shared then
+            admitted = not exclusive_ahead and (e.limit == 0 or ahead < e.limit)
+        else
+            admitted = ahead == 0
+        end
+        if admitted then
+            if wake(e, channel_prefix, name, judge) then
+                ahead = ahead + 1
+                if not e.shared then exclusive_ahead = true end
+                woken[#woken + 1] = e
             else
-                admitted = ahead == 0
+                remove(K, e.owner)
             end
-            if admitted then
-                if wake(e, channel_prefix, name, judge) then
-                    ahead = ahead + 1
-                    if not e.shared then exclusive_ahead = true end
-                    woken[#woken + 1] = e
-                else
-                    redis.call('HDEL', key, e.owner)
-                end
-            else
-                backup = backup or e
-                if e.fair then
-                    break  -- a fair waiter that cannot go yet holds those behind it
-                end
+        else
+            backup = backup or e
+            -- a fair waiter that cannot go holds those behind it; and nobody behind can go
+            -- once an exclusive grant is ahead or the (shared) limit is reached
+            if e.fair or exclusive_ahead or (limit and limit > 0 and ahead >= limit) then
+                break
             end
         end
     end
@@ -130,89 +300,97 @@ local function wake_admissible(key, entries, channel_prefix, name, judge, backup
                     delay_ms = backup_ms
                     if e.expires > now_ms + backup_ms then
                         e.expires = now_ms + backup_ms
-                        redis.call('HSET', key, e.owner, encode(e))
+                        put(K, e)
                     end
                 end
             end
         end
-        redis.call('PUBLISH', channel_prefix .. backup.client,
-                   '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
+        call('PUBLISH', channel_prefix .. backup.client,
+             '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
     end
 end
 
--- set the lease of owner's live grant in key to ttl_ms from now; false if it has none
-local function renew_entry(key, owner, ttl_ms)
-    local value = redis.call('HGET', key, owner)
-    if not value then return false end
-    local e = decode(owner, value)
-    if not e.token or e.expires <= now_ms then return false end
+-- set the lease of owner's live grant to ttl_ms from now; false if it has none
+local function renew_entry(e_key, t_key, h_key, owner, ttl_ms)
+    local e = decode(owner, call('HGET', e_key, owner))
+    if not e or not e.token or e.expires <= now_ms then return false end
     e.expires = now_ms + ttl_ms
-    redis.call('HSET', key, owner, encode(e))
-    if redis.call('PEXPIRETIME', key) < e.expires then
-        redis.call('PEXPIREAT', key, e.expires)
+    call('HSET', e_key, owner, encode(e))
+    call('ZADD', t_key, score(e.expires), owner)
+    if call('PEXPIRETIME', e_key) < e.expires then
+        -- only the keys that hold grants: the line's hold waiters, whose entries end sooner
+        -- (and every grant or release sets them all again)
+        for _, key in ipairs({e_key, t_key, h_key}) do call('PEXPIREAT', key, e.expires) end
     end
     return true
 end
-
--- the hash lives as long as its longest-lived entry
-local function set_key_expiry(key, entries)
-    local last = 0
-    for _, e in ipairs(entries) do
-        if e.expires > last then last = e.expires end
-    end
-    if last > now_ms then
-        redis.call('PEXPIREAT', key, last)
-    else
-        redis.call('DEL', key)
-    end
-end
 """
+)
 
-#: KEYS: entries, sequence. ARGV: owner, shared (0/1), limit, fair (0/1), ttl_ms, holder,
-#: queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes this waiter;
-#: empty while the client has not subscribed to it yet). Returns {1, token} if granted (or
-#: already held by the owner), {0} if not; an error reply
-#: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones'.
-#: The decision is tumbler._core.decide(), restated in Lua.
+#: KEYS: the lock's keys (``Keys.lock_keys``). ARGV: owner, shared (0/1), limit, fair (0/1),
+#: ttl_ms, holder, queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes
+#: this waiter; empty while the client has not subscribed to it yet), max_waiters. Returns
+#: {1, token} if granted (or already held by the owner), {0} if not; an error reply
+#: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones', and
+#: "TOO_MANY_WAITERS <max_waiters>" if it would queue behind max_waiters waiters.
+#: The decision is tumbler._core.decide(), restated in Lua over the indexes: the entries
+#: ahead of a request are the grants and, for a fair request, the fair waiters that came
+#: before it.
 GRANT = (
     _COMMON
     + """
-local entries_key, sequence_key = KEYS[1], KEYS[2]
+local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
 local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
 local waiter_ttl_ms, sequence_ttl_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
-local client = ARGV[10]
+local client, max_waiters = ARGV[10], tonumber(ARGV[11])
 
 local function next_value()
     local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    local value = math.max(tonumber(redis.call('GET', sequence_key) or '0') + 1, floor)
-    redis.call('SET', sequence_key, string.format('%d', value), 'PX', sequence_ttl_ms)
+    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, floor)
+    call('SET', K.n, string.format('%d', value), 'PX', sequence_ttl_ms)
     return value
 end
 
-local entries = live_entries(entries_key)
-local mine = nil
-for _, e in ipairs(entries) do
-    if e.owner == owner then mine = e end
-end
+purge(K)
+sweep(K)
+local mine = get(K, owner)
 if mine and mine.token then
     return {1, mine.token}
 end
+local granted_ones = holders(K)
 if shared then
-    for _, e in ipairs(entries) do
-        if e.shared and e.owner ~= owner and e.limit ~= limit then
+    -- the live shared entries all have one limit (each was checked against them when it
+    -- came), so a grant and the first other shared waiter stand for all of them
+    local others = {}
+    for _, e in ipairs(granted_ones) do
+        if e.shared then others[#others + 1] = e end
+    end
+    local first = first_after(K, 'ws', nil)
+    if first and first.owner == owner then first = first_after(K, 'ws', first.seq) end
+    if first then others[#others + 1] = first end
+    for _, e in ipairs(others) do
+        if e.limit ~= limit then
             return redis.error_reply('PERMITS_MISMATCH ' .. e.limit)
         end
     end
 end
-local my_seq = math.huge
-if mine then my_seq = mine.seq end
 local ahead, exclusive_ahead = 0, false
-for _, e in ipairs(entries) do
-    if e.owner ~= owner and (e.token or (fair and e.fair and e.seq < my_seq)) then
+for _, e in ipairs(granted_ones) do
+    ahead = ahead + 1
+    if not e.shared then exclusive_ahead = true end
+end
+if fair then
+    -- the fair waiters that came before this request (all of them if it has no entry yet)
+    local below = '+inf'
+    if mine then below = '(' .. score(mine.seq) end
+    if shared then
+        local exclusive = first_after(K, 'wx', nil)
+        if exclusive and (not mine or exclusive.seq < mine.seq) then exclusive_ahead = true end
+        ahead = ahead + call('ZCOUNT', K.wf, '-inf', below)
+    elseif first_after(K, 'wf', nil) and call('ZCOUNT', K.wf, '-inf', below) > 0 then
         ahead = ahead + 1
-        if not e.shared then exclusive_ahead = true end
     end
 end
 local granted
@@ -228,104 +406,118 @@ if granted then
     if not mine then
         mine = {owner = owner, seq = token, shared = shared, limit = limit, fair = fair,
                 client = client, holder = holder}
-        entries[#entries + 1] = mine
     end
     mine.token = token
     mine.expires = now_ms + ttl_ms
-    redis.call('HSET', entries_key, owner, encode(mine))
+    put(K, mine)
     result = {1, token}
 elseif mine or queue then
     if not mine then
+        if call('ZCARD', K.w) >= max_waiters then
+            set_expiry(K)
+            return redis.error_reply('TOO_MANY_WAITERS ' .. max_waiters)
+        end
         mine = {owner = owner, seq = next_value(), shared = shared, limit = limit, fair = fair,
                 client = client, holder = holder}
-        entries[#entries + 1] = mine
     end
     mine.client = client  -- subscribed since its last try, or subscribed anew
     mine.expires = now_ms + waiter_ttl_ms
-    redis.call('HSET', entries_key, owner, encode(mine))
+    put(K, mine)
 end
-set_key_expiry(entries_key, entries)
+set_expiry(K)
 return result
 """
 )
 
-#: KEYS: entries. ARGV: owner, ttl_ms. Returns 1 if the owner's live grant now runs ttl_ms
-#: from now, 0 if it has no live grant (an expired one is never revived).
+#: KEYS: the lock's entries, expiries and grants (``e``, ``t``, ``h``). ARGV: owner, ttl_ms.
+#: Returns 1 if the owner's live grant now runs ttl_ms from now, 0 if it has no live grant
+#: (an expired one is never revived).
 RENEW = (
     _COMMON
     + """
-if renew_entry(KEYS[1], redis.sha1hex(ARGV[1]), tonumber(ARGV[2])) then return 1 end
+if renew_entry(KEYS[1], KEYS[2], KEYS[3], redis.sha1hex(ARGV[1]), tonumber(ARGV[2])) then
+    return 1
+end
 return 0
 """
 )
 
-#: KEYS: the entries of each lease to renew (a key may come more than once: several grants
-#: of one lock). ARGV: owner and ttl_ms of each, in the order of KEYS (2 per key). Returns one
-#: 1 or 0 per key, as RENEW would: every lease of a client in one call (on Redis Cluster, all
-#: the keys of one call share a hash slot).
+#: KEYS: the entries, expiries and grants keys (``e``, ``t``, ``h``) of each lease to renew,
+#: 3 per lease (a lock may come more than once: several grants of one lock). ARGV: owner and
+#: ttl_ms of each lease, in the same order (2 per lease). Returns one 1 or 0 per lease, as
+#: RENEW would: every lease of a client in one call (on Redis Cluster, all the keys of one
+#: call share a hash slot).
 RENEW_ALL = (
     _COMMON
     + """
 local renewed = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #ARGV / 2 do
     local owner = redis.sha1hex(ARGV[2 * i - 1])
-    renewed[i] = renew_entry(key, owner, tonumber(ARGV[2 * i])) and 1 or 0
+    local ok = renew_entry(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], owner,
+                           tonumber(ARGV[2 * i]))
+    renewed[i] = ok and 1 or 0
 end
 return renewed
 """
 )
 
-#: KEYS: entries. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up that
-#: reaches nobody means the waiter's client is gone; 0 on Redis Cluster), backup_ms and
+#: KEYS: the lock's keys. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up
+#: that reaches nobody means the waiter's client is gone; 0 on Redis Cluster), backup_ms and
 #: retry_ms (0 and 0: no backup wake-up; see above). Removes the owner's entry (grant or
 #: waiter) and nobody else's; wakes the waiters that can now go, removing those whose client
 #: is gone. Returns 1 if a live grant was removed.
 RELEASE = (
     _COMMON
     + """
+local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
-local value = redis.call('HGET', KEYS[1], owner)
-if not value then return 0 end
-redis.call('HDEL', KEYS[1], owner)
-local e = decode(owner, value)
-wake_admissible(KEYS[1], live_entries(KEYS[1]), ARGV[2], ARGV[3], ARGV[4] == '1',
-                tonumber(ARGV[5]), tonumber(ARGV[6]))
-if e.token and e.expires > now_ms then return 1 end
+local e = decode(owner, call('HGET', K.e, owner))
+local indexed = call('ZSCORE', K.t, owner)
+if not e and not indexed then return 0 end
+remove(K, owner)
+purge(K)
+sweep(K)
+wake_admissible(K, ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6]))
+set_expiry(K)
+if e and indexed and e.token and e.expires > now_ms then return 1 end
 return 0
 """
 )
 
-#: KEYS: entries. ARGV: client channel prefix, lock name, judge (as for RELEASE). Removes
-#: every grant (for operators) and wakes every waiter, removing those whose client is gone;
-#: returns how many grants were removed.
+#: KEYS: the lock's keys. ARGV: client channel prefix, lock name, judge, backup_ms and
+#: retry_ms (as for RELEASE). Removes every grant (for operators) and every entry it cannot
+#: parse, and wakes the waiters that can now go, removing those whose client is gone; returns
+#: how many live grants were removed.
 FORCE_RELEASE = (
     _COMMON
     + """
-local entries = live_entries(KEYS[1])
-local removed, kept = 0, {}
-for _, e in ipairs(entries) do
-    if e.token then
-        redis.call('HDEL', KEYS[1], e.owner)
-        removed = removed + 1
-    elseif wake(e, ARGV[1], ARGV[2], ARGV[3] == '1') then
-        kept[#kept + 1] = e
-    else
-        redis.call('HDEL', KEYS[1], e.owner)
-    end
+local K = lock_keys(1)
+purge(K)
+sweep_all(K)
+local removed = 0
+for _, e in ipairs(holders(K)) do
+    remove(K, e.owner)
+    removed = removed + 1
 end
-set_key_expiry(KEYS[1], kept)
+wake_admissible(K, ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]))
+set_expiry(K)
 return removed
 """
 )
 
-#: KEYS: entries. Returns {now_ms, owner1, entry1, ...} of the live entries; changes nothing.
+#: KEYS: the lock's entries (``e``). Returns {now_ms, malformed, owner1, entry1, ...}: the
+#: live entries, and how many entries it could not parse (the next grant or release drops
+#: them); changes nothing.
 INSPECT = (
     _COMMON
     + """
-local raw = redis.call('HGETALL', KEYS[1])
-local result = {now_ms}
+local raw = call('HGETALL', KEYS[1])
+local result = {now_ms, 0}
 for i = 1, #raw, 2 do
-    if decode(raw[i], raw[i + 1]).expires > now_ms then
+    local e = decode(raw[i], raw[i + 1])
+    if not e then
+        result[2] = result[2] + 1
+    elseif e.expires > now_ms then
         result[#result + 1] = raw[i]
         result[#result + 1] = raw[i + 1]
     end
@@ -333,6 +525,39 @@ end
 return result
 """
 )
+
+#: KEYS: the lock's keys (of any name: nothing is read or written). ARGV: the client's
+#: channel, and 1 if grants wait for replicas (WAIT). Runs no command itself (so that a
+#: missing one does not hide the others). Returns the commands (with what they
+#: would touch) that the user may not run, as ``COMMAND`` or ``COMMAND key-or-channel``;
+#: empty if it may run them all. ``redis.acl_check_cmd`` checks keys and channels as well as
+#: commands, with the rights of the user that runs the script.
+PROBE = """
+local e, n, t = KEYS[1], KEYS[2], KEYS[3]
+local channel, replicas = ARGV[1], ARGV[2] == '1'
+local checks = {
+    {'TIME'}, {'HGET', e, 'f'}, {'HSET', e, 'f', 'v'}, {'HDEL', e, 'f'}, {'HGETALL', e},
+    {'HLEN', e}, {'GET', n}, {'SET', n, 'v', 'PX', '1'}, {'DEL', e}, {'PEXPIREAT', e, '1'},
+    {'PEXPIRETIME', e}, {'PUBLISH', channel, 'm'}, {'ZADD', t, '1', 'm'}, {'ZREM', t, 'm'},
+    {'ZRANGE', t, '0', '-1'}, {'ZRANGEBYSCORE', t, '0', '1'}, {'ZCARD', t},
+    {'ZCOUNT', t, '0', '1'}, {'ZSCORE', t, 'm'}, {'SUBSCRIBE', channel}, {'SCAN', '0'},
+}
+for i = 4, #KEYS do checks[#checks + 1] = {'ZSCORE', KEYS[i], 'm'} end  -- every index key
+if replicas then checks[#checks + 1] = {'WAIT', '1', '0'} end
+local refused = {}
+for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+        local what = check[1]
+        if check[1] == 'PUBLISH' or check[1] == 'SUBSCRIBE' then
+            what = what .. ' ' .. channel
+        elseif #check > 1 and check[1] ~= 'SCAN' and check[1] ~= 'WAIT' then
+            what = what .. ' ' .. check[2]
+        end
+        refused[#refused + 1] = what
+    end
+end
+return refused
+"""
 
 
 def escape_name(name: str) -> str:
@@ -356,6 +581,17 @@ class Keys:
     def sequence(self, name: str) -> str:
         return f"{self.prefix}:{{{escape_name(name)}}}:n"
 
+    def lock_keys(self, name: str) -> list[str]:
+        """Every key of the lock, in the order the scripts take them (``lock_keys`` in Lua):
+        entries, sequence, then the indexes ``t h w wf wx ws``."""
+        base = f"{self.prefix}:{{{escape_name(name)}}}:"
+        return [base + suffix for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws")]
+
+    def renewal_keys(self, name: str) -> list[str]:
+        """The keys a renewal touches (RENEW, RENEW_ALL): entries, expiries, grants."""
+        base = f"{self.prefix}:{{{escape_name(name)}}}:"
+        return [base + "e", base + "t", base + "h"]
+
     def client_channel_prefix(self) -> str:
         return f"{self.prefix}:c:"
 
@@ -376,6 +612,7 @@ class Keys:
 
 
 def parse_entry(owner: str, value: str) -> tuple[int, bool, int, int | None, int, str]:
-    """(seq, shared, limit, token, expires_ms, holder) of a stored entry."""
+    """(seq, shared, limit, token, expires_ms, holder) of a stored entry (one INSPECT
+    returned: the script has checked its form)."""
     seq, shared, limit, _fair, token, expires, _client, holder = value.split("|", 7)
     return int(seq), shared == "1", int(limit), int(token) if token else None, int(expires), holder

@@ -11,14 +11,21 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, d
 ``tumbler``), ``cluster`` (``true`` for Redis Cluster), ``socket_timeout`` and
 ``connect_timeout`` (seconds, default 5: no call waits longer for the server),
 ``max_connections`` (default 100: the most calls one client has under way at once; more wait
-for a free connection, up to ``socket_timeout``), ``wait_replicas`` and ``wait_timeout`` (see
-replication below), and for ``rediss://``: ``ssl_ca_certs``, ``ssl_certfile``,
-``ssl_keyfile``, ``ssl_check_hostname`` (default true).
-Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME``). With ACLs, the user needs the
-keys and channels under the prefix and these commands (those inside the scripts are checked
-too): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +unsubscribe +scan
-+time +hgetall +hget +hset +hdel +hlen +get +set +del +pexpireat +pexpiretime +publish
-+wait`` (and what the client's handshake sends: ``+hello +ping +client|setname``).
+for a free connection, up to ``socket_timeout``), ``max_waiters`` (default 10000: the most
+waiters one lock queues; one more acquire that would wait gets ``TooManyWaiters``),
+``wait_replicas`` and ``wait_timeout`` (see replication below), and for ``rediss://``:
+``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
+Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME`` and ``redis.acl_check_cmd``).
+
+With ACLs, the user needs the keys and channels under the prefix and exactly these commands
+(``ACL_RULES``): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +scan``
+(called by the client) ``+time +hget +hset +hdel +hgetall +hlen +get +set +del +pexpireat
++pexpiretime +publish +zadd +zrem +zrange +zrangebyscore +zcard +zcount +zscore`` (called by
+its scripts), and ``+wait`` with ``wait_replicas``. The connect checks them all, keys and
+channels included, and refuses a user that lacks any with ``PermissionDenied`` naming what
+it lacks; a right taken away later fails the call that needs it with ``PermissionDenied``
+naming the command. (On Redis Cluster, redis-py's client also sends ``CLUSTER SLOTS`` or
+``CLUSTER SHARDS`` and ``COMMAND`` when it starts.)
 
 What it guarantees
     Each grant, renewal and release is one Lua script, run atomically by the server: a grant
@@ -27,9 +34,13 @@ What it guarantees
     Fencing tokens strictly increase per lock name (see ``_redis_lua`` for how they survive
     the name's keys expiring). Every key of a lock shares one hash slot, so it works on Redis
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
-    re-check every second in case a message is lost. A release that wakes a waiter whose
-    client no longer listens (its process died, and the server closed its connections) drops
-    that waiter and wakes the next at once, on a single server. On Redis Cluster, where a
+    re-check every second in case a message is lost. A grant attempt costs the server the
+    same however long the lock's line is (the line is kept in sorted sets, see
+    ``_redis_lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
+    do not parse block nothing: the scripts skip and drop them (``status`` counts them:
+    ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
+    listens (its process died, and the server closed its connections) drops that waiter and
+    wakes the next at once, on a single server. On Redis Cluster, where a
     release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
     (1.5 s if both are fair: the woken one's entry is cut to run out by then). A waiter whose
     host vanished without closing its connections holds a fair line up on a single server
@@ -75,10 +86,12 @@ from ..errors import (
     InvalidURL,
     PermissionDenied,
     PermitsMismatch,
+    TooManyWaiters,
     TumblerError,
 )
 from ._options import flag, host_port, seconds
-from .contract import Capabilities
+from ._redis_lua import SCRIPT_COMMANDS
+from .contract import Capabilities, LockState
 
 if TYPE_CHECKING:
     import redis
@@ -105,6 +118,20 @@ CAPABILITIES = Capabilities(
     min_ttl=1.0,
     scope="network",
 )
+
+#: the commands the client calls itself (the scripts' are ``_redis_lua.SCRIPT_COMMANDS``)
+CLIENT_COMMANDS = ("evalsha", "script|load", "info", "subscribe", "scan")
+#: the ACL rules a user needs under the default prefix (``+wait`` too with ``wait_replicas``)
+ACL_RULES = "~tumbler:* &tumbler:* " + " ".join(
+    "+" + command for command in CLIENT_COMMANDS + SCRIPT_COMMANDS
+)
+
+#: ``max_waiters`` when the URL does not say. A grant attempt's cost does not grow with the
+#: line, but each waiter re-checks about once a second: 10,000 waiters on one lock are
+#: 10,000 script calls a second, a fair share of one Redis core.
+DEFAULT_MAX_WAITERS = 10_000
+#: the most ``max_waiters`` may be
+MAX_WAITERS = 1_000_000
 
 #: ``max_connections`` when the URL does not say: redis-py's own default pool size
 DEFAULT_MAX_CONNECTIONS = 100
@@ -145,6 +172,15 @@ def tumbler_error(
 ) -> TumblerError:
     """The tumbler error that says what a redis-py error means for a lock user."""
     if isinstance(error, redis_errors.NoPermissionError):
+        command, colon, detail = str(error).partition(": ")
+        if colon and command.replace("|", "").isalpha() and command.isupper():
+            # a script's refusal, which the script names (see _redis_lua)
+            return PermissionDenied(
+                f"the Redis user may not run {command} (its ACL needs +{command.lower()}): "
+                f"{detail}",
+                lock_name=name,
+                backend=url,
+            )
         return PermissionDenied(
             f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
         )
@@ -156,11 +192,24 @@ def tumbler_error(
         text = str(error)
         if "DB index is out of range" in text:
             return ConfigurationError(f"the Redis server has fewer databases: {text}", backend=url)
+        if text.startswith("TOO_MANY_WAITERS "):
+            limit = int(text.split()[1])
+            return TooManyWaiters(
+                f"{limit} waiters are queued for the lock already, the most it takes "
+                "(max_waiters in the URL)",
+                lock_name=name,
+                backend=url,
+            )
         if "PERMITS_MISMATCH" in text:
             limit = int(text.rsplit(" ", 1)[-1])
             kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
             return PermitsMismatch(f"the lock is in use as {kind}", lock_name=name, backend=url)
-        if "NOPERM" in text or "NOAUTH" in text or "WRONGPASS" in text:
+        if (
+            "NOPERM" in text
+            or "NOAUTH" in text
+            or "WRONGPASS" in text
+            or "The user executing the script can't" in text
+        ):
             return PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url)
         return BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url)
     if isinstance(error, redis_errors.ConnectionError) and str(error) == NO_CONNECTION:
@@ -360,6 +409,7 @@ _OPTIONS = (
     "socket_timeout",
     "connect_timeout",
     "max_connections",
+    "max_waiters",
     "wait_replicas",
     "wait_timeout",
     "ssl_ca_certs",
@@ -396,6 +446,21 @@ def connection_count(text: str) -> int:
     return int(text)
 
 
+def waiter_count(text: str) -> int:
+    """``max_waiters``: a whole number of waiters, 1 to MAX_WAITERS."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_WAITERS:
+        raise ValueError(f"expected a whole number of waiters from 1 to {MAX_WAITERS}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class RedisLockState(LockState):
+    """``LockState`` with what only Redis reports: entries of the lock's hash that do not
+    parse (written by hand, by another program, by a bug), which the scripts skip and drop."""
+
+    malformed: int = 0
+
+
 @dataclass(frozen=True)
 class RedisConfig:
     """A parsed ``redis://`` URL: what both flavours need to connect."""
@@ -410,6 +475,8 @@ class RedisConfig:
     wait_timeout: float
     #: the most calls under way at once (connections per node on Redis Cluster)
     max_connections: int
+    #: the most waiters one lock queues
+    max_waiters: int
     #: keyword arguments for redis-py's clients (credentials included: never log this)
     client_options: dict[str, Any] = field(repr=False)
 
@@ -477,6 +544,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
             ssl_check_hostname=url.option("ssl_check_hostname", flag, True),
         )
     max_connections = url.option("max_connections", connection_count, DEFAULT_MAX_CONNECTIONS)
+    max_waiters = url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS)
     wait_timeout = url.option("wait_timeout", seconds, 1.0)
     wait_replicas = url.option("wait_replicas", int, 0)
     if wait_replicas and wait_timeout >= options["socket_timeout"]:
@@ -498,6 +566,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
         wait_replicas=wait_replicas,
         wait_timeout=wait_timeout,
         max_connections=max_connections,
+        max_waiters=max_waiters,
         client_options=options,
     )
 

@@ -46,6 +46,7 @@ from ..contract import (
     WakeHub,
 )
 from ..redis import (
+    ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
     CAPABILITIES,
@@ -55,6 +56,7 @@ from ..redis import (
     AsyncClosings,
     AsyncGate,
     RedisConfig,
+    RedisLockState,
     translate_errors,
 )
 
@@ -333,6 +335,7 @@ class AsyncRedisBackend:
         self._release = AsyncScript(self.client, lua.RELEASE)
         self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
         self._inspect = AsyncScript(self.client, lua.INSPECT)
+        self._probe = AsyncScript(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
 
     def _connection_options(
@@ -358,7 +361,8 @@ class AsyncRedisBackend:
         return pool
 
     async def start(self) -> None:
-        """Check that the server answers, is recent enough, and will not evict lock keys."""
+        """Check that the server answers, is recent enough, lets the user run every command
+        tumbler needs, and will not evict lock keys."""
         with translate_errors(self.url):
             info: Any = await self.client.info("server")
             if self.config.cluster:  # RedisCluster answers per node
@@ -381,6 +385,27 @@ class AsyncRedisBackend:
                         "Redis maxmemory-policy is %s: it may evict lock keys (use noeviction)",
                         value,
                     )
+        # outside translate_errors, which would take PermissionDenied (an OSError) for a
+        # network failure
+        await self._check_rights()
+
+    async def _check_rights(self) -> None:
+        """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
+        rather than at the first release that has a waiter to wake (PUBLISH) or the first
+        renewal (PEXPIRETIME)."""
+        keys = self.keys.lock_keys("probe")
+        channel = self.keys.client_channel(self.client_id)
+        replicas = int(bool(self.config.wait_replicas))
+        with translate_errors(self.url):
+            refused = await self._probe(keys, [channel, replicas])
+        if refused:
+            what = ", ".join(part.decode() if isinstance(part, bytes) else part for part in refused)
+            raise PermissionDenied(
+                f"the Redis user may not run {what}: tumbler needs the ACL rules "
+                f"{ACL_RULES}{' +wait' if self.config.wait_replicas else ''} (for the key "
+                f"prefix {self.config.prefix!r})",
+                backend=self.url,
+            )
 
     async def _call(self, name: str | None, call: Callable[[], Awaitable[T]]) -> T:
         with translate_errors(self.url, name):
@@ -388,7 +413,7 @@ class AsyncRedisBackend:
                 return await call()
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
-        keys = [self.keys.entries(request.name), self.keys.sequence(request.name)]
+        keys = self.keys.lock_keys(request.name)
         args: list[str | int] = [
             request.owner,
             int(request.shared),
@@ -402,6 +427,7 @@ class AsyncRedisBackend:
             # until the client's channel is subscribed, a release must not take a wake-up
             # that reaches nobody for a sign that this waiter is gone
             self.client_id if self.wakeups.subscribed() else "",
+            self.config.max_waiters,
         ]
         result = await self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
@@ -428,7 +454,7 @@ class AsyncRedisBackend:
             )
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        keys = [self.keys.entries(name)]
+        keys = self.keys.renewal_keys(name)
         renewed = await self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
 
@@ -498,7 +524,7 @@ class AsyncRedisBackend:
     ) -> None:
         for start in range(0, len(indexes), RENEWALS_PER_CALL):
             chunk = indexes[start : start + RENEWALS_PER_CALL]
-            keys = [self.keys.entries(renewals[index].name) for index in chunk]
+            keys = [key for index in chunk for key in self.keys.renewal_keys(renewals[index].name)]
             args: list[str | int] = []
             for index in chunk:
                 args += [renewals[index].owner, max(1, round(renewals[index].ttl * 1000))]
@@ -557,7 +583,7 @@ class AsyncRedisBackend:
         return replies
 
     async def release(self, name: str, owner: str) -> bool:
-        keys = [self.keys.entries(name)]
+        keys = self.keys.lock_keys(name)
         args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
         return bool(await self._call(name, lambda: self._release(keys, args)))
 
@@ -565,12 +591,20 @@ class AsyncRedisBackend:
         return AsyncRedisWatch(self, name, owner)
 
     async def inspect(self, name: str) -> LockState:
-        raw = await self._call(name, lambda: self._inspect([self.keys.entries(name)], []))
-        now_ms = int(raw[0])
+        keys = [self.keys.entries(name)]
+        raw = await self._call(name, lambda: self._inspect(keys, []))
+        now_ms, malformed = int(raw[0]), int(raw[1])
+        if malformed:
+            _log.warning(
+                "lock %r: %d entries of its Redis hash do not parse (written by hand, by "
+                "another program, by a bug); its next grant or release drops them",
+                name,
+                malformed,
+            )
         holders = []
         waiters = 0
         limits = set()
-        for index in range(1, len(raw), 2):
+        for index in range(2, len(raw), 2):
             owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
             value = raw[index + 1]
             value = value.decode() if isinstance(value, bytes) else value
@@ -582,11 +616,12 @@ class AsyncRedisBackend:
             else:
                 holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
         holders.sort(key=lambda h: h.token)
-        return LockState(
+        return RedisLockState(
             name=name,
             holders=tuple(holders),
             waiters=waiters,
             limit=limits.pop() if len(limits) == 1 else None,
+            malformed=malformed,
         )
 
     async def inspect_all(self) -> list[LockState]:
@@ -607,8 +642,8 @@ class AsyncRedisBackend:
                     yield key
 
     async def force_release(self, name: str) -> int:
-        keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._wake_args[0]]
+        keys = self.keys.lock_keys(name)
+        args: list[str | int] = [self.keys.client_channel_prefix(), name, *self._wake_args]
         return int(await self._call(name, lambda: self._force_release(keys, args)))
 
     async def close(self) -> None:

@@ -48,6 +48,7 @@ from ..contract import (
     WakeHub,
 )
 from ..redis import (
+    ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
     CAPABILITIES,
@@ -55,6 +56,7 @@ from ..redis import (
     RENEWALS_PER_CALL,
     Closings,
     RedisConfig,
+    RedisLockState,
     SyncBound,
     SyncGate,
     translate_errors,
@@ -335,6 +337,7 @@ class RedisBackend:
         self._release = Script(self.client, lua.RELEASE)
         self._force_release = Script(self.client, lua.FORCE_RELEASE)
         self._inspect = Script(self.client, lua.INSPECT)
+        self._probe = Script(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
 
     def _connection_options(
@@ -360,7 +363,8 @@ class RedisBackend:
         return pool
 
     def start(self) -> None:
-        """Check that the server answers, is recent enough, and will not evict lock keys."""
+        """Check that the server answers, is recent enough, lets the user run every command
+        tumbler needs, and will not evict lock keys."""
         with translate_errors(self.url):
             info: Any = self.client.info("server")
             if self.config.cluster:  # RedisCluster answers per node
@@ -383,6 +387,27 @@ class RedisBackend:
                         "Redis maxmemory-policy is %s: it may evict lock keys (use noeviction)",
                         value,
                     )
+        # outside translate_errors, which would take PermissionDenied (an OSError) for a
+        # network failure
+        self._check_rights()
+
+    def _check_rights(self) -> None:
+        """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
+        rather than at the first release that has a waiter to wake (PUBLISH) or the first
+        renewal (PEXPIRETIME)."""
+        keys = self.keys.lock_keys("probe")
+        channel = self.keys.client_channel(self.client_id)
+        replicas = int(bool(self.config.wait_replicas))
+        with translate_errors(self.url):
+            refused = self._probe(keys, [channel, replicas])
+        if refused:
+            what = ", ".join(part.decode() if isinstance(part, bytes) else part for part in refused)
+            raise PermissionDenied(
+                f"the Redis user may not run {what}: tumbler needs the ACL rules "
+                f"{ACL_RULES}{' +wait' if self.config.wait_replicas else ''} (for the key "
+                f"prefix {self.config.prefix!r})",
+                backend=self.url,
+            )
 
     def _call(self, name: str | None, call: Callable[[], T]) -> T:
         with translate_errors(self.url, name):
@@ -390,7 +415,7 @@ class RedisBackend:
                 return call()
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
-        keys = [self.keys.entries(request.name), self.keys.sequence(request.name)]
+        keys = self.keys.lock_keys(request.name)
         args: list[str | int] = [
             request.owner,
             int(request.shared),
@@ -404,6 +429,7 @@ class RedisBackend:
             # until the client's channel is subscribed, a release must not take a wake-up
             # that reaches nobody for a sign that this waiter is gone
             self.client_id if self.wakeups.subscribed() else "",
+            self.config.max_waiters,
         ]
         result = self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
@@ -428,7 +454,7 @@ class RedisBackend:
             )
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        keys = [self.keys.entries(name)]
+        keys = self.keys.renewal_keys(name)
         renewed = self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
 
@@ -498,7 +524,7 @@ class RedisBackend:
     ) -> None:
         for start in range(0, len(indexes), RENEWALS_PER_CALL):
             chunk = indexes[start : start + RENEWALS_PER_CALL]
-            keys = [self.keys.entries(renewals[index].name) for index in chunk]
+            keys = [key for index in chunk for key in self.keys.renewal_keys(renewals[index].name)]
             args: list[str | int] = []
             for index in chunk:
                 args += [renewals[index].owner, max(1, round(renewals[index].ttl * 1000))]
@@ -557,7 +583,7 @@ class RedisBackend:
         return replies
 
     def release(self, name: str, owner: str) -> bool:
-        keys = [self.keys.entries(name)]
+        keys = self.keys.lock_keys(name)
         args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
         return bool(self._call(name, lambda: self._release(keys, args)))
 
@@ -565,12 +591,20 @@ class RedisBackend:
         return RedisWatch(self, name, owner)
 
     def inspect(self, name: str) -> LockState:
-        raw = self._call(name, lambda: self._inspect([self.keys.entries(name)], []))
-        now_ms = int(raw[0])
+        keys = [self.keys.entries(name)]
+        raw = self._call(name, lambda: self._inspect(keys, []))
+        now_ms, malformed = int(raw[0]), int(raw[1])
+        if malformed:
+            _log.warning(
+                "lock %r: %d entries of its Redis hash do not parse (written by hand, by "
+                "another program, by a bug); its next grant or release drops them",
+                name,
+                malformed,
+            )
         holders = []
         waiters = 0
         limits = set()
-        for index in range(1, len(raw), 2):
+        for index in range(2, len(raw), 2):
             owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
             value = raw[index + 1]
             value = value.decode() if isinstance(value, bytes) else value
@@ -582,11 +616,12 @@ class RedisBackend:
             else:
                 holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
         holders.sort(key=lambda h: h.token)
-        return LockState(
+        return RedisLockState(
             name=name,
             holders=tuple(holders),
             waiters=waiters,
             limit=limits.pop() if len(limits) == 1 else None,
+            malformed=malformed,
         )
 
     def inspect_all(self) -> list[LockState]:
@@ -605,8 +640,8 @@ class RedisBackend:
                     yield key
 
     def force_release(self, name: str) -> int:
-        keys = [self.keys.entries(name)]
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, self._wake_args[0]]
+        keys = self.keys.lock_keys(name)
+        args: list[str | int] = [self.keys.client_channel_prefix(), name, *self._wake_args]
         return int(self._call(name, lambda: self._force_release(keys, args)))
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ process in its own directory (its config file, log and any data files live there
   started again on the same port and directory.
 * :func:`start_tls_redis` - one server that speaks only TLS and has ACL users: ``default`` is
   off, ``tumbler`` has the rights a lock library needs on ``tumbler:*`` keys and channels,
-  ``reader`` may only read.
+  ``reader`` may only read, ``partial`` has ``tumbler``'s rights but one (``PEXPIRETIME``).
 * :func:`start_cluster` - a Redis Cluster of masters without replicas.
 
 Plain library code: it imports no pytest, so bench/ and other programs can use it as well as
@@ -81,6 +81,8 @@ TUMBLER_RULES = "~tumbler:* &tumbler:* +@all -@dangerous +info"
 #: Reads only (GET, HGETALL, PTTL, SCAN, ...), plus the connection commands a client sends on
 #: its own (PING, HELLO, CLIENT SETNAME); anything that writes gets NOPERM.
 READER_RULES = "~tumbler:* &tumbler:* +@read +ping +hello +client|setname"
+#: A lock user that lacks one command the scripts run (tumbler refuses it at connect).
+PARTIAL_RULES = TUMBLER_RULES + " -pexpiretime"
 
 _BIND_ATTEMPTS = 8
 _SERVER_ENV = "TUMBLER_REDIS_SERVER"
@@ -561,13 +563,15 @@ def start_tls_redis(
 
     Certificates come from :func:`make_tls_files` (in ``workdir``). Users: ``default`` off;
     ``tumbler`` (password ``tumbler_password``, which has URL-special characters) with
-    :data:`TUMBLER_RULES`; ``reader`` with :data:`READER_RULES`; an ``admin`` for
+    :data:`TUMBLER_RULES`; ``reader`` with :data:`READER_RULES`; ``partial`` (a random
+    password) with :data:`PARTIAL_RULES`; an ``admin`` for
     :meth:`RedisServer.client`. :attr:`RedisServer.url` is ``tumbler``'s ``rediss://`` URL and
     ``url_for("reader")`` the reader's. Other ``options`` go to :class:`RedisServer`.
     """
     users = [
         RedisUser("tumbler", tumbler_password, tumbler_rules),
         RedisUser("reader", reader_password or secrets.token_hex(12), READER_RULES),
+        RedisUser("partial", secrets.token_hex(12), PARTIAL_RULES),
         *extra_users,
     ]
     server = RedisServer(workdir, users=users, tls_auth_clients=tls_auth_clients, **options)
