@@ -6,7 +6,7 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
     0    success (``run``: the command's own status is passed through)
     64   usage error: bad arguments, bad lock name, bad TTL or wait
     69   the backend is unavailable
-    75   the lock is busy: not acquired in time
+    75   the lock is busy: not acquired in time, or its line of waiters is full
     77   the backend refused access
     78   configuration error: bad or unknown backend URL, missing extra, unusable backend
          (``memory://``, whose locks live inside one process, included)
@@ -51,6 +51,7 @@ from tumbler.errors import (
     LockLost,
     PermissionDenied,
     PermitsMismatch,
+    TooManyWaiters,
     TumblerError,
 )
 
@@ -81,6 +82,8 @@ EXIT_CODES: tuple[tuple[type[TumblerError], int], ...] = (
     (InvalidArgument, EX_USAGE),
     (PermitsMismatch, EX_USAGE),
     (AcquireTimeout, EX_TEMPFAIL),
+    # the lock's line of waiters is full: busy, as a timeout is, and worth trying again later
+    (TooManyWaiters, EX_TEMPFAIL),
     (LockLost, EX_LOCK_LOST),
     (ConfigurationError, EX_CONFIG),  # MissingDependency included
     (PermissionDenied, EX_NOPERM),
@@ -92,7 +95,7 @@ Exit status:
   0    success (run: the command's own status)
   64   usage error (bad arguments, lock name, TTL)
   69   backend unavailable
-  75   lock busy: not acquired in time
+  75   lock busy: not acquired in time, or its line of waiters is full
   77   permission denied by the backend
   78   configuration error (bad/unknown URL, missing extra,
        a backend whose locks live inside one process)

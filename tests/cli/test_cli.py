@@ -421,6 +421,7 @@ def test_exit_code_mapping() -> None:
         tumbler.PermissionDenied("no"): EX_NOPERM,
         tumbler.BackendUnavailable("down"): EX_UNAVAILABLE,
         tumbler.AcquireTimeout("busy"): EX_TEMPFAIL,
+        tumbler.TooManyWaiters("crowded"): EX_TEMPFAIL,
         tumbler.LockLost("lost"): EX_LOCK_LOST,
         tumbler.NotHeld("bug"): 70,
     }
