@@ -161,7 +161,7 @@ class ProxyControl:
 
 
 @dataclass(frozen=True)
-class Target:
+class _Target:
     """The hold a server or network fault is aimed at."""
 
     slot: WorkerSlot
@@ -190,7 +190,7 @@ class Nemesis:
         self.pause_seconds = pause if pause is not None else 2 * ttl + 1.0
         self._nodes_hit = 0
         #: the long holder a server or network fault is aimed at
-        self._target: Target | None = None
+        self._target: _Target | None = None
         #: the target's hold was still going on once the fault had begun
         self._struck = False
         #: whether the last fault injected certainly hit what it was aimed at (see
@@ -233,7 +233,7 @@ class Nemesis:
             else:
                 slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True)
                 if slot is not None and slot.acq is not None:
-                    self._target = Target(slot, slot.acq)
+                    self._target = _Target(slot, slot.acq)
         record = self._inject[kind]()
         if record is not None:
             if kind in HOLDER_FAULTS:
@@ -242,7 +242,7 @@ class Nemesis:
                 self.landed = self._struck or record.hits > 0
         return record
 
-    def _holder_on_a_follower(self, timeout: float) -> Target | None:
+    def _holder_on_a_follower(self, timeout: float) -> _Target | None:
         """A worker in a long hold whose session is on a follower, and that follower: the
         node whose loss makes its client fail over (the leader's is the ``leader`` fault)."""
         leader = self.deployment.leader()
@@ -259,7 +259,7 @@ class Nemesis:
         slot = self.pool.find_holder(timeout=timeout, long=True, accept=accept)
         if slot is None or slot.acq is None:
             return None
-        return Target(slot, slot.acq, serving[(slot.process.pid, slot.acq)])
+        return _Target(slot, slot.acq, serving[(slot.process.pid, slot.acq)])
 
     def _strike(self) -> None:
         """Called as soon as a fault has begun: whether the hold it was aimed at was still
