@@ -176,10 +176,13 @@ def test_a_minority_fault_kills_the_follower_the_holder_is_on(
     pool.long_hold("w1", "w1.1")
     nemesis = _nemesis(ensemble, pool)
     node = ensemble.node_ports().index(holder)
+    members = _member_pids(ensemble)
 
     record = nemesis.inject("minority")
     assert record is not None
     assert record.target == f"node {node} (the holder's)"
+    restarted = [index for index, pid in enumerate(_member_pids(ensemble)) if pid != members[index]]
+    assert restarted == [node]
     assert (record.client, record.acq) == ("w1", "w1.1")
     assert nemesis.landed
 

@@ -19,7 +19,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ __all__ = [
     "RoundResult",
     "TortureRun",
     "environment",
+    "next_fault",
     "run_backend",
     "run_round",
 ]
@@ -242,6 +243,28 @@ def _free_after_stop(admin_url: str, lock: str, bound: float) -> float | None:
             time.sleep(0.02)
 
 
+def next_fault(
+    kinds: Sequence[str], landed: Collection[str], attempt: int, *, overtime: bool, futile: int
+) -> str | None:
+    """The fault kind a round injects next (None: the round's faults are over).
+
+    During the round's seconds (``overtime`` false) the kinds take turns (``attempt`` is how
+    many injections were tried). Past them, only the kinds that have not yet certainly hit
+    what they were aimed at (``landed``): a round whose fault never bit proves nothing. Each
+    such try can come to nothing again (no holder in time, or the holder ended its hold just
+    before the fault): after ``futile`` reaches three per kind the round gives up, and the
+    report says that its fault never bit.
+    """
+    if not kinds:
+        return None
+    if not overtime:
+        return kinds[attempt % len(kinds)]
+    pending = [kind for kind in kinds if kind not in landed]
+    if not pending or futile >= 3 * len(kinds):
+        return None
+    return pending[attempt % len(pending)]
+
+
 def run_round(
     spec: BackendSpec,
     deployment: Deployment,
@@ -286,21 +309,15 @@ def run_round(
         pool.start()
         pool.grant_after(0, timeout=bound + 10)
         nemesis = Nemesis(deployment, pool, ttl=options.ttl, rng=rng, pause=options.pause)
-        # The seconds count from when the workers are busy. Past them, a round goes on
-        # injecting the kinds that have not yet hit what they were aimed at (a holder that
-        # ended its hold just before the fault, no holder in time), a few tries at most: a
-        # round whose fault never bit proves nothing.
+        # the seconds count from when the workers are busy
         landed: set[str] = set()
         end = time.monotonic() + options.seconds
         attempt = 0
-        while kinds:
-            if time.monotonic() < end:
-                kind = kinds[attempt % len(kinds)]
-            else:
-                pending = [kind for kind in kinds if kind not in landed]
-                if not pending or missed + astray >= 3 * len(kinds):
-                    break
-                kind = pending[attempt % len(pending)]
+        while True:
+            overtime = time.monotonic() >= end
+            kind = next_fault(kinds, landed, attempt, overtime=overtime, futile=missed + astray)
+            if kind is None:
+                break
             attempt += 1
             record = nemesis.inject(kind)
             if record is None:
