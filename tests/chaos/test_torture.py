@@ -40,7 +40,8 @@ def _describe(round_: RoundResult) -> str:
     check = round_.check
     lines = [
         f"{round_.backend}/{round_.fault}: {check.grants} grants, {check.faults} faults "
-        f"({round_.missed} missed), hazard: {round_.exercised_note}, kept in {round_.directory}"
+        f"({round_.missed} found no target, {round_.astray} missed it), "
+        f"hazard: {round_.exercised_note}, kept in {round_.directory}"
     ]
     lines += [f"  {v.kind}: {v.detail}" for v in round_.check.violations[:10]]
     return "\n".join(lines)

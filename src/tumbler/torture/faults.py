@@ -14,8 +14,9 @@ Fault kinds (``--faults``):
     SIGKILL every server of the backend, keep them down for 0.1 to 1.5 TTL, start them again.
 ``minority``
     SIGKILL one node of a cluster or ensemble, keep it down for 1 to 2 TTL, start it again:
-    on a sharded backend (Redis Cluster) the node that stores the lock, on an ensemble a
-    different follower each time (never the leader).
+    on a sharded backend (Redis Cluster) the node that stores the lock, on an ensemble the
+    follower the session of a worker in a long hold is on (never the leader); with no such
+    holder in time there is nothing to hit, and no node is killed.
 ``leader``
     The same for the ensemble's current leader.
 ``net-delay``
@@ -37,7 +38,10 @@ Fault kinds (``--faults``):
     Nothing: a baseline round.
 
 Every fault is recorded as a :class:`~tumbler.torture.check.FaultRecord` with its start and
-end (``time.monotonic_ns()``), what it hit, and for ``kill``/``pause`` the grant the worker held.
+end (``time.monotonic_ns()``), what it hit, and the grant it was aimed at (``kill``/``pause``:
+the grant the worker held when the signal landed). :attr:`Nemesis.landed` says whether the
+last fault certainly hit what it was aimed at, as far as the harness can tell at once, so a
+round can inject again until it has (the checker decides from the history alone).
 """
 
 from __future__ import annotations
@@ -156,6 +160,16 @@ class ProxyControl:
         self._proxy.stop()
 
 
+@dataclass(frozen=True)
+class _Target:
+    """The hold a server or network fault is aimed at."""
+
+    slot: WorkerSlot
+    acq: str
+    #: the ensemble member the holder's session is on, where that decides what to kill
+    node: int | None = None
+
+
 class Nemesis:
     """Injects one fault at a time into a deployment and its workers, and records it."""
 
@@ -175,8 +189,13 @@ class Nemesis:
         #: how long a paused holder stays stopped
         self.pause_seconds = pause if pause is not None else 2 * ttl + 1.0
         self._nodes_hit = 0
-        #: the long holder a server or network fault was aimed at: (client, grant, pid)
-        self._holder: tuple[str, str, int] | None = None
+        #: the long holder a server or network fault is aimed at
+        self._target: _Target | None = None
+        #: the target's hold was still going on once the fault had begun
+        self._struck = False
+        #: whether the last fault injected certainly hit what it was aimed at (see
+        #: :meth:`inject`)
+        self.landed = False
         self._inject: dict[str, Callable[[], FaultRecord | None]] = {
             "kill": self._kill,
             "pause": self._pause,
@@ -194,41 +213,67 @@ class Nemesis:
         """Inject one fault of ``kind``; None if there was nothing to hit in time (no holder).
 
         Server and network faults wait (up to a few leases) for a worker in a long hold, so
-        that the fault finds a lease to break, not only idle connections.
-        """
-        self._holder = None
-        if kind not in HOLDER_FAULTS:
-            slot = None
-            if kind == "minority" and self.deployment.node_ports():
-                accept = self._on_a_follower(self.deployment.leader())
-                slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True, accept=accept)
-            if slot is None:
-                slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True)
-            if slot is not None and slot.acq is not None:
-                self._holder = (slot.client, slot.acq, slot.process.pid)
-        return self._inject[kind]()
+        that the fault finds a lease to break, not only idle connections; on an ensemble a
+        ``minority`` fault waits for one whose session is on a follower, the node it kills.
 
-    def _on_a_follower(self, leader: int | None) -> Callable[[WorkerSlot], bool]:
-        """Whether a worker is connected to a node a minority fault may kill (a follower):
-        killing the node under a holder is what makes its client fail over."""
-        seen: dict[tuple[int, str | None], bool] = {}
+        Afterwards :attr:`landed` says whether the fault certainly hit what it was aimed at:
+        ``kill`` and ``pause`` a worker that still held its grant when the signal landed; the
+        others a hold still going on once the fault had begun (a holder that ended its work
+        first was missed: its client may notice nothing), or, for network faults, traffic the
+        proxy dropped, held or reset.
+        """
+        self._target = None
+        self._struck = False
+        self.landed = False
+        if kind not in HOLDER_FAULTS:
+            if kind == "minority" and self.deployment.node_ports():
+                self._target = self._holder_on_a_follower(timeout=3 * self.ttl + 2)
+                if self._target is None:
+                    return None  # a follower no holder is on: its loss would prove nothing
+            else:
+                slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True)
+                if slot is not None and slot.acq is not None:
+                    self._target = _Target(slot, slot.acq)
+        record = self._inject[kind]()
+        if record is not None:
+            if kind in HOLDER_FAULTS:
+                self.landed = record.acq is not None
+            else:
+                self.landed = self._struck or record.hits > 0
+        return record
+
+    def _holder_on_a_follower(self, timeout: float) -> _Target | None:
+        """A worker in a long hold whose session is on a follower, and that follower: the
+        node whose loss makes its client fail over (the leader's is the ``leader`` fault)."""
+        leader = self.deployment.leader()
+        if leader is None:
+            return None  # an election is under way: which member follows is not known yet
+        serving: dict[tuple[int, str | None], int | None] = {}
 
         def accept(slot: WorkerSlot) -> bool:
             key = (slot.process.pid, slot.acq)  # a client may fail over between holds
-            if key not in seen:
-                serving = self.deployment.node_serving(slot.process.pid)
-                seen[key] = serving is not None and serving != leader
-            return seen[key]
+            if key not in serving:
+                serving[key] = self.deployment.node_serving(slot.process.pid)
+            return serving[key] not in (None, leader)
 
-        return accept
+        slot = self.pool.find_holder(timeout=timeout, long=True, accept=accept)
+        if slot is None or slot.acq is None:
+            return None
+        return _Target(slot, slot.acq, serving[(slot.process.pid, slot.acq)])
+
+    def _strike(self) -> None:
+        """Called as soon as a fault has begun: whether the hold it was aimed at was still
+        going on then. Its worker records the end of its work before it releases, so a hold
+        whose work has not ended by now is released, if at all, after the fault began."""
+        target = self._target
+        self._struck = target is not None and self.pool.holding(target.slot, target.acq)
 
     def _hit_holder(self, record: FaultRecord) -> FaultRecord:
         """``record`` naming the long holder the fault was aimed at (the checker confirms from
         the history that the fault began during that hold)."""
-        if self._holder is None:
+        if self._target is None:
             return record
-        client, acq, _ = self._holder
-        return dataclasses.replace(record, client=client, acq=acq)
+        return dataclasses.replace(record, client=self._target.slot.client, acq=self._target.acq)
 
     def _between(self, low: float, high: float) -> float:
         return self.ttl * self.rng.uniform(low, high)
@@ -274,6 +319,7 @@ class Nemesis:
         down = self._between(0.1, 1.5)
         t0 = time.monotonic_ns()
         self.deployment.kill_all()
+        self._strike()
         time.sleep(down)
         self.deployment.restart_all()
         t1 = time.monotonic_ns()
@@ -285,23 +331,25 @@ class Nemesis:
         nodes = self.deployment.nodes
         if nodes < 3:
             return None
+        if self.deployment.node_ports():
+            # an ensemble: the follower the holder's session is on (its client must fail
+            # over); :meth:`inject` found one, or there is nothing to hit
+            if self._target is None or self._target.node is None:
+                return None
+            node = self._target.node
+            return self._hit_holder(
+                self._node_outage("minority", node, f"node {node} (the holder's)")
+            )
         leader = self.deployment.leader()
         choices = [index for index in range(nodes) if index != leader]
         index = choices[self._nodes_hit % len(choices)]
         self._nodes_hit += 1
-        # where the lock lives on one node only (a shard), that node is the one to lose;
-        # else the one the holder's session is on (its client must fail over)
+        # where the lock lives on one node only (a shard), that node is the one to lose
         home = self.deployment.node_of(self.pool.lock)
         if home is not None and home != leader:
             return self._hit_holder(
                 self._node_outage("minority", home, f"node {home} (the lock's)")
             )
-        if self._holder is not None:
-            serving = self.deployment.node_serving(self._holder[2])
-            if serving is not None and serving != leader:
-                return self._hit_holder(
-                    self._node_outage("minority", serving, f"node {serving} (the holder's)")
-                )
         return self._node_outage("minority", index, f"node {index}")
 
     def _leader(self) -> FaultRecord | None:
@@ -315,6 +363,7 @@ class Nemesis:
         down = self._between(1.0, 2.0)
         t0 = time.monotonic_ns()
         self.deployment.kill_node(index)
+        self._strike()
         time.sleep(down)
         self.deployment.restart_node(index)
         t1 = time.monotonic_ns()
@@ -342,6 +391,7 @@ class Nemesis:
         try:
             for proxy in proxies:
                 apply(proxy)
+            self._strike()
             time.sleep(seconds)
             held = ProxyTotals.of(proxies)
             if before_heal is not None:
@@ -397,11 +447,11 @@ class Nemesis:
         )
 
     def _net_isolate(self) -> FaultRecord | None:
-        if self._holder is None:
+        if self._target is None:
             return None  # no holder in a long hold: cutting a waiter off proves nothing
-        client = self._holder[0]
-        slot = next((slot for slot in self.pool.slots if slot.client == client), None)
-        if slot is None or slot.proxy is None:
+        slot = self._target.slot
+        client = slot.client
+        if slot.proxy is None:
             return None
         # longer than the lease, so that another worker is granted the lock meanwhile
         seconds = self._between(1.5, 3.0)
@@ -428,6 +478,8 @@ class Nemesis:
                 time.sleep(0.1 * self.ttl)
             for proxy in proxies:
                 proxy.reset()
+            if not burst:
+                self._strike()
         t1 = time.monotonic_ns()
         during = ProxyTotals.of(proxies) - before
         return self._hit_holder(

@@ -2,8 +2,9 @@
 
 A round: start the fenced resource and ``workers`` worker processes on a fresh lock name;
 inject the round's fault again and again for ``seconds`` (each time waiting until the lock
-is granted again, so every fault's recovery is measured); stop the workers; wait until the
-lock has no holder; check the history (:func:`tumbler.torture.check.check_round`).
+is granted again, so every fault's recovery is measured), and past them until each kind has
+hit what it was aimed at (a few tries at most); stop the workers; wait until the lock has no
+holder; check the history (:func:`tumbler.torture.check.check_round`).
 
 The servers of a backend are started once for all of its rounds (and restarted by the
 faults that kill them); each round gets its own directory with every history file, kept when
@@ -18,7 +19,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ __all__ = [
     "RoundResult",
     "TortureRun",
     "environment",
+    "next_fault",
     "run_backend",
     "run_round",
 ]
@@ -97,6 +99,9 @@ class RoundResult:
     directory: Path | None = None
     #: faults the nemesis tried but found nothing to hit (no holder in time)
     missed: int = 0
+    #: faults injected that did not certainly hit what they were aimed at (the hold ended
+    #: before the fault began): the round injected again
+    astray: int = 0
 
     @property
     def promised_violations(self) -> list[Violation]:
@@ -122,6 +127,7 @@ class RoundResult:
             "hazard_exercised": self.exercised,
             "hazard_note": self.exercised_note,
             "faults_missed": self.missed,
+            "faults_astray": self.astray,
             "directory": str(self.directory) if self.directory else None,
             "check": self.check.as_json(),
             "fault_records": [record.as_json() for record in self.faults],
@@ -237,6 +243,28 @@ def _free_after_stop(admin_url: str, lock: str, bound: float) -> float | None:
             time.sleep(0.02)
 
 
+def next_fault(
+    kinds: Sequence[str], landed: Collection[str], attempt: int, *, overtime: bool, futile: int
+) -> str | None:
+    """The fault kind a round injects next (None: the round's faults are over).
+
+    During the round's seconds (``overtime`` false) the kinds take turns (``attempt`` is how
+    many injections were tried). Past them, only the kinds that have not yet certainly hit
+    what they were aimed at (``landed``): a round whose fault never bit proves nothing. Each
+    such try can come to nothing again (no holder in time, or the holder ended its hold just
+    before the fault): after ``futile`` reaches three per kind the round gives up, and the
+    report says that its fault never bit.
+    """
+    if not kinds:
+        return None
+    if not overtime:
+        return kinds[attempt % len(kinds)]
+    pending = [kind for kind in kinds if kind not in landed]
+    if not pending or futile >= 3 * len(kinds):
+        return None
+    return pending[attempt % len(pending)]
+
+
 def run_round(
     spec: BackendSpec,
     deployment: Deployment,
@@ -257,7 +285,7 @@ def run_round(
     bound = options.ttl + spec.recovery_grace
     resource = ResourceProcess(directory, options.fencing).start()
     pool = WorkerPool(
-        url=deployment.url,
+        url=deployment.workers_url(kinds),
         lock=lock,
         resource=resource.socket_path,
         directory=directory,
@@ -275,24 +303,35 @@ def run_round(
         long_max=3.0 if "net-isolate" in kinds else 1.2,
     )
     records: list[FaultRecord] = []
-    missed = 0
+    missed = astray = 0
     began = time.monotonic()
     try:
         pool.start()
         pool.grant_after(0, timeout=bound + 10)
         nemesis = Nemesis(deployment, pool, ttl=options.ttl, rng=rng, pause=options.pause)
-        # the seconds count from when the workers are busy; a round injects at least one fault
-        # of each kind unless there is nothing to hit (no holder) again and again
+        # the seconds count from when the workers are busy
+        landed: set[str] = set()
         end = time.monotonic() + options.seconds
-        while kinds and (
-            time.monotonic() < end or (len(records) < len(kinds) and missed < 3 * len(kinds))
-        ):
-            record = nemesis.inject(kinds[(len(records) + missed) % len(kinds)])
+        attempt = 0
+        while True:
+            overtime = time.monotonic() >= end
+            kind = next_fault(kinds, landed, attempt, overtime=overtime, futile=missed + astray)
+            if kind is None:
+                break
+            attempt += 1
+            record = nemesis.inject(kind)
             if record is None:
                 missed += 1
                 continue
             records.append(record)
-            log(f"  {spec.name} {record.kind}: {record.target} {record.detail}".rstrip())
+            if nemesis.landed:
+                landed.add(kind)
+            else:
+                astray += 1
+            log(
+                f"  {spec.name} {record.kind}: {record.target} {record.detail}".rstrip()
+                + ("" if nemesis.landed else " (hit no hold for certain)")
+            )
             # recovered: granted again (or the bound passed: the checker reports it)
             pool.grant_after(record.t1, timeout=bound)
             time.sleep(rng.uniform(0.1, 0.5) * options.ttl)
@@ -344,6 +383,7 @@ def run_round(
         seconds=time.monotonic() - began,
         directory=directory,
         missed=missed,
+        astray=astray,
     )
 
 

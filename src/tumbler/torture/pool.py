@@ -136,6 +136,8 @@ class WorkerSlot:
     state: str = "starting"
     acq: str | None = None
     token: int | None = None
+    #: the last grant whose work the worker recorded as ended (it releases next)
+    ended: str | None = None
     paused: bool = False
     #: the current hold thinks long (a good target for server and network faults)
     long: bool = False
@@ -281,6 +283,8 @@ class WorkerPool:
                 slot.long = think > self.ttl / 4
                 slot.read_at = int(event["t"])
                 slot.writes_at = slot.read_at + int(think * 1e9)
+            elif ev == "work_end":
+                slot.ended = event.get("acq")
             elif ev == "release":
                 slot.state, slot.acq, slot.token = "idle", None, None
             elif ev == "stop":
@@ -317,6 +321,14 @@ class WorkerPool:
                     return slot
             time.sleep(_POLL)
         return None
+
+    def holding(self, slot: WorkerSlot, acq: str) -> bool:
+        """Whether the worker in ``slot`` is still in the work of grant ``acq``, as far as its
+        history shows now. A worker records the end of its work before it releases, so True
+        means that its release, if any, began after this call did: what a fault that has begun
+        needs to know to have hit the hold."""
+        self._follow(slot)
+        return slot.acq == acq and slot.state in ("holding", "critical") and slot.ended != acq
 
     def grant_after(self, t_ns: int, timeout: float) -> int | None:
         """Wait until some worker is granted the lock after ``t_ns``; its grant time or None."""

@@ -169,6 +169,7 @@ def markdown(run: TortureRun) -> str:
             f"with an error, {check.acquire_timeouts} timed out; {check.writes_accepted} writes "
             f"accepted, counter {check.final_counter}; {check.faults} faults"
             + (f" ({round_.missed} found no holder)" if round_.missed else "")
+            + (f" ({round_.astray} missed the hold they aimed at)" if round_.astray else "")
             + f", {check.kills_of_holders} holders killed, {check.grants_during_pause} grants "
             f"during pauses, {check.pauses_loss_detected} paused holders told of the loss, "
             f"{len(check.work_after_grant)} holders still working after another's grant, "

@@ -1,0 +1,237 @@
+"""The nemesis's aim: which node a ``minority`` fault kills, and whether a fault hit its hold.
+
+The pool's state is built by hand: each worker slot is a real process holding a real kazoo
+session on the ensemble member the test chooses, and its history file says what the harness
+would have read from a worker (a grant, its read, a long think ahead). The ensemble is the
+harness's own deployment (:data:`tumbler.torture.backends.BACKENDS`), so the fault really
+kills and restarts a member.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers.fixtures import server_unavailable
+from tumbler.torture.backends import BACKENDS, Deployment, Settings, SetupError
+from tumbler.torture.faults import Nemesis
+from tumbler.torture.history import HistoryTail, HistoryWriter
+from tumbler.torture.pool import WorkerPool, WorkerSlot
+
+#: the lease the nemesis sizes its waits and outages by: short, so a miss costs little time
+TTL = 0.2
+#: how long the hand-made holders think after their read: the whole test
+THINK = 600.0
+
+_SESSION = """
+import sys
+from kazoo.client import KazooClient
+
+client = KazooClient(hosts=sys.argv[1], timeout=10)
+client.start(20)
+print("connected", flush=True)
+sys.stdin.read()  # until the test closes the pipe
+"""
+
+
+@pytest.fixture
+def ensemble(tmp_path: Path) -> Iterator[Deployment]:
+    """The harness's 3-member ZooKeeper deployment, every member serving."""
+    spec = BACKENDS["zookeeper-ensemble"]
+    reason = spec.unavailable()
+    if reason is not None:
+        server_unavailable(f"no ZooKeeper ensemble: {reason}")
+    try:
+        deployment = spec.start(tmp_path / "servers", Settings(ttl=1.0))
+    except SetupError as error:
+        server_unavailable(f"cannot start a ZooKeeper ensemble: {error}")
+    yield deployment
+    deployment.close()
+
+
+class _Pool:
+    """A :class:`WorkerPool` whose slots the test fills by hand."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.pool = WorkerPool(
+            url="zookeeper://unused",
+            lock="torture-test",
+            resource=directory / "resource.sock",
+            directory=directory,
+            count=0,
+            ttl=TTL,
+            think=0.02,
+            acquire_timeout=1.0,
+            idle=0.0,
+            seed=0,
+        )
+        self.writers: dict[str, HistoryWriter] = {}
+
+    def session_on(self, client: str, port: int) -> WorkerSlot:
+        """A slot whose process has a ZooKeeper session on the member at ``port`` only."""
+        process = subprocess.Popen(
+            [sys.executable, "-c", _SESSION, f"127.0.0.1:{port}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # kazoo's log of the outages the test causes
+        )
+        history = self.directory / f"{client}.jsonl"
+        slot = WorkerSlot(len(self.pool.slots), 0, client, process, history, HistoryTail(history))
+        self.pool.slots.append(slot)
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"connected\n"
+        self.writers[client] = HistoryWriter(history)
+        self.event(client, "start", pid=process.pid)
+        return slot
+
+    def event(self, who: str, ev: str, **fields: Any) -> None:
+        self.writers[who].write(ev, **fields)
+
+    def long_hold(self, client: str, acq: str) -> None:
+        """``client`` is granted ``acq`` and reads: it thinks for :data:`THINK` from now."""
+        self.event(client, "acquire", acq=acq)
+        self.event(client, "grant", acq=acq, token=1)
+        t0 = time.monotonic_ns()
+        self.event(client, "op", acq=acq, kind="read", t0=t0, held=True, outcome="ok", think=THINK)
+
+    def close(self) -> None:
+        for slot in self.pool.slots:
+            assert slot.process.stdin is not None
+            assert slot.process.stdout is not None
+            slot.process.stdin.close()
+            slot.process.wait(10)
+            slot.process.stdout.close()
+            slot.tail.close()
+        for writer in self.writers.values():
+            writer.close()
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[_Pool]:
+    made = _Pool(tmp_path)
+    yield made
+    made.close()
+
+
+def _nemesis(deployment: Deployment, pool: _Pool) -> Nemesis:
+    return Nemesis(deployment, pool.pool, ttl=TTL, rng=random.Random(7))
+
+
+def _member_pids(deployment: Any) -> list[int | None]:
+    """Each member's process id: a member killed and started again has a new one."""
+    return [member.pid for member in deployment.ensemble.members]
+
+
+def _wait_serving(deployment: Deployment, slot: WorkerSlot, node: int) -> None:
+    """Until the slot's session is connected to ``node`` again (after that node's outage)."""
+    deadline = time.monotonic() + 30
+    while deployment.node_serving(slot.process.pid) != node:
+        assert time.monotonic() < deadline, f"{slot.client} did not reconnect to node {node}"
+        time.sleep(0.05)  # kazoo's reconnection: nothing to wait on from here
+
+
+def _ports(deployment: Deployment) -> tuple[int, list[int]]:
+    """The leader's client port and the followers'."""
+    leader = deployment.leader()
+    assert leader is not None
+    ports = deployment.node_ports()
+    return ports[leader], [port for index, port in enumerate(ports) if index != leader]
+
+
+@pytest.mark.timeout(120)
+def test_a_minority_fault_kills_no_follower_when_no_holder_is_on_one(
+    ensemble: Deployment, pool: _Pool
+) -> None:
+    """Every holder's session is on the leader: a follower's loss hits none of them (their
+    clients notice nothing), so there is nothing for the fault to hit, and no node dies.
+    It used to kill a follower anyway, named no hold, and the round proved nothing."""
+    leader_port, _ = _ports(ensemble)
+    for client in ("w0", "w1"):
+        pool.session_on(client, leader_port)
+        pool.long_hold(client, f"{client}.1")
+    members = _member_pids(ensemble)
+    record = _nemesis(ensemble, pool).inject("minority")
+    assert (record, _member_pids(ensemble)) == (None, members)
+
+
+@pytest.mark.timeout(180)
+def test_a_minority_fault_kills_the_follower_the_holder_is_on(
+    ensemble: Deployment, pool: _Pool
+) -> None:
+    """The holder on a follower is the target, whoever else holds on the leader; the fault
+    has landed only if that hold was still going on when the follower died."""
+    leader_port, followers = _ports(ensemble)
+    pool.session_on("w0", leader_port)
+    pool.long_hold("w0", "w0.1")
+    holder = followers[1]
+    slot = pool.session_on("w1", holder)
+    pool.long_hold("w1", "w1.1")
+    nemesis = _nemesis(ensemble, pool)
+    node = ensemble.node_ports().index(holder)
+    members = _member_pids(ensemble)
+
+    record = nemesis.inject("minority")
+    assert record is not None
+    assert record.target == f"node {node} (the holder's)"
+    restarted = [index for index, pid in enumerate(_member_pids(ensemble)) if pid != members[index]]
+    assert restarted == [node]
+    assert (record.client, record.acq) == ("w1", "w1.1")
+    assert nemesis.landed
+
+    # the same hold, its work over before the fault (on_lost ran): the fault misses it
+    pool.event("w1", "work_end", acq="w1.1", why="lost")
+    _wait_serving(ensemble, slot, node)
+    record = nemesis.inject("minority")
+    assert record is not None
+    assert (record.client, record.acq) == ("w1", "w1.1")
+    assert not nemesis.landed
+
+
+def test_the_pool_knows_whether_a_hold_is_still_at_work(pool: _Pool, tmp_path: Path) -> None:
+    """A worker records the end of its work before it releases: until that line, whatever
+    the fault began before, the release came after it."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    history = tmp_path / "w0.jsonl"
+    slot = WorkerSlot(0, 0, "w0", process, history, HistoryTail(history))
+    with HistoryWriter(history) as writer:
+        assert not pool.pool.holding(slot, "w0.1")  # nothing on file yet
+        writer.write("acquire", acq="w0.1")
+        assert not pool.pool.holding(slot, "w0.1")  # waiting
+        writer.write("grant", acq="w0.1", token=1)
+        assert pool.pool.holding(slot, "w0.1")
+        writer.write("op", acq="w0.1", kind="read", t0=0, held=True, outcome="ok", think=1.0)
+        assert pool.pool.holding(slot, "w0.1")
+        assert not pool.pool.holding(slot, "w0.2")
+        writer.write("op", acq="w0.1", kind="write", t0=0, held=True, outcome="ok")
+        assert pool.pool.holding(slot, "w0.1")
+        writer.write("work_end", acq="w0.1", why="done")
+        assert not pool.pool.holding(slot, "w0.1")
+        writer.write("release", acq="w0.1", t0=0, outcome="ok")
+        assert not pool.pool.holding(slot, "w0.1")
+        writer.write("acquire", acq="w0.2")
+        writer.write("grant", acq="w0.2", token=2)
+        assert pool.pool.holding(slot, "w0.2")
+    slot.tail.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_minority_round_places_the_workers_on_the_followers(ensemble: Deployment) -> None:
+    """A session on the leader is out of a minority fault's reach: in a round of that fault
+    the workers' URL names the followers only. Faults that can move the leadership keep the
+    whole ensemble in it."""
+    _, followers = _ports(ensemble)
+    hosts = ",".join(f"127.0.0.1:{port}" for port in followers)
+    path_and_options = ensemble.url.split("/", 3)[3]
+    assert ensemble.workers_url(["minority"]) == f"zookeeper://{hosts}/{path_and_options}"
+    assert ensemble.workers_url(["minority", "kill"]) == ensemble.workers_url(["minority"])
+    for kinds in (["leader"], ["minority", "leader"], ["restart"], ["kill"], []):
+        assert ensemble.workers_url(kinds) == ensemble.url
