@@ -80,7 +80,11 @@ Losing the server
 Inspection and operators
     ``inspect(name)`` and ``inspect_all()`` read without changing anything; ``force_release``
     removes every grant of a name (their holders learn at their next renewal) and returns how
-    many live grants it removed (expired ones do not count).
+    many live grants it removed (expired ones do not count). It leaves ``note`` (who forced
+    it, from where, when and why: written by the lock logic) for each owner it evicted, where
+    ``evicted(name, owner)`` finds it, for at least as long as that grant's lease had left
+    (so that the holder's next renewal or release can tell a forced release from an expiry);
+    ``evicted`` returns None for an owner no forced release removed.
 
 Session-based backends (ZooKeeper, SQL connections) map their session onto the lease: a
 grant lives as long as the session, ``renew`` confirms the session is alive, and a lost
@@ -346,7 +350,9 @@ class Backend(Protocol):
 
     def inspect_all(self) -> list[LockState]: ...
 
-    def force_release(self, name: str) -> int: ...
+    def force_release(self, name: str, note: str) -> int: ...
+
+    def evicted(self, name: str, owner: str) -> str | None: ...
 
     def close(self) -> None: ...
 
@@ -375,7 +381,9 @@ class AsyncBackend(Protocol):
 
     async def inspect_all(self) -> list[LockState]: ...
 
-    async def force_release(self, name: str) -> int: ...
+    async def force_release(self, name: str, note: str) -> int: ...
+
+    async def evicted(self, name: str, owner: str) -> str | None: ...
 
     async def close(self) -> None: ...
 
