@@ -354,3 +354,24 @@ class Backoff:
         else:
             self._last = min(self.cap, self.rng.uniform(self.base, self._last * 3))
         return self._last
+
+
+# --------------------------------------------------------------------------------------------
+# Operators
+
+#: longest reason an operator may give for a forced release
+MAX_REASON = 500
+
+
+def validate_reason(reason: object) -> str | None:
+    """A forced release's reason: None, or one line of text of at most MAX_REASON characters."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidArgument(f"reason must be text, not {type(reason).__name__}")
+    text = reason.strip()
+    if not text or len(text) > MAX_REASON:
+        raise InvalidArgument(f"reason must be 1 to {MAX_REASON} characters")
+    if any(unicodedata.category(char) == "Cc" for char in text):
+        raise InvalidArgument("reason must be one line without control characters")
+    return text

@@ -976,15 +976,23 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     "--force", is_flag=True, help="Remove every grant of NAME, whoever holds it (required)."
 )
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--reason",
+    metavar="TEXT",
+    help="Why, for the evicted holders: recorded on the backend with who forced it (user, "
+    "host, pid) and when, and reported as their lost reason.",
+)
 @url_option()
-def release(name: str, force: bool, yes: bool, url: str | None) -> int:
+def release(name: str, force: bool, yes: bool, reason: str | None, url: str | None) -> int:
     """For operators: force-release lock NAME, taking it from its holders.
 
     A hold is normally released by the process that holds it; this removes the grants of
     another owner, e.g. one that hangs. Its holders find out at their next lease renewal
     (a `tumbler run` then stops its command and exits 79), and a resource that checks fencing
-    tokens refuses their writes once the next holder has written. Asks for confirmation
-    unless --yes is given; without a terminal to ask on, --yes is required.
+    tokens refuses their writes once the next holder has written. Who forced it, when, and
+    --reason are left on the backend, where each evicted holder reads them: its hold's lost
+    reason says "force-released by ...". Asks for confirmation unless --yes is given; without
+    a terminal to ask on, --yes is required.
     """
     if not force:
         raise click.UsageError(
@@ -997,6 +1005,7 @@ def release(name: str, force: bool, yes: bool, url: str | None) -> int:
             "no terminal to confirm on: add --yes to force-release", click.get_current_context()
         )
     _check_name(name)
+    core.validate_reason(reason)  # before anything is asked of the backend
     with _connect(url, "release") as locks:
         state = locks.status(name)
         if not yes:
@@ -1015,7 +1024,7 @@ def release(name: str, force: bool, yes: bool, url: str | None) -> int:
             if not confirmed:
                 _complain("not released")
                 return EX_FAILURE
-        removed = locks.force_release(name)
+        removed = locks.force_release(name, reason=reason)
     click.echo(f"released {removed} grant(s) of lock {state.name!r}")
     return EX_OK
 

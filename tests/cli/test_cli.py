@@ -361,6 +361,28 @@ def test_release_without_force_explains_it(
     assert len(locks.status("job").holders) == 1
 
 
+def test_release_records_who_forced_it_and_why_for_the_holder(
+    capsys: pytest.CaptureFixture[str], locks: tumbler.Locks
+) -> None:
+    lock = locks.lock("job", ttl=30, renew=False)
+    assert lock.acquire()
+    status, out, _ = call(capsys, "release", "job", "--force", "--yes", "--reason", "hung, INC-7")
+    assert status == 0
+    assert "released 1 grant" in out
+    with pytest.raises(tumbler.LockLost, match=r"force-released by .* pid=\d+ at .*: hung, INC-7"):
+        lock.release()
+
+
+def test_release_refuses_a_bad_reason_before_touching_the_lock(
+    capsys: pytest.CaptureFixture[str], locks: tumbler.Locks
+) -> None:
+    assert locks.lock("job").acquire()
+    status, _, err = call(capsys, "release", "job", "--force", "--yes", "--reason", "x" * 501)
+    assert status == EX_USAGE
+    assert "reason" in one_error_line(err)
+    assert len(locks.status("job").holders) == 1
+
+
 # -- backend configuration -----------------------------------------------------------------------
 
 

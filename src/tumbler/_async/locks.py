@@ -35,12 +35,14 @@ import collections
 import contextlib
 import enum
 import functools
+import getpass
 import logging
 import os
 import random
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import replace
 from types import TracebackType
@@ -98,6 +100,18 @@ _UNSET: Final = _Unset()
 _HELD = "held"
 _RELEASING = "releasing"
 _RELEASED = "released"
+
+
+def _eviction_note(forcer: str, reason: str | None) -> str:
+    """What a forced release leaves for the holders it evicts: who forced it, when, and why
+    (``forcer``: the client's host and pid)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a container's uid)
+        user = f"uid {os.getuid()}"
+    moment = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    note = f"{user} on {forcer} at {moment}"
+    return note if reason is None else f"{note}: {reason}"
 
 
 class _Step(enum.Enum):
@@ -272,7 +286,10 @@ class AsyncHold:
             sent_at = self._locks._clock.now()
             granted = await self._locks._backend.renew(self.name, self._request.owner, seconds)
         if granted is None:
-            self._mark_lost("the backend no longer has this grant")
+            self._mark_lost(
+                await self._locks._eviction_of(self.name, self._request.owner)
+                or "the backend no longer has this grant"
+            )
             self.check()
             return
         self._deadline = core.local_deadline(sent_at, granted)
@@ -348,7 +365,8 @@ class AsyncHold:
                 self._finish()
             if not was_live:
                 self._mark_lost(
-                    "the backend no longer had this grant at release: its lease ran out "
+                    await self._locks._eviction_of(self.name, self._request.owner)
+                    or "the backend no longer had this grant at release: its lease ran out "
                     "or it was force-released"
                 )
             return was_live
@@ -886,15 +904,22 @@ class AsyncLocks:
         with self._operation(None):
             return await self._backend.inspect_all()
 
-    async def force_release(self, name: str) -> int:
+    async def force_release(self, name: str, *, reason: str | None = None) -> int:
         """Remove every grant of ``name`` (for operators); returns how many were removed.
 
         Their holders find out at their next renewal (``LockLost``); a fencing-checking resource
-        refuses their writes once the next holder (with a greater token) has written.
+        refuses their writes once the next holder (with a greater token) has written. Who forced
+        it (user, host, pid), when, and ``reason`` are left on the backend for each evicted
+        holder, whose ``lost_reason`` then says "force-released by ...", and logged here at
+        WARNING; the holder's client logs the loss at WARNING too.
         """
         canonical = core.validate_name(name)
+        note = _eviction_note(self._holder, core.validate_reason(reason))
         with self._operation(canonical):
-            return await self._backend.force_release(canonical)
+            removed = await self._backend.force_release(canonical, note)
+        if removed:
+            _log.warning("force-released lock %r (%d grant(s)): %s", canonical, removed, note)
+        return removed
 
     async def settle(self) -> None:
         """Wait until the renewals and expiry checks due on the clock have run.
@@ -1236,8 +1261,19 @@ class AsyncLocks:
                 hold._mark_lost(f"renewal failed: {error}")
             return after
         for index, hold, ttl in zip(renewing, batch, granted, strict=True):
+            if ttl is None and hold._pending_loss is None:
+                hold._pending_loss = await self._eviction_of(hold.name, hold._request.owner)
             after[index] = hold._renewed(ttl, sent_at)
         return after
+
+    async def _eviction_of(self, name: str, owner: str) -> str | None:
+        """Why the backend no longer has ``owner``'s grant, if an operator forced it out."""
+        try:
+            note = await self._backend.evicted(name, owner)
+        except TumblerError as error:
+            _log.debug("could not ask whether lock %r was force-released: %s", name, error)
+            return None
+        return None if note is None else f"force-released by {note}"
 
     def _expire_overdue(self) -> float | None:
         """The deadline watch: report every hold whose deadline passed as lost (the renewal

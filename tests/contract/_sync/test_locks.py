@@ -681,3 +681,39 @@ def test_a_ttl_shorter_than_the_backend_keeps_is_refused(connect):
     with pytest.raises(InvalidTTL, match=f"{floor:g} s"):
         connect(default_ttl=floor / 2)
     assert locks.status_all() == []
+
+
+def test_a_forced_release_tells_its_holders_who_forced_it_and_why(connect, caplog):
+    holder, operator = connect(), connect()
+    renewed = holder.lock("evicted", ttl=SHORT_TTL)
+    unrenewed = holder.lock("evicted-quietly", ttl=30, renew=False)
+    assert renewed.acquire()
+    assert unrenewed.acquire()
+    hold = renewed.hold
+    assert hold is not None
+    with caplog.at_level("WARNING", logger="tumbler"):
+        assert operator.force_release("evicted", reason="stuck job, ticket 42") == 1
+        assert operator.force_release("evicted-quietly") == 1
+        # the renewed holder learns at its next renewal, the other when it releases
+        assert hold.wait_lost(timeout=PATIENCE)
+        with pytest.raises(LockLost, match=r"force-released by .* pid=") as lost:
+            unrenewed.release()
+    assert hold.lost_reason is not None
+    assert hold.lost_reason.startswith("force-released by ")
+    assert hold.lost_reason.endswith(": stuck job, ticket 42")
+    assert "pid=" in hold.lost_reason
+    assert "ticket" not in str(lost.value)
+    forced = [r.getMessage() for r in caplog.records if r.getMessage().startswith("force-released")]
+    assert len(forced) == 2
+    assert "ticket 42" in forced[0]
+    told = [r.getMessage() for r in caplog.records if "lost: force-released by" in r.getMessage()]
+    assert len(told) == 2
+
+
+@pytest.mark.parametrize("reason", ["", "two\nlines", "x" * 501, 42])
+def test_a_bad_reason_is_refused_and_releases_nothing(connect, reason):
+    holder, operator = connect(), connect()
+    assert holder.lock("kept").acquire()
+    with pytest.raises(InvalidArgument, match="reason"):
+        operator.force_release("kept", reason=reason)
+    assert len((operator.status("kept")).holders) == 1
