@@ -7,7 +7,8 @@ mostly their polls (``try_grant``), and a renewal or release behind hundreds of 
 late (a holder lost its lease to its own client's waiters). So the worker serves two queues:
 
 - **urgent**: ``renew``, ``renew_all`` and ``release``. They go before every poll.
-- **normal**: everything else, in arrival order.
+- **normal**: everything else, in arrival order (``evicted`` too: it is asked after a loss,
+  when nothing of that owner's is left to protect).
 
 One order is kept across the two: calls about the same ``(name, owner)`` run in the order
 they were made. When a task is cancelled while its ``try_grant`` is queued or running, the lock
@@ -283,8 +284,11 @@ class AsyncAdapter:
     async def inspect_all(self) -> list[LockState]:
         return await self._call(self.backend.inspect_all)
 
-    async def force_release(self, name: str) -> int:
-        return await self._call(self.backend.force_release, name)
+    async def force_release(self, name: str, note: str) -> int:
+        return await self._call(self.backend.force_release, name, note)
+
+    async def evicted(self, name: str, owner: str) -> str | None:
+        return await self._call(self.backend.evicted, name, owner)
 
     async def close(self) -> None:
         if self._worker is None:

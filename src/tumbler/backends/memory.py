@@ -16,6 +16,10 @@ Guarantees: the same grant rule, fencing tokens, leases and wake-ups as every ba
 under one in-process lock. Waiters are woken directly on release (push wake-ups). Locks exclude
 the threads and tasks of one process (``capabilities.scope == "process"``). Leases of at least
 0.2 s on the real clock (``capabilities.min_ttl``), of any length on a ``ManualClock``.
+
+A ``force_release`` leaves its note for each owner it evicted in the store, where ``evicted``
+finds it until that grant's lease would have ended plus ``NOTE_GRACE`` (on the store's clock);
+each ``force_release`` drops the notes whose time is up.
 """
 
 from __future__ import annotations
@@ -64,6 +68,12 @@ CAPABILITIES = Capabilities(
 MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
 
 
+#: how long a force-release note outlives the lease it ended: the evicted holder may learn of
+#: its loss a little after that lease would have run out (a renewal worker scheduled late, a
+#: release that finds the grant gone), and should still be told it was forced, not expired
+NOTE_GRACE = 60.0
+
+
 @dataclass
 class _Row:
     entry: core.Entry
@@ -79,6 +89,8 @@ class _Store:
         self.last_token = 0
         self.order = itertools.count(1)
         self.hub = WakeHub()
+        #: (name, owner) of an evicted grant -> (the force-release note, when it may go)
+        self.evictions: dict[tuple[str, str], tuple[str, float]] = {}
 
     def live_rows(self, name: str, now: float) -> list[_Row]:
         """The name's rows with expired ones dropped (caller holds self.lock)."""
@@ -227,18 +239,37 @@ class MemoryBackend:
             limit=limits.pop() if len(limits) == 1 else None,
         )
 
-    def force_release(self, name: str) -> int:
+    def force_release(self, name: str, note: str) -> int:
         store = self._store
         with store.lock:
-            rows = store.live_rows(name, store.clock.now())
+            now = store.clock.now()
+            rows = store.live_rows(name, now)
             kept = [row for row in rows if not row.entry.granted]
-            removed = len(rows) - len(kept)
             if kept:
                 store.rows[name] = kept
             else:
                 store.rows.pop(name, None)
+            # notes are few (one per evicted grant), so a full pass here keeps them bounded
+            for key, (_, until) in list(store.evictions.items()):
+                if until <= now:
+                    del store.evictions[key]
+            for row in rows:
+                if row.entry.granted:
+                    store.evictions[name, row.entry.owner] = (note, row.expires_at + NOTE_GRACE)
         store.hub.notify(name)
-        return removed
+        return len(rows) - len(kept)
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        store = self._store
+        with store.lock:
+            found = store.evictions.get((name, owner))
+            if found is None:
+                return None
+            note, until = found
+            if until <= store.clock.now():
+                del store.evictions[name, owner]
+                return None
+            return note
 
     def close(self) -> None:
         pass

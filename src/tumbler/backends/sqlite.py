@@ -33,6 +33,10 @@ Durability
 How a hold can be lost here
     Only by its lease running out (the holder stopped renewing: paused, or unable to get the
     file's write lock within ``busy_timeout`` for a whole lease) or by ``force_release``.
+    A forced release leaves its note for each holder it evicted (table ``tumbler_evictions``,
+    written in the transaction that removes the grants), where ``evicted`` finds it until
+    that lease would have ended plus ``NOTE_GRACE``; expired notes are swept with the grants'
+    rows, and a new boot clears them with the leases.
 
 Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
@@ -180,6 +184,11 @@ NETWORK_FILESYSTEMS = frozenset(
 # for again do not pile up.
 _SWEEP = 8
 
+#: how long a force-release note outlives the lease it ended: the evicted holder may learn of
+#: its loss a little after that lease would have run out (a renewal that waited for the write
+#: lock, a release that finds the grant gone), and should still be told it was forced
+NOTE_GRACE = 60.0
+
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tumbler_meta (
         key   TEXT PRIMARY KEY,
@@ -198,6 +207,17 @@ _SCHEMA = (
         UNIQUE (name, owner)
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON tumbler_entries (expires_at)",
+    # Added after schema 1 was released: IF NOT EXISTS adds it to older files at connect, and
+    # a client of an older tumbler simply never writes or reads it.
+    """CREATE TABLE IF NOT EXISTS tumbler_evictions (
+        id         INTEGER PRIMARY KEY,
+        name       TEXT NOT NULL,
+        owner      TEXT NOT NULL,       -- the owner of the grant force_release removed
+        note       TEXT NOT NULL,       -- who forced it, from where, when, why
+        expires_at INTEGER NOT NULL,    -- ns on the boot-time clock of boot meta.boot_id
+        UNIQUE (name, owner)
+    )""",
+    "CREATE INDEX IF NOT EXISTS tumbler_evictions_expiry ON tumbler_evictions (expires_at)",
 )
 
 
@@ -775,9 +795,9 @@ class SQLiteBackend:
                 if meta.get("boot_id") != boot:
                     last = int(meta.get("last_token", 0))
                     if "boot_id" in meta:
-                        db.execute(
-                            "DELETE FROM tumbler_entries"
-                        )  # their holders died with the boot
+                        # their holders died with the boot, and the notes' times are void
+                        db.execute("DELETE FROM tumbler_entries")
+                        db.execute("DELETE FROM tumbler_evictions")
                         last = ((last >> 32) + 1) << 32
                     db.executemany(
                         "INSERT OR REPLACE INTO tumbler_meta (key, value) VALUES (?, ?)",
@@ -918,6 +938,11 @@ class SQLiteBackend:
             "WHERE expires_at <= ? LIMIT ?)",
             (now, _SWEEP),
         )
+        db.execute(
+            "DELETE FROM tumbler_evictions WHERE id IN (SELECT id FROM tumbler_evictions "
+            "WHERE expires_at <= ? LIMIT ?)",
+            (now, _SWEEP),
+        )
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         db = self._connection()
@@ -1019,15 +1044,37 @@ class SQLiteBackend:
             )
         return states
 
-    def force_release(self, name: str) -> int:
+    def force_release(self, name: str, note: str) -> int:
         with self._transaction() as db:
             now = _now_ns()
             db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
             )
-            return db.execute(
-                "DELETE FROM tumbler_entries WHERE name = ? AND token IS NOT NULL", (name,)
-            ).rowcount
+            evicted = db.execute(
+                "DELETE FROM tumbler_entries WHERE name = ? AND token IS NOT NULL "
+                "RETURNING owner, expires_at",
+                (name,),
+            ).fetchall()
+            db.executemany(
+                "INSERT OR REPLACE INTO tumbler_evictions (name, owner, note, expires_at) "
+                "VALUES (?, ?, ?, ?)",
+                [
+                    (name, owner, note, expires_at + round(NOTE_GRACE * 1e9))
+                    for owner, expires_at in evicted
+                ],
+            )
+            return len(evicted)
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        db = self._connection()
+        now = _now_ns()
+        with self._errors():
+            row = db.execute(
+                "SELECT note FROM tumbler_evictions WHERE name = ? AND owner = ? "
+                "AND expires_at > ?",
+                (name, owner, now),
+            ).fetchone()
+        return str(row[0]) if row else None
 
     def close(self) -> None:
         self._closed = True
