@@ -169,10 +169,10 @@ def hold_worker(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threa
     started, proceed = threading.Event(), threading.Event()
     original = SQLiteBackend.force_release
 
-    def held(self: SQLiteBackend, name: str) -> int:
+    def held(self: SQLiteBackend, name: str, note: str) -> int:
         started.set()
         assert proceed.wait(PATIENCE)
-        return original(self, name)
+        return original(self, name, note)
 
     monkeypatch.setattr(SQLiteBackend, "force_release", held)
     return started, proceed
@@ -186,7 +186,7 @@ async def test_a_release_passes_other_owners_polls_but_not_its_owners(tmp_path, 
     started, proceed = hold_worker
     async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
         adapter = locks._backend
-        blocker = asyncio.create_task(adapter.force_release("elsewhere"))
+        blocker = asyncio.create_task(adapter.force_release("elsewhere", "a test"))
         assert await asyncio.to_thread(started.wait, PATIENCE)
         # queued behind the blocker, in this order
         mine = asyncio.create_task(adapter.try_grant(request("x", "a")))
@@ -220,10 +220,10 @@ async def test_a_cancelled_waiters_grant_does_not_survive(tmp_path, monkeypatch,
     else:
         original_force = SQLiteBackend.force_release
 
-        def held_force(self: SQLiteBackend, name: str) -> int:
+        def held_force(self: SQLiteBackend, name: str, note: str) -> int:
             started.set()
             assert proceed.wait(PATIENCE)
-            return original_force(self, name)
+            return original_force(self, name, note)
 
         monkeypatch.setattr(SQLiteBackend, "force_release", held_force)
     url = f"sqlite:///{tmp_path / 'locks.db'}"
@@ -239,7 +239,7 @@ async def test_a_cancelled_waiters_grant_does_not_survive(tmp_path, monkeypatch,
         adapter.release = release
         blocker = None
         if where == "queued":
-            blocker = asyncio.create_task(adapter.force_release("elsewhere"))
+            blocker = asyncio.create_task(adapter.force_release("elsewhere", "a test"))
             assert await asyncio.to_thread(started.wait, PATIENCE)
         acquire = asyncio.create_task(locks.lock("victim").acquire(timeout=0))
         if where == "running":
