@@ -20,7 +20,9 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler import PermissionDenied
-from tumbler.backends.contract import Renewal
+from tumbler._url import parse_url
+from tumbler.backends import redis as redis_backend
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.redis import ACL_RULES
 from tumbler.testing.servers.redis import RedisServer, RedisUser
 
@@ -53,11 +55,27 @@ NO_CHANNELS = RedisUser(
     "no-channels", "no-channels-pw", DOCUMENTED_RULES.replace("&tumbler:* ", "")
 )
 LATER = RedisUser("later", "later-pw", DOCUMENTED_RULES)
+#: every key of a lock but its evicted notes (``<prefix>:{<name>}:evicted``)
+LOCK_KEYS_ONLY = RedisUser(
+    "lock-keys-only",
+    "lock-keys-only-pw",
+    DOCUMENTED_RULES.replace(
+        "~tumbler:* ",
+        " ".join(f"~tumbler:*:{suffix}" for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws"))
+        + " ",
+    ),
+)
 
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    users = [EXACT, NO_CHANNELS, LATER, *(without(command) for command in DOCUMENTED_COMMANDS)]
+    users = [
+        EXACT,
+        NO_CHANNELS,
+        LATER,
+        LOCK_KEYS_ONLY,
+        *(without(command) for command in DOCUMENTED_COMMANDS),
+    ]
     server = RedisServer(tmp_path_factory.mktemp("redis-acl"), users=users)
     try:
         server.start()
@@ -128,6 +146,16 @@ def test_a_user_lacking_the_channels_is_refused_at_connect(
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_user_lacking_the_evicted_notes_key_is_refused_at_connect(
+    acl_server: RedisServer, flavour: str
+) -> None:
+    # it could force-release, but its evicted holders could never learn why they lost. Redis
+    # refuses the probe's call itself, which declares the notes key (the message names no key)
+    url = url_for(acl_server, LOCK_KEYS_ONLY.name, prefix="tumbler:notes")
+    assert "keys" in str(connect_error(flavour, url))
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_wait_replicas_needs_wait(acl_server: RedisServer, flavour: str) -> None:
     said = refused_part(connect_error(flavour, url_for(acl_server, EXACT.name, wait_replicas=1)))
     assert names(said, "wait"), said
@@ -170,6 +198,38 @@ async def test_the_documented_rights_are_enough_for_everything_asyncio(
         await lock.release()
         assert await waiter.result() is True
         assert await locks.force_release("orders:42") == 1
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_documented_rights_are_enough_for_force_release_notes(
+    acl_server: RedisServer, flavour: str
+) -> None:
+    url = parse_url(url_for(acl_server, EXACT.name))
+    holder = uuid.uuid4().hex
+    request = GrantRequest("orders:42", holder, False, 1, False, 30.0, "test")
+
+    async def run_async() -> tuple[int, str | None]:
+        backend = await redis_backend.open_async(url)
+        try:
+            assert await backend.try_grant(request) is not None
+            removed = await backend.force_release("orders:42", "by ops: stuck")
+            return removed, await backend.evicted("orders:42", holder)
+        finally:
+            await backend.close()
+
+    if flavour == "sync":
+        backend = redis_backend.open_sync(url)
+        try:
+            assert backend.try_grant(request) is not None
+            result = (
+                backend.force_release("orders:42", "by ops: stuck"),
+                backend.evicted("orders:42", holder),
+            )
+        finally:
+            backend.close()
+    else:
+        result = asyncio.run(run_async())
+    assert result == (1, "by ops: stuck")
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

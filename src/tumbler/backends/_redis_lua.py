@@ -23,6 +23,13 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     name's last grant: a name used once leaves nothing behind for long, and a token given after
     the key expired still exceeds every earlier one unless the server's clock stepped back by
     more than the time since that name's last grant.
+``<prefix>:{<name>}:evicted``
+    a hash: owner hash -> ``keep_until_ms|note``, the note an operator's force release left
+    for each holder it evicted (who, where, when, why: written by the lock logic), so that
+    the holder's next renewal or release can tell it from an expiry. A note is kept until its
+    grant's lease would have run out plus ``EVICTED_GRACE_MS``; the key expires with its
+    longest-kept note, and the force releases of the name drop the notes whose time passed,
+    so notes never pile up. Never read by a grant or release: it costs the line nothing.
 ``<prefix>:c:<client>``
     each client's pub/sub channel (not a key). A release publishes ``<owner hash> <name>`` to
     the channel of each client whose waiter it lets through: only that client wakes, and in it
@@ -62,6 +69,11 @@ SEQUENCE_TTL_MS = 24 * 3600 * 1000
 #: through: the rest re-check within a second anyway, and the server runs nothing else
 #: while a script runs
 WAKE_SCAN = 64
+#: how long a force release's note outlives the lease of the grant it evicted: the holder
+#: asks for the note (``EVICTED``) right after the renewal or release that found its grant
+#: gone, which reached the server before that lease ran out; this covers that one more call
+#: and its round trip, even a slow one (the client's ``socket_timeout`` is 5 s by default)
+EVICTED_GRACE_MS = 5000
 
 #: the commands the scripts run, as ACL rules (checked at connect by ``PROBE``)
 SCRIPT_COMMANDS = (
@@ -484,24 +496,57 @@ return 0
 """
 )
 
-#: KEYS: the lock's keys. ARGV: client channel prefix, lock name, judge, backup_ms and
-#: retry_ms (as for RELEASE). Removes every grant (for operators) and every entry it cannot
-#: parse, and wakes the waiters that can now go, removing those whose client is gone; returns
-#: how many live grants were removed.
+#: KEYS: the lock's keys, then its evicted notes (``Keys.evicted``). ARGV: client channel
+#: prefix, lock name, judge, backup_ms and retry_ms (as for RELEASE), the note, grace_ms.
+#: Removes every grant (for operators) and every entry it cannot parse, leaves the note for
+#: each owner whose live grant it removed until that lease's end plus grace_ms (and drops the
+#: notes whose time passed), and wakes the waiters that can now go, removing those whose
+#: client is gone; returns how many live grants were removed.
 FORCE_RELEASE = (
     _COMMON
     + """
 local K = lock_keys(1)
+local notes, note, grace_ms = KEYS[9], ARGV[6], tonumber(ARGV[7])
 purge(K)
 sweep_all(K)
+-- the notes of earlier force releases that nobody may ask for any more go; the key lives as
+-- long as the longest-kept note left
+local keep_all = 0
+local raw = call('HGETALL', notes)
+for i = 1, #raw, 2 do
+    local keep = tonumber(string.match(raw[i + 1], '^(%d+)|') or '0')
+    if keep > now_ms then
+        keep_all = math.max(keep_all, keep)
+    else
+        call('HDEL', notes, raw[i])
+    end
+end
 local removed = 0
 for _, e in ipairs(holders(K)) do
     remove(K, e.owner)
     removed = removed + 1
+    local keep = e.expires + grace_ms
+    call('HSET', notes, e.owner, score(keep) .. '|' .. note)
+    keep_all = math.max(keep_all, keep)
 end
+if keep_all > 0 then call('PEXPIREAT', notes, score(keep_all)) end
 wake_admissible(K, ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]))
 set_expiry(K)
 return removed
+"""
+)
+
+#: KEYS: the lock's evicted notes (``Keys.evicted``). ARGV: owner. Returns the note a force
+#: release left for the owner's grant while it is kept (see FORCE_RELEASE), else nil; changes
+#: nothing.
+EVICTED = (
+    _COMMON
+    + """
+local value = call('HGET', KEYS[1], redis.sha1hex(ARGV[1]))
+if not value then return false end
+local keep, note = string.match(value, '^(%d+)|(.*)$')
+if not keep or tonumber(keep) <= now_ms then return false end
+return note
 """
 )
 
@@ -526,7 +571,8 @@ return result
 """
 )
 
-#: KEYS: the lock's keys (of any name: nothing is read or written). ARGV: the client's
+#: KEYS: the lock's keys, then its evicted notes (of any name: nothing is read or written;
+#: ``Keys.probe_keys``). ARGV: the client's
 #: channel, and 1 if grants wait for replicas (WAIT). Runs no command itself (so that a
 #: missing one does not hide the others). Returns the commands (with what they
 #: would touch) that the user may not run, as ``COMMAND`` or ``COMMAND key-or-channel``;
@@ -542,7 +588,14 @@ local checks = {
     {'ZRANGE', t, '0', '-1'}, {'ZRANGEBYSCORE', t, '0', '1'}, {'ZCARD', t},
     {'ZCOUNT', t, '0', '1'}, {'ZSCORE', t, 'm'}, {'SUBSCRIBE', channel}, {'SCAN', '0'},
 }
-for i = 4, #KEYS do checks[#checks + 1] = {'ZSCORE', KEYS[i], 'm'} end  -- every index key
+for i = 4, 8 do checks[#checks + 1] = {'ZSCORE', KEYS[i], 'm'} end  -- every index key
+-- the evicted notes: a user whose key patterns leave them out could force-release, but its
+-- holders could not tell why they lost their grants
+local notes = KEYS[9]
+for _, check in ipairs({{'HGET', notes, 'f'}, {'HSET', notes, 'f', 'v'}, {'HDEL', notes, 'f'},
+                        {'HGETALL', notes}, {'PEXPIREAT', notes, '1'}}) do
+    checks[#checks + 1] = check
+end
 if replicas then checks[#checks + 1] = {'WAIT', '1', '0'} end
 local refused = {}
 for _, check in ipairs(checks) do
@@ -586,6 +639,15 @@ class Keys:
         entries, sequence, then the indexes ``t h w wf wx ws``."""
         base = f"{self.prefix}:{{{escape_name(name)}}}:"
         return [base + suffix for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws")]
+
+    def evicted(self, name: str) -> str:
+        """The notes force releases left for the holders they evicted (FORCE_RELEASE's last
+        key, EVICTED's only one)."""
+        return f"{self.prefix}:{{{escape_name(name)}}}:evicted"
+
+    def probe_keys(self, name: str) -> list[str]:
+        """The keys PROBE checks the user's rights on: every key of the lock and its notes."""
+        return [*self.lock_keys(name), self.evicted(name)]
 
     def renewal_keys(self, name: str) -> list[str]:
         """The keys a renewal touches (RENEW, RENEW_ALL): entries, expiries, grants."""

@@ -62,7 +62,9 @@ What it cannot promise
 
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused or could not
-    reach Redis for the whole lease); an operator force-released it; Redis lost it (above).
+    reach Redis for the whole lease); an operator force-released it (the force release leaves
+    its note for each evicted holder under the lock's ``:evicted`` key, where ``evicted``
+    finds it until that lease would have run out, and a little longer); Redis lost it (above).
 """
 
 from __future__ import annotations

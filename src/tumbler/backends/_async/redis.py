@@ -334,6 +334,7 @@ class AsyncRedisBackend:
         self._renew = AsyncScript(self.client, lua.RENEW)
         self._release = AsyncScript(self.client, lua.RELEASE)
         self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
+        self._evicted = AsyncScript(self.client, lua.EVICTED)
         self._inspect = AsyncScript(self.client, lua.INSPECT)
         self._probe = AsyncScript(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
@@ -393,7 +394,7 @@ class AsyncRedisBackend:
         """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
         rather than at the first release that has a waiter to wake (PUBLISH) or the first
         renewal (PEXPIRETIME)."""
-        keys = self.keys.lock_keys("probe")
+        keys = self.keys.probe_keys("probe")
         channel = self.keys.client_channel(self.client_id)
         replicas = int(bool(self.config.wait_replicas))
         with translate_errors(self.url):
@@ -641,10 +642,28 @@ class AsyncRedisBackend:
                 ):
                     yield key
 
-    async def force_release(self, name: str) -> int:
-        keys = self.keys.lock_keys(name)
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, *self._wake_args]
+    async def force_release(self, name: str, note: str) -> int:
+        """Remove every grant of ``name``; leave ``note`` for each evicted holder, where
+        ``evicted`` finds it until that holder's lease would have run out (and a little
+        longer: ``_redis_lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        args: list[str | int] = [
+            self.keys.client_channel_prefix(),
+            name,
+            *self._wake_args,
+            note,
+            lua.EVICTED_GRACE_MS,
+        ]
         return int(await self._call(name, lambda: self._force_release(keys, args)))
+
+    async def evicted(self, name: str, owner: str) -> str | None:
+        """The note a force release left when it removed ``owner``'s grant of ``name``, or
+        None if none did (or its note is no longer kept)."""
+        keys = [self.keys.evicted(name)]
+        note = await self._call(name, lambda: self._evicted(keys, [owner]))
+        if note is None:
+            return None
+        return note.decode() if isinstance(note, bytes) else str(note)
 
     async def close(self) -> None:
         await self.wakeups.close()

@@ -336,6 +336,7 @@ class RedisBackend:
         self._renew = Script(self.client, lua.RENEW)
         self._release = Script(self.client, lua.RELEASE)
         self._force_release = Script(self.client, lua.FORCE_RELEASE)
+        self._evicted = Script(self.client, lua.EVICTED)
         self._inspect = Script(self.client, lua.INSPECT)
         self._probe = Script(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
@@ -395,7 +396,7 @@ class RedisBackend:
         """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
         rather than at the first release that has a waiter to wake (PUBLISH) or the first
         renewal (PEXPIRETIME)."""
-        keys = self.keys.lock_keys("probe")
+        keys = self.keys.probe_keys("probe")
         channel = self.keys.client_channel(self.client_id)
         replicas = int(bool(self.config.wait_replicas))
         with translate_errors(self.url):
@@ -639,10 +640,28 @@ class RedisBackend:
                 for key in self.client.scan_iter(match=self.keys.entries_pattern(), count=500):
                     yield key
 
-    def force_release(self, name: str) -> int:
-        keys = self.keys.lock_keys(name)
-        args: list[str | int] = [self.keys.client_channel_prefix(), name, *self._wake_args]
+    def force_release(self, name: str, note: str) -> int:
+        """Remove every grant of ``name``; leave ``note`` for each evicted holder, where
+        ``evicted`` finds it until that holder's lease would have run out (and a little
+        longer: ``_redis_lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        args: list[str | int] = [
+            self.keys.client_channel_prefix(),
+            name,
+            *self._wake_args,
+            note,
+            lua.EVICTED_GRACE_MS,
+        ]
         return int(self._call(name, lambda: self._force_release(keys, args)))
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        """The note a force release left when it removed ``owner``'s grant of ``name``, or
+        None if none did (or its note is no longer kept)."""
+        keys = [self.keys.evicted(name)]
+        note = self._call(name, lambda: self._evicted(keys, [owner]))
+        if note is None:
+            return None
+        return note.decode() if isinstance(note, bytes) else str(note)
 
     def close(self) -> None:
         self.wakeups.close()
