@@ -213,7 +213,7 @@ def test_with_credentials_the_notes_carry_the_users_acl(
         operator_view.close()
     assert flavour.call(holder_side, "evicted", "job", holder) == NOTE
     # the lock is still usable by clients that check ACLs
-    again, granted = grant(flavour, flavour.open(url), "job")
+    _again, granted = grant(flavour, flavour.open(url), "job")
     assert granted is not None
 
 
