@@ -46,9 +46,9 @@ Node layout
 
     ``force_release`` leaves its note for each owner it evicted in the persistent node
     ``BASE/#evicted/<name, percent-encoded>`` (no lock node can be named ``#evicted``: "#" is
-    always encoded), as JSON mapping the owner hash to the note and the wall-clock time after
-    which it may be dropped: the evicted grant's session timeout, plus ``NOTE_GRACE`` for the
-    hosts' clocks. The notes and the deletion of the entries are one transaction. Each
+    always encoded), as JSON: the notes' texts, and for each evicted owner's hash the index of
+    its note and the wall-clock time after which it may be dropped: the evicted grant's
+    session timeout, plus ``NOTE_GRACE`` for the hosts' clocks. The notes and the deletion of the entries are one transaction. Each
     ``force_release`` of the name drops the notes whose time has passed, and the node once
     none is left; with credentials it is made with the user's ACL, as every other node.
 
@@ -661,19 +661,14 @@ def read_notes(data: bytes) -> dict[str, tuple[str, float]]:
     """
     try:
         record = json.loads(data)
-    except ValueError:
+        texts, owners = record["notes"], record["evicted"]
+        notes = {}
+        for owner, (index, until) in owners.items():
+            text = texts[index]
+            if isinstance(text, str) and isinstance(until, (int, float)):
+                notes[owner] = (text, float(until))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return {}
-    if not isinstance(record, dict):
-        return {}
-    notes = {}
-    for owner, value in record.items():
-        if (
-            isinstance(value, list)
-            and len(value) == 2
-            and isinstance(value[0], str)
-            and isinstance(value[1], (int, float))
-        ):
-            notes[owner] = (value[0], float(value[1]))
     return notes
 
 
@@ -683,9 +678,14 @@ def prune_notes(notes: dict[str, tuple[str, float]], now: float) -> dict[str, tu
 
 
 def notes_data(notes: dict[str, tuple[str, float]]) -> bytes:
-    return json.dumps(
-        {owner: [note, until] for owner, (note, until) in notes.items()}, separators=(",", ":")
-    ).encode()
+    """The data of the notes' node: each text once, however many owners one force_release
+    evicted (a semaphore's permits), as a node holds at most 1 MB (``jute.maxbuffer``)."""
+    texts: dict[str, int] = {}
+    owners = {
+        owner: [texts.setdefault(text, len(texts)), until] for owner, (text, until) in notes.items()
+    }
+    record = {"notes": list(texts), "evicted": owners}
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 class Contender(NamedTuple):
