@@ -48,9 +48,10 @@ Node layout
     ``BASE/#evicted/<name, percent-encoded>`` (no lock node can be named ``#evicted``: "#" is
     always encoded), as JSON: the notes' texts, and for each evicted owner's hash the index of
     its note and the wall-clock time after which it may be dropped: the evicted grant's
-    session timeout, plus ``NOTE_GRACE`` for the hosts' clocks. The notes and the deletion of the entries are one transaction. Each
-    ``force_release`` of the name drops the notes whose time has passed, and the node once
-    none is left; with credentials it is made with the user's ACL, as every other node.
+    session timeout, plus ``NOTE_GRACE`` for the hosts' clocks. The notes and the deletion of
+    the entries are one transaction. Each ``force_release`` of the name drops the notes whose
+    time has passed, and the node once none is left; with credentials it is made with the
+    user's ACL, as every other node.
 
 Who holds the lock
     Grants follow the order of the sequence numbers, as in Curator's recipes: an exclusive
