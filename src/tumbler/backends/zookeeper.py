@@ -44,6 +44,15 @@ Node layout
     *container* (ZooKeeper 3.5.3 and newer), which the server deletes once its last child is
     gone, so lock names that are no longer used do not pile up.
 
+    ``force_release`` leaves its note for each owner it evicted in the persistent node
+    ``BASE/#evicted/<name, percent-encoded>`` (no lock node can be named ``#evicted``: "#" is
+    always encoded), as JSON: the notes' texts, and for each evicted owner's hash the index of
+    its note and the wall-clock time after which it may be dropped: the evicted grant's
+    session timeout, plus ``NOTE_GRACE`` for the hosts' clocks. The notes and the deletion of
+    the entries are one transaction. Each ``force_release`` of the name drops the notes whose
+    time has passed, and the node once none is left; with credentials it is made with the
+    user's ACL, as every other node.
+
 Who holds the lock
     Grants follow the order of the sequence numbers, as in Curator's recipes: an exclusive
     entry holds the lock when no entry is ahead of it; a read entry when no exclusive entry is
@@ -632,6 +641,52 @@ def entry_prefix(owner: str, shared: bool, limit: int) -> str:
     else:
         kind = f"sem-{limit}-"
     return f"_c_{owner_hash(owner)}-{kind}"
+
+
+#: The node under the base that keeps ``force_release``'s notes, one persistent child per lock
+#: name (``BASE/#evicted/<encoded name>``). ``encode_name`` always escapes "#", so no lock
+#: node can have this name, and the line of a lock never reads it.
+EVICTED_NODE = "#evicted"
+#: How much longer than the evicted grant would have lived its note is kept: the notes' times
+#: are the wall clocks of the hosts that write and prune them, which may disagree.
+NOTE_GRACE = 30.0
+#: How many times ``force_release`` reads the line and notes again after a concurrent change.
+FORCE_RELEASE_TRIES = 10
+
+
+def read_notes(data: bytes) -> dict[str, tuple[str, float]]:
+    """The notes of a lock: owner hash -> (note, wall-clock time after which it may go).
+
+    Data that is not such a record (damaged, or written by someone else) reads as no notes:
+    the next ``force_release`` overwrites it.
+    """
+    try:
+        record = json.loads(data)
+        texts, owners = record["notes"], record["evicted"]
+        notes = {}
+        for owner, (index, until) in owners.items():
+            text = texts[index]
+            if isinstance(text, str) and isinstance(until, (int, float)):
+                notes[owner] = (text, float(until))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return {}
+    return notes
+
+
+def prune_notes(notes: dict[str, tuple[str, float]], now: float) -> dict[str, tuple[str, float]]:
+    """The notes whose time has not passed at wall-clock time ``now``."""
+    return {owner: kept for owner, kept in notes.items() if kept[1] > now}
+
+
+def notes_data(notes: dict[str, tuple[str, float]]) -> bytes:
+    """The data of the notes' node: each text once, however many owners one force_release
+    evicted (a semaphore's permits), as a node holds at most 1 MB (``jute.maxbuffer``)."""
+    texts: dict[str, int] = {}
+    owners = {
+        owner: [texts.setdefault(text, len(texts)), until] for owner, (text, until) in notes.items()
+    }
+    record = {"notes": list(texts), "evicted": owners}
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 class Contender(NamedTuple):

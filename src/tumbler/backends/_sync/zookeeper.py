@@ -41,7 +41,10 @@ from ..contract import (
 )
 from ..zookeeper import (
     CONTAINER_FLAG,
+    EVICTED_NODE,
+    FORCE_RELEASE_TRIES,
     MIN_TTL,
+    NOTE_GRACE,
     ConnectAttempts,
     Contender,
     CreateContainer,
@@ -58,9 +61,12 @@ from ..zookeeper import (
     entry_data,
     entry_prefix,
     kazoo_result,
+    notes_data,
     owner_hash,
     parse_children,
+    prune_notes,
     read_entry_data,
+    read_notes,
     run_blocking,
     start_client,
     tls_connector,
@@ -149,6 +155,8 @@ class ZooKeeperBackend:
         self._lock_nodes: OrderedDict[str, None] = OrderedDict()
         self._closing = False
         self._suspended = False
+        #: how much longer than the evicted lease a force_release note is kept (NOTE_GRACE)
+        self.note_grace = NOTE_GRACE
 
     # -- connection ------------------------------------------------------------------------
 
@@ -661,17 +669,79 @@ class ZooKeeperBackend:
                 name = decode_name(node)
             except UnicodeDecodeError:
                 continue  # not a lock node of ours
+            if encode_name(name) != node:
+                continue  # not a lock node either: the notes of force_release (EVICTED_NODE)
             state = self.inspect(name)
             if state.holders or state.waiters:
                 states.append(state)
         return states
 
-    def force_release(self, name: str) -> int:
+    def _notes_path(self, name: str) -> str:
+        return f"{self.config.base}/{EVICTED_NODE}/{encode_name(name)}"
+
+    def force_release(self, name: str, note: str) -> int:
+        """Delete every granted entry of ``name``, leaving ``note`` for each evicted owner.
+
+        The notes and the deletions are one ZooKeeper transaction (``multi``): a holder whose
+        entry is gone finds its note at once, and no note is left for an entry that was not
+        removed here. Tried again when another client changed the notes or the line meanwhile.
+        """
         path = self._lock_path(name)
+        notes_path = self._notes_path(name)
         with translate_errors(self.url, name):
-            holders, _line = self._holders(path)
-            removed = 0
-            for contender, _ in holders:
-                if self._delete(f"{path}/{contender.node}"):
-                    removed += 1
-        return removed
+            self._make_path(notes_path.rsplit("/", 1)[0])
+            for _ in range(FORCE_RELEASE_TRIES):
+                holders, _line = self._holders(path)
+                try:
+                    data, stat = self._call(self._client.get_async(notes_path))
+                    notes = read_notes(data)
+                except kazoo_errors.NoNodeError:
+                    stat, notes = None, {}
+                now = time.time()
+                notes = prune_notes(notes, now)
+                for contender, (entry, _stat) in holders:
+                    if contender.owner:
+                        # the grant would have outlived its holder by its session's timeout
+                        left = read_entry_data(entry).session_timeout or self.session_timeout
+                        notes[contender.owner] = (note, now + left + self.note_grace)
+                if stat is None and not notes:
+                    return 0  # nothing removed, nothing recorded: no transaction needed
+                transaction = self._client.transaction()
+                if stat is None:
+                    transaction.create(notes_path, notes_data(notes), self._acl or OPEN_ACL_UNSAFE)
+                elif notes:
+                    transaction.set_data(notes_path, notes_data(notes), stat.version)
+                else:
+                    transaction.delete(notes_path, stat.version)
+                for contender, _ in holders:
+                    transaction.delete(f"{path}/{contender.node}")
+                results = self._call(transaction.commit_async())
+                failures = [r for r in results if isinstance(r, Exception)]
+                if not failures:
+                    break
+                conflict = (
+                    kazoo_errors.NoNodeError,  # an entry left, or the notes were deleted
+                    kazoo_errors.NodeExistsError,  # another client made the notes first
+                    kazoo_errors.BadVersionError,  # another client changed the notes
+                    kazoo_errors.RolledBackError,
+                )
+                if not all(isinstance(failure, conflict) for failure in failures):
+                    raise next(f for f in failures if not isinstance(f, conflict))
+            else:
+                raise kazoo_errors.ZookeeperError(
+                    f"the line or notes of {name!r} kept changing during force_release"
+                )
+            if holders and not self._containers:
+                with contextlib.suppress(kazoo_errors.NotEmptyError, kazoo_errors.NoNodeError):
+                    self._call(self._client.delete_async(path))
+        return len(holders)
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        """The note ``force_release`` left for ``owner``'s grant of ``name``, if it is kept."""
+        with translate_errors(self.url, name):
+            try:
+                data, _stat = self._call(self._client.get_async(self._notes_path(name)))
+            except kazoo_errors.NoNodeError:
+                return None
+        found = read_notes(data).get(owner_hash(owner))
+        return None if found is None else found[0]
