@@ -83,13 +83,9 @@ def test_every_kind_has_a_mutation() -> None:
 # -- hand-made histories of each kind, read as a reader would ---------------------------
 
 
-def _two_holders_overlapping(fencing: str, late_write_ms: int = 3000) -> RoundHistory:
-    """A reads, B is granted and does its round, A writes late: the classic pause.
-
-    B reads at 1500 ms and writes at 1510 ms; A's late write is at ``late_write_ms``.
-    """
-    counter = FencedCounter(fencing)  # type: ignore[arg-type]
-    resource: list[dict[str, object]] = []
+def _resource_log(counter: FencedCounter, resource: list[dict[str, object]]) -> Callable[..., int]:
+    """``decide(op, acq, token, t, base=0)``: ask the fenced counter, as the resource process
+    does, and append its log line to ``resource``; returns the value read or written."""
 
     def decide(op: str, acq: str, token: int, t: int, base: int = 0) -> int:
         value_before = counter.counter(LOCK)
@@ -103,6 +99,18 @@ def _two_holders_overlapping(fencing: str, late_write_ms: int = 3000) -> RoundHi
             "value_before": value_before, "base": base, "value": base + 1,
         })  # fmt: skip
         return decision.value
+
+    return decide
+
+
+def _two_holders_overlapping(fencing: str, late_write_ms: int = 3000) -> RoundHistory:
+    """A reads, B is granted and does its round, A writes late: the classic pause.
+
+    B reads at 1500 ms and writes at 1510 ms; A's late write is at ``late_write_ms``.
+    """
+    counter = FencedCounter(fencing)  # type: ignore[arg-type]
+    resource: list[dict[str, object]] = []
+    decide = _resource_log(counter, resource)
 
     a_value = decide("read", "a.1", 1, 3 * MS)
     b_value = decide("read", "b.1", 2, 1500 * MS)
@@ -206,21 +214,8 @@ def _late_notice(
 
     With ``pause_ms`` A is stopped (SIGSTOP) over that interval as well.
     """
-    counter = FencedCounter("on")
     resource: list[dict[str, object]] = []
-
-    def decide(op: str, acq: str, token: int, t: int, base: int = 0) -> int:
-        value_before = counter.counter(LOCK)
-        if op == "read":
-            decision, stale = counter.read(LOCK, token)
-        else:
-            decision, stale = counter.write(LOCK, token, base + 1)
-        resource.append({
-            "op": op, "t": t, "lock": LOCK, "token": token, "acq": acq, "accepted":
-            decision.accepted, "would_refuse": stale, "max_before": decision.max_before,
-            "value_before": value_before, "base": base, "value": base + 1,
-        })  # fmt: skip
-        return decision.value
+    decide = _resource_log(FencedCounter("on"), resource)
 
     a_value = decide("read", "a.1", 1, 3 * MS)
     b_value = decide("read", "b.1", 2, 1500 * MS)
