@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 from pathlib import Path
+from typing import Protocol
 
 __all__ = [
     "LOOPBACK",
@@ -16,6 +17,39 @@ __all__ = [
 ]
 
 LOOPBACK = "127.0.0.1"
+
+
+class _CertificateFiles(Protocol):
+    @property
+    def ca_path(self) -> Path: ...
+    @property
+    def client_cert_path(self) -> Path: ...
+    @property
+    def client_key_path(self) -> Path: ...
+
+
+class TLSServerFiles:
+    """The certificate files a client of a TLS server needs, for launchers whose
+    ``_tls_files()`` gives them (and raises the launcher's error for a server in clear)."""
+
+    def _tls_files(self) -> _CertificateFiles:
+        raise NotImplementedError
+
+    @property
+    def ca_path(self) -> Path:
+        """The CA that signed the server's certificate (TLS servers only)."""
+        return self._tls_files().ca_path
+
+    @property
+    def client_cert_path(self) -> Path:
+        """A client certificate of that CA, for servers that ask for one."""
+        return self._tls_files().client_cert_path
+
+    @property
+    def client_key_path(self) -> Path:
+        return self._tls_files().client_key_path
+
+
 _LOG_TAIL_LINES = 25
 
 

@@ -42,7 +42,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ...errors import InvalidArgument
-from ._common import LOOPBACK, ServerError, ServerNotInstalled, free_port, tail
+from ._common import (
+    LOOPBACK,
+    ServerError,
+    ServerNotInstalled,
+    TLSServerFiles,
+    free_port,
+    tail,
+)
 
 __all__ = [
     "ADMIN_USER",
@@ -208,7 +215,7 @@ class _PingExecutor(TCPExecutor):
         return self._ping()
 
 
-class RedisServer:
+class RedisServer(TLSServerFiles):
     """One ``redis-server`` process on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with RedisServer() as server:`` starts it and, on exit,
@@ -307,19 +314,6 @@ class RedisServer:
             return self.users[name]
         except KeyError:
             raise KeyError(f"no ACL user {name!r} on this server ({sorted(self.users)})") from None
-
-    @property
-    def ca_path(self) -> Path:
-        """The CA that signed the server's certificate (TLS servers only)."""
-        return self._tls_files().ca_path
-
-    @property
-    def client_cert_path(self) -> Path:
-        return self._tls_files().client_cert_path
-
-    @property
-    def client_key_path(self) -> Path:
-        return self._tls_files().client_key_path
 
     def _tls_files(self) -> TLSFiles:
         if self.tls is None:

@@ -57,7 +57,14 @@ from mirakuru.exceptions import (
 )
 
 from ...errors import InvalidArgument
-from ._common import LOOPBACK, ServerError, ServerNotInstalled, free_port, tail
+from ._common import (
+    LOOPBACK,
+    ServerError,
+    ServerNotInstalled,
+    TLSServerFiles,
+    free_port,
+    tail,
+)
 
 if TYPE_CHECKING:
     from .redis import TLSFiles
@@ -257,7 +264,7 @@ class _PortTaken(Exception):
     pass
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(TLSServerFiles):
     """One standalone ZooKeeper server on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with ZooKeeperServer() as server:`` starts it and, on
@@ -391,20 +398,6 @@ class ZooKeeperServer:
         if self.tls is None:
             raise ZooKeeperServerError(f"{self!r} does not speak TLS")
         return self.tls
-
-    @property
-    def ca_path(self) -> Path:
-        """The CA that signed the server's certificate (TLS servers only)."""
-        return self._tls_files().ca_path
-
-    @property
-    def client_cert_path(self) -> Path:
-        """A client certificate of that CA, as servers with ``tls_client_auth="need"`` ask."""
-        return self._tls_files().client_cert_path
-
-    @property
-    def client_key_path(self) -> Path:
-        return self._tls_files().client_key_path
 
     def connection_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for a kazoo client of this server: the hosts and, with TLS, the CA
