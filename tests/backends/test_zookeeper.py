@@ -42,16 +42,6 @@ def url(zookeeper_server: ZooKeeperServer) -> str:
 
 
 @pytest.fixture
-def raw(zookeeper_server: ZooKeeperServer) -> Iterator[KazooClient]:
-    """A plain kazoo client, to look at and change the nodes as another program would."""
-    client = KazooClient(hosts=zookeeper_server.connect_string)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
 def connect(url: str) -> Iterator[Callable[..., tumbler.Locks]]:
     clients: list[tumbler.Locks] = []
 

@@ -78,16 +78,6 @@ def url(zookeeper_server: ZooKeeperServer, base: str) -> str:
     return f"{zookeeper_server.url_for(base)}?session_timeout={SESSION:g}"
 
 
-@pytest.fixture
-def raw(zookeeper_server: ZooKeeperServer) -> Iterator[KazooClient]:
-    """A plain kazoo client, to look at the nodes as another program would."""
-    client = KazooClient(hosts=zookeeper_server.connect_string)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
-
-
 def grant(flavour: Flavour, backend: Any, name: str, shared: bool = False, limit: int = 1) -> Any:
     owner = secrets.token_urlsafe(18)
     request = GrantRequest(name, owner, shared, limit, False, SESSION, "test")

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 import tumbler
 import tumbler.aio
@@ -126,15 +125,6 @@ def proxied(zookeeper_server: ZooKeeperServer) -> Iterator[tuple[FaultProxy, str
                 f"?session_timeout={SESSION:g}&request_timeout=30"
             ),
         )
-
-
-@pytest.fixture
-def raw(zookeeper_server: ZooKeeperServer) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=zookeeper_server.connect_string)
-    client.start(timeout=10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def grant_all(backend: Any, count: int) -> list[Renewal]:
