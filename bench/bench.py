@@ -45,7 +45,7 @@ from contenders import (
     server_version,
 )
 from tumbler._url import parse_url
-from tumbler.backends.sqlite import filesystem_type
+from tumbler.backends.sqlite.backend import filesystem_type
 
 DEFAULT_PAIRS = 2000
 DEFAULT_PROCS = (4, 16)
@@ -139,7 +139,7 @@ def _throwaway_redis() -> Iterator[str]:
     port, its own temporary directory, ``save ""`` and ``appendonly no``; stopped (SIGTERM)
     and its directory removed at the end. Yields its URL."""
     # needs redis-py and mirakuru: the testing extra (dev pulls it in)
-    from tumbler.testing.servers import RedisServer
+    from tumbler.backends.redis.server import RedisServer
 
     with RedisServer() as server:
         yield server.url
@@ -150,7 +150,7 @@ def _throwaway_zookeeper() -> Iterator[str]:
     """A standalone ZooKeeper for this run only, from ``tumbler.testing.servers``: a free
     127.0.0.1 port, its own temporary directory, a 128 MB JVM; transactions are fsynced as in
     production (``forceSync=yes``). Stopped and its directory removed at the end."""
-    from tumbler.testing.servers import ZooKeeperServer
+    from tumbler.backends.zookeeper.server import ZooKeeperServer
 
     with ZooKeeperServer(force_sync=True) as server:
         yield server.url_for("/bench")

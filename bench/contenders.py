@@ -364,7 +364,7 @@ class KazooLock(SyncContender):
         from kazoo.client import KazooClient
 
         from tumbler._url import parse_url
-        from tumbler.backends.zookeeper import parse_config
+        from tumbler.backends.zookeeper.common import parse_config
 
         config = parse_config(parse_url(self.url))
         client = KazooClient(hosts=config.connect_string, timeout=config.session_timeout)

@@ -128,12 +128,12 @@ def server(args: argparse.Namespace) -> Iterator[None]:
     """Start the throwaway server asked for, and point ``args.url`` at it."""
     with contextlib.ExitStack() as stack:
         if args.redis:
-            from tumbler.testing.servers import RedisServer
+            from tumbler.backends.redis.server import RedisServer
 
             redis = stack.enter_context(RedisServer())
             args.url = f"{redis.url}?prefix=many-leases"
         elif args.zookeeper:
-            from tumbler.testing.servers import ZooKeeperServer
+            from tumbler.backends.zookeeper.server import ZooKeeperServer
 
             zookeeper = stack.enter_context(ZooKeeperServer(force_sync=True))
             args.url = f"{zookeeper.url_for('/many-leases')}?session_timeout={args.ttl:g}"

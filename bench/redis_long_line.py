@@ -171,7 +171,7 @@ def run(url: str, admin: redis.Redis, waiters: int, seconds: float) -> None:
 def grant_cost(admin: redis.Redis, sizes: list[int], attempts: int = 500) -> None:
     """Server time of one grant attempt on a lock with N waiters, the line written by the
     grant script itself (waiters with a long lease, so that none runs out meanwhile)."""
-    from tumbler.backends import _redis_lua as lua
+    from tumbler.backends.redis import lua
 
     keys = lua.Keys(f"tumbler:bench-{secrets.token_hex(4)}")
     grant = admin.register_script(lua.GRANT)
@@ -235,7 +235,7 @@ def main() -> int:
         server = None
         url = args.url
         if url is None:
-            from tumbler.testing.servers.redis import RedisServer
+            from tumbler.backends.redis.server import RedisServer
 
             server = RedisServer(Path(workdir) / "redis").start()
             url = server.url

@@ -1,11 +1,13 @@
-"""Generate the blocking flavour (src/tumbler/_sync/) from the asyncio one (src/tumbler/_async/).
+"""Generate the blocking flavour of the code written for asyncio: every ``_async`` directory of
+src/ and tests/ has its generated twin in the ``_sync`` directory beside it.
 
-    python tools/generate_sync.py          # write src/tumbler/_sync/
-    python tools/generate_sync.py --check  # exit 1 if src/tumbler/_sync/ is not current
+    python tools/generate_sync.py          # write every _sync directory
+    python tools/generate_sync.py --check  # exit 1 if any _sync file is not current
 
 The asyncio code is the one source: unasync drops ``async``/``await`` and renames each async
-name to its blocking twin (the pairs live side by side in ``tumbler/_acompat.py``); ruff then
-formats the result so it reads as if written by hand. CI runs ``--check``.
+name to its blocking twin: ``AsyncX`` to ``X`` by convention, the few others by the table
+below (the seams live side by side in ``tumbler/_acompat.py``); ruff then formats the result
+so it reads as if written by hand. CI runs ``--check``.
 """
 
 from __future__ import annotations
@@ -22,47 +24,22 @@ from pathlib import Path
 import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
-#: (asyncio source, generated blocking twin): the library, and the contract tests
-PAIRS = [
-    (ROOT / "src" / "tumbler" / "_async", ROOT / "src" / "tumbler" / "_sync"),
-    (
-        ROOT / "src" / "tumbler" / "backends" / "_async",
-        ROOT / "src" / "tumbler" / "backends" / "_sync",
-    ),
-    (ROOT / "tests" / "contract" / "_async", ROOT / "tests" / "contract" / "_sync"),
-]
+#: where asyncio sources live: every ``_async`` directory below these has its blocking twin in
+#: the ``_sync`` directory beside it
+SOURCE_ROOTS = [ROOT / "src", ROOT / "tests"]
 
+#: By convention an async name's blocking twin drops the prefix: ``AsyncLock`` -> ``Lock``,
+#: ``_AsyncPrimitive`` -> ``_Primitive``. These names are found in the sources.
+CONVENTION = re.compile(r"\b(_?)Async([A-Z]\w*)")
+
+#: The names the convention cannot derive: the seams of ``tumbler/_acompat.py`` and the test
+#: helpers, whose asyncio flavour is marked by a leading ``a``. A rule that no source uses
+#: fails the run, so the table cannot keep names that are gone.
 RENAMES = {
-    # lock logic
-    "AsyncHold": "Hold",
-    "AsyncLocks": "Locks",
-    "AsyncLock": "Lock",
-    "AsyncRLock": "RLock",
-    "AsyncSemaphore": "Semaphore",
-    "AsyncReadLock": "ReadLock",
-    "AsyncRWLock": "RWLock",
-    "_AsyncPrimitive": "_Primitive",
-    "AsyncRenewer": "Renewer",
-    "AsyncExitGuard": "ExitGuard",
-    "AsyncHubWatch": "HubWatch",
     "_async": "_sync",
-    # backends
-    "AsyncScript": "Script",
-    "AsyncWakeups": "Wakeups",
-    "AsyncRedisWatch": "RedisWatch",
-    "AsyncRedisBackend": "RedisBackend",
-    "AsyncClosings": "Closings",
     "aclose": "close",
-    "AsyncZooKeeperBackend": "ZooKeeperBackend",
     "kazoo_aresult": "kazoo_result",
     "arun_blocking": "run_blocking",
-    # backend contract
-    "AsyncBackend": "Backend",
-    "AsyncWatch": "Watch",
-    # seams (tumbler/_acompat.py)
-    "AsyncEvent": "Event",
-    "AsyncWorker": "Worker",
-    "AsyncMutex": "Mutex",
     "aspawn": "spawn",
     "ajoin": "join",
     "ashield": "shield",
@@ -72,13 +49,34 @@ RENAMES = {
     "acurrent_loop": "current_loop",
     "acheck_synchronizable": "check_synchronizable",
     "asleep_real": "sleep_real",
-    # test helpers (tests/contract/compat.py)
     "aconnect": "connect",
     "agather": "gather",
     "abackground": "background",
     "aeventually": "eventually",
-    "AsyncBackgroundCall": "BackgroundCall",
 }
+
+
+def pairs() -> list[tuple[Path, Path]]:
+    """Every (asyncio source, blocking twin) directory pair of the tree."""
+    found = []
+    for root in SOURCE_ROOTS:
+        for source in sorted(root.rglob("_async")):
+            if source.is_dir() and ".venv" not in source.parts:
+                found.append((source, source.with_name("_sync")))
+    return found
+
+
+def renames(sources: list[Path]) -> dict[str, str]:
+    """The token renames for ``sources``: the convention's, then the table's."""
+    text = "\n".join(path.read_text() for path in sources)
+    found = {match.group(0): match.group(1) + match.group(2) for match in CONVENTION.finditer(text)}
+    return {**found, **RENAMES}
+
+
+def unused_rules(sources: list[Path]) -> list[str]:
+    text = "\n".join(path.read_text() for path in sources)
+    return [name for name in RENAMES if not re.search(rf"\b{re.escape(name)}\b", text)]
+
 
 # Things a token rename cannot express: Awaitable[X] is X once nothing is awaited; a line
 # marked "# async-only" (an asyncio marker, say) has no blocking twin.
@@ -90,17 +88,17 @@ REWRITES = [
 ]
 
 HEADER = (
-    "# Generated from {source} by tools/generate_sync.py: do not edit.\n"
-    "# Change the asyncio source and run the tool again.\n"
+    "# Generated from {source}: do not edit.\n"
+    "# Change the asyncio source and run tools/generate_sync.py again.\n"
 )
 
 
-def generate(source: Path, out_dir: Path) -> list[Path]:
+def generate(source: Path, out_dir: Path, rules: dict[str, str]) -> list[Path]:
     """Write the blocking flavour of every module of ``source`` into out_dir/_sync."""
     work = out_dir / "_async"
     shutil.copytree(source, work, ignore=shutil.ignore_patterns("__pycache__"))
     files = sorted(str(path) for path in work.glob("*.py"))
-    unasync.unasync_files(files, [unasync.Rule("/_async/", "/_sync/", RENAMES)])
+    unasync.unasync_files(files, [unasync.Rule("/_async/", "/_sync/", rules)])
     produced = sorted((out_dir / "_sync").glob("*.py"))
     for path in produced:
         text = path.read_text()
@@ -123,9 +121,16 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if the files are not current")
     args = parser.parse_args()
     stale: list[str] = []
-    for source, target in PAIRS:
+    found = pairs()
+    sources = [path for source, _ in found for path in sorted(source.glob("*.py"))]
+    unused = unused_rules(sources)
+    if unused:
+        print(f"rename rules that no asyncio source uses: {', '.join(unused)}; remove them")
+        return 1
+    rules = renames(sources)
+    for source, target in found:
         with tempfile.TemporaryDirectory() as tmp:
-            produced = generate(source, Path(tmp))
+            produced = generate(source, Path(tmp), rules)
             wanted = {path.name: path.read_text() for path in produced}
             present = {path.name: path.read_text() for path in target.glob("*.py")}
         if not args.check:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from types import ModuleType
 
 from ._url import BackendURL
 from .backends import load_backend, resolve_url
+from .backends.descriptor import BackendOpener
 from .errors import InvalidArgument
 
 
-def backend_module(url: str | None, options: dict[str, object]) -> tuple[ModuleType, BackendURL]:
+def backend_module(url: str | None, options: dict[str, object]) -> tuple[BackendOpener, BackendURL]:
     """The backend module for ``url`` and the parsed URL; refuses options it does not take."""
     parsed = resolve_url(url)
     module = load_backend(parsed)

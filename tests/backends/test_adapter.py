@@ -17,7 +17,7 @@ import pytest
 
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.sqlite import SQLiteBackend
+from tumbler.backends.sqlite.backend import SQLiteBackend
 
 from ..contract.compat import PATIENCE
 

@@ -19,9 +19,9 @@ import pytest
 
 import tumbler
 import tumbler.aio
-from tumbler.backends import memory as memory_backend
-from tumbler.backends import sqlite as sqlite_backend
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.memory import backend as memory_backend
+from tumbler.backends.sqlite import backend as sqlite_backend
 from tumbler.testing import ManualClock
 
 from ..contract.compat import PATIENCE

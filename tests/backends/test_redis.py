@@ -41,16 +41,15 @@ from tumbler import (
     TumblerError,
 )
 from tumbler._url import parse_url
-from tumbler.backends import _redis_lua as lua
-from tumbler.backends.redis import parse_config
-from tumbler.testing.servers.redis import (
+from tumbler.backends.redis import lua
+from tumbler.backends.redis.common import parse_config
+from tumbler.backends.redis.server import (
     TUMBLER_PASSWORD,
     RedisServer,
     RedisServerCluster,
     RedisUser,
-    free_port,
-    make_tls_files,
 )
+from tumbler.testing.servers import free_port, make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import PATIENCE, background, eventually, gather

@@ -21,10 +21,10 @@ import tumbler
 import tumbler.aio
 from tumbler import PermissionDenied
 from tumbler._url import parse_url
-from tumbler.backends import redis as redis_backend
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.redis import ACL_RULES
-from tumbler.testing.servers.redis import RedisServer, RedisUser
+from tumbler.backends.redis import common as redis_backend
+from tumbler.backends.redis.common import ACL_RULES
+from tumbler.backends.redis.server import RedisServer, RedisUser
 
 from ..contract.compat import PATIENCE, abackground, aeventually, background, eventually
 from ..servers.fixtures import server_unavailable

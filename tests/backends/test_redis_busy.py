@@ -31,17 +31,16 @@ from redis.crc import key_slot
 import tumbler
 import tumbler.aio
 from tumbler import BackendUnavailable
-from tumbler.backends import _redis_lua as lua
 from tumbler.backends.contract import Renewal
-from tumbler.backends.redis import CAPABILITIES
-from tumbler.testing.servers.redis import RedisServer, RedisServerCluster, RedisUser
+from tumbler.backends.redis import CAPABILITIES, lua
+from tumbler.backends.redis.server import RedisServer, RedisServerCluster, RedisUser
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import PATIENCE, background, eventually
 
 FLAVOURS = ["sync", "asyncio"]
 #: how long a fair waiter woken on Redis Cluster has before the next may pass it (documented
-#: in tumbler.backends._redis_lua)
+#: in tumbler.backends.redis.lua)
 BACKUP_FAIR_MS = 1500
 #: how often a waiter re-checks on its own (``capabilities.recheck_interval``)
 RECHECK = 1.0

@@ -21,10 +21,10 @@ import redis.cluster
 from redis.crc import key_slot
 
 from tumbler._url import parse_url
-from tumbler.backends import _redis_lua as lua
-from tumbler.backends import redis as redis_backend
 from tumbler.backends.contract import GrantRequest
-from tumbler.testing.servers.redis import RedisServer, RedisServerCluster
+from tumbler.backends.redis import common as redis_backend
+from tumbler.backends.redis import lua
+from tumbler.backends.redis.server import RedisServer, RedisServerCluster
 
 from ..contract.compat import eventually
 

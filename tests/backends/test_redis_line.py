@@ -23,8 +23,8 @@ import redis
 import tumbler
 import tumbler.aio
 from tumbler import TooManyWaiters
-from tumbler.backends.redis import RedisLockState
-from tumbler.testing.servers.redis import RedisServer
+from tumbler.backends.redis.common import RedisLockState
+from tumbler.backends.redis.server import RedisServer
 
 from ..contract.compat import PATIENCE, abackground, aeventually, background, eventually
 

@@ -22,7 +22,7 @@ import tumbler
 import tumbler.aio
 from tumbler import BackendUnavailable
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.sqlite import SQLiteBackend
+from tumbler.backends.sqlite.backend import SQLiteBackend
 from tumbler.testing import ManualClock
 
 from ..contract.compat import PATIENCE

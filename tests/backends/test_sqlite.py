@@ -17,7 +17,7 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler import BackendUnavailable, ConfigurationError, InvalidURL
-from tumbler.backends import sqlite as sqlite_backend
+from tumbler.backends.sqlite import backend as sqlite_backend
 
 from ..contract.compat import PATIENCE, BackgroundCall, eventually
 from ..contract.test_processes import WORKER
@@ -155,7 +155,7 @@ def test_an_unwritable_file_is_permission_denied(tmp_path):
     os.chmod(tmp_path, 0o755)
     os.chmod(path, 0o644)
     script = (
-        "import os, sys, tumbler, tumbler.backends.sqlite\n"
+        "import os, sys, tumbler, tumbler.backends.sqlite.backend\n"
         "if os.getuid() == 0:\n"
         "    os.setgid(65534); os.setuid(65534)\n"
         "try:\n"

@@ -116,7 +116,7 @@ def run_as(uid: int, script: str, groups: tuple[int, ...] = ()) -> subprocess.Po
     where only root can read them."""
     drop = f"""
         import asyncio, concurrent.futures.thread, os, sys
-        import tumbler, tumbler.aio, tumbler.backends, tumbler.backends.sqlite
+        import tumbler, tumbler.aio, tumbler.backends, tumbler.backends.sqlite.backend
         os.setgroups({list(groups)!r})
         os.setgid({NOBODY})
         os.setuid({uid})

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tumbler import _core as core
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.sqlite import _Line
+from tumbler.backends.sqlite.backend import _Line
 from tumbler.errors import PermitsMismatch
 
 KINDS = st.sampled_from([(False, 1), (True, 0), (True, 2), (True, 3)])  # (shared, limit)

@@ -21,10 +21,10 @@ from kazoo.security import make_digest_acl
 import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
-from tumbler.backends.zookeeper import encode_name, entry_data, entry_prefix, parse_config
+from tumbler.backends.zookeeper.common import encode_name, entry_data, entry_prefix, parse_config
+from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
-from tumbler.testing.servers import ZooKeeperEnsemble, ZooKeeperServer
-from tumbler.testing.servers.redis import free_port
+from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import eventually

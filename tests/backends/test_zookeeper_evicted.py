@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from tumbler._url import parse_url
-from tumbler.backends import zookeeper
 from tumbler.backends.contract import GrantRequest
-from tumbler.testing.servers import ZooKeeperServer
+from tumbler.backends.zookeeper import common as zookeeper
+from tumbler.backends.zookeeper.server import ZooKeeperServer
 
 from ..contract.compat import eventually
 

@@ -25,8 +25,8 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import BackendUnavailable
-from tumbler.testing.servers import ZooKeeperServer
 from tumbler.torture.proxy import FaultProxy
 
 from ..contract.compat import aeventually, eventually

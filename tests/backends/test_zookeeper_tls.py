@@ -25,9 +25,10 @@ import trustme
 import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
-from tumbler.backends.zookeeper import TLSConfig, parse_config, tls_context
+from tumbler.backends.zookeeper.common import TLSConfig, parse_config, tls_context
+from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import BackendUnavailable, InvalidURL, TumblerError
-from tumbler.testing.servers import ZooKeeperServer, make_tls_files
+from tumbler.testing.servers import make_tls_files
 
 #: how long a refusal may take: a wrong certificate must not look like an ensemble that is down
 NO_HANG = 5.0

@@ -13,8 +13,8 @@ import pytest
 
 import tumbler.torture.cli as torture_cli
 from tests.servers.fixtures import server_unavailable
-from tumbler.testing.servers import RedisServer, ServerError
-from tumbler.testing.servers.redis import TUMBLER_RULES, RedisUser
+from tumbler.backends.redis.server import TUMBLER_RULES, RedisServer, RedisUser
+from tumbler.testing.servers import ServerError
 from tumbler.torture.backends import BackendSpec
 from tumbler.torture.check import CheckResult, Violation
 from tumbler.torture.cli import exit_status, main
@@ -54,7 +54,7 @@ def test_without_url_or_backend_tumbler_url_is_the_url(
     monkeypatch.setenv("TUMBLER_URL", "memory://")
     assert main(["--seconds", "1"]) == 64
     err = capsys.readouterr().err
-    assert err.startswith("tumbler: Invalid value for $TUMBLER_URL: memory:// locks live")
+    assert err.startswith("tumbler: Invalid value for $TUMBLER_URL: memory://: its locks live")
     # --url wins over it
     assert main(["--url", "nosuch://elsewhere"]) == 78
 

@@ -3,7 +3,7 @@
 The pool's state is built by hand: each worker slot is a real process holding a real kazoo
 session on the ensemble member the test chooses, and its history file says what the harness
 would have read from a worker (a grant, its read, a long think ahead). The ensemble is the
-harness's own deployment (:data:`tumbler.torture.backends.BACKENDS`), so the fault really
+harness's own deployment (:func:`tumbler.torture.backends.deployments`), so the fault really
 kills and restarts a member.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.servers.fixtures import server_unavailable
-from tumbler.torture.backends import BACKENDS, Deployment, Settings, SetupError
+from tumbler.torture.backends import Deployment, Settings, SetupError, deployments
 from tumbler.torture.faults import Nemesis
 from tumbler.torture.history import HistoryTail, HistoryWriter
 from tumbler.torture.pool import WorkerPool, WorkerSlot
@@ -44,7 +44,7 @@ sys.stdin.read()  # until the test closes the pipe
 @pytest.fixture
 def ensemble(tmp_path: Path) -> Iterator[Deployment]:
     """The harness's 3-member ZooKeeper deployment, every member serving."""
-    spec = BACKENDS["zookeeper-ensemble"]
+    spec = deployments()["zookeeper-ensemble"]
     reason = spec.unavailable()
     if reason is not None:
         server_unavailable(f"no ZooKeeper ensemble: {reason}")

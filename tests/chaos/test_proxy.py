@@ -25,8 +25,9 @@ from redis.retry import Retry
 
 import tumbler
 from tests.contract.compat import PATIENCE, eventually
+from tumbler.backends.redis.server import RedisServer
 from tumbler.errors import InvalidArgument, LockLost
-from tumbler.testing.servers import RedisServer, free_port
+from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import (
     BLACKHOLE,
     PASS,

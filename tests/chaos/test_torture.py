@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.servers.fixtures import server_unavailable
-from tumbler.testing.servers import RedisServer
-from tumbler.torture.backends import BACKENDS, SetupError, spec_for_url
+from tumbler.backends.redis.server import RedisServer
+from tumbler.torture.backends import SetupError, deployments, spec_for_url
 from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend
 
 #: seconds of faults per round: enough for at least one fault of each kind
@@ -48,7 +48,7 @@ def _describe(round_: RoundResult) -> str:
 
 
 def _torture(backend: str, rounds: list[str], tmp_path: Path, fencing: str = "on") -> BackendRun:
-    spec = BACKENDS[backend]
+    spec = deployments()[backend]
     reason = spec.unavailable()
     if reason is not None:
         server_unavailable(f"cannot torture {backend}: {reason}")

@@ -21,11 +21,11 @@ from rich.console import Console
 import tumbler
 from tumbler import HolderInfo, LockState
 from tumbler._url import parse_url
-from tumbler.backends import sqlite
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.memory import MemoryBackend
+from tumbler.backends.memory.backend import MemoryBackend
+from tumbler.backends.sqlite import backend as sqlite
+from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.cli import EX_CONFIG, EX_TEMPFAIL, _state_json, _status_table, main
-from tumbler.testing.servers import ZooKeeperServer
 
 from .conftest import python_command, run_tumbler
 

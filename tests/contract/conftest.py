@@ -1,13 +1,13 @@
-"""The contract suite's backends: every case in tests/contract runs against each of them.
+"""The contract suite's backends: every case in tests/contract runs against each test target
+that the backends' descriptors declare (``BackendDescriptor.test_targets``); the cases that
+start other processes run on the targets whose locks exclude across processes.
 
-A backend joins by adding its name to BACKENDS (and to PROCESS_BACKENDS if its locks work
-across processes) and a branch to ``make_url`` that starts or reuses its server.
+A target's servers start once per session (per xdist worker), when a test first needs them,
+and stop at its end; each test gets a URL of its own (a new file, key prefix or path).
 """
 
 from __future__ import annotations
 
-import secrets
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -16,56 +16,63 @@ import pytest_asyncio
 
 import tumbler
 import tumbler.aio
+from tumbler.backends import builtin_descriptors
+from tumbler.backends.descriptor import BackendDescriptor, RunningTarget, TestTarget
+from tumbler.testing.servers import ServerError
 
-BACKENDS = [
-    "sqlite",
-    "memory",
-    "redis",
-    "redis-tls-acl",
-    "redis-cluster",
-    "zookeeper",
-    "zookeeper-tls",
+from ..servers.fixtures import server_unavailable
+
+TARGETS: dict[str, tuple[BackendDescriptor, TestTarget]] = {
+    target.name: (descriptor, target)
+    for descriptor in builtin_descriptors()
+    for target in descriptor.test_targets()
+}
+BACKENDS = list(TARGETS)
+#: targets whose locks exclude across OS processes (and that run the costly cases)
+PROCESS_BACKENDS = [
+    name
+    for name, (descriptor, target) in TARGETS.items()
+    if target.processes and descriptor.capabilities.scope != "process"
 ]
-#: backends whose locks exclude across OS processes (memory:// is in-process only)
-PROCESS_BACKENDS = ["sqlite", "redis", "redis-cluster", "zookeeper"]
-#: the ZooKeeper session timeout of the suite: a killed holder's entry goes after this long
-ZOOKEEPER_SESSION_TIMEOUT = 3.0
-#: the digest credentials of the zookeeper-tls backend: every node its clients make is theirs
-#: alone, and every node they use is checked to be
-ZOOKEEPER_TLS_USER = f"tumbler:{secrets.token_urlsafe(12)}"
+
+
+class _Running:
+    """The targets started in this session, by name; a target that failed to start is not
+    tried again (its error is kept)."""
+
+    def __init__(self, directory: Callable[[str], Path]) -> None:
+        self._directory = directory
+        self._started: dict[str, RunningTarget] = {}
+        self._failed: dict[str, str] = {}
+
+    def get(self, name: str) -> RunningTarget:
+        if name in self._failed:
+            server_unavailable(self._failed[name])
+        if name not in self._started:
+            _, target = TARGETS[name]
+            try:
+                self._started[name] = target.start(self._directory(name))
+            except (ServerError, OSError) as error:
+                self._failed[name] = f"cannot start the {name} test target: {error}"
+                server_unavailable(self._failed[name])
+        return self._started[name]
+
+    def close(self) -> None:
+        for running in self._started.values():
+            running.close()
+
+
+@pytest.fixture(scope="session")
+def running_targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Running]:
+    running = _Running(lambda name: tmp_path_factory.mktemp(name))
+    yield running
+    running.close()
 
 
 def make_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of a backend of ``kind`` that no other test uses: a new file, store or prefix."""
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path}/locks.db"
-    if kind == "memory":
-        return f"memory://{uuid.uuid4().hex}"
-    # one server per session; a key prefix of the test's own keeps tests apart
-    prefix = f"tumbler:test-{uuid.uuid4().hex[:12]}"
-    if kind == "redis":
-        return f"{request.getfixturevalue('redis_server').url}?prefix={prefix}"
-    if kind == "redis-tls-acl":
-        server = request.getfixturevalue("redis_tls_server")
-        return f"{server.url_for('tumbler')}?prefix={prefix}&ssl_ca_certs={server.ca_path}"
-    if kind == "redis-cluster":
-        cluster = request.getfixturevalue("redis_cluster")
-        nodes = ",".join(f"{host}:{port}" for host, port in cluster.startup_nodes)
-        return f"redis://{nodes}/0?cluster=true&prefix={prefix}"
-    if kind == "zookeeper":
-        server = request.getfixturevalue("zookeeper_server")
-        base = f"/tumbler-test-{uuid.uuid4().hex[:12]}"
-        return f"{server.url_for(base)}?session_timeout={ZOOKEEPER_SESSION_TIMEOUT}"
-    if kind == "zookeeper-tls":
-        # TLS with a client certificate, and digest credentials over it
-        server = request.getfixturevalue("zookeeper_tls_server")
-        base = f"/tumbler-test-{uuid.uuid4().hex[:12]}"
-        return (
-            f"{server.scheme}://{ZOOKEEPER_TLS_USER}@{server.connect_string}{base}"
-            f"?session_timeout={ZOOKEEPER_SESSION_TIMEOUT}&ssl_ca_certs={server.ca_path}"
-            f"&ssl_certfile={server.client_cert_path}&ssl_keyfile={server.client_key_path}"
-        )
-    raise AssertionError(f"no such test backend {kind!r}")
+    """A URL of the target ``kind`` that no other test uses: a new file, store or prefix."""
+    running: _Running = request.getfixturevalue("running_targets")
+    return running.get(kind).fresh_url()
 
 
 @pytest.fixture(params=BACKENDS)

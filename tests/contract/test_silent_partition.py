@@ -14,20 +14,36 @@ import pytest
 
 import tumbler
 import tumbler.aio
+from tumbler._url import parse_url
 from tumbler.torture.proxy import FaultProxy
 
 from .compat import PATIENCE
-from .conftest import make_url
+from .conftest import TARGETS, make_url
 
 TTL = 2.0
 FLAVOURS = ["sync", "async"]
 
 
-@pytest.fixture(params=["redis", "zookeeper"])
+def _single_server_targets() -> list[str]:
+    """The targets whose URL names one server, on backends whose locks reach over a network:
+    a fault proxy can stand in front of that server."""
+    return [
+        name
+        for name, (descriptor, target) in TARGETS.items()
+        if descriptor.single_server is not None
+        and descriptor.capabilities.scope == "network"
+        and target.processes
+    ]
+
+
+@pytest.fixture(params=_single_server_targets())
 def server_url(request, tmp_path) -> tuple[str, tuple[str, int]]:
     url = make_url(request.param, request, tmp_path)
-    server = request.getfixturevalue(f"{request.param}_server")
-    return url, (server.host, server.port)
+    descriptor, _ = TARGETS[request.param]
+    server = descriptor.single_server(parse_url(url))
+    if server is None:
+        pytest.skip(f"{request.param}'s URL names more than one server")
+    return url, server
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

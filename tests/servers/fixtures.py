@@ -33,17 +33,15 @@ from typing import NoReturn, TypeVar
 import pytest
 
 from tests.conftest import IN_CI
-from tumbler.testing.servers import (
+from tumbler.backends.redis.server import (
     RedisServer,
     RedisServerCluster,
-    ServerError,
-    ZooKeeperEnsemble,
-    ZooKeeperServer,
     flush_redis,
-    make_tls_files,
     start_cluster,
     start_tls_redis,
 )
+from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
+from tumbler.testing.servers import ServerError, make_tls_files
 
 __all__ = [
     "flush_redis",

@@ -22,9 +22,8 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl, make_digest_acl_credential
 
 from tests.contract.compat import eventually
-from tumbler.errors import InvalidArgument
-from tumbler.testing.servers import ServerNotInstalled, zookeeper
-from tumbler.testing.servers.zookeeper import (
+from tumbler.backends.zookeeper import server as zookeeper
+from tumbler.backends.zookeeper.server import (
     ZooKeeperEnsemble,
     ZooKeeperNotInstalled,
     ZooKeeperServer,
@@ -32,6 +31,8 @@ from tumbler.testing.servers.zookeeper import (
     four_letter_word,
     super_digest,
 )
+from tumbler.errors import InvalidArgument
+from tumbler.testing.servers import ServerNotInstalled
 
 pytest_plugins = ["tests.servers.fixtures"]
 

@@ -18,7 +18,8 @@ import tumbler
 import tumbler.aio
 from tumbler import backends
 from tumbler._url import parse_url
-from tumbler.backends import sqlite as sqlite_backend
+from tumbler.backends.descriptor import BackendDescriptor
+from tumbler.backends.sqlite import backend as sqlite_backend
 from tumbler.errors import (
     ConfigurationError,
     InvalidArgument,
@@ -30,10 +31,10 @@ from tumbler.errors import (
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[str, str | None]]:
+def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, BackendDescriptor]:
     """A private copy of the scheme registry: registrations made in a test vanish with it."""
-    copy = dict(backends._registry)
-    monkeypatch.setattr(backends, "_registry", copy)
+    copy = dict(backends._registered)
+    monkeypatch.setattr(backends, "_registered", copy)
     return copy
 
 
@@ -74,10 +75,11 @@ async def test_the_async_connect_refuses_an_unknown_scheme_too() -> None:
 
 
 def test_registering_a_backend_makes_its_scheme_known(
-    registry: dict[str, tuple[str, str | None]],
+    registry: dict[str, BackendDescriptor],
 ) -> None:
     tumbler.register_backend("FakeScheme", "some.module", extra="fake")
-    assert registry["fakescheme"] == ("some.module", "fake")  # schemes are case-insensitive
+    registered = registry["fakescheme"]  # schemes are case-insensitive
+    assert (registered.opener, registered.extra) == ("some.module", "fake")
     assert "fakescheme" in tumbler.known_schemes()
 
 
@@ -93,7 +95,7 @@ def write_module(directory: Path, name: str, source: str) -> None:
 def test_a_backend_whose_driver_is_missing_names_the_extra_to_install(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    registry: dict[str, tuple[str, str | None]],
+    registry: dict[str, BackendDescriptor],
 ) -> None:
     write_module(
         tmp_path,
@@ -125,7 +127,7 @@ def test_a_backend_whose_driver_is_missing_names_the_extra_to_install(
 def test_a_backend_without_an_extra_shows_its_import_error_as_is(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    registry: dict[str, tuple[str, str | None]],
+    registry: dict[str, BackendDescriptor],
 ) -> None:
     # no extra installs its driver: the installation is broken, and "pip install
     # tumbler[...]" would be advice that cannot help
@@ -141,7 +143,7 @@ def test_a_backend_without_an_extra_shows_its_import_error_as_is(
 def test_a_broken_backend_module_is_not_reported_as_a_missing_extra(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    registry: dict[str, tuple[str, str | None]],
+    registry: dict[str, BackendDescriptor],
 ) -> None:
     # A missing tumbler module (a backend written for another tumbler version) or a backend
     # package missing its own module is a broken installation, not a missing extra: advice to

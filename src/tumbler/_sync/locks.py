@@ -1,5 +1,5 @@
-# Generated from src/tumbler/_async/locks.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from src/tumbler/_async/locks.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """The lock logic shared by every backend: clients, lock objects, holds.
 
 Ownership lives on a ``Hold``: each acquisition gets a fresh unguessable owner id that only its

@@ -1,5 +1,5 @@
-# Generated from src/tumbler/_async/renewal.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from src/tumbler/_async/renewal.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """One renewal worker and one deadline watch per client.
 
 Every hold of a client is renewed (at a third of its lease) by one background worker (a task,

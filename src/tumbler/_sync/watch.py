@@ -1,5 +1,5 @@
-# Generated from src/tumbler/_async/watch.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from src/tumbler/_async/watch.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """Waiting for a lock to change: the one watch every backend can use.
 
 A watch wakes when its backend's ``WakeHub`` is notified for the lock name (push backends), when

@@ -1,53 +1,126 @@
 """Backends, found by URL scheme.
 
-``tumbler.connect(url)`` looks the URL's scheme up here: the built-in backends below, then
-those registered with ``register_backend``, then third-party packages that declare an entry
-point in the group ``tumbler.backends`` (``scheme = "package.module"``). A backend module
-provides ``open_sync(url, **options)`` and ``open_async(url, **options)`` returning objects
-that satisfy ``tumbler.backends.contract.Backend`` and ``AsyncBackend``.
+``tumbler.connect(url)`` looks the URL's scheme up among the descriptors
+(:class:`~tumbler.backends.descriptor.BackendDescriptor`): those registered at run time with
+:func:`register`, then the built-in backends (each subpackage of this package with a
+``DESCRIPTOR``), then, only for a scheme none of those opens, third-party packages that
+declare an entry point in the group ``tumbler.backends`` (``scheme = "package:DESCRIPTOR"``;
+``"package.module"``, a module with ``open_sync`` and ``open_async``, is accepted too).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from importlib.metadata import entry_points
-from types import ModuleType
+import pkgutil
+from typing import cast
 
 from .._url import BackendURL, parse_url
 from ..errors import MissingDependency, UnknownScheme
+from .contract import Capabilities
+from .descriptor import BackendDescriptor, BackendOpener
+
+__all__ = [
+    "DEFAULT_URL",
+    "URL_VARIABLE",
+    "BackendDescriptor",
+    "builtin_descriptors",
+    "descriptor_for",
+    "known_schemes",
+    "load_backend",
+    "register",
+    "register_backend",
+    "resolve_url",
+]
 
 #: the environment variable ``connect()`` reads when given no URL
 URL_VARIABLE = "TUMBLER_URL"
 #: the URL used when neither an argument nor TUMBLER_URL gives one
 DEFAULT_URL = "sqlite://"
+#: the entry point group third-party backends register in
+ENTRY_POINT_GROUP = "tumbler.backends"
 
-# scheme -> (module, the extra that installs its driver, or None)
-_registry: dict[str, tuple[str, str | None]] = {
-    "sqlite": ("tumbler.backends.sqlite", None),
-    "memory": ("tumbler.backends.memory", None),
-    "redis": ("tumbler.backends.redis", "redis"),
-    "rediss": ("tumbler.backends.redis", "redis"),
-    "redis+unix": ("tumbler.backends.redis", "redis"),
-    "zookeeper": ("tumbler.backends.zookeeper", "zookeeper"),
-    "zookeepers": ("tumbler.backends.zookeeper", "zookeeper"),
-}
+_registered: dict[str, BackendDescriptor] = {}
+_builtin: dict[str, BackendDescriptor] | None = None
+_entry_points: dict[str, BackendDescriptor] | None = None
+
+
+def register(descriptor: BackendDescriptor) -> None:
+    """Make each of ``descriptor.schemes`` open with its backend (ahead of the built-ins)."""
+    for scheme in descriptor.schemes:
+        _registered[scheme] = descriptor
 
 
 def register_backend(scheme: str, module: str, extra: str | None = None) -> None:
-    """Make ``scheme://`` URLs open with ``module`` (whose driver ``extra`` installs)."""
-    _registry[scheme.lower()] = (module, extra)
+    """Make ``scheme://`` URLs open with ``module`` (whose driver ``extra`` installs): a
+    backend with no descriptor of its own, which then declares no capabilities."""
+    register(_bare_descriptor(scheme.lower(), module, extra))
 
 
-def _entry_point_backends() -> dict[str, tuple[str, str | None]]:
-    found: dict[str, tuple[str, str | None]] = {}
-    for point in entry_points(group="tumbler.backends"):
-        found[point.name.lower()] = (point.value, None)
-    return found
+def builtin_descriptors() -> list[BackendDescriptor]:
+    """The descriptors of the backends that come with tumbler, in name order."""
+    return sorted({id(d): d for d in _builtins().values()}.values(), key=lambda d: d.name)
+
+
+def _builtins() -> dict[str, BackendDescriptor]:
+    global _builtin
+    if _builtin is None:
+        found: dict[str, BackendDescriptor] = {}
+        for module in pkgutil.iter_modules(__path__):
+            if not module.ispkg or module.name.startswith("_"):
+                continue
+            package = importlib.import_module(f"{__name__}.{module.name}")
+            descriptor = getattr(package, "DESCRIPTOR", None)
+            if isinstance(descriptor, BackendDescriptor):
+                for scheme in descriptor.schemes:
+                    found[scheme] = descriptor
+        _builtin = found
+    return _builtin
+
+
+def _third_party() -> dict[str, BackendDescriptor]:
+    """The entry points' backends: read only when a scheme is not otherwise known, since
+    scanning the installed distributions costs more than the rest of ``connect``."""
+    global _entry_points
+    if _entry_points is None:
+        from importlib.metadata import entry_points
+
+        found: dict[str, BackendDescriptor] = {}
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            scheme = point.name.lower()
+            if ":" in point.value:
+                descriptor = point.load()
+                if not isinstance(descriptor, BackendDescriptor):
+                    continue  # not ours to open; the scheme stays unknown
+                found[scheme] = descriptor
+            else:
+                found[scheme] = _bare_descriptor(scheme, point.value, None)
+        _entry_points = found
+    return _entry_points
+
+
+def _bare_descriptor(scheme: str, module: str, extra: str | None) -> BackendDescriptor:
+    # it declares nothing, so it is taken to promise the least
+    nothing = Capabilities(push_wakeups=False, durable_fencing=False, server_clock=False)
+    return BackendDescriptor(
+        name=scheme, schemes=(scheme,), opener=module, capabilities=nothing, extra=extra
+    )
+
+
+def descriptor_for(scheme: str) -> BackendDescriptor:
+    """The descriptor of the backend that opens ``scheme://``; UnknownScheme if none does."""
+    scheme = scheme.lower()
+    descriptor = _registered.get(scheme) or _builtins().get(scheme)
+    if descriptor is None:
+        descriptor = _third_party().get(scheme)
+    if descriptor is None:
+        raise UnknownScheme(scheme, known_schemes())
+    return descriptor
 
 
 def known_schemes() -> list[str]:
-    return sorted({*_registry, *_entry_point_backends()})
+    """Every scheme some backend opens: registered, built-in and by entry point."""
+    return sorted({*_registered, *_builtins(), *_third_party()})
 
 
 def resolve_url(url: str | None) -> BackendURL:
@@ -57,16 +130,22 @@ def resolve_url(url: str | None) -> BackendURL:
     return parse_url(url)
 
 
-def load_backend(url: BackendURL) -> ModuleType:
-    """Import the module that handles ``url``'s scheme."""
-    entry = _registry.get(url.scheme) or _entry_point_backends().get(url.scheme)
-    if entry is None:
-        raise UnknownScheme(url.scheme, known_schemes())
-    module_name, extra = entry
+def load_backend(url: BackendURL) -> BackendOpener:
+    """Import the module that opens ``url``'s scheme; MissingDependency names the extra
+    to install when the backend's driver is missing."""
+    descriptor = descriptor_for(url.scheme)
     try:
-        return importlib.import_module(module_name)
+        module = importlib.import_module(descriptor.opener)
     except ModuleNotFoundError as error:
         missing = (error.name or "").partition(".")[0]
-        if extra is None or missing in ("", "tumbler") or module_name.startswith(missing + "."):
+        extra = descriptor.extra
+        if (
+            extra is None
+            or missing in ("", "tumbler")
+            or descriptor.opener.startswith(missing + ".")
+        ):
             raise  # not an optional driver: a broken installation, to be seen as it is
         raise MissingDependency(url.scheme, extra, missing) from error
+    # what each built-in opener provides is checked by mypy in its package (see its
+    # ``_opener_types``); a third party's is trusted here and fails on the first call if wrong
+    return cast(BackendOpener, module)

@@ -11,7 +11,6 @@ import os
 import random
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import click
 
@@ -19,7 +18,7 @@ import tumbler
 from tumbler.backends import URL_VARIABLE
 from tumbler.errors import TumblerError
 
-from .backends import BACKENDS, BackendSpec, SetupError, spec_for_url
+from .backends import BackendSpec, SetupError, default_deployment, deployments, spec_for_url
 from .faults import ALL_FAULTS, FAULT_HELP
 from .harness import Options, TortureRun, backend_specs, run_torture
 from .report import print_report, write_json, write_markdown
@@ -72,9 +71,9 @@ def _faults_help() -> str:
     "backends",
     metavar="NAME",
     multiple=True,
-    help=f"Start throwaway servers for NAME so server faults apply: "
-    f"{', '.join(BACKENDS)}, or all (every backend present). Repeatable. Default: sqlite "
-    "(unless --url or $TUMBLER_URL is given).",
+    help="Start throwaway servers for the deployment NAME so server faults apply, or all "
+    "(every deployment present); an unknown NAME lists them. Repeatable. Default: the default "
+    "backend's (unless --url or $TUMBLER_URL is given).",
 )
 @click.option(
     "--workers",
@@ -179,23 +178,24 @@ def torture(
         # only, and never also tortures whatever server the environment points at
         url = os.environ.get(URL_VARIABLE) or None
         url_hint = f"${URL_VARIABLE}"
-    names = list(backends) or ([] if url else ["sqlite"])
-    unknown = [name for name in names if name != "all" and name not in BACKENDS]
+    known = deployments()
+    names = list(backends) or ([] if url else [default_deployment()])
+    unknown = [name for name in names if name != "all" and name not in known]
     if unknown:
         raise click.BadParameter(
-            f"unknown backend {', '.join(unknown)}; choose from {', '.join(BACKENDS)}, all",
+            f"unknown backend {', '.join(unknown)}; choose from {', '.join(known)}, all",
             param_hint="'--backend'",
         )
     specs: list[BackendSpec] = backend_specs(names)
-    if url is not None and urlsplit(url).scheme.lower() == "memory":
-        raise click.BadParameter(
-            "memory:// locks live inside one process; the workers are separate processes",
-            param_hint=url_hint,
-        )
     if url is not None:
         try:
-            with tumbler.connect(url):
-                pass
+            with tumbler.connect(url) as locks:
+                if locks.capabilities.scope == "process":
+                    raise click.BadParameter(
+                        f"{locks.url}: its locks live inside one process; the workers are "
+                        "separate processes",
+                        param_hint=url_hint,
+                    )
         except TumblerError as error:
             from tumbler.cli import exit_code_for
 

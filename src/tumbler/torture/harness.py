@@ -27,7 +27,7 @@ from typing import Any
 import tumbler
 from tumbler.errors import TumblerError
 
-from .backends import BACKENDS, BackendSpec, Deployment, Settings, SetupError
+from .backends import BackendSpec, Deployment, Settings, SetupError, deployments
 from .check import (
     ALL_KINDS,
     FENCED_KINDS,
@@ -492,6 +492,7 @@ def run_torture(
 
 def backend_specs(names: Sequence[str]) -> list[BackendSpec]:
     """The entries named (``all``: every entry), in table order; KeyError for unknown names."""
+    known = deployments()
     if "all" in names:
-        return list(BACKENDS.values())
-    return [BACKENDS[name] for name in names]
+        return list(known.values())
+    return [known[name] for name in names]

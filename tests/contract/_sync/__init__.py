@@ -1,2 +1,2 @@
-# Generated from tests/contract/_async/__init__.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from tests/contract/_async/__init__.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.

@@ -1,5 +1,5 @@
-# Generated from tests/contract/_async/test_locks.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from tests/contract/_async/test_locks.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """The lock contract, as every backend must keep it (asyncio source of the blocking twin).
 
 Each case runs on every backend in ``conftest.BACKENDS``, in both flavours: this file for

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -12,11 +13,59 @@ __all__ = [
     "LOOPBACK",
     "ServerError",
     "ServerNotInstalled",
+    "TLSFiles",
+    "TLSServerFiles",
     "free_port",
+    "make_tls_files",
     "tail",
 ]
 
 LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """PEM files made by :func:`make_tls_files`: a CA, a server and a client certificate."""
+
+    ca_path: Path
+    server_cert_path: Path
+    server_key_path: Path
+    client_cert_path: Path
+    client_key_path: Path
+
+
+def make_tls_files(
+    directory: str | Path, server_names: tuple[str, ...] = (LOOPBACK, "localhost")
+) -> TLSFiles:
+    """Make a throw-away CA and certificates with trustme, as PEM files in ``directory``.
+
+    The server certificate names ``server_names``: by default ``127.0.0.1`` (an IP SAN) and
+    ``localhost``, so clients can check the hostname when they connect to the loopback
+    address. The client certificate is for servers started with ``tls-auth-clients yes``.
+    """
+    import trustme  # only TLS servers need it
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA(organization_name="tumbler tests")
+    server = ca.issue_cert(*server_names)
+    client = ca.issue_cert("tumbler-client.test")
+    files = TLSFiles(
+        ca_path=directory / "ca.pem",
+        server_cert_path=directory / "server.pem",
+        server_key_path=directory / "server-key.pem",
+        client_cert_path=directory / "client.pem",
+        client_key_path=directory / "client-key.pem",
+    )
+    ca.cert_pem.write_to_path(str(files.ca_path))
+    for leaf, cert_path, key_path in (
+        (server, files.server_cert_path, files.server_key_path),
+        (client, files.client_cert_path, files.client_key_path),
+    ):
+        cert_path.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+        key_path.touch(mode=0o600)
+        leaf.private_key_pem.write_to_path(str(key_path))
+    return files
 
 
 class _CertificateFiles(Protocol):

@@ -111,11 +111,11 @@ if sys.platform != "win32":
     import grp
     import pwd
 
-from .. import _core as core
-from .._clock import SYSTEM_CLOCK, Clock
-from .._sync.watch import HubWatch
-from .._url import BackendURL
-from ..errors import (
+from ... import _core as core
+from ..._clock import SYSTEM_CLOCK, Clock
+from ..._sync.watch import HubWatch
+from ..._url import BackendURL
+from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
@@ -123,9 +123,8 @@ from ..errors import (
     PermitsMismatch,
     TumblerError,
 )
-from ._adapter import AsyncAdapter
-from .contract import (
-    Capabilities,
+from .._adapter import AsyncAdapter
+from ..contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -133,29 +132,9 @@ from .contract import (
     Renewal,
     SessionEvents,
 )
+from . import CAPABILITIES
 
 SCHEMA_VERSION = 1
-
-CAPABILITIES = Capabilities(
-    push_wakeups=False,
-    durable_fencing=True,
-    server_clock=True,
-    # Every poll (at most poll_cap = 50 ms apart, plus the time it queues) refreshes a waiter's
-    # entry, so 1 s is 20 polls' worth: a live waiter keeps its place through a stall of most
-    # of a second (a loaded machine, a blocked event loop, an asyncio client's polls queued
-    # behind a thousand others). One stalled longer loses only its place in a fair line: its
-    # next poll joins at the back (nothing else is lost). A waiter that died blocks a fair
-    # line for at most this long after its last poll.
-    waiter_ttl=1.0,
-    poll_base=0.002,
-    poll_cap=0.05,
-    # A renewal is one short transaction (well under 1 ms), but it may wait for another
-    # process's write lock, and a WAL checkpoint fsyncs the file while it holds it (tens of
-    # ms on a busy disk, see bench/many_leases_sqlite.py). Renewals come at ttl/3 and the
-    # client gives the hold up at about ttl: at 0.5 s, 0.33 s is left for such waits.
-    min_ttl=0.5,
-    scope="host",
-)
 
 NETWORK_FILESYSTEMS = frozenset(
     {

@@ -151,22 +151,19 @@ from kazoo.protocol.serialization import Create2
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
 from kazoo.security import ACL, Permissions, make_digest_acl_credential
 
-from .._core import Entry
-from .._url import BackendURL
-from ..errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from ._options import flag, host_port, seconds
+from ..._core import Entry
+from ..._url import BackendURL
+from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from .._options import flag, host_port, seconds
+from . import DEFAULT_PORT, MIN_TTL
 
 if TYPE_CHECKING:
-    from ._async.zookeeper import AsyncZooKeeperBackend
-    from ._sync.zookeeper import ZooKeeperBackend
+    from ._async.backend import AsyncZooKeeperBackend
+    from ._sync.backend import ZooKeeperBackend
 
 T = TypeVar("T")
 
 DEFAULT_BASE = "/tumbler"
-DEFAULT_PORT = 2181
-#: The shortest lease ZooKeeper can keep renewed (``Capabilities.min_ttl``); see the module
-#: docstring, "The shortest lease".
-MIN_TTL = 0.5
 _OPTIONS = ("session_timeout", "connect_timeout", "request_timeout")
 _TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 TLS_SCHEME = "zookeepers"
@@ -977,7 +974,7 @@ async def arun_blocking(function: Callable[..., T], *args: Any) -> T:
 
 
 def open_sync(url: BackendURL) -> ZooKeeperBackend:
-    from ._sync.zookeeper import ZooKeeperBackend
+    from ._sync.backend import ZooKeeperBackend
 
     backend = ZooKeeperBackend(parse_config(url))
     try:
@@ -989,7 +986,7 @@ def open_sync(url: BackendURL) -> ZooKeeperBackend:
 
 
 async def open_async(url: BackendURL) -> AsyncZooKeeperBackend:
-    from ._async.zookeeper import AsyncZooKeeperBackend
+    from ._async.backend import AsyncZooKeeperBackend
 
     backend = AsyncZooKeeperBackend(parse_config(url))
     try:

@@ -1,6 +1,6 @@
 """The ZooKeeper backend (asyncio flavour, the source of the generated blocking twin).
 
-See ``tumbler.backends.zookeeper`` for the URL grammar, the node layout and the guarantees.
+See ``tumbler.backends.zookeeper.common`` for the URL grammar, the node layout and the guarantees.
 kazoo runs its connection on threads of its own; every call here is one of its ``*_async``
 requests, whose result is awaited (``kazoo_aresult``) or waited for (``kazoo_result``).
 """
@@ -23,12 +23,11 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from ..._async.watch import AsyncHubWatch
-from ..._clock import SYSTEM_CLOCK, Clock
-from ..._core import WATCH_LINE, check_limits, line_position
-from ...errors import InvalidTimeout, PermitsMismatch
-from ..contract import (
-    Capabilities,
+from ...._async.watch import AsyncHubWatch
+from ...._clock import SYSTEM_CLOCK, Clock
+from ...._core import WATCH_LINE, check_limits, line_position
+from ....errors import InvalidTimeout, PermitsMismatch
+from ...contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -37,11 +36,11 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..zookeeper import (
+from .. import CAPABILITIES
+from ..common import (
     CONTAINER_FLAG,
     EVICTED_NODE,
     FORCE_RELEASE_TRIES,
-    MIN_TTL,
     NOTE_GRACE,
     ConnectAttempts,
     Contender,
@@ -76,20 +75,6 @@ _log = logging.getLogger("tumbler.zookeeper")
 
 #: how many lock nodes a client remembers having seen (``_remember_lock_node``)
 LOCK_NODES_REMEMBERED = 10_000
-
-CAPABILITIES = Capabilities(
-    push_wakeups=True,
-    durable_fencing=True,
-    server_clock=True,
-    session_liveness=True,
-    # waiter entries live with the session, not a lease of their own
-    waiter_ttl=60.0,
-    # watches are delivered once per change within a session; the re-check is a safety net
-    recheck_interval=2.0,
-    min_ttl=MIN_TTL,
-    # an ensemble serves clients on any machine that reaches it
-    scope="network",
-)
 
 
 class AsyncZooKeeperBackend:

@@ -18,7 +18,7 @@ has; only a power cut would), and the four-letter words ``ruok``, ``srvr``, ``mn
 ``stat`` allowed, which is how the launcher tells when a server is up and who leads. A
 ``super_password`` turns on ZooKeeper's super user (``superDigest``), who passes every ACL.
 
-Plain library code like :mod:`tumbler.testing.servers.redis`: no pytest and no ZooKeeper
+Plain library code like :mod:`tumbler.backends.redis.server`: no pytest and no ZooKeeper
 client (the readiness probes speak the four-letter words over a socket), only mirakuru from
 the ``testing`` extra (and, for a TLS server, ``cryptography``, which trustme brings). The JVM
 is ``$TUMBLER_JAVA`` or ``java`` on ``PATH``; the class path is ``$TUMBLER_ZOOKEEPER_CLASSPATH``
@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from mirakuru import TCPExecutor
 from mirakuru.base import SimpleExecutor
@@ -57,17 +57,15 @@ from mirakuru.exceptions import (
 )
 
 from ...errors import InvalidArgument
-from ._common import (
+from ...testing.servers._common import (
     LOOPBACK,
     ServerError,
     ServerNotInstalled,
+    TLSFiles,
     TLSServerFiles,
     free_port,
     tail,
 )
-
-if TYPE_CHECKING:
-    from .redis import TLSFiles
 
 __all__ = [
     "DEFAULT_MAX_SESSION_TIMEOUT",

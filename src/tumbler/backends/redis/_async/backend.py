@@ -1,9 +1,7 @@
-# Generated from src/tumbler/backends/_async/redis.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
 """The Redis backend (asyncio flavour, the source of the generated blocking twin).
 
-See ``tumbler.backends.redis`` for the URL grammar and the guarantees, and
-``tumbler.backends._redis_lua`` for the keys and scripts.
+See ``tumbler.backends.redis.common`` for the URL grammar and the guarantees, and
+``tumbler.backends.redis.lua`` for the keys and scripts.
 """
 
 from __future__ import annotations
@@ -15,30 +13,29 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
-from redis import BlockingConnectionPool, ConnectionPool, Redis
-from redis.backoff import NoBackoff
-from redis.client import PubSub
-from redis.cluster import ClusterNode, RedisCluster
-from redis.connection import (
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.retry import Retry
 
-from ..._acompat import Event, Mutex, Worker, join, sleep_real, spawn
-from ..._clock import SYSTEM_CLOCK, Clock
-from ..._sync.watch import HubWatch
-from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
-from .. import _redis_lua as lua
-from ..contract import (
+from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
+from ...._async.watch import AsyncHubWatch
+from ...._clock import SYSTEM_CLOCK, Clock
+from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
+from ...contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -47,18 +44,18 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..redis import (
+from .. import CAPABILITIES, lua
+from ..common import (
     ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
-    CAPABILITIES,
     MINIMUM_SERVER,
     RENEWALS_PER_CALL,
-    Closings,
+    AsyncBound,
+    AsyncClosings,
+    AsyncGate,
     RedisConfig,
     RedisLockState,
-    SyncBound,
-    SyncGate,
     translate_errors,
 )
 
@@ -67,7 +64,7 @@ _log = logging.getLogger("tumbler.redis")
 T = TypeVar("T")
 
 
-class Script:
+class AsyncScript:
     """A Lua script run by SHA-1, loaded again if the server forgot it (restart, SCRIPT FLUSH)."""
 
     def __init__(self, client: Redis | RedisCluster, source: str) -> None:
@@ -75,17 +72,17 @@ class Script:
         self._source = source
         self._sha: str | None = None
 
-    def __call__(self, keys: list[str], args: list[str | int]) -> Any:
+    async def __call__(self, keys: list[str], args: list[str | int]) -> Any:
         if self._sha is None:
-            self._sha = self._client.script_load(self._source)
+            self._sha = await self._client.script_load(self._source)
         try:
-            return self._client.evalsha(self._sha, len(keys), *keys, *args)
+            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
         except redis_errors.NoScriptError:
-            self._sha = self._client.script_load(self._source)
-            return self._client.evalsha(self._sha, len(keys), *keys, *args)
+            self._sha = await self._client.script_load(self._source)
+            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
 
 
-class Wakeups:
+class AsyncWakeups:
     """The client's one pub/sub connection, subscribed to the client's own channel.
 
     A release publishes ``<owner hash> <name>`` on the channel of each client whose waiter it
@@ -94,16 +91,16 @@ class Wakeups:
     on the same lock. The subscription is made at the first wait and kept until close().
     """
 
-    def __init__(self, backend: RedisBackend) -> None:
+    def __init__(self, backend: AsyncRedisBackend) -> None:
         self._backend = backend
         self._channel = backend.keys.client_channel(backend.client_id)
         self._pubsub: PubSub | None = None
-        self._reader: Worker | None = None
+        self._reader: AsyncWorker | None = None
         self._lock = threading.Lock()
         # the first SUBSCRIBE goes out once: redis-py makes a PubSub's connection lazily, and
         # two first calls at once could each make one, and one would go unread
-        self._sending = Mutex()
-        self._confirmed: Event | None = None
+        self._sending = AsyncMutex()
+        self._confirmed: AsyncEvent | None = None
         self._refused: str | None = None
         self._closed = False
 
@@ -112,26 +109,26 @@ class Wakeups:
         confirmed = self._confirmed
         return confirmed is not None and confirmed.is_set() and self._refused is None
 
-    def subscribe(self, name: str) -> None:
+    async def subscribe(self, name: str) -> None:
         """Return once the server confirmed the subscription (``name``: for errors)."""
-        with self._sending:
+        async with self._sending:
             if self._confirmed is None or self._refused is not None:
                 self._refused = None
-                self._confirmed = confirmed = Event()
+                self._confirmed = confirmed = AsyncEvent()
                 pubsub = self._pubsub_connection()
                 try:
                     with translate_errors(self._backend.url, name):
-                        pubsub.subscribe(self._channel)
+                        await pubsub.subscribe(self._channel)
                 except BaseException:
                     self._confirmed = None
                     raise
                 with self._lock:
                     if self._reader is None and not self._closed:
-                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+                        self._reader = aspawn(self._read, "tumbler-redis-wakeups")
             confirmed = self._confirmed
         # a release after this point is heard; the caller tries again after it
         timeout = self._backend.config.client_options["socket_timeout"]
-        if not confirmed.wait(timeout):
+        if not await confirmed.wait(timeout):
             self._confirmed = None  # the next wait subscribes anew
             raise BackendUnavailable(
                 "Redis did not confirm a subscription in time",
@@ -158,7 +155,7 @@ class Wakeups:
             self._pubsub = self._backend.pubsub_client.pubsub()
         return self._pubsub
 
-    def _read(self) -> None:
+    async def _read(self) -> None:
         pubsub = self._pubsub_connection()
         hub = self._backend.hub
         failures = 0
@@ -171,7 +168,7 @@ class Wakeups:
                 hub.notify(name, (tag,))
             wait = min(1.0, backups[0][0] - now) if backups else 1.0
             try:
-                message = pubsub.get_message(timeout=wait)
+                message = await pubsub.get_message(timeout=wait)
             except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
                 if "NOPERM" in str(error) or "permission" in str(error).lower():
                     self._refuse_pending(str(error))
@@ -183,7 +180,7 @@ class Wakeups:
                     return  # close() pulled the connection from under the read
                 failures += 1
                 _log.warning("Redis wake-up connection failed (waiters re-check): %s", error)
-                sleep_real(min(1.0, 0.05 * 2**failures))
+                await asleep_real(min(1.0, 0.05 * 2**failures))
                 continue
             failures = 0
             if message is None:
@@ -203,18 +200,18 @@ class Wakeups:
                 else:
                     hub.notify(name, (tag,))
 
-    def close(self) -> None:
+    async def close(self) -> None:
         with self._lock:
             self._closed = True
             reader, self._reader = self._reader, None
         if self._pubsub is not None:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                self._pubsub.close()
+                await self._pubsub.aclose()
         if reader is not None:
-            join(reader)
+            await ajoin(reader)
 
 
-class RedisWatch:
+class AsyncRedisWatch:
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -222,24 +219,24 @@ class RedisWatch:
     nothing. Otherwise entering subscribes (confirmed by the server) and asks for a retry.
     """
 
-    def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
+    def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
         self._backend = backend
         self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = HubWatch(backend.clock, name, backend.hub, tag)
+        self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
         self.retry_needed = not backend.wakeups.subscribed()
 
-    def __enter__(self) -> RedisWatch:
+    async def __aenter__(self) -> AsyncRedisWatch:
         if self.retry_needed:
             try:
-                self._backend.wakeups.subscribe(self._name)
+                await self._backend.wakeups.subscribe(self._name)
             except BaseException:
                 self.close()
                 raise
         return self
 
-    def __exit__(
+    async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -253,8 +250,8 @@ class RedisWatch:
     def close(self) -> None:
         self._watch.close()
 
-    def wait(self, timeout: float) -> None:
-        self._watch.wait(timeout)
+    async def wait(self, timeout: float) -> None:
+        await self._watch.wait(timeout)
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
@@ -262,7 +259,7 @@ class RedisWatch:
 _RenewalCall = tuple["tuple[str, int] | None", list[str], list["str | int"]]
 
 
-class RedisBackend:
+class AsyncRedisBackend:
     """The Redis backend contract over redis-py.
 
     Per client: the pool of ``max_connections`` for calls (they wait for a free connection,
@@ -284,7 +281,7 @@ class RedisBackend:
         wait = config.client_options["socket_timeout"]
         # What redis-py closes without waiting, close() finishes: every connection but the
         # cluster client's own, which its nodes make.
-        self.closings = Closings()
+        self.closings = AsyncClosings()
         self.client: Redis | RedisCluster
         if config.cluster:
             # No retries inside redis-py: a retried release whose first reply was lost would
@@ -308,7 +305,7 @@ class RedisBackend:
                         connection.close()
                 raise
             # its node pools fail a call at once when full: the gate keeps them from filling
-            self._gate = SyncGate(config.max_connections, wait)
+            self._gate = AsyncGate(config.max_connections, wait)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -319,26 +316,26 @@ class RedisBackend:
             )
             self.closings.follow(pool)
             self.client = Redis.from_pool(pool)
-            self._gate = SyncGate(None, wait)  # the pool itself waits
+            self._gate = AsyncGate(None, wait)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
         self.pubsub_client: Redis = Redis.from_pool(
             self._pool(config.nodes[0] if config.nodes else None)
         )
         self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
-        self._bound = SyncBound()
+        self._bound = AsyncBound()
         # how a release finds dead waiters: by the wake-up reaching nobody (a single server
-        # sees every subscriber), else by a backup wake-up (see _redis_lua)
+        # sees every subscriber), else by a backup wake-up (see .lua)
         self._wake_args: list[str | int] = (
             [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, 0, 0]
         )
-        self.wakeups = Wakeups(self)
-        self._grant = Script(self.client, lua.GRANT)
-        self._renew = Script(self.client, lua.RENEW)
-        self._release = Script(self.client, lua.RELEASE)
-        self._force_release = Script(self.client, lua.FORCE_RELEASE)
-        self._evicted = Script(self.client, lua.EVICTED)
-        self._inspect = Script(self.client, lua.INSPECT)
-        self._probe = Script(self.client, lua.PROBE)
+        self.wakeups = AsyncWakeups(self)
+        self._grant = AsyncScript(self.client, lua.GRANT)
+        self._renew = AsyncScript(self.client, lua.RENEW)
+        self._release = AsyncScript(self.client, lua.RELEASE)
+        self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
+        self._evicted = AsyncScript(self.client, lua.EVICTED)
+        self._inspect = AsyncScript(self.client, lua.INSPECT)
+        self._probe = AsyncScript(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
 
     def _connection_options(
@@ -363,11 +360,11 @@ class RedisBackend:
         self.closings.follow(pool)
         return pool
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Check that the server answers, is recent enough, lets the user run every command
         tumbler needs, and will not evict lock keys."""
         with translate_errors(self.url):
-            info: Any = self.client.info("server")
+            info: Any = await self.client.info("server")
             if self.config.cluster:  # RedisCluster answers per node
                 info = next(iter(info.values())) if "redis_version" not in info else info
             version = tuple(int(part) for part in str(info["redis_version"]).split(".")[:2])
@@ -378,7 +375,7 @@ class RedisBackend:
                     backend=self.url,
                 )
             with contextlib.suppress(redis_errors.ResponseError):  # CONFIG may be forbidden
-                policy: Any = self.client.config_get("maxmemory-policy")
+                policy: Any = await self.client.config_get("maxmemory-policy")
                 if self.config.cluster and "maxmemory-policy" not in policy:
                     policy = next(iter(policy.values()))
                 value = policy.get("maxmemory-policy", "noeviction")
@@ -390,9 +387,9 @@ class RedisBackend:
                     )
         # outside translate_errors, which would take PermissionDenied (an OSError) for a
         # network failure
-        self._check_rights()
+        await self._check_rights()
 
-    def _check_rights(self) -> None:
+    async def _check_rights(self) -> None:
         """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
         rather than at the first release that has a waiter to wake (PUBLISH) or the first
         renewal (PEXPIRETIME)."""
@@ -400,7 +397,7 @@ class RedisBackend:
         channel = self.keys.client_channel(self.client_id)
         replicas = int(bool(self.config.wait_replicas))
         with translate_errors(self.url):
-            refused = self._probe(keys, [channel, replicas])
+            refused = await self._probe(keys, [channel, replicas])
         if refused:
             what = ", ".join(part.decode() if isinstance(part, bytes) else part for part in refused)
             raise PermissionDenied(
@@ -410,12 +407,12 @@ class RedisBackend:
                 backend=self.url,
             )
 
-    def _call(self, name: str | None, call: Callable[[], T]) -> T:
+    async def _call(self, name: str | None, call: Callable[[], Awaitable[T]]) -> T:
         with translate_errors(self.url, name):
-            with self._gate:
-                return call()
+            async with self._gate:
+                return await call()
 
-    def try_grant(self, request: GrantRequest) -> Grant | None:
+    async def try_grant(self, request: GrantRequest) -> Grant | None:
         keys = self.keys.lock_keys(request.name)
         args: list[str | int] = [
             request.owner,
@@ -432,21 +429,23 @@ class RedisBackend:
             self.client_id if self.wakeups.subscribed() else "",
             self.config.max_waiters,
         ]
-        result = self._call(request.name, lambda: self._grant(keys, args))
+        result = await self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
             return None
         grant = Grant(request.name, request.owner, int(result[1]), request.ttl)
         if self.config.wait_replicas:
-            self._await_replicas(request)
+            await self._await_replicas(request)
         return grant
 
-    def _await_replicas(self, request: GrantRequest) -> None:
+    async def _await_replicas(self, request: GrantRequest) -> None:
         wanted = self.config.wait_replicas
         with translate_errors(self.url, request.name):
-            with self._gate:
-                acknowledged = self.client.wait(wanted, round(self.config.wait_timeout * 1000))
+            async with self._gate:
+                acknowledged = await self.client.wait(
+                    wanted, round(self.config.wait_timeout * 1000)
+                )
         if acknowledged < wanted:
-            self.release(request.name, request.owner)
+            await self.release(request.name, request.owner)
             raise BackendUnavailable(
                 f"only {acknowledged} of {wanted} replicas acknowledged the grant within "
                 f"{self.config.wait_timeout} s; it was given up",
@@ -454,12 +453,12 @@ class RedisBackend:
                 backend=self.url,
             )
 
-    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
         keys = self.keys.renewal_keys(name)
-        renewed = self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
+        renewed = await self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
 
-    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
         """Every lease in one pipelined round trip per connection: one script call per
         ``RENEWALS_PER_CALL`` leases (on Redis Cluster, per hash slot, sent to the slot's
         node), on the client's renewal connections, all within ``timeout``."""
@@ -468,14 +467,14 @@ class RedisBackend:
         names = {renewal.name for renewal in renewals}
         name = names.pop() if len(names) == 1 else None
         with translate_errors(self.url, name):
-            renewed = self._bound.run(lambda: self._renew_in_calls(renewals), timeout)
+            renewed = await self._bound.run(lambda: self._renew_in_calls(renewals), timeout)
         return [renewal.ttl if ok else None for renewal, ok in zip(renewals, renewed, strict=True)]
 
-    def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
+    async def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
         load = False  # until a server says it does not know the script
         for _attempt in range(3):
             calls, places = self._renewal_calls(renewals)
-            replies = self._send_renewals(calls, load)
+            replies = await self._send_renewals(calls, load)
             errors = [reply for reply in replies if isinstance(reply, Exception)]
             if not errors:
                 renewed = [False] * len(renewals)
@@ -492,7 +491,7 @@ class RedisBackend:
                 elif isinstance(error, redis_errors.MovedError) and isinstance(
                     self.client, RedisCluster
                 ):
-                    self.client.nodes_manager.move_slot(error)
+                    await self.client.nodes_manager.move_slot(error)
                 else:
                     raise error
         raise errors[0]
@@ -532,7 +531,7 @@ class RedisBackend:
             calls.append((address, keys, args))
             places.append(chunk)
 
-    def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
+    async def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
         """Each call's reply (or error reply): every call for one connection written at once
         (after SCRIPT LOAD if ``load``), then the replies read, connection by connection."""
         sha = self._renew_all_sha
@@ -549,7 +548,7 @@ class RedisBackend:
                 if pool is None:
                     pool = self._renewal_pools[address] = self._pool(address)
                 used[address] = pool
-                connection = self._bound.borrow(pool)
+                connection = await self._bound.borrow(pool)
                 borrowed.append((pool, connection, indexes))
                 commands: list[tuple[Any, ...]] = (
                     [("SCRIPT", "LOAD", lua.RENEW_ALL)] if load else []
@@ -557,43 +556,43 @@ class RedisBackend:
                 commands += [
                     ("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
                 ]
-                connection.send_packed_command(
+                await connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
             for _pool, connection, indexes in borrowed:
                 if load:
-                    self._bound.read(connection)  # the SHA-1, known already
+                    await self._bound.read(connection)  # the SHA-1, known already
                 for index in indexes:
                     try:
-                        replies[index] = self._bound.read(connection)
+                        replies[index] = await self._bound.read(connection)
                     except redis_errors.ResponseError as error:  # read whole: still in step
                         replies[index] = error
             failed = False
         finally:
             for pool, connection, _indexes in borrowed:
                 if failed:  # replies may still be on their way: nobody may read them as theirs
-                    connection.disconnect()
-                pool.release(connection)
+                    await connection.disconnect()
+                await pool.release(connection)
             if failed:
                 # A pool's connections keep the timeouts they were made with and reconnect
                 # with them: the next call makes new ones, with the time it has left.
                 for address, pool in used.items():
                     del self._renewal_pools[address]
                     with contextlib.suppress(redis_errors.RedisError, OSError):
-                        pool.disconnect()
+                        await pool.disconnect()
         return replies
 
-    def release(self, name: str, owner: str) -> bool:
+    async def release(self, name: str, owner: str) -> bool:
         keys = self.keys.lock_keys(name)
         args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
-        return bool(self._call(name, lambda: self._release(keys, args)))
+        return bool(await self._call(name, lambda: self._release(keys, args)))
 
-    def watch(self, name: str, owner: str) -> RedisWatch:
-        return RedisWatch(self, name, owner)
+    def watch(self, name: str, owner: str) -> AsyncRedisWatch:
+        return AsyncRedisWatch(self, name, owner)
 
-    def inspect(self, name: str) -> LockState:
+    async def inspect(self, name: str) -> LockState:
         keys = [self.keys.entries(name)]
-        raw = self._call(name, lambda: self._inspect(keys, []))
+        raw = await self._call(name, lambda: self._inspect(keys, []))
         now_ms, malformed = int(raw[0]), int(raw[1])
         if malformed:
             _log.warning(
@@ -625,25 +624,27 @@ class RedisBackend:
             malformed=malformed,
         )
 
-    def inspect_all(self) -> list[LockState]:
+    async def inspect_all(self) -> list[LockState]:
         names = set()
-        for key in self._scan():
+        async for key in self._scan():
             name = self.keys.name_of(key.decode() if isinstance(key, bytes) else key)
             if name is not None:
                 names.add(name)
-        states = [self.inspect(name) for name in sorted(names)]
+        states = [await self.inspect(name) for name in sorted(names)]
         return [state for state in states if state.holders or state.waiters]
 
-    def _scan(self) -> Iterator[Any]:
+    async def _scan(self) -> AsyncIterator[Any]:
         with translate_errors(self.url):
-            with self._gate:
-                for key in self.client.scan_iter(match=self.keys.entries_pattern(), count=500):
+            async with self._gate:
+                async for key in self.client.scan_iter(
+                    match=self.keys.entries_pattern(), count=500
+                ):
                     yield key
 
-    def force_release(self, name: str, note: str) -> int:
+    async def force_release(self, name: str, note: str) -> int:
         """Remove every grant of ``name``; leave ``note`` for each evicted holder, where
         ``evicted`` finds it until that holder's lease would have run out (and a little
-        longer: ``_redis_lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
+        longer: ``lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
         keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
         args: list[str | int] = [
             self.keys.client_channel_prefix(),
@@ -652,24 +653,24 @@ class RedisBackend:
             note,
             lua.EVICTED_GRACE_MS,
         ]
-        return int(self._call(name, lambda: self._force_release(keys, args)))
+        return int(await self._call(name, lambda: self._force_release(keys, args)))
 
-    def evicted(self, name: str, owner: str) -> str | None:
+    async def evicted(self, name: str, owner: str) -> str | None:
         """The note a force release left when it removed ``owner``'s grant of ``name``, or
         None if none did (or its note is no longer kept)."""
         keys = [self.keys.evicted(name)]
-        note = self._call(name, lambda: self._evicted(keys, [owner]))
+        note = await self._call(name, lambda: self._evicted(keys, [owner]))
         if note is None:
             return None
         return note.decode() if isinstance(note, bytes) else str(note)
 
-    def close(self) -> None:
-        self.wakeups.close()
+    async def close(self) -> None:
+        await self.wakeups.close()
         # each on its own: one failing must not leave the others open
         for client in (self.client, self.pubsub_client):
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                client.close()
+                await client.aclose()
         for pool in self._renewal_pools.values():
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                pool.disconnect()
-        self.closings.finish()
+                await pool.disconnect()
+        await self.closings.finish()

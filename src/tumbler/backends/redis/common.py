@@ -31,12 +31,12 @@ What it guarantees
     Each grant, renewal and release is one Lua script, run atomically by the server: a grant
     is one round trip; nobody can release or renew another owner's grant (owners are stored
     hashed); an expired grant is never revived. Leases are timed on the server's clock.
-    Fencing tokens strictly increase per lock name (see ``_redis_lua`` for how they survive
+    Fencing tokens strictly increase per lock name (see ``.lua`` for how they survive
     the name's keys expiring). Every key of a lock shares one hash slot, so it works on Redis
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
     re-check every second in case a message is lost. A grant attempt costs the server the
     same however long the lock's line is (the line is kept in sorted sets, see
-    ``_redis_lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
+    ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
     do not parse block nothing: the scripts skip and drop them (``status`` counts them:
     ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
     listens (its process died, and the server closed its connections) drops that waiter and
@@ -81,8 +81,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
-from .._url import BackendURL
-from ..errors import (
+from ..._url import BackendURL
+from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
@@ -91,37 +91,18 @@ from ..errors import (
     TooManyWaiters,
     TumblerError,
 )
-from ._options import flag, host_port, seconds
-from ._redis_lua import SCRIPT_COMMANDS
-from .contract import Capabilities, LockState
+from .._options import flag, host_port, seconds
+from ..contract import LockState
+from . import DEFAULT_PORT
+from .lua import SCRIPT_COMMANDS
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-    from ._async.redis import AsyncRedisBackend
-    from ._sync.redis import RedisBackend
+    from ._async.backend import AsyncRedisBackend
+    from ._sync.backend import RedisBackend
 
-CAPABILITIES = Capabilities(
-    push_wakeups=True,
-    durable_fencing=False,
-    server_clock=True,
-    # A waiter's entry is refreshed by its re-check, once a second (the same load as before
-    # the lease was shortened from 5 s): 3 s lets two re-checks go missing (a paused or busy
-    # client) before a live waiter loses its place, and bounds how long the entry of a waiter
-    # that died unseen (Redis Cluster, a vanished host) holds up a fair line.
-    waiter_ttl=3.0,
-    recheck_interval=1.0,
-    # Leases are timed in milliseconds on the server, so precision is not the limit: the
-    # renewal is. It comes at a third of the lease and must reach the server within the rest,
-    # through one round trip, the client's scheduling delays (GIL, event loop, GC: tens of
-    # milliseconds on a loaded machine) and, after a failed try, a second one. A second
-    # leaves 667 ms for that; shorter leases would be lost to an ordinary hiccup.
-    min_ttl=1.0,
-    scope="network",
-)
-
-#: the commands the client calls itself (the scripts' are ``_redis_lua.SCRIPT_COMMANDS``)
 CLIENT_COMMANDS = ("evalsha", "script|load", "info", "subscribe", "scan")
 #: the ACL rules a user needs under the default prefix (``+wait`` too with ``wait_replicas``)
 ACL_RULES = "~tumbler:* &tumbler:* " + " ".join(
@@ -142,7 +123,7 @@ MAX_CONNECTIONS = 10_000
 #: leases renewed by one script call: the server runs nothing else while a script runs, and
 #: 500 renewals take it about a millisecond
 RENEWALS_PER_CALL = 500
-#: Redis Cluster, where a release cannot tell a dead waiter (see ``_redis_lua``): how long a
+#: Redis Cluster, where a release cannot tell a dead waiter (see ``.lua``): how long a
 #: fair waiter that a release woke has to come before the fair waiter behind it may pass it.
 #: Longer than a re-check (1 s) and its round trip, so that a live waiter whose wake-up was
 #: lost still comes in time.
@@ -176,7 +157,7 @@ def tumbler_error(
     if isinstance(error, redis_errors.NoPermissionError):
         command, colon, detail = str(error).partition(": ")
         if colon and command.replace("|", "").isalpha() and command.isupper():
-            # a script's refusal, which the script names (see _redis_lua)
+            # a script's refusal, which the script names (see .lua)
             return PermissionDenied(
                 f"the Redis user may not run {command} (its ACL needs +{command.lower()}): "
                 f"{detail}",
@@ -335,7 +316,7 @@ class AsyncGate:
             self._semaphore.release()
 
 
-class SyncGate:
+class Gate:
     """Blocking twin of :class:`AsyncGate`."""
 
     def __init__(self, limit: int | None, wait: float) -> None:
@@ -369,7 +350,7 @@ class AsyncBound:
         return await connection.read_response()
 
 
-class SyncBound:
+class Bound:
     """Blocking twin of :class:`AsyncBound`: a deadline every step takes its timeout from.
 
     A connection made during the call connects and greets the server within the time left
@@ -512,9 +493,9 @@ def parse_config(url: BackendURL) -> RedisConfig:
         unix_path = url.path
         nodes: tuple[tuple[str, int], ...] = ()
     else:
-        nodes = tuple(host_port(part, url, 6379) for part in url.hosts.split(",") if part) or (
-            ("localhost", 6379),
-        )
+        nodes = tuple(
+            host_port(part, url, DEFAULT_PORT) for part in url.hosts.split(",") if part
+        ) or (("localhost", DEFAULT_PORT),)
         if len(nodes) > 1 and not cluster:
             raise InvalidURL(
                 "several hosts are for Redis Cluster: add ?cluster=true", backend=url.redacted
@@ -574,7 +555,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
 
 
 def open_sync(url: BackendURL) -> RedisBackend:
-    from ._sync.redis import RedisBackend
+    from ._sync.backend import RedisBackend
 
     config = parse_config(url)
     _check_tls_files(url)
@@ -588,7 +569,7 @@ def open_sync(url: BackendURL) -> RedisBackend:
 
 
 async def open_async(url: BackendURL) -> AsyncRedisBackend:
-    from ._async.redis import AsyncRedisBackend
+    from ._async.backend import AsyncRedisBackend
 
     config = parse_config(url)
     _check_tls_files(url)

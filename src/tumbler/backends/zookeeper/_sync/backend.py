@@ -1,8 +1,8 @@
-# Generated from src/tumbler/backends/_async/zookeeper.py by tools/generate_sync.py: do not edit.
-# Change the asyncio source and run the tool again.
+# Generated from src/tumbler/backends/zookeeper/_async/backend.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """The ZooKeeper backend (asyncio flavour, the source of the generated blocking twin).
 
-See ``tumbler.backends.zookeeper`` for the URL grammar, the node layout and the guarantees.
+See ``tumbler.backends.zookeeper.common`` for the URL grammar, the node layout and the guarantees.
 kazoo runs its connection on threads of its own; every call here is one of its ``*_async``
 requests, whose result is awaited (``kazoo_aresult``) or waited for (``kazoo_result``).
 """
@@ -25,12 +25,11 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from ..._clock import SYSTEM_CLOCK, Clock
-from ..._core import WATCH_LINE, check_limits, line_position
-from ..._sync.watch import HubWatch
-from ...errors import InvalidTimeout, PermitsMismatch
-from ..contract import (
-    Capabilities,
+from ...._clock import SYSTEM_CLOCK, Clock
+from ...._core import WATCH_LINE, check_limits, line_position
+from ...._sync.watch import HubWatch
+from ....errors import InvalidTimeout, PermitsMismatch
+from ...contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -39,11 +38,11 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..zookeeper import (
+from .. import CAPABILITIES
+from ..common import (
     CONTAINER_FLAG,
     EVICTED_NODE,
     FORCE_RELEASE_TRIES,
-    MIN_TTL,
     NOTE_GRACE,
     ConnectAttempts,
     Contender,
@@ -78,20 +77,6 @@ _log = logging.getLogger("tumbler.zookeeper")
 
 #: how many lock nodes a client remembers having seen (``_remember_lock_node``)
 LOCK_NODES_REMEMBERED = 10_000
-
-CAPABILITIES = Capabilities(
-    push_wakeups=True,
-    durable_fencing=True,
-    server_clock=True,
-    session_liveness=True,
-    # waiter entries live with the session, not a lease of their own
-    waiter_ttl=60.0,
-    # watches are delivered once per change within a session; the re-check is a safety net
-    recheck_interval=2.0,
-    min_ttl=MIN_TTL,
-    # an ensemble serves clients on any machine that reaches it
-    scope="network",
-)
 
 
 class ZooKeeperBackend:

@@ -31,14 +31,13 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import _core as core
-from .._clock import SYSTEM_CLOCK, Clock, ManualClock
-from .._sync.watch import HubWatch
-from .._url import BackendURL
-from ..errors import ConfigurationError, InvalidURL
-from ._adapter import AsyncAdapter
-from .contract import (
-    Capabilities,
+from ... import _core as core
+from ..._clock import SYSTEM_CLOCK, Clock, ManualClock
+from ..._sync.watch import HubWatch
+from ..._url import BackendURL
+from ...errors import ConfigurationError, InvalidURL
+from .._adapter import AsyncAdapter
+from ..contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -47,23 +46,8 @@ from .contract import (
     SessionEvents,
     WakeHub,
 )
+from . import CAPABILITIES
 
-CAPABILITIES = Capabilities(
-    push_wakeups=True,
-    durable_fencing=False,
-    server_clock=True,
-    waiter_ttl=5.0,
-    # Releases wake waiters at once; an expiry wakes nobody, and a re-check costs microseconds
-    # here, so waiters look again often.
-    recheck_interval=0.05,
-    # A renewal here costs microseconds, so what a lease must cover is the renewal worker
-    # being late: it renews at ttl/3, and the client gives the hold up at about ttl, which
-    # leaves 2/3 of the lease (0.13 s at 0.2 s) for a thread or event loop that a loaded
-    # machine schedules late (GIL hand-offs come every 5 ms; other processes' bursts take
-    # tens of ms). On a ManualClock the test moves time itself, so any lease will do.
-    min_ttl=0.2,
-    scope="process",
-)
 #: on a ManualClock time moves only when the test says so: no lease is too short to renew
 MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
 

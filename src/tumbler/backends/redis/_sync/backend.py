@@ -1,7 +1,9 @@
+# Generated from src/tumbler/backends/redis/_async/backend.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
 """The Redis backend (asyncio flavour, the source of the generated blocking twin).
 
-See ``tumbler.backends.redis`` for the URL grammar and the guarantees, and
-``tumbler.backends._redis_lua`` for the keys and scripts.
+See ``tumbler.backends.redis.common`` for the URL grammar and the guarantees, and
+``tumbler.backends.redis.lua`` for the keys and scripts.
 """
 
 from __future__ import annotations
@@ -13,30 +15,29 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
-from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import (
+from redis import BlockingConnectionPool, ConnectionPool, Redis
+from redis.backoff import NoBackoff
+from redis.client import PubSub
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import (
     AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
 )
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.retry import Retry
 
-from ..._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
-from ..._async.watch import AsyncHubWatch
-from ..._clock import SYSTEM_CLOCK, Clock
-from ...errors import BackendUnavailable, ConfigurationError, PermissionDenied
-from .. import _redis_lua as lua
-from ..contract import (
+from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
+from ...._clock import SYSTEM_CLOCK, Clock
+from ...._sync.watch import HubWatch
+from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
+from ...contract import (
     Grant,
     GrantRequest,
     HolderInfo,
@@ -45,16 +46,16 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..redis import (
+from .. import CAPABILITIES, lua
+from ..common import (
     ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
-    CAPABILITIES,
     MINIMUM_SERVER,
     RENEWALS_PER_CALL,
-    AsyncBound,
-    AsyncClosings,
-    AsyncGate,
+    Bound,
+    Closings,
+    Gate,
     RedisConfig,
     RedisLockState,
     translate_errors,
@@ -65,7 +66,7 @@ _log = logging.getLogger("tumbler.redis")
 T = TypeVar("T")
 
 
-class AsyncScript:
+class Script:
     """A Lua script run by SHA-1, loaded again if the server forgot it (restart, SCRIPT FLUSH)."""
 
     def __init__(self, client: Redis | RedisCluster, source: str) -> None:
@@ -73,17 +74,17 @@ class AsyncScript:
         self._source = source
         self._sha: str | None = None
 
-    async def __call__(self, keys: list[str], args: list[str | int]) -> Any:
+    def __call__(self, keys: list[str], args: list[str | int]) -> Any:
         if self._sha is None:
-            self._sha = await self._client.script_load(self._source)
+            self._sha = self._client.script_load(self._source)
         try:
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+            return self._client.evalsha(self._sha, len(keys), *keys, *args)
         except redis_errors.NoScriptError:
-            self._sha = await self._client.script_load(self._source)
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+            self._sha = self._client.script_load(self._source)
+            return self._client.evalsha(self._sha, len(keys), *keys, *args)
 
 
-class AsyncWakeups:
+class Wakeups:
     """The client's one pub/sub connection, subscribed to the client's own channel.
 
     A release publishes ``<owner hash> <name>`` on the channel of each client whose waiter it
@@ -92,16 +93,16 @@ class AsyncWakeups:
     on the same lock. The subscription is made at the first wait and kept until close().
     """
 
-    def __init__(self, backend: AsyncRedisBackend) -> None:
+    def __init__(self, backend: RedisBackend) -> None:
         self._backend = backend
         self._channel = backend.keys.client_channel(backend.client_id)
         self._pubsub: PubSub | None = None
-        self._reader: AsyncWorker | None = None
+        self._reader: Worker | None = None
         self._lock = threading.Lock()
         # the first SUBSCRIBE goes out once: redis-py makes a PubSub's connection lazily, and
         # two first calls at once could each make one, and one would go unread
-        self._sending = AsyncMutex()
-        self._confirmed: AsyncEvent | None = None
+        self._sending = Mutex()
+        self._confirmed: Event | None = None
         self._refused: str | None = None
         self._closed = False
 
@@ -110,26 +111,26 @@ class AsyncWakeups:
         confirmed = self._confirmed
         return confirmed is not None and confirmed.is_set() and self._refused is None
 
-    async def subscribe(self, name: str) -> None:
+    def subscribe(self, name: str) -> None:
         """Return once the server confirmed the subscription (``name``: for errors)."""
-        async with self._sending:
+        with self._sending:
             if self._confirmed is None or self._refused is not None:
                 self._refused = None
-                self._confirmed = confirmed = AsyncEvent()
+                self._confirmed = confirmed = Event()
                 pubsub = self._pubsub_connection()
                 try:
                     with translate_errors(self._backend.url, name):
-                        await pubsub.subscribe(self._channel)
+                        pubsub.subscribe(self._channel)
                 except BaseException:
                     self._confirmed = None
                     raise
                 with self._lock:
                     if self._reader is None and not self._closed:
-                        self._reader = aspawn(self._read, "tumbler-redis-wakeups")
+                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
             confirmed = self._confirmed
         # a release after this point is heard; the caller tries again after it
         timeout = self._backend.config.client_options["socket_timeout"]
-        if not await confirmed.wait(timeout):
+        if not confirmed.wait(timeout):
             self._confirmed = None  # the next wait subscribes anew
             raise BackendUnavailable(
                 "Redis did not confirm a subscription in time",
@@ -156,7 +157,7 @@ class AsyncWakeups:
             self._pubsub = self._backend.pubsub_client.pubsub()
         return self._pubsub
 
-    async def _read(self) -> None:
+    def _read(self) -> None:
         pubsub = self._pubsub_connection()
         hub = self._backend.hub
         failures = 0
@@ -169,7 +170,7 @@ class AsyncWakeups:
                 hub.notify(name, (tag,))
             wait = min(1.0, backups[0][0] - now) if backups else 1.0
             try:
-                message = await pubsub.get_message(timeout=wait)
+                message = pubsub.get_message(timeout=wait)
             except (redis_errors.NoPermissionError, redis_errors.ResponseError) as error:
                 if "NOPERM" in str(error) or "permission" in str(error).lower():
                     self._refuse_pending(str(error))
@@ -181,7 +182,7 @@ class AsyncWakeups:
                     return  # close() pulled the connection from under the read
                 failures += 1
                 _log.warning("Redis wake-up connection failed (waiters re-check): %s", error)
-                await asleep_real(min(1.0, 0.05 * 2**failures))
+                sleep_real(min(1.0, 0.05 * 2**failures))
                 continue
             failures = 0
             if message is None:
@@ -201,18 +202,18 @@ class AsyncWakeups:
                 else:
                     hub.notify(name, (tag,))
 
-    async def close(self) -> None:
+    def close(self) -> None:
         with self._lock:
             self._closed = True
             reader, self._reader = self._reader, None
         if self._pubsub is not None:
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await self._pubsub.aclose()
+                self._pubsub.close()
         if reader is not None:
-            await ajoin(reader)
+            join(reader)
 
 
-class AsyncRedisWatch:
+class RedisWatch:
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -220,24 +221,24 @@ class AsyncRedisWatch:
     nothing. Otherwise entering subscribes (confirmed by the server) and asks for a retry.
     """
 
-    def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
+    def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
         self._backend = backend
         self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
+        self._watch = HubWatch(backend.clock, name, backend.hub, tag)
         self.retry_needed = not backend.wakeups.subscribed()
 
-    async def __aenter__(self) -> AsyncRedisWatch:
+    def __enter__(self) -> RedisWatch:
         if self.retry_needed:
             try:
-                await self._backend.wakeups.subscribe(self._name)
+                self._backend.wakeups.subscribe(self._name)
             except BaseException:
                 self.close()
                 raise
         return self
 
-    async def __aexit__(
+    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -251,8 +252,8 @@ class AsyncRedisWatch:
     def close(self) -> None:
         self._watch.close()
 
-    async def wait(self, timeout: float) -> None:
-        await self._watch.wait(timeout)
+    def wait(self, timeout: float) -> None:
+        self._watch.wait(timeout)
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
@@ -260,7 +261,7 @@ class AsyncRedisWatch:
 _RenewalCall = tuple["tuple[str, int] | None", list[str], list["str | int"]]
 
 
-class AsyncRedisBackend:
+class RedisBackend:
     """The Redis backend contract over redis-py.
 
     Per client: the pool of ``max_connections`` for calls (they wait for a free connection,
@@ -282,7 +283,7 @@ class AsyncRedisBackend:
         wait = config.client_options["socket_timeout"]
         # What redis-py closes without waiting, close() finishes: every connection but the
         # cluster client's own, which its nodes make.
-        self.closings = AsyncClosings()
+        self.closings = Closings()
         self.client: Redis | RedisCluster
         if config.cluster:
             # No retries inside redis-py: a retried release whose first reply was lost would
@@ -306,7 +307,7 @@ class AsyncRedisBackend:
                         connection.close()
                 raise
             # its node pools fail a call at once when full: the gate keeps them from filling
-            self._gate = AsyncGate(config.max_connections, wait)
+            self._gate = Gate(config.max_connections, wait)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -317,26 +318,26 @@ class AsyncRedisBackend:
             )
             self.closings.follow(pool)
             self.client = Redis.from_pool(pool)
-            self._gate = AsyncGate(None, wait)  # the pool itself waits
+            self._gate = Gate(None, wait)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
         self.pubsub_client: Redis = Redis.from_pool(
             self._pool(config.nodes[0] if config.nodes else None)
         )
         self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
-        self._bound = AsyncBound()
+        self._bound = Bound()
         # how a release finds dead waiters: by the wake-up reaching nobody (a single server
-        # sees every subscriber), else by a backup wake-up (see _redis_lua)
+        # sees every subscriber), else by a backup wake-up (see .lua)
         self._wake_args: list[str | int] = (
             [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, 0, 0]
         )
-        self.wakeups = AsyncWakeups(self)
-        self._grant = AsyncScript(self.client, lua.GRANT)
-        self._renew = AsyncScript(self.client, lua.RENEW)
-        self._release = AsyncScript(self.client, lua.RELEASE)
-        self._force_release = AsyncScript(self.client, lua.FORCE_RELEASE)
-        self._evicted = AsyncScript(self.client, lua.EVICTED)
-        self._inspect = AsyncScript(self.client, lua.INSPECT)
-        self._probe = AsyncScript(self.client, lua.PROBE)
+        self.wakeups = Wakeups(self)
+        self._grant = Script(self.client, lua.GRANT)
+        self._renew = Script(self.client, lua.RENEW)
+        self._release = Script(self.client, lua.RELEASE)
+        self._force_release = Script(self.client, lua.FORCE_RELEASE)
+        self._evicted = Script(self.client, lua.EVICTED)
+        self._inspect = Script(self.client, lua.INSPECT)
+        self._probe = Script(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
 
     def _connection_options(
@@ -361,11 +362,11 @@ class AsyncRedisBackend:
         self.closings.follow(pool)
         return pool
 
-    async def start(self) -> None:
+    def start(self) -> None:
         """Check that the server answers, is recent enough, lets the user run every command
         tumbler needs, and will not evict lock keys."""
         with translate_errors(self.url):
-            info: Any = await self.client.info("server")
+            info: Any = self.client.info("server")
             if self.config.cluster:  # RedisCluster answers per node
                 info = next(iter(info.values())) if "redis_version" not in info else info
             version = tuple(int(part) for part in str(info["redis_version"]).split(".")[:2])
@@ -376,7 +377,7 @@ class AsyncRedisBackend:
                     backend=self.url,
                 )
             with contextlib.suppress(redis_errors.ResponseError):  # CONFIG may be forbidden
-                policy: Any = await self.client.config_get("maxmemory-policy")
+                policy: Any = self.client.config_get("maxmemory-policy")
                 if self.config.cluster and "maxmemory-policy" not in policy:
                     policy = next(iter(policy.values()))
                 value = policy.get("maxmemory-policy", "noeviction")
@@ -388,9 +389,9 @@ class AsyncRedisBackend:
                     )
         # outside translate_errors, which would take PermissionDenied (an OSError) for a
         # network failure
-        await self._check_rights()
+        self._check_rights()
 
-    async def _check_rights(self) -> None:
+    def _check_rights(self) -> None:
         """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
         rather than at the first release that has a waiter to wake (PUBLISH) or the first
         renewal (PEXPIRETIME)."""
@@ -398,7 +399,7 @@ class AsyncRedisBackend:
         channel = self.keys.client_channel(self.client_id)
         replicas = int(bool(self.config.wait_replicas))
         with translate_errors(self.url):
-            refused = await self._probe(keys, [channel, replicas])
+            refused = self._probe(keys, [channel, replicas])
         if refused:
             what = ", ".join(part.decode() if isinstance(part, bytes) else part for part in refused)
             raise PermissionDenied(
@@ -408,12 +409,12 @@ class AsyncRedisBackend:
                 backend=self.url,
             )
 
-    async def _call(self, name: str | None, call: Callable[[], Awaitable[T]]) -> T:
+    def _call(self, name: str | None, call: Callable[[], T]) -> T:
         with translate_errors(self.url, name):
-            async with self._gate:
-                return await call()
+            with self._gate:
+                return call()
 
-    async def try_grant(self, request: GrantRequest) -> Grant | None:
+    def try_grant(self, request: GrantRequest) -> Grant | None:
         keys = self.keys.lock_keys(request.name)
         args: list[str | int] = [
             request.owner,
@@ -430,23 +431,21 @@ class AsyncRedisBackend:
             self.client_id if self.wakeups.subscribed() else "",
             self.config.max_waiters,
         ]
-        result = await self._call(request.name, lambda: self._grant(keys, args))
+        result = self._call(request.name, lambda: self._grant(keys, args))
         if not result[0]:
             return None
         grant = Grant(request.name, request.owner, int(result[1]), request.ttl)
         if self.config.wait_replicas:
-            await self._await_replicas(request)
+            self._await_replicas(request)
         return grant
 
-    async def _await_replicas(self, request: GrantRequest) -> None:
+    def _await_replicas(self, request: GrantRequest) -> None:
         wanted = self.config.wait_replicas
         with translate_errors(self.url, request.name):
-            async with self._gate:
-                acknowledged = await self.client.wait(
-                    wanted, round(self.config.wait_timeout * 1000)
-                )
+            with self._gate:
+                acknowledged = self.client.wait(wanted, round(self.config.wait_timeout * 1000))
         if acknowledged < wanted:
-            await self.release(request.name, request.owner)
+            self.release(request.name, request.owner)
             raise BackendUnavailable(
                 f"only {acknowledged} of {wanted} replicas acknowledged the grant within "
                 f"{self.config.wait_timeout} s; it was given up",
@@ -454,12 +453,12 @@ class AsyncRedisBackend:
                 backend=self.url,
             )
 
-    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
         keys = self.keys.renewal_keys(name)
-        renewed = await self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
+        renewed = self._call(name, lambda: self._renew(keys, [owner, round(ttl * 1000)]))
         return ttl if renewed else None
 
-    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
         """Every lease in one pipelined round trip per connection: one script call per
         ``RENEWALS_PER_CALL`` leases (on Redis Cluster, per hash slot, sent to the slot's
         node), on the client's renewal connections, all within ``timeout``."""
@@ -468,14 +467,14 @@ class AsyncRedisBackend:
         names = {renewal.name for renewal in renewals}
         name = names.pop() if len(names) == 1 else None
         with translate_errors(self.url, name):
-            renewed = await self._bound.run(lambda: self._renew_in_calls(renewals), timeout)
+            renewed = self._bound.run(lambda: self._renew_in_calls(renewals), timeout)
         return [renewal.ttl if ok else None for renewal, ok in zip(renewals, renewed, strict=True)]
 
-    async def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
+    def _renew_in_calls(self, renewals: Sequence[Renewal]) -> list[bool]:
         load = False  # until a server says it does not know the script
         for _attempt in range(3):
             calls, places = self._renewal_calls(renewals)
-            replies = await self._send_renewals(calls, load)
+            replies = self._send_renewals(calls, load)
             errors = [reply for reply in replies if isinstance(reply, Exception)]
             if not errors:
                 renewed = [False] * len(renewals)
@@ -492,7 +491,7 @@ class AsyncRedisBackend:
                 elif isinstance(error, redis_errors.MovedError) and isinstance(
                     self.client, RedisCluster
                 ):
-                    await self.client.nodes_manager.move_slot(error)
+                    self.client.nodes_manager.move_slot(error)
                 else:
                     raise error
         raise errors[0]
@@ -532,7 +531,7 @@ class AsyncRedisBackend:
             calls.append((address, keys, args))
             places.append(chunk)
 
-    async def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
+    def _send_renewals(self, calls: list[_RenewalCall], load: bool) -> list[Any]:
         """Each call's reply (or error reply): every call for one connection written at once
         (after SCRIPT LOAD if ``load``), then the replies read, connection by connection."""
         sha = self._renew_all_sha
@@ -549,7 +548,7 @@ class AsyncRedisBackend:
                 if pool is None:
                     pool = self._renewal_pools[address] = self._pool(address)
                 used[address] = pool
-                connection = await self._bound.borrow(pool)
+                connection = self._bound.borrow(pool)
                 borrowed.append((pool, connection, indexes))
                 commands: list[tuple[Any, ...]] = (
                     [("SCRIPT", "LOAD", lua.RENEW_ALL)] if load else []
@@ -557,43 +556,43 @@ class AsyncRedisBackend:
                 commands += [
                     ("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in indexes
                 ]
-                await connection.send_packed_command(
+                connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
             for _pool, connection, indexes in borrowed:
                 if load:
-                    await self._bound.read(connection)  # the SHA-1, known already
+                    self._bound.read(connection)  # the SHA-1, known already
                 for index in indexes:
                     try:
-                        replies[index] = await self._bound.read(connection)
+                        replies[index] = self._bound.read(connection)
                     except redis_errors.ResponseError as error:  # read whole: still in step
                         replies[index] = error
             failed = False
         finally:
             for pool, connection, _indexes in borrowed:
                 if failed:  # replies may still be on their way: nobody may read them as theirs
-                    await connection.disconnect()
-                await pool.release(connection)
+                    connection.disconnect()
+                pool.release(connection)
             if failed:
                 # A pool's connections keep the timeouts they were made with and reconnect
                 # with them: the next call makes new ones, with the time it has left.
                 for address, pool in used.items():
                     del self._renewal_pools[address]
                     with contextlib.suppress(redis_errors.RedisError, OSError):
-                        await pool.disconnect()
+                        pool.disconnect()
         return replies
 
-    async def release(self, name: str, owner: str) -> bool:
+    def release(self, name: str, owner: str) -> bool:
         keys = self.keys.lock_keys(name)
         args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
-        return bool(await self._call(name, lambda: self._release(keys, args)))
+        return bool(self._call(name, lambda: self._release(keys, args)))
 
-    def watch(self, name: str, owner: str) -> AsyncRedisWatch:
-        return AsyncRedisWatch(self, name, owner)
+    def watch(self, name: str, owner: str) -> RedisWatch:
+        return RedisWatch(self, name, owner)
 
-    async def inspect(self, name: str) -> LockState:
+    def inspect(self, name: str) -> LockState:
         keys = [self.keys.entries(name)]
-        raw = await self._call(name, lambda: self._inspect(keys, []))
+        raw = self._call(name, lambda: self._inspect(keys, []))
         now_ms, malformed = int(raw[0]), int(raw[1])
         if malformed:
             _log.warning(
@@ -625,27 +624,25 @@ class AsyncRedisBackend:
             malformed=malformed,
         )
 
-    async def inspect_all(self) -> list[LockState]:
+    def inspect_all(self) -> list[LockState]:
         names = set()
-        async for key in self._scan():
+        for key in self._scan():
             name = self.keys.name_of(key.decode() if isinstance(key, bytes) else key)
             if name is not None:
                 names.add(name)
-        states = [await self.inspect(name) for name in sorted(names)]
+        states = [self.inspect(name) for name in sorted(names)]
         return [state for state in states if state.holders or state.waiters]
 
-    async def _scan(self) -> AsyncIterator[Any]:
+    def _scan(self) -> Iterator[Any]:
         with translate_errors(self.url):
-            async with self._gate:
-                async for key in self.client.scan_iter(
-                    match=self.keys.entries_pattern(), count=500
-                ):
+            with self._gate:
+                for key in self.client.scan_iter(match=self.keys.entries_pattern(), count=500):
                     yield key
 
-    async def force_release(self, name: str, note: str) -> int:
+    def force_release(self, name: str, note: str) -> int:
         """Remove every grant of ``name``; leave ``note`` for each evicted holder, where
         ``evicted`` finds it until that holder's lease would have run out (and a little
-        longer: ``_redis_lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
+        longer: ``lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
         keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
         args: list[str | int] = [
             self.keys.client_channel_prefix(),
@@ -654,24 +651,24 @@ class AsyncRedisBackend:
             note,
             lua.EVICTED_GRACE_MS,
         ]
-        return int(await self._call(name, lambda: self._force_release(keys, args)))
+        return int(self._call(name, lambda: self._force_release(keys, args)))
 
-    async def evicted(self, name: str, owner: str) -> str | None:
+    def evicted(self, name: str, owner: str) -> str | None:
         """The note a force release left when it removed ``owner``'s grant of ``name``, or
         None if none did (or its note is no longer kept)."""
         keys = [self.keys.evicted(name)]
-        note = await self._call(name, lambda: self._evicted(keys, [owner]))
+        note = self._call(name, lambda: self._evicted(keys, [owner]))
         if note is None:
             return None
         return note.decode() if isinstance(note, bytes) else str(note)
 
-    async def close(self) -> None:
-        await self.wakeups.close()
+    def close(self) -> None:
+        self.wakeups.close()
         # each on its own: one failing must not leave the others open
         for client in (self.client, self.pubsub_client):
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await client.aclose()
+                client.close()
         for pool in self._renewal_pools.values():
             with contextlib.suppress(redis_errors.RedisError, OSError):
-                await pool.disconnect()
-        await self.closings.finish()
+                pool.disconnect()
+        self.closings.finish()

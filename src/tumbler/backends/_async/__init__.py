@@ -1,1 +1,0 @@
-"""Backends\x27 asyncio flavour: the source of the generated ``_sync`` twins."""

@@ -1,0 +1,129 @@
+"""What tumbler knows of one backend, said once, in the backend's own package.
+
+A backend package (``tumbler/backends/<name>/``, or a third party's own package) exposes a
+:class:`BackendDescriptor` as ``DESCRIPTOR``. Everything that is not the backend itself reads
+it rather than naming the backend: ``tumbler.connect`` (by URL scheme), the conformance suite
+(the test targets and the declared capabilities), the torture harness (deployments and the
+faults each survives), the bench (contenders for the store), ``scripts/servers`` (the system
+packages the servers come from) and the docs' backend table.
+
+A descriptor module must stay cheap to import: it is read to find a scheme's backend, before
+the backend's driver is needed. So the parts that import drivers, launchers or the harness are
+given as callables that import on demand (a module path for the opener, whose ``open_sync``
+and ``open_async`` are what ``connect`` calls).
+
+Built-in backends are found by listing the subpackages of ``tumbler.backends``; a third party
+registers its descriptor under the entry point group ``tumbler.backends``
+(``scheme = "package:DESCRIPTOR"``), or at run time with ``tumbler.backends.register``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .contract import AsyncBackend, Backend, Capabilities
+
+if TYPE_CHECKING:
+    from .._url import BackendURL
+
+__all__ = [
+    "BackendDescriptor",
+    "BackendOpener",
+    "RunningTarget",
+    "TestTarget",
+]
+
+
+class BackendOpener(Protocol):
+    """The module ``BackendDescriptor.opener`` names: what ``connect`` calls.
+
+    Both take the parsed URL and ``connect()``'s keyword arguments (options the signature of
+    ``open_sync`` does not accept are refused before the call, with the accepted ones listed).
+    """
+
+    @property
+    def open_sync(self) -> Callable[..., Backend]: ...
+
+    @property
+    def open_async(self) -> Callable[..., Awaitable[AsyncBackend]]: ...
+
+
+class RunningTarget(Protocol):
+    """A test target's servers, started once and shared by the tests of a session."""
+
+    def fresh_url(self) -> str:
+        """A URL of this target that no other test uses: a new file, key prefix or path, so
+        that tests sharing the servers cannot see each other's locks."""
+
+    def close(self) -> None:
+        """Stop the servers and remove their files."""
+
+
+@dataclass(frozen=True)
+class TestTarget:
+    """One way to run a backend for the conformance suite: a server set-up and its URLs.
+
+    ``start(directory)`` starts what the target needs (nothing, for an embedded store) in
+    ``directory``, a fresh temporary directory, and raises ``ServerError`` (from
+    ``tumbler.testing.servers``) or ``OSError`` when it cannot. A backend usually has one
+    target; variants of the same store (TLS with an ACL user, a cluster) are targets of their
+    own, so that every case runs on each.
+    """
+
+    __test__ = False  # a test target, not a pytest test class
+
+    #: the name tests and reports show (``redis-cluster``)
+    name: str
+    start: Callable[[Path], RunningTarget] = field(repr=False)
+    #: whether the cases that start other processes run on it (they cost the most; variants
+    #: whose difference is the connection rather than the locking may skip them)
+    processes: bool = True
+
+
+@dataclass(frozen=True)
+class BackendDescriptor:
+    """One backend, described once. Only ``name``, ``schemes``, ``opener`` and
+    ``capabilities`` are required; a backend without servers to start or peers to compare
+    leaves the rest empty.
+    """
+
+    #: the backend's name in tables and reports (``redis``)
+    name: str
+    #: the URL schemes it opens, lower case (``redis``, ``rediss``)
+    schemes: tuple[str, ...]
+    #: the module with ``open_sync`` and ``open_async`` (a :class:`BackendOpener`)
+    opener: str
+    #: what it promises; the conformance suite runs the cases these allow
+    capabilities: Capabilities
+    #: one line for tables (``one Redis server or a Redis Cluster``)
+    summary: str = ""
+    #: the URL grammar, for the docs
+    url_form: str = ""
+    #: the package extra that installs its driver (``pip install 'tumbler[redis]'``), if any
+    extra: str | None = None
+    #: the Debian packages its servers come from (``scripts/servers`` installs them)
+    system_packages: tuple[str, ...] = ()
+    #: the targets the conformance suite runs on (imports the launchers on demand)
+    test_targets: Callable[[], Sequence[TestTarget]] = field(default=lambda: (), repr=False)
+    #: ``(url, token) -> url``: the same store, with nothing in common with other tokens'
+    #: URLs (another file, key prefix, path); lets the suite run against a URL given by hand
+    isolate: Callable[[BackendURL, str], str] | None = field(default=None, repr=False)
+    #: the torture harness's deployments of it (``tumbler.torture.backends.BackendSpec``)
+    torture: Callable[[], Sequence[Any]] = field(default=lambda: (), repr=False)
+    #: ``url -> (host, port)`` when the URL names exactly one TCP server, so that the torture
+    #: harness can put its fault proxy in front of a server it did not start
+    single_server: Callable[[BackendURL], tuple[str, int] | None] | None = field(
+        default=None, repr=False
+    )
+    #: the bench's contenders for this store (``tumbler.testing.bench.StoreBench``)
+    bench: Callable[[], Any] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.schemes:
+            raise ValueError(f"backend {self.name!r} declares no URL scheme")
+        for scheme in self.schemes:
+            if scheme != scheme.lower():
+                raise ValueError(f"backend {self.name!r}: scheme {scheme!r} is not lower case")

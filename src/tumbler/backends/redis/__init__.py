@@ -1,0 +1,86 @@
+"""The Redis backend (``redis://``, ``rediss://``, ``redis+unix://``): one server or a Redis
+Cluster. Its URL grammar, promises and caveats are in :mod:`.common`; the Lua scripts and key
+layout in :mod:`.lua`; the client in :mod:`._async.backend` (and its generated blocking twin).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, TestTarget
+
+if TYPE_CHECKING:
+    from ..._url import BackendURL
+    from ..descriptor import BackendOpener
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=False,
+    server_clock=True,
+    # A waiter's entry is refreshed by its re-check, once a second: 3 s lets two re-checks go
+    # missing (a paused or busy client) before a live waiter loses its place, and bounds how
+    # long the entry of a waiter that died unseen (Redis Cluster, a vanished host) holds up a
+    # fair line.
+    waiter_ttl=3.0,
+    recheck_interval=1.0,
+    # Leases are timed in milliseconds on the server, so precision is not the limit: the
+    # renewal is. It comes at a third of the lease and must reach the server within the rest,
+    # through one round trip, the client's scheduling delays (GIL, event loop, GC: tens of
+    # milliseconds on a loaded machine) and, after a failed try, a second one. A second
+    # leaves 667 ms for that; shorter leases would be lost to an ordinary hiccup.
+    min_ttl=1.0,
+    scope="network",
+)
+
+DEFAULT_PORT = 6379
+
+
+def _isolate(url: BackendURL, token: str) -> str:
+    # every key the backend writes is under the prefix
+    query = dict(url.query)
+    query["prefix"] = f"{query.get('prefix', 'tumbler')}:{token}"
+    return f"{url.raw.partition('?')[0]}?{urlencode(query)}"
+
+
+def _single_server(url: BackendURL) -> tuple[str, int] | None:
+    from .._options import flag, host_port
+
+    if url.scheme == "redis+unix" or "," in url.hosts or flag(url.query.get("cluster", "no")):
+        return None
+
+    return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
+
+
+def _test_targets() -> tuple[TestTarget, ...]:
+    from .testing import TARGETS
+
+    return TARGETS
+
+
+def _torture() -> tuple[object, ...]:
+    from .torture import DEPLOYMENTS
+
+    return DEPLOYMENTS
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="redis",
+    schemes=("redis", "rediss", "redis+unix"),
+    opener=f"{__name__}.common",
+    capabilities=CAPABILITIES,
+    summary="one Redis server (7.0 or newer) or a Redis Cluster",
+    url_form="redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]",
+    extra="redis",
+    system_packages=("redis-server", "redis-tools"),
+    test_targets=_test_targets,
+    isolate=_isolate,
+    torture=_torture,
+    single_server=_single_server,
+)
+
+if TYPE_CHECKING:
+    from . import common as _opener
+
+    _checked: BackendOpener = _opener

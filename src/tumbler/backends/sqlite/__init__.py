@@ -1,0 +1,72 @@
+"""The SQLite backend (``sqlite://``): locks in a file, for the processes of one machine.
+
+The backend itself, its URL grammar and what it promises are in :mod:`.backend`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, TestTarget
+
+if TYPE_CHECKING:
+    from ..._url import BackendURL
+    from ..descriptor import BackendOpener
+
+CAPABILITIES = Capabilities(
+    push_wakeups=False,
+    durable_fencing=True,
+    server_clock=True,
+    # Every poll (at most poll_cap = 50 ms apart, plus the time it queues) refreshes a waiter's
+    # entry, so 1 s is 20 polls' worth: a live waiter keeps its place through a stall of most
+    # of a second (a loaded machine, a blocked event loop, an asyncio client's polls queued
+    # behind a thousand others). One stalled longer loses only its place in a fair line: its
+    # next poll joins at the back (nothing else is lost). A waiter that died blocks a fair
+    # line for at most this long after its last poll.
+    waiter_ttl=1.0,
+    poll_base=0.002,
+    poll_cap=0.05,
+    # A renewal is one short transaction (well under 1 ms), but it may wait for another
+    # process's write lock, and a WAL checkpoint fsyncs the file while it holds it (tens of
+    # ms on a busy disk, see bench/many_leases_sqlite.py). Renewals come at ttl/3 and the
+    # client gives the hold up at about ttl: at 0.5 s, 0.33 s is left for such waits.
+    min_ttl=0.5,
+    scope="host",
+)
+
+
+def _test_targets() -> tuple[TestTarget, ...]:
+    from .testing import TARGETS
+
+    return TARGETS
+
+
+def _isolate(url: BackendURL, token: str) -> str:
+    from .testing import isolate
+
+    return isolate(url, token)
+
+
+def _torture() -> tuple[object, ...]:
+    from .torture import DEPLOYMENTS
+
+    return DEPLOYMENTS
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="sqlite",
+    schemes=("sqlite",),
+    opener=f"{__name__}.backend",
+    capabilities=CAPABILITIES,
+    summary="an SQLite file: the processes of one machine, no server",
+    url_form="sqlite:///path/locks.db",
+    test_targets=_test_targets,
+    isolate=_isolate,
+    torture=_torture,
+)
+
+if TYPE_CHECKING:
+    from . import backend as _opener
+
+    _checked: BackendOpener = _opener

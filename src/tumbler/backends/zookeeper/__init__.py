@@ -1,0 +1,86 @@
+"""The ZooKeeper backend (``zookeeper://``, ``zookeepers://``): locks as ephemeral sequential
+nodes of a session. Its URL grammar, promises and how a hold is lost are in :mod:`.common`;
+the client in :mod:`._async.backend` (and its generated blocking twin).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, TestTarget
+
+if TYPE_CHECKING:
+    from ..._url import BackendURL
+    from ..descriptor import BackendOpener
+
+DEFAULT_PORT = 2181
+#: The shortest lease ZooKeeper can keep renewed (``Capabilities.min_ttl``); see
+#: :mod:`.common`'s docstring, "The shortest lease".
+MIN_TTL = 0.5
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    durable_fencing=True,
+    server_clock=True,
+    session_liveness=True,
+    # waiter entries live with the session, not a lease of their own
+    waiter_ttl=60.0,
+    # watches are delivered once per change within a session; the re-check is a safety net
+    recheck_interval=2.0,
+    min_ttl=MIN_TTL,
+    # an ensemble serves clients on any machine that reaches it
+    scope="network",
+)
+
+
+def _isolate(url: BackendURL, token: str) -> str:
+    # every node the backend makes is under the base path
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url.raw)
+    base = parts.path.rstrip("/") or "/tumbler"
+    return urlunsplit(parts._replace(path=f"{base}/{token}"))
+
+
+def _single_server(url: BackendURL) -> tuple[str, int] | None:
+    if "," in url.hosts:
+        return None
+    from .._options import host_port
+
+    return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
+
+
+def _test_targets() -> tuple[TestTarget, ...]:
+    from .testing import TARGETS
+
+    return TARGETS
+
+
+def _torture() -> tuple[object, ...]:
+    from .torture import DEPLOYMENTS
+
+    return DEPLOYMENTS
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="zookeeper",
+    schemes=("zookeeper", "zookeepers"),
+    opener=f"{__name__}.common",
+    capabilities=CAPABILITIES,
+    summary="a ZooKeeper ensemble (or one server)",
+    url_form="zookeeper://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/BASE/PATH][?OPTIONS]",
+    extra="zookeeper",
+    # its hard dependency default-jre brings the JVM, so --no-install-recommends still gets
+    # one, and libzookeeper-java brings slf4j-simple, which the launcher logs with
+    system_packages=("zookeeper",),
+    test_targets=_test_targets,
+    isolate=_isolate,
+    torture=_torture,
+    single_server=_single_server,
+)
+
+if TYPE_CHECKING:
+    from . import common as _opener
+
+    _checked: BackendOpener = _opener
