@@ -43,6 +43,7 @@ RENAMES = {
     "AsyncRWLock": "RWLock",
     "_AsyncPrimitive": "_Primitive",
     "AsyncRenewer": "Renewer",
+    "AsyncClientGate": "ClientGate",
     "AsyncExitGuard": "ExitGuard",
     "AsyncHubWatch": "HubWatch",
     "_async": "_sync",
