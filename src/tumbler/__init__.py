@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 
 from ._core import DEFAULT_TTL, validate_ttl
-from ._sync.locks import Hold, Lock, Locks, ReadLock, RLock, RWLock, Semaphore
+from ._sync.client import Locks
+from ._sync.hold import Hold
+from ._sync.primitives import Lock, ReadLock, RLock, RWLock, Semaphore
 from .backends import known_schemes, register_backend
 from .backends.contract import Capabilities, HolderInfo, LockState
 from .errors import (

@@ -13,9 +13,10 @@ import math
 import random
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Final
 
 from .errors import (
     InvalidArgument,
@@ -375,3 +376,57 @@ def validate_reason(reason: object) -> str | None:
     if any(unicodedata.category(char) == "Cc" for char in text):
         raise InvalidArgument("reason must be one line without control characters")
     return text
+
+
+# -- the life of a hold (the lock layer's hold follows this table) ---------------------------
+
+
+class HoldState(enum.Enum):
+    """Where a hold is in its life (see the module docstring)."""
+
+    #: granted, and confirmed by the last grant or renewal
+    HELD = "held"
+    #: granted, but the backend could not confirm it lately: it may come back, or be lost
+    IN_DOUBT = "in doubt"
+    #: found lost; its grant is still to be given back at the backend
+    LOST = "lost"
+    #: found lost, and its grant given back by the renewal worker
+    GIVEN_BACK = "given back"
+    #: the holder's release is on its way to the backend
+    RELEASING = "releasing"
+    #: the grant was given back for good
+    RELEASED = "released"
+
+
+HELD: Final = HoldState.HELD
+IN_DOUBT: Final = HoldState.IN_DOUBT
+LOST: Final = HoldState.LOST
+GIVEN_BACK: Final = HoldState.GIVEN_BACK
+RELEASING: Final = HoldState.RELEASING
+RELEASED: Final = HoldState.RELEASED
+
+#: the states in which the grant is still the client's to give back: a release may begin
+GRANTED: Final = frozenset({HELD, IN_DOUBT, LOST, GIVEN_BACK})
+#: the states in which the client still believes it holds the grant (the clock may say not)
+UNLOST: Final = frozenset({HELD, IN_DOUBT})
+
+#: every legal change of state; staying in a state is not a change
+TRANSITIONS: Final[Mapping[HoldState, frozenset[HoldState]]] = {
+    HELD: frozenset({IN_DOUBT, LOST, RELEASING, RELEASED}),
+    IN_DOUBT: frozenset({HELD, LOST, RELEASING, RELEASED}),
+    LOST: frozenset({GIVEN_BACK, RELEASING, RELEASED}),
+    GIVEN_BACK: frozenset({RELEASING, RELEASED}),
+    RELEASING: frozenset({RELEASED}),
+    RELEASED: frozenset(),
+}
+
+
+class IllegalTransition(AssertionError):
+    """A hold was asked to change state along no edge of ``TRANSITIONS``: a bug in tumbler."""
+
+
+def transition(current: HoldState, wanted: HoldState) -> HoldState:
+    """``wanted`` if a hold in ``current`` may change to it; else ``IllegalTransition``."""
+    if wanted not in TRANSITIONS[current]:
+        raise IllegalTransition(f"a hold cannot go from {current.value} to {wanted.value}")
+    return wanted

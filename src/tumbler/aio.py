@@ -11,15 +11,9 @@ a cancelled waiter withdraws from the line, and a cancelled release still comple
 
 from __future__ import annotations
 
-from ._async.locks import (
-    AsyncHold,
-    AsyncLock,
-    AsyncLocks,
-    AsyncReadLock,
-    AsyncRLock,
-    AsyncRWLock,
-    AsyncSemaphore,
-)
+from ._async.client import AsyncLocks
+from ._async.hold import AsyncHold
+from ._async.primitives import AsyncLock, AsyncReadLock, AsyncRLock, AsyncRWLock, AsyncSemaphore
 from ._core import DEFAULT_TTL, validate_ttl
 
 __all__ = [

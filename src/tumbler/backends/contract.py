@@ -1,10 +1,10 @@
 """The backend contract: what a backend must do so that every tumbler lock works on it.
 
-tumbler's lock objects (``tumbler/_async/locks.py``) hold all the logic that is the same for
-every backend: re-entrancy, per-thread/task ownership, acquire timeouts and backoff, renewal
-scheduling, lost-hold detection, fencing bookkeeping, errors. A backend only stores
-*entries* (grants and waiters) for lock names and decides grants atomically. Each backend
-module provides two classes with the same method names, one per flavour:
+tumbler's lock objects (``tumbler/_async/``: the client, the primitives, the hold) hold all
+the logic that is the same for every backend: re-entrancy, per-thread/task ownership, acquire
+timeouts and backoff, renewal scheduling, lost-hold detection, fencing bookkeeping, errors.
+A backend only stores *entries* (grants and waiters) for lock names and decides grants
+atomically. Each backend module provides two classes with the same method names, one per flavour:
 
 - ``Backend`` (blocking) and ``AsyncBackend`` (asyncio), the Protocols below;
 - a module-level ``open_sync(url, **options) -> Backend`` and a coroutine function

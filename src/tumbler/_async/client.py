@@ -1,0 +1,560 @@
+"""The client: one connection to a lock backend, the lock objects it makes, and its holds.
+
+A client (``AsyncLocks``) owns what its lock objects share: the backend behind its gate
+(``AsyncClientGate``: calls refused once closed, counted while in flight); the holds it
+granted, kept renewed until they are released, lost or the client closed (one renewal worker
+and one deadline watch for them all); the lines in which its own waiters for a lock queue, so
+that only the first of them talks to the backend; and the operators' calls (status,
+force_release).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import getpass
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from .. import _core as core
+from .._acompat import (
+    AsyncEvent,
+    AsyncExitGuard,
+    acheck_cancelled,
+    acheck_synchronizable,
+    ashield,
+)
+from ..backends.contract import (
+    AsyncBackend,
+    AsyncWatch,
+    Capabilities,
+    Grant,
+    GrantRequest,
+    LockState,
+    SessionEvents,
+)
+from ..errors import BackendUnavailable, TumblerError
+from .gate import AsyncClientGate
+from .hold import GIVE_BACK, RENEW, AsyncHold
+from .primitives import AsyncLock, AsyncRLock, AsyncRWLock, AsyncSemaphore
+from .renewal import AsyncRenewer
+
+_log = logging.getLogger("tumbler")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _eviction_note(forcer: str, reason: str | None) -> str:
+    """What a forced release leaves for the holders it evicts: who forced it, when, and why
+    (``forcer``: the client's host and pid)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a container's uid)
+        user = f"uid {os.getuid()}"
+    moment = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    note = f"{user} on {forcer} at {moment}"
+    return note if reason is None else f"{note}: {reason}"
+
+
+class AsyncLocks:
+    """A client of one lock backend: makes lock objects and renews their leases.
+
+    Made by ``connect()``. Use one client per process (per event loop in asyncio) and share it:
+    it holds the backend connection(s) and the one renewal worker that serves every hold. A
+    grant stays held, and renewed, until it is released, found lost, or the client closed: the
+    client keeps it, not the caller's reference to the lock object or the hold.
+
+    ``close()`` (or leaving ``with``) releases what is still held; so does the end of the
+    program (interpreter exit; in asyncio, the end of ``asyncio.run()``) for a client left
+    open, within a couple of seconds, so that an unreachable backend cannot hang the exit. A
+    client is not usable in a process forked from the one that made it (``ForkedClient``), nor,
+    in asyncio, from another event loop (``WrongEventLoop``): connect anew there.
+    """
+
+    def __init__(self, backend: AsyncBackend, *, default_ttl: float = core.DEFAULT_TTL) -> None:
+        self._backend = backend
+        self._clock = backend.clock
+        #: the client's calls on its backend (for its holds and lock objects)
+        self.gate = AsyncClientGate(backend)
+        self._default_ttl = self.gate.lease(core.validate_ttl(default_ttl))
+        self._renewer: AsyncRenewer[AsyncHold] = AsyncRenewer(
+            backend.clock, self._serve_due, self._expire_overdue
+        )
+        self._rng = random.Random()
+        self._holder = f"{socket.gethostname()} pid={self.gate.pid}"
+        # The client keeps every hold it granted until it is released, lost or the client
+        # closed: a hold must not run out because the caller dropped its lock object.
+        self._live: dict[int, AsyncHold] = {}
+        # ... under the gate's guard, as are the lines and watches: close() must find every
+        # one of them that began before it
+        self._guard = self.gate.guard
+        # a client's waiters on one lock queue here, and only the first of them at the backend
+        self._lines: dict[tuple[str, bool, int, bool], collections.deque[AsyncEvent]] = {}
+        self._watches: set[AsyncWatch] = set()
+        if backend.session_events is not None:
+            backend.session_events.subscribe(self._on_session_event)
+        self._exit_guard = AsyncExitGuard(self.close)
+
+    @property
+    def url(self) -> str:
+        """The backend's URL, without credentials."""
+        return self._backend.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._backend.capabilities
+
+    # -- lock objects ------------------------------------------------------------------------
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> AsyncLock:
+        """A mutex named ``name``.
+
+        ``ttl``: the lease in seconds (default 30): if the holder dies, others can have the lock
+        this long after its last renewal. While the holder lives its lease is renewed every
+        ``ttl/3`` unless ``renew=False``. ``timeout``: how long ``with`` waits (None: for ever).
+        ``fair=True``: waiters are granted in arrival order.
+        """
+        return AsyncLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def rlock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> AsyncRLock:
+        """A re-entrant mutex: like ``lock()``, but the holder may acquire it again."""
+        return AsyncRLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> AsyncSemaphore:
+        """A semaphore admitting ``permits`` holders at once; each permit is its own lease."""
+        return AsyncSemaphore(self, name, permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def rwlock(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = True,
+        renew: bool = True,
+    ) -> AsyncRWLock:
+        """A read/write lock: ``.read()`` shared, ``.write()`` exclusive.
+
+        Fair by default: requests are granted in arrival order, so a reader that comes after a
+        waiting writer waits behind it and a stream of readers cannot starve a writer (as
+        Curator's and kazoo's read/write locks behave). ``fair=False`` lets readers overtake a
+        waiting writer, for more read throughput at the risk of starving writers.
+        """
+        return AsyncRWLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def synchronized(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorate a function so that every call runs holding the re-entrant mutex ``name``.
+
+        A call that cannot have the lock within ``timeout`` raises ``AcquireTimeout``; a call
+        whose hold is lost while it runs raises ``LockLost`` when it returns. Generator
+        functions are refused (``TypeError``): the lock would be released when the generator is
+        made, before its body runs; so are coroutine functions in the blocking client and plain
+        ones in the asyncio client, which would give no exclusion either.
+        """
+        lock = self.rlock(name, ttl=ttl, timeout=timeout, fair=fair)
+
+        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            acheck_synchronizable(function)
+
+            @functools.wraps(function)
+            async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+                async with lock:
+                    return await function(*args, **kwargs)
+
+            return locked_call
+
+        return decorate
+
+    # -- operators ---------------------------------------------------------------------------
+
+    async def status(self, name: str) -> LockState:
+        """Holders (with fencing token and lease left) and waiters of one lock."""
+        canonical = core.validate_name(name)
+        with self.gate.operation(canonical):
+            return await self._backend.inspect(canonical)
+
+    async def status_all(self) -> list[LockState]:
+        """Every lock that has holders or waiters."""
+        with self.gate.operation(None):
+            return await self._backend.inspect_all()
+
+    async def force_release(self, name: str, *, reason: str | None = None) -> int:
+        """Remove every grant of ``name`` (for operators); returns how many were removed.
+
+        Their holders find out at their next renewal (``LockLost``); a fencing-checking resource
+        refuses their writes once the next holder (with a greater token) has written. Who forced
+        it (user, host, pid), when, and ``reason`` are left on the backend for each evicted
+        holder, whose ``lost_reason`` then says "force-released by ...", and logged here at
+        WARNING; the holder's client logs the loss at WARNING too.
+        """
+        canonical = core.validate_name(name)
+        note = _eviction_note(self._holder, core.validate_reason(reason))
+        with self.gate.operation(canonical):
+            removed = await self._backend.force_release(canonical, note)
+        if removed:
+            _log.warning("force-released lock %r (%d grant(s)): %s", canonical, removed, note)
+        return removed
+
+    async def settle(self) -> None:
+        """Wait until the renewals and expiry checks due on the clock have run.
+
+        For tests on a ``ManualClock``: ``clock.advance(10); await locks.settle()``.
+        """
+        await self._renewer.settle()
+
+    async def close(self) -> None:
+        """Release every hold still held, stop renewing, and close the backend.
+
+        Threads or tasks waiting for a lock of this client raise ``ClientClosed`` (they leave
+        the line first); calls that start afterwards raise it too. Calls already talking to
+        the backend are let finish before its connections close, so close() may take as long
+        as the slowest of them (each is bounded by the backend's timeouts).
+        """
+        with self._guard:
+            if not self.gate.shut():
+                return
+            watches = list(self._watches)
+            waiting = [wake for line in self._lines.values() for wake in line]
+        self._exit_guard.disarm()
+        if self.gate.forked:
+            return  # the parent's connections and grants are the parent's to close
+        for watch in watches:
+            watch.wake()
+        for wake in waiting:
+            wake.set_threadsafe()
+        with self._guard:
+            holds = list(self._live.values())
+        for hold in holds:
+            try:
+                await hold.give_up_on_close()
+            except TumblerError as error:
+                _log.warning("could not release lock %r on close: %s", hold.name, error)
+        await self._renewer.close()
+        if self._backend.session_events is not None:
+            self._backend.session_events.unsubscribe(self._on_session_event)
+        await self.gate.calls_finished()
+        await self._backend.close()
+
+    async def __aenter__(self) -> AsyncLocks:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    # -- for the lock objects (tumbler's own code) ----------------------------------------------
+
+    def lease_for(self, ttl: float | None) -> float:
+        """The lease of a lock made with ``ttl``: the client's default if None; refused
+        (``InvalidTTL``) if shorter than the backend can keep renewed."""
+        return self._default_ttl if ttl is None else self.gate.lease(core.validate_ttl(ttl))
+
+    async def acquire_hold(
+        self,
+        name: str,
+        *,
+        shared: bool,
+        limit: int,
+        fair: bool,
+        ttl: float,
+        timeout: float | None,
+        renew: bool,
+    ) -> AsyncHold | None:
+        """A new grant of ``name`` (canonical), held by a new owner; None if ``timeout`` ran
+        out first. ``renew``: keep the lease renewed while held."""
+        request = self._request(name, shared, limit, fair, ttl)
+        return await self._acquire(request, timeout, renew)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _on_session_event(self, event: str) -> None:
+        """The backend's session is in trouble (called on the backend's thread: no waiting).
+
+        Holds are marked at once, so ``held`` turns False the moment the connection drops; the
+        renewal worker then does the rest on its own thread or loop, where ``on_lost``
+        callbacks are documented to run.
+        """
+        with self._guard:
+            holds = list(self._live.values())
+        for hold in holds:
+            if event == SessionEvents.EXPIRED:
+                hold.doubt(pending_loss="the backend's session expired")
+            elif event == SessionEvents.SUSPENDED:
+                hold.doubt()
+        self._renewer.expedite()
+
+    def _request(self, name: str, shared: bool, limit: int, fair: bool, ttl: float) -> GrantRequest:
+        return GrantRequest(
+            name=name,
+            owner=secrets.token_urlsafe(18),
+            shared=shared,
+            limit=limit,
+            fair=fair,
+            ttl=ttl,
+            holder=self._holder,
+        )
+
+    async def _acquire(
+        self, request: GrantRequest, timeout: float | None, renew: bool
+    ) -> AsyncHold | None:
+        """Try; if refused, wait for a change and try again, until granted or the timeout runs
+        out.
+
+        The watch is made before the first try (without I/O), so no change after that try goes
+        unnoticed, and entered (subscribed, which may take a round trip) only if the first try
+        failed: most acquisitions find the lock free. If entering may have missed a change,
+        the watch says so and the lock is tried again before waiting. Every exit other than a
+        grant withdraws the request (the waiter entry, or a grant whose reply an error or a
+        cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
+        """
+        with self.gate.operation(request.name):
+            if timeout == 0:
+                return await self._acquire_or_wait(request, timeout, renew)
+            # One waiter per lock and client talks to the backend; the client's others queue
+            # behind it here, in arrival order, at no cost to the backend or the connection pool.
+            key = (request.name, request.shared, request.limit, request.fair)
+            deadline = None if timeout is None else self._clock.now() + timeout
+            turn = AsyncEvent()
+            with self._guard:
+                line = self._lines.setdefault(key, collections.deque())
+                line.append(turn)
+            try:
+                if not await self._wait_turn(request.name, line, turn, deadline):
+                    return None
+                left = None if deadline is None else max(0.0, deadline - self._clock.now())
+                return await self._acquire_or_wait(request, left, renew)
+            finally:
+                with self._guard:
+                    first = line[0] is turn
+                    line.remove(turn)
+                    if not line:
+                        if self._lines.get(key) is line:
+                            del self._lines[key]
+                    elif first:
+                        line[0].set_threadsafe()
+
+    async def _wait_turn(
+        self,
+        name: str,
+        line: collections.deque[AsyncEvent],
+        turn: AsyncEvent,
+        deadline: float | None,
+    ) -> bool:
+        """Wait until ``turn`` is first in its line; False if the deadline passed first."""
+        clock = self._clock
+        clock.add_listener(turn.set_threadsafe)
+        try:
+            while True:
+                turn.clear()
+                with self._guard:
+                    self.gate.check_usable(name)  # close() sets every turn
+                    if line[0] is turn:
+                        return True
+                now = clock.now()
+                if deadline is not None and now >= deadline:
+                    return False
+                await turn.wait(None if deadline is None else clock.real_timeout(deadline - now))
+                acheck_cancelled()
+        finally:
+            clock.remove_listener(turn.set_threadsafe)
+
+    async def _acquire_or_wait(
+        self, request: GrantRequest, timeout: float | None, renew: bool
+    ) -> AsyncHold | None:
+        backend = self._backend
+        caps = backend.capabilities
+        clock = self._clock
+        deadline = None if timeout is None else clock.now() + timeout
+        # A single try leaves no waiter entry; every other try does: a release finds the
+        # waiters to wake by their entries, and fair requests keep their place by them.
+        queue = timeout != 0
+        watch = backend.watch(request.name, request.owner)
+        with self._guard:
+            self.gate.check_usable(request.name)  # close() wakes the waits it knows of
+            self._watches.add(watch)
+        try:
+            hold = await self._try(replace(request, queue=queue), renew)
+            if hold is not None or not queue:
+                return hold
+            backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
+            async with watch:
+                retry = watch.retry_needed
+                while True:
+                    if retry:
+                        hold = await self._try(request, renew)
+                        if hold is not None:
+                            return hold
+                    retry = True
+                    now = clock.now()
+                    if deadline is not None and now >= deadline:
+                        break
+                    pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
+                    pause = min(pause, caps.waiter_ttl / 3)
+                    if deadline is not None:
+                        pause = min(pause, deadline - now)
+                    await watch.wait(pause)
+                    acheck_cancelled()
+                    self.gate.check_usable(request.name)
+        except BaseException:
+            await ashield(self._withdraw(request))
+            raise
+        finally:
+            with self._guard:
+                self._watches.discard(watch)
+            watch.close()
+        await ashield(self._withdraw(request))
+        return None
+
+    async def _try(self, request: GrantRequest, renew: bool) -> AsyncHold | None:
+        sent_at = self._clock.now()
+        grant = await self._backend.try_grant(request)
+        acheck_cancelled()
+        if grant is None:
+            return None
+        if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
+            hold = self._new_hold(request, grant, sent_at, renew)
+            if hold is not None:
+                return hold
+        # The reply came too late to use the lease (the caller tries again), or close() began
+        # meanwhile and nobody would renew it: give it back.
+        await ashield(self.gate.release_entry(request.name, request.owner))
+        self.gate.check_usable(request.name)
+        return None
+
+    async def _withdraw(self, request: GrantRequest) -> bool:
+        """Remove the request's entry, if any; False if the backend could not be reached."""
+        try:
+            await self.gate.release_entry(request.name, request.owner)
+        except TumblerError as error:
+            _log.warning(
+                "could not withdraw from lock %r (its entry expires by itself): %s",
+                request.name,
+                error,
+            )
+            return False
+        return True
+
+    def _new_hold(
+        self, request: GrantRequest, grant: Grant, sent_at: float, renew: bool
+    ) -> AsyncHold | None:
+        """The hold for a grant, or None if close() began (it would never be renewed)."""
+        hold = AsyncHold(self, request, grant, sent_at, renew)
+        key = id(hold)
+        with self._guard:
+            if self.gate.closed:
+                return None
+            self._live[key] = hold
+        hold.on_finish(lambda _: self._forget(key))
+        due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold.deadline
+        self._renewer.schedule(hold, due)
+        self._renewer.deadline_set(hold.deadline)
+        return hold
+
+    def _forget(self, key: int) -> None:
+        with self._guard:
+            self._live.pop(key, None)
+
+    async def _serve_due(self, holds: list[AsyncHold]) -> list[float | None]:
+        """The renewal worker's batch: every hold due now, renewed with one backend call."""
+        clock = self._clock
+        now = clock.now()
+        after: list[float | None] = [None] * len(holds)
+        renewing: list[int] = []
+        for index, hold in enumerate(holds):
+            step = hold.triage(now)
+            if step is RENEW:
+                renewing.append(index)
+            elif step is GIVE_BACK:
+                self._forget(id(hold))
+                await hold.give_back()
+            else:
+                after[index] = step
+        if not renewing:
+            return after
+        batch = [holds[index] for index in renewing]
+        sent_at = clock.now()
+        # A renewal that outlived the leases it renews would only keep the worker from the
+        # others: bounded by the least time left (the deadline watch reports losses meanwhile).
+        bound = max(min(hold.deadline for hold in batch) - sent_at, core.MIN_CALL_BOUND)
+        try:
+            granted = await self._backend.renew_all([hold.renewal() for hold in batch], bound)
+        except BackendUnavailable as error:
+            _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
+            for index, hold in zip(renewing, batch, strict=True):
+                after[index] = hold.unreachable()
+            return after
+        except TumblerError as error:
+            for hold in batch:
+                hold.mark_lost(f"renewal failed: {error}")
+            return after
+        for index, hold, ttl in zip(renewing, batch, granted, strict=True):
+            if ttl is None and not hold.loss_pending:
+                await hold.explain_refusal()
+            after[index] = hold.renewed(ttl, sent_at)
+        return after
+
+    def _expire_overdue(self) -> float | None:
+        """The deadline watch: report every hold whose deadline passed as lost (the renewal
+        worker gives their grants back); the next deadline to watch for."""
+        with self._guard:
+            holds = list(self._live.values())
+        now = self._clock.now()
+        earliest: float | None = None
+        for hold in holds:
+            deadline = hold.expire(now)
+            if deadline is None:
+                if hold.awaits_give_back:
+                    self._renewer.schedule(hold, now)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        return earliest

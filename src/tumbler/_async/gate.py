@@ -1,0 +1,151 @@
+"""A client's gate to its backend: who may call it, and which calls are still in flight.
+
+Every backend call of a client, from its lock objects, its holds or its renewal worker, passes
+through the client's gate. The gate refuses a call once the client is closing
+(``ClientClosed``), in a process forked from the one that made the client (``ForkedClient``)
+and, in asyncio, from another event loop (``WrongEventLoop``); and it counts each call while it
+runs, so that ``close()`` waits for the calls in flight before it closes the backend's
+connections (a driver would otherwise reconnect under a call and leave the new connection
+open, and an acquire could be granted a lock that nobody renews).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Hashable, Iterator
+
+from .._acompat import AsyncEvent, acheck_loop, acurrent_context, acurrent_loop
+from .._clock import Clock
+from ..backends.contract import AsyncBackend
+from ..errors import ClientClosed, ForkedClient, InvalidTTL, TumblerError
+
+_log = logging.getLogger("tumbler")
+
+
+class AsyncClientGate:
+    """The calls of one client on its backend (see the module docstring)."""
+
+    def __init__(self, backend: AsyncBackend) -> None:
+        #: the backend every call goes to
+        self.backend = backend
+        #: the backend's clock: leases, deadlines and waits are measured on it
+        self.clock: Clock = backend.clock
+        #: the process that made the client: a forked child's copies of its holds are not held
+        self.pid = os.getpid()
+        #: the event loop the client belongs to (asyncio)
+        self.loop = acurrent_loop()
+        #: guards ``closed`` and the calls in flight, and also the client's books that must
+        #: agree with ``closed`` (its live holds, waiter lines and watches)
+        self.guard = threading.Lock()
+        self._closed = False
+        self._min_ttl = backend.capabilities.min_ttl
+        self._calls: collections.Counter[Hashable] = collections.Counter()
+        self._calls_done = AsyncEvent()
+
+    @property
+    def url(self) -> str:
+        """The backend's URL, without credentials."""
+        return self.backend.url
+
+    @property
+    def closed(self) -> bool:
+        """True once the client began to close."""
+        return self._closed
+
+    @property
+    def forked(self) -> bool:
+        """True in a process forked from the one that made the client."""
+        return os.getpid() != self.pid
+
+    def shut(self) -> bool:
+        """Refuse every call from now on; False if the gate was shut already.
+
+        The caller holds ``guard``, so that what it does with its own books in the same
+        critical section happens at the same moment for every other caller of the gate.
+        """
+        if self._closed:
+            return False
+        if not self.forked:
+            acheck_loop(self.loop)
+        self._closed = True
+        return True
+
+    def check_usable(self, name: str | None) -> None:
+        """Raise if a call may not start now (the caller holds ``guard``)."""
+        if self.forked:
+            raise ForkedClient(
+                "this client was made in a parent process; call connect() again in the child",
+                lock_name=name,
+                backend=self.url,
+            )
+        acheck_loop(self.loop)
+        if self._closed:
+            raise ClientClosed("the client is closed", lock_name=name, backend=self.url)
+
+    def operation(self, name: str | None) -> contextlib.AbstractContextManager[None]:
+        """A call on the backend: refused once close() began, which waits for it to end."""
+        return self._counted(name, refuse_if_closed=True)
+
+    def call(self) -> contextlib.AbstractContextManager[None]:
+        """A backend call that must run even after close() began (a release): close() waits."""
+        return self._counted(None, refuse_if_closed=False)
+
+    @contextlib.contextmanager
+    def _counted(self, name: str | None, *, refuse_if_closed: bool) -> Iterator[None]:
+        context = acurrent_context()
+        with self.guard:
+            if refuse_if_closed:
+                self.check_usable(name)
+            else:
+                acheck_loop(self.loop)
+            self._calls[context] += 1
+        try:
+            yield
+        finally:
+            with self.guard:
+                self._calls[context] -= 1
+                if not self._calls[context]:
+                    del self._calls[context]
+                closing = self._closed
+            if closing:
+                self._calls_done.set_threadsafe()
+
+    async def calls_finished(self) -> None:
+        """Wait until no backend call is in flight but the closing thread's/task's own (an
+        ``on_lost`` callback may call close() from inside a release)."""
+        me = acurrent_context()
+        while True:
+            with self.guard:
+                if all(context == me for context in self._calls):
+                    return
+                self._calls_done.clear()
+            await self._calls_done.wait(None)
+
+    async def release_entry(self, name: str, owner: str) -> bool:
+        """``backend.release``, counted in flight: it may run on after its caller was
+        cancelled (``ashield``), and close() must wait for it."""
+        with self.call():
+            return await self.backend.release(name, owner)
+
+    async def eviction_of(self, name: str, owner: str) -> str | None:
+        """Why the backend no longer has ``owner``'s grant, if an operator forced it out."""
+        try:
+            note = await self.backend.evicted(name, owner)
+        except TumblerError as error:
+            _log.debug("could not ask whether lock %r was force-released: %s", name, error)
+            return None
+        return None if note is None else f"force-released by {note}"
+
+    def lease(self, ttl: float) -> float:
+        """``ttl``, refused if shorter than the backend can keep renewed."""
+        if ttl < self._min_ttl:
+            raise InvalidTTL(
+                f"ttl {ttl:g} s is shorter than the {self._min_ttl:g} s lease this backend "
+                "can keep renewed",
+                backend=self.url,
+            )
+        return ttl

@@ -1,0 +1,516 @@
+"""The hold: one grant of a lock, from the grant to its release or its loss.
+
+Ownership lives on a ``Hold``: each acquisition gets a fresh unguessable owner id that only its
+hold knows, never a thread-local, so two tasks sharing a lock object cannot release each other's
+grant.
+
+How a hold can be lost (and how the holder learns it):
+
+1. The lease runs out before a renewal succeeds: the backend was unreachable for longer than
+   the lease, or the holder's process was paused (SIGSTOP, a long GC or C call, a blocked event
+   loop) past it. Noticed at the client's local deadline by its deadline watch, whatever
+   a renewal call is doing, or by ``held``/``check()``.
+2. A renewal is refused: the backend no longer has the grant (it expired there, or an operator
+   force-released it). Noticed at that renewal.
+3. The client is closed, or the process forked (the child's copies are not held).
+4. The backend's session expired (ZooKeeper's LOST). Noticed when the backend reports it.
+
+Between "held" and "lost" a hold can be *in doubt*: a renewal could not reach the backend, or
+a session-based backend reported its connection dropped (ZooKeeper's SUSPENDED). Then
+``hold.held`` is False and ``check()`` raises ``HoldInDoubt`` until a renewal confirms the hold
+(it may come back) or its lease runs out (it is lost).
+
+Then ``hold.lost`` is True, the ``on_lost`` callbacks run (in a background worker of the
+client: a thread, or a task on its event loop), and ``release()`` or leaving the ``with`` block
+raises ``LockLost``.
+The client's view is conservative: it gives a hold up (``local_deadline``) a little before the
+backend could grant it to anyone else, timed from when the grant or renewal was *sent*.
+
+The life of a hold is one ``HoldState``, changed only along ``TRANSITIONS``::
+
+    HELD <-> IN_DOUBT            renewals fail to reach the backend / confirm it again
+    HELD, IN_DOUBT -> LOST       found lost (deadline passed, renewal refused, session expired,
+                                 client closed)
+    LOST -> GIVEN_BACK           the renewal worker released the lost grant at the backend
+    any of those -> RELEASING    the holder's release() is on its way to the backend
+    any of those -> RELEASED     the grant was given back for good (release, or close())
+
+A hold becomes lost by the clock alone too: ``lost`` is True once a granted hold's deadline
+passed, before anyone records it (``LOST``). A loss found while the hold is being released,
+or after, is kept as ``lost_reason`` without a change of state: the grant is on its way back
+anyway.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final, NoReturn
+
+from .. import _core as core
+from .._acompat import AsyncEvent, ashield
+from .._core import (
+    GIVEN_BACK,
+    GRANTED,
+    HELD,
+    IN_DOUBT,
+    LOST,
+    RELEASED,
+    RELEASING,
+    UNLOST,
+    HoldState,
+    transition,
+)
+from ..backends.contract import Grant, GrantRequest, Renewal
+from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
+
+if TYPE_CHECKING:
+    from .client import AsyncLocks
+
+_log = logging.getLogger("tumbler")
+
+
+class Step(enum.Enum):
+    """What the renewal worker must do for a hold, besides waiting."""
+
+    RENEW = "renew"
+    GIVE_BACK = "give back"
+
+
+RENEW: Final = Step.RENEW
+GIVE_BACK: Final = Step.GIVE_BACK
+
+
+class AsyncHold:
+    """One grant of a lock: its fencing token, its lease, and whether it is still held.
+
+    A hold is what ``with lock as hold`` gives; ``lock.hold`` gives the calling thread's or
+    task's latest one. It can be passed to another thread or task, which may then release it.
+    """
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        request: GrantRequest,
+        grant: Grant,
+        sent_at: float,
+        auto_renew: bool,
+    ) -> None:
+        #: the lock name (canonical form)
+        self.name: str = grant.name
+        #: the fencing token: greater than that of every earlier grant of this name
+        self.token: int = grant.token
+        #: the lease the backend granted, in seconds
+        self.ttl: float = grant.granted_ttl
+        self._gate = locks.gate
+        self._request = request
+        self._auto_renew = auto_renew
+        self._deadline = core.local_deadline(sent_at, grant.granted_ttl)
+        self._state = HELD
+        self._lost_reason: str | None = None
+        #: why the hold will be found lost when the renewal worker gets to it (a session
+        #: expired on the backend's thread, or a refused renewal's eviction note)
+        self._pending_loss: str | None = None
+        #: whether a caller was told of the loss (LockLost is raised once per hold)
+        self._loss_reported = False
+        #: set once the hold's end was announced (released, or lost and the on_lost callbacks
+        #: run): what wait_lost() waits for
+        self._settled = False
+        self._lost_wakers: set[AsyncEvent] = set()
+        self._callbacks: list[Callable[[AsyncHold], object]] = []
+        self._finish_callbacks: list[Callable[[AsyncHold], None]] = []
+        self._guard = threading.Lock()
+
+    # -- what a holder asks ------------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """True while this hold is known valid: not released, not lost, not in doubt, and its
+        lease has not run out."""
+        return self._state is HELD and not self.lost
+
+    @property
+    def in_doubt(self) -> bool:
+        """True while the client cannot confirm the hold (see the module docstring): the last
+        renewal could not reach the backend, or the backend's connection dropped. It may be
+        confirmed again; if not, it is lost when its lease runs out."""
+        return self._state is IN_DOUBT and not self.lost
+
+    @property
+    def lost(self) -> bool:
+        """True once the hold ended without being released (see the module docstring)."""
+        if self._lost_reason is not None:
+            return True
+        if self._gate.forked:
+            return True
+        return self._state in GRANTED and self._gate.clock.now() >= self._deadline
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the hold was lost, or None."""
+        if self._lost_reason is None and self.lost:
+            if self._gate.forked:
+                return "the hold belongs to the parent process (inherited across fork)"
+            return "the lease ran out before a renewal succeeded"
+        return self._lost_reason
+
+    @property
+    def expires_in(self) -> float:
+        """Seconds until the client gives this hold up unless it is renewed (0 if not held)."""
+        if not self.held:
+            return 0.0
+        return max(0.0, self._deadline - self._gate.clock.now())
+
+    def check(self) -> None:
+        """Raise ``LockLost`` if the hold was lost, ``HoldInDoubt`` if it is in doubt,
+        ``NotHeld`` if it was released."""
+        if self.lost:
+            raise LockLost(f"lock {self.name!r} was lost: {self.lost_reason}", lock_name=self.name)
+        if self._state not in GRANTED:
+            raise NotHeld(f"lock {self.name!r} was released", lock_name=self.name)
+        if self._state is IN_DOUBT:
+            raise HoldInDoubt(
+                f"lock {self.name!r} is in doubt: the backend cannot be reached to confirm it",
+                lock_name=self.name,
+            )
+
+    def on_lost(self, callback: Callable[[AsyncHold], object]) -> None:
+        """Call ``callback(hold)`` once when the hold is found lost (at once if it already is).
+
+        It runs in one of the client's background workers (threads in the blocking flavour,
+        tasks on the event loop in asyncio): at the hold's local deadline at the latest, even
+        while a renewal call is stuck on a silent network; or in the thread or task whose
+        ``wait_lost()`` found the lease run out first. It must not block, and exceptions it
+        raises are logged.
+        """
+        with self._guard:
+            already = self._lost_reason is not None
+            if not already:
+                self._callbacks.append(callback)
+        if already:
+            self._run_callback(callback)
+
+    async def wait_lost(self, timeout: float | None = None) -> bool:
+        """Wait until the hold is found lost or ``timeout`` passes; True if it was lost.
+
+        Returns at the client's deadline at the latest, even while a renewal is still waiting
+        for an unreachable backend (the renewal worker reports the loss when that call ends).
+        When it returns True, the ``on_lost`` callbacks have run (unless ``timeout`` ran out
+        while another thread was still running them). Returns False once the hold is released
+        without having been lost.
+        """
+        seconds = core.validate_timeout(timeout)
+        clock = self._gate.clock
+        end = None if seconds is None else clock.now() + seconds
+        # a wake-up of this call's own: the clock moved by hand, or the loss was settled
+        wake = AsyncEvent()
+        with self._guard:
+            self._lost_wakers.add(wake)
+        clock.add_listener(wake.set_threadsafe)
+        try:
+            while True:
+                wake.clear()
+                if self._settled:
+                    break
+                if self._lost_reason is None and self.lost:
+                    # found at the deadline, even if the renewal worker is still waiting for
+                    # the backend; the worker gives the grant back when it gets to it
+                    self.mark_lost(self.lost_reason or "the hold was lost")
+                    continue  # or another thread marked it first: wait for its callbacks
+                now = clock.now()
+                # the deadline may move (renewals), so wake there and look again
+                held = self._state in UNLOST and self._lost_reason is None
+                left = self._deadline - now if held else None
+                if end is not None:
+                    if end - now <= 0:
+                        break
+                    left = end - now if left is None else min(left, end - now)
+                await wake.wait(None if left is None else clock.real_timeout(left))
+        finally:
+            clock.remove_listener(wake.set_threadsafe)
+            with self._guard:
+                self._lost_wakers.discard(wake)
+        return self.lost
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Set the lease to ``ttl`` seconds from now (default: the TTL asked for at acquire).
+
+        For holds acquired with ``renew=False``; renewed holds are extended automatically.
+        Raises ``LockLost`` if the backend no longer has the grant.
+        """
+        gate = self._gate
+        seconds = self._request.ttl if ttl is None else gate.lease(core.validate_ttl(ttl))
+        with gate.operation(self.name):
+            self.check()
+            sent_at = gate.clock.now()
+            granted = await gate.backend.renew(self.name, self._request.owner, seconds)
+        if granted is None:
+            self.mark_lost(
+                await gate.eviction_of(self.name, self._request.owner)
+                or "the backend no longer has this grant"
+            )
+            self.check()
+            return
+        self._deadline = core.local_deadline(sent_at, granted)
+        self.ttl = granted
+
+    async def release(self) -> None:
+        """Give the grant back. Raises ``LockLost`` (after releasing) if it had been lost.
+
+        Runs to its end even if the calling task is cancelled. If the backend cannot be reached
+        the error is raised, and the grant frees itself when its lease runs out (it is no
+        longer renewed); but if the hold was lost already (its lease ran out while the holder
+        was paused, say), ``LockLost`` is what the caller learns either way.
+        """
+        with self._gate.operation(self.name):
+            await self._release()
+
+    async def _release(self) -> None:
+        if self.lost and self._lost_reason is None:
+            # the lease ran out before anyone noticed (the process was paused): tell the
+            # on_lost callbacks now, before the backend is asked anything
+            self.mark_lost(self.lost_reason or "the lease ran out before a renewal succeeded")
+        with self._guard:
+            if self._state not in GRANTED:
+                raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
+            self._move(RELEASING)
+        try:
+            await ashield(self.release_grant())
+        except TumblerError:
+            self.report_loss()  # lost anyway: that is what the holder must hear
+            raise
+        self.report_loss()
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a hold cannot leave its process: its lease is renewed by the client that was "
+            "granted it, and its owner id must stay secret; pass the name and the fencing "
+            "token instead"
+        )
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(
+            "a hold cannot be copied: a copy would share the grant's owner without being "
+            "renewed or released with it; pass the hold itself"
+        )
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self.__copy__()
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else ("lost" if self.lost else _WORDS[self._state])
+        return (
+            f"<{type(self).__name__} {self.name!r} token={self.token} {state} "
+            f"expires_in={self.expires_in:.3f}>"
+        )
+
+    # -- for the client and the lock objects (tumbler's own code) ------------------------------
+
+    @property
+    def state(self) -> HoldState:
+        """Where the hold is in its life, as last recorded (the clock may have made a granted
+        hold lost since: see ``lost``)."""
+        return self._state
+
+    @property
+    def deadline(self) -> float:
+        """When, on the client's clock, the client gives the hold up unless it is renewed."""
+        return self._deadline
+
+    @property
+    def release_begun(self) -> bool:
+        """True once a release of the grant began (by the holder, or by close())."""
+        return self._state not in GRANTED
+
+    @property
+    def awaits_give_back(self) -> bool:
+        """True if the hold was found lost and its grant is still to be given back."""
+        return self._state is LOST
+
+    def on_finish(self, callback: Callable[[AsyncHold], None]) -> None:
+        """Call ``callback(hold)`` once the grant is released (the hold leaves the books)."""
+        self._finish_callbacks.append(callback)
+
+    def report_loss(self) -> None:
+        """Raise LockLost once per hold: a caller told of the loss is not told again."""
+        if self._lost_reason is not None and not self._loss_reported:
+            self._loss_reported = True
+            raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
+
+    def doubt(self, pending_loss: str | None = None) -> None:
+        """The backend cannot confirm the hold now; with ``pending_loss``, it will not again
+        (the hold is lost for that reason when the renewal worker gets to it). Called from any
+        thread (a backend's session events come on the backend's own)."""
+        with self._guard:
+            if pending_loss is not None:
+                self._pending_loss = pending_loss
+            if self._state is HELD:
+                self._move(IN_DOUBT)
+
+    @property
+    def loss_pending(self) -> bool:
+        """True if the hold is known to be lost as soon as the renewal worker gets to it."""
+        return self._pending_loss is not None
+
+    async def explain_refusal(self) -> None:
+        """A renewal was refused: ask the backend whether an operator forced the grant out,
+        to say so when the loss is recorded."""
+        self._pending_loss = await self._gate.eviction_of(self.name, self._request.owner)
+
+    def mark_lost(self, reason: str) -> None:
+        """Record the loss (once), run the ``on_lost`` callbacks, and wake ``wait_lost()``."""
+        with self._guard:
+            if self._lost_reason is not None:
+                return
+            self._lost_reason = reason
+            if self._state in UNLOST:
+                self._move(LOST)
+            callbacks, self._callbacks = self._callbacks, []
+        _log.warning("lock %r lost: %s", self.name, reason)
+        for callback in callbacks:
+            self._run_callback(callback)
+        self._settle()  # after the callbacks: a wait_lost() that returns finds them done
+
+    def triage(self, now: float) -> float | Step | None:
+        """What the renewal worker must do for this hold, decided without I/O: ``RENEW``,
+        ``GIVE_BACK`` (it was found lost: release the grant), a later due time, or None (the
+        hold ended)."""
+        if self._state not in GRANTED:
+            return None
+        if self._pending_loss is not None:
+            self.mark_lost(self._pending_loss)
+        elif now >= self._deadline:
+            self.mark_lost("the lease ran out before a renewal succeeded")
+        if self._lost_reason is not None:
+            return None if self._state is GIVEN_BACK else GIVE_BACK
+        if not self._auto_renew and self._state is not IN_DOUBT:
+            return self._deadline
+        return RENEW
+
+    def renewal(self) -> Renewal:
+        """What the renewal worker asks the backend to renew for this hold."""
+        return Renewal(self.name, self._request.owner, self._request.ttl)
+
+    def renewed(self, granted: float | None, sent_at: float) -> float | None:
+        """Take a renewal's answer; the next due time, or None."""
+        if self._state not in GRANTED:
+            return None
+        now = self._gate.clock.now()
+        if granted is not None and self._lost_reason is None and now >= self._deadline:
+            # confirmed too late: the holder may already have been told the hold is lost, and
+            # a hold reported lost never comes back
+            self.mark_lost("the lease ran out before a renewal succeeded")
+        if self._lost_reason is not None:
+            return now  # found lost meanwhile (the deadline watch): give the grant back
+        if granted is None:
+            self.mark_lost(
+                self._pending_loss
+                or "a renewal was refused: the backend no longer has this grant "
+                "(its lease ran out there, or it was force-released)"
+            )
+            return None
+        with self._guard:
+            if self._state is IN_DOUBT:
+                self._move(HELD)
+        if not self._auto_renew:
+            return self._deadline  # confirmed after a doubt, not extended
+        self._deadline = core.local_deadline(sent_at, granted)
+        self.ttl = granted
+        return sent_at + core.renew_delay(granted)
+
+    def unreachable(self) -> float:
+        """A renewal could not reach the backend: in doubt, and tried again soon."""
+        self.doubt()
+        later = self._gate.clock.now()
+        return min(self._deadline, later + core.retry_delay(self._deadline - later))
+
+    def expire(self, now: float) -> float | None:
+        """The deadline watch: report the hold lost once its deadline passed; else the
+        deadline to wake at (None: nothing to watch)."""
+        if self._state not in UNLOST or self._lost_reason is not None:
+            return None
+        if now < self._deadline:
+            return self._deadline
+        self.mark_lost("the lease ran out before a renewal succeeded")
+        return None
+
+    async def give_back(self) -> None:
+        """Release a grant the client gave up: a session-based backend would keep it for as
+        long as the session lives, and others are spared the wait for their own expiry."""
+        with self._guard:
+            if self._state is GIVEN_BACK:
+                return
+            if self._state is LOST:
+                self._move(GIVEN_BACK)
+        try:
+            await self._gate.release_entry(self.name, self._request.owner)
+        except TumblerError as error:
+            _log.debug("could not give back lost lock %r: %s", self.name, error)
+
+    async def give_up_on_close(self) -> None:
+        """The client is closing: lose the hold (if still granted) and release its grant."""
+        if self._state in GRANTED:
+            self.mark_lost("the client was closed")
+            await self.release_grant()
+
+    async def release_grant(self) -> bool:
+        """Release at the backend and end the hold; False if the backend no longer had it."""
+        # shielded: a caller cancelled meanwhile still has its hold ended, and told if lost
+        try:
+            try:
+                was_live = await self._gate.release_entry(self.name, self._request.owner)
+            finally:
+                # Renewal stops whatever the backend answered: if the release did not get
+                # through, the grant frees itself when its lease runs out.
+                self._finish()
+            if not was_live:
+                self.mark_lost(
+                    await self._gate.eviction_of(self.name, self._request.owner)
+                    or "the backend no longer had this grant at release: its lease ran out "
+                    "or it was force-released"
+                )
+            return was_live
+        finally:
+            self._settle()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _move(self, wanted: HoldState) -> None:
+        """Change state along ``TRANSITIONS`` (the caller holds ``_guard``)."""
+        self._state = transition(self._state, wanted)
+
+    def _finish(self) -> None:
+        with self._guard:
+            if self._state is not RELEASED:
+                # close() and the holder's release() may both end the hold
+                self._move(RELEASED)
+            callbacks, self._finish_callbacks = self._finish_callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def _settle(self) -> None:
+        with self._guard:
+            self._settled = True
+            wakers = list(self._lost_wakers)
+        for wake in wakers:
+            wake.set_threadsafe()
+
+    def _run_callback(self, callback: Callable[[AsyncHold], object]) -> None:
+        try:
+            callback(self)
+        except Exception:
+            _log.exception("on_lost callback for lock %r failed", self.name)
+
+
+#: how ``repr()`` names a hold that is neither ``held`` nor ``lost``: in doubt reads as held,
+#: the grant being still the holder's to release
+_WORDS: Final[Mapping[HoldState, str]] = {
+    HELD: "held",
+    IN_DOUBT: "held",
+    LOST: "held",
+    GIVEN_BACK: "held",
+    RELEASING: "releasing",
+    RELEASED: "released",
+}

@@ -1,0 +1,315 @@
+"""The lock objects: mutex, re-entrant mutex, semaphore, read/write lock.
+
+A lock object is a name and its settings (lease, timeout, fairness, renewal); the grants are
+the client's (``AsyncLocks``) and each lives on its hold (``AsyncHold``). A lock object keeps,
+per thread (blocking flavour) or per task (asyncio), the holds that thread or task acquired:
+``release()`` releases the caller's own, and re-entrancy counts the caller's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+from .. import _core as core
+from .._acompat import acurrent_context
+from ..errors import (
+    AcquireTimeout,
+    AlreadyHeld,
+    BackendUnavailable,
+    InvalidTimeout,
+    LockLost,
+    NotHeld,
+)
+from .hold import AsyncHold
+
+if TYPE_CHECKING:
+    from .client import AsyncLocks
+
+_log = logging.getLogger("tumbler")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<the lock's timeout>"
+
+
+_UNSET: Final = _Unset()
+
+
+class _AsyncPrimitive:
+    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``."""
+
+    _shared: bool = False
+    #: the same thread/task may acquire again: counted (rlock) ...
+    _reentrant: bool = False
+    #: ... or as separate grants (semaphore permits); otherwise a second acquire is an error
+    _multiple: bool = False
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        *,
+        limit: int,
+        ttl: float | None,
+        timeout: float | None,
+        fair: bool,
+        renew: bool,
+    ) -> None:
+        #: the lock name (canonical NFC form)
+        self.name: str = core.validate_name(name)
+        #: the lease asked for, in seconds
+        self.ttl: float = locks.lease_for(ttl)
+        #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
+        self.timeout: float | None = core.validate_timeout(timeout)
+        #: grants in arrival order
+        self.fair: bool = core.validate_flag(fair, "fair")
+        #: renew the lease automatically while held
+        self.renew: bool = core.validate_flag(renew, "renew")
+        self._locks = locks
+        self._limit = limit
+        self._guard = threading.Lock()
+        self._holds: dict[Hashable, list[AsyncHold]] = {}
+        self._depth: dict[Hashable, int] = {}
+        self._entered: dict[Hashable, list[AsyncHold]] = {}
+
+    @property
+    def hold(self) -> AsyncHold | None:
+        """The calling thread's/task's latest hold of this lock, or None."""
+        with self._guard:
+            holds = self._holds.get(acurrent_context())
+            return holds[-1] if holds else None
+
+    async def acquire(self, blocking: bool = True, timeout: float | _Unset | None = _UNSET) -> bool:
+        """Acquire the lock; True if acquired, False if the timeout ran out first.
+
+        ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
+        ``timeout``; None or -1 waits for ever, 0 tries once.
+        """
+        if not blocking:
+            if timeout is not _UNSET and timeout is not None and timeout != -1:
+                raise InvalidTimeout("a non-blocking acquire cannot have a timeout")
+            seconds: float | None = 0.0
+        else:
+            seconds = (
+                self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
+            )
+        context = acurrent_context()
+        current = self._current(context)
+        if current is not None and not self._multiple:
+            if not self._reentrant:
+                raise AlreadyHeld(
+                    f"lock {self.name!r} is already held by this thread/task and is not "
+                    "re-entrant (use rlock())",
+                    lock_name=self.name,
+                )
+            current.check()
+            with self._guard:
+                self._depth[context] += 1
+            return True
+        hold = await self._locks.acquire_hold(
+            self.name,
+            shared=self._shared,
+            limit=self._limit,
+            fair=self.fair,
+            ttl=self.ttl,
+            timeout=seconds,
+            renew=self.renew,
+        )
+        if hold is None:
+            return False
+        with self._guard:
+            self._holds.setdefault(context, []).append(hold)
+            self._depth[context] = 1
+        hold.on_finish(functools.partial(self._forget, context))
+        return True
+
+    async def release(self) -> None:
+        """Release the calling thread's/task's hold (its latest, for semaphores).
+
+        Raises ``NotHeld`` if it holds none, and ``LockLost`` (after releasing) if the hold had
+        been lost. A re-entrant lock is released when released as often as acquired.
+        """
+        context = acurrent_context()
+        hold = self._current(context)
+        if hold is None:
+            raise NotHeld(
+                f"lock {self.name!r} is not held by this thread/task", lock_name=self.name
+            )
+        if self._reentrant:
+            with self._guard:
+                if self._depth[context] > 1:
+                    self._depth[context] -= 1
+                    return
+        await hold.release()
+
+    async def locked(self) -> bool:
+        """Whether an acquire (non-fair) would have to wait now: asks the backend."""
+        state = await self._locks.status(self.name)
+        return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
+
+    async def __aenter__(self) -> AsyncHold:
+        if not await self.acquire():
+            raise AcquireTimeout(
+                f"lock {self.name!r} could not be acquired within {self.timeout} s",
+                lock_name=self.name,
+                backend=self._locks.url,
+            )
+        hold = self.hold
+        assert hold is not None
+        with self._guard:
+            self._entered.setdefault(acurrent_context(), []).append(hold)
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        context = acurrent_context()
+        with self._guard:
+            entered = self._entered.get(context)
+            hold = entered.pop() if entered else None
+            if entered is not None and not entered:
+                del self._entered[context]
+            if hold is not None and self._reentrant and self._depth.get(context, 0) > 1:
+                self._depth[context] -= 1
+                return
+        if hold is None:
+            return
+        if hold.release_begun:
+            # released inside the block, by hand or by close(): report a loss not yet reported
+            if exc_type is None:
+                hold.report_loss()
+            return
+        try:
+            await hold.release()
+        except (LockLost, BackendUnavailable):
+            if exc_type is None:
+                raise
+            # never hide the exception already on its way out
+            _log.warning("lock %r: hold lost or not released while leaving on an error", self.name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ttl={self.ttl} fair={self.fair}>"
+
+    def _current(self, context: Hashable) -> AsyncHold | None:
+        with self._guard:
+            holds = self._holds.get(context)
+            return holds[-1] if holds else None
+
+    def _forget(self, context: Hashable, hold: AsyncHold) -> None:
+        with self._guard:
+            holds = self._holds.get(context)
+            if holds is not None and hold in holds:
+                holds.remove(hold)
+                if not holds:
+                    del self._holds[context]
+                    self._depth.pop(context, None)
+
+
+class AsyncLock(_AsyncPrimitive):
+    """A mutex: one holder at a time. Not re-entrant: a second acquire by the holder raises
+    ``AlreadyHeld`` instead of waiting for itself."""
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+
+class AsyncRLock(AsyncLock):
+    """A re-entrant mutex: the holding thread/task may acquire again; one grant, counted."""
+
+    _reentrant = True
+
+
+class AsyncSemaphore(_AsyncPrimitive):
+    """Up to ``permits`` holders at a time; each acquire takes one permit with its own lease.
+
+    Every client must use the same number of permits for a name (``PermitsMismatch``
+    otherwise). A thread/task may hold several permits; ``release()`` returns its latest.
+    """
+
+    _shared = True
+    _multiple = True
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        permits: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        #: how many holders the semaphore admits at once
+        self.permits: int = core.validate_permits(permits)
+        super().__init__(
+            locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+        )
+
+
+class AsyncReadLock(_AsyncPrimitive):
+    """The shared side of a read/write lock: any number of readers, no writer."""
+
+    _shared = True
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        super().__init__(locks, name, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+
+class AsyncRWLock:
+    """A read/write lock: ``read()`` is shared among readers, ``write()`` is exclusive.
+
+    The write side is the same as ``lock(name)``: a mutex of that name excludes readers too.
+    Fair (arrival order) unless made with ``fair=False``, which lets a stream of readers keep a
+    writer waiting.
+    """
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = True,
+        renew: bool = True,
+    ) -> None:
+        self._read = AsyncReadLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self._write = AsyncLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self.name: str = self._read.name
+
+    def read(self) -> AsyncReadLock:
+        return self._read
+
+    def write(self) -> AsyncLock:
+        return self._write
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
