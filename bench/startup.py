@@ -110,9 +110,12 @@ def make_rows(workdir: Path, url: str | None) -> list[Row]:
         rows += [
             run_row(
                 "tumbler run NAME -- true (new SQLite file)",
-                lambda n: f"sqlite:///{workdir / f'new-{n}.db'}",
+                lambda n: f"sqlite://{(workdir / f'new-{n}.db').as_posix()}",
             ),
-            run_row("tumbler run NAME -- true (existing file)", lambda _: f"sqlite:///{shared_db}"),
+            run_row(
+                "tumbler run NAME -- true (existing file)",
+                lambda _: f"sqlite://{shared_db.as_posix()}",
+            ),
         ]
     return rows
 
