@@ -5,9 +5,10 @@ derives ``tumbler/_sync/`` from it by dropping ``async``/``await`` and renaming 
 below to its sync twin (``AsyncEvent`` -> ``Event``, ``aspawn`` -> ``spawn``, ...). Each pair
 here has the same shape, so the generated code reads as if written by hand.
 
-The blocking flavour (``import tumbler``) loads this module too, and must not pay for asyncio
-(about a sixth of its import time): the async halves import asyncio when first called, and the
-two aliases of asyncio's classes (``AsyncWorker``, ``AsyncMutex``) are made on first access.
+The blocking flavour (``import tumbler``) loads this module too, and must not pay for asyncio,
+one of the heaviest modules it would import: the async halves import asyncio when first
+called, and the two aliases of asyncio's classes (``AsyncWorker``, ``AsyncMutex``) are made on
+first access.
 """
 
 from __future__ import annotations
@@ -112,17 +113,21 @@ if TYPE_CHECKING:
     AsyncMutex = asyncio.Lock
 
 
-def __getattr__(name: str) -> object:
-    # AsyncWorker and AsyncMutex at run time: only the asyncio flavour imports them
-    if name == "AsyncWorker":
-        import asyncio
+if not TYPE_CHECKING:
+    # Hidden from mypy, which would otherwise take any misspelt name imported from here for
+    # one this function makes.
 
-        return asyncio.Task[None]
-    if name == "AsyncMutex":
-        import asyncio
+    def __getattr__(name: str) -> object:
+        # AsyncWorker and AsyncMutex at run time: only the asyncio flavour imports them
+        if name == "AsyncWorker":
+            import asyncio
 
-        return asyncio.Lock
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return asyncio.Task[None]
+        if name == "AsyncMutex":
+            import asyncio
+
+            return asyncio.Lock
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def spawn(target: Callable[[], None], name: str) -> Worker:
