@@ -3,6 +3,7 @@ and, where redis-server is installed, the Redis peers on a throwaway server.
 
 Only that it runs, that its figures parse, and that its counter check holds (and can fail) are
 checked here: how fast anything is belongs in the bench's output, never in an assertion.
+bench/startup.py likewise: every row runs, and a row whose process fails is reported as such.
 """
 
 from __future__ import annotations
