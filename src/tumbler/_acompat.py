@@ -4,11 +4,15 @@ The lock logic is written once, async-first, in ``tumbler/_async/``; ``tools/gen
 derives ``tumbler/_sync/`` from it by dropping ``async``/``await`` and renaming each async name
 below to its sync twin (``AsyncEvent`` -> ``Event``, ``aspawn`` -> ``spawn``, ...). Each pair
 here has the same shape, so the generated code reads as if written by hand.
+
+The blocking flavour (``import tumbler``) loads this module too, and must not pay for asyncio,
+one of the heaviest modules it would import: the async halves import asyncio when first
+called, and the two aliases of asyncio's classes (``AsyncWorker``, ``AsyncMutex``) are made on
+first access.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import inspect
@@ -16,9 +20,12 @@ import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import WrongEventLoop
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -26,7 +33,8 @@ _log = logging.getLogger("tumbler")
 
 #: what spawn() and aspawn() return
 Worker = threading.Thread
-AsyncWorker = asyncio.Task[None]
+if TYPE_CHECKING:
+    AsyncWorker = asyncio.Task[None]
 
 
 class Event:
@@ -53,12 +61,16 @@ class AsyncEvent:
     """A flag one task waits on and any thread (or the loop itself) sets."""
 
     def __init__(self) -> None:
+        import asyncio
+
         self._event = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):
             self._loop = asyncio.get_running_loop()
 
     def set_threadsafe(self) -> None:
+        import asyncio
+
         loop = self._loop
         if loop is None:
             self._event.set()  # nobody has waited yet, so nobody needs waking
@@ -79,6 +91,8 @@ class AsyncEvent:
         return self._event.is_set()
 
     async def wait(self, timeout: float | None) -> bool:
+        import asyncio
+
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         if self._event.is_set():
@@ -95,7 +109,25 @@ class AsyncEvent:
 
 #: a mutual-exclusion lock for code that awaits while holding it (threads: threading.Lock)
 Mutex = threading.Lock
-AsyncMutex = asyncio.Lock
+if TYPE_CHECKING:
+    AsyncMutex = asyncio.Lock
+
+
+if not TYPE_CHECKING:
+    # Hidden from mypy, which would otherwise take any misspelt name imported from here for
+    # one this function makes.
+
+    def __getattr__(name: str) -> object:
+        # AsyncWorker and AsyncMutex at run time: only the asyncio flavour imports them
+        if name == "AsyncWorker":
+            import asyncio
+
+            return asyncio.Task[None]
+        if name == "AsyncMutex":
+            import asyncio
+
+            return asyncio.Lock
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def spawn(target: Callable[[], None], name: str) -> Worker:
@@ -107,6 +139,8 @@ def spawn(target: Callable[[], None], name: str) -> Worker:
 
 def aspawn(target: Callable[[], Coroutine[Any, Any, None]], name: str) -> AsyncWorker:
     """Run ``target`` in the background as a task on the running loop."""
+    import asyncio
+
     return asyncio.get_running_loop().create_task(target(), name=name)
 
 
@@ -116,6 +150,8 @@ def join(worker: Worker) -> None:
 
 
 async def ajoin(worker: AsyncWorker) -> None:
+    import asyncio
+
     if worker is not asyncio.current_task():
         await asyncio.gather(worker, return_exceptions=True)
 
@@ -136,6 +172,8 @@ async def ashield(call: Awaitable[T]) -> T:
     The caller still sees the CancelledError at once; the work goes on and keeps the backend
     and the local state in step (a cancelled release still releases: redis-py #3847).
     """
+    import asyncio
+
     task = asyncio.ensure_future(call)
     task.add_done_callback(_retrieve)
     return await asyncio.shield(task)
@@ -148,6 +186,8 @@ def current_context() -> Hashable:
 
 def acurrent_context() -> Hashable:
     """Who is acting: re-entrancy and ``release()`` are per task."""
+    import asyncio
+
     task = asyncio.current_task()
     return task if task is not None else threading.get_ident()
 
@@ -163,6 +203,8 @@ def acheck_cancelled() -> None:
     (``asyncio.wait_for`` before Python 3.12, which drivers use); the task's cancellation
     count (Python 3.11+) still records the request, so a waiter is not left waiting on.
     """
+    import asyncio
+
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     if cancelling is not None and cancelling():
@@ -174,6 +216,8 @@ def sleep_real(seconds: float) -> None:
 
 
 async def asleep_real(seconds: float) -> None:
+    import asyncio
+
     await asyncio.sleep(seconds)
 
 
@@ -184,6 +228,8 @@ def current_loop() -> object | None:
 
 def acurrent_loop() -> object | None:
     """The running event loop, or None outside one."""
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -279,6 +325,8 @@ class AsyncExitGuard:
     """
 
     def __init__(self, close: Callable[[], Awaitable[object]]) -> None:
+        import asyncio
+
         self._close = weakref.WeakMethod(close)
         self._armed = True
         self._task: asyncio.Task[None] | None = None
@@ -297,6 +345,8 @@ class AsyncExitGuard:
                 task.cancel()
 
     async def _watch(self) -> None:
+        import asyncio
+
         try:
             await asyncio.get_running_loop().create_future()
         except asyncio.CancelledError:

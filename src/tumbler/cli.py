@@ -18,9 +18,8 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import json
+import importlib
 import logging
 import math
 import os
@@ -159,6 +158,8 @@ def _json_text(document: Any) -> str:
     bidirectional controls are escaped here too (``\\uXXXX`` is valid anywhere in a JSON
     string, and these characters occur only inside strings).
     """
+    import json  # only status --json needs it
+
     text = json.dumps(document, indent=2, ensure_ascii=False)
     return _UNPRINTABLE_IN_JSON.sub(_json_escape, text)
 
@@ -255,7 +256,38 @@ def _check_name(name: str) -> None:
 # -- the command group ---------------------------------------------------------------------------
 
 
+class _Commands(click.Group):
+    """The command group: commands defined here, and commands imported when they are asked for.
+
+    ``lazy_commands`` maps a command's name to ``"module:attribute"``, the click command that
+    its module defines. The module is imported only when click looks the command up: to run
+    it, to show its help, or to list every command with its short help (``tumbler --help``).
+    So ``tumbler run`` starts without the torture harness, which it never uses and which takes
+    longer to import than the rest of the CLI.
+    """
+
+    def __init__(
+        self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_commands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = target.partition(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attribute)
+        return command
+
+
 @click.group(
+    cls=_Commands,
+    # the harness lives in its own package (tumbler.torture); this is its one link to the CLI
+    lazy_commands={"torture": "tumbler.torture.cli:torture"},
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXIT_STATUS_HELP,
 )
@@ -480,6 +512,8 @@ def _set_child_subreaper(enabled: bool) -> None:
     """
     if not sys.platform.startswith("linux"):
         raise OSError(errno.ENOSYS, "child subreapers exist on Linux only")
+    import ctypes  # not at the top: status and release need no prctl
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) != 0:
         code = ctypes.get_errno()
@@ -1125,15 +1159,6 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
 
 # -- entry point ---------------------------------------------------------------------------------
 
-
-def _add_torture() -> None:
-    # the harness lives in its own package (tumbler.torture); this is its one link to the CLI
-    from .torture.cli import torture
-
-    cli.add_command(torture)
-
-
-_add_torture()
 
 # click >= 8.2 raises this for a group called without a command; older click prints the help
 _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(

@@ -3,6 +3,7 @@ and, where redis-server is installed, the Redis peers on a throwaway server.
 
 Only that it runs, that its figures parse, and that its counter check holds (and can fail) are
 checked here: how fast anything is belongs in the bench's output, never in an assertion.
+bench/startup.py likewise: every row runs, and a row whose process fails is reported as such.
 """
 
 from __future__ import annotations
@@ -142,3 +143,62 @@ def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) 
     address = urlsplit(url)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((address.hostname, address.port), timeout=2).close()
+
+
+STARTUP = BENCH.with_name("startup.py")
+STARTUP_ROWS = [
+    "python -c pass",
+    "flock FILE true",
+    'python -c "import tumbler"',
+    'python -c "import tumbler.aio"',
+]
+
+
+def run_startup(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    figures = tmp_path / "startup.json"
+    result = subprocess.run(
+        [sys.executable, str(STARTUP), "--runs", "2", *args, "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert figures.exists(), result.stderr
+    return result, json.loads(figures.read_text(encoding="utf-8"))
+
+
+def test_startup_times_every_row_in_fresh_processes(tmp_path: Path) -> None:
+    result, figures = run_startup(tmp_path)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert figures["runs"] == 2
+    assert figures["bytecode"] == "cached"
+    rows = {row["label"]: row for row in figures["rows"]}
+    assert list(rows) == [
+        *STARTUP_ROWS,
+        "tumbler run NAME -- true (new SQLite file)",
+        "tumbler run NAME -- true (existing file)",
+    ]
+    assert rows["python -c pass"]["ratio_to_python"] == 1.0
+    for label, row in rows.items():
+        if label == "flock FILE true" and row["error"] and "not installed" in row["error"]:
+            continue  # util-linux missing: the row says so, the others still run
+        assert row["error"] is None, row
+        assert row["runs"] == 2
+        assert 0 < row["min_ms"] <= row["median_ms"] <= row["p90_ms"] <= row["max_ms"]
+        assert row["ratio_to_python"] > 0
+        assert label in result.stdout
+
+
+def test_startup_reports_a_row_whose_process_fails(tmp_path: Path) -> None:
+    # tumbler run refuses memory:// (its locks live inside one process): exit status 78
+    result, figures = run_startup(tmp_path, "--url", "memory://startup-smoke")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {row["label"]: row for row in figures["rows"]}
+    assert list(rows) == [*STARTUP_ROWS, "tumbler run NAME -- true"]
+    failed = rows["tumbler run NAME -- true"]
+    assert failed["error"].startswith("exit status 78: tumbler: ")
+    assert failed["runs"] == 0
+    assert "ERROR: exit status 78" in result.stdout
+    assert rows['python -c "import tumbler"']["error"] is None
