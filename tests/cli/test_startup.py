@@ -46,7 +46,7 @@ def under(modules: set[str], *packages: str) -> set[str]:
 def test_import_tumbler_loads_no_cli_no_harness_and_no_asyncio() -> None:
     modules = modules_after("import tumbler")
 
-    assert "tumbler._sync.locks" in modules  # the blocking flavour is what it loads
+    assert "tumbler._sync.client" in modules  # the blocking flavour is what it loads
     assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
     # the asyncio flavour's halves of the seams wait until something asks for them
     assert under(modules, "asyncio", "tumbler.aio", "tumbler._async") == set()
@@ -55,7 +55,7 @@ def test_import_tumbler_loads_no_cli_no_harness_and_no_asyncio() -> None:
 def test_import_tumbler_aio_loads_no_cli_and_no_harness() -> None:
     modules = modules_after("import tumbler.aio")
 
-    assert {"asyncio", "tumbler._async.locks"} <= modules
+    assert {"asyncio", "tumbler._async.client"} <= modules
     assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
 
 

@@ -12,14 +12,12 @@ force_release).
 
 from __future__ import annotations
 
+import base64
 import collections
 import functools
-import getpass
 import logging
 import os
 import random
-import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,9 +53,17 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def _new_owner() -> str:
+    """A fresh owner id: 18 random bytes from the OS, as 24 URL-safe characters (what
+    ``secrets.token_urlsafe(18)`` makes, without importing ``secrets`` and ``hmac``)."""
+    return base64.urlsafe_b64encode(os.urandom(18)).decode("ascii")
+
+
 def _eviction_note(forcer: str, reason: str | None) -> str:
     """What a forced release leaves for the holders it evicts: who forced it, when, and why
     (``forcer``: the client's host and pid)."""
+    import getpass  # only forced releases need it
+
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no login name and no passwd entry (a container's uid)
@@ -90,7 +96,7 @@ class Locks:
         self._default_ttl = self.gate.lease(core.validate_ttl(default_ttl))
         self._renewer: Renewer[Hold] = Renewer(backend.clock, self._serve_due, self._expire_overdue)
         self._rng = random.Random()
-        self._holder = f"{socket.gethostname()} pid={self.gate.pid}"
+        self._holder = f"{os.uname().nodename} pid={self.gate.pid}"
         # The client keeps every hold it granted until it is released, lost or the client
         # closed: a hold must not run out because the caller dropped its lock object.
         self._live: dict[int, Hold] = {}
@@ -336,7 +342,7 @@ class Locks:
     def _request(self, name: str, shared: bool, limit: int, fair: bool, ttl: float) -> GrantRequest:
         return GrantRequest(
             name=name,
-            owner=secrets.token_urlsafe(18),
+            owner=_new_owner(),
             shared=shared,
             limit=limit,
             fair=fair,

@@ -30,13 +30,13 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock, ManualClock
 from ..._sync.watch import HubWatch
 from ..._url import BackendURL
 from ...errors import ConfigurationError, InvalidURL
-from .._adapter import AsyncAdapter
 from ..contract import (
     Grant,
     GrantRequest,
@@ -47,6 +47,9 @@ from ..contract import (
     WakeHub,
 )
 from . import CAPABILITIES
+
+if TYPE_CHECKING:
+    from .._adapter import AsyncAdapter
 
 #: on a ManualClock time moves only when the test says so: no lease is too short to renew
 MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
@@ -284,4 +287,6 @@ def open_sync(url: BackendURL, *, clock: Clock | None = None) -> MemoryBackend:
 
 async def open_async(url: BackendURL, *, clock: Clock | None = None) -> AsyncAdapter:
     backend = _open(url, clock)
+    from .._adapter import AsyncAdapter  # the blocking flavour never needs it
+
     return AsyncAdapter(backend, in_thread=False, hub=backend.hub)

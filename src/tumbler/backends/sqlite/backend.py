@@ -90,7 +90,6 @@ Who else can touch the database
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -104,8 +103,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-
-import platformdirs
+from typing import TYPE_CHECKING
 
 if sys.platform != "win32":
     import grp
@@ -123,7 +121,6 @@ from ...errors import (
     PermitsMismatch,
     TumblerError,
 )
-from .._adapter import AsyncAdapter
 from ..contract import (
     Grant,
     GrantRequest,
@@ -133,6 +130,9 @@ from ..contract import (
     SessionEvents,
 )
 from . import CAPABILITIES
+
+if TYPE_CHECKING:
+    from .._adapter import AsyncAdapter
 
 SCHEMA_VERSION = 1
 
@@ -266,6 +266,8 @@ def _quietly(check: Callable[[], bool]) -> bool:
 
 def default_path() -> Path:
     """The default lock file: in the user's cache directory, private to the user."""
+    import platformdirs  # only the default file needs it
+
     return Path(platformdirs.user_cache_dir("tumbler")) / "locks.db"
 
 
@@ -1070,5 +1072,9 @@ def open_sync(url: BackendURL) -> SQLiteBackend:
 
 async def open_async(url: BackendURL) -> AsyncAdapter:
     # Opening may wait for another process's write lock: not on the event loop.
+    import asyncio  # the blocking flavour never needs it
+
+    from .._adapter import AsyncAdapter
+
     backend = await asyncio.to_thread(SQLiteBackend, url)
     return AsyncAdapter(backend, in_thread=True)
