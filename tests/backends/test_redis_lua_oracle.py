@@ -1,7 +1,7 @@
 """Redis's grant and wake-up Lua scripts, checked against ``tumbler._core`` on random tables.
 
 SQLite and memory decide grants with ``_core.decide``; Redis restates that rule in Lua over
-sorted-set indexes (``tumbler.backends._redis_lua``), and its release wakes, by pub/sub, just
+sorted-set indexes (``tumbler.backends.redis.lua``), and its release wakes, by pub/sub, just
 the waiters it lets through. These properties hold the Lua to the Python rule:
 
 - **grant**: for a random request against a random table of one lock name, GRANT's answer
@@ -56,10 +56,10 @@ from hypothesis import strategies as st
 
 from tumbler import _core as core
 from tumbler._core import Decision, Entry
-from tumbler.backends import _redis_lua as lua
-from tumbler.backends.redis import BACKUP_FAIR_MS, BACKUP_RETRY_MS
+from tumbler.backends.redis import lua
+from tumbler.backends.redis.common import BACKUP_FAIR_MS, BACKUP_RETRY_MS
+from tumbler.backends.redis.server import RedisServer
 from tumbler.errors import PermitsMismatch
-from tumbler.testing.servers.redis import RedisServer
 
 NAME = "orders:42"
 #: examples per property (twice as many for releases): about 6 s in all on an idle machine;
