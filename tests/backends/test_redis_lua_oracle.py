@@ -18,12 +18,6 @@ the waiters it lets through. These properties hold the Lua to the Python rule:
   waiter that may not go, which only makes it re-check) and removals (a waiter whose client is
   gone, when the release may judge it).
 
-  One mismatch is known, and the property states it rather than fail on it: a release ends
-  its scan at the first fair waiter that may not go, so a non-fair waiter behind it that
-  ``decide`` would grant (it may pass fair waiters) is not woken, and waits for its own
-  re-check. ``test_a_release_wakes_a_non_fair_waiter_behind_a_held_fair_one`` shows it, marked
-  xfail until the scripts change; everything else must match exactly.
-
 Tables are made by the scripts themselves: a random sequence of grant attempts (queueing or
 not, of random owners, kinds and clients), releases, and holders that crash. A crash, and an
 entry left expired in the final table, are the one thing written by hand: the entry's expiry
@@ -227,17 +221,12 @@ def let_through(
     alive: set[str],
     judge: bool,
     scan: int = lua.WAKE_SCAN,
-    stop_at_held_fair: bool = False,
 ) -> Wakes:
     """The waiters a release lets through: those ``decide`` grants if each retries now, in
     arrival order, each one let through counted as granted for those behind it; among the
     first ``scan`` waiters only (the rest re-check by themselves). A waiter that may go but
     whose client is gone (it has a channel, nobody listens to it, and the release may judge)
     is dropped instead, and does not count.
-
-    ``stop_at_held_fair`` ends the scan at the first fair waiter that may not go, as the
-    scripts do today: they let nobody behind it through, though ``decide`` lets a non-fair
-    waiter pass it (see ``test_a_release_wakes_a_non_fair_waiter_behind_a_held_fair_one``).
     """
     table = list(entries)
     waiters = sorted((entry for entry in table if not entry.granted), key=lambda e: e.seq)
@@ -249,8 +238,6 @@ def let_through(
             Decision.GRANT
         ):
             held_back = held_back or waiter.owner
-            if stop_at_held_fair and waiter.fair:
-                break
             continue
         index = table.index(waiter)
         client = clients[waiter.owner]
@@ -560,7 +547,7 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     was_held = before[released].live(t0) and before[released].entry.granted
     assert answer == int(was_held), context
     live = [e for e in live_entries(before, t0) if e.owner != released]
-    wakes = let_through(live, clients, alive, bool(judge), stop_at_held_fair=True)
+    wakes = let_through(live, clients, alive, bool(judge))
     if wakes != let_through(live, clients, alive, bool(judge)):
         event("the known gap: a waiter behind a fair one held back is not woken")
 
@@ -645,11 +632,6 @@ def test_a_release_wakes_no_more_than_wake_scan_waiters(admin: redis.Redis) -> N
         lock.delete()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the release's scan ends at the first fair waiter that may not go, so a non-fair "
-    "waiter behind it that _core.decide grants is not woken (it waits for its own re-check)",
-)
 def test_a_release_wakes_a_non_fair_waiter_behind_a_held_fair_one(admin: redis.Redis) -> None:
     """A semaphore of 2 permits held twice, a fair writer in line, then a non-fair permit
     waiter. One holder releases: the writer may not go (a permit is still held), but the
@@ -699,9 +681,6 @@ def test_the_oracle_lets_readers_through_together_and_a_writer_alone() -> None:
     clients = dict.fromkeys(["r1", "r2", "w", "r3", "r4"], "client-a")
     wakes = let_through(line, clients, {"client-a"}, judge=True)
     assert wakes == Wakes(["r1", "r2", "r4"], [], "w")
-    assert let_through(line, clients, {"client-a"}, True, stop_at_held_fair=True) == Wakes(
-        ["r1", "r2"], [], "w"
-    )
     writer_first = [waiting("w", 1, False, True), *line[:2]]
     assert let_through(writer_first, clients, {"client-a"}, True) == Wakes(["w"], [], "r1")
 

@@ -275,14 +275,16 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
         ahead = ahead + 1
         if e.shared then limit = e.limit else exclusive_ahead = true end
     end
-    local woken, backup, after, examined = {}, nil, nil, 0
+    local woken, backup, after, examined, fair_held = {}, nil, nil, 0, false
     while examined < WAKE_SCAN do
         local e = first_after(K, 'w', after)
         if not e then break end
         after, examined = e.seq, examined + 1
         if e.shared then limit = e.limit end
         local admitted
-        if e.shared then
+        if fair_held and e.fair then
+            admitted = false
+        elseif e.shared then
             admitted = not exclusive_ahead and (e.limit == 0 or ahead < e.limit)
         else
             admitted = ahead == 0
@@ -297,11 +299,11 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
             end
         else
             backup = backup or e
-            -- a fair waiter that cannot go holds those behind it; and nobody behind can go
-            -- once an exclusive grant is ahead or the (shared) limit is reached
-            if e.fair or exclusive_ahead or (limit and limit > 0 and ahead >= limit) then
-                break
-            end
+            -- nobody behind can go once an exclusive grant is ahead or the (shared) limit is
+            -- reached; a fair waiter that cannot go holds the fair ones behind it, but not the
+            -- others, which wait only behind grants (_core.decide)
+            if exclusive_ahead or (limit and limit > 0 and ahead >= limit) then break end
+            if e.fair then fair_held = true end
         end
     end
     if backup_ms > 0 and backup and #woken > 0 and backup.client ~= '' then
