@@ -1111,8 +1111,8 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
 
     if url is not None and not stock_demo.shared_by_processes(url):
         raise click.BadParameter(
-            "memory:// locks live inside one process; the demo's workers are separate "
-            "processes: use sqlite:// or a server backend",
+            f"{parse_url(url).redacted}: its locks live inside one process; the demo's "
+            "workers are separate processes: use sqlite:// or a server backend",
             param_hint="'--url'",
         )
     if think > 10:

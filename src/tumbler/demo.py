@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import tumbler
 
@@ -104,8 +103,17 @@ class DemoResult:
 
 
 def shared_by_processes(url: str) -> bool:
-    """Whether a backend URL's locks exclude other processes (``memory://`` ones do not)."""
-    return urlsplit(url).scheme.lower() != "memory"
+    """Whether a backend URL's locks exclude other processes: not those of a backend that
+    declares the scope "process" (``memory://``). A URL that names no known backend counts as
+    shared here; connecting to it says what is wrong."""
+    from ._url import parse_url
+    from .backends import descriptor_for
+    from .errors import TumblerError
+
+    try:
+        return descriptor_for(parse_url(url).scheme).capabilities.scope != "process"
+    except TumblerError:
+        return True
 
 
 def run_demo(
