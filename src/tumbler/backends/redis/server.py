@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,8 @@ from redis.retry import Retry
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
+    Launcher,
+    PortTaken,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
@@ -168,7 +169,7 @@ class _PingExecutor(TCPExecutor):
         return self._ping()
 
 
-class RedisServer(TLSServerFiles):
+class RedisServer(Launcher, TLSServerFiles):
     """One ``redis-server`` process on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with RedisServer() as server:`` starts it and, on exit,
@@ -223,14 +224,7 @@ class RedisServer(TLSServerFiles):
                     f"the users {ADMIN_USER!r} and 'default' are made by the server"
                 )
             self.admin = RedisUser(ADMIN_USER, secrets.token_hex(16), "~* &* +@all")
-        self._owns_dir = workdir is None
-        if workdir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="tumbler-redis-"))
-            # a server that is never closed still leaves no directory behind at exit
-            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
-        else:
-            self.dir = Path(workdir).resolve()
-            self.dir.mkdir(parents=True, exist_ok=True)
+        self._use_directory(workdir, "tumbler-redis-")
         self.config_path = self.dir / "redis.conf"
         self.log_path = self.dir / "redis.log"
         #: where the process's stdout and stderr go: errors from before the log file is open
@@ -386,7 +380,7 @@ class RedisServer(TLSServerFiles):
             try:
                 self._start_once(program)
                 return self
-            except _PortTaken as taken:
+            except PortTaken as taken:
                 if attempt == attempts:
                     raise RedisServerError(str(taken)) from None
         raise AssertionError("unreachable")  # pragma: no cover
@@ -416,7 +410,7 @@ class RedisServer(TLSServerFiles):
             log = tail(self.log_path, log_offset)
             output = tail(self.console_path, console_offset)
             if isinstance(error, AlreadyRunning) or "Address already in use" in log + output:
-                raise _PortTaken(
+                raise PortTaken(
                     f"port {self.port} (or cluster bus port {self.cluster_port}) on {self.host} "
                     f"is taken by another program"
                 ) from None
@@ -473,27 +467,11 @@ class RedisServer(TLSServerFiles):
             client.close()
         self._clients.clear()
         self.stop()
-        if self._owns_dir:
-            self._remove_dir()
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._discard_directory()
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<RedisServer {self.scheme}://{self.host}:{self.port} {state} in {self.dir}>"
-
-
-class _PortTaken(Exception):
-    pass
 
 
 def start_tls_redis(

@@ -38,12 +38,9 @@ import signal
 import socket
 import ssl
 import subprocess
-import tempfile
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, TypeVar
 
 from mirakuru import TCPExecutor
@@ -59,6 +56,8 @@ from mirakuru.exceptions import (
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
+    Launcher,
+    PortTaken,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
@@ -258,11 +257,7 @@ class _ZooKeeperExecutor(TCPExecutor):
         self.wait_for(self.check_subprocess)
 
 
-class _PortTaken(Exception):
-    pass
-
-
-class ZooKeeperServer(TLSServerFiles):
+class ZooKeeperServer(Launcher, TLSServerFiles):
     """One standalone ZooKeeper server on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with ZooKeeperServer() as server:`` starts it and, on
@@ -342,14 +337,7 @@ class ZooKeeperServer(TLSServerFiles):
         self.startup_timeout = startup_timeout
         self.tls = tls
         self.tls_client_auth = tls_client_auth
-        self._owns_dir = workdir is None
-        if workdir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="tumbler-zookeeper-"))
-            # a server that is never closed still leaves no directory behind at exit
-            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
-        else:
-            self.dir = Path(workdir).resolve()
-            self.dir.mkdir(parents=True, exist_ok=True)
+        self._use_directory(workdir, "tumbler-zookeeper-")
         self.config_path = self.dir / "zoo.cfg"
         self.data_dir = self.dir / "data"
         #: a TLS server's certificate chain and key in one file, the form ZooKeeper reads
@@ -570,7 +558,7 @@ class ZooKeeperServer(TLSServerFiles):
                 self._spawn(command)
                 self._await_started()
                 return self
-            except _PortTaken as taken:
+            except PortTaken as taken:
                 if attempt == attempts:
                     raise ZooKeeperServerError(str(taken)) from None
         raise AssertionError("unreachable")  # pragma: no cover
@@ -596,7 +584,7 @@ class ZooKeeperServer(TLSServerFiles):
         try:
             executor.spawn()
         except AlreadyRunning:
-            raise _PortTaken(self._port_taken_message()) from None
+            raise PortTaken(self._port_taken_message()) from None
         finally:
             log.close()
         self._began = time.monotonic()
@@ -617,7 +605,7 @@ class ZooKeeperServer(TLSServerFiles):
             executor.kill()
             log = self.log_tail()
             if "Address already in use" in log:
-                raise _PortTaken(self._port_taken_message()) from None
+                raise PortTaken(self._port_taken_message()) from None
             if isinstance(error, ProcessExitedWithError):
                 reason = f"java exited with code {error.exit_code}"
             elif isinstance(error, TimeoutExpired):
@@ -659,19 +647,7 @@ class ZooKeeperServer(TLSServerFiles):
         """Stop the process and remove the directory if the server made it. The server cannot
         be started again."""
         self.stop()
-        if self._owns_dir:
-            self._remove_dir()
-
-    def __enter__(self: _Server) -> _Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._discard_directory()
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
@@ -756,7 +732,7 @@ class ZooKeeperMember(ZooKeeperServer):
         )
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Launcher):
     """A replicated ZooKeeper ensemble of ``size`` members (3 by default) on loopback ports.
 
     Nothing runs until :meth:`start`; ``with ZooKeeperEnsemble() as ensemble:`` starts it and
@@ -792,10 +768,7 @@ class ZooKeeperEnsemble:
         for name, value in (("init_limit", init_limit), ("sync_limit", sync_limit)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InvalidArgument(f"{name} is a positive number of ticks: {value!r}")
-        self._owns_dir = workdir is None
-        self.dir = Path(
-            tempfile.mkdtemp(prefix="tumbler-zookeeper-ensemble-") if workdir is None else workdir
-        ).resolve()
+        self._use_directory(workdir, "tumbler-zookeeper-ensemble-")
         self.startup_timeout = startup_timeout
         self.members = [
             ZooKeeperMember(
@@ -815,8 +788,6 @@ class ZooKeeperEnsemble:
             )
             for myid in range(1, size + 1)
         ]
-        if self._owns_dir:
-            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
         #: seconds the last :meth:`start` took, until every member served
         self.startup_seconds = 0.0
 
@@ -923,7 +894,7 @@ class ZooKeeperEnsemble:
                 try:
                     self._start_members(lines, began)
                     break
-                except _PortTaken as taken:
+                except PortTaken as taken:
                     self.kill()
                     if attempt == attempts:
                         raise ZooKeeperServerError(str(taken)) from None
@@ -952,7 +923,7 @@ class ZooKeeperEnsemble:
         except ZooKeeperServerError:
             # a quorum or election port taken after it was picked: no exit, just no quorum
             if any("Address already in use" in member.log_tail(200) for member in launched):
-                raise _PortTaken(
+                raise PortTaken(
                     "a quorum or election port was taken by another program: "
                     + ", ".join(member.server_line for member in launched)
                 ) from None
@@ -990,19 +961,7 @@ class ZooKeeperEnsemble:
         cannot be started again."""
         for member in self.members:
             member.close()
-        if self._owns_dir:
-            self._remove_dir()
-
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._discard_directory()
 
     def __repr__(self) -> str:
         return f"<ZooKeeperEnsemble {self.connect_string} in {self.dir}>"

@@ -3,14 +3,20 @@ reading the end of a log."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, TypeVar
 
 __all__ = [
     "LOOPBACK",
+    "Launcher",
+    "PortTaken",
     "ServerError",
     "ServerNotInstalled",
     "TLSFiles",
@@ -97,6 +103,53 @@ class TLSServerFiles:
     @property
     def client_key_path(self) -> Path:
         return self._tls_files().client_key_path
+
+
+_Launched = TypeVar("_Launched", bound="Launcher")
+
+
+class PortTaken(Exception):
+    """A launcher's server could not bind a port it was given (another program took it since
+    :func:`free_port`): the launcher tries again with new ones."""
+
+
+class Launcher:
+    """What every launcher shares: its work directory (a temporary one of its own when none
+    is given: removed by :meth:`close`, or at exit if the launcher is never closed), and use
+    as a context manager (``with Launcher(...) as server``: started, then closed)."""
+
+    dir: Path
+
+    def _use_directory(self, workdir: str | Path | None, prefix: str) -> None:
+        self._owns_dir = workdir is None
+        if workdir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, ignore_errors=True)
+        else:
+            self.dir = Path(workdir).resolve()
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _discard_directory(self) -> None:
+        """Remove the work directory if the launcher made it."""
+        if self._owns_dir:
+            self._remove_dir()
+
+    def start(self: _Launched) -> _Launched:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Launched) -> _Launched:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 _LOG_TAIL_LINES = 25
