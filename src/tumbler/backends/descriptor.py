@@ -19,6 +19,7 @@ registers its descriptor under the entry point group ``tumbler.backends``
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,19 @@ __all__ = [
     "BackendOpener",
     "RunningTarget",
     "TestTarget",
+    "on_demand",
 ]
+
+
+def on_demand(module: str, attribute: str) -> Callable[[], Any]:
+    """A callable that imports ``module`` when called and returns its ``attribute``: how a
+    descriptor names what would be costly to import with it (launchers, the harness)."""
+
+    def load() -> Any:
+        return getattr(importlib.import_module(module), attribute)
+
+    load.__qualname__ = f"on_demand({module}:{attribute})"
+    return load
 
 
 class BackendOpener(Protocol):

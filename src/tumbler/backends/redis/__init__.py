@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, TestTarget
+from ..descriptor import BackendDescriptor, on_demand
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
@@ -53,18 +53,6 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
 
 
-def _test_targets() -> tuple[TestTarget, ...]:
-    from .testing import TARGETS
-
-    return TARGETS
-
-
-def _torture() -> tuple[object, ...]:
-    from .torture import DEPLOYMENTS
-
-    return DEPLOYMENTS
-
-
 DESCRIPTOR = BackendDescriptor(
     name="redis",
     schemes=("redis", "rediss", "redis+unix"),
@@ -74,9 +62,9 @@ DESCRIPTOR = BackendDescriptor(
     url_form="redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]",
     extra="redis",
     system_packages=("redis-server", "redis-tools"),
-    test_targets=_test_targets,
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
-    torture=_torture,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, TestTarget
+from ..descriptor import BackendDescriptor, on_demand
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
@@ -36,22 +36,10 @@ CAPABILITIES = Capabilities(
 )
 
 
-def _test_targets() -> tuple[TestTarget, ...]:
-    from .testing import TARGETS
-
-    return TARGETS
-
-
 def _isolate(url: BackendURL, token: str) -> str:
     from .testing import isolate
 
     return isolate(url, token)
-
-
-def _torture() -> tuple[object, ...]:
-    from .torture import DEPLOYMENTS
-
-    return DEPLOYMENTS
 
 
 DESCRIPTOR = BackendDescriptor(
@@ -61,9 +49,9 @@ DESCRIPTOR = BackendDescriptor(
     capabilities=CAPABILITIES,
     summary="an SQLite file: the processes of one machine, no server",
     url_form="sqlite:///path/locks.db",
-    test_targets=_test_targets,
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
-    torture=_torture,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
 )
 
 if TYPE_CHECKING:

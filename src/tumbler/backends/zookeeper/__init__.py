@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, TestTarget
+from ..descriptor import BackendDescriptor, on_demand
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
@@ -51,18 +51,6 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
 
 
-def _test_targets() -> tuple[TestTarget, ...]:
-    from .testing import TARGETS
-
-    return TARGETS
-
-
-def _torture() -> tuple[object, ...]:
-    from .torture import DEPLOYMENTS
-
-    return DEPLOYMENTS
-
-
 DESCRIPTOR = BackendDescriptor(
     name="zookeeper",
     schemes=("zookeeper", "zookeepers"),
@@ -74,9 +62,9 @@ DESCRIPTOR = BackendDescriptor(
     # its hard dependency default-jre brings the JVM, so --no-install-recommends still gets
     # one, and libzookeeper-java brings slf4j-simple, which the launcher logs with
     system_packages=("zookeeper",),
-    test_targets=_test_targets,
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
-    torture=_torture,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
 )
 
