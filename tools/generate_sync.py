@@ -83,8 +83,8 @@ def unused_rules(sources: list[Path]) -> list[str]:
 REWRITES = [
     (re.compile(r"\bAwaitable\[([\w.]+)\]"), r"\1"),
     (re.compile(r"^.*# async-only\n", re.MULTILINE), ""),
-    # redis-py keeps its asyncio client in a subpackage with the same names
-    (re.compile(r"\bfrom redis\.asyncio\b"), "from redis"),
+    # drivers that keep their asyncio client in an ``asyncio`` subpackage with the same names
+    (re.compile(r"\bfrom (\w+)\.asyncio\b"), r"from \1"),
 ]
 
 HEADER = (
