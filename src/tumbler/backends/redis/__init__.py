@@ -13,6 +13,7 @@ from ..descriptor import BackendDescriptor, TestTarget
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
+    from ...testing.bench import StoreBench
     from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
@@ -59,6 +60,12 @@ def _test_targets() -> tuple[TestTarget, ...]:
     return TARGETS
 
 
+def _bench() -> StoreBench:
+    from .bench import BENCH
+
+    return BENCH
+
+
 def _torture() -> tuple[object, ...]:
     from .torture import DEPLOYMENTS
 
@@ -78,6 +85,7 @@ DESCRIPTOR = BackendDescriptor(
     isolate=_isolate,
     torture=_torture,
     single_server=_single_server,
+    bench=_bench,
 )
 
 if TYPE_CHECKING:
