@@ -29,20 +29,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import measure
 import tumbler
 from contenders import contenders_for, known_names, peer_schemes, server_version
+from targets import started
 from tumbler._url import parse_url
-from tumbler.backends import builtin_descriptors
-from tumbler.backends.descriptor import TestTarget
 from tumbler.backends.sqlite.backend import filesystem_type
-from tumbler.testing.bench import Contender, Options, StoreBench
+from tumbler.testing.bench import Contender, Options
 
 DEFAULT_PAIRS = 2000
 DEFAULT_PROCS = (4, 16)
@@ -128,56 +126,6 @@ def _version(distribution: str) -> str:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return "(not installed)"
-
-
-class StartError(Exception):
-    """A --start target that could not be found or started."""
-
-
-def target_names() -> list[str]:
-    """The names --start takes: the built-in backends' test targets, and the servers their
-    bench modules start in place of some of them."""
-    names: set[str] = set()
-    for descriptor in builtin_descriptors():
-        # a launcher that needs the testing extra, where it is not installed: not startable
-        with contextlib.suppress(ImportError):
-            names.update(target.name for target in descriptor.test_targets())
-        bench = descriptor.bench() if descriptor.bench is not None else None
-        if isinstance(bench, StoreBench):
-            names.update(target.name for target in bench.targets)
-    return sorted(names)
-
-
-def _target(name: str) -> TestTarget:
-    """The target --start NAME starts: the store bench's own server of that name if it has
-    one (a production-like set-up), else the test target."""
-    for descriptor in builtin_descriptors():
-        bench = descriptor.bench() if descriptor.bench is not None else None
-        if isinstance(bench, StoreBench):
-            for target in bench.targets:
-                if target.name == name:
-                    return target
-    for descriptor in builtin_descriptors():
-        try:
-            targets = descriptor.test_targets()
-        except ImportError:
-            continue
-        for target in targets:
-            if target.name == name:
-                return target
-    raise StartError(f"no built-in test target is named {name!r}: {', '.join(target_names())}")
-
-
-@contextlib.contextmanager
-def started(name: str, directory: str) -> Iterator[str]:
-    """Target ``name`` started in ``directory`` (free 127.0.0.1 ports, for this run only),
-    closed at the end (its servers stopped, their files removed). Yields a fresh URL of it."""
-    os.makedirs(directory)
-    running = _target(name).start(Path(directory))
-    try:
-        yield running.fresh_url()
-    finally:
-        running.close()
 
 
 # -- the run ------------------------------------------------------------------------------------

@@ -225,6 +225,12 @@ class StoreBench:
         """Which server ``url`` reaches, for the bench's header; None if unknown."""
         return None
 
+    def lease_url(self, url: str, ttl: float) -> str:
+        """``url`` set up to keep many holds of lease ``ttl`` (``bench/many_leases.py``): a
+        store whose holds live with a client session makes the session no longer than the
+        lease, so that a lost client loses its holds as soon as a lease would run out."""
+        return url
+
 
 # -- tumbler ------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 from ...testing.bench import StoreBench, SyncContender, SyncSession, TimeoutLockSession
 from ..descriptor import TestTarget
 
-__all__ = ["BENCH", "KazooLock"]
+__all__ = ["BENCH", "KazooLock", "ZooKeeperBench"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,16 @@ class _Running:
         self.server.close()
 
 
-BENCH = StoreBench(
+@dataclass(frozen=True)
+class ZooKeeperBench(StoreBench):
+    """kazoo's ``Lock``, and the fsynced server."""
+
+    def lease_url(self, url: str, ttl: float) -> str:
+        """``url`` with a session timeout of ``ttl``: a holder's nodes go with its session."""
+        return f"{url}{'&' if '?' in url else '?'}session_timeout={ttl:g}"
+
+
+BENCH = ZooKeeperBench(
     peers=(KazooLock,),
     # zookeepers:// needs the TLS files the peer is not given
     schemes=("zookeeper",),
