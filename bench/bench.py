@@ -3,7 +3,7 @@
     python bench/bench.py                              # a fresh SQLite file in a temp dir
     python bench/bench.py --url "sqlite://$(mktemp -d)/l.db" --url memory://
     python bench/bench.py --quick                      # a few seconds, to see that it runs
-    python bench/bench.py --redis                      # + a throwaway redis-server: the peers
+    python bench/bench.py --start redis                # + a throwaway redis-server: the peers
     python bench/bench.py --repeat 3 --json out.json   # as peer-bench.md measured the peers
 
 Every backend URL gets the same measurements, and all of them land in one table per
@@ -29,23 +29,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 import measure
 import tumbler
-from contenders import (
-    REDIS_SCHEMES,
-    Contender,
-    Options,
-    contenders_for,
-    known_names,
-    server_version,
-)
+from contenders import contenders_for, known_names, peer_schemes, server_version
+from targets import started
 from tumbler._url import parse_url
 from tumbler.backends.sqlite.backend import filesystem_type
+from tumbler.testing.bench import Contender, Options
 
 DEFAULT_PAIRS = 2000
 DEFAULT_PROCS = (4, 16)
@@ -131,29 +126,6 @@ def _version(distribution: str) -> str:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return "(not installed)"
-
-
-@contextlib.contextmanager
-def _throwaway_redis() -> Iterator[str]:
-    """A redis-server for this run only, from ``tumbler.testing.servers``: a free 127.0.0.1
-    port, its own temporary directory, ``save ""`` and ``appendonly no``; stopped (SIGTERM)
-    and its directory removed at the end. Yields its URL."""
-    # needs redis-py and mirakuru: the testing extra (dev pulls it in)
-    from tumbler.backends.redis.server import RedisServer
-
-    with RedisServer() as server:
-        yield server.url
-
-
-@contextlib.contextmanager
-def _throwaway_zookeeper() -> Iterator[str]:
-    """A standalone ZooKeeper for this run only, from ``tumbler.testing.servers``: a free
-    127.0.0.1 port, its own temporary directory, a 128 MB JVM; transactions are fsynced as in
-    production (``forceSync=yes``). Stopped and its directory removed at the end."""
-    from tumbler.backends.zookeeper.server import ZooKeeperServer
-
-    with ZooKeeperServer(force_sync=True) as server:
-        yield server.url_for("/bench")
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -434,16 +406,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="backend URL (repeatable); default: a fresh SQLite file in a temporary directory",
     )
     parser.add_argument(
-        "--redis",
-        action="store_true",
-        help="start a throwaway redis-server (free 127.0.0.1 port, no persistence) for the run "
-        "and measure its URL too: tumbler's rows beside the Redis peers'",
-    )
-    parser.add_argument(
-        "--zookeeper",
-        action="store_true",
-        help="start a throwaway ZooKeeper (free 127.0.0.1 port, fsync on) for the run and "
-        "measure its URL too: tumbler's rows beside kazoo's Lock recipe",
+        "--start",
+        action="append",
+        metavar="NAME",
+        help="start a built-in backend's test target by name (repeatable; e.g. redis, "
+        "zookeeper: free 127.0.0.1 ports, for the run only) and measure its URL too: "
+        "tumbler's rows beside the store's peers'",
     )
     parser.add_argument(
         "--pairs", type=_positive(int), help=f"uncontended pairs (default {DEFAULT_PAIRS})"
@@ -491,7 +459,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if not contenders_for(url, Options(), None):
             parser.error(
                 f"no contender runs on {scheme}:// URLs; tumbler's backends: "
-                f"{', '.join(tumbler.known_schemes())}; the peers': {', '.join(REDIS_SCHEMES)}"
+                f"{', '.join(tumbler.known_schemes())}; the peers': {', '.join(peer_schemes())}"
             )
     preset: dict[str, Any] = {
         "pairs": QUICK_PAIRS if args.quick else DEFAULT_PAIRS,
@@ -517,28 +485,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             urls = [(url, parse_url(url).redacted) for url in args.url]
         else:
             urls = [(f"sqlite:///{os.path.join(workdir, 'locks.db')}", "sqlite (temp file)")]
-        throwaway: set[str] = set()
-        if args.redis:
+        for name in args.start or ():
             try:
-                url = cleanup.enter_context(_throwaway_redis())
+                url = cleanup.enter_context(started(name, os.path.join(workdir, "servers", name)))
             except Exception as error:
-                print(f"bench.py: --redis: {type(error).__name__}: {error}", file=sys.stderr)
+                print(f"bench.py: --start {name}: {type(error).__name__}: {error}", file=sys.stderr)
                 return 2
-            urls.append((url, "redis (temp server)"))
-            throwaway.add(url)
-        if args.zookeeper:
-            try:
-                url = cleanup.enter_context(_throwaway_zookeeper())
-            except Exception as error:
-                print(f"bench.py: --zookeeper: {type(error).__name__}: {error}", file=sys.stderr)
-                return 2
-            urls.append((url, "zookeeper (temp server)"))
+            urls.append((url, f"{name} (temp server)"))
         # while the servers run: which server each URL reached
         about["servers"] = {}
         for url, _ in urls:
             if version := server_version(url):
-                persistence = ", no persistence" if url in throwaway else ""
-                about["servers"][url] = f"{version}{persistence}"
+                about["servers"][url] = version
         plan = Plan(
             urls=urls,
             pairs=args.pairs,

@@ -1,9 +1,9 @@
 """Many leases on one client: does the client keep N holds renewed, and at what cost?
 
-    python bench/many_leases.py --zookeeper                       # a throwaway ZooKeeper
-    python bench/many_leases.py --redis --locks 10000 --ttl 3     # a throwaway redis-server
+    python bench/many_leases.py --start zookeeper                 # a throwaway ZooKeeper
+    python bench/many_leases.py --start redis --locks 10000 --ttl 3   # a throwaway redis-server
     python bench/many_leases.py "sqlite://$(mktemp -d)/leases.db" --hold 30
-    python bench/many_leases.py --redis --asyncio                 # the asyncio client
+    python bench/many_leases.py --start redis --asyncio           # the asyncio client
 
 One client acquires ``--locks`` distinct locks with lease ``--ttl`` through the public API and
 keeps them for ``--hold`` seconds after the last grant; its own renewal worker renews them
@@ -24,12 +24,15 @@ import asyncio
 import contextlib
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
 import tumbler
 import tumbler.aio
+from targets import started
+from tumbler.testing.bench import store_bench
 
 
 def _status_kib(field_name: str) -> int:
@@ -127,16 +130,11 @@ async def run_async(args: argparse.Namespace) -> int:
 def server(args: argparse.Namespace) -> Iterator[None]:
     """Start the throwaway server asked for, and point ``args.url`` at it."""
     with contextlib.ExitStack() as stack:
-        if args.redis:
-            from tumbler.backends.redis.server import RedisServer
-
-            redis = stack.enter_context(RedisServer())
-            args.url = f"{redis.url}?prefix=many-leases"
-        elif args.zookeeper:
-            from tumbler.backends.zookeeper.server import ZooKeeperServer
-
-            zookeeper = stack.enter_context(ZooKeeperServer(force_sync=True))
-            args.url = f"{zookeeper.url_for('/many-leases')}?session_timeout={args.ttl:g}"
+        if args.start:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="many-leases-"))
+            url = stack.enter_context(started(args.start, os.path.join(directory, args.start)))
+            bench = store_bench(url)
+            args.url = url if bench is None else bench.lease_url(url, args.ttl)
         if args.url is None:
             args.url = f"sqlite:///{os.path.abspath('many-leases.db')}"
         yield
@@ -145,8 +143,11 @@ def server(args: argparse.Namespace) -> Iterator[None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", nargs="?", help="backend URL (default: ./many-leases.db)")
-    parser.add_argument("--redis", action="store_true", help="start a throwaway redis-server")
-    parser.add_argument("--zookeeper", action="store_true", help="start a throwaway ZooKeeper")
+    parser.add_argument(
+        "--start",
+        metavar="NAME",
+        help="start a built-in backend's test target by name (redis, zookeeper, ...) and use it",
+    )
     parser.add_argument("--locks", type=int, default=10_000)
     parser.add_argument("--ttl", type=float, default=3.0)
     parser.add_argument("--hold", type=float, default=30.0)

@@ -32,7 +32,13 @@ try:
 except ImportError:  # Windows has no resource module
     resource = None  # type: ignore[assignment]
 
-from contenders import AsyncContender, AsyncSession, Contender, SyncContender, SyncSession
+from tumbler.testing.bench import (
+    AsyncContender,
+    AsyncSession,
+    Contender,
+    SyncContender,
+    SyncSession,
+)
 
 #: acquire+release pairs before the timed ones (connections, caches, worker threads)
 WARMUP = 100

@@ -110,7 +110,7 @@ def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) 
     peers = ("redis-py-0.001", "python-redis-lock")
     picks = [arg for name in (*peers, "tumbler-sync") for arg in ("--contender", name)]
 
-    result, figures = run_bench(tmp_path, "--redis", *picks, "--seconds", "0.3")
+    result, figures = run_bench(tmp_path, "--start", "redis", *picks, "--seconds", "0.3")
 
     redis_rows = [row for row in figures["uncontended"] if row["backend"] == "redis (temp server)"]
     assert {row["contender"] for row in redis_rows} == {*peers, "tumbler-sync"}, result.stderr
@@ -143,6 +143,23 @@ def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) 
     address = urlsplit(url)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((address.hostname, address.port), timeout=2).close()
+
+
+def test_start_refuses_a_name_no_backend_has_and_lists_those_it_has() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH), *TINY, "--start", "no-such-target"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert "--start no-such-target: StartError: no built-in test target" in result.stderr
+    # the built-in backends' targets are offered, read from their descriptors
+    offered = result.stderr.rpartition(": ")[2].strip().split(", ")
+    assert "sqlite" in offered
+    assert result.stdout == ""
 
 
 STARTUP = BENCH.with_name("startup.py")

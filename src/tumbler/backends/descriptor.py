@@ -29,6 +29,8 @@ from .contract import AsyncBackend, Backend, Capabilities
 
 if TYPE_CHECKING:
     from .._url import BackendURL
+    from ..testing.bench import StoreBench
+    from ..torture.backends import BackendSpec
 
 __all__ = [
     "BackendDescriptor",
@@ -125,14 +127,14 @@ class BackendDescriptor:
     #: URLs (another file, key prefix, path); lets the suite run against a URL given by hand
     isolate: Callable[[BackendURL, str], str] | None = field(default=None, repr=False)
     #: the torture harness's deployments of it (``tumbler.torture.backends.BackendSpec``)
-    torture: Callable[[], Sequence[Any]] = field(default=lambda: (), repr=False)
+    torture: Callable[[], Sequence[BackendSpec]] = field(default=lambda: (), repr=False)
     #: ``url -> (host, port)`` when the URL names exactly one TCP server, so that the torture
     #: harness can put its fault proxy in front of a server it did not start
     single_server: Callable[[BackendURL], tuple[str, int] | None] | None = field(
         default=None, repr=False
     )
-    #: the bench's contenders for this store (``tumbler.testing.bench.StoreBench``)
-    bench: Callable[[], Any] | None = field(default=None, repr=False)
+    #: the bench's view of this store: its peers, request counter, version
+    bench: Callable[[], StoreBench] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.schemes:

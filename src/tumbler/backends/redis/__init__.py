@@ -66,6 +66,7 @@ DESCRIPTOR = BackendDescriptor(
     isolate=_isolate,
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
+    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
 
 if TYPE_CHECKING:

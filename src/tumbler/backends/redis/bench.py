@@ -1,0 +1,180 @@
+"""The bench's view of Redis: the peers of peer-bench.md that speak Redis, and the server's
+request counter and version.
+
+The peers (redis-py's ``Lock`` polling at 0.1 s and at 1 ms, python-redis-lock) run on every
+``redis://`` and ``rediss://`` URL, next to tumbler's own rows, on the same server. Their
+drivers are imported in ``open()``, inside the bench's workers: importing this module needs
+neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ...testing.bench import StoreBench, SyncContender, SyncSession, TimeoutLockSession
+
+__all__ = ["BENCH", "PythonRedisLock", "RedisBench", "RedisPyFastPoll", "RedisPyLock"]
+
+#: the URL schemes redis-py's ``Redis.from_url`` takes for a TCP server
+PEER_SCHEMES = ("redis", "rediss")
+
+# tumbler's own URL options that redis-py does not know: ``from_url`` would hand them to the
+# connection, which refuses unknown keywords
+_TUMBLER_ONLY = (
+    "prefix",
+    "cluster",
+    "connect_timeout",
+    "max_waiters",
+    "wait_replicas",
+    "wait_timeout",
+)
+
+
+def peer_url(url: str) -> str:
+    """``url`` without the query options that only tumbler reads (a test target's key
+    prefix, say), so that redis-py can open it."""
+    parts = urlsplit(url)
+    query = [(key, value) for key, value in parse_qsl(parts.query) if key not in _TUMBLER_ONLY]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _client(url: str, **options: Any) -> Any:
+    import redis
+
+    return redis.Redis.from_url(peer_url(url), **options)
+
+
+def _info(url: str, section: str) -> dict[str, Any] | None:
+    """One ``INFO section`` of the server behind a Redis ``url``; None for other URLs, or if
+    it cannot be read (the bench goes on without the figure then)."""
+    if urlsplit(url).scheme.lower() not in PEER_SCHEMES:
+        return None
+    try:
+        # No CLIENT SETINFO (lib_name/lib_version None) nor HELLO (RESP2) on connect, so that
+        # INFO is the one command this costs the server's counter
+        client = _client(url, lib_name=None, lib_version=None, protocol=2)
+        try:
+            return dict(client.info(section))
+        finally:
+            client.close()
+    except Exception:
+        return None
+
+
+def _persists(url: str) -> bool | None:
+    """Whether the server writes its data to disk (RDB snapshots or an AOF); None if its
+    configuration cannot be read (a user without CONFIG, say)."""
+    try:
+        client = _client(url, lib_name=None, lib_version=None, protocol=2)
+        try:
+            save = client.config_get("save").get("save", "")
+            appendonly = client.config_get("appendonly").get("appendonly", "no")
+        finally:
+            client.close()
+    except Exception:
+        return None
+    return bool(save) or appendonly == "yes"
+
+
+@dataclass(frozen=True)
+class RedisBench(StoreBench):
+    """The Redis peers, and ``INFO`` for the server's figures."""
+
+    def request_count(self, url: str) -> int | None:
+        """``total_commands_processed`` of ``INFO stats``, which counts the commands a Lua
+        script runs one by one, as peer-bench.md counted them. A reading costs the counter
+        one command, counted after it has run: two readings in a row differ by 1."""
+        stats = _info(url, "stats")
+        return None if stats is None else int(stats["total_commands_processed"])
+
+    def version(self, url: str) -> str | None:
+        """``Redis 7.0.15``, and ``no persistence`` where the server saves nothing."""
+        server = _info(url, "server")
+        if server is None:
+            return None
+        shown = f"Redis {server['redis_version']}"
+        return f"{shown}, no persistence" if _persists(url) is False else shown
+
+
+class _RedisPySession:
+    def __init__(self, client: Any, lock: Any) -> None:
+        self._client = client
+        self._lock = lock
+
+    def acquire(self) -> None:
+        if not self._lock.acquire():
+            raise TimeoutError(f"no grant of {self._lock.name!r} within the blocking_timeout")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class RedisPyLock(SyncContender):
+    """redis-py's ``Lock``, polling at the library default of 0.1 s."""
+
+    name: ClassVar[str] = "redis-py-0.1"
+    mechanism: ClassVar[str] = (
+        "redis-py Redis.lock(name, timeout=ttl, sleep=0.1, blocking_timeout): SET NX PX, "
+        "retried after sleep(0.1) (the library default); Lua release"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("redis-py", "redis"),)
+    #: seconds between two tries of a waiter
+    poll: ClassVar[float] = 0.1
+
+    def open(self, lock_name: str) -> SyncSession:
+        client = _client(self.url)
+        lock = client.lock(
+            lock_name,
+            timeout=self.options.ttl,
+            sleep=self.poll,
+            blocking_timeout=self.options.timeout,
+        )
+        return _RedisPySession(client, lock)
+
+
+@dataclass(frozen=True)
+class RedisPyFastPoll(RedisPyLock):
+    """redis-py's ``Lock``, polling every millisecond."""
+
+    name: ClassVar[str] = "redis-py-0.001"
+    mechanism: ClassVar[str] = "the same with sleep=0.001"
+    poll: ClassVar[float] = 0.001
+
+
+@dataclass(frozen=True)
+class PythonRedisLock(SyncContender):
+    """python-redis-lock's ``Lock``: waiters woken through a signal list."""
+
+    name: ClassVar[str] = "python-redis-lock"
+    mechanism: ClassVar[str] = (
+        "redis_lock.Lock(client, name, expire=ttl): SET NX EX; waiters block on BLPOP of a "
+        "signal list; the Lua unlock does DEL+LPUSH+PEXPIRE"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("python-redis-lock", "python-redis-lock"),
+        ("redis-py", "redis"),
+    )
+
+    def open(self, lock_name: str) -> SyncSession:
+        import redis_lock  # type: ignore[import-untyped]
+
+        client = _client(self.url)
+        try:
+            # whole seconds: the library rounds expire and timeout down with int()
+            lock = redis_lock.Lock(client, lock_name, expire=round(self.options.ttl))
+        except BaseException:
+            client.close()
+            raise
+        # The library's timeout bounds each BLPOP, not the whole acquire (a waiter that is woken
+        # and loses the race starts a new one); without one, a waiter whose wake-up was lost
+        # would retry for ever, with it the bench reports an error.
+        return TimeoutLockSession(lock, lock_name, round(self.options.timeout), client.close)
+
+
+BENCH = RedisBench(peers=(RedisPyLock, RedisPyFastPoll, PythonRedisLock), schemes=PEER_SCHEMES)

@@ -1,0 +1,320 @@
+"""The bench's contenders: lock implementations it times side by side, one small unit each.
+
+A contender is a named lock implementation bound to one backend URL. It opens *sessions*: a
+client connected to the backend plus one lock object, with ``acquire()`` (blocking until
+granted; raising if it cannot be) and ``release()``. The bench (``bench/bench.py`` in the
+repository) builds sessions inside the process or thread that uses them, so a contender must
+be picklable: keep it a frozen dataclass of plain values and connect in ``open()``, never in
+``__init__``.
+
+tumbler's own rows (:class:`TumblerSync`, :class:`TumblerAsync`) run on every URL a backend
+opens. The other libraries' locks for a store (its *peers*) come from the store's
+:class:`StoreBench`, which the backend's descriptor gives as its ``bench`` field
+(``BackendDescriptor.bench``, a callable that imports it on demand). To add a peer:
+
+1. subclass :class:`SyncContender` or :class:`AsyncContender` in the backend's package, give
+   it a ``name`` and a ``mechanism``, and implement ``open()``, importing the peer's driver
+   there (a bench of another store must not need it);
+2. list it in that backend's :class:`StoreBench` ``peers``, with the URL schemes it speaks.
+
+The bench then runs it for every URL of those schemes, with the same measurements and the same
+table columns as every other row. A store whose server counts its requests, or can say which
+version it is, overrides :meth:`StoreBench.request_count` and :meth:`StoreBench.version`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+from urllib.parse import urlsplit
+
+import tumbler
+import tumbler.aio
+
+from ..backends.descriptor import BackendDescriptor, TestTarget
+
+__all__ = [
+    "AsyncContender",
+    "AsyncSession",
+    "Contender",
+    "Options",
+    "StoreBench",
+    "SyncContender",
+    "SyncSession",
+    "TimeoutLockSession",
+    "TumblerAsync",
+    "TumblerSync",
+    "store_bench",
+]
+
+
+class SyncSession(Protocol):
+    """One client and one lock of a blocking contender."""
+
+    def acquire(self) -> None:
+        """Block until the lock is granted; raise if it cannot be."""
+
+    def release(self) -> None:
+        """Release the lock this session holds."""
+
+    def close(self) -> None:
+        """Close the client."""
+
+
+class AsyncSession(Protocol):
+    """One client and one lock of an asyncio contender."""
+
+    async def acquire(self) -> None:
+        """Wait until the lock is granted; raise if it cannot be."""
+
+    async def release(self) -> None:
+        """Release the lock this session holds."""
+
+    async def close(self) -> None:
+        """Close the client."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings every contender applies where its library has them (as in peer-bench.md)."""
+
+    #: lease / expiry in seconds
+    ttl: float = 30.0
+    #: per-acquire timeout in seconds: a waiter that waits longer is an error, not a sample
+    timeout: float = 30.0
+    #: grant in arrival order, for the libraries that offer the choice
+    fair: bool = False
+
+
+def _descriptor(url: str) -> BackendDescriptor | None:
+    """The descriptor of the backend that opens ``url``, or None if none does."""
+    from ..backends import descriptor_for
+
+    try:
+        return descriptor_for(urlsplit(url).scheme)
+    except tumbler.UnknownScheme:
+        return None
+
+
+def store_bench(url: str) -> StoreBench | None:
+    """The :class:`StoreBench` of the backend that opens ``url``; None if that backend has
+    none (or no backend opens it)."""
+    descriptor = _descriptor(url)
+    if descriptor is None or descriptor.bench is None:
+        return None
+    found = descriptor.bench()
+    return found if isinstance(found, StoreBench) else None
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A lock implementation bound to one backend URL."""
+
+    url: str
+    options: Options
+    #: the row label
+    name: ClassVar[str] = "?"
+    #: how it locks and waits, one line for the legend
+    mechanism: ClassVar[str] = ""
+    is_async: ClassVar[bool] = False
+    #: run unless --contender picks others (a negative control is not)
+    default: ClassVar[bool] = True
+    #: whether ``options.fair`` changes anything
+    offers_fair: ClassVar[bool] = False
+    #: the client libraries whose versions the header shows: (shown as, distribution name)
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @property
+    def label(self) -> str:
+        """The row label: the name, marked ``-fair`` where the option changes the lock."""
+        return f"{self.name}-fair" if self.options.fair and self.offers_fair else self.name
+
+    @property
+    def cross_process(self) -> bool:
+        """Whether clients in different processes share its locks; if not, the contended
+        run uses threads of one process."""
+        descriptor = _descriptor(self.url)
+        return descriptor is None or descriptor.capabilities.scope != "process"
+
+    def server_ops(self) -> int | None:
+        """The server's own request counter, read from the parent process; None if the
+        backend has none. Its growth over a contended run, per acquisition, is a column."""
+        bench = store_bench(self.url)
+        return None if bench is None else bench.request_count(self.url)
+
+
+class SyncContender(Contender):
+    """A contender whose sessions block."""
+
+    def open(self, lock_name: str) -> SyncSession:
+        """Connect, and make the lock ``lock_name`` (not yet acquired)."""
+        raise NotImplementedError
+
+
+class AsyncContender(Contender):
+    """A contender whose sessions are coroutines, run on an asyncio loop."""
+
+    is_async: ClassVar[bool] = True
+
+    async def open(self, lock_name: str) -> AsyncSession:
+        """Connect, and make the lock ``lock_name`` (not yet acquired)."""
+        raise NotImplementedError
+
+
+class TimeoutLockSession:
+    """A peer's lock whose ``acquire(timeout=...)`` returns False when the timeout runs out;
+    ``close`` closes its client."""
+
+    def __init__(
+        self, lock: Any, lock_name: str, timeout: float, close: Callable[[], object]
+    ) -> None:
+        self._lock = lock
+        self._lock_name = lock_name
+        self._timeout = timeout
+        self._close = close
+
+    def acquire(self) -> None:
+        """Acquire within the timeout; TimeoutError if the lock says it could not."""
+        if not self._lock.acquire(timeout=self._timeout):
+            raise TimeoutError(f"no grant of {self._lock_name!r} within {self._timeout} s")
+
+    def release(self) -> None:
+        """Release the peer's lock."""
+        self._lock.release()
+
+    def close(self) -> None:
+        """Close the peer's client."""
+        self._close()
+
+
+@dataclass(frozen=True)
+class StoreBench:
+    """What the bench knows of one store beyond tumbler's own rows: the other libraries'
+    locks on it, and how to read its server.
+
+    A backend's descriptor gives it as ``bench`` (imported on demand); a store with more to
+    say subclasses it.
+    """
+
+    #: the peers' contender classes, each made as ``peer(url, options)``
+    peers: tuple[type[Contender], ...] = ()
+    #: the URL schemes the peers speak (the store's others get tumbler's rows only)
+    schemes: tuple[str, ...] = ()
+    #: servers the bench starts in place of the test targets of the same name: a set-up
+    #: closer to production than the tests need (fsync on, say)
+    targets: tuple[TestTarget, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every contender name :meth:`contenders` can return."""
+        return tuple(peer.name for peer in self.peers)
+
+    def contenders(self, url: str, options: Options) -> Sequence[Contender]:
+        """The peers that run on ``url`` (none for a scheme they do not speak)."""
+        if urlsplit(url).scheme.lower() not in self.schemes:
+            return []
+        return [peer(url, options) for peer in self.peers]
+
+    def request_count(self, url: str) -> int | None:
+        """The request counter of the server behind ``url``; None if it has none or it
+        cannot be read. Two readings bracket a contended run."""
+        return None
+
+    def version(self, url: str) -> str | None:
+        """Which server ``url`` reaches, for the bench's header; None if unknown."""
+        return None
+
+    def lease_url(self, url: str, ttl: float) -> str:
+        """``url`` set up to keep many holds of lease ``ttl`` (``bench/many_leases.py``): a
+        store whose holds live with a client session makes the session no longer than the
+        lease, so that a lost client loses its holds as soon as a lease would run out."""
+        return url
+
+
+# -- tumbler ------------------------------------------------------------------------------------
+
+
+class _TumblerSession:
+    def __init__(self, locks: tumbler.Locks, lock: tumbler.Lock) -> None:
+        self._locks = locks
+        self._lock = lock
+
+    def acquire(self) -> None:
+        if not self._lock.acquire():
+            raise tumbler.AcquireTimeout(f"no grant of {self._lock.name!r} within the timeout")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._locks.close()
+
+
+class _TumblerAsyncSession:
+    def __init__(self, locks: tumbler.aio.AsyncLocks, lock: tumbler.aio.AsyncLock) -> None:
+        self._locks = locks
+        self._lock = lock
+
+    async def acquire(self) -> None:
+        if not await self._lock.acquire():
+            raise tumbler.AcquireTimeout(f"no grant of {self._lock.name!r} within the timeout")
+
+    async def release(self) -> None:
+        await self._lock.release()
+
+    async def close(self) -> None:
+        await self._locks.close()
+
+
+@dataclass(frozen=True)
+class TumblerSync(SyncContender):
+    """tumbler's blocking client."""
+
+    name: ClassVar[str] = "tumbler-sync"
+    offers_fair: ClassVar[bool] = True
+    mechanism: ClassVar[str] = (
+        "tumbler.connect(url).lock(name, ttl, timeout); the backend's grant rule; waiters "
+        "poll with jittered backoff on SQLite (2-50 ms) and are woken by pub/sub on Redis "
+        "(only those a release lets through)"
+    )
+
+    def open(self, lock_name: str) -> SyncSession:
+        locks = tumbler.connect(self.url)
+        try:
+            lock = locks.lock(
+                lock_name,
+                ttl=self.options.ttl,
+                timeout=self.options.timeout,
+                fair=self.options.fair,
+            )
+        except BaseException:
+            locks.close()
+            raise
+        return _TumblerSession(locks, lock)
+
+
+@dataclass(frozen=True)
+class TumblerAsync(AsyncContender):
+    """tumbler's asyncio client."""
+
+    name: ClassVar[str] = "tumbler-async"
+    offers_fair: ClassVar[bool] = True
+    mechanism: ClassVar[str] = (
+        "the same through tumbler.aio.connect(url) on an asyncio loop (SQLite calls run on "
+        "the client's one backend thread)"
+    )
+
+    async def open(self, lock_name: str) -> AsyncSession:
+        locks = await tumbler.aio.connect(self.url)
+        try:
+            lock = locks.lock(
+                lock_name,
+                ttl=self.options.ttl,
+                timeout=self.options.timeout,
+                fair=self.options.fair,
+            )
+        except BaseException:
+            await locks.close()
+            raise
+        return _TumblerAsyncSession(locks, lock)
