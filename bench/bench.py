@@ -24,7 +24,6 @@ import os
 import platform
 import secrets
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -37,9 +36,8 @@ from typing import Any
 import measure
 import tumbler
 from contenders import contenders_for, known_names, peer_schemes, server_version
-from targets import started
+from targets import default_target, started
 from tumbler._url import parse_url
-from tumbler.backends.sqlite.backend import filesystem_type
 from tumbler.testing.bench import Contender, Options
 
 DEFAULT_PAIRS = 2000
@@ -145,24 +143,9 @@ def machine() -> dict[str, Any]:
         "cpus_usable": usable,
         "platform": platform.platform(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "sqlite": sqlite3.sqlite_version,
         "tumbler": tumbler.__version__,
         "loadavg_1m": round(load[0], 2),
     }
-
-
-def _filesystem(url: str) -> str | None:
-    """The file system an sqlite:// URL's file is on: tmpfs and ext4 time differently."""
-    parsed = parse_url(url)
-    if parsed.scheme != "sqlite" or not parsed.path:
-        return None
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as file:
-            mountinfo = file.read()
-    except OSError:
-        return None
-    directory = os.path.dirname(os.path.abspath(os.path.expanduser(parsed.path)))
-    return filesystem_type(directory, mountinfo)
 
 
 @dataclass
@@ -304,7 +287,7 @@ def render(
     console.print(
         f"machine: {host['cpus']} CPUs ({host['cpus_usable']} usable), {host['platform']}, "
         f"load {host['loadavg_1m']} -> {about['loadavg_1m_end']}; {host['python']}, "
-        f"SQLite {host['sqlite']}, tumbler {host['tumbler']}{libraries}"
+        f"tumbler {host['tumbler']}{libraries}"
     )
     console.print(
         f"pairs {plan.pairs}, workers {','.join(map(str, plan.procs))} x {plan.seconds:g} s, "
@@ -313,8 +296,6 @@ def render(
     )
     for url, label in plan.urls:
         notes = []
-        if where := about["filesystems"].get(url):
-            notes.append(f"on {where}")
         if server := about["servers"].get(url):
             notes.append(server)
         shown = parse_url(url).redacted
@@ -403,14 +384,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--url",
         action="append",
-        help="backend URL (repeatable); default: a fresh SQLite file in a temporary directory",
+        help="backend URL (repeatable); default: a fresh file of the default backend (--start "
+        "of its first test target) when no --start is given either",
     )
     parser.add_argument(
         "--start",
         action="append",
         metavar="NAME",
-        help="start a built-in backend's test target by name (repeatable; e.g. redis, "
-        "zookeeper: free 127.0.0.1 ports, for the run only) and measure its URL too: "
+        help="start a built-in backend's test target by name (repeatable; an unknown name "
+        "lists them: free 127.0.0.1 ports, for the run only) and measure its URL too: "
         "tumbler's rows beside the store's peers'",
     )
     parser.add_argument(
@@ -481,17 +463,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="tumbler-bench-")
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
-        if args.url:
-            urls = [(url, parse_url(url).redacted) for url in args.url]
-        else:
-            urls = [(f"sqlite:///{os.path.join(workdir, 'locks.db')}", "sqlite (temp file)")]
-        for name in args.start or ():
+        urls = [(url, parse_url(url).redacted) for url in args.url or ()]
+        starts = list(args.start or ())
+        if not urls and not starts:
+            starts = [default_target()]
+        for name in starts:
             try:
                 url = cleanup.enter_context(started(name, os.path.join(workdir, "servers", name)))
             except Exception as error:
                 print(f"bench.py: --start {name}: {type(error).__name__}: {error}", file=sys.stderr)
                 return 2
-            urls.append((url, f"{name} (temp server)"))
+            urls.append((url, f"{name} (temp)"))
         # while the servers run: which server each URL reached
         about["servers"] = {}
         for url, _ in urls:
@@ -514,7 +496,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         flat, crowded = run(plan, progress)
     about["duration_s"] = time.monotonic() - began
     about["loadavg_1m_end"] = machine()["loadavg_1m"]
-    about["filesystems"] = {url: _filesystem(url) for url, _ in urls if _filesystem(url)}
     about["libraries"] = {
         shown: _version(distribution)
         for row in [*flat, *crowded]

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 import tumbler
 import tumbler.aio
-from targets import started
+from targets import default_target, started
 from tumbler.testing.bench import store_bench
 
 
@@ -136,17 +136,22 @@ def server(args: argparse.Namespace) -> Iterator[None]:
             bench = store_bench(url)
             args.url = url if bench is None else bench.lease_url(url, args.ttl)
         if args.url is None:
-            args.url = f"sqlite:///{os.path.abspath('many-leases.db')}"
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="many-leases-"))
+            name = default_target()
+            args.url = stack.enter_context(started(name, os.path.join(directory, name)))
         yield
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("url", nargs="?", help="backend URL (default: ./many-leases.db)")
+    parser.add_argument(
+        "url", nargs="?", help="backend URL (default: a fresh file of the default backend)"
+    )
     parser.add_argument(
         "--start",
         metavar="NAME",
-        help="start a built-in backend's test target by name (redis, zookeeper, ...) and use it",
+        help="start a built-in backend's test target by name (an unknown name lists them) "
+        "and use it",
     )
     parser.add_argument("--locks", type=int, default=10_000)
     parser.add_argument("--ttl", type=float, default=3.0)

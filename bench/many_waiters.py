@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import tumbler.aio
+from targets import default_target, started
 
 
 async def run(url: str, tasks: int, seconds: float, timeout: float, holder_ttl: float) -> dict:
@@ -67,14 +69,18 @@ async def run(url: str, tasks: int, seconds: float, timeout: float, holder_ttl: 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="backend URL (default: a new SQLite file)")
+    parser.add_argument("--url", help="backend URL (default: a fresh file of the default backend)")
     parser.add_argument("--tasks", default="10,100,300", help="task counts, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
     parser.add_argument("--timeout", type=float, default=30.0, help="acquire timeout")
     parser.add_argument("--holder-ttl", type=float, default=1.0, help="idle holder's lease")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as directory:
-        url = args.url or f"sqlite:///{Path(directory) / 'locks.db'}"
+    with contextlib.ExitStack() as stack:
+        url = args.url
+        if url is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="many-waiters-"))
+            name = default_target()
+            url = stack.enter_context(started(name, os.path.join(directory, name)))
         print(f"url: {url}", file=sys.stderr)
         print("tasks  grants/s  timeouts  release median ms  release max ms  idle holder lost")
         for count in (int(n) for n in args.tasks.split(",")):

@@ -13,7 +13,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tumbler.backends import builtin_descriptors
+from tumbler._url import parse_url
+from tumbler.backends import DEFAULT_URL, builtin_descriptors, descriptor_for
 from tumbler.backends.descriptor import TestTarget
 from tumbler.testing.bench import StoreBench
 
@@ -44,6 +45,12 @@ def target_names() -> list[str]:
     """Every name --start takes."""
     own = [target.name for bench in _store_benches() for target in bench.targets]
     return sorted({*own, *(target.name for target in _test_targets())})
+
+
+def default_target() -> str:
+    """The first test target of the backend that the default URL opens: what a bench measures
+    when given no URL (a fresh file of the default backend, say)."""
+    return descriptor_for(parse_url(DEFAULT_URL).scheme).test_targets()[0].name
 
 
 def target(name: str) -> TestTarget:

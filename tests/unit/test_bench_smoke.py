@@ -47,7 +47,7 @@ def test_tiny_run_measures_every_row_and_the_counter_check_passes(tmp_path: Path
     assert "Uncontended" in result.stdout
     assert "Contended" in result.stdout
     assert figures["machine"]["cpus"] >= 1
-    assert figures["machine"]["sqlite"]
+    assert figures["servers"][sqlite_url].startswith("SQLite ")  # its store bench says
     expected = {
         (contender, url)
         for contender in ("tumbler-sync", "tumbler-async")
@@ -112,7 +112,7 @@ def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) 
 
     result, figures = run_bench(tmp_path, "--start", "redis", *picks, "--seconds", "0.3")
 
-    redis_rows = [row for row in figures["uncontended"] if row["backend"] == "redis (temp server)"]
+    redis_rows = [row for row in figures["uncontended"] if row["backend"] == "redis (temp)"]
     assert {row["contender"] for row in redis_rows} == {*peers, "tumbler-sync"}, result.stderr
     (url,) = {row["url"] for row in redis_rows}
     assert url.startswith("redis://127.0.0.1:")

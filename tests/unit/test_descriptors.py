@@ -1,6 +1,6 @@
 """The backends are described once, by their descriptors, and nothing else names them.
 
-The registry, the torture harness and the tools read ``BackendDescriptor`` rather than naming
+The registry, the torture harness, the bench and the tools read ``BackendDescriptor`` rather than naming
 a backend; these cases hold them to it, and check that what a descriptor declares is what its
 backend does (for the backends that need no server; the conformance suite runs the rest).
 """
@@ -25,6 +25,9 @@ READERS = [
     SOURCE / "backends" / "descriptor.py",
     *sorted((SOURCE / "torture").glob("*.py")),
     *sorted((ROOT / "tools").glob("*.py")),
+    SOURCE / "testing" / "bench.py",
+    *(ROOT / "bench" / name for name in ("bench.py", "contenders.py", "targets.py", "measure.py")),
+    *(ROOT / "bench" / name for name in ("many_leases.py", "many_waiters.py")),
 ]
 DESCRIPTORS = builtin_descriptors()
 #: the one place that may choose a backend: the default URL is the registry's to choose

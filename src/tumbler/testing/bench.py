@@ -275,7 +275,7 @@ class TumblerSync(SyncContender):
     offers_fair: ClassVar[bool] = True
     mechanism: ClassVar[str] = (
         "tumbler.connect(url).lock(name, ttl, timeout); the backend's grant rule; waiters "
-        "poll with jittered backoff on SQLite (2-50 ms) and are woken by pub/sub on Redis "
+        "poll with jittered backoff, or are woken by the backend where it pushes wake-ups "
         "(only those a release lets through)"
     )
 
