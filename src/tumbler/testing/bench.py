@@ -301,8 +301,8 @@ class TumblerAsync(AsyncContender):
     name: ClassVar[str] = "tumbler-async"
     offers_fair: ClassVar[bool] = True
     mechanism: ClassVar[str] = (
-        "the same through tumbler.aio.connect(url) on an asyncio loop (SQLite calls run on "
-        "the client's one backend thread)"
+        "the same through tumbler.aio.connect(url) on an asyncio loop (a backend with only a "
+        "blocking driver runs its calls on the client's one backend thread)"
     )
 
     async def open(self, lock_name: str) -> AsyncSession:
