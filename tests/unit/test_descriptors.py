@@ -1,8 +1,9 @@
 """The backends are described once, by their descriptors, and nothing else names them.
 
-The registry, the torture harness, the bench and the tools read ``BackendDescriptor`` rather
-than naming a backend; these cases hold them to it, and check that what a descriptor declares is what its
-backend does (for the backends that need no server; the conformance suite runs the rest).
+The registry, the torture harness, the bench and the tools read ``BackendDescriptor``
+rather than naming a backend; these cases hold them to it, and check that what a descriptor
+declares is what its backend does (for the backends that need no server; the conformance
+suite runs the rest).
 """
 
 from __future__ import annotations
