@@ -13,7 +13,7 @@ atomically. Each backend module provides two classes with the same method names,
   keyword arguments given to ``connect()``; unknown ones are refused before the call.
 
 A backend that only has a blocking driver (SQLite's stdlib module) gets its asyncio flavour
-from ``tumbler.backends._adapter.AsyncAdapter``; one with both (redis-py, psycopg) implements
+from ``tumbler.backends.kit.AsyncAdapter``; one with both (redis-py, psycopg) implements
 ``AsyncBackend`` natively, and should generate the blocking twin from it.
 
 What every backend must guarantee

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock, ManualClock
-from ..._sync.watch import HubWatch
 from ..._url import BackendURL
 from ...errors import ConfigurationError, InvalidURL
 from ..contract import (
@@ -46,10 +45,11 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
+from ..kit import HubWatch
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
 #: on a ManualClock time moves only when the test says so: no lease is too short to renew
 MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
@@ -287,6 +287,6 @@ def open_sync(url: BackendURL, *, clock: Clock | None = None) -> MemoryBackend:
 
 async def open_async(url: BackendURL, *, clock: Clock | None = None) -> AsyncAdapter:
     backend = _open(url, clock)
-    from .._adapter import AsyncAdapter  # the blocking flavour never needs it
+    from ..kit.adapter import AsyncAdapter  # the blocking flavour never needs it
 
     return AsyncAdapter(backend, in_thread=False, hub=backend.hub)

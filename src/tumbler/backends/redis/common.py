@@ -91,8 +91,8 @@ from ...errors import (
     TooManyWaiters,
     TumblerError,
 )
-from .._options import flag, host_port, seconds
 from ..contract import LockState
+from ..kit.options import flag, host_port, seconds
 from . import DEFAULT_PORT
 from .lua import SCRIPT_COMMANDS
 

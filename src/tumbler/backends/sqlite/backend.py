@@ -111,7 +111,6 @@ if sys.platform != "win32":
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock
-from ..._sync.watch import HubWatch
 from ..._url import BackendURL
 from ...errors import (
     BackendUnavailable,
@@ -129,10 +128,11 @@ from ..contract import (
     Renewal,
     SessionEvents,
 )
+from ..kit import HubWatch
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
 SCHEMA_VERSION = 1
 
@@ -1074,7 +1074,7 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
     # Opening may wait for another process's write lock: not on the event loop.
     import asyncio  # the blocking flavour never needs it
 
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
     return AsyncAdapter(backend, in_thread=True)

@@ -154,7 +154,7 @@ from kazoo.security import ACL, Permissions, make_digest_acl_credential
 from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from .._options import flag, host_port, seconds
+from ..kit.options import flag, host_port, seconds
 from . import DEFAULT_PORT, MIN_TTL
 
 if TYPE_CHECKING:

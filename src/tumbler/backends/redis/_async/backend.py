@@ -32,7 +32,6 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
-from ...._async.watch import AsyncHubWatch
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
@@ -44,6 +43,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
+from ...kit import AsyncHubWatch
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,

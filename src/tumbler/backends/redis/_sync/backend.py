@@ -35,7 +35,6 @@ from redis.retry import Retry
 
 from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._sync.watch import HubWatch
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     Grant,
@@ -46,6 +45,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
+from ...kit import HubWatch
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,

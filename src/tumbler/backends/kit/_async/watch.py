@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from .._acompat import AsyncEvent
-from .._clock import Clock
-from ..backends.contract import WakeHub
+from ...._acompat import AsyncEvent
+from ...._clock import Clock
+from ...contract import WakeHub
 
 
 class AsyncHubWatch:

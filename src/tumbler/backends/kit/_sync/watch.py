@@ -1,4 +1,4 @@
-# Generated from src/tumbler/_async/watch.py: do not edit.
+# Generated from src/tumbler/backends/kit/_async/watch.py: do not edit.
 # Change the asyncio source and run tools/generate_sync.py again.
 """Waiting for a lock to change: the one watch every backend can use.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from .._acompat import Event
-from .._clock import Clock
-from ..backends.contract import WakeHub
+from ...._acompat import Event
+from ...._clock import Clock
+from ...contract import WakeHub
 
 
 class HubWatch:

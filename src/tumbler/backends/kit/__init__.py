@@ -1,0 +1,49 @@
+"""The backend kit: what every backend would otherwise write again.
+
+A backend author implements the contract (:mod:`tumbler.backends.contract`) and takes the
+rest from here. Each piece is for:
+
+- :class:`HubWatch` / :class:`AsyncHubWatch`: the watch every backend can return from
+  ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
+  notified for the name (a release the backend made, a pub/sub message, a server-side watch),
+  when a manual clock moves, or when the timeout passes (a poller needs nothing more).
+- :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
+  stdlib module): every call on one worker thread, releases and renewals ahead of polls.
+  Imported on first use, so that a blocking-only program never loads asyncio.
+- :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``): the URL query
+  options several backends parse alike, with the same wording in their errors.
+
+The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
+never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one
+way: locks -> contract <- backends (-> kit).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._async.watch import AsyncHubWatch
+from ._sync.watch import HubWatch
+from .options import MAX_SECONDS, flag, host_port, seconds
+
+if TYPE_CHECKING:
+    from .adapter import AsyncAdapter
+
+__all__ = [
+    "MAX_SECONDS",
+    "AsyncAdapter",
+    "AsyncHubWatch",
+    "HubWatch",
+    "flag",
+    "host_port",
+    "seconds",
+]
+
+
+def __getattr__(name: str) -> object:
+    # the adapter imports asyncio, which the blocking flavour must not pay for
+    if name == "AsyncAdapter":
+        from .adapter import AsyncAdapter
+
+        return AsyncAdapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
