@@ -233,6 +233,12 @@ class WakeHub:
             else:
                 del self._subscribers[name]
 
+    def subscribers(self, name: str) -> int:
+        """How many callbacks are subscribed for ``name``: what a closed watch must leave
+        behind is none of its own."""
+        with self._lock:
+            return len(self._subscribers.get(name, ()))
+
     def notify(self, name: str, tags: Collection[str] | None = None) -> None:
         with self._lock:
             subscribers = list(self._subscribers.get(name, ()))

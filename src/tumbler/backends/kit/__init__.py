@@ -3,6 +3,10 @@
 A backend author implements the contract (:mod:`tumbler.backends.contract`) and takes the
 rest from here. Each piece is for:
 
+- :class:`BaseWatch` / :class:`AsyncBaseWatch`: the watch handshake of the contract (made
+  without I/O yet catching every wake-up, ``retry_needed`` after entry, ``wake()`` from any
+  thread, ``close()`` idempotent), kept once. A backend that must subscribe on its server
+  before waiting subclasses it and fills in ``_subscribe`` (and ``_unsubscribe``).
 - :class:`HubWatch` / :class:`AsyncHubWatch`: the watch every backend can return from
   ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
   notified for the name (a release the backend made, a pub/sub message, a server-side watch),
@@ -22,8 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._async.watch import AsyncHubWatch
-from ._sync.watch import HubWatch
+from ._async.watch import AsyncBaseWatch, AsyncHubWatch
+from ._sync.watch import BaseWatch, HubWatch
 from .options import MAX_SECONDS, flag, host_port, seconds
 
 if TYPE_CHECKING:
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_SECONDS",
     "AsyncAdapter",
+    "AsyncBaseWatch",
     "AsyncHubWatch",
+    "BaseWatch",
     "HubWatch",
     "flag",
     "host_port",

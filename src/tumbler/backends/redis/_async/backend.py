@@ -14,7 +14,6 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
@@ -43,7 +42,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncHubWatch
+from ...kit import AsyncBaseWatch
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -211,7 +210,7 @@ class AsyncWakeups:
             await ajoin(reader)
 
 
-class AsyncRedisWatch:
+class AsyncRedisWatch(AsyncBaseWatch):
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -220,38 +219,17 @@ class AsyncRedisWatch:
     """
 
     def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
-        self._backend = backend
-        self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
-        self.retry_needed = not backend.wakeups.subscribed()
+        super().__init__(backend.clock, name, backend.hub, tag)
+        self._backend = backend
+        self._subscribed = backend.wakeups.subscribed()
 
-    async def __aenter__(self) -> AsyncRedisWatch:
-        if self.retry_needed:
-            try:
-                await self._backend.wakeups.subscribe(self._name)
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def wake(self) -> None:
-        self._watch.wake()
-
-    def close(self) -> None:
-        self._watch.close()
-
-    async def wait(self, timeout: float) -> None:
-        await self._watch.wait(timeout)
+    async def _subscribe(self) -> bool:
+        if self._subscribed:
+            return False
+        await self._backend.wakeups.subscribe(self.name)
+        return True
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),

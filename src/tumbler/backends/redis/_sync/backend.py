@@ -16,7 +16,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
@@ -45,7 +44,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import HubWatch
+from ...kit import BaseWatch
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -213,7 +212,7 @@ class Wakeups:
             join(reader)
 
 
-class RedisWatch:
+class RedisWatch(BaseWatch):
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -222,38 +221,17 @@ class RedisWatch:
     """
 
     def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
-        self._backend = backend
-        self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = HubWatch(backend.clock, name, backend.hub, tag)
-        self.retry_needed = not backend.wakeups.subscribed()
+        super().__init__(backend.clock, name, backend.hub, tag)
+        self._backend = backend
+        self._subscribed = backend.wakeups.subscribed()
 
-    def __enter__(self) -> RedisWatch:
-        if self.retry_needed:
-            try:
-                self._backend.wakeups.subscribe(self._name)
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def wake(self) -> None:
-        self._watch.wake()
-
-    def close(self) -> None:
-        self._watch.close()
-
-    def wait(self, timeout: float) -> None:
-        self._watch.wait(timeout)
+    def _subscribe(self) -> bool:
+        if self._subscribed:
+            return False
+        self._backend.wakeups.subscribe(self.name)
+        return True
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
