@@ -114,25 +114,25 @@ class MemoryBackend:
             before = len(store.rows.get(request.name, ()))
             rows = store.live_rows(request.name, now)
             expired = before != len(rows)
-            entries = [row.entry for row in rows]
-            decision = core.decide(
-                entries, request.owner, request.shared, request.limit, request.fair
+            plan = core.plan(
+                [row.entry for row in rows],
+                request.owner,
+                request.shared,
+                request.limit,
+                request.fair,
+                request.queue,
             )
-            mine = next((row for row in rows if row.entry.owner == request.owner), None)
-            if decision is core.Decision.HELD:
-                assert mine is not None
-                assert mine.entry.token is not None
-                return Grant(request.name, request.owner, mine.entry.token, request.ttl)
-            if decision is core.Decision.GRANT:
+            mine = next((row for row in rows if row.entry is plan.mine), None)
+            write = plan.write
+            result: Grant | None = None
+            if plan.decision is core.Decision.HELD:
+                return Grant(request.name, request.owner, plan.held_token, request.ttl)
+            if write is core.Write.ADD_GRANT or write is core.Write.GRANT_WAITER:
                 store.last_token += 1
                 token = store.last_token
+                seq = plan.mine.seq if plan.mine is not None else next(store.order)
                 entry = core.Entry(
-                    request.owner,
-                    mine.entry.seq if mine else next(store.order),
-                    request.shared,
-                    request.limit,
-                    request.fair,
-                    token,
+                    request.owner, seq, request.shared, request.limit, request.fair, token
                 )
                 row = _Row(entry, now + request.ttl, request.holder)
                 if mine is not None:
@@ -140,23 +140,21 @@ class MemoryBackend:
                 else:
                     rows.append(row)
                 store.rows[request.name] = rows
-                result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
-            else:
-                waiter_until = now + self.capabilities.waiter_ttl
-                if mine is not None:
-                    mine.expires_at = waiter_until
-                elif request.queue:
-                    entry = core.Entry(
-                        request.owner,
-                        next(store.order),
-                        request.shared,
-                        request.limit,
-                        request.fair,
-                        None,
-                    )
-                    rows.append(_Row(entry, waiter_until, request.holder))
-                    store.rows[request.name] = rows
-                result = None
+                result = Grant(request.name, request.owner, token, request.ttl)
+            elif write is core.Write.REFRESH_WAITER:
+                assert mine is not None
+                mine.expires_at = now + self.capabilities.waiter_ttl
+            elif write is core.Write.ADD_WAITER:
+                entry = core.Entry(
+                    request.owner,
+                    next(store.order),
+                    request.shared,
+                    request.limit,
+                    request.fair,
+                    None,
+                )
+                rows.append(_Row(entry, now + self.capabilities.waiter_ttl, request.holder))
+                store.rows[request.name] = rows
         if expired:
             store.hub.notify(request.name)
         return result

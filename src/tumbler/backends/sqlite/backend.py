@@ -856,33 +856,39 @@ class SQLiteBackend:
         entries) is updated to match, so that the next request of a batch sees this one. A
         waiter that stays one is added to ``refresh`` (its entry's lease is renewed with the
         others at the end of the transaction: no decision in it depends on that lease)."""
-        mine = line.by_owner.get(request.owner)
-        decision = core.decide(
-            line.relevant(request), request.owner, request.shared, request.limit, request.fair
+        plan = core.plan(
+            line.relevant(request),
+            request.owner,
+            request.shared,
+            request.limit,
+            request.fair,
+            request.queue,
         )
-        if decision is core.Decision.HELD:
+        mine, write = plan.mine, plan.write
+        if plan.decision is core.Decision.HELD:
+            return Grant(request.name, request.owner, plan.held_token, request.ttl)
+        if write is core.Write.REFRESH_WAITER:
             assert mine is not None
-            assert mine.token is not None
-            return Grant(request.name, request.owner, mine.token, request.ttl)
-        if decision is core.Decision.GRANT:
+            refresh.append(mine.seq)
+            return None
+        if write is core.Write.NOTHING:  # a single try leaves nothing behind
+            return None
+        token: int | None = None
+        expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
+        if plan.decision is core.Decision.GRANT:
             (token,) = db.execute(
                 "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value"
             ).fetchone()
             expires_at = now + round(request.ttl * 1e9)
-            result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
-        else:
-            token = None
-            expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
-            result = None
-        if mine is not None and token is None:
-            refresh.append(mine.seq)
-        elif mine is not None:
+        if write is core.Write.GRANT_WAITER:
+            assert mine is not None
+            assert token is not None
             db.execute(
                 "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
                 (token, expires_at, mine.seq),
             )
             line.granted(mine, token)
-        elif result is not None or request.queue:  # a single try leaves nothing behind
+        else:  # ADD_GRANT or ADD_WAITER
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
                 "(name, owner, shared, lim, fair, token, expires_at, holder) "
@@ -902,7 +908,7 @@ class SQLiteBackend:
             line.add(
                 core.Entry(request.owner, seq, request.shared, request.limit, request.fair, token)
             )
-        return result
+        return None if token is None else Grant(request.name, request.owner, token, request.ttl)
 
     def _refresh_waiters(self, db: sqlite3.Connection, now: int, seqs: list[int]) -> None:
         """Renew the leases of these waiter entries, in one statement."""
