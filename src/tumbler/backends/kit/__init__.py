@@ -11,6 +11,8 @@ rest from here. Each piece is for:
   ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
   notified for the name (a release the backend made, a pub/sub message, a server-side watch),
   when a manual clock moves, or when the timeout passes (a poller needs nothing more).
+- :class:`LockStateBuilder`: ``inspect``'s ``LockState`` from the live entries of a name
+  (holders with the seconds left on their leases, waiters counted, the agreed shared limit).
 - :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
   stdlib module): every call on one worker thread, releases and renewals ahead of polls.
   Imported on first use, so that a blocking-only program never loads asyncio.
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 from ._async.watch import AsyncBaseWatch, AsyncHubWatch
 from ._sync.watch import BaseWatch, HubWatch
 from .options import MAX_SECONDS, flag, host_port, seconds
+from .state import LockStateBuilder
 
 if TYPE_CHECKING:
     from .adapter import AsyncAdapter
@@ -40,6 +43,7 @@ __all__ = [
     "AsyncHubWatch",
     "BaseWatch",
     "HubWatch",
+    "LockStateBuilder",
     "flag",
     "host_port",
     "seconds",

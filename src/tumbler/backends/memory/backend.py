@@ -39,13 +39,12 @@ from ...errors import ConfigurationError, InvalidURL
 from ..contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
-from ..kit import HubWatch
+from ..kit import HubWatch, LockStateBuilder
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -211,18 +210,17 @@ class MemoryBackend:
 
     def _state(self, name: str, rows: list[_Row]) -> LockState:
         now = self._store.clock.now()
-        holders = tuple(
-            HolderInfo(row.entry.token, row.entry.shared, row.expires_at - now, row.holder)
-            for row in rows
-            if row.entry.token is not None
-        )
-        limits = {row.entry.limit for row in rows if row.entry.shared}
-        return LockState(
-            name=name,
-            holders=holders,
-            waiters=sum(1 for row in rows if not row.entry.granted),
-            limit=limits.pop() if len(limits) == 1 else None,
-        )
+        state = LockStateBuilder(name)
+        for row in rows:
+            entry = row.entry
+            state.add(
+                token=entry.token,
+                shared=entry.shared,
+                limit=entry.limit,
+                expires_in=row.expires_at - now,
+                holder=row.holder,
+            )
+        return state.build()
 
     def force_release(self, name: str, note: str) -> int:
         store = self._store

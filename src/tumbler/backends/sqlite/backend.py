@@ -123,12 +123,11 @@ from ...errors import (
 from ..contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
 )
-from ..kit import HubWatch
+from ..kit import HubWatch, LockStateBuilder
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -1011,25 +1010,18 @@ class SQLiteBackend:
                 f"WHERE expires_at > ? {condition} ORDER BY name, seq",
                 (now, *parameters),
             ).fetchall()
-        grouped: dict[str, list[tuple[str, int, int, int | None, int, str]]] = {}
-        for row in rows:
-            grouped.setdefault(row[0], []).append(row)
-        states = []
-        for name, group in grouped.items():
-            limits = {lim for _, shared, lim, _, _, _ in group if shared}
-            states.append(
-                LockState(
-                    name=name,
-                    holders=tuple(
-                        HolderInfo(token, bool(shared), (expires_at - now) / 1e9, holder)
-                        for _, shared, _, token, expires_at, holder in group
-                        if token is not None
-                    ),
-                    waiters=sum(1 for row in group if row[3] is None),
-                    limit=limits.pop() if len(limits) == 1 else None,
-                )
+        states: dict[str, LockStateBuilder] = {}
+        for name, shared, lim, token, expires_at, holder in rows:
+            if name not in states:
+                states[name] = LockStateBuilder(name)
+            states[name].add(
+                token=token,
+                shared=bool(shared),
+                limit=lim,
+                expires_in=(expires_at - now) / 1e9,
+                holder=holder,
             )
-        return states
+        return [state.build() for state in states.values()]
 
     def force_release(self, name: str, note: str) -> int:
         with self._transaction() as db:

@@ -36,13 +36,12 @@ from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncBaseWatch
+from ...kit import AsyncBaseWatch, LockStateBuilder
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -579,26 +578,29 @@ class AsyncRedisBackend:
                 name,
                 malformed,
             )
-        holders = []
-        waiters = 0
-        limits = set()
+        entries = []
         for index in range(2, len(raw), 2):
             owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
             value = raw[index + 1]
             value = value.decode() if isinstance(value, bytes) else value
-            _seq, shared, limit, token, expires_ms, holder = lua.parse_entry(owner, value)
-            if shared:
-                limits.add(limit)
-            if token is None:
-                waiters += 1
-            else:
-                holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
-        holders.sort(key=lambda h: h.token)
+            entries.append(lua.parse_entry(owner, value))
+        state = LockStateBuilder(name)
+        # holders in grant order: a token grows with every grant
+        for _seq, shared, limit, token, expires_ms, holder in sorted(
+            entries, key=lambda entry: entry[3] or 0
+        ):
+            state.add(
+                token=token,
+                shared=shared,
+                limit=limit,
+                expires_in=(expires_ms - now_ms) / 1000,
+                holder=holder,
+            )
         return RedisLockState(
             name=name,
-            holders=tuple(holders),
-            waiters=waiters,
-            limit=limits.pop() if len(limits) == 1 else None,
+            holders=state.holders,
+            waiters=state.waiters,
+            limit=state.limit,
             malformed=malformed,
         )
 
