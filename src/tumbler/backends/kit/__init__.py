@@ -11,6 +11,9 @@ rest from here. Each piece is for:
   ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
   notified for the name (a release the backend made, a pub/sub message, a server-side watch),
   when a manual clock moves, or when the timeout passes (a poller needs nothing more).
+- ``start_or_close`` / ``astart_or_close``: what ``open_sync``/``open_async`` of a backend
+  that starts after construction returns: the started backend, or, if ``start()`` raised
+  (or was cancelled), the error, after ``close()`` released what the start had opened.
 - :class:`LockStateBuilder`: ``inspect``'s ``LockState`` from the live entries of a name
   (holders with the seconds left on their leases, waiters counted, the agreed shared limit).
 - :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
@@ -28,7 +31,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._async.opening import AsyncStartable
+from ._async.opening import start_or_close as astart_or_close
 from ._async.watch import AsyncBaseWatch, AsyncHubWatch
+from ._sync.opening import Startable, start_or_close
 from ._sync.watch import BaseWatch, HubWatch
 from .options import MAX_SECONDS, flag, host_port, seconds
 from .state import LockStateBuilder
@@ -41,12 +47,16 @@ __all__ = [
     "AsyncAdapter",
     "AsyncBaseWatch",
     "AsyncHubWatch",
+    "AsyncStartable",
     "BaseWatch",
     "HubWatch",
     "LockStateBuilder",
+    "Startable",
+    "astart_or_close",
     "flag",
     "host_port",
     "seconds",
+    "start_or_close",
 ]
 
 
