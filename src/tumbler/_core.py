@@ -257,6 +257,58 @@ def decide(entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair:
     return Decision.GRANT if admits(ahead, shared, limit) else Decision.WAIT
 
 
+class Write(enum.Enum):
+    """What a backend that stores rows must write for one grant request (see :func:`plan`)."""
+
+    NOTHING = "nothing"  # the owner holds it already, or a single try that waits leaves nothing
+    ADD_GRANT = "add grant"  # a new granted entry: a fresh token, the request's lease
+    GRANT_WAITER = "grant waiter"  # the owner's waiter entry becomes a grant, keeping its seq
+    ADD_WAITER = "add waiter"  # a new waiter entry, with the waiter lease
+    REFRESH_WAITER = "refresh waiter"  # the owner's waiter entry gets a new waiter lease
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """:func:`plan`'s answer: the decision, what to write for it, and the owner's own entry
+    (``mine``: whose ``seq`` a write of the owner's entry names, and whose ``token`` a HELD
+    answer returns), if the owner has one among the live entries."""
+
+    decision: Decision
+    write: Write
+    mine: Entry | None
+
+    @property
+    def held_token(self) -> int:
+        """The fencing token of the grant the owner holds already (HELD plans only)."""
+        if self.decision is not Decision.HELD or self.mine is None or self.mine.token is None:
+            raise ValueError(f"a {self.decision.value} plan returns no grant already made")
+        return self.mine.token
+
+
+def plan(
+    entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair: bool, queue: bool
+) -> WritePlan:
+    """Turn the live entries of a lock name and one request into what the backend writes.
+
+    The decision is :func:`decide`'s (so a shared request whose limit differs from the live
+    shared entries' raises ``PermitsMismatch``, and nothing is written). Idempotent by owner:
+    a retry finds its own entry and either returns its grant (HELD) or keeps its place
+    (REFRESH_WAITER, GRANT_WAITER); it never plans a second entry for the owner. A request with
+    ``queue`` False (a single try) leaves nothing behind when it is not granted.
+    """
+    decision = decide(entries, owner, shared, limit, fair)
+    mine = next((entry for entry in entries if entry.owner == owner), None)
+    if decision is Decision.HELD:
+        write = Write.NOTHING
+    elif decision is Decision.GRANT:
+        write = Write.ADD_GRANT if mine is None else Write.GRANT_WAITER
+    elif mine is not None:
+        write = Write.REFRESH_WAITER
+    else:
+        write = Write.ADD_WAITER if queue else Write.NOTHING
+    return WritePlan(decision, write, mine)
+
+
 #: ``line_position``'s answer for a waiter that must watch the whole line, not one entry
 WATCH_LINE = -1
 

@@ -827,3 +827,114 @@ def test_private_use_and_unassigned_characters_are_data(name: str) -> None:
 def test_backoff_refuses_a_busy_poll_or_a_base_above_the_cap(base: float, cap: float) -> None:
     with pytest.raises(ValueError, match="backoff"):
         core.Backoff(base, cap, random.Random(1))
+
+
+# --------------------------------------------------------------------------------------------
+# The write plan: what a backend storing rows writes for a request
+
+
+def plan_or_mismatch(
+    entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair: bool, queue: bool
+) -> core.WritePlan | type[PermitsMismatch]:
+    try:
+        return core.plan(entries, owner, shared, limit, fair, queue)
+    except PermitsMismatch:
+        return PermitsMismatch
+
+
+def apply_plan(
+    entries: Sequence[Entry], plan: core.WritePlan, request: tuple[str, bool, int, bool]
+) -> list[Entry]:
+    """The table after a backend wrote ``plan``: what a row store does with it, and no more
+    (leases are not modelled, so refreshing a waiter changes nothing here)."""
+    owner, shared, limit, fair = request
+    token = max((e.token for e in entries if e.token is not None), default=0) + 1
+    seq = max((e.seq for e in entries), default=0) + 1
+    write = plan.write
+    if write is core.Write.ADD_GRANT:
+        return [*entries, Entry(owner, seq, shared, limit, fair, token)]
+    if write is core.Write.ADD_WAITER:
+        return [*entries, Entry(owner, seq, shared, limit, fair, None)]
+    if write is core.Write.GRANT_WAITER:
+        return [replace(e, token=token) if e is plan.mine else e for e in entries]
+    return list(entries)
+
+
+@PROFILE
+@given(st.data())
+def test_plan_decides_as_decide_and_check_limits(data: st.DataObject) -> None:
+    entries, shared_limit = data.draw(lock_tables())
+    owner, shared, limit, fair = data.draw(requests(entries, shared_limit))
+    queue = data.draw(st.booleans())
+    plan = plan_or_mismatch(entries, owner, shared, limit, fair, queue)
+    decision = decide_or_mismatch(entries, owner, shared, limit, fair)
+    if decision is PermitsMismatch:
+        assert plan is PermitsMismatch
+        with pytest.raises(PermitsMismatch):
+            core.check_limits(entries, owner, shared, limit)
+        return
+    assert isinstance(plan, core.WritePlan)
+    assert plan.decision is decision
+    assert plan.mine == next((e for e in entries if e.owner == owner), None)
+
+
+@PROFILE
+@given(st.data())
+def test_plan_writes_what_the_decision_needs(data: st.DataObject) -> None:
+    entries, shared_limit = data.draw(lock_tables())
+    owner, shared, limit, fair = data.draw(requests(entries, shared_limit))
+    queue = data.draw(st.booleans())
+    plan = plan_or_mismatch(entries, owner, shared, limit, fair, queue)
+    assume(plan is not PermitsMismatch)
+    assert isinstance(plan, core.WritePlan)
+    mine = plan.mine
+    expected = {
+        (Decision.HELD, True): core.Write.NOTHING,
+        (Decision.GRANT, False): core.Write.ADD_GRANT,
+        (Decision.GRANT, True): core.Write.GRANT_WAITER,
+        (Decision.WAIT, True): core.Write.REFRESH_WAITER,
+        (Decision.WAIT, False): core.Write.ADD_WAITER if queue else core.Write.NOTHING,
+    }
+    assert plan.write is expected[plan.decision, mine is not None]
+    if plan.decision is Decision.HELD:
+        assert mine is not None
+        assert plan.held_token == mine.token
+    else:
+        with pytest.raises(ValueError, match="no grant already made"):
+            _ = plan.held_token
+
+
+@PROFILE
+@given(st.data())
+def test_plan_is_idempotent_by_owner(data: st.DataObject) -> None:
+    # a retry after a lost reply writes nothing new: the same grant, or the same place in line
+    entries, shared_limit = data.draw(lock_tables())
+    request = data.draw(requests(entries, shared_limit))
+    queue = data.draw(st.booleans())
+    first = plan_or_mismatch(entries, *request, queue)
+    assume(first is not PermitsMismatch)
+    assert isinstance(first, core.WritePlan)
+    after = apply_plan(entries, first, request)
+    retry = core.plan(after, *request, queue)
+    assert apply_plan(after, retry, request) == after
+    assert sum(e.owner == request[0] for e in after) <= 1
+    if first.decision is not Decision.WAIT:
+        assert retry.decision is Decision.HELD
+        assert retry.held_token == next(e.token for e in after if e.owner == request[0])
+    else:
+        assert retry.decision is Decision.WAIT
+
+
+def test_plan_examples() -> None:
+    held = core.plan([grant("a", 1)], "a", *MUTEX, False, True)
+    assert (held.write, held.held_token) == (core.Write.NOTHING, 1)
+    promoted = core.plan([waiter("a", 1, fair=True)], "a", *MUTEX, True, True)
+    assert (promoted.decision, promoted.write) == (Decision.GRANT, core.Write.GRANT_WAITER)
+    assert promoted.mine == waiter("a", 1, fair=True)
+    assert core.plan([grant("a", 1)], "b", *MUTEX, False, True).write is core.Write.ADD_WAITER
+    single_try = core.plan([grant("a", 1)], "b", *MUTEX, False, False)
+    assert (single_try.decision, single_try.write) == (Decision.WAIT, core.Write.NOTHING)
+    kept = core.plan([grant("a", 1), waiter("b", 2)], "b", *MUTEX, False, False)
+    assert kept.write is core.Write.REFRESH_WAITER
+    with pytest.raises(PermitsMismatch):
+        core.plan([grant("a", 1, (True, 3))], "b", True, 2, False, True)

@@ -13,7 +13,7 @@ atomically. Each backend module provides two classes with the same method names,
   keyword arguments given to ``connect()``; unknown ones are refused before the call.
 
 A backend that only has a blocking driver (SQLite's stdlib module) gets its asyncio flavour
-from ``tumbler.backends._adapter.AsyncAdapter``; one with both (redis-py, psycopg) implements
+from ``tumbler.backends.kit.AsyncAdapter``; one with both (redis-py, psycopg) implements
 ``AsyncBackend`` natively, and should generate the blocking twin from it.
 
 What every backend must guarantee
@@ -232,6 +232,12 @@ class WakeHub:
                 self._subscribers[name] = kept
             else:
                 del self._subscribers[name]
+
+    def subscribers(self, name: str) -> int:
+        """How many callbacks are subscribed for ``name``: what a closed watch must leave
+        behind is none of its own."""
+        with self._lock:
+            return len(self._subscribers.get(name, ()))
 
     def notify(self, name: str, tags: Collection[str] | None = None) -> None:
         with self._lock:

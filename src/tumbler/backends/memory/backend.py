@@ -34,22 +34,21 @@ from typing import TYPE_CHECKING
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock, ManualClock
-from ..._sync.watch import HubWatch
 from ..._url import BackendURL
 from ...errors import ConfigurationError, InvalidURL
 from ..contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
+from ..kit import HubWatch, LockStateBuilder
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
 #: on a ManualClock time moves only when the test says so: no lease is too short to renew
 MANUAL_CLOCK_CAPABILITIES = dataclasses.replace(CAPABILITIES, min_ttl=core.MIN_TTL)
@@ -114,25 +113,25 @@ class MemoryBackend:
             before = len(store.rows.get(request.name, ()))
             rows = store.live_rows(request.name, now)
             expired = before != len(rows)
-            entries = [row.entry for row in rows]
-            decision = core.decide(
-                entries, request.owner, request.shared, request.limit, request.fair
+            plan = core.plan(
+                [row.entry for row in rows],
+                request.owner,
+                request.shared,
+                request.limit,
+                request.fair,
+                request.queue,
             )
-            mine = next((row for row in rows if row.entry.owner == request.owner), None)
-            if decision is core.Decision.HELD:
-                assert mine is not None
-                assert mine.entry.token is not None
-                return Grant(request.name, request.owner, mine.entry.token, request.ttl)
-            if decision is core.Decision.GRANT:
+            mine = next((row for row in rows if row.entry is plan.mine), None)
+            write = plan.write
+            result: Grant | None = None
+            if plan.decision is core.Decision.HELD:
+                return Grant(request.name, request.owner, plan.held_token, request.ttl)
+            if write is core.Write.ADD_GRANT or write is core.Write.GRANT_WAITER:
                 store.last_token += 1
                 token = store.last_token
+                seq = plan.mine.seq if plan.mine is not None else next(store.order)
                 entry = core.Entry(
-                    request.owner,
-                    mine.entry.seq if mine else next(store.order),
-                    request.shared,
-                    request.limit,
-                    request.fair,
-                    token,
+                    request.owner, seq, request.shared, request.limit, request.fair, token
                 )
                 row = _Row(entry, now + request.ttl, request.holder)
                 if mine is not None:
@@ -140,23 +139,21 @@ class MemoryBackend:
                 else:
                     rows.append(row)
                 store.rows[request.name] = rows
-                result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
-            else:
-                waiter_until = now + self.capabilities.waiter_ttl
-                if mine is not None:
-                    mine.expires_at = waiter_until
-                elif request.queue:
-                    entry = core.Entry(
-                        request.owner,
-                        next(store.order),
-                        request.shared,
-                        request.limit,
-                        request.fair,
-                        None,
-                    )
-                    rows.append(_Row(entry, waiter_until, request.holder))
-                    store.rows[request.name] = rows
-                result = None
+                result = Grant(request.name, request.owner, token, request.ttl)
+            elif write is core.Write.REFRESH_WAITER:
+                assert mine is not None
+                mine.expires_at = now + self.capabilities.waiter_ttl
+            elif write is core.Write.ADD_WAITER:
+                entry = core.Entry(
+                    request.owner,
+                    next(store.order),
+                    request.shared,
+                    request.limit,
+                    request.fair,
+                    None,
+                )
+                rows.append(_Row(entry, now + self.capabilities.waiter_ttl, request.holder))
+                store.rows[request.name] = rows
         if expired:
             store.hub.notify(request.name)
         return result
@@ -213,18 +210,17 @@ class MemoryBackend:
 
     def _state(self, name: str, rows: list[_Row]) -> LockState:
         now = self._store.clock.now()
-        holders = tuple(
-            HolderInfo(row.entry.token, row.entry.shared, row.expires_at - now, row.holder)
-            for row in rows
-            if row.entry.token is not None
-        )
-        limits = {row.entry.limit for row in rows if row.entry.shared}
-        return LockState(
-            name=name,
-            holders=holders,
-            waiters=sum(1 for row in rows if not row.entry.granted),
-            limit=limits.pop() if len(limits) == 1 else None,
-        )
+        state = LockStateBuilder(name)
+        for row in rows:
+            entry = row.entry
+            state.add(
+                token=entry.token,
+                shared=entry.shared,
+                limit=entry.limit,
+                expires_in=row.expires_at - now,
+                holder=row.holder,
+            )
+        return state.build()
 
     def force_release(self, name: str, note: str) -> int:
         store = self._store
@@ -287,6 +283,6 @@ def open_sync(url: BackendURL, *, clock: Clock | None = None) -> MemoryBackend:
 
 async def open_async(url: BackendURL, *, clock: Clock | None = None) -> AsyncAdapter:
     backend = _open(url, clock)
-    from .._adapter import AsyncAdapter  # the blocking flavour never needs it
+    from ..kit.adapter import AsyncAdapter  # the blocking flavour never needs it
 
     return AsyncAdapter(backend, in_thread=False, hub=backend.hub)

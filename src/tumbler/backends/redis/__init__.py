@@ -45,7 +45,7 @@ def _isolate(url: BackendURL, token: str) -> str:
 
 
 def _single_server(url: BackendURL) -> tuple[str, int] | None:
-    from .._options import flag, host_port
+    from ..kit.options import flag, host_port
 
     if url.scheme == "redis+unix" or "," in url.hosts or flag(url.query.get("cluster", "no")):
         return None

@@ -91,8 +91,9 @@ from ...errors import (
     TooManyWaiters,
     TumblerError,
 )
-from .._options import flag, host_port, seconds
 from ..contract import LockState
+from ..kit import astart_or_close, start_or_close
+from ..kit.options import flag, host_port, seconds
 from . import DEFAULT_PORT
 from .lua import SCRIPT_COMMANDS
 
@@ -560,12 +561,7 @@ def open_sync(url: BackendURL) -> RedisBackend:
     config = parse_config(url)
     _check_tls_files(url)
     backend = RedisBackend(config)
-    try:
-        backend.start()
-    except BaseException:
-        backend.close()
-        raise
-    return backend
+    return start_or_close(backend)
 
 
 async def open_async(url: BackendURL) -> AsyncRedisBackend:
@@ -574,9 +570,4 @@ async def open_async(url: BackendURL) -> AsyncRedisBackend:
     config = parse_config(url)
     _check_tls_files(url)
     backend = AsyncRedisBackend(config)
-    try:
-        await backend.start()
-    except BaseException:
-        await backend.close()
-        raise
-    return backend
+    return await astart_or_close(backend)

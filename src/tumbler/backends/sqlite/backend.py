@@ -111,7 +111,6 @@ if sys.platform != "win32":
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock
-from ..._sync.watch import HubWatch
 from ..._url import BackendURL
 from ...errors import (
     BackendUnavailable,
@@ -124,15 +123,15 @@ from ...errors import (
 from ..contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
 )
+from ..kit import HubWatch, LockStateBuilder
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
 SCHEMA_VERSION = 1
 
@@ -856,33 +855,39 @@ class SQLiteBackend:
         entries) is updated to match, so that the next request of a batch sees this one. A
         waiter that stays one is added to ``refresh`` (its entry's lease is renewed with the
         others at the end of the transaction: no decision in it depends on that lease)."""
-        mine = line.by_owner.get(request.owner)
-        decision = core.decide(
-            line.relevant(request), request.owner, request.shared, request.limit, request.fair
+        plan = core.plan(
+            line.relevant(request),
+            request.owner,
+            request.shared,
+            request.limit,
+            request.fair,
+            request.queue,
         )
-        if decision is core.Decision.HELD:
+        mine, write = plan.mine, plan.write
+        if plan.decision is core.Decision.HELD:
+            return Grant(request.name, request.owner, plan.held_token, request.ttl)
+        if write is core.Write.REFRESH_WAITER:
             assert mine is not None
-            assert mine.token is not None
-            return Grant(request.name, request.owner, mine.token, request.ttl)
-        if decision is core.Decision.GRANT:
+            refresh.append(mine.seq)
+            return None
+        if write is core.Write.NOTHING:  # a single try leaves nothing behind
+            return None
+        token: int | None = None
+        expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
+        if plan.decision is core.Decision.GRANT:
             (token,) = db.execute(
                 "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value"
             ).fetchone()
             expires_at = now + round(request.ttl * 1e9)
-            result: Grant | None = Grant(request.name, request.owner, token, request.ttl)
-        else:
-            token = None
-            expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
-            result = None
-        if mine is not None and token is None:
-            refresh.append(mine.seq)
-        elif mine is not None:
+        if write is core.Write.GRANT_WAITER:
+            assert mine is not None
+            assert token is not None
             db.execute(
                 "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
                 (token, expires_at, mine.seq),
             )
             line.granted(mine, token)
-        elif result is not None or request.queue:  # a single try leaves nothing behind
+        else:  # ADD_GRANT or ADD_WAITER
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
                 "(name, owner, shared, lim, fair, token, expires_at, holder) "
@@ -902,7 +907,7 @@ class SQLiteBackend:
             line.add(
                 core.Entry(request.owner, seq, request.shared, request.limit, request.fair, token)
             )
-        return result
+        return None if token is None else Grant(request.name, request.owner, token, request.ttl)
 
     def _refresh_waiters(self, db: sqlite3.Connection, now: int, seqs: list[int]) -> None:
         """Renew the leases of these waiter entries, in one statement."""
@@ -1005,25 +1010,18 @@ class SQLiteBackend:
                 f"WHERE expires_at > ? {condition} ORDER BY name, seq",
                 (now, *parameters),
             ).fetchall()
-        grouped: dict[str, list[tuple[str, int, int, int | None, int, str]]] = {}
-        for row in rows:
-            grouped.setdefault(row[0], []).append(row)
-        states = []
-        for name, group in grouped.items():
-            limits = {lim for _, shared, lim, _, _, _ in group if shared}
-            states.append(
-                LockState(
-                    name=name,
-                    holders=tuple(
-                        HolderInfo(token, bool(shared), (expires_at - now) / 1e9, holder)
-                        for _, shared, _, token, expires_at, holder in group
-                        if token is not None
-                    ),
-                    waiters=sum(1 for row in group if row[3] is None),
-                    limit=limits.pop() if len(limits) == 1 else None,
-                )
+        states: dict[str, LockStateBuilder] = {}
+        for name, shared, lim, token, expires_at, holder in rows:
+            if name not in states:
+                states[name] = LockStateBuilder(name)
+            states[name].add(
+                token=token,
+                shared=bool(shared),
+                limit=lim,
+                expires_in=(expires_at - now) / 1e9,
+                holder=holder,
             )
-        return states
+        return [state.build() for state in states.values()]
 
     def force_release(self, name: str, note: str) -> int:
         with self._transaction() as db:
@@ -1074,7 +1072,7 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
     # Opening may wait for another process's write lock: not on the event loop.
     import asyncio  # the blocking flavour never needs it
 
-    from .._adapter import AsyncAdapter
+    from ..kit.adapter import AsyncAdapter
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
     return AsyncAdapter(backend, in_thread=True)

@@ -46,7 +46,7 @@ def _isolate(url: BackendURL, token: str) -> str:
 def _single_server(url: BackendURL) -> tuple[str, int] | None:
     if "," in url.hosts:
         return None
-    from .._options import host_port
+    from ..kit.options import host_port
 
     return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
 

@@ -154,7 +154,8 @@ from kazoo.security import ACL, Permissions, make_digest_acl_credential
 from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from .._options import flag, host_port, seconds
+from ..kit import astart_or_close, start_or_close
+from ..kit.options import flag, host_port, seconds
 from . import DEFAULT_PORT, MIN_TTL
 
 if TYPE_CHECKING:
@@ -977,21 +978,11 @@ def open_sync(url: BackendURL) -> ZooKeeperBackend:
     from ._sync.backend import ZooKeeperBackend
 
     backend = ZooKeeperBackend(parse_config(url))
-    try:
-        backend.start()
-    except BaseException:
-        backend.close()
-        raise
-    return backend
+    return start_or_close(backend)
 
 
 async def open_async(url: BackendURL) -> AsyncZooKeeperBackend:
     from ._async.backend import AsyncZooKeeperBackend
 
     backend = AsyncZooKeeperBackend(parse_config(url))
-    try:
-        await backend.start()
-    except BaseException:
-        await backend.close()
-        raise
-    return backend
+    return await astart_or_close(backend)

@@ -14,7 +14,6 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
@@ -32,18 +31,17 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
-from ...._async.watch import AsyncHubWatch
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
+from ...kit import AsyncBaseWatch, LockStateBuilder
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -211,7 +209,7 @@ class AsyncWakeups:
             await ajoin(reader)
 
 
-class AsyncRedisWatch:
+class AsyncRedisWatch(AsyncBaseWatch):
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -220,38 +218,17 @@ class AsyncRedisWatch:
     """
 
     def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
-        self._backend = backend
-        self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = AsyncHubWatch(backend.clock, name, backend.hub, tag)
-        self.retry_needed = not backend.wakeups.subscribed()
+        super().__init__(backend.clock, name, backend.hub, tag)
+        self._backend = backend
+        self._subscribed = backend.wakeups.subscribed()
 
-    async def __aenter__(self) -> AsyncRedisWatch:
-        if self.retry_needed:
-            try:
-                await self._backend.wakeups.subscribe(self._name)
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def wake(self) -> None:
-        self._watch.wake()
-
-    def close(self) -> None:
-        self._watch.close()
-
-    async def wait(self, timeout: float) -> None:
-        await self._watch.wait(timeout)
+    async def _subscribe(self) -> bool:
+        if self._subscribed:
+            return False
+        await self._backend.wakeups.subscribe(self.name)
+        return True
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
@@ -601,26 +578,29 @@ class AsyncRedisBackend:
                 name,
                 malformed,
             )
-        holders = []
-        waiters = 0
-        limits = set()
+        entries = []
         for index in range(2, len(raw), 2):
             owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
             value = raw[index + 1]
             value = value.decode() if isinstance(value, bytes) else value
-            _seq, shared, limit, token, expires_ms, holder = lua.parse_entry(owner, value)
-            if shared:
-                limits.add(limit)
-            if token is None:
-                waiters += 1
-            else:
-                holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
-        holders.sort(key=lambda h: h.token)
+            entries.append(lua.parse_entry(owner, value))
+        state = LockStateBuilder(name)
+        # holders in grant order: a token grows with every grant
+        for _seq, shared, limit, token, expires_ms, holder in sorted(
+            entries, key=lambda entry: entry[3] or 0
+        ):
+            state.add(
+                token=token,
+                shared=shared,
+                limit=limit,
+                expires_in=(expires_ms - now_ms) / 1000,
+                holder=holder,
+            )
         return RedisLockState(
             name=name,
-            holders=tuple(holders),
-            waiters=waiters,
-            limit=limits.pop() if len(limits) == 1 else None,
+            holders=state.holders,
+            waiters=state.waiters,
+            limit=state.limit,
             malformed=malformed,
         )
 

@@ -16,7 +16,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis.exceptions as redis_errors
@@ -35,17 +34,16 @@ from redis.retry import Retry
 
 from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._sync.watch import HubWatch
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
+from ...kit import BaseWatch, LockStateBuilder
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -213,7 +211,7 @@ class Wakeups:
             join(reader)
 
 
-class RedisWatch:
+class RedisWatch(BaseWatch):
     """A waiter's view of its client's wake-up channel.
 
     Made before the first try, it registers for local wake-ups at once; if the client's
@@ -222,38 +220,17 @@ class RedisWatch:
     """
 
     def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
-        self._backend = backend
-        self._name = name
         # releases wake the waiters they let through, named by their owner's hash
         tag = hashlib.sha1(owner.encode()).hexdigest()
-        self._watch = HubWatch(backend.clock, name, backend.hub, tag)
-        self.retry_needed = not backend.wakeups.subscribed()
+        super().__init__(backend.clock, name, backend.hub, tag)
+        self._backend = backend
+        self._subscribed = backend.wakeups.subscribed()
 
-    def __enter__(self) -> RedisWatch:
-        if self.retry_needed:
-            try:
-                self._backend.wakeups.subscribe(self._name)
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def wake(self) -> None:
-        self._watch.wake()
-
-    def close(self) -> None:
-        self._watch.close()
-
-    def wait(self, timeout: float) -> None:
-        self._watch.wait(timeout)
+    def _subscribe(self) -> bool:
+        if self._subscribed:
+            return False
+        self._backend.wakeups.subscribe(self.name)
+        return True
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
@@ -601,26 +578,29 @@ class RedisBackend:
                 name,
                 malformed,
             )
-        holders = []
-        waiters = 0
-        limits = set()
+        entries = []
         for index in range(2, len(raw), 2):
             owner = raw[index].decode() if isinstance(raw[index], bytes) else raw[index]
             value = raw[index + 1]
             value = value.decode() if isinstance(value, bytes) else value
-            _seq, shared, limit, token, expires_ms, holder = lua.parse_entry(owner, value)
-            if shared:
-                limits.add(limit)
-            if token is None:
-                waiters += 1
-            else:
-                holders.append(HolderInfo(token, shared, (expires_ms - now_ms) / 1000, holder))
-        holders.sort(key=lambda h: h.token)
+            entries.append(lua.parse_entry(owner, value))
+        state = LockStateBuilder(name)
+        # holders in grant order: a token grows with every grant
+        for _seq, shared, limit, token, expires_ms, holder in sorted(
+            entries, key=lambda entry: entry[3] or 0
+        ):
+            state.add(
+                token=token,
+                shared=shared,
+                limit=limit,
+                expires_in=(expires_ms - now_ms) / 1000,
+                holder=holder,
+            )
         return RedisLockState(
             name=name,
-            holders=tuple(holders),
-            waiters=waiters,
-            limit=limits.pop() if len(limits) == 1 else None,
+            holders=state.holders,
+            waiters=state.waiters,
+            limit=state.limit,
             malformed=malformed,
         )
 

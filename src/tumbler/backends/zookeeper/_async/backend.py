@@ -23,7 +23,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from ...._async.watch import AsyncHubWatch
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
@@ -36,6 +35,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
+from ...kit import AsyncHubWatch
 from .. import CAPABILITIES
 from ..common import (
     CONTAINER_FLAG,

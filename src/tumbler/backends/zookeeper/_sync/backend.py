@@ -27,7 +27,6 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, line_position
-from ...._sync.watch import HubWatch
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     Grant,
@@ -38,6 +37,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
+from ...kit import HubWatch
 from .. import CAPABILITIES
 from ..common import (
     CONTAINER_FLAG,

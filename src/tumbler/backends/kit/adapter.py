@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .._async.watch import AsyncHubWatch
-from ..errors import BackendUnavailable, TumblerError
-from .contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
+from ...errors import BackendUnavailable, TumblerError
+from ..contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
+from ._async.watch import AsyncHubWatch
 
 T = TypeVar("T")
 

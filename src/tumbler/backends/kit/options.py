@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .._url import BackendURL
-from ..errors import InvalidURL
+from ..._url import BackendURL
+from ...errors import InvalidURL
 
 
 def flag(text: str) -> bool:

@@ -1,0 +1,69 @@
+"""The backend kit: what every backend would otherwise write again.
+
+A backend author implements the contract (:mod:`tumbler.backends.contract`) and takes the
+rest from here. Each piece is for:
+
+- :class:`BaseWatch` / :class:`AsyncBaseWatch`: the watch handshake of the contract (made
+  without I/O yet catching every wake-up, ``retry_needed`` after entry, ``wake()`` from any
+  thread, ``close()`` idempotent), kept once. A backend that must subscribe on its server
+  before waiting subclasses it and fills in ``_subscribe`` (and ``_unsubscribe``).
+- :class:`HubWatch` / :class:`AsyncHubWatch`: the watch every backend can return from
+  ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
+  notified for the name (a release the backend made, a pub/sub message, a server-side watch),
+  when a manual clock moves, or when the timeout passes (a poller needs nothing more).
+- ``start_or_close`` / ``astart_or_close``: what ``open_sync``/``open_async`` of a backend
+  that starts after construction returns: the started backend, or, if ``start()`` raised
+  (or was cancelled), the error, after ``close()`` released what the start had opened.
+- :class:`LockStateBuilder`: ``inspect``'s ``LockState`` from the live entries of a name
+  (holders with the seconds left on their leases, waiters counted, the agreed shared limit).
+- :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
+  stdlib module): every call on one worker thread, releases and renewals ahead of polls.
+  Imported on first use, so that a blocking-only program never loads asyncio.
+- :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``): the URL query
+  options several backends parse alike, with the same wording in their errors.
+
+The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
+never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one
+way: locks -> contract <- backends (-> kit).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._async.opening import AsyncStartable
+from ._async.opening import start_or_close as astart_or_close
+from ._async.watch import AsyncBaseWatch, AsyncHubWatch
+from ._sync.opening import Startable, start_or_close
+from ._sync.watch import BaseWatch, HubWatch
+from .options import MAX_SECONDS, flag, host_port, seconds
+from .state import LockStateBuilder
+
+if TYPE_CHECKING:
+    from .adapter import AsyncAdapter
+
+__all__ = [
+    "MAX_SECONDS",
+    "AsyncAdapter",
+    "AsyncBaseWatch",
+    "AsyncHubWatch",
+    "AsyncStartable",
+    "BaseWatch",
+    "HubWatch",
+    "LockStateBuilder",
+    "Startable",
+    "astart_or_close",
+    "flag",
+    "host_port",
+    "seconds",
+    "start_or_close",
+]
+
+
+def __getattr__(name: str) -> object:
+    # the adapter imports asyncio, which the blocking flavour must not pay for
+    if name == "AsyncAdapter":
+        from .adapter import AsyncAdapter
+
+        return AsyncAdapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""The backend kit's asyncio sources; ``_sync`` is generated from them."""

@@ -1,0 +1,1 @@
+"""Unit tests written once for asyncio; ``_sync`` is generated from them."""

@@ -1,0 +1,112 @@
+"""The watch handshake of the backend kit (``AsyncBaseWatch`` and the hub watch), on a real
+backend: ``memory://`` on a ManualClock, whose releases notify its hub. Asyncio source of the
+blocking twin in ``tests/unit/_sync/test_watch.py``.
+
+A ManualClock never lets a wait's timeout pass on its own, so a wait below returns only if a
+wake-up reached it; a lost wake-up fails the case at ``PATIENCE``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.kit import AsyncBaseWatch, AsyncHubWatch
+from tumbler.backends.memory.backend import MemoryBackend, open_sync
+from tumbler.errors import BackendUnavailable
+from tumbler.testing import ManualClock
+
+from ...contract.compat import abackground
+
+pytestmark = pytest.mark.asyncio  # async-only
+
+NAME = "orders:42"
+#: longer than any test runs; the ManualClock never lets it pass anyway
+LONG = 3600.0
+
+
+@pytest.fixture
+def backend() -> MemoryBackend:
+    return open_sync(parse_url("memory://"), clock=ManualClock())
+
+
+def request(owner: str) -> GrantRequest:
+    return GrantRequest(NAME, owner, shared=False, limit=1, fair=False, ttl=30, holder="test")
+
+
+class AsyncServerWatch(AsyncBaseWatch):
+    """A backend's watch that subscribes on its server when entered."""
+
+    def __init__(self, backend: MemoryBackend, fail: bool = False) -> None:
+        super().__init__(backend.clock, NAME, backend.hub)
+        self.fail = fail
+        self.unsubscribed = 0
+
+    async def _subscribe(self) -> bool:
+        if self.fail:
+            raise BackendUnavailable("the server refused the subscription")
+        return True
+
+    def _unsubscribe(self) -> None:
+        self.unsubscribed += 1
+
+
+async def test_a_release_between_construction_and_entry_is_not_missed(backend):
+    assert backend.try_grant(request("holder")) is not None
+    watch = AsyncHubWatch(backend.clock, NAME, backend.hub)
+    assert backend.release(NAME, "holder")  # before entry: the hub must already listen
+    async with watch:
+        assert watch.retry_needed is False  # the hub missed nothing: no retry asked
+        await abackground(lambda: watch.wait(LONG)).result()
+
+
+async def test_retry_needed_says_what_entering_subscribed(backend):
+    async with AsyncServerWatch(backend) as watch:
+        assert watch.retry_needed is True
+
+
+async def test_wake_from_another_thread_ends_the_current_wait(backend):
+    async with AsyncHubWatch(backend.clock, NAME, backend.hub) as watch:
+        waiting = abackground(lambda: watch.wait(LONG))
+        threading.Thread(target=watch.wake).start()
+        await waiting.result()
+
+
+async def test_wake_before_a_wait_ends_the_next_wait_once(backend):
+    async with AsyncHubWatch(backend.clock, NAME, backend.hub) as watch:
+        watch.wake()
+        await abackground(lambda: watch.wait(LONG)).result()
+        # the wake-up was taken: the next wait needs a new one
+        second = abackground(lambda: watch.wait(LONG))
+        assert not second.done()
+        backend.clock.advance(1)
+        await second.result()
+
+
+async def test_close_is_idempotent_and_needs_no_entry(backend):
+    watch = AsyncServerWatch(backend)
+    assert backend.hub.subscribers(NAME) == 1
+    watch.close()
+    watch.close()
+    assert backend.hub.subscribers(NAME) == 0
+    assert watch.unsubscribed == 1
+
+
+async def test_a_failed_entry_closes_the_watch_and_raises(backend):
+    watch = AsyncServerWatch(backend, fail=True)
+    with pytest.raises(BackendUnavailable):
+        async with watch:
+            pytest.fail("entered a watch whose subscription failed")
+    assert backend.hub.subscribers(NAME) == 0
+    assert watch.unsubscribed == 1
+    watch.close()
+    assert watch.unsubscribed == 1
+
+
+async def test_exit_closes_the_watch(backend):
+    async with AsyncHubWatch(backend.clock, NAME, backend.hub):
+        assert backend.hub.subscribers(NAME) == 1
+    assert backend.hub.subscribers(NAME) == 0
