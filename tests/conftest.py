@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
+from tumbler.testing.conformance.plugin import in_ci
 
 # CI must fail, not skip, when something a test needs is missing.
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+IN_CI = in_ci()
 
 # real servers for the backends that need one (started once per session, on loopback)
 pytest_plugins = ["tests.servers.fixtures"]

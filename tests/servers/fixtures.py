@@ -28,11 +28,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import pytest
 
-from tests.conftest import IN_CI
 from tumbler.backends.redis.server import (
     RedisServer,
     RedisServerCluster,
@@ -41,6 +40,7 @@ from tumbler.backends.redis.server import (
     start_tls_redis,
 )
 from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
+from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError, make_tls_files
 
 __all__ = [
@@ -57,13 +57,6 @@ __all__ = [
 ]
 
 Started = TypeVar("Started", RedisServer, RedisServerCluster, ZooKeeperServer, ZooKeeperEnsemble)
-
-
-def server_unavailable(reason: str) -> NoReturn:
-    """Fail the test in CI, skip it elsewhere, with ``reason``."""
-    if IN_CI:
-        pytest.fail(f"{reason} (failing rather than skipping because $CI is set)", pytrace=False)
-    pytest.skip(reason)
 
 
 def _start(what: str, start: Callable[[], Started]) -> Started:

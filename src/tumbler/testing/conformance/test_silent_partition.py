@@ -18,36 +18,28 @@ from tumbler._url import parse_url
 from tumbler.torture.proxy import FaultProxy
 
 from .compat import PATIENCE
-from .conftest import TARGETS, make_url
+from .plugin import Target
 
 TTL = 2.0
 FLAVOURS = ["sync", "async"]
 
-
-def _single_server_targets() -> list[str]:
-    """The targets whose URL names one server, on backends whose locks reach over a network:
-    a fault proxy can stand in front of that server."""
-    return [
-        name
-        for name, (descriptor, target) in TARGETS.items()
-        if descriptor.single_server is not None
-        and descriptor.capabilities.scope == "network"
-        and target.processes
-    ]
+pytestmark = pytest.mark.tumbler_requires("network_exclusion", "single_server")
 
 
-@pytest.fixture(params=_single_server_targets())
-def server_url(request, tmp_path) -> tuple[str, tuple[str, int]]:
-    url = make_url(request.param, request, tmp_path)
-    descriptor, _ = TARGETS[request.param]
-    server = descriptor.single_server(parse_url(url))
+@pytest.fixture
+def server_url(conformance_target: Target, process_backend_url: str) -> tuple[str, tuple[str, int]]:
+    single_server = conformance_target.descriptor.single_server
+    assert single_server is not None  # required by the module's mark
+    server = single_server(parse_url(process_backend_url))
     if server is None:
-        pytest.skip(f"{request.param}'s URL names more than one server")
-    return url, server
+        pytest.skip(f"the {conformance_target.name} target's URL names more than one server")
+    return process_backend_url, server
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_silenced_holder_is_told_before_anyone_else_is_granted(server_url, flavour):
+def test_a_silenced_holder_is_told_before_anyone_else_is_granted(
+    server_url: tuple[str, tuple[str, int]], flavour: str
+) -> None:
     url, (host, port) = server_url
     events: list[str] = []
     told = threading.Event()

@@ -19,7 +19,7 @@ import tumbler.aio
 from tumbler import PermissionDenied
 from tumbler._url import parse_url
 
-from .conftest import BACKENDS, make_url
+from .plugin import Target
 
 FLAVOURS = ["sync", "async"]
 WRONG = "not-the-password-7f3e"
@@ -60,12 +60,13 @@ async def lock_cycle_async(url: str) -> None:
         await (await tumbler.aio.connect(with_password(url, WRONG))).close()
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_no_password_in_any_log_at_any_level(kind, flavour, request, tmp_path, caplog):
-    url = make_url(kind, request, tmp_path)
+def test_no_password_in_any_log_at_any_level(
+    conformance_target: Target, backend_url: str, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = backend_url
     if parse_url(url).password is None:
-        pytest.skip(f"the {kind} target's URL carries no password")
+        pytest.skip(f"the {conformance_target.name} target's URL carries no password")
     secret = password_of(url)
     caplog.set_level(logging.DEBUG)  # the root logger: every library's records reach it
     if flavour == "sync":

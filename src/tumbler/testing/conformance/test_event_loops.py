@@ -16,7 +16,7 @@ import tumbler.aio
 from tumbler import WrongEventLoop
 
 
-def test_a_client_refuses_a_second_event_loop_and_grants_nothing(backend_url):
+def test_a_client_refuses_a_second_event_loop_and_grants_nothing(backend_url: str) -> None:
     loop = asyncio.new_event_loop()
     try:
         locks = loop.run_until_complete(tumbler.aio.connect(backend_url))

@@ -1,3 +1,7 @@
+# mypy: disable-error-code="union-attr, no-untyped-def, no-untyped-call, no-any-return"
+# mypy: disable-error-code="operator, arg-type"
+# (cases written before mypy checked them: they read optional holds and untyped table
+# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """asyncio cancellation: a task cancelled at any await leaves nothing behind in the backend.
 
 redis-py #3847 left a lock stuck when release() was cancelled; tumbler's release runs to its
@@ -12,7 +16,7 @@ import contextlib
 
 import pytest
 
-from .compat import aeventually
+from .compat import AsyncConnect, aeventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,7 +26,7 @@ async def nothing_left(locks) -> bool:
 
 
 @pytest.mark.parametrize("fair", [False, True])
-async def test_a_cancelled_waiter_leaves_no_entry(aconnect, fair):
+async def test_a_cancelled_waiter_leaves_no_entry(aconnect: AsyncConnect, fair: bool) -> None:
     holder, waiter = await aconnect(), await aconnect()
     assert await holder.lock("busy", fair=fair).acquire()
     task = asyncio.ensure_future(waiter.lock("busy", fair=fair).acquire(timeout=30))
@@ -42,7 +46,7 @@ async def test_a_cancelled_waiter_leaves_no_entry(aconnect, fair):
     assert len((await holder.status("busy")).holders) == 1
 
 
-async def test_a_cancelled_release_still_releases(aconnect):
+async def test_a_cancelled_release_still_releases(aconnect: AsyncConnect) -> None:
     holder, other = await aconnect(), await aconnect()
     lock = holder.lock("release-me")
     assert await lock.acquire()
@@ -66,7 +70,9 @@ async def test_a_cancelled_release_still_releases(aconnect):
 
 
 @pytest.mark.parametrize("steps", range(0, 60, 3))
-async def test_cancelled_at_any_point_of_a_use_leaves_nothing(aconnect, steps):
+async def test_cancelled_at_any_point_of_a_use_leaves_nothing(
+    aconnect: AsyncConnect, steps: int
+) -> None:
     """Cancel a wait-acquire-use-release after ``steps`` loop iterations, wherever it is then:
     waiting in line, granted but not yet returned, inside the block, or releasing."""
     locks, observer, contender = await aconnect(), await aconnect(), await aconnect()

@@ -1,0 +1,322 @@
+"""The conformance suite's pytest plugin: which backends the cases run on, and what each may
+be asked.
+
+Registered by the ``pytest11`` entry point ``tumbler``, so it is loaded wherever tumbler is
+installed; it does nothing unless cases of :mod:`tumbler.testing.conformance` are collected
+(its hooks look only at those, and no server starts before a case asks for one).
+
+Options:
+
+``--tumbler-url URL``
+    Run every case against ``URL``. Its backend is found by scheme
+    (:func:`tumbler.backends.descriptor_for`); each test gets a URL of its own from the
+    descriptor's ``isolate`` (another file, key prefix or path of the same store), or ``URL``
+    itself for a backend that declares none (its tests then share the store).
+``--tumbler-target NAME`` (repeatable)
+    Run on these built-in test targets only (``BackendDescriptor.test_targets``).
+
+Without either, the cases run on every test target of every built-in backend: the project's
+own run. A target's servers start once per session (per xdist worker), when a test first needs
+them, and stop at its end. A target whose servers cannot start fails its tests when ``$CI`` is
+true (``1``, ``true`` or ``yes``), where a skipped suite would look like a passing one, and
+skips them with the reason elsewhere.
+
+A case that needs something not every backend promises says so with
+``@pytest.mark.tumbler_requires(NAME, ...)`` (names: :data:`REQUIREMENTS`); on a backend whose
+descriptor does not declare it, the case is skipped with a reason naming what is missing and
+the backend.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+import pytest_asyncio
+
+import tumbler
+import tumbler.aio
+from tumbler._url import parse_url
+from tumbler.backends import builtin_descriptors, descriptor_for
+from tumbler.backends.contract import Capabilities
+from tumbler.backends.descriptor import BackendDescriptor, RunningTarget
+from tumbler.testing.servers import ServerError
+
+__all__ = [
+    "REQUIREMENTS",
+    "Target",
+    "in_ci",
+    "server_unavailable",
+]
+
+#: the package whose cases this plugin parametrizes
+SUITE = "tumbler.testing.conformance"
+
+#: what a case may require with ``tumbler_requires``: a description for the skip reason, and
+#: the test on the backend's descriptor
+REQUIREMENTS: dict[str, tuple[str, Callable[[BackendDescriptor], bool]]] = {
+    "process_exclusion": (
+        "locks that exclude other OS processes (scope 'host' or 'network')",
+        lambda descriptor: descriptor.capabilities.scope != "process",
+    ),
+    "network_exclusion": (
+        "locks that exclude processes on other machines (scope 'network')",
+        lambda descriptor: descriptor.capabilities.scope == "network",
+    ),
+    "push_wakeups": (
+        "waiters woken by the backend (push_wakeups)",
+        lambda descriptor: descriptor.capabilities.push_wakeups,
+    ),
+    "durable_fencing": (
+        "fencing tokens that survive a restart (durable_fencing)",
+        lambda descriptor: descriptor.capabilities.durable_fencing,
+    ),
+    "session_liveness": (
+        "holds that live with a session (session_liveness)",
+        lambda descriptor: descriptor.capabilities.session_liveness,
+    ),
+    "max_ttl": (
+        "a longest lease (max_ttl)",
+        lambda descriptor: descriptor.capabilities.max_ttl is not None,
+    ),
+    "min_ttl_floor": (
+        "a shortest lease above tumbler's own floor (min_ttl)",
+        lambda descriptor: _raises_the_ttl_floor(descriptor.capabilities),
+    ),
+    "single_server": (
+        "URLs that name one TCP server (single_server)",
+        lambda descriptor: descriptor.single_server is not None,
+    ),
+}
+
+
+def _raises_the_ttl_floor(capabilities: Capabilities) -> bool:
+    from tumbler._core import MIN_TTL
+
+    return capabilities.min_ttl > MIN_TTL
+
+
+def in_ci() -> bool:
+    """Whether this run is CI's ($CI is true, 1 or yes)."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def server_unavailable(reason: str) -> NoReturn:
+    """Fail the test in CI, skip it elsewhere, with ``reason``."""
+    if in_ci():
+        pytest.fail(f"{reason} (failing rather than skipping because $CI is set)", pytrace=False)
+    pytest.skip(reason)
+
+
+class _GivenURL:
+    """A URL given with ``--tumbler-url``: nothing to start; each test gets it isolated."""
+
+    def __init__(self, url: str, descriptor: BackendDescriptor) -> None:
+        self._url = url
+        self._descriptor = descriptor
+
+    def fresh_url(self) -> str:
+        if self._descriptor.isolate is None:
+            return self._url
+        return self._descriptor.isolate(parse_url(self._url), secrets.token_hex(8))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """One set-up the cases run on: a built-in test target, or a URL given by hand."""
+
+    #: what test ids and reports show
+    name: str
+    descriptor: BackendDescriptor
+    start: Callable[[Path], RunningTarget]
+    #: whether the cases that start other processes run on it
+    processes: bool = True
+
+
+def _targets(config: pytest.Config) -> list[Target]:
+    url: str | None = config.getoption("tumbler_url")
+    names: list[str] = config.getoption("tumbler_target") or []
+    if url is not None:
+        if names:
+            raise pytest.UsageError("give --tumbler-url or --tumbler-target, not both")
+        descriptor = descriptor_for(parse_url(url).scheme)
+        return [Target("url", descriptor, lambda _directory: _GivenURL(url, descriptor))]
+    built_in = [
+        Target(target.name, descriptor, target.start, target.processes)
+        for descriptor in builtin_descriptors()
+        for target in descriptor.test_targets()
+    ]
+    if not names:
+        return built_in
+    known = {target.name: target for target in built_in}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown --tumbler-target {', '.join(unknown)}; the targets are {', '.join(known)}"
+        )
+    return [known[name] for name in dict.fromkeys(names)]
+
+
+_TARGETS = pytest.StashKey[list[Target]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tumbler", "tumbler conformance suite")
+    group.addoption(
+        "--tumbler-url",
+        metavar="URL",
+        default=None,
+        help="run the conformance suite against this backend URL",
+    )
+    group.addoption(
+        "--tumbler-target",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="run the conformance suite on this built-in test target only (repeatable)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "tumbler_requires(*names): the conformance case needs these backend capabilities "
+        f"({', '.join(REQUIREMENTS)}); skipped where the backend does not declare them",
+    )
+
+
+def _in_suite(module_name: str) -> bool:
+    return module_name == SUITE or module_name.startswith(SUITE + ".")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.module is None or not _in_suite(metafunc.module.__name__):
+        return
+    if "conformance_target" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("tumbler_requires"):
+        unknown = [name for name in mark.args if name not in REQUIREMENTS]
+        if unknown:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: unknown tumbler_requires {unknown}; "
+                f"known: {', '.join(REQUIREMENTS)}"
+            )
+    if _TARGETS not in metafunc.config.stash:
+        metafunc.config.stash[_TARGETS] = _targets(metafunc.config)
+    targets = metafunc.config.stash[_TARGETS]
+    if "process_backend_url" in metafunc.fixturenames:
+        targets = [target for target in targets if target.processes]
+    metafunc.parametrize(
+        "conformance_target", targets, indirect=True, ids=[target.name for target in targets]
+    )
+
+
+class _Running:
+    """The targets started in this session, by name; a target that failed to start is not
+    tried again (its error is kept)."""
+
+    def __init__(self, directory: Callable[[str], Path]) -> None:
+        self._directory = directory
+        self._started: dict[str, RunningTarget] = {}
+        self._failed: dict[str, str] = {}
+
+    def get(self, target: Target) -> RunningTarget:
+        if target.name in self._failed:
+            server_unavailable(self._failed[target.name])
+        if target.name not in self._started:
+            try:
+                self._started[target.name] = target.start(self._directory(target.name))
+            except (ServerError, OSError) as error:
+                self._failed[target.name] = f"cannot start the {target.name} test target: {error}"
+                server_unavailable(self._failed[target.name])
+        return self._started[target.name]
+
+    def close(self) -> None:
+        for running in self._started.values():
+            running.close()
+
+
+@pytest.fixture(scope="session")
+def conformance_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Running]:
+    """The conformance targets started in this session."""
+    running = _Running(lambda name: tmp_path_factory.mktemp(name))
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def conformance_target(request: pytest.FixtureRequest) -> Target:
+    """The target this case runs on; skips the case if it needs what the backend lacks."""
+    target: Target | None = getattr(request, "param", None)
+    if target is None:
+        raise pytest.UsageError(
+            f"{request.node.nodeid}: conformance_target is given only to {SUITE}'s cases"
+        )
+    for mark in request.node.iter_markers("tumbler_requires"):
+        for name in mark.args:
+            what, declared = REQUIREMENTS[name]
+            if not declared(target.descriptor):
+                pytest.skip(
+                    f"needs {name}: {what}, which the {target.descriptor.name} backend "
+                    "does not declare"
+                )
+    return target
+
+
+@pytest.fixture
+def conformance_url(conformance_target: Target, conformance_running: _Running) -> str:
+    """A URL of the target under test that no other test uses: a new file, store or prefix."""
+    return conformance_running.get(conformance_target).fresh_url()
+
+
+@pytest.fixture
+def backend_url(conformance_url: str) -> str:
+    """A fresh URL of the backend under test."""
+    return conformance_url
+
+
+@pytest.fixture
+def process_backend_url(conformance_url: str) -> str:
+    """A fresh URL of the backend under test, for cases that start other processes (on the
+    targets that run them)."""
+    return conformance_url
+
+
+@pytest.fixture
+def connect(backend_url: str) -> Iterator[Callable[..., tumbler.Locks]]:
+    """Make clients of the backend under test; each is closed after the test."""
+    clients: list[tumbler.Locks] = []
+
+    def make(**options: object) -> tumbler.Locks:
+        client = tumbler.connect(backend_url, **options)  # type: ignore[arg-type]
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest_asyncio.fixture
+async def aconnect(
+    backend_url: str,
+) -> AsyncIterator[Callable[..., Awaitable[tumbler.aio.AsyncLocks]]]:
+    """Make asyncio clients of the backend under test; each is closed after the test."""
+    clients: list[tumbler.aio.AsyncLocks] = []
+
+    async def make(**options: object) -> tumbler.aio.AsyncLocks:
+        client = await tumbler.aio.connect(backend_url, **options)  # type: ignore[arg-type]
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()

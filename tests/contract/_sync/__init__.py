@@ -1,2 +1,0 @@
-# Generated from tests/contract/_async/__init__.py: do not edit.
-# Change the asyncio source and run tools/generate_sync.py again.
