@@ -1,5 +1,3 @@
-# mypy: disable-error-code="union-attr, no-untyped-def, no-untyped-call, no-any-return"
-# mypy: disable-error-code="operator, arg-type"
 # (cases written before mypy checked them: they read optional holds and untyped table
 # entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """Contract cases about OS processes: exclusion, a holder killed with SIGKILL, fork.
