@@ -19,7 +19,6 @@ by the environment variables ``TUMBLER_REDIS_SERVER`` and ``TUMBLER_REDIS_CLI``;
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -36,15 +35,15 @@ from urllib.parse import quote
 import redis
 import redis.cluster
 from mirakuru import TCPExecutor
-from mirakuru.exceptions import AlreadyRunning, ExecutorError, ProcessFinishedWithError
+from mirakuru.exceptions import AlreadyRunning, ExecutorError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
-    Launcher,
     PortTaken,
+    ProcessLauncher,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
@@ -169,7 +168,7 @@ class _PingExecutor(TCPExecutor):
         return self._ping()
 
 
-class RedisServer(Launcher, TLSServerFiles):
+class RedisServer(ProcessLauncher, TLSServerFiles):
     """One ``redis-server`` process on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with RedisServer() as server:`` starts it and, on exit,
@@ -348,16 +347,6 @@ class RedisServer(Launcher, TLSServerFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        return self._executor is not None and self._executor.running()
-
-    @property
-    def pid(self) -> int | None:
-        if self._executor is None or self._executor.process is None:
-            return None
-        return self._executor.process.pid
-
     def start(self) -> RedisServer:
         """Start the process and wait until it answers PING; returns the server itself.
 
@@ -440,25 +429,6 @@ class RedisServer(Launcher, TLSServerFiles):
                 return bool(probe.ping())
         except (redis.BusyLoadingError, redis.ConnectionError, redis.TimeoutError):
             return False
-
-    def stop(self) -> None:
-        """End the process with SIGTERM, as an orderly shutdown; the directory stays."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            # already gone (SHUTDOWN from a test, a crash): down is all stop() promises
-            with contextlib.suppress(ProcessFinishedWithError):
-                executor.stop()
-
-    def kill(self) -> None:
-        """End the process with SIGKILL, as in a crash: no shutdown, no AOF flush."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.kill()
-
-    def restart(self) -> RedisServer:
-        """:meth:`stop` (if running) and :meth:`start` on the same port and directory."""
-        self.stop()
-        return self.start()
 
     def close(self) -> None:
         """Stop the process, close the clients made by :meth:`client` and remove the directory

@@ -49,7 +49,6 @@ from mirakuru.exceptions import (
     AlreadyRunning,
     ExecutorError,
     ProcessExitedWithError,
-    ProcessFinishedWithError,
     TimeoutExpired,
 )
 
@@ -58,6 +57,7 @@ from ...testing.servers._common import (
     LOOPBACK,
     Launcher,
     PortTaken,
+    ProcessLauncher,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
@@ -257,7 +257,7 @@ class _ZooKeeperExecutor(TCPExecutor):
         self.wait_for(self.check_subprocess)
 
 
-class ZooKeeperServer(Launcher, TLSServerFiles):
+class ZooKeeperServer(ProcessLauncher, TLSServerFiles):
     """One standalone ZooKeeper server on a free ``127.0.0.1`` port, in a directory of its own.
 
     Nothing runs until :meth:`start`; ``with ZooKeeperServer() as server:`` starts it and, on
@@ -525,17 +525,6 @@ class ZooKeeperServer(Launcher, TLSServerFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        """Whether the process is alive (it may not serve yet: see :attr:`serving`)."""
-        return self._executor is not None and self._executor.running()
-
-    @property
-    def pid(self) -> int | None:
-        if self._executor is None or self._executor.process is None:
-            return None
-        return self._executor.process.pid
-
     def start(self: _Server) -> _Server:
         """Start the JVM and wait until the server serves; returns the server itself.
 
@@ -623,25 +612,6 @@ class ZooKeeperServer(Launcher, TLSServerFiles):
     def log_tail(self, lines: int = 25) -> str:
         """The last ``lines`` lines the server logged since its last start."""
         return tail(self.log_path, self._log_offset, lines)
-
-    def stop(self) -> None:
-        """End the process with SIGTERM, as an orderly shutdown; the directory stays."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            # already gone (a crash): down is all stop() promises
-            with contextlib.suppress(ProcessFinishedWithError):
-                executor.stop()
-
-    def kill(self) -> None:
-        """End the process with SIGKILL, as in a crash; the directory stays."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.kill()
-
-    def restart(self: _Server) -> _Server:
-        """:meth:`stop` (if running) and :meth:`start` on the same port and directory."""
-        self.stop()
-        return self.start()
 
     def close(self) -> None:
         """Stop the process and remove the directory if the server made it. The server cannot
