@@ -18,8 +18,7 @@ import pytest
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.sqlite.backend import SQLiteBackend
-
-from ..contract.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE
 
 pytestmark = pytest.mark.asyncio
 

@@ -23,8 +23,7 @@ from tumbler.backends.contract import GrantRequest
 from tumbler.backends.memory import backend as memory_backend
 from tumbler.backends.sqlite import backend as sqlite_backend
 from tumbler.testing import ManualClock
-
-from ..contract.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE
 
 FLAVOURS = ["sync", "async"]
 NOTE = "force-released by ops@build-7 (pid 4242, user ops) at 2026-11-24T10:00:00Z: stuck deploy"

@@ -12,8 +12,7 @@ import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, LockLost
 from tumbler import _core as core
 from tumbler.testing import ManualClock
-
-from ..contract.compat import eventually
+from tumbler.testing.conformance.compat import eventually
 
 
 @pytest.fixture

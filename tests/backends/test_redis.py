@@ -49,10 +49,9 @@ from tumbler.backends.redis.server import (
     RedisServerCluster,
     RedisUser,
 )
+from tumbler.testing.conformance.compat import PATIENCE, background, eventually, gather
 from tumbler.testing.servers import free_port, make_tls_files
 from tumbler.torture.proxy import FaultProxy
-
-from ..contract.compat import PATIENCE, background, eventually, gather
 
 #: how often a waiter re-checks on its own (``capabilities.recheck_interval``)
 RECHECK = 1.0

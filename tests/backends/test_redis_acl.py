@@ -25,8 +25,14 @@ from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.redis import common as redis_backend
 from tumbler.backends.redis.common import ACL_RULES
 from tumbler.backends.redis.server import RedisServer, RedisUser
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    abackground,
+    aeventually,
+    background,
+    eventually,
+)
 
-from ..contract.compat import PATIENCE, abackground, aeventually, background, eventually
 from ..servers.fixtures import server_unavailable
 
 FLAVOURS = ["sync", "asyncio"]

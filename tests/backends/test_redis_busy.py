@@ -34,9 +34,9 @@ from tumbler import BackendUnavailable
 from tumbler.backends.contract import Renewal
 from tumbler.backends.redis import CAPABILITIES, lua
 from tumbler.backends.redis.server import RedisServer, RedisServerCluster, RedisUser
+from tumbler.testing.conformance.compat import PATIENCE, background, eventually
+from tumbler.testing.conformance.test_processes import WORKER
 from tumbler.torture.proxy import FaultProxy
-
-from ..contract.compat import PATIENCE, background, eventually
 
 FLAVOURS = ["sync", "asyncio"]
 #: how long a fair waiter woken on Redis Cluster has before the next may pass it (documented
@@ -44,7 +44,6 @@ FLAVOURS = ["sync", "asyncio"]
 BACKUP_FAIR_MS = 1500
 #: how often a waiter re-checks on its own (``capabilities.recheck_interval``)
 RECHECK = 1.0
-WORKER = str(Path(__file__).parent.parent / "contract" / "worker.py")
 
 
 def new_prefix() -> str:

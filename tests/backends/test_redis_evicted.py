@@ -25,8 +25,7 @@ from tumbler.backends.contract import GrantRequest
 from tumbler.backends.redis import common as redis_backend
 from tumbler.backends.redis import lua
 from tumbler.backends.redis.server import RedisServer, RedisServerCluster
-
-from ..contract.compat import eventually
+from tumbler.testing.conformance.compat import eventually
 
 FLAVOURS = ["sync", "asyncio"]
 NOTE = "force-released by ops@host-1 (pid 4242) at 2026-11-24T10:00:00Z: stuck batch job"

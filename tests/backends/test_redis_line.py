@@ -25,8 +25,13 @@ import tumbler.aio
 from tumbler import TooManyWaiters
 from tumbler.backends.redis.common import RedisLockState
 from tumbler.backends.redis.server import RedisServer
-
-from ..contract.compat import PATIENCE, abackground, aeventually, background, eventually
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    abackground,
+    aeventually,
+    background,
+    eventually,
+)
 
 FLAVOURS = ["sync", "asyncio"]
 

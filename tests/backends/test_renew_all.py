@@ -24,8 +24,7 @@ from tumbler import BackendUnavailable
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.sqlite.backend import SQLiteBackend
 from tumbler.testing import ManualClock
-
-from ..contract.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE
 
 FLAVOURS = ["sync", "async"]
 

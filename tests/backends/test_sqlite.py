@@ -18,9 +18,8 @@ import tumbler
 import tumbler.aio
 from tumbler import BackendUnavailable, ConfigurationError, InvalidURL
 from tumbler.backends.sqlite import backend as sqlite_backend
-
-from ..contract.compat import PATIENCE, BackgroundCall, eventually
-from ..contract.test_processes import WORKER
+from tumbler.testing.conformance.compat import PATIENCE, BackgroundCall, eventually
+from tumbler.testing.conformance.test_processes import WORKER
 
 
 def url_of(path: Path, query: str = "") -> str:

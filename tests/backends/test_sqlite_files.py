@@ -28,8 +28,7 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler import ConfigurationError
-
-from ..contract.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE
 
 FLAVOURS = ["sync", "asyncio"]
 NOBODY = 65534

@@ -24,10 +24,9 @@ from tumbler._url import parse_url
 from tumbler.backends.zookeeper.common import encode_name, entry_data, entry_prefix, parse_config
 from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
+from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import FaultProxy
-
-from ..contract.compat import eventually
 
 PATIENCE = 30.0
 

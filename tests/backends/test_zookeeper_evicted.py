@@ -25,8 +25,7 @@ from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.zookeeper import common as zookeeper
 from tumbler.backends.zookeeper.server import ZooKeeperServer
-
-from ..contract.compat import eventually
+from tumbler.testing.conformance.compat import eventually
 
 #: short: the notes of a test outlive the evicted grants by about this
 SESSION = 1.0

@@ -27,9 +27,8 @@ import tumbler.aio
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import BackendUnavailable
+from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
-
-from ..contract.compat import aeventually, eventually
 
 #: long, so that kazoo's heartbeats (every third of it) seldom fall into a counted window
 SESSION = 20.0

@@ -24,9 +24,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import tumbler
-from tests.contract.compat import PATIENCE, eventually
 from tumbler.backends.redis.server import RedisServer
 from tumbler.errors import InvalidArgument, LockLost
+from tumbler.testing.conformance.compat import PATIENCE, eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import (
     BLACKHOLE,

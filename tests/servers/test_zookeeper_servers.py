@@ -21,7 +21,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl, make_digest_acl_credential
 
-from tests.contract.compat import eventually
 from tumbler.backends.zookeeper import server as zookeeper
 from tumbler.backends.zookeeper.server import (
     ZooKeeperEnsemble,
@@ -32,6 +31,7 @@ from tumbler.backends.zookeeper.server import (
     super_digest,
 )
 from tumbler.errors import InvalidArgument
+from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import ServerNotInstalled
 
 pytest_plugins = ["tests.servers.fixtures"]

@@ -30,7 +30,6 @@ from .contract import AsyncBackend, Backend, Capabilities
 if TYPE_CHECKING:
     from .._url import BackendURL
     from ..testing.bench import StoreBench
-    from ..torture.backends import BackendSpec
 
 __all__ = [
     "BackendDescriptor",
@@ -126,8 +125,9 @@ class BackendDescriptor:
     #: ``(url, token) -> url``: the same store, with nothing in common with other tokens'
     #: URLs (another file, key prefix, path); lets the suite run against a URL given by hand
     isolate: Callable[[BackendURL, str], str] | None = field(default=None, repr=False)
-    #: the torture harness's deployments of it (``tumbler.torture.backends.BackendSpec``)
-    torture: Callable[[], Sequence[BackendSpec]] = field(default=lambda: (), repr=False)
+    #: the torture harness's deployments of it (``tumbler.torture.backends.BackendSpec``
+    #: each: typed loosely, since the contract's side may not import the harness)
+    torture: Callable[[], Sequence[Any]] = field(default=lambda: (), repr=False)
     #: ``url -> (host, port)`` when the URL names exactly one TCP server, so that the torture
     #: harness can put its fault proxy in front of a server it did not start
     single_server: Callable[[BackendURL], tuple[str, int] | None] | None = field(

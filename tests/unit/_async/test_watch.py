@@ -18,8 +18,7 @@ from tumbler.backends.kit import AsyncBaseWatch, AsyncHubWatch
 from tumbler.backends.memory.backend import MemoryBackend, open_sync
 from tumbler.errors import BackendUnavailable
 from tumbler.testing import ManualClock
-
-from ...contract.compat import abackground
+from tumbler.testing.conformance.compat import abackground
 
 pytestmark = pytest.mark.asyncio  # async-only
 

@@ -20,8 +20,7 @@ from tumbler.backends.kit import BaseWatch, HubWatch
 from tumbler.backends.memory.backend import MemoryBackend, open_sync
 from tumbler.errors import BackendUnavailable
 from tumbler.testing import ManualClock
-
-from ...contract.compat import background
+from tumbler.testing.conformance.compat import background
 
 NAME = "orders:42"
 #: longer than any test runs; the ManualClock never lets it pass anyway
