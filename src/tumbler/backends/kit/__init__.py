@@ -21,6 +21,12 @@ rest from here. Each piece is for:
   Imported on first use, so that a blocking-only program never loads asyncio.
 - :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``): the URL query
   options several backends parse alike, with the same wording in their errors.
+- The grant rule, from tumbler's pure core: :func:`plan` turns the live entries of a name
+  (:class:`Entry`) and one request into a :class:`WritePlan` (the :class:`Decision`, and which
+  :class:`Write` to make), so that a backend storing rows only stores. :func:`decide` is the
+  rule alone, for a backend that decides elsewhere but must agree with it; a backend whose
+  store keeps entries in one arrival line (sequential nodes, a list) asks
+  :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
 
 The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
 never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one
@@ -31,6 +37,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..._core import (
+    WATCH_LINE,
+    Decision,
+    Entry,
+    Write,
+    WritePlan,
+    check_limits,
+    decide,
+    line_position,
+    plan,
+)
 from ._async.opening import AsyncStartable
 from ._async.opening import start_or_close as astart_or_close
 from ._async.watch import AsyncBaseWatch, AsyncHubWatch
@@ -44,17 +61,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_SECONDS",
+    "WATCH_LINE",
     "AsyncAdapter",
     "AsyncBaseWatch",
     "AsyncHubWatch",
     "AsyncStartable",
     "BaseWatch",
+    "Decision",
+    "Entry",
     "HubWatch",
     "LockStateBuilder",
     "Startable",
+    "Write",
+    "WritePlan",
     "astart_or_close",
+    "check_limits",
+    "decide",
     "flag",
     "host_port",
+    "line_position",
+    "plan",
     "seconds",
     "start_or_close",
 ]
