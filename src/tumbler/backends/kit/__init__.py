@@ -14,6 +14,8 @@ rest from here. Each piece is for:
 - ``start_or_close`` / ``astart_or_close``: what ``open_sync``/``open_async`` of a backend
   that starts after construction returns: the started backend, or, if ``start()`` raised
   (or was cancelled), the error, after ``close()`` released what the start had opened.
+- :class:`InspectEachName` / :class:`AsyncInspectEachName`: the default ``inspect_all``, for
+  a store that can list its lock names (``lock_names()``) and read each with ``inspect``.
 - :class:`LockStateBuilder`: ``inspect``'s ``LockState`` from the live entries of a name
   (holders with the seconds left on their leases, waiters counted, the agreed shared limit).
 - :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
@@ -48,9 +50,11 @@ from ..._core import (
     line_position,
     plan,
 )
+from ._async.inspection import AsyncInspectEachName
 from ._async.opening import AsyncStartable
 from ._async.opening import start_or_close as astart_or_close
 from ._async.watch import AsyncBaseWatch, AsyncHubWatch
+from ._sync.inspection import InspectEachName
 from ._sync.opening import Startable, start_or_close
 from ._sync.watch import BaseWatch, HubWatch
 from .options import MAX_SECONDS, flag, host_port, seconds
@@ -65,11 +69,13 @@ __all__ = [
     "AsyncAdapter",
     "AsyncBaseWatch",
     "AsyncHubWatch",
+    "AsyncInspectEachName",
     "AsyncStartable",
     "BaseWatch",
     "Decision",
     "Entry",
     "HubWatch",
+    "InspectEachName",
     "LockStateBuilder",
     "Startable",
     "Write",

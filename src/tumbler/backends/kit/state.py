@@ -23,15 +23,27 @@ class LockStateBuilder:
         self._limits: set[int] = set()
 
     def add(
-        self, *, token: int | None, shared: bool, limit: int, expires_in: float, holder: str
+        self,
+        *,
+        token: int | None,
+        shared: bool,
+        limit: int,
+        expires_in: float,
+        holder: str,
+        session: bool = False,
     ) -> None:
-        """One live entry: a grant (``token`` set) or a waiter (``token`` None)."""
+        """One live entry: a grant (``token`` set) or a waiter (``token`` None).
+
+        ``expires_in`` is the seconds left on the entry's lease; for a grant that lives with
+        its holder's session (``session``), how long it would outlive a dead holder (the
+        session timeout): see :class:`~tumbler.backends.contract.HolderInfo`.
+        """
         if shared:
             self._limits.add(limit)
         if token is None:
             self._waiters += 1
         else:
-            self._holders.append(HolderInfo(token, shared, expires_in, holder))
+            self._holders.append(HolderInfo(token, shared, expires_in, holder, session))
 
     @property
     def holders(self) -> tuple[HolderInfo, ...]:

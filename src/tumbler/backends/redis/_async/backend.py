@@ -41,7 +41,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncBaseWatch, LockStateBuilder
+from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -236,7 +236,7 @@ class AsyncRedisWatch(AsyncBaseWatch):
 _RenewalCall = tuple["tuple[str, int] | None", list[str], list["str | int"]]
 
 
-class AsyncRedisBackend:
+class AsyncRedisBackend(AsyncInspectEachName):
     """The Redis backend contract over redis-py.
 
     Per client: the pool of ``max_connections`` for calls (they wait for a free connection,
@@ -604,14 +604,13 @@ class AsyncRedisBackend:
             malformed=malformed,
         )
 
-    async def inspect_all(self) -> list[LockState]:
+    async def lock_names(self) -> set[str]:
         names = set()
         async for key in self._scan():
             name = self.keys.name_of(key.decode() if isinstance(key, bytes) else key)
             if name is not None:
                 names.add(name)
-        states = [await self.inspect(name) for name in sorted(names)]
-        return [state for state in states if state.holders or state.waiters]
+        return names
 
     async def _scan(self) -> AsyncIterator[Any]:
         with translate_errors(self.url):

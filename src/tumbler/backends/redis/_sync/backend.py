@@ -43,7 +43,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import BaseWatch, LockStateBuilder
+from ...kit import BaseWatch, InspectEachName, LockStateBuilder
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -238,7 +238,7 @@ class RedisWatch(BaseWatch):
 _RenewalCall = tuple["tuple[str, int] | None", list[str], list["str | int"]]
 
 
-class RedisBackend:
+class RedisBackend(InspectEachName):
     """The Redis backend contract over redis-py.
 
     Per client: the pool of ``max_connections`` for calls (they wait for a free connection,
@@ -604,14 +604,13 @@ class RedisBackend:
             malformed=malformed,
         )
 
-    def inspect_all(self) -> list[LockState]:
+    def lock_names(self) -> set[str]:
         names = set()
         for key in self._scan():
             name = self.keys.name_of(key.decode() if isinstance(key, bytes) else key)
             if name is not None:
                 names.add(name)
-        states = [self.inspect(name) for name in sorted(names)]
-        return [state for state in states if state.holders or state.waiters]
+        return names
 
     def _scan(self) -> Iterator[Any]:
         with translate_errors(self.url):

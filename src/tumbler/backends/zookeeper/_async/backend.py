@@ -29,13 +29,12 @@ from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     Grant,
     GrantRequest,
-    HolderInfo,
     LockState,
     Renewal,
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncHubWatch
+from ...kit import AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
 from .. import CAPABILITIES
 from ..common import (
     CONTAINER_FLAG,
@@ -77,7 +76,7 @@ _log = logging.getLogger("tumbler.zookeeper")
 LOCK_NODES_REMEMBERED = 10_000
 
 
-class AsyncZooKeeperBackend:
+class AsyncZooKeeperBackend(AsyncInspectEachName):
     """The ZooKeeper backend contract over one kazoo client (one session)."""
 
     def __init__(self, config: ZooKeeperConfig) -> None:
@@ -636,34 +635,44 @@ class AsyncZooKeeperBackend:
     async def inspect(self, name: str) -> LockState:
         with translate_errors(self.url, name):
             holders, line = await self._holders(self._lock_path(name))
-        infos = []
+        state = LockStateBuilder(name)
+        granted = {contender.node for contender, _ in holders}
         for contender, (data, stat) in holders:
             recorded = read_entry_data(data)
             # A grant lives as long as its holder's session, whatever its lease: how long it
             # would outlive a dead holder is that session's timeout, which tumbler's entries
             # record (other programs' entries do not: this client's is the best guess).
-            outlives = recorded.session_timeout or self.session_timeout
-            infos.append(
-                HolderInfo(stat.czxid, contender.shared, outlives, recorded.holder, session=True)
+            state.add(
+                token=stat.czxid,
+                shared=contender.shared,
+                limit=contender.limit,
+                expires_in=recorded.session_timeout or self.session_timeout,
+                holder=recorded.holder,
+                session=True,
             )
-        limit = next((c.limit for c in line if c.shared), None)
-        return LockState(name, tuple(infos), len(line) - len(holders), limit)
+        for contender in line:
+            if contender.node not in granted:
+                state.add(
+                    token=None,
+                    shared=contender.shared,
+                    limit=contender.limit,
+                    expires_in=self.session_timeout,
+                    holder="",
+                )
+        return state.build()
 
-    async def inspect_all(self) -> list[LockState]:
+    async def lock_names(self) -> list[str]:
         with translate_errors(self.url):
             nodes = await self._children(self.config.base)
-        states = []
-        for node in sorted(nodes):
+        names = []
+        for node in nodes:
             try:
                 name = decode_name(node)
             except UnicodeDecodeError:
                 continue  # not a lock node of ours
-            if encode_name(name) != node:
-                continue  # not a lock node either: the notes of force_release (EVICTED_NODE)
-            state = await self.inspect(name)
-            if state.holders or state.waiters:
-                states.append(state)
-        return states
+            if encode_name(name) == node:  # else not a lock node either: the notes (EVICTED_NODE)
+                names.append(name)
+        return names
 
     def _notes_path(self, name: str) -> str:
         return f"{self.config.base}/{EVICTED_NODE}/{encode_name(name)}"

@@ -1,0 +1,41 @@
+# Generated from src/tumbler/backends/kit/_async/inspection.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""``inspect_all`` for a backend that can list its lock names and inspect each one.
+
+A key-value or tree store (Redis keys, ZooKeeper children, etcd prefixes) has no query that
+reads every lock at once; what it can do is list the names that may have entries, then read
+each. The listing may include names whose entries have all run out since (or were never lock
+entries): those are read too, found empty, and left out, so that ``inspect_all`` reports only
+names with a holder or a waiter, as the contract says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ...contract import LockState
+
+
+class InspectEachName:
+    """Mixin: ``inspect_all()`` from ``lock_names()`` and ``inspect(name)``.
+
+    A backend whose store reads every lock in one query (an SQL table) should write its own
+    ``inspect_all`` instead: one read is both faster and a consistent picture, where this is
+    one read per name, each consistent only with itself.
+    """
+
+    def lock_names(self) -> Iterable[str]:
+        """Every name that may have live entries (a superset is fine; order does not matter)."""
+        raise NotImplementedError
+
+    def inspect(self, name: str) -> LockState:
+        raise NotImplementedError
+
+    def inspect_all(self) -> list[LockState]:
+        """The state of every lock name with a holder or a waiter, sorted by name."""
+        states = []
+        for name in sorted(set(self.lock_names())):
+            state = self.inspect(name)
+            if state.holders or state.waiters:
+                states.append(state)
+        return states
