@@ -288,49 +288,88 @@ class SessionEvents:
 
 
 class Watch(Protocol):
-    """A subscription to changes of one lock name (blocking flavour)."""
+    """A subscription to changes of one lock name (blocking flavour); see "Waking waiters"
+    in the module docstring for the handshake. :class:`tumbler.backends.kit.HubWatch` is a
+    complete one, :class:`tumbler.backends.kit.BaseWatch` the base to fill in."""
 
+    #: read after ``__enter__``: True if a change between construction and entry may have
+    #: been missed (the subscription is new), so the caller tries the lock again before waiting
     retry_needed: bool
 
-    def wait(self, timeout: float) -> None: ...
+    def wait(self, timeout: float) -> None:
+        """Return when the lock may have changed (a wake-up for this name or this owner, or
+        ``wake()``), or when ``timeout`` seconds have passed on the backend's clock, whichever
+        is first. A wake-up that arrived since construction or since the last ``wait``
+        returned makes it return at once: none is lost between two waits. Returning says
+        nothing about the lock: the caller tries again."""
+        ...
 
-    def wake(self) -> None: ...
+    def wake(self) -> None:
+        """Make the ``wait`` under way return now, or the next one if none is; callable from
+        any thread (the client's ``close()`` ends its waits so), never blocks, no I/O."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """End the watch and drop its subscriptions, on the server and in the backend's
+        :class:`WakeHub`; also for a watch never entered. Idempotent."""
+        ...
 
-    def __enter__(self) -> Watch: ...
+    def __enter__(self) -> Watch:
+        """Subscribe (on the server if the backend must) and set ``retry_needed``; may do I/O
+        and raise ``BackendUnavailable``."""
+        ...
 
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        """``close()``."""
+        ...
 
 
 class AsyncWatch(Protocol):
-    """A subscription to changes of one lock name (asyncio flavour)."""
+    """A subscription to changes of one lock name (asyncio flavour): :class:`Watch` with an
+    awaitable ``wait`` and ``async with``; ``wake()`` and ``close()`` stay plain calls, so
+    that another thread or a callback can end a wait."""
 
     retry_needed: bool
 
-    async def wait(self, timeout: float) -> None: ...
+    async def wait(self, timeout: float) -> None:
+        """As :meth:`Watch.wait`; cancelling it leaves the watch usable."""
+        ...
 
-    def wake(self) -> None: ...
+    def wake(self) -> None:
+        """As :meth:`Watch.wake`: from any thread, also from outside the event loop."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """As :meth:`Watch.close`."""
+        ...
 
-    async def __aenter__(self) -> AsyncWatch: ...
+    async def __aenter__(self) -> AsyncWatch:
+        """As :meth:`Watch.__enter__`."""
+        ...
 
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        """``close()``."""
+        ...
 
 
 class Backend(Protocol):
-    """The blocking backend contract (see the module docstring for the guarantees)."""
+    """The blocking backend contract (the module docstring has the guarantees at length).
+
+    Every method may raise ``BackendUnavailable`` (the server cannot be reached in time) or
+    ``PermissionDenied`` (it refused this client); none raises a driver's own exception, and
+    none blocks past the bound of the client's configured timeouts. Methods are called from
+    any thread, concurrently: a backend serialises what its driver cannot share.
+    """
 
     #: the URL with credentials removed, for messages and reprs
     url: str
@@ -340,58 +379,123 @@ class Backend(Protocol):
     #: session trouble reports (session-based backends), or None
     session_events: SessionEvents | None
 
-    def try_grant(self, request: GrantRequest) -> Grant | None: ...
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        """Decide ``request`` by ``tumbler._core.decide``'s rule and record the outcome, in one
+        atomic step: return the new :class:`Grant` (a fencing token above every token ever
+        granted for the name, and the lease actually granted, at most ``max_ttl``), or None
+        when not granted, having left or refreshed the owner's waiter entry (lease
+        ``capabilities.waiter_ttl``) unless ``request.queue`` is False.
 
-    def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
-
-    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """``renew`` for each of ``renewals``, results in the same order, within ``timeout``."""
+        Idempotent by owner: asked again for an owner that holds a live grant, it returns
+        that grant (same token) and writes nothing new; for an owner waiting, it refreshes the
+        same waiter entry, which keeps its place in line. It never makes a second entry for an
+        owner. Raises ``PermitsMismatch`` (writing nothing) when a shared request's ``limit``
+        differs from that of the name's live shared entries."""
         ...
 
-    def release(self, name: str, owner: str) -> bool: ...
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        """Set ``owner``'s live grant of ``name`` to expire ``ttl`` seconds from now and return
+        the lease granted (clamped to ``max_ttl``); None if the owner has no live grant: its
+        lease ran out, it was released or forced out, or its session ended. Never revives an
+        expired or removed grant, even when nobody else has taken the lock."""
+        ...
 
-    def watch(self, name: str, owner: str) -> Watch: ...
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """``renew`` for each of ``renewals``, results in the same order, in as few round trips
+        as the store allows; returns, or raises ``BackendUnavailable``, within about
+        ``timeout`` seconds whatever the network does. A result of None loses that hold only;
+        an error says nothing about any of them (the caller retries until its own deadline)."""
+        ...
 
-    def inspect(self, name: str) -> LockState: ...
+    def release(self, name: str, owner: str) -> bool:
+        """Remove ``owner``'s entry of ``name`` (its grant or its waiter entry) and nobody
+        else's, and wake the waiters that may now go. True only if a live grant was removed;
+        False for an expired grant, a waiter, an owner with no entry (how a waiter withdraws:
+        not an error), and a second release."""
+        ...
 
-    def inspect_all(self) -> list[LockState]: ...
+    def watch(self, name: str, owner: str) -> Watch:
+        """A :class:`Watch` on ``name`` for ``owner``'s waiter, made without I/O, that catches
+        every wake-up delivered from this call on."""
+        ...
 
-    def force_release(self, name: str, note: str) -> int: ...
+    def inspect(self, name: str) -> LockState:
+        """The live grants and the count of live waiters of ``name``, read without changing
+        anything; expired entries are not reported. An unknown name is a free lock."""
+        ...
 
-    def evicted(self, name: str, owner: str) -> str | None: ...
+    def inspect_all(self) -> list[LockState]:
+        """``inspect`` of every name with at least one live grant or waiter, sorted by name."""
+        ...
 
-    def close(self) -> None: ...
+    def force_release(self, name: str, note: str) -> int:
+        """Remove every grant of ``name`` (waiters stay) and wake the waiters; leave ``note``
+        for each owner removed, kept for at least as long as that grant's lease had left.
+        Returns how many live grants it removed; their holders learn at their next renewal,
+        and ``evicted`` tells them why."""
+        ...
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        """The ``note`` a ``force_release`` left for ``owner``'s grant of ``name``, or None if
+        none did (the grant expired, or the note has run out)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections, threads and files the backend opened, ending any waits
+        under way. Does not release grants (the lock layer does that first). Idempotent."""
+        ...
 
 
 class AsyncBackend(Protocol):
-    """The asyncio backend contract: ``Backend`` with awaitable I/O, same names and meaning."""
+    """The asyncio backend contract: :class:`Backend` with awaitable I/O, the same names and
+    the same guarantees; ``watch`` stays a plain call (it does no I/O). Cancelling a call
+    leaves the store as one of the two outcomes (done or not done), never a half-written one:
+    the lock layer retries or withdraws by owner."""
 
     url: str
     capabilities: Capabilities
     clock: Clock
     session_events: SessionEvents | None
 
-    async def try_grant(self, request: GrantRequest) -> Grant | None: ...
-
-    async def renew(self, name: str, owner: str, ttl: float) -> float | None: ...
-
-    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """``renew`` for each of ``renewals``, results in the same order, within ``timeout``."""
+    async def try_grant(self, request: GrantRequest) -> Grant | None:
+        """As :meth:`Backend.try_grant`."""
         ...
 
-    async def release(self, name: str, owner: str) -> bool: ...
+    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        """As :meth:`Backend.renew`."""
+        ...
 
-    def watch(self, name: str, owner: str) -> AsyncWatch: ...
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """As :meth:`Backend.renew_all`."""
+        ...
 
-    async def inspect(self, name: str) -> LockState: ...
+    async def release(self, name: str, owner: str) -> bool:
+        """As :meth:`Backend.release`."""
+        ...
 
-    async def inspect_all(self) -> list[LockState]: ...
+    def watch(self, name: str, owner: str) -> AsyncWatch:
+        """As :meth:`Backend.watch`, returning an :class:`AsyncWatch`."""
+        ...
 
-    async def force_release(self, name: str, note: str) -> int: ...
+    async def inspect(self, name: str) -> LockState:
+        """As :meth:`Backend.inspect`."""
+        ...
 
-    async def evicted(self, name: str, owner: str) -> str | None: ...
+    async def inspect_all(self) -> list[LockState]:
+        """As :meth:`Backend.inspect_all`."""
+        ...
 
-    async def close(self) -> None: ...
+    async def force_release(self, name: str, note: str) -> int:
+        """As :meth:`Backend.force_release`."""
+        ...
+
+    async def evicted(self, name: str, owner: str) -> str | None:
+        """As :meth:`Backend.evicted`."""
+        ...
+
+    async def close(self) -> None:
+        """As :meth:`Backend.close`."""
+        ...
 
 
 __all__ = [

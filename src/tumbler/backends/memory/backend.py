@@ -205,7 +205,7 @@ class MemoryBackend:
         store = self._store
         with store.lock:
             now = store.clock.now()
-            states = [self._state(name, store.live_rows(name, now)) for name in list(store.rows)]
+            states = [self._state(name, store.live_rows(name, now)) for name in sorted(store.rows)]
         return [state for state in states if state.holders or state.waiters]
 
     def _state(self, name: str, rows: list[_Row]) -> LockState:

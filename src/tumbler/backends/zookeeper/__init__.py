@@ -18,6 +18,8 @@ DEFAULT_PORT = 2181
 #: The shortest lease ZooKeeper can keep renewed (``Capabilities.min_ttl``); see
 #: :mod:`.common`'s docstring, "The shortest lease".
 MIN_TTL = 0.5
+#: the ``session_timeout`` a URL gets unless it names one
+DEFAULT_SESSION_TIMEOUT = 10.0
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -29,6 +31,9 @@ CAPABILITIES = Capabilities(
     # watches are delivered once per change within a session; the re-check is a safety net
     recheck_interval=2.0,
     min_ttl=MIN_TTL,
+    # a grant lives with the session, so no lease can be longer than the session timeout: this
+    # is the default one's; each connection declares the timeout its ensemble negotiated
+    max_ttl=DEFAULT_SESSION_TIMEOUT,
     # an ensemble serves clients on any machine that reaches it
     scope="network",
 )

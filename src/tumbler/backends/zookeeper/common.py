@@ -156,7 +156,7 @@ from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from ..kit import astart_or_close, start_or_close
 from ..kit.options import flag, host_port, seconds
-from . import DEFAULT_PORT, MIN_TTL
+from . import DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, MIN_TTL
 
 if TYPE_CHECKING:
     from ._async.backend import AsyncZooKeeperBackend
@@ -260,7 +260,7 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
     if url.password is not None and not url.username:
         raise InvalidURL("a password needs a user name: USER:PASSWORD@", backend=url.redacted)
     digest = None if url.username is None else f"{url.username}:{url.password or ''}"
-    session_timeout = url.option("session_timeout", seconds, 10.0)
+    session_timeout = url.option("session_timeout", seconds, DEFAULT_SESSION_TIMEOUT)
     if session_timeout < MIN_TTL:
         raise InvalidURL(
             f"session_timeout must be at least {MIN_TTL:g} s, the shortest lease ZooKeeper can "
