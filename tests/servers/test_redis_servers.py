@@ -3,12 +3,8 @@ fixtures' skip-or-fail rule."""
 
 from __future__ import annotations
 
-import os
 import socket
 import string
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -31,7 +27,6 @@ from tumbler.backends.redis.server import (
 
 pytest_plugins = ["tests.servers.fixtures"]
 
-REPO = Path(__file__).resolve().parents[2]
 #: a client that reports a refused or broken connection at once instead of retrying
 NO_RETRY = Retry(NoBackoff(), 0)
 
@@ -313,58 +308,3 @@ def test_cluster_spreads_hash_tags_over_the_nodes(redis_cluster: RedisServerClus
             elsewhere = next(key for port, key in key_on.items() if port != node.port)
             with pytest.raises(redis.exceptions.MovedError):
                 direct.get(elsewhere)
-
-
-# -- fixtures: skip on a developer's machine, fail in CI -----------------------------------
-
-
-FIXTURE_USERS = textwrap.dedent(
-    """
-    import pytest
-
-    pytest_plugins = ["tests.servers.fixtures"]
-
-    @pytest.mark.parametrize(
-        "fixture", ["redis_server", "redis_tls_server", "redis_cluster", "fresh_redis_server"]
-    )
-    def test_uses(request, fixture):
-        request.getfixturevalue(fixture)
-    """
-)
-
-
-#: the cache would litter tmp_path; pytest-asyncio warns without the repo's settings
-PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:asyncio"]
-
-
-def run_without_redis(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_users.py").write_text(FIXTURE_USERS)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUMBLER_REDIS_SERVER": "/nonexistent/redis"}
-    env.pop("CI", None)
-    env.pop("PYTEST_ADDOPTS", None)
-    if ci is not None:
-        env["CI"] = ci
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", *PLUGINS_OFF, "test_users.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_fixtures_skip_without_redis_outside_ci(tmp_path: Path) -> None:
-    result = run_without_redis(tmp_path, ci=None)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 skipped" in result.stdout
-    assert "/nonexistent/redis" in result.stdout
-
-
-def test_fixtures_fail_without_redis_in_ci(tmp_path: Path) -> None:
-    result = run_without_redis(tmp_path, ci="true")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "4 failed" in result.stdout
-    assert "skipped" not in result.stdout
-    assert "/nonexistent/redis" in result.stdout

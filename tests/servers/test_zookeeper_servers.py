@@ -3,12 +3,8 @@ that loses and regains members, the super user, and the fixtures' skip-or-fail r
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
-import subprocess
-import sys
-import textwrap
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +17,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl, make_digest_acl_credential
 
-from tumbler.backends.zookeeper import server as zookeeper
 from tumbler.backends.zookeeper.server import (
     ZooKeeperEnsemble,
     ZooKeeperNotInstalled,
@@ -33,10 +28,10 @@ from tumbler.backends.zookeeper.server import (
 from tumbler.errors import InvalidArgument
 from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import ServerNotInstalled
+from tumbler.testing.servers import process as launching
 
 pytest_plugins = ["tests.servers.fixtures"]
 
-REPO = Path(__file__).resolve().parents[2]
 #: seconds a client gets to connect; far above what a healthy server needs
 CONNECT = 20.0
 
@@ -275,9 +270,9 @@ def test_a_port_taken_after_it_was_picked_is_replaced(
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         taken = squatter.getsockname()[1]
-        real_free_port = zookeeper.free_port
+        real_free_port = launching.free_port
         picks = iter([taken])
-        monkeypatch.setattr(zookeeper, "free_port", lambda: next(picks, None) or real_free_port())
+        monkeypatch.setattr(launching, "free_port", lambda: next(picks, None) or real_free_port())
         with ZooKeeperServer(tmp_path) as server:
             assert server.port != taken
             assert "Address already in use" in server.log_path.read_text()
@@ -414,57 +409,3 @@ def test_ensemble_members_can_only_start_with_their_ensemble(tmp_path: Path) -> 
         ensemble.members[0].start()
     assert not ensemble.members[0].running
     ensemble.close()
-
-
-# -- fixtures: skip on a developer's machine, fail in CI -----------------------------------
-
-
-FIXTURE_USERS = textwrap.dedent(
-    """
-    import pytest
-
-    pytest_plugins = ["tests.servers.fixtures"]
-
-    @pytest.mark.parametrize(
-        "fixture", ["zookeeper_server", "fresh_zookeeper_server", "zookeeper_ensemble"]
-    )
-    def test_uses(request, fixture):
-        request.getfixturevalue(fixture)
-    """
-)
-
-#: the cache would litter tmp_path; pytest-asyncio warns without the repo's settings
-PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:asyncio"]
-
-
-def run_without_java(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_users.py").write_text(FIXTURE_USERS)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUMBLER_JAVA": "/nonexistent/java"}
-    env.pop("CI", None)
-    env.pop("PYTEST_ADDOPTS", None)
-    if ci is not None:
-        env["CI"] = ci
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", *PLUGINS_OFF, "test_users.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_fixtures_skip_without_java_outside_ci(tmp_path: Path) -> None:
-    result = run_without_java(tmp_path, ci=None)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 skipped" in result.stdout
-    assert "/nonexistent/java" in result.stdout
-
-
-def test_fixtures_fail_without_java_in_ci(tmp_path: Path) -> None:
-    result = run_without_java(tmp_path, ci="true")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "3 failed" in result.stdout
-    assert "skipped" not in result.stdout
-    assert "/nonexistent/java" in result.stdout

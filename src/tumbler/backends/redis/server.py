@@ -25,33 +25,29 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote
 
 import redis
 import redis.cluster
-from mirakuru import TCPExecutor
-from mirakuru.exceptions import AlreadyRunning, ExecutorError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
-    PortTaken,
-    ProcessLauncher,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
     TLSServerFiles,
     free_port,
     make_tls_files,
-    tail,
 )
+from ...testing.servers.process import ProcessLauncher
 
 __all__ = [
     "ADMIN_USER",
@@ -89,7 +85,6 @@ READER_RULES = "~tumbler:* &tumbler:* +@read +ping +hello +client|setname"
 #: A lock user that lacks one command the scripts run (tumbler refuses it at connect).
 PARTIAL_RULES = TUMBLER_RULES + " -pexpiretime"
 
-_BIND_ATTEMPTS = 8
 _SERVER_ENV = "TUMBLER_REDIS_SERVER"
 _CLI_ENV = "TUMBLER_REDIS_CLI"
 #: characters Redis's config and ACL file parser would split or unquote
@@ -156,18 +151,6 @@ class RedisUser:
         return f"user {self.name} reset on >{self.password} {self.rules}"
 
 
-class _PingExecutor(TCPExecutor):
-    """Counts the server as started once it answers PING, not merely once the port is open:
-    a server still loading its data files accepts connections but answers LOADING."""
-
-    def __init__(self, command: list[str], *, ping: Callable[[], bool], **kwargs: Any) -> None:
-        super().__init__(command, **kwargs)
-        self._ping = ping
-
-    def after_start_check(self) -> bool:
-        return self._ping()
-
-
 class RedisServer(ProcessLauncher, TLSServerFiles):
     """One ``redis-server`` process on a free ``127.0.0.1`` port, in a directory of its own.
 
@@ -185,6 +168,11 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
     (a client may present only the CA) or ``"yes"`` (clients must present a certificate).
     ``extra_config`` lines are appended to the config file as they are.
     """
+
+    error = RedisServerError
+    program = "redis-server"
+    poll_interval = 0.02
+    ready_errors = (redis.RedisError,)
 
     def __init__(
         self,
@@ -228,10 +216,7 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
         self.log_path = self.dir / "redis.log"
         #: where the process's stdout and stderr go: errors from before the log file is open
         self.console_path = self.dir / "console.log"
-        self._executor: _PingExecutor | None = None
         self._clients: list[Any] = []
-        #: seconds the last start took, until the server answered PING
-        self.startup_seconds = 0.0
 
     # -- addresses -------------------------------------------------------------------------
 
@@ -336,7 +321,9 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
             ]
         return lines + self.extra_config
 
-    def _write_config(self) -> None:
+    def _write_files(self) -> None:
+        if self.cluster and self.cluster_port == 0:
+            self.cluster_port = free_port()  # a port given, but no bus port
         if self.admin is not None:
             acl = ["user default off", self.admin.acl_line()]
             acl += [user.acl_line() for user in self.users.values()]
@@ -347,76 +334,25 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> RedisServer:
-        """Start the process and wait until it answers PING; returns the server itself.
+    def _command(self) -> list[str]:
+        return [redis_server_binary(), str(self.config_path)]
 
-        The first start picks free ports (trying again with others if another program binds one
-        first); later starts reuse them. Raises :class:`RedisServerError`, with the end of the
-        server's log, if the server does not come up within ``startup_timeout`` seconds.
-        """
-        if self.running:
-            return self
-        if self._executor is not None:
-            self.kill()  # it ended on its own (SHUTDOWN, a crash): reap it before the next one
-        program = redis_server_binary()
-        pick_ports = self.port == 0
-        attempts = _BIND_ATTEMPTS if pick_ports else 1
-        for attempt in range(1, attempts + 1):
-            if pick_ports:
-                self.port = free_port()
-            if self.cluster and (pick_ports or self.cluster_port == 0):
-                self.cluster_port = free_port()
-            try:
-                self._start_once(program)
-                return self
-            except PortTaken as taken:
-                if attempt == attempts:
-                    raise RedisServerError(str(taken)) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _pick_ports(self) -> None:
+        self.port = free_port()
+        if self.cluster:
+            self.cluster_port = free_port()
 
-    def _start_once(self, program: str) -> None:
-        self._write_config()
-        log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        console_offset = self.console_path.stat().st_size if self.console_path.exists() else 0
-        console: IO[bytes] = self.console_path.open("ab")
-        executor = _PingExecutor(
-            [program, str(self.config_path)],
-            ping=self._answers_ping,
-            host=self.host,
-            port=self.port,
-            cwd=str(self.dir),
-            timeout=self.startup_timeout,
-            sleep=0.02,
-            stdin=subprocess.DEVNULL,
-            stdout=console,
-            stderr=subprocess.STDOUT,
+    def _output_path(self) -> Path:
+        return self.console_path
+
+    def _port_taken_message(self) -> str:
+        return (
+            f"port {self.port} (or cluster bus port {self.cluster_port}) on {self.host} "
+            "is taken by another program"
         )
-        began = time.monotonic()
-        try:
-            executor.start()
-        except BaseException as error:
-            executor.kill()
-            log = tail(self.log_path, log_offset)
-            output = tail(self.console_path, console_offset)
-            if isinstance(error, AlreadyRunning) or "Address already in use" in log + output:
-                raise PortTaken(
-                    f"port {self.port} (or cluster bus port {self.cluster_port}) on {self.host} "
-                    f"is taken by another program"
-                ) from None
-            if not isinstance(error, (ExecutorError, redis.RedisError)):
-                raise
-            raise RedisServerError(
-                f"redis-server ({program}, {self.config_path}) did not come up on "
-                f"{self.host}:{self.port} within {self.startup_timeout:g} s: {error}\n"
-                f"--- end of {self.log_path} ---\n{log or '(empty)'}\n"
-                f"--- end of its console output ---\n{output or '(empty)'}"
-            ) from error
-        finally:
-            console.close()
-        self.startup_seconds = time.monotonic() - began
-        self._executor = executor
 
-    def _answers_ping(self) -> bool:
+    def _ready(self) -> bool:
+        # PING, not an open port: a server still loading its data files answers LOADING
         # No retries: the executor polls, and redis-py's default retries take seconds.
         options = {
             **self.connection_kwargs(),
@@ -575,7 +511,7 @@ class RedisServerCluster:
             state = ", ".join(f"{key}={info.get(key)}" for key in keys)
         except redis.RedisError as error:
             state = f"no answer ({error})"
-        return f"{node.host}:{node.port}: {state}\n{tail(node.log_path, lines=8)}"
+        return f"{node.host}:{node.port}: {state}\n{node.log_tail(8)}"
 
     def stop(self) -> None:
         """Stop every node (SIGTERM); their directories stay."""

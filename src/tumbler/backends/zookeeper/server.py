@@ -37,34 +37,23 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
-
-from mirakuru import TCPExecutor
-from mirakuru.base import SimpleExecutor
-from mirakuru.exceptions import (
-    AlreadyRunning,
-    ExecutorError,
-    ProcessExitedWithError,
-    TimeoutExpired,
-)
+from typing import Any, TypeVar
 
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
     Launcher,
     PortTaken,
-    ProcessLauncher,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
     TLSServerFiles,
     free_port,
-    tail,
 )
+from ...testing.servers.process import BIND_ATTEMPTS, ProcessLauncher
 
 __all__ = [
     "DEFAULT_MAX_SESSION_TIMEOUT",
@@ -109,7 +98,6 @@ _NETTY_CODEC = Path("/usr/share/java/netty-codec.jar")
 TLS_CLIENT_AUTH = ("want", "need")
 _JAVA_ENV = "TUMBLER_JAVA"
 _CLASSPATH_ENV = "TUMBLER_ZOOKEEPER_CLASSPATH"
-_BIND_ATTEMPTS = 8
 #: the JVM's exit status after SIGTERM: it runs its shutdown hooks, then exits 128 + 15
 _EXIT_ON_SIGTERM = 128 + signal.SIGTERM
 _SERVING_MODES = ("leader", "follower", "standalone")
@@ -232,31 +220,6 @@ def _write_key_store(tls: TLSFiles, path: Path) -> None:
     path.write_bytes(tls.server_cert_path.read_bytes() + pkcs8)
 
 
-class _ZooKeeperExecutor(TCPExecutor):
-    """A TCPExecutor whose start is split in two, so an ensemble's JVMs can all be launched
-    before waiting for the first: on two cores that overlaps their start-up instead of
-    queueing it. Started means ``ready()`` (a four-letter word answer), not merely an open
-    port."""
-
-    def __init__(self, command: list[str], *, ready: Callable[[], bool], **kwargs: Any) -> None:
-        super().__init__(command, **kwargs)
-        self._ready = ready
-
-    def after_start_check(self) -> bool:
-        return self._ready()
-
-    def spawn(self) -> None:
-        """Launch the process (refusing if something answers on the port already)."""
-        if self.pre_start_check():
-            raise AlreadyRunning(self)
-        SimpleExecutor.start(self)
-
-    def wait_started(self) -> None:
-        """Wait until ``ready()``; raises mirakuru's errors if the process exits or the
-        timeout (counted from :meth:`spawn`) passes first."""
-        self.wait_for(self.check_subprocess)
-
-
 class ZooKeeperServer(ProcessLauncher, TLSServerFiles):
     """One standalone ZooKeeper server on a free ``127.0.0.1`` port, in a directory of its own.
 
@@ -281,6 +244,9 @@ class ZooKeeperServer(ProcessLauncher, TLSServerFiles):
     URLs are then ``zookeepers://`` and :meth:`connection_kwargs` carries the CA and the client
     certificate.
     """
+
+    error = ZooKeeperServerError
+    program = "ZooKeeper"
 
     def __init__(
         self,
@@ -344,11 +310,6 @@ class ZooKeeperServer(ProcessLauncher, TLSServerFiles):
         self.key_store_path = self.dir / "key-store.pem"
         #: the JVM's stdout and stderr, where ZooKeeper's log goes as well
         self.log_path = self.dir / "zookeeper.log"
-        self._executor: _ZooKeeperExecutor | None = None
-        self._log_offset = 0
-        self._began = 0.0
-        #: seconds the last start took, from launching the JVM until the server served
-        self.startup_seconds = 0.0
 
     # -- addresses -------------------------------------------------------------------------
 
@@ -525,93 +486,8 @@ class ZooKeeperServer(ProcessLauncher, TLSServerFiles):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self: _Server) -> _Server:
-        """Start the JVM and wait until the server serves; returns the server itself.
-
-        The first start picks a free port (trying again with another if some other program
-        binds it first); later starts reuse it. Raises :class:`ZooKeeperNotInstalled` if java
-        or ZooKeeper is missing, and :class:`ZooKeeperServerError`, with the end of the
-        server's log, if it does not serve within ``startup_timeout`` seconds.
-        """
-        if self.running:
-            return self
-        if self._executor is not None:
-            self.kill()  # it ended on its own: reap it before the next one
-        command = self._command()
-        pick_port = self.port == 0
-        attempts = _BIND_ATTEMPTS if pick_port else 1
-        for attempt in range(1, attempts + 1):
-            if pick_port:
-                self.port = free_port()
-            try:
-                self._spawn(command)
-                self._await_started()
-                return self
-            except PortTaken as taken:
-                if attempt == attempts:
-                    raise ZooKeeperServerError(str(taken)) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _spawn(self, command: list[str]) -> None:
-        """Write the files and launch the JVM, without waiting for it."""
-        self._write_files()
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        log: IO[bytes] = self.log_path.open("ab")
-        executor = _ZooKeeperExecutor(
-            command,
-            ready=self._ready,
-            host=self.host,
-            port=self.port,
-            cwd=str(self.dir),
-            timeout=self.startup_timeout,
-            sleep=0.05,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            expected_returncode=_EXIT_ON_SIGTERM,
-        )
-        try:
-            executor.spawn()
-        except AlreadyRunning:
-            raise PortTaken(self._port_taken_message()) from None
-        finally:
-            log.close()
-        self._began = time.monotonic()
-        self._executor = executor
-
-    def _port_taken_message(self) -> str:
-        return f"port {self.port} on {self.host} is taken by another program"
-
-    def _await_started(self) -> None:
-        """Wait until the JVM launched by :meth:`_spawn` is up (see :meth:`_ready`)."""
-        executor = self._executor
-        if executor is None:
-            raise ZooKeeperServerError(f"{self!r} was not launched")
-        try:
-            executor.wait_started()
-        except BaseException as error:
-            self._executor = None
-            executor.kill()
-            log = self.log_tail()
-            if "Address already in use" in log:
-                raise PortTaken(self._port_taken_message()) from None
-            if isinstance(error, ProcessExitedWithError):
-                reason = f"java exited with code {error.exit_code}"
-            elif isinstance(error, TimeoutExpired):
-                reason = f"it did not serve within {self.startup_timeout:g} s"
-            elif isinstance(error, ExecutorError):
-                reason = str(error)
-            else:
-                raise
-            raise ZooKeeperServerError(
-                f"ZooKeeper ({self.config_path}) did not come up on {self.host}:{self.port}: "
-                f"{reason}\n--- end of {self.log_path} ---\n{log or '(empty)'}"
-            ) from error
-        self.startup_seconds = time.monotonic() - self._began
-
-    def log_tail(self, lines: int = 25) -> str:
-        """The last ``lines`` lines the server logged since its last start."""
-        return tail(self.log_path, self._log_offset, lines)
+    def _executor_options(self) -> dict[str, Any]:
+        return {"expected_returncode": _EXIT_ON_SIGTERM}
 
     def close(self) -> None:
         """Stop the process and remove the directory if the server made it. The server cannot
@@ -854,7 +730,7 @@ class ZooKeeperEnsemble(Launcher):
         java_binary()
         zookeeper_classpath()  # missing software is reported before anything starts
         pick_ports = self.members[0].port == 0
-        attempts = _BIND_ATTEMPTS if pick_ports else 1
+        attempts = BIND_ATTEMPTS if pick_ports else 1
         try:
             for attempt in range(1, attempts + 1):
                 if pick_ports:
@@ -879,7 +755,7 @@ class ZooKeeperEnsemble(Launcher):
         for member in self.members:
             member.server_lines = lines
             if not member.running:
-                member._spawn(member._command())
+                member._spawn()
                 launched.append(member)
         for member in launched:
             member._await_started()

@@ -3,7 +3,6 @@ reading the end of a log."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import tempfile
@@ -12,12 +11,11 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 __all__ = [
     "LOOPBACK",
     "Launcher",
-    "ProcessLauncher",
     "PortTaken",
     "ServerError",
     "ServerNotInstalled",
@@ -152,51 +150,6 @@ class Launcher:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-
-_Process = TypeVar("_Process", bound="ProcessLauncher")
-
-
-class ProcessLauncher(Launcher):
-    """A launcher of one server process, run by a mirakuru executor (``_executor`` while it
-    runs): what stopping, killing and restarting it mean is the same for every server."""
-
-    _executor: Any = None
-
-    @property
-    def running(self) -> bool:
-        """Whether the process is alive (it may not serve yet)."""
-        return self._executor is not None and bool(self._executor.running())
-
-    @property
-    def pid(self) -> int | None:
-        if self._executor is None or self._executor.process is None:
-            return None
-        pid: int = self._executor.process.pid
-        return pid
-
-    def stop(self) -> None:
-        """End the process with SIGTERM, as an orderly shutdown; the directory stays."""
-        from mirakuru.exceptions import ProcessFinishedWithError
-
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            # already gone (a crash, or a shutdown a test asked the server for): down is all
-            # stop() promises
-            with contextlib.suppress(ProcessFinishedWithError):
-                executor.stop()
-
-    def kill(self) -> None:
-        """End the process with SIGKILL, as in a crash: no shutdown, nothing flushed; the
-        directory stays."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.kill()
-
-    def restart(self: _Process) -> _Process:
-        """:meth:`stop` (if running) and :meth:`start` on the same port and directory."""
-        self.stop()
-        return self.start()
 
 
 _LOG_TAIL_LINES = 25
