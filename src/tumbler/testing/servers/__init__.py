@@ -2,8 +2,10 @@
 loopback ports, each in a temporary directory, stopped (and their directories removed) when
 closed.
 
-What every launcher shares is here: free ports, the errors, throw-away TLS certificates. Each
-launcher lives in its backend's package (``tumbler.backends.<name>.server``, named by the
+What every launcher shares is here: free ports, the errors, throw-away TLS certificates; the
+life of one server process (launch on free ports, wait until it serves, stop, kill, start
+again) is :class:`tumbler.testing.servers.process.ProcessLauncher`, which a launcher fills in
+with its command, files and readiness check. Each launcher lives in its backend's package (``tumbler.backends.<name>.server``, named by the
 backend's descriptor through its test targets): a Redis server, TLS server and cluster in
 ``tumbler.backends.redis.server``, a ZooKeeper server and ensemble in
 ``tumbler.backends.zookeeper.server``. Each can be killed (SIGKILL, as in a crash) and
