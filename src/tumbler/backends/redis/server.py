@@ -23,12 +23,10 @@ import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -40,6 +38,7 @@ from redis.retry import Retry
 from ...errors import InvalidArgument
 from ...testing.servers._common import (
     LOOPBACK,
+    Launcher,
     ServerError,
     ServerNotInstalled,
     TLSFiles,
@@ -414,21 +413,82 @@ def start_tls_redis(
         raise
 
 
-class RedisServerCluster:
-    """A Redis Cluster of ``redis-server`` masters (no replicas) on loopback ports.
+class RedisServerCluster(Launcher):
+    """A Redis Cluster of ``masters`` ``redis-server`` masters (no replicas) on loopback ports.
 
-    Made by :func:`start_cluster`. :attr:`nodes` are the :class:`RedisServer` s (so a test can
-    kill one); :attr:`startup_nodes` their ``(host, port)`` pairs; :attr:`host` and :attr:`port`
-    the first node's.
+    Nothing runs until :meth:`start` (or :func:`start_cluster`, which makes and starts one).
+    Each node lives in ``workdir/node-N`` (a temporary directory, removed on :meth:`close`, if
+    no ``workdir``); ``options`` go to every :class:`RedisServer`. :attr:`nodes` are the
+    :class:`RedisServer` s (so a test can kill one); :attr:`startup_nodes` their
+    ``(host, port)`` pairs; :attr:`host` and :attr:`port` the first node's.
     """
 
-    def __init__(self, nodes: list[RedisServer], workdir: Path, owns_dir: bool) -> None:
-        self.nodes = nodes
-        self.dir = workdir
-        self._owns_dir = owns_dir
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        masters: int = 3,
+        *,
+        timeout: float = STARTUP_TIMEOUT,
+        **options: Any,
+    ) -> None:
+        if masters < 3:
+            raise InvalidArgument(f"a Redis Cluster needs at least 3 masters, not {masters}")
+        self._use_directory(workdir, "tumbler-redis-cluster-")
+        self.timeout = timeout
+        self.nodes = [
+            RedisServer(self.dir / f"node-{index}", cluster=True, **options)
+            for index in range(1, masters + 1)
+        ]
+        self._created = False
         self._clients: list[Any] = []
         #: seconds from the first node's start to cluster_state:ok on every node
         self.startup_seconds = 0.0
+
+    def start(self) -> RedisServerCluster:
+        """Start every node that is not running and wait until the cluster is ok on every
+        node; the first start joins them with ``redis-cli --cluster create``. Returns the
+        cluster itself; on failure of the first start every node is closed."""
+        began = time.monotonic()
+        if self._created:
+            for node in self.nodes:
+                node.start()
+            self.wait_healthy(self.timeout)
+            return self
+        try:
+            self._create()
+            self.wait_healthy(max(1.0, self.timeout - (time.monotonic() - began)))
+        except BaseException:
+            self.close()
+            raise
+        self._created = True
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _create(self) -> None:
+        cli = redis_cli_binary()
+        for node in self.nodes:
+            node.start()
+        command = [cli, "--cluster", "create"]
+        command += [f"{node.host}:{node.port}" for node in self.nodes]
+        command += ["--cluster-replicas", "0", "--cluster-yes"]
+        try:
+            created = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as error:
+            raise RedisServerError(
+                f"{' '.join(command)} took more than {self.timeout:g} s"
+            ) from error
+        if created.returncode != 0:
+            raise RedisServerError(
+                f"{' '.join(command)} exited with {created.returncode}:\n"
+                f"{created.stdout}{created.stderr}"
+            )
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -526,19 +586,7 @@ class RedisServerCluster:
         self._clients.clear()
         for node in self.nodes:
             node.close()
-        if self._owns_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServerCluster:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._discard_directory()
 
     def __repr__(self) -> str:
         return f"<RedisServerCluster {self.startup_nodes} in {self.dir}>"
@@ -557,48 +605,6 @@ def start_cluster(
     timeout: float = STARTUP_TIMEOUT,
     **options: Any,
 ) -> RedisServerCluster:
-    """Start ``masters`` cluster-enabled servers, join them with ``redis-cli --cluster create``
-    (no replicas) and wait until the cluster is ok on every node; returns it running.
-
-    Each node lives in ``workdir/node-N`` (a temporary directory, removed on close, if no
-    ``workdir``). Other ``options`` go to every :class:`RedisServer`.
-    """
-    if masters < 3:
-        raise InvalidArgument(f"a Redis Cluster needs at least 3 masters, not {masters}")
-    cli = redis_cli_binary()
-    owns_dir = workdir is None
-    base = Path(tempfile.mkdtemp(prefix="tumbler-redis-cluster-") if workdir is None else workdir)
-    nodes = [
-        RedisServer(base / f"node-{index}", cluster=True, **options)
-        for index in range(1, masters + 1)
-    ]
-    cluster = RedisServerCluster(nodes, base, owns_dir)
-    began = time.monotonic()
-    try:
-        for node in nodes:
-            node.start()
-        command = [cli, "--cluster", "create"]
-        command += [f"{node.host}:{node.port}" for node in nodes]
-        command += ["--cluster-replicas", "0", "--cluster-yes"]
-        try:
-            created = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as error:
-            raise RedisServerError(f"{' '.join(command)} took more than {timeout:g} s") from error
-        if created.returncode != 0:
-            raise RedisServerError(
-                f"{' '.join(command)} exited with {created.returncode}:\n"
-                f"{created.stdout}{created.stderr}"
-            )
-        cluster.wait_healthy(max(1.0, timeout - (time.monotonic() - began)))
-    except BaseException:
-        cluster.close()
-        raise
-    cluster.startup_seconds = time.monotonic() - began
-    return cluster
+    """A :class:`RedisServerCluster`, started: ``masters`` cluster-enabled servers joined with
+    ``redis-cli --cluster create`` (no replicas), ok on every node."""
+    return RedisServerCluster(workdir, masters, timeout=timeout, **options).start()
