@@ -22,7 +22,8 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     ├── PermitsMismatch (ValueError)        a semaphore's permits differ from its live holders'
     ├── TooManyWaiters                      the lock's line at the backend is full
     ├── ConfigurationError                  the backend cannot be used as configured
-    │   └── MissingDependency (ImportError) the backend's optional extra is not installed
+    │   ├── MissingDependency (ImportError) the backend's optional extra is not installed
+    │   └── BrokenBackend                   an installed package's backend cannot be loaded
     ├── PermissionDenied (PermissionError)  the backend refused us access
     └── BackendUnavailable (ConnectionError) the backend cannot be reached or is not answering
 
@@ -36,6 +37,7 @@ __all__ = [
     "AcquireTimeout",
     "AlreadyHeld",
     "BackendUnavailable",
+    "BrokenBackend",
     "ClientClosed",
     "ConfigurationError",
     "ForkedClient",
@@ -202,6 +204,11 @@ class MissingDependency(ConfigurationError, ImportError):
         )
         self.extra = extra
         self.missing = missing
+
+
+class BrokenBackend(ConfigurationError):
+    """The backend an installed package registers for a scheme (by entry point) cannot be
+    loaded: its import fails, or what it names is not a backend descriptor."""
 
 
 class PermissionDenied(TumblerError, PermissionError):

@@ -21,6 +21,7 @@ from tumbler._url import parse_url
 from tumbler.backends.descriptor import BackendDescriptor
 from tumbler.backends.sqlite import backend as sqlite_backend
 from tumbler.errors import (
+    BrokenBackend,
     ConfigurationError,
     InvalidArgument,
     InvalidURL,
@@ -159,6 +160,47 @@ def test_a_broken_backend_module_is_not_reported_as_a_missing_extra(
     with pytest.raises(ModuleNotFoundError) as info:
         tumbler.connect("ghost://h")
     assert not isinstance(info.value, MissingDependency)
+
+
+@pytest.fixture
+def installed_entry_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A distribution "installed" on sys.path whose ``tumbler.backends`` entry points are: a
+    package that fails to import, an object that is no backend, and the memory backend's
+    descriptor under a scheme of its own; the registry's cache of them starts empty."""
+    info = tmp_path / "third_party_backends-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: third-party-backends\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        textwrap.dedent(
+            """
+            [tumbler.backends]
+            broken = package_that_fails_xyz:DESCRIPTOR
+            notabackend = json:dumps
+            Borrowed = tumbler.backends.memory:DESCRIPTOR
+            """
+        )
+    )
+    write_module(tmp_path, "package_that_fails_xyz", "raise RuntimeError('half-installed')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backends, "_entry_points", {})
+    return tmp_path
+
+
+def test_a_broken_third_party_backend_breaks_only_its_own_scheme(
+    installed_entry_points: Path,
+) -> None:
+    assert {"broken", "notabackend", "borrowed"} <= set(backends.known_schemes())
+    with pytest.raises(UnknownScheme, match=r"known schemes: .*broken"):
+        tumbler.connect("nosuchscheme://h")
+    with pytest.raises(BrokenBackend, match=r"broken:// .*RuntimeError: half-installed") as info:
+        tumbler.connect("broken://h")
+    assert isinstance(info.value, ConfigurationError)
+    with pytest.raises(BrokenBackend, match=r"notabackend:// .*json:dumps.*function"):
+        tumbler.connect("notabackend://h")
+    with tumbler.connect("borrowed://entry-points") as locks:
+        assert locks.lock("one").acquire(blocking=False)
 
 
 def test_unknown_options_are_refused_naming_the_accepted_ones() -> None:

@@ -5,7 +5,9 @@
 :func:`register`, then the built-in backends (each subpackage of this package with a
 ``DESCRIPTOR``), then, only for a scheme none of those opens, third-party packages that
 declare an entry point in the group ``tumbler.backends`` (``scheme = "package:DESCRIPTOR"``;
-``"package.module"``, a module with ``open_sync`` and ``open_async``, is accepted too).
+``"package.module"``, a module with ``open_sync`` and ``open_async``, is accepted too). Only
+the entry point named for the scheme asked for is loaded: another package's broken backend
+cannot break a scheme it does not name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pkgutil
 from typing import cast
 
 from .._url import BackendURL, parse_url
-from ..errors import MissingDependency, UnknownScheme
+from ..errors import BrokenBackend, MissingDependency, UnknownScheme
 from .contract import Capabilities
 from .descriptor import BackendDescriptor, BackendOpener
 
@@ -42,7 +44,8 @@ ENTRY_POINT_GROUP = "tumbler.backends"
 
 _registered: dict[str, BackendDescriptor] = {}
 _builtin: dict[str, BackendDescriptor] | None = None
-_entry_points: dict[str, BackendDescriptor] | None = None
+#: the entry points' descriptors loaded so far, by scheme
+_entry_points: dict[str, BackendDescriptor] = {}
 
 
 def register(descriptor: BackendDescriptor) -> None:
@@ -78,25 +81,51 @@ def _builtins() -> dict[str, BackendDescriptor]:
     return _builtin
 
 
-def _third_party() -> dict[str, BackendDescriptor]:
-    """The entry points' backends: read only when a scheme is not otherwise known, since
-    scanning the installed distributions costs more than the rest of ``connect``."""
-    global _entry_points
-    if _entry_points is None:
-        from importlib.metadata import entry_points
+def _third_party(scheme: str) -> BackendDescriptor | None:
+    """The backend an installed package registers for ``scheme`` by entry point, if any.
 
-        found: dict[str, BackendDescriptor] = {}
-        for point in entry_points(group=ENTRY_POINT_GROUP):
-            scheme = point.name.lower()
-            if ":" in point.value:
-                descriptor = point.load()
-                if not isinstance(descriptor, BackendDescriptor):
-                    continue  # not ours to open; the scheme stays unknown
-                found[scheme] = descriptor
-            else:
-                found[scheme] = _bare_descriptor(scheme, point.value, None)
-        _entry_points = found
-    return _entry_points
+    Read only when a scheme is not otherwise known, since scanning the installed distributions
+    costs more than the rest of ``connect``. Raises :class:`~tumbler.errors.BrokenBackend` if
+    that entry point does not load, or is not a backend.
+    """
+    descriptor = _entry_points.get(scheme)
+    if descriptor is not None:
+        return descriptor
+    from importlib.metadata import entry_points
+
+    point = next(
+        (p for p in entry_points(group=ENTRY_POINT_GROUP) if p.name.lower() == scheme), None
+    )
+    if point is None:
+        return None
+    if ":" not in point.value:
+        descriptor = _bare_descriptor(scheme, point.value, None)
+    else:
+        try:
+            loaded = point.load()
+        except Exception as error:
+            raise BrokenBackend(
+                _broken(scheme, point.value, f"{type(error).__name__}: {error}")
+            ) from error
+        if not isinstance(loaded, BackendDescriptor):
+            raise BrokenBackend(_broken(scheme, point.value, f"it is a {type(loaded).__name__}"))
+        descriptor = loaded
+    _entry_points[scheme] = descriptor
+    return descriptor
+
+
+def _broken(scheme: str, target: str, why: str) -> str:
+    return (
+        f"the {scheme}:// backend registered by an installed package ({target}) cannot be "
+        f"loaded: {why}"
+    )
+
+
+def _third_party_schemes() -> set[str]:
+    """The schemes installed packages register (named by their entry points, none loaded)."""
+    from importlib.metadata import entry_points
+
+    return {point.name.lower() for point in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def _bare_descriptor(scheme: str, module: str, extra: str | None) -> BackendDescriptor:
@@ -112,7 +141,7 @@ def descriptor_for(scheme: str) -> BackendDescriptor:
     scheme = scheme.lower()
     descriptor = _registered.get(scheme) or _builtins().get(scheme)
     if descriptor is None:
-        descriptor = _third_party().get(scheme)
+        descriptor = _third_party(scheme)
     if descriptor is None:
         raise UnknownScheme(scheme, known_schemes())
     return descriptor
@@ -120,7 +149,7 @@ def descriptor_for(scheme: str) -> BackendDescriptor:
 
 def known_schemes() -> list[str]:
     """Every scheme some backend opens: registered, built-in and by entry point."""
-    return sorted({*_registered, *_builtins(), *_third_party()})
+    return sorted({*_registered, *_builtins(), *_third_party_schemes()})
 
 
 def resolve_url(url: str | None) -> BackendURL:

@@ -9,8 +9,10 @@ atomically. Each backend module provides two classes with the same method names,
 - ``Backend`` (blocking) and ``AsyncBackend`` (asyncio), the Protocols below;
 - a module-level ``open_sync(url, **options) -> Backend`` and a coroutine function
   ``open_async(url, **options) -> AsyncBackend``, found by URL scheme (see
-  ``tumbler.backends``). ``url`` is a parsed ``tumbler._url.BackendURL``; the options are the
-  keyword arguments given to ``connect()``; unknown ones are refused before the call.
+  ``tumbler.backends``). ``url`` is a parsed :class:`BackendURL` (exported here: its
+  ``scheme``, ``hosts``, ``username``, ``password``, ``path``, ``option()`` and ``redacted``);
+  the options are the keyword arguments given to ``connect()``; unknown ones are refused
+  before the call.
 
 A backend that only has a blocking driver (SQLite's stdlib module) gets its asyncio flavour
 from ``tumbler.backends.kit.AsyncAdapter``; one with both (redis-py, psycopg) implements
@@ -25,11 +27,12 @@ Grant (``try_grant``)
     exclusive entry. **Idempotent by owner**: the owner id is fresh for every acquisition,
     and a retry with the same request (after a lost reply) returns the grant already made, or
     keeps the same place in line; it never creates a second entry. Expired entries are ignored
-    (and may be removed). The grant rule is ``tumbler._core.decide``: backends that decide in
-    Python call it; those that decide on the server (Redis Lua) must implement the same rule,
-    and the contract tests hold them to it. A request that is not granted leaves a *waiter*
-    entry (unless ``request.queue`` is False) with a short lease
-    (``capabilities.waiter_ttl``), refreshed by each retry, so that fair requests queue in
+    (and may be removed). The grant rule is ``tumbler.backends.kit.decide``: backends that
+    decide in Python call it (or ``kit.plan``, which also says what to write); those that
+    decide on the server (Redis Lua) must implement the same rule, and the conformance suite
+    holds them to it. A request that is not granted leaves a *waiter* entry (unless
+    ``request.queue`` is False) with a short lease (``capabilities.waiter_ttl``), refreshed
+    by each retry, so that fair requests queue in
     arrival order and ``inspect`` can count waiters; a waiter that vanishes drops out when
     that lease runs out.
 
@@ -104,7 +107,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
-from .._clock import Clock
+from .._clock import Clock, SystemClock
+from .._url import BackendURL
 
 
 @dataclass(frozen=True)
@@ -380,7 +384,7 @@ class Backend(Protocol):
     session_events: SessionEvents | None
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
-        """Decide ``request`` by ``tumbler._core.decide``'s rule and record the outcome, in one
+        """Decide ``request`` by the grant rule (``kit.decide``) and record the outcome, in one
         atomic step: return the new :class:`Grant` (a fencing token above every token ever
         granted for the name, and the lease actually granted, at most ``max_ttl``), or None
         when not granted, having left or refreshed the owner's waiter entry (lease
@@ -502,13 +506,16 @@ __all__ = [
     "AsyncBackend",
     "AsyncWatch",
     "Backend",
+    "BackendURL",
     "Capabilities",
+    "Clock",
     "Grant",
     "GrantRequest",
     "HolderInfo",
     "LockState",
     "Renewal",
     "SessionEvents",
+    "SystemClock",
     "WakeHub",
     "Watch",
 ]

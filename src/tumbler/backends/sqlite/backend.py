@@ -100,7 +100,6 @@ import sqlite3
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -128,6 +127,7 @@ from ..contract import (
     SessionEvents,
 )
 from ..kit import HubWatch, LockStateBuilder
+from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -197,20 +197,6 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_evictions_expiry ON tumbler_evictions (expires_at)",
 )
-
-
-def _now_ns() -> int:
-    if sys.platform == "linux":
-        return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-    return time.monotonic_ns()
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        # no boot id: the boot time to the minute is a fair stand-in
-        return f"boot-{round((time.time() - time.monotonic()) / 60)}"
 
 
 def filesystem_type(path: str, mountinfo: str) -> str | None:
@@ -771,14 +757,14 @@ class SQLiteBackend:
                         f"{self.path} was made by a newer tumbler (schema {version})",
                         backend=self.url,
                     )
-                boot = _boot_id()
+                boot = boot_id()
                 if meta.get("boot_id") != boot:
                     last = int(meta.get("last_token", 0))
                     if "boot_id" in meta:
                         # their holders died with the boot, and the notes' times are void
                         db.execute("DELETE FROM tumbler_entries")
                         db.execute("DELETE FROM tumbler_evictions")
-                        last = ((last >> 32) + 1) << 32
+                        last = token_after_reboot(last)
                     db.executemany(
                         "INSERT OR REPLACE INTO tumbler_meta (key, value) VALUES (?, ?)",
                         [
@@ -795,7 +781,7 @@ class SQLiteBackend:
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         with self._transaction() as db:
-            now = _now_ns()
+            now = boot_time_ns()
             refresh: list[int] = []
             line = self._line(db, request.name, now, [request.owner])
             result = self._decide(db, request, now, line, refresh)
@@ -809,7 +795,7 @@ class SQLiteBackend:
         each name's rows are read once. A request refused with an error gets it in its place
         and changes nothing; a failure of the transaction (busy) raises for all."""
         with self._transaction() as db:
-            now = _now_ns()
+            now = boot_time_ns()
             owners: dict[str, list[str]] = {}
             for request in requests:
                 owners.setdefault(request.name, []).append(request.owner)
@@ -932,7 +918,7 @@ class SQLiteBackend:
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         db = self._connection()
-        now = _now_ns()
+        now = boot_time_ns()
         with self._errors():
             # One statement, so atomic; "expires_at > now" is what keeps an expired lease dead.
             changed = db.execute(
@@ -953,7 +939,7 @@ class SQLiteBackend:
             db.execute(f"PRAGMA busy_timeout = {round(wait * 1000)}")
         try:
             with self._transaction(wait) as db:
-                now = _now_ns()
+                now = boot_time_ns()
                 # Each statement matches at most one row (UNIQUE (name, owner)), so the summed
                 # rowcount says whether every one was renewed; "expires_at > now" keeps an
                 # expired lease dead, as in renew().
@@ -982,7 +968,7 @@ class SQLiteBackend:
 
     def release(self, name: str, owner: str) -> bool:
         db = self._connection()
-        now = _now_ns()
+        now = boot_time_ns()
         with self._errors():
             row = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND owner = ? "
@@ -1003,7 +989,7 @@ class SQLiteBackend:
 
     def _states(self, condition: str, parameters: tuple[str, ...]) -> list[LockState]:
         db = self._connection()
-        now = _now_ns()
+        now = boot_time_ns()
         with self._errors():
             rows = db.execute(
                 "SELECT name, shared, lim, token, expires_at, holder FROM tumbler_entries "
@@ -1025,7 +1011,7 @@ class SQLiteBackend:
 
     def force_release(self, name: str, note: str) -> int:
         with self._transaction() as db:
-            now = _now_ns()
+            now = boot_time_ns()
             db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
             )
@@ -1046,7 +1032,7 @@ class SQLiteBackend:
 
     def evicted(self, name: str, owner: str) -> str | None:
         db = self._connection()
-        now = _now_ns()
+        now = boot_time_ns()
         with self._errors():
             row = db.execute(
                 "SELECT note FROM tumbler_evictions WHERE name = ? AND owner = ? "

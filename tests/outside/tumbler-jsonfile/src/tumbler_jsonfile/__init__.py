@@ -20,9 +20,8 @@ from tumbler.backends.contract import Capabilities
 from tumbler.backends.descriptor import BackendDescriptor, on_demand
 
 if TYPE_CHECKING:
+    from tumbler.backends.contract import BackendURL
     from tumbler.backends.descriptor import BackendOpener
-
-    from .backend import URL
 
 __all__ = ["CAPABILITIES", "DESCRIPTOR"]
 
@@ -50,7 +49,7 @@ CAPABILITIES = Capabilities(
 )
 
 
-def _isolate(url: URL, token: str) -> str:
+def _isolate(url: BackendURL, token: str) -> str:
     from .testing import isolate  # imported on demand, as the descriptor's other parts
 
     return isolate(url, token)

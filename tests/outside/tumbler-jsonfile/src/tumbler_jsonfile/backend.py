@@ -50,34 +50,36 @@ import contextlib
 import fcntl
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tumbler.backends.contract import (
+    BackendURL,
+    Clock,
     Grant,
     GrantRequest,
     LockState,
     Renewal,
     SessionEvents,
+    SystemClock,
     WakeHub,
 )
 from tumbler.backends.kit import Decision, Entry, HubWatch, LockStateBuilder, Write, plan, seconds
+from tumbler.backends.kit.boot import boot_id, boot_time_ns, token_after_reboot
 from tumbler.errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from tumbler.testing import Clock, SystemClock
 
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
     from tumbler.backends.kit import AsyncAdapter
 
-__all__ = ["URL", "JsonFileBackend", "open_async", "open_sync"]
+__all__ = ["JsonFileBackend", "open_async", "open_sync"]
 
 T = TypeVar("T")
 
@@ -91,47 +93,7 @@ NOTE_GRACE = 60.0
 _NS = 1_000_000_000
 
 
-class URL(Protocol):
-    """What this backend reads of the parsed URL tumbler hands to ``open_sync``.
-
-    (The parsed URL's class, ``BackendURL``, lives in a private module of tumbler; a
-    structural type keeps this package on tumbler's public surface.)
-    """
-
-    @property
-    def raw(self) -> str: ...
-
-    @property
-    def hosts(self) -> str: ...
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def redacted(self) -> str: ...
-
-    def option(self, name: str, convert: Callable[[str], T], default: T) -> T: ...
-
-    def allow_options(self, allowed: Iterable[str]) -> None: ...
-
-
-def _now_ns() -> int:
-    """Now on the clock every process of this machine shares, in nanoseconds."""
-    if sys.platform == "linux":
-        return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-    return time.monotonic_ns()
-
-
-def _boot_id() -> str:
-    """Which boot of the machine ``_now_ns`` counts from."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        # no boot id: the boot time to the minute is a fair stand-in
-        return f"boot-{round((time.time() - time.monotonic()) / 60)}"
-
-
-def resolve_path(url: URL) -> Path:
+def resolve_path(url: BackendURL) -> Path:
     """The store file a URL names (relative paths against the working directory)."""
     if url.hosts:
         raise InvalidURL(
@@ -149,7 +111,7 @@ class _Row:
     """One stored entry of a name: a grant (``entry.token`` set) or a waiter, with its lease."""
 
     entry: Entry
-    #: nanoseconds on ``_now_ns``'s clock
+    #: nanoseconds on ``boot_time_ns``'s clock
     expires_at: int
     holder: str
 
@@ -285,7 +247,7 @@ class JsonFileBackend:
     #: leases live on their own, not with a session
     session_events: SessionEvents | None = None
 
-    def __init__(self, url: URL) -> None:
+    def __init__(self, url: BackendURL) -> None:
         url.allow_options(("busy_timeout",))
         self.url = url.redacted
         self.busy_timeout = url.option("busy_timeout", seconds, 5.0)
@@ -374,7 +336,7 @@ class JsonFileBackend:
         with self._errors():
             self._lock(self.busy_timeout if timeout is None else timeout)
             try:
-                now = _now_ns()
+                now = boot_time_ns()
                 store, changed = self._read()
                 yield store, now
                 if write or changed:
@@ -385,7 +347,7 @@ class JsonFileBackend:
     def _read(self) -> tuple[_Store, bool]:
         """The store in the file (a new one if there is no file), and whether it changed on
         reading: a store of another boot loses its entries, and its token counter jumps."""
-        boot = _boot_id()
+        boot = boot_id()
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -399,7 +361,7 @@ class JsonFileBackend:
         if store.boot_id == boot:
             return store, False
         # the entries' holders died with that boot, and the times are of its clock
-        return _Store(boot_id=boot, last_token=((store.last_token >> 32) + 1) << 32), True
+        return _Store(boot_id=boot, last_token=token_after_reboot(store.last_token)), True
 
     def _write(self, store: _Store) -> None:
         """Replace the file at once: a reader sees the old content or the new, never a mix."""
@@ -588,12 +550,12 @@ class JsonFileBackend:
                 os.close(fd)
 
 
-def open_sync(url: URL) -> JsonFileBackend:
+def open_sync(url: BackendURL) -> JsonFileBackend:
     """What ``tumbler.connect("jsonfile://...")`` calls."""
     return JsonFileBackend(url)
 
 
-async def open_async(url: URL) -> AsyncAdapter:
+async def open_async(url: BackendURL) -> AsyncAdapter:
     """What ``tumbler.aio.connect("jsonfile://...")`` calls."""
     # opening may wait for other processes' calls: not on the event loop
     import asyncio  # the blocking flavour never needs it

@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from tumbler.backends.contract import BackendURL
 from tumbler.backends.descriptor import TestTarget
 
-from .backend import URL, resolve_path
+from .backend import resolve_path
 
 __all__ = ["TARGETS", "isolate"]
 
@@ -34,7 +35,7 @@ class _Files:
 TARGETS = (TestTarget("jsonfile", _Files),)
 
 
-def isolate(url: URL, token: str) -> str:
+def isolate(url: BackendURL, token: str) -> str:
     """A file beside the URL's own (``store-<token>.json`` next to ``store.json``), same
     options: the same store kind, sharing no lock with any other token's file."""
     path = resolve_path(url)
