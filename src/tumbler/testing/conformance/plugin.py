@@ -80,6 +80,10 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[BackendDescriptor], bool]]] = {
         "holds that live with a session (session_liveness)",
         lambda descriptor: descriptor.capabilities.session_liveness,
     ),
+    "lease_liveness": (
+        "grants and waiters that end with their lease, not with a session (no session_liveness)",
+        lambda descriptor: not descriptor.capabilities.session_liveness,
+    ),
     "max_ttl": (
         "a longest lease (max_ttl)",
         lambda descriptor: descriptor.capabilities.max_ttl is not None,

@@ -1,5 +1,3 @@
-# (cases written before mypy checked them: they read optional holds and untyped table
-# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """asyncio cancellation: a task cancelled at any await leaves nothing behind in the backend.
 
 redis-py #3847 left a lock stuck when release() was cancelled; tumbler's release runs to its
@@ -14,12 +12,14 @@ import contextlib
 
 import pytest
 
+from tumbler.aio import AsyncLocks
+
 from .compat import AsyncConnect, aeventually
 
 pytestmark = pytest.mark.asyncio
 
 
-async def nothing_left(locks) -> bool:
+async def nothing_left(locks: AsyncLocks) -> bool:
     return await locks.status_all() == []
 
 
@@ -49,6 +49,7 @@ async def test_a_cancelled_release_still_releases(aconnect: AsyncConnect) -> Non
     lock = holder.lock("release-me")
     assert await lock.acquire()
     # a new task is another owner context: it releases through the hold, the capability
+    assert lock.hold is not None
     task = asyncio.ensure_future(lock.hold.release())
     await asyncio.sleep(0)  # let the release start, then cancel it mid-flight
     task.cancel()

@@ -1,5 +1,3 @@
-# (cases written before mypy checked them: they read optional holds and untyped table
-# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """Contract cases about OS processes: exclusion, a holder killed with SIGKILL, fork.
 
 They run on the backends whose locks work across processes, in both flavours (the worker
@@ -122,6 +120,7 @@ def test_a_killed_holders_lease_runs_out(
         # freed by expiry, not before: renewals come every ttl/3, so even one that a loaded
         # machine ran late leaves more than ttl/4 of the lease after the kill
         assert time.monotonic() - killed_at > ttl / 4
+        assert lock.hold is not None
         assert lock.hold.token > killed_token
         lock.release()
 
@@ -151,6 +150,7 @@ def test_a_forked_child_does_not_inherit_holds(process_backend_url: str) -> None
         lock = locks.lock("parental")
         assert lock.acquire()
         hold = lock.hold
+        assert hold is not None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
             pid = os.fork()

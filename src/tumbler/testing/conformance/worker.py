@@ -1,5 +1,3 @@
-# (cases written before mypy checked them: they read optional holds and untyped table
-# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """A lock client in its own OS process, for the contract cases about processes.
 
     python worker.py count URL NAME COUNTER_FILE TOKENS_FILE N FLAVOUR [--no-lock]
@@ -67,6 +65,7 @@ def hold_sync(url: str, name: str, marker: str, ttl: float, fair: bool) -> None:
     locks = tumbler.connect(url)
     lock = locks.lock(name, ttl=ttl, fair=fair)
     lock.acquire(timeout=None)
+    assert lock.hold is not None
     append(marker, str(lock.hold.token))
     while True:
         time.sleep(3600)
@@ -76,6 +75,7 @@ async def hold_async(url: str, name: str, marker: str, ttl: float, fair: bool) -
     locks = await tumbler.aio.connect(url)
     lock = locks.lock(name, ttl=ttl, fair=fair)
     await lock.acquire(timeout=None)
+    assert lock.hold is not None
     append(marker, str(lock.hold.token))
     await asyncio.Event().wait()
 
@@ -84,6 +84,7 @@ def forget_sync(url: str, name: str, marker: str, ttl: float) -> None:
     locks = tumbler.connect(url)
     lock = locks.lock(name, ttl=ttl)
     lock.acquire(timeout=None)
+    assert lock.hold is not None
     append(marker, str(lock.hold.token))
 
 
@@ -91,6 +92,7 @@ async def forget_async(url: str, name: str, marker: str, ttl: float) -> None:
     locks = await tumbler.aio.connect(url)
     lock = locks.lock(name, ttl=ttl)
     await lock.acquire(timeout=None)
+    assert lock.hold is not None
     append(marker, str(lock.hold.token))
 
 

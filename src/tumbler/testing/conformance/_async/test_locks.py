@@ -1,5 +1,3 @@
-# (cases written before mypy checked them: they read optional holds and untyped table
-# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """The lock contract, as every backend must keep it (asyncio source of the blocking twin).
 
 Each case runs on every target the conformance plugin gives (:mod:`.plugin`), in both
@@ -25,6 +23,9 @@ from tumbler import (
     NotHeld,
     PermitsMismatch,
 )
+from tumbler._async.client import AsyncLocks
+from tumbler._async.hold import AsyncHold
+from tumbler._async.primitives import AsyncLock, AsyncSemaphore
 
 from ..bad_input import REFUSED, VALID, Case, Group, Subject, case_id, group_id
 from ..compat import PATIENCE, AsyncConnect, abackground, aeventually, agather
@@ -116,7 +117,7 @@ async def test_a_waiter_gets_the_lock_when_it_is_released(aconnect: AsyncConnect
     assert await held.acquire()
     wanted = waiter.lock("handoff")
 
-    async def take():
+    async def take() -> AsyncHold | None:
         assert await wanted.acquire(timeout=20)
         return wanted.hold  # holds are per task/thread: read it where it was acquired
 
@@ -126,6 +127,7 @@ async def test_a_waiter_gets_the_lock_when_it_is_released(aconnect: AsyncConnect
         return (await holder.status("handoff")).waiters == 1
 
     await aeventually(waiting, "the waiter is in line")
+    assert held.hold is not None
     first_token = held.hold.token
     await held.release()
     taken = await pending.result()
@@ -141,8 +143,9 @@ async def test_release_is_owner_only(aconnect: AsyncConnect) -> None:
     assert await mine.acquire()
     with pytest.raises(NotHeld):
         await theirs.release()
-    assert mine.hold.held
     hold = mine.hold
+    assert hold is not None
+    assert hold.held
     await mine.release()
     with pytest.raises(NotHeld):
         await mine.release()
@@ -163,9 +166,10 @@ async def test_one_lock_object_shared_by_two_tasks_or_threads(aconnect: AsyncCon
         return "released"
 
     assert await agather(release_from_elsewhere) == ["refused"]
-    assert lock.hold.held
     # the hold itself is the capability: whoever has it may release it
     hold = lock.hold
+    assert hold is not None
+    assert hold.held
 
     async def release_hold() -> None:
         await hold.release()
@@ -181,6 +185,7 @@ async def test_lock_is_not_reentrant(aconnect: AsyncConnect) -> None:
     async with lock:
         with pytest.raises(AlreadyHeld):
             await lock.acquire()
+        assert lock.hold is not None
         assert lock.hold.held
 
 
@@ -263,7 +268,7 @@ async def test_a_read_lock_and_a_semaphore_of_one_name_conflict(aconnect: AsyncC
 async def test_fair_waiters_are_granted_in_arrival_order(aconnect: AsyncConnect, kind: str) -> None:
     holder_client = await aconnect()
 
-    def make(locks):
+    def make(locks: AsyncLocks) -> AsyncLock | AsyncSemaphore:
         if kind == "semaphore":
             return locks.semaphore("queue", 1, fair=True)
         if kind == "write":
@@ -278,14 +283,16 @@ async def test_fair_waiters_are_granted_in_arrival_order(aconnect: AsyncConnect,
         client = await aconnect()
         lock = make(client)
 
-        async def wait_then_record(lock=lock, index=index) -> None:
+        async def wait_then_record(
+            lock: AsyncLock | AsyncSemaphore = lock, index: int = index
+        ) -> None:
             assert await lock.acquire(timeout=20)
             order.append(index)
             await lock.release()
 
         pending.append(abackground(wait_then_record))
 
-        async def queued(count=index + 1) -> bool:
+        async def queued(count: int = index + 1) -> bool:
             return (await holder_client.status("queue")).waiters == count
 
         await aeventually(queued, f"{index + 1} waiters are in line")
@@ -301,14 +308,17 @@ async def test_an_unrenewed_lease_expires_and_the_holder_learns(aconnect: AsyncC
     lock = first.lock("lease", ttl=SHORT_TTL, renew=False)
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     hold.on_lost(lost.append)
     assert await hold.wait_lost(timeout=20)
     assert hold.lost
     assert not hold.held
+    assert hold.lost_reason is not None
     assert "lease" in hold.lost_reason
     assert lost == [hold]
     other = second.lock("lease")
     assert await other.acquire(timeout=20)
+    assert other.hold is not None
     assert other.hold.token > hold.token
     with pytest.raises(LockLost):
         await lock.release()
@@ -319,6 +329,7 @@ async def test_wait_lost_returns_after_the_on_lost_callbacks_ran(aconnect: Async
     lock = holder.lock("told-first", ttl=SHORT_TTL)
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     told: list[str] = []
 
     def slow(_hold: object) -> None:
@@ -340,6 +351,7 @@ async def test_wait_lost_returns_false_once_the_hold_is_released(aconnect: Async
     lock = locks.lock("watched")
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     watching = abackground(lambda: hold.wait_lost())  # no timeout: only the release ends it
     await lock.release()
     assert await watching.result() is False
@@ -351,6 +363,7 @@ async def test_renewal_keeps_the_lock_past_its_ttl(aconnect: AsyncConnect) -> No
     lock = first.lock("renewed", ttl=SHORT_TTL)
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     # four lease lengths pass; the hold must survive them all
     assert not await hold.wait_lost(timeout=4 * SHORT_TTL)
     assert hold.held
@@ -380,9 +393,11 @@ async def test_force_release_takes_the_lock_from_its_holder(aconnect: AsyncConne
     lock = holder.lock("stuck", ttl=SHORT_TTL)
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     assert await operator.force_release("stuck") == 1
     assert await next_client.lock("stuck").acquire(blocking=False)
     assert await hold.wait_lost(timeout=20)
+    assert hold.lost_reason is not None
     assert "force-released" in hold.lost_reason
     with pytest.raises(LockLost):
         await lock.release()
@@ -392,6 +407,7 @@ async def test_force_release_counts_only_live_grants(aconnect: AsyncConnect) -> 
     holder, operator = await aconnect(), await aconnect()
     lock = holder.lock("ran-out", ttl=SHORT_TTL, renew=False)
     assert await lock.acquire()
+    assert lock.hold is not None
     assert await lock.hold.wait_lost(timeout=20)
 
     async def expired_on_the_backend() -> bool:
@@ -407,6 +423,7 @@ async def test_extend_sets_a_new_lease(aconnect: AsyncConnect) -> None:
     lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     await hold.extend(30)
     # a session-based backend grants at most its session timeout
     longest = locks.capabilities.max_ttl or 30
@@ -441,6 +458,7 @@ async def test_close_releases_what_is_held_and_refuses_further_use(aconnect: Asy
     lock = first.lock("closing")
     assert await lock.acquire()
     hold = lock.hold
+    assert hold is not None
     await first.close()
     assert hold.lost
     assert await second.lock("closing").acquire(blocking=False)
@@ -466,6 +484,7 @@ async def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_li
         await pending.result()
     state = await holder.status("closed-while-waiting")
     assert state.waiters == 0
+    assert held.hold is not None
     assert [h.token for h in state.holders] == [held.hold.token]
     # nothing was granted to the closed client after all: the next in line gets it
     await held.release()
@@ -478,13 +497,14 @@ async def test_leaving_with_after_close_raises_lock_lost_once(aconnect: AsyncCon
         async with locks.lock("closed-inside") as hold:
             await locks.close()
             assert hold.lost
+            assert hold.lost_reason is not None
             assert "closed" in hold.lost_reason
 
 
 # -- bad input: the table of tests/contract/test_bad_input.py -------------------------------
 
 
-async def settled(result):
+async def settled(result: object) -> object:
     """What a call of the table returns, awaited in asyncio (the blocking twin has it already)."""
     if inspect.isawaitable(result):
         return await result
@@ -501,8 +521,10 @@ async def test_bad_input_is_refused_and_leaves_nothing_behind(
             await refused_and_nothing_left(locks, observer, aconnect, case)
 
 
-async def refused_and_nothing_left(locks, observer, aconnect, case):
-    held = None
+async def refused_and_nothing_left(
+    locks: AsyncLocks, observer: AsyncLocks, aconnect: AsyncConnect, case: Case
+) -> None:
+    held: AsyncLock | None = None
     if case.call.needs_hold:
         held = locks.lock("held", ttl=30)
         assert await held.acquire()
@@ -512,6 +534,7 @@ async def refused_and_nothing_left(locks, observer, aconnect, case):
         await settled(case.call.run(Subject(locks, hold, aconnect), case.value))
     case.check_refusal(refused.value)
     if held is not None:
+        assert hold is not None
         assert hold.held
         assert (hold.token, hold.ttl) == granted
         assert [h.token for h in (await observer.status("held")).holders] == [hold.token]
@@ -525,14 +548,17 @@ async def refused_and_nothing_left(locks, observer, aconnect, case):
 @pytest.mark.parametrize("case", VALID, ids=case_id)
 async def test_valid_names_are_data(aconnect: AsyncConnect, case: Case) -> None:
     locks, observer = await aconnect(), await aconnect()
-    canonical = unicodedata.normalize("NFC", case.value)
-    lock = locks.lock(case.value)
+    name = case.value
+    assert isinstance(name, str)
+    canonical = unicodedata.normalize("NFC", name)
+    lock = locks.lock(name)
     assert await lock.acquire(blocking=False)
     hold = lock.hold
+    assert hold is not None
     assert type(hold.name) is str
     assert hold.name == lock.name == canonical
     assert [state.name for state in await observer.status_all()] == [canonical]
-    assert [h.token for h in (await observer.status(case.value)).holders] == [hold.token]
+    assert [h.token for h in (await observer.status(name)).holders] == [hold.token]
     for spelling in case.input.same:
         assert not await observer.lock(spelling).acquire(blocking=False), spelling
         assert [h.token for h in (await observer.status(spelling)).holders] == [hold.token]
@@ -574,7 +600,7 @@ async def test_yes_no_options_take_only_booleans(
 ) -> None:
     locks = await aconnect()
     with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
-        locks.lock("flags", **{option: value})
+        locks.lock("flags", **{option: value})  # type: ignore[arg-type]  # wrong on purpose
     assert await locks.status_all() == []
 
 
@@ -592,7 +618,7 @@ async def test_mutual_exclusion_under_concurrency(aconnect: AsyncConnect) -> Non
     most_inside = 0
     tokens: list[int] = []
 
-    async def worker(locks) -> None:
+    async def worker(locks: AsyncLocks) -> None:
         nonlocal inside, most_inside
         lock = locks.lock("counter")
         for _ in range(10):
@@ -733,5 +759,5 @@ async def test_a_bad_reason_is_refused_and_releases_nothing(
     holder, operator = await aconnect(), await aconnect()
     assert await holder.lock("kept").acquire()
     with pytest.raises(InvalidArgument, match="reason"):
-        await operator.force_release("kept", reason=reason)
+        await operator.force_release("kept", reason=reason)  # type: ignore[arg-type]  # on purpose
     assert len((await operator.status("kept")).holders) == 1

@@ -1,7 +1,5 @@
 # Generated from src/tumbler/testing/conformance/_async/test_locks.py: do not edit.
 # Change the asyncio source and run tools/generate_sync.py again.
-# (cases written before mypy checked them: they read optional holds and untyped table
-# entries freely; this belongs in a [[tool.mypy.overrides]] of pyproject.toml)
 """The lock contract, as every backend must keep it (asyncio source of the blocking twin).
 
 Each case runs on every target the conformance plugin gives (:mod:`.plugin`), in both
@@ -27,6 +25,9 @@ from tumbler import (
     NotHeld,
     PermitsMismatch,
 )
+from tumbler._sync.client import Locks
+from tumbler._sync.hold import Hold
+from tumbler._sync.primitives import Lock, Semaphore
 
 from ..bad_input import REFUSED, VALID, Case, Group, Subject, case_id, group_id
 from ..compat import PATIENCE, Connect, background, eventually, gather
@@ -116,7 +117,7 @@ def test_a_waiter_gets_the_lock_when_it_is_released(connect: Connect) -> None:
     assert held.acquire()
     wanted = waiter.lock("handoff")
 
-    def take():
+    def take() -> Hold | None:
         assert wanted.acquire(timeout=20)
         return wanted.hold  # holds are per task/thread: read it where it was acquired
 
@@ -126,6 +127,7 @@ def test_a_waiter_gets_the_lock_when_it_is_released(connect: Connect) -> None:
         return (holder.status("handoff")).waiters == 1
 
     eventually(waiting, "the waiter is in line")
+    assert held.hold is not None
     first_token = held.hold.token
     held.release()
     taken = pending.result()
@@ -141,8 +143,9 @@ def test_release_is_owner_only(connect: Connect) -> None:
     assert mine.acquire()
     with pytest.raises(NotHeld):
         theirs.release()
-    assert mine.hold.held
     hold = mine.hold
+    assert hold is not None
+    assert hold.held
     mine.release()
     with pytest.raises(NotHeld):
         mine.release()
@@ -163,9 +166,10 @@ def test_one_lock_object_shared_by_two_tasks_or_threads(connect: Connect) -> Non
         return "released"
 
     assert gather(release_from_elsewhere) == ["refused"]
-    assert lock.hold.held
     # the hold itself is the capability: whoever has it may release it
     hold = lock.hold
+    assert hold is not None
+    assert hold.held
 
     def release_hold() -> None:
         hold.release()
@@ -181,6 +185,7 @@ def test_lock_is_not_reentrant(connect: Connect) -> None:
     with lock:
         with pytest.raises(AlreadyHeld):
             lock.acquire()
+        assert lock.hold is not None
         assert lock.hold.held
 
 
@@ -263,7 +268,7 @@ def test_a_read_lock_and_a_semaphore_of_one_name_conflict(connect: Connect) -> N
 def test_fair_waiters_are_granted_in_arrival_order(connect: Connect, kind: str) -> None:
     holder_client = connect()
 
-    def make(locks):
+    def make(locks: Locks) -> Lock | Semaphore:
         if kind == "semaphore":
             return locks.semaphore("queue", 1, fair=True)
         if kind == "write":
@@ -278,14 +283,14 @@ def test_fair_waiters_are_granted_in_arrival_order(connect: Connect, kind: str) 
         client = connect()
         lock = make(client)
 
-        def wait_then_record(lock=lock, index=index) -> None:
+        def wait_then_record(lock: Lock | Semaphore = lock, index: int = index) -> None:
             assert lock.acquire(timeout=20)
             order.append(index)
             lock.release()
 
         pending.append(background(wait_then_record))
 
-        def queued(count=index + 1) -> bool:
+        def queued(count: int = index + 1) -> bool:
             return (holder_client.status("queue")).waiters == count
 
         eventually(queued, f"{index + 1} waiters are in line")
@@ -301,14 +306,17 @@ def test_an_unrenewed_lease_expires_and_the_holder_learns(connect: Connect) -> N
     lock = first.lock("lease", ttl=SHORT_TTL, renew=False)
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     hold.on_lost(lost.append)
     assert hold.wait_lost(timeout=20)
     assert hold.lost
     assert not hold.held
+    assert hold.lost_reason is not None
     assert "lease" in hold.lost_reason
     assert lost == [hold]
     other = second.lock("lease")
     assert other.acquire(timeout=20)
+    assert other.hold is not None
     assert other.hold.token > hold.token
     with pytest.raises(LockLost):
         lock.release()
@@ -319,6 +327,7 @@ def test_wait_lost_returns_after_the_on_lost_callbacks_ran(connect: Connect) -> 
     lock = holder.lock("told-first", ttl=SHORT_TTL)
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     told: list[str] = []
 
     def slow(_hold: object) -> None:
@@ -340,6 +349,7 @@ def test_wait_lost_returns_false_once_the_hold_is_released(connect: Connect) -> 
     lock = locks.lock("watched")
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     watching = background(lambda: hold.wait_lost())  # no timeout: only the release ends it
     lock.release()
     assert watching.result() is False
@@ -351,6 +361,7 @@ def test_renewal_keeps_the_lock_past_its_ttl(connect: Connect) -> None:
     lock = first.lock("renewed", ttl=SHORT_TTL)
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     # four lease lengths pass; the hold must survive them all
     assert not hold.wait_lost(timeout=4 * SHORT_TTL)
     assert hold.held
@@ -380,9 +391,11 @@ def test_force_release_takes_the_lock_from_its_holder(connect: Connect) -> None:
     lock = holder.lock("stuck", ttl=SHORT_TTL)
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     assert operator.force_release("stuck") == 1
     assert next_client.lock("stuck").acquire(blocking=False)
     assert hold.wait_lost(timeout=20)
+    assert hold.lost_reason is not None
     assert "force-released" in hold.lost_reason
     with pytest.raises(LockLost):
         lock.release()
@@ -392,6 +405,7 @@ def test_force_release_counts_only_live_grants(connect: Connect) -> None:
     holder, operator = connect(), connect()
     lock = holder.lock("ran-out", ttl=SHORT_TTL, renew=False)
     assert lock.acquire()
+    assert lock.hold is not None
     assert lock.hold.wait_lost(timeout=20)
 
     def expired_on_the_backend() -> bool:
@@ -407,6 +421,7 @@ def test_extend_sets_a_new_lease(connect: Connect) -> None:
     lock = locks.lock("extended", ttl=SHORT_TTL, renew=False)
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     hold.extend(30)
     # a session-based backend grants at most its session timeout
     longest = locks.capabilities.max_ttl or 30
@@ -441,6 +456,7 @@ def test_close_releases_what_is_held_and_refuses_further_use(connect: Connect) -
     lock = first.lock("closing")
     assert lock.acquire()
     hold = lock.hold
+    assert hold is not None
     first.close()
     assert hold.lost
     assert second.lock("closing").acquire(blocking=False)
@@ -466,6 +482,7 @@ def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(
         pending.result()
     state = holder.status("closed-while-waiting")
     assert state.waiters == 0
+    assert held.hold is not None
     assert [h.token for h in state.holders] == [held.hold.token]
     # nothing was granted to the closed client after all: the next in line gets it
     held.release()
@@ -478,13 +495,14 @@ def test_leaving_with_after_close_raises_lock_lost_once(connect: Connect) -> Non
         with locks.lock("closed-inside") as hold:
             locks.close()
             assert hold.lost
+            assert hold.lost_reason is not None
             assert "closed" in hold.lost_reason
 
 
 # -- bad input: the table of tests/contract/test_bad_input.py -------------------------------
 
 
-def settled(result):
+def settled(result: object) -> object:
     """What a call of the table returns, awaited in asyncio (the blocking twin has it already)."""
     if inspect.isawaitable(result):
         return result
@@ -499,8 +517,8 @@ def test_bad_input_is_refused_and_leaves_nothing_behind(connect: Connect, group:
             refused_and_nothing_left(locks, observer, connect, case)
 
 
-def refused_and_nothing_left(locks, observer, connect, case):
-    held = None
+def refused_and_nothing_left(locks: Locks, observer: Locks, connect: Connect, case: Case) -> None:
+    held: Lock | None = None
     if case.call.needs_hold:
         held = locks.lock("held", ttl=30)
         assert held.acquire()
@@ -510,6 +528,7 @@ def refused_and_nothing_left(locks, observer, connect, case):
         settled(case.call.run(Subject(locks, hold, connect), case.value))
     case.check_refusal(refused.value)
     if held is not None:
+        assert hold is not None
         assert hold.held
         assert (hold.token, hold.ttl) == granted
         assert [h.token for h in (observer.status("held")).holders] == [hold.token]
@@ -523,14 +542,17 @@ def refused_and_nothing_left(locks, observer, connect, case):
 @pytest.mark.parametrize("case", VALID, ids=case_id)
 def test_valid_names_are_data(connect: Connect, case: Case) -> None:
     locks, observer = connect(), connect()
-    canonical = unicodedata.normalize("NFC", case.value)
-    lock = locks.lock(case.value)
+    name = case.value
+    assert isinstance(name, str)
+    canonical = unicodedata.normalize("NFC", name)
+    lock = locks.lock(name)
     assert lock.acquire(blocking=False)
     hold = lock.hold
+    assert hold is not None
     assert type(hold.name) is str
     assert hold.name == lock.name == canonical
     assert [state.name for state in observer.status_all()] == [canonical]
-    assert [h.token for h in (observer.status(case.value)).holders] == [hold.token]
+    assert [h.token for h in (observer.status(name)).holders] == [hold.token]
     for spelling in case.input.same:
         assert not observer.lock(spelling).acquire(blocking=False), spelling
         assert [h.token for h in (observer.status(spelling)).holders] == [hold.token]
@@ -570,7 +592,7 @@ def test_status_all_lists_held_locks_and_waiters(connect: Connect) -> None:
 def test_yes_no_options_take_only_booleans(connect: Connect, option: str, value: object) -> None:
     locks = connect()
     with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
-        locks.lock("flags", **{option: value})
+        locks.lock("flags", **{option: value})  # type: ignore[arg-type]  # wrong on purpose
     assert locks.status_all() == []
 
 
@@ -588,7 +610,7 @@ def test_mutual_exclusion_under_concurrency(connect: Connect) -> None:
     most_inside = 0
     tokens: list[int] = []
 
-    def worker(locks) -> None:
+    def worker(locks: Locks) -> None:
         nonlocal inside, most_inside
         lock = locks.lock("counter")
         for _ in range(10):
@@ -727,5 +749,5 @@ def test_a_bad_reason_is_refused_and_releases_nothing(connect: Connect, reason: 
     holder, operator = connect(), connect()
     assert holder.lock("kept").acquire()
     with pytest.raises(InvalidArgument, match="reason"):
-        operator.force_release("kept", reason=reason)
+        operator.force_release("kept", reason=reason)  # type: ignore[arg-type]  # on purpose
     assert len((operator.status("kept")).holders) == 1
