@@ -41,11 +41,13 @@ modes:
 
 Each decision is one JSON line in the log: ``op`` (``read``/``write``), ``t``, ``lock``,
 ``token``, ``acq``, ``client``, ``accepted``, ``would_refuse``, ``max_before`` (the highest
-token accepted before it, or null), ``value_before`` (the counter before), ``base`` and
-``value`` (writes: what the writer read and wants to store), ``shared`` (a shared grant's
-request), and, as the worker sent them, ``held`` (what ``hold.held`` said just before it
-sent the request) and ``probe`` (the request of a holder that knows it lost its hold). At
-shutdown one ``final`` line has each lock's counter and highest token.
+token accepted before it, or null), ``bound`` (what its token was checked against: for a
+shared request the highest exclusive token, else ``max_before``), ``value_before`` (the
+counter before), ``base`` and ``value`` (writes: what the writer read and wants to store),
+``shared`` (a shared grant's request), and, as the worker sent them, ``held`` (what
+``hold.held`` said just before it sent the request) and ``probe`` (the request of a holder
+that knows it lost its hold). At shutdown one ``final`` line has each lock's counter and
+highest token.
 
 Run as ``python -m tumbler.torture.resource SOCKET LOG [--fencing on|writes|off]``; it
 serves until SIGTERM or SIGINT.
@@ -85,6 +87,9 @@ class Decision:
     value: int
     #: the highest token accepted before this request
     max_before: int | None
+    #: what the request's token was checked against: ``max_before`` for an exclusive
+    #: request, the highest exclusive token for a shared one
+    bound: int | None = None
 
 
 @dataclass
@@ -107,8 +112,12 @@ class FencedCounter:
         return self._locks.setdefault(lock, _LockState())
 
     @staticmethod
-    def _fresh(state: _LockState, token: int, shared: bool) -> bool:
-        bound = state.max_exclusive if shared else state.max_token
+    def _bound(state: _LockState, shared: bool) -> int | None:
+        return state.max_exclusive if shared else state.max_token
+
+    @classmethod
+    def _fresh(cls, state: _LockState, token: int, shared: bool) -> bool:
+        bound = cls._bound(state, shared)
         return bound is None or token >= bound
 
     @staticmethod
@@ -123,10 +132,10 @@ class FencedCounter:
         state = self._state(lock)
         fresh = self._fresh(state, token, shared)
         accepted = fresh or self.fencing != "on"
-        before = state.max_token
+        before, bound = state.max_token, self._bound(state, shared)
         if accepted and self.fencing != "writes":
             self._seen(state, token, shared)
-        return Decision(accepted, state.counter, before), not fresh
+        return Decision(accepted, state.counter, before, bound), not fresh
 
     def write(
         self, lock: str, token: int, value: int, *, shared: bool = False
@@ -135,11 +144,11 @@ class FencedCounter:
         state = self._state(lock)
         fresh = self._fresh(state, token, shared)
         accepted = fresh or self.fencing == "off"
-        before = state.max_token
+        before, bound = state.max_token, self._bound(state, shared)
         if accepted:
             state.counter = value
             self._seen(state, token, shared)
-        return Decision(accepted, state.counter, before), not fresh
+        return Decision(accepted, state.counter, before, bound), not fresh
 
     def counter(self, lock: str) -> int:
         return self._state(lock).counter
@@ -208,6 +217,7 @@ class ResourceServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
                 "accepted": decision.accepted,
                 "would_refuse": would_refuse,
                 "max_before": decision.max_before,
+                "bound": decision.bound,
                 "value_before": value_before,
                 "shared": shared,
                 "held": request.get("held"),
