@@ -39,11 +39,27 @@ Properties (each violation kind names one):
 ``unaccounted``
     Every grant ends in a release or a loss (unless its worker was killed), and every request
     at the resource comes from a grant a worker recorded, with that grant's token.
+``unfair``
+    A ``fair=True`` lock grants waiters in arrival order; see :func:`_check_fair` for when a
+    pair of waiters is judged (certainly queued in a known order, no fault in between).
 ``no-recovery``
     Liveness: after each fault ends the lock is granted again within the recovery bound (TTL
     plus the backend's grace), and after the workers stop it is free again.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
+
+Per primitive (``RoundHistory.primitive``), "another grant" means one the grant excludes. A
+read/write lock's write side excludes every grant, a read side only writers: ``overlap``,
+``double-hold``, ``unnoticed-loss`` and ``work-after-grant`` count only pairs with a writer
+(readers' spans at the resource may interleave), and a shared request's ``stale-accepted``
+bound is the highest *exclusive* token, as the resource fences it. A semaphore of N admits N:
+those four kinds become counts, a grant completed while N other claims (requests sent while
+``hold.held`` was true; releases without ``LockLost``; work) were running, or more than N spans
+of accepted requests at the resource at once. The resource cannot fence a semaphore (one
+highest token cannot stand for N holders: every request is accepted), so at the resource only
+requests sent while ``hold.held`` was true, not probes, count, and holders the harness paused
+during their hold are left out (``paused_holders_exempt``); the others are hazards
+(``stale_requests``).
 
 Besides violations the checker counts what the faults did ("hazards"): requests the resource
 refused for a stale token, grants made while a holder was paused, kills that hit a holder,
