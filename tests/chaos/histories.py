@@ -47,11 +47,13 @@ class Built:
     grants: list[tuple[str, str, int, int]] = field(default_factory=list)
     t_end: int = 0
     free_after_stop: float | None = 0.01
+    primitive: str = "lock"
 
     def round(self) -> RoundHistory:
         return RoundHistory(
             lock=LOCK,
             ttl=TTL,
+            primitive=self.primitive,
             workers=copy.deepcopy(self.workers),
             resource=copy.deepcopy(self.resource),
             faults=list(self.faults),
@@ -357,6 +359,30 @@ def break_worker(built: Built, pick: int) -> str:
     return "worker-error"
 
 
+def break_fairness(built: Built, pick: int) -> str:
+    """On a fair lock, a waiter that started its acquire well before another's is still
+    waiting when that other has been granted the lock and begun its release."""
+    released = [
+        (event, client)
+        for client, events in built.workers.items()
+        for event in events
+        if event.get("ev") == "release"
+    ]
+    release, client = released[pick % len(released)]
+    acq = release["acq"]
+    t_invoke = next(
+        e["t"] for e in built.workers[client] if e["ev"] == "acquire" and e["acq"] == acq
+    )
+    built.primitive = "fair"
+    built.workers["w9"] = [
+        {"ev": "start", "t": t_invoke - 200 * MS, "client": "w9", "pid": 9},
+        {"ev": "acquire", "t": t_invoke - 100 * MS, "acq": "w9.1"},
+        {"ev": "no_grant", "t": release["t0"] + MS, "acq": "w9.1", "why": "timeout"},
+        {"ev": "stop", "t": release["t0"] + 2 * MS},
+    ]
+    return "unfair"
+
+
 MUTATIONS = (
     break_exclusion,
     break_fencing,
@@ -368,4 +394,5 @@ MUTATIONS = (
     break_accounting,
     break_liveness,
     break_worker,
+    break_fairness,
 )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -441,3 +443,244 @@ def test_a_long_paused_holder_must_be_told_of_the_loss(outcome: str) -> None:
         if event["ev"] == "release" and event["acq"] == paused.acq:
             event["outcome"] = outcome
     assert check_round(built.round()).by_kind() == {"unnoticed-loss": 1}
+
+
+# -- semaphores, read/write locks, fair locks ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """One holder's whole round, in milliseconds: acquire started, granted, first request,
+    second request (a read for a shared holder, a write for an exclusive one), release.
+    ``held2``: what ``hold.held`` said at the second request; ``probe``: that request came
+    after on_lost (at ``lost``) and is a probe; ``release`` None: still waiting (no grant)."""
+
+    client: str
+    token: int
+    invoke: int
+    grant: int
+    first: int
+    second: int
+    release: int
+    side: str = "lock"
+    held2: bool = True
+    lost: int | None = None
+    outcome: str = "ok"
+
+
+def _shared_round(
+    primitive: str,
+    holds: list[_Hold],
+    *,
+    fencing: str = "on",
+    permits: int = 2,
+    faults: list[FaultRecord] | None = None,
+    waits: dict[str, list[dict[str, Any]]] | None = None,
+) -> RoundHistory:
+    """A round of ``primitive`` from ``holds``, the resource's log made by the real fenced
+    counter (requests decided in time order, as the resource would)."""
+    counter = FencedCounter(fencing)  # type: ignore[arg-type]
+    workers: dict[str, list[dict[str, Any]]] = {}
+    requests: list[tuple[int, str, _Hold, bool, bool]] = []
+    for hold in holds:
+        acq = f"{hold.client}.{hold.token}"
+        shared = primitive == "semaphore" or hold.side == "read"
+        second = "read" if shared else "write"
+        events = workers.setdefault(hold.client, [{"ev": "start", "t": 0, "flavour": "sync"}])
+        events += [
+            {"ev": "acquire", "t": hold.invoke * MS, "acq": acq, "side": hold.side},
+            {"ev": "grant", "t": hold.grant * MS, "acq": acq, "side": hold.side,
+             "token": hold.token},
+            {"ev": "op", "t": hold.first * MS + 1, "acq": acq, "kind": "read",
+             "t0": hold.first * MS, "held": True, "outcome": "ok"},
+        ]  # fmt: skip
+        if hold.lost is not None:
+            events.append({"ev": "lost", "t": hold.lost * MS, "acq": acq})
+            events.append({"ev": "work_end", "t": hold.lost * MS + 1, "acq": acq, "why": "lost"})
+        events.append(
+            {"ev": "op", "t": hold.second * MS + 1, "acq": acq, "kind": second,
+             "t0": hold.second * MS, "held": hold.held2, "outcome": "ok",
+             **({"probe": True} if hold.lost is not None else {})}
+        )  # fmt: skip
+        if hold.lost is None:
+            events.append({"ev": "work_end", "t": hold.second * MS + 2, "acq": acq, "why": "done"})
+        events.append(
+            {"ev": "release", "t": hold.release * MS + 1, "acq": acq, "t0": hold.release * MS,
+             "outcome": hold.outcome}
+        )  # fmt: skip
+        requests.append((hold.first, "read", hold, shared, True))
+        requests.append((hold.second, second, hold, shared, hold.held2))
+    resource: list[dict[str, object]] = []
+    for t, op, hold, shared, held in sorted(requests, key=lambda r: r[0]):
+        value_before = counter.counter(LOCK)
+        if op == "read":
+            decision, stale = counter.read(LOCK, hold.token, shared=shared)
+        else:
+            decision, stale = counter.write(LOCK, hold.token, value_before + 1, shared=shared)
+        resource.append({
+            "op": op, "t": t * MS + MS // 2, "lock": LOCK, "token": hold.token,
+            "acq": f"{hold.client}.{hold.token}", "accepted": decision.accepted,
+            "would_refuse": stale, "max_before": decision.max_before, "bound": decision.bound,
+            "value_before": value_before, "base": value_before, "value": value_before + 1,
+            "shared": shared, "held": held, "probe": hold.lost is not None and t == hold.second,
+        })  # fmt: skip
+    for client, events in (waits or {}).items():
+        workers.setdefault(client, [{"ev": "start", "t": 0}]).extend(events)
+    for events in workers.values():
+        events.sort(key=lambda event: int(event["t"]))
+        events.append({"ev": "stop", "t": 10_000 * MS})
+    return RoundHistory(
+        LOCK, 1.0, workers, resource, faults or [], recovery_bound=2.5, t_end=9_000 * MS,
+        primitive=primitive, permits=permits,
+    )  # fmt: skip
+
+
+def test_a_semaphore_admits_its_permits_and_no_more() -> None:
+    # two holders at once, a third granted once the first released: correct
+    fine = [
+        _Hold("a", 1, 0, 10, 11, 40, 50),
+        _Hold("b", 2, 5, 20, 21, 60, 70),
+        _Hold("c", 3, 8, 55, 56, 80, 90),
+    ]
+    result = check_round(_shared_round("semaphore", fine))
+    assert result.violations == []
+    assert result.stale_refused == 0  # nothing is fenced on a semaphore
+    # the third granted while both others still claim theirs and work and use the resource
+    crowded = [*fine[:2], _Hold("c", 3, 8, 30, 31, 35, 45)]
+    kinds = check_round(_shared_round("semaphore", crowded)).by_kind()
+    assert kinds == {"double-hold": 1, "work-after-grant": 1, "overlap": 1}
+    # with three permits the same history is correct
+    assert check_round(_shared_round("semaphore", crowded, permits=3)).violations == []
+
+
+def test_a_semaphore_holder_that_claims_nothing_still_must_stop_working_and_be_told() -> None:
+    # b stopped claiming (its second request said not held) but was still at work, and
+    # released "ok" after c's grant: the claim-count and the release-count both see it
+    holds = [
+        _Hold("a", 1, 0, 10, 11, 40, 50),
+        _Hold("b", 2, 5, 20, 21, 22, 60, held2=False),
+        _Hold("c", 3, 8, 30, 31, 35, 45),
+    ]
+    kinds = check_round(_shared_round("semaphore", holds)).by_kind()
+    assert kinds["unnoticed-loss"] == 1
+    assert "double-hold" not in kinds  # b never claimed after c's grant
+
+
+def test_a_paused_semaphore_holder_is_left_out_of_the_count_but_counted_as_a_hazard() -> None:
+    # a is paused past its lease (told on resuming, its probe accepted: nothing is fenced);
+    # b and c hold the two permits meanwhile
+    holds = [
+        _Hold("a", 1, 0, 10, 11, 2600, 2602, lost=2590, outcome="lost", held2=False),
+        _Hold("b", 2, 5, 20, 21, 1400, 1500),
+        _Hold("c", 3, 8, 1200, 1201, 1300, 1350),
+        _Hold("d", 4, 2500, 2590, 2591, 2650, 2660),
+    ]
+    pause = FaultRecord("pause", 15 * MS, 2580 * MS, "worker a", "a", "a.1")
+    result = check_round(_shared_round("semaphore", holds, faults=[pause]))
+    assert result.violations == []
+    assert result.paused_holders_exempt == 1
+    assert result.stale_requests == 1  # the probe
+    assert result.grants_during_pause == 2  # b and c
+
+
+def test_readers_share_and_a_writer_waits_for_them() -> None:
+    holds = [
+        _Hold("r1", 1, 0, 10, 11, 40, 50, side="read"),
+        _Hold("r2", 2, 5, 20, 21, 45, 55, side="read"),  # read beside r1: fine
+        _Hold("w", 3, 8, 60, 61, 80, 90, side="write"),
+        _Hold("r3", 4, 70, 95, 96, 99, 100, side="read"),
+    ]
+    result = check_round(_shared_round("rwlock", holds))
+    assert result.violations == []
+    assert result.writes_accepted == result.final_counter == 1 or result.final_counter is None
+    assert result.sides == {"read": 3, "write": 1}
+    # a reader with a lower token read after a reader with a higher one: not stale
+    assert result.stale_refused == 0
+
+
+def test_a_writer_beside_a_reader_is_found() -> None:
+    holds = [
+        _Hold("r1", 1, 0, 10, 11, 70, 80, side="read"),
+        _Hold("w", 2, 8, 30, 31, 50, 60, side="write"),
+    ]
+    kinds = check_round(_shared_round("rwlock", holds, fencing="off")).by_kind()
+    assert kinds["double-hold"] == 1  # r1 read believing it held, after w's grant
+    assert kinds["work-after-grant"] == 1
+    assert kinds["overlap"] == 1  # w's requests between r1's at the resource
+    # with fencing on, r1's second read is refused (below w's token): the resource is safe,
+    # but the library's claim is still wrong
+    fenced = check_round(_shared_round("rwlock", holds)).by_kind()
+    assert "overlap" not in fenced
+    assert fenced["double-hold"] == 1
+
+
+def test_a_stale_reader_is_refused_after_a_writer() -> None:
+    holds = [
+        _Hold("r1", 1, 0, 10, 11, 2600, 2602, side="read", lost=2590, outcome="lost",
+              held2=False),
+        _Hold("w", 2, 8, 1200, 1201, 1300, 1350, side="write"),
+        _Hold("r2", 3, 2500, 2590, 2591, 2650, 2660, side="read"),
+    ]  # fmt: skip
+    pause = FaultRecord("pause", 15 * MS, 2580 * MS, "worker r1", "r1", "r1.1")
+    result = check_round(_shared_round("rwlock", holds, faults=[pause]))
+    assert result.violations == []
+    assert result.stale_refused == 1
+
+
+def _fair(
+    b_invoke: int, b_grant: int, a_end: int, a_why: str = "granted", primitive: str = "fair",
+    **kw: Any,
+) -> CheckResult:  # fmt: skip
+    """h holds until 300 ms; a starts waiting at 0, b at ``b_invoke``; b is granted at
+    ``b_grant`` and releases 30 ms later; a's acquire ends at ``a_end`` (``a_why``)."""
+    holds = [
+        _Hold("h", 1, -10, -5, 0, 1, 300),
+        _Hold("b", 3 if b_grant > a_end else 2, b_invoke, b_grant, b_grant + 1, b_grant + 2,
+              b_grant + 30),
+    ]  # fmt: skip
+    a_events: list[dict[str, Any]] = [{"ev": "acquire", "t": 0, "acq": "a.9"}]
+    if a_why == "granted":
+        token = 2 if b_grant > a_end else 3
+        a_events += [
+            {"ev": "grant", "t": a_end * MS, "acq": "a.9", "token": token},
+            {"ev": "work_end", "t": a_end * MS + 1, "acq": "a.9", "why": "done"},
+            {"ev": "release", "t": a_end * MS + 3, "acq": "a.9", "t0": a_end * MS + 2,
+             "outcome": "ok"},
+        ]  # fmt: skip
+    else:
+        a_events.append({"ev": "no_grant", "t": a_end * MS, "acq": "a.9", "why": a_why})
+    return check_round(_shared_round(primitive, holds, waits={"a": a_events}, **kw))
+
+
+def test_a_fair_lock_grants_in_arrival_order() -> None:
+    # a arrived first and is granted first, b after it: in order, one pair checked
+    result = _fair(b_invoke=100, b_grant=340, a_end=301)
+    assert result.violations == []
+    assert result.fair_pairs == 1
+
+
+def test_a_waiter_overtaken_on_a_fair_lock_is_found() -> None:
+    result = _fair(b_invoke=100, b_grant=301, a_end=340)
+    assert result.by_kind() == {"unfair": 1}
+    # timed out still waiting, after b was granted and released: overtaken all the same
+    assert _fair(b_invoke=100, b_grant=301, a_end=4000, a_why="timeout").by_kind() == {"unfair": 1}
+
+
+def test_fairness_is_not_judged_where_arrival_order_is_uncertain() -> None:
+    # b started within the slack of a: a's first request may have reached the backend later
+    result = _fair(b_invoke=20, b_grant=301, a_end=340)
+    assert result.violations == []
+    assert result.fair_pairs == 0
+    # a's acquire ended in an error: it was in trouble with the backend meanwhile
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, a_why="BackendUnavailable").violations == []
+    # a was paused while waiting (its entry may have lapsed), or a server fault came between
+    pause = FaultRecord("pause", 50 * MS, 60 * MS, "worker a", "a", None)
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[pause]).violations == []
+    restart = FaultRecord("restart", -3000 * MS, -2000 * MS, "every server")
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[restart]).violations == []
+    # b granted while a still waited, but a's grant came before b began its release: the
+    # backend may have granted a first, its reply late (not fairness's business: the two
+    # holds overlapping is, and the other properties say so)
+    assert "unfair" not in _fair(b_invoke=100, b_grant=301, a_end=320).by_kind()
+    # and on a lock that is not fair, the same overtaking is no violation
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, primitive="lock").violations == []

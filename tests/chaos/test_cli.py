@@ -17,7 +17,7 @@ from tumbler.backends.redis.server import TUMBLER_RULES, RedisServer, RedisUser
 from tumbler.testing.servers import ServerError
 from tumbler.torture.backends import BackendSpec
 from tumbler.torture.check import CheckResult, Violation
-from tumbler.torture.cli import exit_status, main
+from tumbler.torture.cli import _primitive_list, exit_status, main
 from tumbler.torture.harness import BackendRun, Options, RoundResult, TortureRun, environment
 from tumbler.torture.report import BEGIN, END, markdown
 
@@ -31,6 +31,9 @@ from tumbler.torture.report import BEGIN, END, markdown
         ["--workers", "1"],
         ["--ttl", "0"],
         ["--url", "memory://"],
+        ["--primitive", "mutex"],
+        ["--primitive", "lock,bogus"],
+        ["--permits", "1"],
     ],
 )
 def test_usage_errors_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,3 +209,9 @@ def test_exit_status_counts_only_promised_violations() -> None:
     unexercised = _run(_round([], {}, False))
     assert exit_status(unexercised) == 0
     assert exit_status(unexercised, strict=True) == 1
+
+
+def test_primitives_are_a_list_or_all_in_the_table_order() -> None:
+    assert _primitive_list(()) == ("lock",)
+    assert _primitive_list(("rwlock,lock", "semaphore")) == ("rwlock", "lock", "semaphore")
+    assert _primitive_list(("all", "lock")) == ("lock", "fair", "semaphore", "rwlock")

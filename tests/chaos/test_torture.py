@@ -47,18 +47,28 @@ def _describe(round_: RoundResult) -> str:
     return "\n".join(lines)
 
 
-def _torture(backend: str, rounds: list[str], tmp_path: Path, fencing: str = "on") -> BackendRun:
+def _torture(
+    backend: str,
+    rounds: list[str],
+    tmp_path: Path,
+    fencing: str = "on",
+    primitives: tuple[str, ...] = ("lock",),
+) -> BackendRun:
     spec = deployments()[backend]
     reason = spec.unavailable()
     if reason is not None:
         server_unavailable(f"cannot torture {backend}: {reason}")
-    settings = Options(seconds=SECONDS, ttl=1.0, seed=7, fencing=fencing, workdir=tmp_path)
+    settings = Options(
+        seconds=SECONDS, ttl=1.0, seed=7, fencing=fencing, workdir=tmp_path, primitives=primitives
+    )
     try:
         run = run_backend(spec, rounds, settings, tmp_path)
     except SetupError as error:
         server_unavailable(f"cannot start {backend}: {error}")
     assert run.skipped == {}, run.skipped
-    assert [round_.fault for round_ in run.rounds] == rounds
+    assert [round_.fault for round_ in run.rounds] == [
+        fault for fault in rounds for _ in primitives
+    ]
     return run
 
 
@@ -76,6 +86,23 @@ def _assert_kept_promises(run: BackendRun) -> None:
 @pytest.mark.timeout(60)
 def test_sqlite(tmp_path: Path) -> None:
     _assert_kept_promises(_torture("sqlite", CI_ROUNDS["sqlite"], tmp_path))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("primitive", ["fair", "semaphore", "rwlock"])
+def test_sqlite_primitives_in_both_flavours(primitive: str, tmp_path: Path) -> None:
+    """Each primitive through pauses, half the workers blocking and half asyncio: both
+    flavours are granted, and the checker's properties for the primitive hold."""
+    run = _torture("sqlite", ["pause"], tmp_path, primitives=(primitive,))
+    _assert_kept_promises(run)
+    (round_,) = run.rounds
+    report = _describe(round_)
+    assert round_.primitive == primitive
+    assert round_.check.flavours["sync"] >= 1, report
+    assert round_.check.flavours["asyncio"] >= 1, report
+    if primitive == "rwlock":
+        assert round_.check.sides["read"] >= 1, report
+        assert round_.check.sides["write"] >= 1, report
 
 
 @pytest.mark.timeout(120)

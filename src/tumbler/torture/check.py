@@ -39,11 +39,27 @@ Properties (each violation kind names one):
 ``unaccounted``
     Every grant ends in a release or a loss (unless its worker was killed), and every request
     at the resource comes from a grant a worker recorded, with that grant's token.
+``unfair``
+    A ``fair=True`` lock grants waiters in arrival order; see :func:`_check_fair` for when a
+    pair of waiters is judged (certainly queued in a known order, no fault in between).
 ``no-recovery``
     Liveness: after each fault ends the lock is granted again within the recovery bound (TTL
     plus the backend's grace), and after the workers stop it is free again.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
+
+Per primitive (``RoundHistory.primitive``), "another grant" means one the grant excludes. A
+read/write lock's write side excludes every grant, a read side only writers: ``overlap``,
+``double-hold``, ``unnoticed-loss`` and ``work-after-grant`` count only pairs with a writer
+(readers' spans at the resource may interleave), and a shared request's ``stale-accepted``
+bound is the highest *exclusive* token, as the resource fences it. A semaphore of N admits N:
+those four kinds become counts, a grant completed while N other claims (requests sent while
+``hold.held`` was true; releases without ``LockLost``; work) were running, or more than N spans
+of accepted requests at the resource at once. The resource cannot fence a semaphore (one
+highest token cannot stand for N holders: every request is accepted), so at the resource only
+requests sent while ``hold.held`` was true, not probes, count, and holders the harness paused
+during their hold are left out (``paused_holders_exempt``); the others are hazards
+(``stale_requests``).
 
 Besides violations the checker counts what the faults did ("hazards"): requests the resource
 refused for a stale token, grants made while a holder was paused, kills that hit a holder,
@@ -82,6 +98,7 @@ DOUBLE_HOLD = "double-hold"
 UNNOTICED_LOSS = "unnoticed-loss"
 WORK_AFTER_GRANT = "work-after-grant"
 UNACCOUNTED = "unaccounted"
+UNFAIR = "unfair"
 NO_RECOVERY = "no-recovery"
 WORKER_ERROR = "worker-error"
 
@@ -98,6 +115,7 @@ ALL_KINDS = (
     UNNOTICED_LOSS,
     WORK_AFTER_GRANT,
     UNACCOUNTED,
+    UNFAIR,
     NO_RECOVERY,
     WORKER_ERROR,
 )
@@ -164,6 +182,17 @@ class RoundHistory:
     t_end: int = 0
     #: seconds from the workers' stop until the lock had no holder (None: never within bound)
     free_after_stop: float | None = 0.0
+    #: the primitive the workers took: ``lock``, ``fair``, ``semaphore`` (of ``permits``) or
+    #: ``rwlock`` (each grant's side is in its ``grant`` event)
+    primitive: str = "lock"
+    permits: int = 1
+    #: ``fair``: how much earlier a waiter's acquire must have started than another's for the
+    #: checker to take it as certainly queued first (its first request to the backend, which
+    #: the history does not show, must have arrived before the other's acquire started)
+    fair_slack: float = 0.05
+    #: ``fair``: seconds after a server or network fault during which a waiter's entry may
+    #: still have been lost (a restart that forgot it, a retry that could not refresh it)
+    fair_lapse: float = 6.0
 
 
 @dataclass(frozen=True)
@@ -218,6 +247,15 @@ class CheckResult:
     final_counter: int | None = None
     damaged_lines: int = 0
     free_after_stop: float | None = None
+    #: grants by the flavour of the worker granted (``sync``, ``asyncio``)
+    flavours: Counter[str] = field(default_factory=Counter)
+    #: grants by side (``lock``; ``read`` and ``write`` of a read/write lock)
+    sides: Counter[str] = field(default_factory=Counter)
+    #: ``fair``: pairs of waiters both certainly queued, whose grant order was checked
+    fair_pairs: int = 0
+    #: holders exempt from the count of holders because the harness had paused them (a
+    #: semaphore's or read side's stale requests cannot be fenced)
+    paused_holders_exempt: int = 0
 
     def by_kind(self) -> Counter[str]:
         return Counter(violation.kind for violation in self.violations)
@@ -256,6 +294,10 @@ class CheckResult:
             "recovery_s": [round(value, 4) for value in self.recovery],
             "work_after_grant_s": [round(value, 4) for value in self.work_after_grant],
             "final_counter": self.final_counter,
+            "flavours": dict(self.flavours),
+            "sides": dict(self.sides),
+            "fair_pairs": self.fair_pairs,
+            "paused_holders_exempt": self.paused_holders_exempt,
             "damaged_lines": self.damaged_lines,
             "free_after_stop_s": self.free_after_stop,
             "violations": [violation.as_json() for violation in self.violations],
@@ -269,6 +311,13 @@ class _Grant:
     token: int
     t_invoke: int
     t_done: int
+    #: held beside others (a read side's, a semaphore permit's)
+    shared: bool = False
+
+
+def _conflict(a: _Grant, b: _Grant) -> bool:
+    """Whether two grants of the lock exclude each other (a semaphore's are counted instead)."""
+    return a.acq != b.acq and not (a.shared and b.shared)
 
 
 @dataclass
@@ -313,6 +362,8 @@ def check_round(history: RoundHistory) -> CheckResult:
     _check_belief(history, lives, grants, result)
     _check_work(history, lives, grants, result)
     _check_accounting(history, lives, result)
+    if history.primitive == "fair":
+        _check_fair(history, lives, result)
     _check_liveness(history, grants, result)
     _count_hazards(history, lives, grants, result)
     return result
@@ -322,16 +373,23 @@ def _collect_grants(history: RoundHistory, result: CheckResult) -> dict[str, _Gr
     lives: dict[str, _GrantLife] = {}
     for client, events in history.workers.items():
         invoked: dict[str, int] = {}
+        flavour = "sync"
         for event in events:
             ev = event.get("ev")
             acq = str(event.get("acq", ""))
             t = int(event["t"])
-            if ev == "acquire":
+            if ev == "start":
+                flavour = str(event.get("flavour", "sync"))
+            elif ev == "acquire":
                 result.acquires += 1
                 invoked[acq] = t
             elif ev == "grant":
                 result.grants += 1
-                grant = _Grant(acq, client, int(event["token"]), invoked.get(acq, t), t)
+                side = str(event.get("side", "lock"))
+                result.flavours[flavour] += 1
+                result.sides[side] += 1
+                shared = history.primitive == "semaphore" or side == "read"
+                grant = _Grant(acq, client, int(event["token"]), invoked.get(acq, t), t, shared)
                 lives[acq] = _GrantLife(grant)
             elif ev == "no_grant":
                 if event.get("why") == "timeout":
@@ -375,7 +433,11 @@ def _check_resource(
     current: str | None = None
     token_owner: dict[int, str] = {}
     writes = 0
+    #: each grant's first and last accepted request, as positions in ``stamps``
+    spans: dict[str, tuple[int, int]] = {}
+    stamps: list[int] = []
     for record in history.resource:
+        index = len(stamps)
         op = record.get("op")
         if op == "final":
             state = record.get("locks", {}).get(history.lock)
@@ -403,7 +465,10 @@ def _check_resource(
                     UNACCOUNTED, f"{acq} sent token {token} but was granted {life.grant.token}", t
                 )
             )
-        if record.get("would_refuse") or not record.get("accepted"):
+        unfenced_stale = history.primitive == "semaphore" and (
+            record.get("probe") or record.get("held") is False
+        )
+        if record.get("would_refuse") or not record.get("accepted") or unfenced_stale:
             result.stale_requests += 1
         if not record.get("accepted"):
             result.stale_refused += 1
@@ -413,16 +478,23 @@ def _check_resource(
         else:
             result.writes_accepted += 1
             writes += 1
-        max_before = record.get("max_before")
-        if max_before is not None and token < int(max_before):
+        # a shared request is checked against the highest exclusive token only
+        bound = record.get("bound", record.get("max_before"))
+        if bound is not None and token < int(bound):
             result.violations.append(
                 Violation(
                     STALE_ACCEPTED,
-                    f"{op} by {acq} with token {token} accepted after token {max_before}",
+                    f"{op} by {acq} with token {token} accepted after token {bound}",
                     t,
                 )
             )
-        if acq != current:
+        if history.primitive not in ("lock", "fair"):
+            # shared grants interleave legitimately: spans are compared after the loop
+            if not unfenced_stale:
+                first, _ = spans.get(acq, (index, index))
+                spans[acq] = (first, index)
+                stamps.append(t)
+        elif acq != current:
             if acq in finished:
                 result.violations.append(
                     Violation(
@@ -449,6 +521,8 @@ def _check_resource(
                     t,
                 )
             )
+    if spans:
+        _check_spans(history, lives, spans, stamps, result)
     if result.final_counter is not None and result.final_counter != writes:
         result.violations.append(
             Violation(
@@ -456,6 +530,71 @@ def _check_resource(
                 f"the counter ended at {result.final_counter} after {writes} accepted increments",
             )
         )
+
+
+def _paused_in(history: RoundHistory, life: _GrantLife) -> bool:
+    """Whether the harness paused the holder of ``life`` while it held the grant."""
+    end = life.release_t0
+    return any(
+        fault.kind == "pause"
+        and fault.client == life.grant.client
+        and life.grant.t_done <= fault.t0
+        and (end is None or fault.t0 <= end)
+        for fault in history.faults
+    )
+
+
+def _check_spans(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    spans: Mapping[str, tuple[int, int]],
+    stamps: Sequence[int],
+    result: CheckResult,
+) -> None:
+    """Exclusion at the resource for shared grants: each grant's accepted requests span from
+    its first to its last; a write side's span holds no other grant's request (and lies in
+    no other's span); a semaphore's spans overlap at most ``permits`` at a time, counting
+    only requests sent while ``hold.held`` was true and not probes (nothing fences them:
+    the others are hazards, ``stale_requests``) and leaving out holders the harness paused
+    (a lease cannot stop a stopped process; they are counted in ``paused_holders_exempt``)."""
+    ordered = sorted(spans.items(), key=lambda item: item[1][0])
+    if history.primitive == "semaphore":
+        exempt = {acq for acq in spans if acq in lives and _paused_in(history, lives[acq])}
+        result.paused_holders_exempt += len(exempt)
+        active: list[tuple[int, str]] = []  # (last, acq) of spans begun
+        for acq, (first, last) in ordered:
+            if acq in exempt:
+                continue
+            active = [(end, other) for end, other in active if end > first]
+            if len(active) >= history.permits:
+                others = ", ".join(sorted(other for _, other in active))
+                result.violations.append(
+                    Violation(
+                        OVERLAP,
+                        f"{acq} was at work at the resource beside {len(active)} other "
+                        f"holders ({others}) of a semaphore of {history.permits}",
+                        stamps[first],
+                    )
+                )
+            active.append((last, acq))
+        return
+    for position, (acq, (_, last)) in enumerate(ordered):
+        own = lives.get(acq)
+        for other_acq, (other_first, _) in ordered[position + 1 :]:
+            if other_first > last:
+                break
+            other = lives.get(other_acq)
+            if own is None or other is None or not _conflict(own.grant, other.grant):
+                continue
+            result.violations.append(
+                Violation(
+                    OVERLAP,
+                    f"{other_acq} (token {other.grant.token}) was accepted at the resource "
+                    f"between requests of {acq} (token {own.grant.token}), and one of them "
+                    "holds the write side",
+                    stamps[other_first],
+                )
+            )
 
 
 def _check_tokens(grants: Sequence[_Grant], result: CheckResult) -> None:
@@ -499,13 +638,16 @@ def _check_belief(
     done_times = [grant.t_done for grant in grants]
 
     def later_grant(own: _Grant, t: int) -> _Grant | None:
-        """A grant of another acquire that completed after ``own`` and before ``t``."""
+        """A grant excluding ``own`` that completed after ``own`` and before ``t``."""
         start = bisect.bisect_right(done_times, own.t_done)
         end = bisect.bisect_left(done_times, t)
         for index in range(start, end):
-            if grants[index].acq != own.acq:
+            if _conflict(own, grants[index]):
                 return grants[index]
         return None
+
+    if history.primitive == "semaphore":
+        _check_semaphore_belief(history, lives, grants, result)
 
     for events in history.workers.values():
         for event in events:
@@ -563,38 +705,158 @@ def _check_belief(
             )
 
 
+def _over_capacity(
+    grants: Sequence[_Grant], ends: Mapping[str, int], permits: int
+) -> list[tuple[_Grant, list[tuple[int, _Grant]]]]:
+    """The grants that completed while ``permits`` others were within their intervals (from
+    their grant to ``ends[acq]``), each with those others (their ends)."""
+    found: list[tuple[_Grant, list[tuple[int, _Grant]]]] = []
+    active: list[tuple[int, _Grant]] = []
+    for grant in grants:  # in the order they completed
+        active = [(end, other) for end, other in active if end > grant.t_done]
+        if len(active) >= permits:
+            found.append((grant, list(active)))
+        end = ends.get(grant.acq)
+        if end is not None and end > grant.t_done:
+            active.append((end, grant))
+    return found
+
+
+def _names(active: Sequence[tuple[int, _Grant]]) -> str:
+    return ", ".join(f"{other.acq} (token {other.token})" for _, other in active)
+
+
+def _check_semaphore_belief(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    grants: Sequence[_Grant],
+    result: CheckResult,
+) -> None:
+    """``double-hold`` and ``unnoticed-loss`` for a semaphore: the library never claims more
+    than ``permits`` holds at once. A grant's claim runs from its grant to the last request
+    it sent while ``hold.held`` was true (``double-hold``), or to its release if that did not
+    raise ``LockLost`` (``unnoticed-loss``); a grant that completed while ``permits`` other
+    claims ran is a violation. Sound as the lock's pairwise rule is: each of those holders'
+    leases was still running at the backend when that grant was returned."""
+    claims: dict[str, int] = {}
+    for events in history.workers.values():
+        for event in events:
+            if event.get("ev") == "op" and event.get("held"):
+                acq = str(event.get("acq"))
+                if acq in lives:
+                    claims[acq] = max(claims.get(acq, 0), int(event["t0"]))
+    flagged: set[str] = set()
+    for grant, active in _over_capacity(grants, claims, history.permits):
+        flagged.add(grant.acq)
+        result.violations.append(
+            Violation(
+                DOUBLE_HOLD,
+                f"{grant.acq} was granted a permit of a semaphore of {history.permits} while "
+                f"{len(active)} holders still claimed theirs: {_names(active)}",
+                grant.t_done,
+            )
+        )
+    released = dict(claims)
+    for acq, life in lives.items():
+        if life.release_outcome == "ok" and life.release_t0 is not None:
+            released[acq] = max(released.get(acq, 0), life.release_t0)
+    for grant, active in _over_capacity(grants, released, history.permits):
+        if grant.acq in flagged:
+            continue
+        result.violations.append(
+            Violation(
+                UNNOTICED_LOSS,
+                f"{grant.acq} was granted a permit of a semaphore of {history.permits} before "
+                f"{len(active)} holders released theirs without LockLost: {_names(active)}",
+                grant.t_done,
+            )
+        )
+
+
+def _work_ends(
+    history: RoundHistory, lives: Mapping[str, _GrantLife]
+) -> dict[str, tuple[int, str]]:
+    """When each grant's holder stopped working, and why (a killed holder at its kill)."""
+    killed = set(history.killed)
+    kills: dict[str, int] = {}
+    for fault in history.faults:
+        if fault.client is not None and fault.kind == "kill" and fault.client in killed:
+            kills[fault.client] = min(fault.t0, kills.get(fault.client, fault.t0))
+    ends: dict[str, tuple[int, str]] = {}
+    for acq, life in lives.items():
+        stopped = life.stopped_working()
+        if stopped is None:
+            # no stop on record: a killed holder worked until its kill; any other grant
+            # without an end is unaccounted, or its worker crashed (worker-error), and when
+            # its work ended is not known
+            t_kill = kills.get(life.grant.client)
+            if t_kill is None or t_kill < life.grant.t_done:
+                continue
+            stopped = (t_kill, "killed")
+        ends[acq] = stopped
+    return ends
+
+
+def _check_semaphore_work(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    grants: Sequence[_Grant],
+    result: CheckResult,
+) -> None:
+    """``work-after-grant`` for a semaphore: no grant completes while ``permits`` other
+    holders are still at work, leaving out those the harness paused during their hold before
+    that grant (as for the lock)."""
+    ends = _work_ends(history, lives)
+    pauses: dict[str, list[int]] = {}
+    for fault in history.faults:
+        if fault.client is not None and fault.kind == "pause":
+            pauses.setdefault(fault.client, []).append(fault.t0)
+    for grant, active in _over_capacity(
+        grants, {a: t for a, (t, _) in ends.items()}, history.permits
+    ):
+        working = [
+            (end, other)
+            for end, other in active
+            if not any(other.t_done <= p <= grant.t_done for p in pauses.get(other.client, ()))
+        ]
+        if len(working) < history.permits:
+            continue
+        late = min(end for end, _ in working) - grant.t_done
+        result.work_after_grant.append(late / _NS)
+        result.violations.append(
+            Violation(
+                WORK_AFTER_GRANT,
+                f"{grant.acq} was granted a permit of a semaphore of {history.permits} while "
+                f"{len(working)} holders were still working: {_names(working)} (the first "
+                f"stopped {_ms(late)} later)",
+                grant.t_done,
+            )
+        )
+
+
 def _check_work(
     history: RoundHistory,
     lives: Mapping[str, _GrantLife],
     grants: Sequence[_Grant],
     result: CheckResult,
 ) -> None:
+    if history.primitive == "semaphore":
+        _check_semaphore_work(history, lives, grants, result)
+        return
     done_times = [grant.t_done for grant in grants]
-    killed = set(history.killed)
-    kills: dict[str, int] = {}
     pauses: dict[str, list[int]] = {}
     for fault in history.faults:
-        if fault.client is None:
-            continue
-        if fault.kind == "kill" and fault.client in killed:
-            kills[fault.client] = min(fault.t0, kills.get(fault.client, fault.t0))
-        elif fault.kind == "pause":
+        if fault.client is not None and fault.kind == "pause":
             pauses.setdefault(fault.client, []).append(fault.t0)
-    for life in lives.values():
+    ends = _work_ends(history, lives)
+    for acq, life in lives.items():
         own = life.grant
-        stopped = life.stopped_working()
-        if stopped is None:
-            # no stop on record: a killed holder worked until its kill; any other grant
-            # without an end is unaccounted, or its worker crashed (worker-error), and when
-            # its work ended is not known
-            t_kill = kills.get(own.client)
-            if t_kill is None or t_kill < own.t_done:
-                continue
-            stopped = (t_kill, "killed")
-        end, why = stopped
+        if acq not in ends:
+            continue
+        end, why = ends[acq]
         start = bisect.bisect_right(done_times, own.t_done)
         stop = bisect.bisect_left(done_times, end)
-        other = next((g for g in grants[start:stop] if g.acq != own.acq), None)
+        other = next((g for g in grants[start:stop] if _conflict(own, g)), None)
         if other is None:
             continue
         if any(own.t_done <= t_pause <= other.t_done for t_pause in pauses.get(own.client, ())):
@@ -609,6 +871,96 @@ def _check_work(
                 other.t_done,
             )
         )
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """One acquire: when it started, when it ended (None: never, on record) and how."""
+
+    acq: str
+    client: str
+    t_invoke: int
+    t_end: int | None
+    outcome: str
+
+
+def _waits(history: RoundHistory) -> list[_Wait]:
+    waits: list[_Wait] = []
+    for client, events in history.workers.items():
+        started: dict[str, int] = {}
+        ended: dict[str, tuple[int, str]] = {}
+        for event in events:
+            ev, acq = event.get("ev"), str(event.get("acq", ""))
+            if ev == "acquire":
+                started[acq] = int(event["t"])
+            elif ev == "grant":
+                ended[acq] = (int(event["t"]), "granted")
+            elif ev == "no_grant":
+                why = str(event.get("why"))
+                ended[acq] = (int(event["t"]), why if why in ("timeout", "stopped") else "error")
+        for acq, t in started.items():
+            end, outcome = ended.get(acq, (None, "none"))
+            waits.append(_Wait(acq, client, t, end, outcome))
+    return sorted(waits, key=lambda wait: wait.t_invoke)
+
+
+def _check_fair(
+    history: RoundHistory, lives: Mapping[str, _GrantLife], result: CheckResult
+) -> None:
+    """``unfair``: a fair lock grants its waiters in the order they arrived.
+
+    A waiter A and a later one B are compared when A certainly arrived first: A's acquire
+    started at least ``fair_slack`` before B's (arrival is A's first request reaching the
+    backend, which the history does not show: the slack bounds how long that takes). B
+    overtook A if B was granted and had begun its release while A's acquire was still going
+    on (it ended later with a grant or a timeout: an acquire that ended in an error had
+    trouble with the backend meanwhile, and one never ended on record was killed). Begun its
+    release, not only been granted: then B was certainly granted first at the backend, A's
+    grant reply cannot still have been on its way. Exempt: pairs where A's own worker was
+    killed or paused in between, and pairs near a server or network fault (from A's start
+    back to ``fair_lapse`` before, until B's release): a waiter's entry may lapse there."""
+    waits = _waits(history)
+    starts = [wait.t_invoke for wait in waits]
+    slack = int(history.fair_slack * _NS)
+    lapse = int(history.fair_lapse * _NS)
+    longest = max(
+        (wait.t_end - wait.t_invoke for wait in waits if wait.t_end is not None), default=0
+    )
+    fault_windows = [
+        (fault.t0, fault.t1 + lapse) for fault in history.faults if fault.kind not in HOLDER_FAULTS
+    ]
+    own_faults: dict[str, list[int]] = {}
+    for fault in history.faults:
+        if fault.kind in HOLDER_FAULTS and fault.client is not None:
+            own_faults.setdefault(fault.client, []).append(fault.t0)
+    for life in lives.values():
+        overtaker = life.grant
+        released = life.release_t0
+        if released is None:
+            continue
+        latest = overtaker.t_invoke - slack
+        low = bisect.bisect_left(starts, overtaker.t_invoke - slack - longest)
+        high = bisect.bisect_right(starts, latest)
+        for wait in waits[low:high]:
+            if wait.client == overtaker.client or wait.t_end is None:
+                continue
+            if wait.t_end <= overtaker.t_invoke or wait.outcome not in ("granted", "timeout"):
+                continue  # not waiting beside it, or in trouble with the backend
+            if any(wait.t_invoke <= t <= released for t in own_faults.get(wait.client, ())):
+                continue
+            if any(t0 <= released and wait.t_invoke <= t1 for t0, t1 in fault_windows):
+                continue
+            result.fair_pairs += 1
+            if wait.t_end > released:
+                result.violations.append(
+                    Violation(
+                        UNFAIR,
+                        f"{overtaker.acq} (token {overtaker.token}) started its acquire "
+                        f"{_ms(overtaker.t_invoke - wait.t_invoke)} after {wait.acq}, was "
+                        f"granted and began its release while {wait.acq} still waited",
+                        overtaker.t_done,
+                    )
+                )
 
 
 def _check_accounting(

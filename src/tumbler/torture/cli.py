@@ -23,6 +23,7 @@ from .faults import ALL_FAULTS, FAULT_HELP
 from .harness import Options, TortureRun, backend_specs, run_torture
 from .report import print_report, write_json, write_markdown
 from .resource import FENCING_MODES
+from .worker import PRIMITIVES
 
 __all__ = ["exit_status", "main", "torture"]
 
@@ -48,6 +49,22 @@ def _fault_list(text: str) -> list[str]:
             param_hint="'--faults'",
         )
     return names
+
+
+def _primitive_list(texts: tuple[str, ...]) -> tuple[str, ...]:
+    names = [name.strip() for text in texts for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in (*PRIMITIVES, "all")]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown primitive {', '.join(unknown)}; choose from {', '.join(PRIMITIVES)}, all",
+            param_hint="'--primitive'",
+        )
+    chosen: list[str] = []
+    for name in names or ["lock"]:
+        for primitive in PRIMITIVES if name == "all" else (name,):
+            if primitive not in chosen:
+                chosen.append(primitive)
+    return tuple(chosen)
 
 
 def _faults_help() -> str:
@@ -114,6 +131,46 @@ def _faults_help() -> str:
     "(net-cut+net-drop).",
 )
 @click.option(
+    "--primitive",
+    "primitive_texts",
+    metavar="LIST",
+    multiple=True,
+    help="The primitives, one round each per fault: lock (the default), fair (a lock with "
+    "fair=True), semaphore (of --permits), rwlock (3 in 4 acquires take the read side), or all. "
+    "Repeatable or comma-separated.",
+)
+@click.option(
+    "--permits",
+    type=click.IntRange(2, 64),
+    default=3,
+    show_default=True,
+    help="Permits of the semaphore.",
+)
+@click.option(
+    "--min-faults",
+    type=click.IntRange(0, 1_000_000),
+    default=0,
+    show_default=True,
+    help="A round goes on past --seconds until each of its fault kinds was injected this often "
+    "(a soak), within --round-limit.",
+)
+@click.option(
+    "--min-grants",
+    type=click.IntRange(0, 100_000_000),
+    default=0,
+    show_default=True,
+    help="A round goes on past --seconds until the workers were granted the lock this often, "
+    "within --round-limit.",
+)
+@click.option(
+    "--round-limit",
+    type=click.FloatRange(1, 7 * 86_400),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a round may go on for --min-faults and --min-grants; the report says when a "
+    "round stopped there.",
+)
+@click.option(
     "--fencing",
     type=click.Choice(FENCING_MODES),
     default="on",
@@ -154,6 +211,11 @@ def torture(
     ttl: float,
     think: float,
     faults_text: str,
+    primitive_texts: tuple[str, ...],
+    permits: int,
+    min_faults: int,
+    min_grants: int,
+    round_limit: float,
     fencing: str,
     seed: int | None,
     json_path: Path | None,
@@ -164,14 +226,16 @@ def torture(
 ) -> int:
     """Prove mutual exclusion under crashes, pauses, server failures and partitions.
 
-    Worker processes take the lock and do a read-modify-write on a shared counter in a
+    Worker processes (half of them blocking, half asyncio) take the lock (or the semaphore,
+    the read/write lock, the fair lock) and do a read-modify-write on a shared counter in a
     separate process that checks fencing tokens; the harness kills and pauses holders, kills
     and restarts servers and breaks the network meanwhile, records everything, and checks the
     history: no two accepted holders overlap, tokens strictly increase, no update is lost,
     every grant is accounted for, the lock is granted again after each fault. One round per
-    backend and fault; a report table at the end.
+    backend, fault and primitive; a report table at the end.
     """
     faults = _fault_list(faults_text)
+    primitives = _primitive_list(primitive_texts)
     url_hint = "'--url'"
     if url is None and not backends:
         # as the other commands do; but an explicit --backend asks for throwaway servers
@@ -219,6 +283,11 @@ def torture(
         seed=seed,
         keep=keep,
         workdir=workdir,
+        primitives=primitives,
+        permits=permits,
+        min_faults=min_faults,
+        min_grants=min_grants,
+        round_limit=round_limit,
     )
 
     from rich.console import Console

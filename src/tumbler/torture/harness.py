@@ -1,10 +1,13 @@
-"""Runs torture rounds: one round per backend and fault, each checked on its own.
+"""Runs torture rounds: one round per backend, fault and primitive, each checked on its own.
 
-A round: start the fenced resource and ``workers`` worker processes on a fresh lock name;
-inject the round's fault again and again for ``seconds`` (each time waiting until the lock
-is granted again, so every fault's recovery is measured), and past them until each kind has
-hit what it was aimed at (a few tries at most); stop the workers; wait until the lock has no
-holder; check the history (:func:`tumbler.torture.check.check_round`).
+A round: start the fenced resource and ``workers`` worker processes on a fresh lock name, all
+taking the round's primitive, the slots alternating between the blocking and the asyncio
+flavour; inject the round's fault again and again for ``seconds`` (each time waiting until the
+lock is granted again, so every fault's recovery is measured), and on until each kind was
+injected ``min_faults`` times and the workers were granted the lock ``min_grants`` times
+(within ``round_limit`` seconds, reported if hit), and past that until each kind has hit what
+it was aimed at (a few tries at most); stop the workers; wait until the lock has no holder;
+check the history (:func:`tumbler.torture.check.check_round`).
 
 The servers of a backend are started once for all of its rounds (and restarted by the
 faults that kill them); each round gets its own directory with every history file, kept when
@@ -77,6 +80,16 @@ class Options:
     keep: bool = False
     #: where round directories go (default: a new temporary directory)
     workdir: Path | None = None
+    #: the primitives, one round each (see :data:`tumbler.torture.worker.PRIMITIVES`)
+    primitives: tuple[str, ...] = ("lock",)
+    #: a semaphore's permits
+    permits: int = 3
+    #: a round goes on past its seconds until each of its fault kinds was injected this often
+    min_faults: int = 0
+    #: ... and until the workers were granted the lock this often
+    min_grants: int = 0
+    #: ... but no longer than this many seconds of faults (the report says when it was hit)
+    round_limit: float = 3600.0
 
     @property
     def acquire_timeout(self) -> float:
@@ -97,11 +110,21 @@ class RoundResult:
     exercised_note: str
     seconds: float
     directory: Path | None = None
+    #: the primitive the workers took
+    primitive: str = "lock"
     #: faults the nemesis tried but found nothing to hit (no holder in time)
     missed: int = 0
     #: faults injected that did not certainly hit what they were aimed at (the hold ended
     #: before the fault began): the round injected again
     astray: int = 0
+    #: the round stopped at ``round_limit`` before its ``min_faults`` or ``min_grants``: why
+    limit_hit: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``backend/fault``, with the primitive unless it is the plain lock."""
+        suffix = "" if self.primitive == "lock" else f"/{self.primitive}"
+        return f"{self.backend}/{self.fault}{suffix}"
 
     @property
     def promised_violations(self) -> list[Violation]:
@@ -119,6 +142,8 @@ class RoundResult:
         return {
             "backend": self.backend,
             "fault": self.fault,
+            "primitive": self.primitive,
+            "limit_hit": self.limit_hit,
             "ok": self.ok,
             "seconds": round(self.seconds, 2),
             "promised_violations": len(self.promised_violations),
@@ -188,6 +213,11 @@ class TortureRun:
             "think": self.options.think,
             "fencing": self.options.fencing,
             "seed": self.options.seed,
+            "primitives": list(self.options.primitives),
+            "permits": self.options.permits,
+            "min_faults": self.options.min_faults,
+            "min_grants": self.options.min_grants,
+            "round_limit": self.options.round_limit,
         }
         return {
             "ok": self.ok,
@@ -265,6 +295,20 @@ def next_fault(
     return pending[attempt % len(pending)]
 
 
+def _short_of(
+    kinds: Sequence[str], records: Sequence[FaultRecord], grants: int, options: Options
+) -> str | None:
+    """What a round still lacks of its ``min_faults`` per kind and its ``min_grants``, or None."""
+    lacking = [
+        f"{sum(1 for record in records if record.kind == kind)} {kind} faults"
+        for kind in kinds
+        if sum(1 for record in records if record.kind == kind) < options.min_faults
+    ]
+    if grants < options.min_grants:
+        lacking.append(f"{grants} grants")
+    return ", ".join(lacking) if lacking else None
+
+
 def run_round(
     spec: BackendSpec,
     deployment: Deployment,
@@ -272,16 +316,17 @@ def run_round(
     options: Options,
     directory: Path,
     *,
+    primitive: str = "lock",
     log: Callable[[str], None] = lambda message: None,
 ) -> RoundResult:
     """Torture one backend with one fault kind (``none``: a baseline; ``a+b``: kinds injected
-    in turn) and check the history."""
-    rng = random.Random(f"{options.seed}:{spec.name}:{fault}")
+    in turn) on one primitive and check the history."""
+    rng = random.Random(f"{options.seed}:{spec.name}:{fault}:{primitive}")
     kinds = [kind for kind in fault.split("+") if kind != "none"]
     # histories are appended to: a directory left by an earlier run must not mix in
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    lock = f"torture-{spec.name}-{fault}-{options.seed}-{rng.randrange(1 << 30):x}"
+    lock = f"torture-{spec.name}-{fault}-{primitive}-{options.seed}-{rng.randrange(1 << 30):x}"
     bound = options.ttl + spec.recovery_grace
     resource = ResourceProcess(directory, options.fencing).start()
     pool = WorkerPool(
@@ -301,9 +346,12 @@ def run_round(
         # runs out at the server and another worker is granted the lock
         own_proxies=deployment.isolatable() if "net-isolate" in kinds else None,
         long_max=3.0 if "net-isolate" in kinds else 1.2,
+        primitive=primitive,
+        permits=options.permits,
     )
     records: list[FaultRecord] = []
     missed = astray = 0
+    limit_hit: str | None = None
     began = time.monotonic()
     try:
         pool.start()
@@ -311,10 +359,16 @@ def run_round(
         nemesis = Nemesis(deployment, pool, ttl=options.ttl, rng=rng, pause=options.pause)
         # the seconds count from when the workers are busy
         landed: set[str] = set()
-        end = time.monotonic() + options.seconds
+        start = time.monotonic()
+        end = start + options.seconds
         attempt = 0
         while True:
-            overtime = time.monotonic() >= end
+            short = _short_of(kinds, records, len(pool.grant_times), options)
+            overtime = time.monotonic() >= end and short is None
+            if short is not None and time.monotonic() >= start + options.round_limit:
+                limit_hit = f"stopped at {options.round_limit:g} s with {short}"
+                log(f"  {spec.name} {fault} {primitive}: {limit_hit}")
+                overtime = True
             kind = next_fault(kinds, landed, attempt, overtime=overtime, futile=missed + astray)
             if kind is None:
                 break
@@ -336,7 +390,15 @@ def run_round(
             pool.grant_after(record.t1, timeout=bound)
             time.sleep(rng.uniform(0.1, 0.5) * options.ttl)
         if not kinds:
+            # a baseline: its seconds, and on until its grants (within the limit)
             time.sleep(options.seconds)
+            limit = start + options.round_limit
+            while len(pool.grant_times) < options.min_grants and time.monotonic() < limit:
+                pool.grant_after(pool.grant_times[-1], timeout=min(bound, limit - time.monotonic()))
+            if len(pool.grant_times) < options.min_grants:
+                limit_hit = (
+                    f"stopped at {options.round_limit:g} s with {len(pool.grant_times)} grants"
+                )
         elif records:
             pool.grant_after(records[-1].t1, timeout=bound)
         t_end = time.monotonic_ns()
@@ -353,6 +415,8 @@ def run_round(
     history = RoundHistory(
         lock=lock,
         ttl=options.ttl,
+        primitive=primitive,
+        permits=options.permits,
         workers={client: h.events for client, h in histories.items()},
         resource=resource_history.events,
         faults=records,
@@ -375,6 +439,8 @@ def run_round(
     return RoundResult(
         backend=spec.name,
         fault=fault,
+        primitive=primitive,
+        limit_hit=limit_hit,
         check=result,
         faults=records,
         not_promised={kind: why for kind, why in not_promised.items() if kind in ALL_KINDS},
@@ -447,19 +513,22 @@ def run_backend(
     try:
         run.versions = deployment.versions()
         for fault in chosen:
-            log(f"{spec.name}: {fault} for {options.seconds:g} s")
-            round_dir = backend_dir / fault
-            try:
-                result = run_round(spec, deployment, fault, options, round_dir, log=log)
-            except setup_errors as error:
-                # a worker that cannot start, a server that does not come back
-                raise SetupError(f"{spec.name} {fault}: {error}") from error
-            # kept when there is anything to look at: a violation (promised or not), or a
-            # fault that never bit
-            if not options.keep and not result.check.violations and result.exercised:
-                shutil.rmtree(round_dir, ignore_errors=True)
-                result.directory = None
-            run.rounds.append(result)
+            for primitive in options.primitives:
+                log(f"{spec.name}: {fault} on {primitive} for {options.seconds:g} s")
+                round_dir = backend_dir / fault / primitive
+                try:
+                    result = run_round(
+                        spec, deployment, fault, options, round_dir, primitive=primitive, log=log
+                    )
+                except setup_errors as error:
+                    # a worker that cannot start, a server that does not come back
+                    raise SetupError(f"{spec.name} {fault} {primitive}: {error}") from error
+                # kept when there is anything to look at: a violation (promised or not), or a
+                # fault that never bit
+                if not options.keep and not result.check.violations and result.exercised:
+                    shutil.rmtree(round_dir, ignore_errors=True)
+                    result.directory = None
+                run.rounds.append(result)
     finally:
         deployment.close()
     return run

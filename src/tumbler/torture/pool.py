@@ -178,6 +178,16 @@ class WorkerPool:
     #: the address ``url`` names (host, port): each worker then reaches it through a proxy of
     #: its own, so that a network fault can hit one worker alone
     own_proxies: tuple[str, int] | None = None
+    #: the primitive the workers take (see :mod:`tumbler.torture.worker`) and its permits
+    primitive: str = "lock"
+    permits: int = 3
+    #: the flavours the slots take in turn (slot 0 the first, slot 1 the second, ...): every
+    #: round exercises each, without doubling the rounds
+    flavours: tuple[str, ...] = ("sync", "asyncio")
+
+    def flavour_of(self, index: int) -> str:
+        """The flavour of the worker in slot ``index`` (its replacements keep it)."""
+        return self.flavours[index % len(self.flavours)]
 
     def _spawn(self, index: int, incarnation: int) -> WorkerSlot:
         client = f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
@@ -195,6 +205,9 @@ class WorkerPool:
             "--seed", str(self.seed * 1000 + index * 100 + incarnation),
             "--long-hold", repr(self.long_hold),
             "--long-max", repr(self.long_max),
+            "--primitive", self.primitive,
+            "--permits", str(self.permits),
+            "--flavour", self.flavour_of(index),
         )  # fmt: skip
         url, proxy = self.url, None
         if self.own_proxies is not None:
@@ -277,7 +290,13 @@ class WorkerPool:
             elif ev == "no_grant":
                 slot.state = "idle"
             elif ev == "op":
-                read_ok = event.get("kind") == "read" and event.get("outcome") == "ok"
+                # the first request of a hold (the one that records its think) opens the
+                # window the faults aim at; a shared holder's second request is a read too
+                read_ok = (
+                    event.get("kind") == "read"
+                    and event.get("outcome") == "ok"
+                    and "think" in event
+                )
                 slot.state = "critical" if read_ok else "holding"
                 think = float(event.get("think", 0)) if read_ok else 0.0
                 slot.long = think > self.ttl / 4

@@ -29,6 +29,7 @@ _LISTED = 5
 _COLUMNS = (
     "backend",
     "fault",
+    "primitive",
     "grants",
     "faults",
     "violations",
@@ -67,6 +68,7 @@ def _row(round_: RoundResult) -> list[str]:
     return [
         round_.backend,
         round_.fault,
+        round_.primitive,
         str(check.grants),
         str(check.faults),
         str(len(round_.promised_violations)),
@@ -77,6 +79,44 @@ def _row(round_: RoundResult) -> list[str]:
         recovery,
         hazard,
     ]
+
+
+def _flavours(check: CheckResult) -> str:
+    return ", ".join(f"{count} {name}" for name, count in sorted(check.flavours.items())) or "0"
+
+
+def deployment_totals(run: TortureRun) -> list[tuple[str, int, dict[str, int], int, int]]:
+    """Per deployment, summed over its rounds (every fault and primitive): grants, faults
+    injected by kind, promised violations and rounds stopped at the round limit."""
+    totals: list[tuple[str, int, dict[str, int], int, int]] = []
+    for backend in run.backends:
+        if not backend.rounds:
+            continue
+        kinds: dict[str, int] = {}
+        for round_ in backend.rounds:
+            for record in round_.faults:
+                kinds[record.kind] = kinds.get(record.kind, 0) + 1
+        totals.append(
+            (
+                backend.backend,
+                sum(round_.check.grants for round_ in backend.rounds),
+                kinds,
+                sum(len(round_.promised_violations) for round_ in backend.rounds),
+                sum(1 for round_ in backend.rounds if round_.limit_hit),
+            )
+        )
+    return totals
+
+
+def _totals_lines(run: TortureRun) -> list[str]:
+    lines = []
+    for name, grants, kinds, violations, limited in deployment_totals(run):
+        faults = ", ".join(f"{count} {kind}" for kind, count in kinds.items()) or "no faults"
+        lines.append(
+            f"{name}: {grants} grants, {faults}, {violations} promised violations"
+            + (f", {limited} rounds stopped at the round limit" if limited else "")
+        )
+    return lines
 
 
 def table(run: TortureRun) -> Table:
@@ -105,20 +145,20 @@ def table(run: TortureRun) -> Table:
 def print_report(run: TortureRun, console: Console) -> None:
     """The table, then every promised violation and every unexercised fault, then skips."""
     console.print(table(run))
+    for line in _totals_lines(run):
+        console.print(f"total {line}")
     for round_ in run.rounds:
+        if round_.limit_hit:
+            console.print(f"warning: {round_.name} {round_.limit_hit}")
         for violation in round_.promised_violations[:_LISTED]:
-            console.print(
-                f"VIOLATION {round_.backend}/{round_.fault} {violation.kind}: {violation.detail}"
-            )
+            console.print(f"VIOLATION {round_.name} {violation.kind}: {violation.detail}")
         more = len(round_.promised_violations) - _LISTED
         if more > 0:
-            console.print(f"... and {more} more in {round_.backend}/{round_.fault}")
+            console.print(f"... and {more} more in {round_.name}")
         if round_.promised_violations and round_.directory is not None:
             console.print(f"histories kept in {round_.directory}")
         if round_.fault != "none" and not round_.exercised:
-            console.print(
-                f"warning: {round_.backend}/{round_.fault} proved nothing: {round_.exercised_note}"
-            )
+            console.print(f"warning: {round_.name} proved nothing: {round_.exercised_note}")
     for backend in run.backends:
         if backend.unavailable:
             console.print(f"skipped {backend.backend}: {backend.unavailable}")
@@ -142,7 +182,11 @@ def markdown(run: TortureRun) -> str:
     lines.append(
         f"Run of {run.started}: {options.workers} workers, {options.seconds:g} s of faults per "
         f"round, TTL {options.ttl:g} s, think {options.think * 1000:g} ms, fencing "
-        f"{options.fencing}, seed {options.seed}; {run.seconds:.0f} s in all. "
+        f"{options.fencing}, seed {options.seed}, primitives {', '.join(options.primitives)}"
+        f" (semaphore of {options.permits})"
+        + (f", at least {options.min_faults} faults of each kind" if options.min_faults else "")
+        + (f", at least {options.min_grants} grants" if options.min_grants else "")
+        + f" per round; {run.seconds:.0f} s in all. "
         f"Result: **{'no promised property violated' if run.ok else 'VIOLATIONS'}**."
     )
     lines += ["", "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
@@ -159,13 +203,22 @@ def markdown(run: TortureRun) -> str:
     ]
     if skipped:
         lines += ["", "Not run:", "", *skipped]
+    lines += ["", "Per deployment, over every fault and primitive:", ""]
+    lines += [f"- {line}" for line in _totals_lines(run)]
 
     lines += ["", "### Details per round", ""]
     for round_ in run.rounds:
         check = round_.check
         lines.append(
-            f"- **{round_.backend} / {round_.fault}** ({FAULT_HELP.get(round_.fault, '')}): "
-            f"{check.acquires} acquires, {check.grants} grants, {check.acquire_errors} failed "
+            f"- **{round_.backend} / {round_.fault} / {round_.primitive}** "
+            f"({FAULT_HELP.get(round_.fault, '')}): "
+            f"{check.acquires} acquires, {check.grants} grants ({_flavours(check)}"
+            + (
+                f"; {check.sides.get('read', 0)} read, {check.sides.get('write', 0)} write"
+                if round_.primitive == "rwlock"
+                else ""
+            )
+            + f"), {check.acquire_errors} failed "
             f"with an error, {check.acquire_timeouts} timed out; {check.writes_accepted} writes "
             f"accepted, counter {check.final_counter}; {check.faults} faults"
             + (f" ({round_.missed} found no holder)" if round_.missed else "")
@@ -175,7 +228,15 @@ def markdown(run: TortureRun) -> str:
             f"{len(check.work_after_grant)} holders still working after another's grant, "
             f"{check.disruptions} client errors during server/network faults; lock free "
             f"{_seconds(check.free_after_stop)} s after the workers stopped; "
-            f"{round_.seconds:.0f} s."
+            f"{round_.seconds:.0f} s"
+            + (f"; {check.fair_pairs} pairs of queued waiters in order" if check.fair_pairs else "")
+            + (
+                f"; {check.paused_holders_exempt} paused holders left out of the count"
+                if check.paused_holders_exempt
+                else ""
+            )
+            + (f"; {round_.limit_hit}" if round_.limit_hit else "")
+            + "."
         )
         for violation in round_.check.violations[:_LISTED]:
             mark = "not promised" if violation.kind in round_.not_promised else "VIOLATION"
@@ -231,7 +292,7 @@ def write_markdown(run: TortureRun, path: Path) -> None:
 def summary_json(run: TortureRun) -> dict[str, Any]:
     """A short JSON summary: per round, the headline numbers."""
     return {
-        f"{round_.backend}/{round_.fault}": {
+        round_.name: {
             "ok": round_.ok,
             "grants": round_.check.grants,
             "violations": len(round_.promised_violations),

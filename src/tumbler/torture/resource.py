@@ -20,11 +20,19 @@ rejects requests with a lower one"; Redisson's fenced lock uses the same ``>=``)
 modes:
 
 ``on`` (default)
-    every request, read or write, is accepted iff its token is at least the highest token
-    accepted so far, which then becomes its token. Fencing the read matters: with only writes
-    fenced, a paused holder A that read the counter before its pause can still write *after*
-    B read it but *before* B wrote (A's token is still the highest accepted), and B's write
-    then overwrites A's: a lost update with every write "correctly" fenced.
+    every exclusive request (a mutex's, a read/write lock's write side), read or write, is
+    accepted iff its token is at least the highest token accepted so far; every shared request
+    (a read side's, a semaphore permit's) iff its token is at least the highest token accepted
+    from an *exclusive* grant. Shared holders overlap legitimately, so one maximum over them
+    would refuse a reader whose token is below a concurrent reader's; what must be refused is
+    a stale request coming after an exclusive holder's. A semaphore has only shared grants:
+    nothing is fenced there (N holders cannot be fenced by one number; the checker counts the
+    holders at the resource instead, see :mod:`tumbler.torture.check`).
+
+    Fencing the read matters: with only writes fenced, a paused holder A that read the
+    counter before its pause can still write *after* B read it but *before* B wrote (A's
+    token is still the highest accepted), and B's write then overwrites A's: a lost update
+    with every write "correctly" fenced.
 ``writes``
     only writes are fenced (the minimal check; shows the gap above under pauses).
 ``off``
@@ -33,9 +41,13 @@ modes:
 
 Each decision is one JSON line in the log: ``op`` (``read``/``write``), ``t``, ``lock``,
 ``token``, ``acq``, ``client``, ``accepted``, ``would_refuse``, ``max_before`` (the highest
-token accepted before it, or null), ``value_before`` (the counter before), ``base`` and
-``value`` (writes: what the writer read and wants to store). At shutdown one ``final`` line
-has each lock's counter and highest token.
+token accepted before it, or null), ``bound`` (what its token was checked against: for a
+shared request the highest exclusive token, else ``max_before``), ``value_before`` (the
+counter before), ``base`` and ``value`` (writes: what the writer read and wants to store),
+``shared`` (a shared grant's request), and, as the worker sent them, ``held`` (what
+``hold.held`` said just before it sent the request) and ``probe`` (the request of a holder
+that knows it lost its hold). At shutdown one ``final`` line has each lock's counter and
+highest token.
 
 Run as ``python -m tumbler.torture.resource SOCKET LOG [--fencing on|writes|off]``; it
 serves until SIGTERM or SIGINT.
@@ -75,12 +87,18 @@ class Decision:
     value: int
     #: the highest token accepted before this request
     max_before: int | None
+    #: what the request's token was checked against: ``max_before`` for an exclusive
+    #: request, the highest exclusive token for a shared one
+    bound: int | None = None
 
 
 @dataclass
 class _LockState:
     counter: int = 0
+    #: the highest token accepted, from any grant
     max_token: int | None = None
+    #: the highest token accepted from an exclusive grant (what shared requests are fenced by)
+    max_exclusive: int | None = None
 
 
 @dataclass
@@ -94,29 +112,43 @@ class FencedCounter:
         return self._locks.setdefault(lock, _LockState())
 
     @staticmethod
-    def _fresh(state: _LockState, token: int) -> bool:
-        return state.max_token is None or token >= state.max_token
+    def _bound(state: _LockState, shared: bool) -> int | None:
+        return state.max_exclusive if shared else state.max_token
 
-    def read(self, lock: str, token: int) -> tuple[Decision, bool]:
+    @classmethod
+    def _fresh(cls, state: _LockState, token: int, shared: bool) -> bool:
+        bound = cls._bound(state, shared)
+        return bound is None or token >= bound
+
+    @staticmethod
+    def _seen(state: _LockState, token: int, shared: bool) -> None:
+        state.max_token = token if state.max_token is None else max(state.max_token, token)
+        if not shared:
+            best = state.max_exclusive
+            state.max_exclusive = token if best is None else max(best, token)
+
+    def read(self, lock: str, token: int, *, shared: bool = False) -> tuple[Decision, bool]:
         """A fenced read; returns the decision and whether mode ``on`` would refuse it."""
         state = self._state(lock)
-        fresh = self._fresh(state, token)
+        fresh = self._fresh(state, token, shared)
         accepted = fresh or self.fencing != "on"
-        before = state.max_token
+        before, bound = state.max_token, self._bound(state, shared)
         if accepted and self.fencing != "writes":
-            state.max_token = token if before is None else max(before, token)
-        return Decision(accepted, state.counter, before), not fresh
+            self._seen(state, token, shared)
+        return Decision(accepted, state.counter, before, bound), not fresh
 
-    def write(self, lock: str, token: int, value: int) -> tuple[Decision, bool]:
+    def write(
+        self, lock: str, token: int, value: int, *, shared: bool = False
+    ) -> tuple[Decision, bool]:
         """A fenced write of ``value``; returns the decision and whether ``on`` would refuse."""
         state = self._state(lock)
-        fresh = self._fresh(state, token)
+        fresh = self._fresh(state, token, shared)
         accepted = fresh or self.fencing == "off"
-        before = state.max_token
+        before, bound = state.max_token, self._bound(state, shared)
         if accepted:
             state.counter = value
-            state.max_token = token if before is None else max(before, token)
-        return Decision(accepted, state.counter, before), not fresh
+            self._seen(state, token, shared)
+        return Decision(accepted, state.counter, before, bound), not fresh
 
     def counter(self, lock: str) -> int:
         return self._state(lock).counter
@@ -163,14 +195,15 @@ class ResourceServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
             return {"ok": True}
         lock = str(request["lock"])
         token = int(request["token"])
+        shared = bool(request.get("shared", False))
         with self._decide_guard:
             value_before = self.counter.counter(lock)
             if op == "read":
-                decision, would_refuse = self.counter.read(lock, token)
+                decision, would_refuse = self.counter.read(lock, token, shared=shared)
                 extra: dict[str, Any] = {}
             elif op == "write":
                 base, value = int(request["base"]), int(request["value"])
-                decision, would_refuse = self.counter.write(lock, token, value)
+                decision, would_refuse = self.counter.write(lock, token, value, shared=shared)
                 extra = {"base": base, "value": value}
             else:
                 return {"error": f"unknown op {op!r}"}
@@ -184,7 +217,11 @@ class ResourceServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
                 "accepted": decision.accepted,
                 "would_refuse": would_refuse,
                 "max_before": decision.max_before,
+                "bound": decision.bound,
                 "value_before": value_before,
+                "shared": shared,
+                "held": request.get("held"),
+                "probe": bool(request.get("probe", False)),
                 **extra,
             }
             # logged before the reply leaves: a decision the worker saw is always on record
@@ -235,14 +272,24 @@ class ResourceClient:
     def ping(self) -> None:
         self._call({"op": "ping"})
 
-    def read(self, lock: str, token: int, acq: str) -> tuple[bool, int]:
-        """A fenced read: (accepted, counter)."""
+    def read(self, lock: str, token: int, acq: str, **context: object) -> tuple[bool, int]:
+        """A fenced read: (accepted, counter). ``context``: ``shared``, ``held``, ``probe``
+        (logged with the decision; ``shared`` also chooses the fencing rule)."""
         reply = self._call(
-            {"op": "read", "lock": lock, "token": token, "acq": acq, "client": self.client}
+            {
+                "op": "read",
+                "lock": lock,
+                "token": token,
+                "acq": acq,
+                "client": self.client,
+                **context,
+            }
         )
         return bool(reply["ok"]), int(reply["value"])
 
-    def write(self, lock: str, token: int, acq: str, base: int, value: int) -> bool:
+    def write(
+        self, lock: str, token: int, acq: str, base: int, value: int, **context: object
+    ) -> bool:
         """A fenced write of ``value`` (read as ``base``); True if accepted."""
         reply = self._call(
             {
@@ -253,6 +300,7 @@ class ResourceClient:
                 "client": self.client,
                 "base": base,
                 "value": value,
+                **context,
             }
         )
         return bool(reply["ok"])

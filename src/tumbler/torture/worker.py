@@ -1,22 +1,34 @@
-"""A torture worker: one OS process that loops acquire -> read-modify-write -> release.
+"""A torture worker: one OS process that loops acquire -> work at the resource -> release.
 
 Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --history FILE
---client ID [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N] [--long-hold
-FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one line), never
-on the command line or in the environment, where anyone on the machine could read its
-password (``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to ``M``
-(default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
+--client ID [--primitive lock|fair|semaphore|rwlock] [--permits N] [--read-share F]
+[--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
+[--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one
+line), never on the command line or in the environment, where anyone on the machine could
+read its password (``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3
+to ``M`` (default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
 
-It uses only the public API (``tumbler.connect``, ``Lock.acquire``, ``Hold``) and records
-every step in its history file (see :mod:`tumbler.torture.history`). Its critical section
-(read, think, write) is what a correct user of the library writes: it stops working the moment
-the hold's ``on_lost`` callback runs (the thinking is a wait on the event the callback sets),
-and records when it stopped (``work_end``), so the checker can tell whether a holder was still
-working after another client had been granted the lock. It then still sends its pending write
-once, marked as a probe: the point is to send the stale write and watch the resource refuse
-it. It does not look at ``hold.held`` before the write; it records what ``hold.held`` said at
-each request instead, so the checker can tell whether the library ever claimed a hold it no
-longer had.
+The primitive: ``lock`` (a mutex), ``fair`` (a mutex with ``fair=True``), ``semaphore`` (of
+``--permits``), ``rwlock`` (each acquire takes the read side with probability
+``--read-share``, default 3/4, else the write side). An exclusive holder (a mutex's, a write
+side's) reads the counter, thinks and writes it plus one; a shared holder (a read side's, a
+semaphore permit's) reads it, thinks and reads it again: it never writes.
+
+It uses only the public API (``tumbler.connect`` or ``tumbler.aio.connect``, the lock objects'
+``acquire``, their ``hold``) and records every step in its history file (see
+:mod:`tumbler.torture.history`). Its critical section is what a correct user of the library
+writes: it stops working the moment the hold's ``on_lost`` callback runs (the thinking is a
+wait on the event the callback sets), and records when it stopped (``work_end``), so the
+checker can tell whether a holder was still working after another client had been granted
+the lock. It then still sends its pending request once, marked as a probe: the point is to
+send the stale request and watch the resource refuse it. It does not look at ``hold.held``
+before a request; it records what ``hold.held`` said at each request instead (and sends it
+along to the resource), so the checker can tell whether the library ever claimed a hold it
+no longer had.
+
+The loop is written once (:func:`_loop`, a generator of the steps that do I/O); a driver per
+flavour carries the steps out: blocking calls in the ``sync`` flavour, awaited ones on an
+event loop in the ``asyncio`` flavour (whose ``on_lost`` callbacks run as tasks there).
 
 SIGTERM asks it to stop: while waiting for the lock it stops at once (the library withdraws
 the waiter); while holding it finishes the round and releases first. Errors the library
@@ -27,6 +39,7 @@ as an ``error`` event, and the worker exits with status 70.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import signal
@@ -34,20 +47,56 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Generator
+from dataclasses import dataclass
 from types import FrameType
-from typing import IO
+from typing import IO, Any, Literal, Protocol
 
 import tumbler
+import tumbler.aio
 from tumbler.errors import BackendUnavailable, LockLost, NotHeld, TumblerError
 
 from .history import HistoryWriter
 from .resource import ResourceClient, ResourceError
 
-__all__ = ["main", "run_worker"]
+__all__ = ["FLAVOURS", "PRIMITIVES", "WorkerSpec", "main", "run_worker"]
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
+
+#: the primitives a worker can take (``fair``: a mutex made with ``fair=True``)
+PRIMITIVES = ("lock", "fair", "semaphore", "rwlock")
+#: the flavours of the API a worker can use
+FLAVOURS = ("sync", "asyncio")
+
+Flavour = Literal["sync", "asyncio"]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one worker does: which lock, which primitive, how long it thinks."""
+
+    lock_name: str
+    client: str
+    primitive: str = "lock"
+    permits: int = 3
+    read_share: float = 0.75
+    ttl: float = 1.0
+    think: float = 0.02
+    acquire_timeout: float = 5.0
+    idle: float = 0.005
+    long_hold: float = 0.0
+    long_max: float = 1.2
+
+    def pick_side(self, rng: random.Random) -> str:
+        """The side of the next acquire: ``read`` or ``write`` (rwlock), else ``lock``."""
+        if self.primitive == "rwlock":
+            return "read" if rng.random() < self.read_share else "write"
+        return "lock"
+
+    def shared(self, side: str) -> bool:
+        """Whether a grant of ``side`` may be held beside others (it then never writes)."""
+        return self.primitive == "semaphore" or side == "read"
 
 
 class _Stop(BaseException):
@@ -66,7 +115,428 @@ class _StopSignal:
             raise _Stop()
 
 
-def _connect(
+class _HoldLike(Protocol):
+    """What the loop reads of a hold: the same in both flavours."""
+
+    @property
+    def token(self) -> int: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def expires_in(self) -> float: ...
+    @property
+    def lost_reason(self) -> str | None: ...
+
+
+# -- the steps the loop asks its driver to carry out -------------------------------------
+
+
+@dataclass(frozen=True)
+class _Acquire:
+    """Acquire ``side``: the driver sends back the hold, None (timed out) or ``STOPPED``."""
+
+    side: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class _Release:
+    """Release the hold: the driver sends back None, or throws what the release raised."""
+
+    hold: Any
+
+
+@dataclass(frozen=True)
+class _OnLost:
+    """Register an ``on_lost`` callback that records the loss of ``acq`` and sets a flag; the
+    driver sends back the flag (``_LostFlag``)."""
+
+    hold: Any
+    acq: str
+
+
+@dataclass(frozen=True)
+class _Think:
+    """Wait ``seconds`` or until ``lost`` is set; the driver sends back whether it was set."""
+
+    lost: Any
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One request to the resource: ``read`` (sends back (accepted, value)) or ``write`` of
+    ``base + 1`` (sends back accepted); a ``ResourceError`` is thrown in."""
+
+    kind: str
+    token: int
+    acq: str
+    base: int
+    context: dict[str, object]
+
+
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+STOPPED = object()
+
+_Step = _Acquire | _Release | _OnLost | _Think | _Request | _Sleep
+
+
+def _loop(
+    spec: WorkerSpec, writer: HistoryWriter, stop: _StopSignal, rng: random.Random
+) -> Generator[_Step, Any, None]:
+    """The worker's loop, as the steps its driver carries out."""
+    attempt = 0
+    while not stop.requested:
+        attempt += 1
+        acq = f"{spec.client}.{attempt}"
+        side = spec.pick_side(rng)
+        writer.write("acquire", acq=acq, side=side)
+        try:
+            got = yield _Acquire(side, spec.acquire_timeout)
+        except TumblerError as error:
+            writer.write("no_grant", acq=acq, why=f"{type(error).__name__}: {error}")
+            yield _Sleep(0.02 + rng.random() * 0.1)  # the backend is failing: do not spin
+            continue
+        if got is STOPPED:
+            writer.write("no_grant", acq=acq, why="stopped")
+            return
+        if got is None:
+            writer.write("no_grant", acq=acq, why="timeout")
+            continue
+        hold: _HoldLike = got
+        now = time.monotonic_ns()
+        writer.write_record(
+            {
+                "ev": "grant",
+                "t": now,
+                "acq": acq,
+                "side": side,
+                "token": hold.token,
+                "ttl": hold.ttl,
+                "deadline": now + int(hold.expires_in * 1e9),
+            }
+        )
+        lost = yield _OnLost(hold, acq)
+        yield from _critical_section(spec, writer, hold, lost, acq, spec.shared(side), rng)
+        t0 = time.monotonic_ns()
+        try:
+            yield _Release(hold)
+            outcome = "ok"
+        except LockLost:
+            outcome = "lost"
+        except NotHeld:
+            outcome = "not_held"
+        except TumblerError as error:
+            outcome = "error"
+            writer.write("release_error", acq=acq, why=f"{type(error).__name__}: {error}")
+        writer.write("release", acq=acq, t0=t0, outcome=outcome)
+        if spec.idle > 0:
+            yield _Sleep(rng.random() * spec.idle)
+
+
+def _critical_section(
+    spec: WorkerSpec,
+    writer: HistoryWriter,
+    hold: _HoldLike,
+    lost: Any,
+    acq: str,
+    shared: bool,
+    rng: random.Random,
+) -> Generator[_Step, Any, None]:
+    """Read the counter, think, then write it back plus one (exclusive) or read it again
+    (shared): every request fenced with the token.
+
+    The work stops as soon as ``lost`` is set (by ``on_lost``): no step begins after it, and
+    the thinking is a wait on it. When the work ends, for whatever reason, ``work_end`` is
+    recorded, before the release or the probe.
+    """
+    second = "read" if shared else "write"
+
+    def record(kind: str, t0: int, held: bool, outcome: str, **fields: object) -> None:
+        writer.write(
+            "op", acq=acq, token=hold.token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
+        )
+
+    def end(why: str) -> None:
+        writer.write("work_end", acq=acq, why=why)
+
+    def request(kind: str, held: bool, base: int = 0, probe: bool = False) -> _Request:
+        context: dict[str, object] = {"shared": shared, "held": held}
+        if probe:
+            context["probe"] = True
+        return _Request(kind, hold.token, acq, base, context)
+
+    if lost.is_set():  # lost as it was granted: nothing to do
+        end("lost")
+        return
+    # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
+    t0 = time.monotonic_ns()
+    held = hold.held
+    try:
+        accepted, value = yield request("read", held)
+    except ResourceError as error:
+        record("read", t0, held, "error", why=str(error))
+        end("error")
+        return
+    # A few holds last most of a lease (renewed meanwhile): the window in which a server or
+    # network fault finds a holder, and its lease must survive or be lost, visibly.
+    pause = (
+        rng.uniform(0.3, spec.long_max) * spec.ttl if rng.random() < spec.long_hold else spec.think
+    )
+    record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
+    if not accepted:
+        end("refused")  # the resource has seen a newer token: the hold is gone
+        return
+    # The window a pause or a kill aims at: between the first request and the second. A wait
+    # on the event rather than a sleep: on_lost ends it at once, as it would a real holder's.
+    if (yield _Think(lost, pause)):
+        end("lost")
+        # the request the lost hold did not make, as a paused process would have sent it (it
+        # is not work: the holder has stopped and knows it): the resource must refuse it if
+        # anyone else has been granted the lock since
+        t0 = time.monotonic_ns()
+        held = hold.held
+        fields: dict[str, object]
+        try:
+            answer = yield request(second, held, value, probe=True)
+        except ResourceError as error:
+            outcome, fields = "error", {"why": str(error)}
+        else:
+            accepted = answer[0] if shared else answer
+            outcome = "ok" if accepted else "refused"
+            fields = {"value": answer[1] if shared else value + 1}
+        writer.write(
+            "op",
+            acq=acq,
+            token=hold.token,
+            kind=second,
+            t0=t0,
+            held=held,
+            outcome=outcome,
+            probe=True,
+            **fields,
+        )
+        return
+    t0 = time.monotonic_ns()
+    held = hold.held
+    try:
+        answer = yield request(second, held, value)
+    except ResourceError as error:
+        record(second, t0, held, "error", why=str(error))
+        end("error")
+        return
+    accepted = answer[0] if shared else answer
+    record(
+        second, t0, held, "ok" if accepted else "refused", value=answer[1] if shared else value + 1
+    )
+    end("done" if accepted else "refused")
+
+
+# -- the drivers ----------------------------------------------------------------------------
+
+
+def _primitives(locks: Any, spec: WorkerSpec) -> dict[str, Any]:
+    """The lock objects of each side, from either flavour's client (same names in both)."""
+    name, ttl = spec.lock_name, spec.ttl
+    if spec.primitive == "semaphore":
+        return {"lock": locks.semaphore(name, spec.permits, ttl=ttl)}
+    if spec.primitive == "rwlock":
+        both = locks.rwlock(name, ttl=ttl)
+        return {"read": both.read(), "write": both.write()}
+    return {"lock": locks.lock(name, ttl=ttl, fair=spec.primitive == "fair")}
+
+
+def _lost_callback(writer: HistoryWriter, acq: str, lost: Any) -> Any:
+    """An ``on_lost`` callback that records the loss of grant ``acq`` and sets ``lost``."""
+
+    def record(hold: Any) -> None:
+        # recorded before the flag is set: the loss is on file before the work stops
+        writer.write("lost", acq=acq, reason=hold.lost_reason)
+        lost.set()
+
+    return record
+
+
+def _call_resource(resource: ResourceClient, lock: str, step: _Request) -> object:
+    if step.kind == "read":
+        return resource.read(lock, step.token, step.acq, **step.context)
+    return resource.write(lock, step.token, step.acq, step.base, step.base + 1, **step.context)
+
+
+def _drive_sync(
+    url: str,
+    spec: WorkerSpec,
+    resource: ResourceClient,
+    writer: HistoryWriter,
+    stop: _StopSignal,
+    rng: random.Random,
+) -> None:
+    """The loop with the blocking API; SIGTERM interrupts a wait for the lock (``_Stop``)."""
+    locks = _connect_sync(url, writer, stop, rng)
+    if locks is None:
+        return
+    with locks:
+        objects = _primitives(locks, spec)
+        writer.write("start", client=spec.client, pid=os.getpid(), **_about(spec, "sync"))
+
+        def carry_out(step: _Step) -> object:
+            if isinstance(step, _Acquire):
+                lock = objects[step.side]
+                stop.waiting = True
+                try:
+                    return lock.hold if lock.acquire(timeout=step.timeout) else None
+                except _Stop:
+                    return STOPPED
+                finally:
+                    stop.waiting = False
+            if isinstance(step, _Release):
+                return step.hold.release()
+            if isinstance(step, _OnLost):
+                flag = threading.Event()
+                step.hold.on_lost(_lost_callback(writer, step.acq, flag))
+                return flag
+            if isinstance(step, _Think):
+                return step.lost.wait(step.seconds)
+            if isinstance(step, _Request):
+                return _call_resource(resource, spec.lock_name, step)
+            time.sleep(step.seconds)
+            return None
+
+        steps = _loop(spec, writer, stop, rng)
+        answer: object = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                step = steps.send(answer) if failure is None else steps.throw(failure)
+            except StopIteration:
+                return
+            answer, failure = None, None
+            try:
+                answer = carry_out(step)
+            except (TumblerError, ResourceError) as raised:
+                failure = raised
+
+
+async def _drive_asyncio(
+    url: str,
+    spec: WorkerSpec,
+    resource: ResourceClient,
+    writer: HistoryWriter,
+    stop: _StopSignal,
+    rng: random.Random,
+) -> None:
+    """The loop with ``tumbler.aio``; SIGTERM cancels a wait for the lock. Requests to the
+    resource (a blocking socket) go through a thread, so the loop's renewals never wait."""
+    loop = asyncio.get_running_loop()
+    #: the acquire under way (a task of its own, so that SIGTERM cancels the wait only)
+    waiting: list[asyncio.Task[Any]] = []
+
+    def on_sigterm() -> None:
+        stop.requested = True
+        for task in waiting:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    locks = None
+    while not stop.requested:
+        try:
+            locks = await tumbler.aio.connect(url)
+            break
+        except BackendUnavailable as error:
+            writer.write("connect_error", why=str(error))
+            await asyncio.sleep(0.05 + rng.random() * 0.2)
+    if locks is None:
+        return
+    async with locks:
+        objects = _primitives(locks, spec)
+        writer.write("start", client=spec.client, pid=os.getpid(), **_about(spec, "asyncio"))
+
+        async def carry_out(step: _Step) -> object:
+            if isinstance(step, _Acquire):
+                if stop.requested:
+                    return STOPPED
+                lock = objects[step.side]
+
+                async def take() -> object:
+                    # the hold is the acquiring task's: fetched in that task, released from
+                    # this one (a hold may be released by another task)
+                    return lock.hold if await lock.acquire(timeout=step.timeout) else None
+
+                task = asyncio.ensure_future(take())
+                waiting.append(task)
+                try:
+                    return await task
+                except asyncio.CancelledError:
+                    if not task.cancelled() or not stop.requested:
+                        raise
+                    return STOPPED
+                finally:
+                    waiting.remove(task)
+            if isinstance(step, _Release):
+                return await step.hold.release()
+            if isinstance(step, _OnLost):
+                flag = _LoopFlag(loop)
+                step.hold.on_lost(_lost_callback(writer, step.acq, flag))
+                return flag
+            if isinstance(step, _Think):
+                return await step.lost.wait(step.seconds)
+            if isinstance(step, _Request):
+                return await asyncio.to_thread(_call_resource, resource, spec.lock_name, step)
+            await asyncio.sleep(step.seconds)
+            return None
+
+        steps = _loop(spec, writer, stop, rng)
+        answer: object = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                step = steps.send(answer) if failure is None else steps.throw(failure)
+            except StopIteration:
+                return
+            answer, failure = None, None
+            try:
+                answer = await carry_out(step)
+            except (TumblerError, ResourceError) as raised:
+                failure = raised
+
+
+class _LoopFlag:
+    """The asyncio twin of ``threading.Event`` for the ``on_lost`` flag: set from the loop
+    (where asyncio runs the callbacks) or, to be safe, from any other thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._event.set()
+        else:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait until set or ``seconds`` pass; True if set."""
+        try:
+            await asyncio.wait_for(self._event.wait(), seconds)
+        except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
+            return self._event.is_set()
+        return True
+
+
+def _connect_sync(
     url: str, writer: HistoryWriter, stop: _StopSignal, rng: random.Random
 ) -> tumbler.Locks | None:
     """Connect, retrying while the backend is unavailable (a fault may be under way)."""
@@ -79,52 +549,33 @@ def _connect(
     return None
 
 
+def _about(spec: WorkerSpec, flavour: str) -> dict[str, object]:
+    return {"flavour": flavour, "primitive": spec.primitive, "permits": spec.permits}
+
+
 def run_worker(
     *,
     url: str,
-    lock_name: str,
+    spec: WorkerSpec,
     resource_path: str,
     history_path: str,
-    client: str,
-    ttl: float,
-    think: float,
-    acquire_timeout: float,
-    idle: float,
-    seed: int,
-    long_hold: float = 0.0,
-    long_max: float = 1.2,
+    flavour: str = "sync",
+    seed: int = 0,
 ) -> int:
-    """The worker's loop; returns its exit status."""
+    """The worker's loop in ``flavour``; returns its exit status."""
     rng = random.Random(seed)
     stop = _StopSignal()
     signal.signal(signal.SIGTERM, stop.handle)
     writer = HistoryWriter(history_path)
     try:
-        locks = _connect(url, writer, stop, rng)
-        if locks is None:
-            writer.write("stop")
-            return 0
-        with locks:
-            resource = ResourceClient(resource_path, client=client)
-            try:
-                writer.write("start", client=client, pid=os.getpid())
-                _loop(
-                    locks,
-                    resource,
-                    writer,
-                    stop,
-                    rng,
-                    lock_name,
-                    client,
-                    ttl,
-                    think,
-                    acquire_timeout,
-                    idle,
-                    long_hold,
-                    long_max,
-                )
-            finally:
-                resource.close()
+        resource = ResourceClient(resource_path, client=spec.client)
+        try:
+            if flavour == "asyncio":
+                asyncio.run(_drive_asyncio(url, spec, resource, writer, stop, rng))
+            else:
+                _drive_sync(url, spec, resource, writer, stop, rng)
+        finally:
+            resource.close()
         writer.write("stop")
         return 0
     except _Stop:
@@ -135,188 +586,6 @@ def run_worker(
         return EX_SOFTWARE
     finally:
         writer.close()
-
-
-def _loop(
-    locks: tumbler.Locks,
-    resource: ResourceClient,
-    writer: HistoryWriter,
-    stop: _StopSignal,
-    rng: random.Random,
-    lock_name: str,
-    client: str,
-    ttl: float,
-    think: float,
-    acquire_timeout: float,
-    idle: float,
-    long_hold: float,
-    long_max: float,
-) -> None:
-    lock = locks.lock(lock_name, ttl=ttl)
-    attempt = 0
-    while not stop.requested:
-        attempt += 1
-        acq = f"{client}.{attempt}"
-        writer.write("acquire", acq=acq)
-        stop.waiting = True
-        try:
-            got = lock.acquire(timeout=acquire_timeout)
-        except _Stop:
-            writer.write("no_grant", acq=acq, why="stopped")
-            return
-        except TumblerError as error:
-            stop.waiting = False
-            writer.write("no_grant", acq=acq, why=f"{type(error).__name__}: {error}")
-            time.sleep(0.02 + rng.random() * 0.1)  # the backend is failing: do not spin
-            continue
-        finally:
-            stop.waiting = False
-        if not got:
-            writer.write("no_grant", acq=acq, why="timeout")
-            continue
-        hold = lock.hold
-        assert hold is not None
-        now = time.monotonic_ns()
-        writer.write_record(
-            {
-                "ev": "grant",
-                "t": now,
-                "acq": acq,
-                "token": hold.token,
-                "ttl": hold.ttl,
-                "deadline": now + int(hold.expires_in * 1e9),
-            }
-        )
-        lost = threading.Event()
-        hold.on_lost(_record_loss(writer, acq, lost))
-        _critical_section(
-            resource, writer, hold, lost, lock_name, acq, think, (long_hold, long_max), ttl, rng
-        )
-        t0 = time.monotonic_ns()
-        try:
-            hold.release()
-            outcome = "ok"
-        except LockLost:
-            outcome = "lost"
-        except NotHeld:
-            outcome = "not_held"
-        except TumblerError as error:
-            outcome = "error"
-            writer.write("release_error", acq=acq, why=f"{type(error).__name__}: {error}")
-        writer.write("release", acq=acq, t0=t0, outcome=outcome)
-        if idle > 0:
-            time.sleep(rng.random() * idle)
-
-
-def _record_loss(
-    writer: HistoryWriter, acq: str, lost: threading.Event
-) -> Callable[[tumbler.Hold], object]:
-    """An ``on_lost`` callback that records the loss of grant ``acq`` and sets ``lost``."""
-
-    def record(hold: tumbler.Hold) -> None:
-        # recorded before the event is set: the loss is on file before the work stops
-        writer.write("lost", acq=acq, reason=hold.lost_reason)
-        lost.set()
-
-    return record
-
-
-def _critical_section(
-    resource: ResourceClient,
-    writer: HistoryWriter,
-    hold: tumbler.Hold,
-    lost: threading.Event,
-    lock_name: str,
-    acq: str,
-    think: float,
-    long: tuple[float, float],
-    ttl: float,
-    rng: random.Random,
-) -> None:
-    """Read the counter, think, write it back plus one: every request fenced with the token.
-
-    The work stops as soon as ``lost`` is set (by ``on_lost``): no step begins after it, and
-    the thinking is a wait on it. When the work ends, for whatever reason, ``work_end`` is
-    recorded, before the release or the probe.
-    """
-
-    def record(kind: str, t0: int, held: bool, outcome: str, **fields: object) -> None:
-        writer.write(
-            "op", acq=acq, token=hold.token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
-        )
-
-    def end(why: str) -> None:
-        writer.write("work_end", acq=acq, why=why)
-
-    if lost.is_set():  # lost as it was granted: nothing to do
-        end("lost")
-        return
-    # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
-    t0 = time.monotonic_ns()
-    held = hold.held
-    try:
-        accepted, value = resource.read(lock_name, hold.token, acq)
-    except ResourceError as error:
-        record("read", t0, held, "error", why=str(error))
-        end("error")
-        return
-    # A few holds last most of a lease (renewed meanwhile): the window in which a server or
-    # network fault finds a holder, and its lease must survive or be lost, visibly.
-    fraction, longest = long
-    pause = rng.uniform(0.3, longest) * ttl if rng.random() < fraction else think
-    record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
-    if not accepted:
-        end("refused")  # the resource has seen a newer token: the hold is gone
-        return
-    # The window a pause or a kill aims at: between the read and the write. A wait on the
-    # event rather than a sleep: on_lost ends it at once, as it would a real holder's work.
-    if lost.wait(pause):
-        end("lost")
-        _probe(resource, writer, hold, lock_name, acq, value)
-        return
-    t0 = time.monotonic_ns()
-    held = hold.held
-    try:
-        accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
-    except ResourceError as error:
-        record("write", t0, held, "error", why=str(error))
-        end("error")
-        return
-    record("write", t0, held, "ok" if accepted else "refused", value=value + 1)
-    end("done" if accepted else "refused")
-
-
-def _probe(
-    resource: ResourceClient,
-    writer: HistoryWriter,
-    hold: tumbler.Hold,
-    lock_name: str,
-    acq: str,
-    value: int,
-) -> None:
-    """Send the write the lost hold did not make, as a paused process would have (it is not
-    work: the holder has stopped and knows it): the resource must refuse it if anyone else
-    has been granted the lock since."""
-    t0 = time.monotonic_ns()
-    held = hold.held
-    fields: dict[str, object]
-    try:
-        accepted = resource.write(lock_name, hold.token, acq, value, value + 1)
-    except ResourceError as error:
-        outcome, fields = "error", {"why": str(error)}
-    else:
-        outcome, fields = ("ok" if accepted else "refused"), {"value": value + 1}
-    writer.write(
-        "op",
-        acq=acq,
-        token=hold.token,
-        kind="write",
-        t0=t0,
-        held=held,
-        outcome=outcome,
-        probe=True,
-        **fields,
-    )
 
 
 def _read_url(stream: IO[str]) -> str | None:
@@ -334,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resource", required=True)
     parser.add_argument("--history", required=True)
     parser.add_argument("--client", required=True)
+    parser.add_argument("--primitive", choices=PRIMITIVES, default="lock")
+    parser.add_argument("--permits", type=int, default=3)
+    parser.add_argument("--read-share", type=float, default=0.75)
+    parser.add_argument("--flavour", choices=FLAVOURS, default="sync")
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--think", type=float, default=0.02)
     parser.add_argument("--acquire-timeout", type=float, default=5.0)
@@ -346,19 +619,26 @@ def main(argv: list[str] | None = None) -> int:
     if url is None:
         print("torture worker: no backend URL on standard input", file=sys.stderr)
         return EX_USAGE
-    return run_worker(
-        url=url,
+    spec = WorkerSpec(
         lock_name=args.lock,
-        resource_path=args.resource,
-        history_path=args.history,
         client=args.client,
+        primitive=args.primitive,
+        permits=args.permits,
+        read_share=args.read_share,
         ttl=args.ttl,
         think=args.think,
         acquire_timeout=args.acquire_timeout,
         idle=args.idle,
-        seed=args.seed,
         long_hold=args.long_hold,
         long_max=args.long_max,
+    )
+    return run_worker(
+        url=url,
+        spec=spec,
+        resource_path=args.resource,
+        history_path=args.history,
+        flavour=args.flavour,
+        seed=args.seed,
     )
 
 
