@@ -415,7 +415,8 @@ class Backend(Protocol):
         """Remove ``owner``'s entry of ``name`` (its grant or its waiter entry) and nobody
         else's, and wake the waiters that may now go. True only if a live grant was removed;
         False for an expired grant, a waiter, an owner with no entry (how a waiter withdraws:
-        not an error), and a second release."""
+        not an error), and a second release. The lock layer releases through the client that
+        made the entry; a session-based backend may see only its own session's entries."""
         ...
 
     def watch(self, name: str, owner: str) -> Watch:
