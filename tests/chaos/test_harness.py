@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tumbler.torture.harness import next_fault
+from types import SimpleNamespace
+
+from tumbler.torture.harness import Options, _round_shares, next_fault
 
 
 def test_past_its_seconds_a_round_injects_again_the_kinds_that_have_not_hit() -> None:
@@ -17,3 +19,42 @@ def test_past_its_seconds_a_round_injects_again_the_kinds_that_have_not_hit() ->
     assert next_fault(kinds, {"net-cut", "net-drop"}, 3, overtime=True, futile=0) is None
     assert next_fault(["minority"], set(), 1, overtime=True, futile=1) == "minority"
     assert next_fault([], set(), 0, overtime=False, futile=0) is None
+
+
+def _done(grants: int, *kinds: str) -> SimpleNamespace:
+    """What ``_round_shares`` reads of a finished round: its grants and its faults' kinds."""
+    return SimpleNamespace(
+        check=SimpleNamespace(grants=grants),
+        faults=[SimpleNamespace(kind=kind) for kind in kinds],
+    )
+
+
+def test_a_soak_spreads_its_totals_over_a_deployments_rounds() -> None:
+    options = Options(min_faults=50, min_grants=10_000, primitives=("lock", "fair"))
+    plan = [("kill", "lock"), ("kill", "fair"), ("pause", "lock"), ("pause", "fair")]
+    first = _round_shares([], plan, options)
+    assert (first.min_faults, first.min_grants) == (25, 2500)
+    # a round that fell short is made up by the rounds after it
+    done = [_done(1000, *["kill"] * 20)]
+    second = _round_shares(done, plan[1:], options)
+    assert (second.min_faults, second.min_grants) == (30, 3000)
+    done.append(_done(6000, *["kill"] * 30))
+    third = _round_shares(done, plan[2:], options)
+    assert (third.min_faults, third.min_grants) == (25, 1500)
+    # past the totals a round needs nothing more than its seconds
+    done.append(_done(9000, *["pause"] * 50))
+    last = _round_shares(done, plan[3:], options)
+    assert (last.min_faults, last.min_grants) == (0, 0)
+
+
+def test_a_round_of_joined_kinds_takes_the_largest_share_of_its_kinds() -> None:
+    options = Options(min_faults=10, primitives=("lock",))
+    plan = [("net-cut+net-drop", "lock"), ("net-drop", "lock")]
+    shares = _round_shares([_done(0, "net-drop", "net-drop")], plan, options)
+    # net-cut has this one round for all 10; net-drop 8 left over two rounds
+    assert shares.min_faults == 10
+
+
+def test_without_a_soak_the_options_are_left_as_they_are() -> None:
+    options = Options()
+    assert _round_shares([], [("kill", "lock")], options) is options

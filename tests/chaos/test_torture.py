@@ -20,7 +20,7 @@ import pytest
 from tests.servers.fixtures import server_unavailable
 from tumbler.backends.redis.server import RedisServer
 from tumbler.torture.backends import SetupError, deployments, spec_for_url
-from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend
+from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend, run_torture
 
 #: seconds of faults per round: enough for at least one fault of each kind
 SECONDS = 3.0
@@ -181,3 +181,17 @@ def test_an_existing_server_gets_client_and_network_faults(
     network = run.rounds[1]
     assert network.check.fault_hits > 0, _describe(network)
     assert {record.target for record in network.faults} == {"proxy"}
+
+
+@pytest.mark.timeout(60)
+def test_backends_tortured_side_by_side_are_reported_in_order(tmp_path: Path) -> None:
+    """``--jobs``: two deployments at once, each with its own servers, workers and rounds;
+    the run lists them in the order asked for, each with its promises kept."""
+    first = deployments()["sqlite"]
+    second = spec_for_url(f"sqlite:///{tmp_path / 'given.db'}")
+    settings = Options(seconds=SECONDS, ttl=1.0, seed=7, workdir=tmp_path / "runs")
+    run = run_torture([first, second], ["kill"], settings, jobs=2)
+    assert [backend.backend for backend in run.backends] == [first.name, second.name]
+    for backend in run.backends:
+        assert [round_.fault for round_ in backend.rounds] == ["kill"]
+        _assert_kept_promises(backend)

@@ -151,16 +151,17 @@ def _faults_help() -> str:
     type=click.IntRange(0, 1_000_000),
     default=0,
     show_default=True,
-    help="A round goes on past --seconds until each of its fault kinds was injected this often "
-    "(a soak), within --round-limit.",
+    help="A soak: each deployment goes on past --seconds until each of its fault kinds was "
+    "injected this often, summed over the kind's rounds (one per primitive), within "
+    "--round-limit per round.",
 )
 @click.option(
     "--min-grants",
     type=click.IntRange(0, 100_000_000),
     default=0,
     show_default=True,
-    help="A round goes on past --seconds until the workers were granted the lock this often, "
-    "within --round-limit.",
+    help="A soak: each deployment goes on past --seconds until its workers were granted their "
+    "locks this often, summed over all its rounds, within --round-limit per round.",
 )
 @click.option(
     "--round-limit",
@@ -169,6 +170,13 @@ def _faults_help() -> str:
     show_default=True,
     help="Seconds a round may go on for --min-faults and --min-grants; the report says when a "
     "round stopped there.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    help="Torture this many backends side by side (a long soak on a machine with the cores).",
 )
 @click.option(
     "--fencing",
@@ -216,6 +224,7 @@ def torture(
     min_faults: int,
     min_grants: int,
     round_limit: float,
+    jobs: int,
     fencing: str,
     seed: int | None,
     json_path: Path | None,
@@ -301,7 +310,7 @@ def torture(
         click.echo(message, err=True)
 
     try:
-        run = run_torture(specs, faults, options, log=log)
+        run = run_torture(specs, faults, options, log=log, jobs=jobs)
     except SetupError as error:
         click.echo(f"tumbler: {error}", err=True)
         return EX_UNAVAILABLE

@@ -4,8 +4,9 @@ A round: start the fenced resource and ``workers`` worker processes on a fresh l
 taking the round's primitive, the slots alternating between the blocking and the asyncio
 flavour; inject the round's fault again and again for ``seconds`` (each time waiting until the
 lock is granted again, so every fault's recovery is measured), and on until each kind was
-injected ``min_faults`` times and the workers were granted the lock ``min_grants`` times
-(within ``round_limit`` seconds, reported if hit), and past that until each kind has hit what
+injected its share of ``min_faults`` and the workers were granted the lock its share of
+``min_grants`` (both are per deployment, spread over its rounds: see :func:`run_backend`;
+within ``round_limit`` seconds, reported if hit), and past that until each kind has hit what
 it was aimed at (a few tries at most); stop the workers; wait until the lock has no holder;
 check the history (:func:`tumbler.torture.check.check_round`).
 
@@ -16,6 +17,8 @@ faults that kill them); each round gets its own directory with every history fil
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import platform
 import random
@@ -84,9 +87,10 @@ class Options:
     primitives: tuple[str, ...] = ("lock",)
     #: a semaphore's permits
     permits: int = 3
-    #: a round goes on past its seconds until each of its fault kinds was injected this often
+    #: a soak: each deployment goes on past its rounds' seconds until each of its fault kinds
+    #: was injected this often, summed over the kind's rounds (one per primitive) ...
     min_faults: int = 0
-    #: ... and until the workers were granted the lock this often
+    #: ... and its workers were granted their locks this often, summed over all its rounds
     min_grants: int = 0
     #: ... but no longer than this many seconds of faults (the report says when it was hit)
     round_limit: float = 3600.0
@@ -512,26 +516,50 @@ def run_backend(
     setup_errors: tuple[type[Exception], ...] = (PoolError, *_launcher_errors())
     try:
         run.versions = deployment.versions()
-        for fault in chosen:
-            for primitive in options.primitives:
-                log(f"{spec.name}: {fault} on {primitive} for {options.seconds:g} s")
-                round_dir = backend_dir / fault / primitive
-                try:
-                    result = run_round(
-                        spec, deployment, fault, options, round_dir, primitive=primitive, log=log
-                    )
-                except setup_errors as error:
-                    # a worker that cannot start, a server that does not come back
-                    raise SetupError(f"{spec.name} {fault} {primitive}: {error}") from error
-                # kept when there is anything to look at: a violation (promised or not), or a
-                # fault that never bit
-                if not options.keep and not result.check.violations and result.exercised:
-                    shutil.rmtree(round_dir, ignore_errors=True)
-                    result.directory = None
-                run.rounds.append(result)
+        plan = [(fault, primitive) for fault in chosen for primitive in options.primitives]
+        for index, (fault, primitive) in enumerate(plan):
+            log(f"{spec.name}: {fault} on {primitive} for {options.seconds:g} s")
+            round_dir = backend_dir / fault / primitive
+            shares = _round_shares(run.rounds, plan[index:], options)
+            try:
+                result = run_round(
+                    spec, deployment, fault, shares, round_dir, primitive=primitive, log=log
+                )
+            except setup_errors as error:
+                # a worker that cannot start, a server that does not come back
+                raise SetupError(f"{spec.name} {fault} {primitive}: {error}") from error
+            # kept when there is anything to look at: a violation (promised or not), or a
+            # fault that never bit
+            if not options.keep and not result.check.violations and result.exercised:
+                shutil.rmtree(round_dir, ignore_errors=True)
+                result.directory = None
+            run.rounds.append(result)
     finally:
         deployment.close()
     return run
+
+
+def _round_shares(
+    done: Sequence[RoundResult], left: Sequence[tuple[str, str]], options: Options
+) -> Options:
+    """The options of the next of the ``left`` rounds of a deployment, with its share of the
+    deployment's ``min_faults`` (per kind) and ``min_grants``: what the rounds ``done`` have
+    not reached yet, spread evenly over the rounds left, so that a round that fell short is
+    made up by the next ones."""
+    if not options.min_faults and not options.min_grants:
+        return options
+    fault = left[0][0]
+    grants_left = options.min_grants - sum(result.check.grants for result in done)
+    min_faults = 0
+    for kind in fault.split("+"):
+        injected = sum(1 for result in done for record in result.faults if record.kind == kind)
+        rounds = sum(1 for other, _ in left if kind in other.split("+"))
+        min_faults = max(min_faults, math.ceil(max(0, options.min_faults - injected) / rounds))
+    return dataclasses.replace(
+        options,
+        min_faults=min_faults,
+        min_grants=math.ceil(max(0, grants_left) / len(left)),
+    )
 
 
 def run_torture(
@@ -540,13 +568,27 @@ def run_torture(
     options: Options,
     *,
     log: Callable[[str], None] = lambda message: None,
+    jobs: int = 1,
 ) -> TortureRun:
-    """Every backend of ``specs`` with ``faults``; servers that cannot start raise SetupError."""
+    """Every backend of ``specs`` with ``faults``; servers that cannot start raise SetupError.
+
+    ``jobs`` backends are tortured side by side (each its own servers, workers and rounds, in
+    order): a soak's hours shared out, on a machine with the cores for it. The report lists
+    them in the order of ``specs`` whatever order they end in.
+    """
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     began = time.monotonic()
     root = options.workdir or Path(tempfile.mkdtemp(prefix="torture-"))
     root.mkdir(parents=True, exist_ok=True)
-    runs = [run_backend(spec, faults, options, root, log=log) for spec in specs]
+    if jobs <= 1:
+        runs = [run_backend(spec, faults, options, root, log=log) for spec in specs]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="torture") as pool:
+            runs = list(
+                pool.map(lambda spec: run_backend(spec, faults, options, root, log=log), specs)
+            )
     versions: dict[str, str] = {}
     for run in runs:
         versions.update(run.versions)

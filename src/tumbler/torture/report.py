@@ -184,9 +184,11 @@ def markdown(run: TortureRun) -> str:
         f"round, TTL {options.ttl:g} s, think {options.think * 1000:g} ms, fencing "
         f"{options.fencing}, seed {options.seed}, primitives {', '.join(options.primitives)}"
         f" (semaphore of {options.permits})"
+        + " per round"
         + (f", at least {options.min_faults} faults of each kind" if options.min_faults else "")
         + (f", at least {options.min_grants} grants" if options.min_grants else "")
-        + f" per round; {run.seconds:.0f} s in all. "
+        + (" per deployment" if options.min_faults or options.min_grants else "")
+        + f"; {run.seconds:.0f} s in all. "
         f"Result: **{'no promised property violated' if run.ok else 'VIOLATIONS'}**."
     )
     lines += ["", "| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
