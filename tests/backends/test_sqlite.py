@@ -17,7 +17,7 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler import BackendUnavailable, ConfigurationError, InvalidURL
-from tumbler.backends.sqlite import backend as sqlite_backend
+from tumbler.backends.kit.boot import boot_time_ns
 from tumbler.testing.conformance.compat import PATIENCE, BackgroundCall, eventually
 from tumbler.testing.conformance.test_processes import WORKER
 
@@ -34,7 +34,7 @@ def rows(path: Path) -> int:
 def live_rows(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         query = "SELECT count(*) FROM tumbler_entries WHERE expires_at > ?"
-        return int(db.execute(query, (sqlite_backend._now_ns(),)).fetchone()[0])
+        return int(db.execute(query, (boot_time_ns(),)).fetchone()[0])
 
 
 def test_the_file_is_in_wal_mode(tmp_path):
