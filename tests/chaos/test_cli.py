@@ -158,13 +158,14 @@ def test_a_password_in_tumbler_url_stays_out_of_the_workers_sight(
         options: Options,
         *,
         log: Callable[[str], None],
+        jobs: int,
     ) -> TortureRun:
         def log_and_look(message: str) -> None:
             # the harness logs each fault as it is done: the round's workers are running
             seen.update(_worker_views())
             log(message)
 
-        return run_torture(specs, faults, options, log=log_and_look)
+        return run_torture(specs, faults, options, log=log_and_look, jobs=jobs)
 
     monkeypatch.setattr(torture_cli, "run_torture", looking)
     report = tmp_path / "report.json"
