@@ -408,19 +408,12 @@ def _drive_sync(
             time.sleep(step.seconds)
             return None
 
-        steps = _loop(spec, writer, stop, rng)
-        answer: object = None
-        failure: BaseException | None = None
-        while True:
+        steps = _Steps(_loop(spec, writer, stop, rng))
+        while (step := steps.next()) is not None:
             try:
-                step = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration:
-                return
-            answer, failure = None, None
-            try:
-                answer = carry_out(step)
+                steps.answer(carry_out(step))
             except (TumblerError, ResourceError) as raised:
-                failure = raised
+                steps.fail(raised)
 
 
 async def _drive_asyncio(
@@ -491,19 +484,37 @@ async def _drive_asyncio(
             await asyncio.sleep(step.seconds)
             return None
 
-        steps = _loop(spec, writer, stop, rng)
-        answer: object = None
-        failure: BaseException | None = None
-        while True:
+        steps = _Steps(_loop(spec, writer, stop, rng))
+        while (step := steps.next()) is not None:
             try:
-                step = steps.send(answer) if failure is None else steps.throw(failure)
-            except StopIteration:
-                return
-            answer, failure = None, None
-            try:
-                answer = await carry_out(step)
+                steps.answer(await carry_out(step))
             except (TumblerError, ResourceError) as raised:
-                failure = raised
+                steps.fail(raised)
+
+
+class _Steps:
+    """Runs the loop's generator for a driver: each step's answer (or the error the library
+    or the resource raised for it) goes back into the loop, which asks for the next step."""
+
+    def __init__(self, steps: Generator[_Step, Any, None]) -> None:
+        self._steps = steps
+        self._answer: object = None
+        self._failure: BaseException | None = None
+
+    def next(self) -> _Step | None:
+        """The next step, or None when the loop has ended."""
+        answer, failure = self._answer, self._failure
+        self._answer, self._failure = None, None
+        try:
+            return self._steps.send(answer) if failure is None else self._steps.throw(failure)
+        except StopIteration:
+            return None
+
+    def answer(self, value: object) -> None:
+        self._answer = value
+
+    def fail(self, error: BaseException) -> None:
+        self._failure = error
 
 
 class _LoopFlag:
