@@ -47,6 +47,22 @@ def test_a_soak_spreads_its_totals_over_a_deployments_rounds() -> None:
     assert (last.min_faults, last.min_grants) == (0, 0)
 
 
+def test_the_grants_are_asked_of_the_rounds_that_fault_only_holders() -> None:
+    options = Options(min_faults=10, min_grants=1000, primitives=("lock",))
+    plan = [("restart", "lock"), ("kill", "lock"), ("net-cut", "lock"), ("pause", "lock")]
+    restart = _round_shares([], plan, options)
+    assert (restart.min_faults, restart.min_grants) == (10, 0)
+    kill = _round_shares([_done(100, *["restart"] * 10)], plan[1:], options)
+    assert kill.min_grants == 450  # the restart round's 100 count; two holder rounds are left
+    net = _round_shares([_done(100), _done(450)], plan[2:], options)
+    assert net.min_grants == 0
+    pause = _round_shares([_done(100), _done(450), _done(20)], plan[3:], options)
+    assert pause.min_grants == 430
+    # without holder rounds, every round takes a share
+    alone = _round_shares([], [("restart", "lock"), ("net-cut", "lock")], options)
+    assert alone.min_grants == 500
+
+
 def test_a_round_of_joined_kinds_takes_the_largest_share_of_its_kinds() -> None:
     options = Options(min_faults=10, primitives=("lock",))
     plan = [("net-cut+net-drop", "lock"), ("net-drop", "lock")]

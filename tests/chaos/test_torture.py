@@ -13,13 +13,16 @@ In CI ($CI set) a backend whose servers cannot start fails its test instead of s
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.servers.fixtures import server_unavailable
 from tumbler.backends.redis.server import RedisServer
-from tumbler.torture.backends import SetupError, deployments, spec_for_url
+from tumbler.torture.backends import Deployment, Settings, SetupError, deployments, spec_for_url
 from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend, run_torture
 
 #: seconds of faults per round: enough for at least one fault of each kind
@@ -195,3 +198,31 @@ def test_backends_tortured_side_by_side_are_reported_in_order(tmp_path: Path) ->
     for backend in run.backends:
         assert [round_.fault for round_ in backend.rounds] == ["kill"]
         _assert_kept_promises(backend)
+
+
+@pytest.mark.timeout(60)
+def test_a_deployment_that_cannot_start_stops_those_beside_it(tmp_path: Path) -> None:
+    """With ``--jobs``, one deployment's setup error ends the run as it would one by one:
+    the deployment beside it, in a long round, stops at its next fault and cleans up."""
+
+    def cannot_start(directory: Path, settings: Settings) -> Deployment:
+        # fail once the long round beside it has its workers' histories
+        while not list((tmp_path / "sqlite").glob("kill/lock/w*.jsonl")):
+            time.sleep(0.05)
+        raise SetupError("no server here")
+
+    running = deployments()["sqlite"]
+    broken = dataclasses.replace(running, name="broken", start=cannot_start)
+    settings = Options(seconds=600, ttl=1.0, seed=7, workdir=tmp_path)
+    with pytest.raises(SetupError, match="no server here"):
+        run_torture([running, broken], ["kill"], settings, jobs=2)
+    assert not _worker_processes(tmp_path)
+
+
+def _worker_processes(directory: Path) -> list[int]:
+    """The torture workers still running with their histories under ``directory``."""
+    return [
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if any(str(directory) in part for part in process.info["cmdline"] or ())
+    ]

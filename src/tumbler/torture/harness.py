@@ -24,6 +24,7 @@ import platform
 import random
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ __all__ = [
     "environment",
     "next_fault",
     "run_backend",
+    "Stopped",
     "run_round",
 ]
 
@@ -299,6 +301,10 @@ def next_fault(
     return pending[attempt % len(pending)]
 
 
+class Stopped(Exception):
+    """A round given up because its run is stopping (see :func:`run_torture`'s ``jobs``)."""
+
+
 def _short_of(
     kinds: Sequence[str], records: Sequence[FaultRecord], grants: int, options: Options
 ) -> str | None:
@@ -322,9 +328,11 @@ def run_round(
     *,
     primitive: str = "lock",
     log: Callable[[str], None] = lambda message: None,
+    stopping: threading.Event | None = None,
 ) -> RoundResult:
     """Torture one backend with one fault kind (``none``: a baseline; ``a+b``: kinds injected
-    in turn) on one primitive and check the history."""
+    in turn) on one primitive and check the history. Raises :class:`Stopped`, its workers and
+    resource stopped, once ``stopping`` is set."""
     rng = random.Random(f"{options.seed}:{spec.name}:{fault}:{primitive}")
     kinds = [kind for kind in fault.split("+") if kind != "none"]
     # histories are appended to: a directory left by an earlier run must not mix in
@@ -367,6 +375,8 @@ def run_round(
         end = start + options.seconds
         attempt = 0
         while True:
+            if stopping is not None and stopping.is_set():
+                raise Stopped(f"{spec.name} {fault} {primitive}: stopped with the run")
             short = _short_of(kinds, records, len(pool.grant_times), options)
             overtime = time.monotonic() >= end and short is None
             if short is not None and time.monotonic() >= start + options.round_limit:
@@ -491,10 +501,12 @@ def run_backend(
     root: Path,
     *,
     log: Callable[[str], None] = lambda message: None,
+    stopping: threading.Event | None = None,
 ) -> BackendRun:
     """Start the backend's servers, run one round per applicable fault, stop the servers.
 
-    Raises :class:`SetupError` if the servers cannot be started.
+    Raises :class:`SetupError` if the servers cannot be started, and :class:`Stopped` once
+    ``stopping`` is set (another deployment of the run failed, or the run was interrupted).
     """
     run = BackendRun(
         spec.name,
@@ -523,7 +535,14 @@ def run_backend(
             shares = _round_shares(run.rounds, plan[index:], options)
             try:
                 result = run_round(
-                    spec, deployment, fault, shares, round_dir, primitive=primitive, log=log
+                    spec,
+                    deployment,
+                    fault,
+                    shares,
+                    round_dir,
+                    primitive=primitive,
+                    log=log,
+                    stopping=stopping,
                 )
             except setup_errors as error:
                 # a worker that cannot start, a server that does not come back
@@ -544,22 +563,32 @@ def _round_shares(
 ) -> Options:
     """The options of the next of the ``left`` rounds of a deployment, with its share of the
     deployment's ``min_faults`` (per kind) and ``min_grants``: what the rounds ``done`` have
-    not reached yet, spread evenly over the rounds left, so that a round that fell short is
-    made up by the next ones."""
+    not reached yet, spread evenly over the rounds left that can take it, so that a round that
+    fell short is made up by the next ones.
+
+    The grants are asked of the rounds whose faults hit only holders (kill, pause), where the
+    lock is granted tens of times a second; server and network faults hold the lock up for a
+    second or more each time, so those rounds run for their faults only and add what grants
+    they make. A deployment without such rounds spreads its grants over all of them.
+    """
     if not options.min_faults and not options.min_grants:
         return options
     fault = left[0][0]
-    grants_left = options.min_grants - sum(result.check.grants for result in done)
     min_faults = 0
     for kind in fault.split("+"):
         injected = sum(1 for result in done for record in result.faults if record.kind == kind)
         rounds = sum(1 for other, _ in left if kind in other.split("+"))
         min_faults = max(min_faults, math.ceil(max(0, options.min_faults - injected) / rounds))
-    return dataclasses.replace(
-        options,
-        min_faults=min_faults,
-        min_grants=math.ceil(max(0, grants_left) / len(left)),
-    )
+    grants_left = max(0, options.min_grants - sum(result.check.grants for result in done))
+    carriers = [other for other, _ in left if _holder_faults_only(other)]
+    if not carriers:
+        carriers = [other for other, _ in left]
+    min_grants = math.ceil(grants_left / len(carriers)) if fault in carriers else 0
+    return dataclasses.replace(options, min_faults=min_faults, min_grants=min_grants)
+
+
+def _holder_faults_only(fault: str) -> bool:
+    return all(kind in HOLDER_FAULTS for kind in fault.split("+"))
 
 
 def run_torture(
@@ -583,12 +612,28 @@ def run_torture(
     if jobs <= 1:
         runs = [run_backend(spec, faults, options, root, log=log) for spec in specs]
     else:
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
+        # Ctrl-C (in this thread) or one deployment's setup error stops the others at their
+        # next fault, each cleaning up its workers and servers, before the error goes on
+        stopping = threading.Event()
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="torture") as pool:
-            runs = list(
-                pool.map(lambda spec: run_backend(spec, faults, options, root, log=log), specs)
-            )
+            futures = [
+                pool.submit(run_backend, spec, faults, options, root, log=log, stopping=stopping)
+                for spec in specs
+            ]
+            try:
+                wait(futures, return_when=FIRST_EXCEPTION)
+            finally:
+                # an error of one (or Ctrl-C here) stops the others; after a success, nothing
+                # runs any more anyway
+                stopping.set()
+            # the error that stopped the run, not the others' Stopped that it caused
+            errors = [future.exception() for future in futures]
+            for error in errors:
+                if error is not None and not isinstance(error, Stopped):
+                    raise error
+            runs = [future.result() for future in futures]
     versions: dict[str, str] = {}
     for run in runs:
         versions.update(run.versions)
