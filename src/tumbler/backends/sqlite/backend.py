@@ -47,9 +47,14 @@ Not for
     least 0.5 s (``capabilities.min_ttl``).
 
 asyncio
-    An asyncio client runs its SQLite calls on one thread of its own (``_adapter.py``), where
-    renewals and releases go before the waiting tasks' polls, and queued polls are decided in
-    one transaction (``try_grant_many``).
+    An asyncio client runs its SQLite calls on one thread of its own (``kit/adapter.py``),
+    where renewals and releases go before the waiting tasks' polls, and queued polls are
+    decided in one transaction (``try_grant_many``). Releases and renewals run on the event
+    loop itself when nothing is queued for that thread (``call_nowait``): through a connection
+    of the loop's own whose busy timeout is 0, so that a write lock held by anyone else sends
+    the call to the thread instead of making the loop wait. That connection never checkpoints
+    the WAL (a checkpoint fsyncs): every ``NOWAIT_UPKEEP``-th call goes to the thread, whose
+    connection does, and with ``synchronous=full`` (an fsync per commit) none runs inline.
 
 Who else can touch the database
     Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
@@ -102,7 +107,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if sys.platform != "win32":
     import grp
@@ -133,6 +138,8 @@ from . import CAPABILITIES
 if TYPE_CHECKING:
     from ..kit.adapter import AsyncAdapter
 
+T = TypeVar("T")
+
 SCHEMA_VERSION = 1
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -161,6 +168,12 @@ NETWORK_FILESYSTEMS = frozenset(
 # Sweep a few expired rows of other names with each grant, so that rows of names nobody asks
 # for again do not pile up.
 _SWEEP = 8
+
+#: one call in this many that could run on the event loop goes to the adapter's thread
+#: instead, whose connection checkpoints the WAL when it has grown (the loop's never does:
+#: a checkpoint fsyncs). SQLite's own checkpoint threshold is 1000 pages, a few hundred of
+#: our transactions.
+NOWAIT_UPKEEP = 64
 
 #: how long a force-release note outlives the lease it ended: the evicted holder may learn of
 #: its loss a little after that lease would have run out (a renewal that waited for the write
@@ -624,6 +637,10 @@ class _Line:
         return [chosen[seq] for seq in sorted(chosen)]
 
 
+class _Busy(Exception):
+    """A statement on a no-wait connection found the database locked (nothing was done)."""
+
+
 class SQLiteBackend:
     """The blocking flavour; ``open_async`` runs it on a worker thread."""
 
@@ -649,6 +666,8 @@ class SQLiteBackend:
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
+        #: calls offered to call_nowait, for NOWAIT_UPKEEP
+        self._nowait_calls = 0
         try:
             self._initialise()
         except BaseException:
@@ -658,22 +677,28 @@ class SQLiteBackend:
     # -- connections and transactions -------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        # a thread has two: the usual one, and one that never waits (call_nowait)
+        nowait: bool = getattr(self._local, "nowait", False)
+        slot = "nowait_db" if nowait else "db"
+        db: sqlite3.Connection | None = getattr(self._local, slot, None)
         if db is None:
             if self._closed:
                 raise BackendUnavailable("the SQLite backend is closed", backend=self.url)
             with self._errors():
                 db = sqlite3.connect(
                     self.path,
-                    timeout=self.busy_timeout,
+                    timeout=0 if nowait else self.busy_timeout,
                     isolation_level=None,  # we BEGIN and COMMIT ourselves
                     check_same_thread=False,  # close() may run in another thread
                 )
-            self._local.db = db
+            setattr(self._local, slot, db)
             with self._connections_lock:
                 self._connections.append(db)  # before anything can fail: close() finds it
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                if nowait:
+                    # its commits must not fsync: the usual connection checkpoints instead
+                    db.execute("PRAGMA wal_autocheckpoint = 0")
         elif db.in_transaction:
             # Every call starts here, outside a transaction, so this one was abandoned: an
             # exception (a signal handler's) that came as BEGIN returned ended contextlib's
@@ -691,6 +716,8 @@ class SQLiteBackend:
             yield
         except sqlite3.OperationalError as error:
             message = str(error)
+            if ("locked" in message or "busy" in message) and getattr(self._local, "nowait", False):
+                raise _Busy from error
             if "locked" in message or "busy" in message:
                 raise BackendUnavailable(
                     "the database stayed locked by another process for more than "
@@ -776,6 +803,26 @@ class SQLiteBackend:
         finally:
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+    def call_nowait(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` (``release``, ``renew``, ``renew_all``) on this thread, without
+        waiting: through this thread's no-wait connection (busy timeout 0), ``WouldBlock``
+        where another connection holds the write lock (the statement that found it locked
+        changed nothing, and neither did any before it: each call is one statement or one
+        transaction, rolled back). Declines with ``synchronous=full``, whose every commit
+        fsyncs, and one call in ``NOWAIT_UPKEEP`` (see there). The asyncio adapter's hook."""
+        from ..kit.adapter import WouldBlock
+
+        self._nowait_calls += 1
+        if self.synchronous == "full" or self._nowait_calls % NOWAIT_UPKEEP == 0:
+            raise WouldBlock("left to the backend's thread", backend=self.url)
+        self._local.nowait = True
+        try:
+            return function(*args)
+        except _Busy:
+            raise WouldBlock("the database is locked", backend=self.url) from None
+        finally:
+            self._local.nowait = False
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -933,7 +980,9 @@ class SQLiteBackend:
         ``busy_timeout``) for another process's write lock, then ``BackendUnavailable``."""
         if not renewals:
             return []
-        wait = max(0.0, min(timeout, self.busy_timeout))
+        nowait: bool = getattr(self._local, "nowait", False)
+        # the no-wait connection's busy timeout is 0 already, and stays so
+        wait = 0.0 if nowait else max(0.0, min(timeout, self.busy_timeout))
         db = self._connection()
         with self._errors(wait):
             db.execute(f"PRAGMA busy_timeout = {round(wait * 1000)}")
@@ -964,7 +1013,9 @@ class SQLiteBackend:
                 ]
         finally:
             with self._errors():
-                db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
+                db.execute(
+                    f"PRAGMA busy_timeout = {0 if nowait else round(self.busy_timeout * 1000)}"
+                )
 
     def release(self, name: str, owner: str) -> bool:
         db = self._connection()
