@@ -1,5 +1,6 @@
-"""sqlite:// under asyncio: releases and renewals run on the event loop when nothing waits for
-the worker thread, and go to the thread (the loop never waits) when the database is locked.
+"""sqlite:// speed-ups: under asyncio, releases and renewals run on the event loop when nothing
+waits for the worker thread, and go to the thread (the loop never waits) when the database is
+locked; a release rings the doorbells of the waiters it lets through.
 
 The backend's methods are wrapped only to record which thread ran them.
 """
@@ -20,7 +21,7 @@ import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.kit.adapter import WouldBlock
-from tumbler.backends.sqlite.backend import NOWAIT_UPKEEP, SQLiteBackend
+from tumbler.backends.sqlite.backend import DOORBELLS, NOWAIT_UPKEEP, SQLiteBackend, _to_wake
 from tumbler.testing.conformance.compat import PATIENCE
 
 
@@ -156,3 +157,60 @@ def test_call_nowait_leaves_one_call_in_so_many_to_the_thread(tmp_path):
         assert declined == 2
     finally:
         backend.close()
+
+
+# -- doorbells: a release wakes the waiters it lets through, in other processes too ----------
+
+needs_doorbells = pytest.mark.skipif(not DOORBELLS, reason="doorbells are Linux-only")
+
+Row = tuple[str, int, int, int, int, int | None, str | None]
+
+
+def row(
+    owner: str, seq: int, *, shared: bool = False, lim: int = 1, token: int | None = None
+) -> Row:
+    return (owner, seq, int(shared), lim, 1, token, None if token is not None else f"bell-{owner}")
+
+
+def test_a_mutex_release_rings_only_the_first_waiter():
+    assert _to_wake([row("b", 2), row("c", 3)]) == {"bell-b"}
+
+
+def test_nobody_is_rung_while_a_holder_stays():
+    assert _to_wake([row("a", 1, token=7), row("b", 2)]) == set()
+
+
+def test_readers_are_rung_up_to_the_first_writer():
+    line = [
+        row("r1", 2, shared=True, lim=0),
+        row("r2", 3, shared=True, lim=0),
+        row("w", 4),
+        row("r3", 5, shared=True, lim=0),
+    ]
+    assert _to_wake(line) == {"bell-r1", "bell-r2"}
+
+
+def test_a_semaphore_rings_as_many_waiters_as_permits_are_free():
+    line = [
+        row("h", 1, shared=True, lim=2, token=5),
+        row("a", 2, shared=True, lim=2),
+        row("b", 3, shared=True, lim=2),
+    ]
+    assert _to_wake(line) == {"bell-a"}
+
+
+@needs_doorbells
+def test_a_release_rings_the_waiting_clients_doorbell(tmp_path):
+    url = parse_url(f"sqlite:///{tmp_path / 'locks.db'}")
+    holder, waiter = SQLiteBackend(url), SQLiteBackend(url)
+    rung = threading.Event()
+    try:
+        assert holder.try_grant(request("x", "a")) is not None
+        assert waiter.try_grant(request("x", "b")) is None  # its entry names its doorbell
+        assert waiter.hub is not None
+        waiter.hub.subscribe("x", rung.set)
+        assert holder.release("x", "a") is True
+        assert rung.wait(PATIENCE)
+    finally:
+        holder.close()
+        waiter.close()

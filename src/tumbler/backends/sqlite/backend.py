@@ -30,6 +30,16 @@ Durability
     transactions; the boot jump above keeps tokens increasing across it. ``synchronous=full``
     syncs every transaction (slower).
 
+Waking waiters
+    On Linux each client has a doorbell: a datagram socket in the abstract namespace (no file
+    to leave behind), named in its waiters' entries (column ``wake``). A release (or forced
+    release) that frees something reads the name's line after its commit and rings the
+    doorbells of the waiters the grant rule now lets through, in arrival order (one for a
+    mutex: no herd); the rung client's waiter tries again at once. A ring is a hint: waiters
+    still poll every ``recheck_interval`` (0.1 s), which is what a lease that ran out by
+    itself, a release by an older tumbler, or a lost ring costs them. Elsewhere waiters poll
+    with a jittered backoff (2 to 50 ms).
+
 How a hold can be lost here
     Only by its lease running out (the holder stopped renewing: paused, or unable to get the
     file's write lock within ``busy_timeout`` for a whole lease) or by ``force_release``.
@@ -41,8 +51,7 @@ How a hold can be lost here
 Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
     backend refuses them. ``:memory:`` databases are refused too: each connection would get a
-    database of its own, so nothing would be excluded. Waiters poll (a short jittered backoff,
-    2 to 50 ms): SQLite cannot wake another process. Each poll refreshes the waiter's entry
+    database of its own, so nothing would be excluded. Each poll refreshes the waiter's entry
     (a 1 s lease), so a waiter that dies holds up a fair line for at most 1 s. Leases are at
     least 0.5 s (``capabilities.min_ttl``).
 
@@ -101,6 +110,8 @@ import json
 import math
 import os
 import re
+import secrets
+import socket
 import sqlite3
 import stat
 import sys
@@ -130,6 +141,7 @@ from ..contract import (
     LockState,
     Renewal,
     SessionEvents,
+    WakeHub,
 )
 from ..kit import HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
@@ -637,6 +649,114 @@ class _Line:
         return [chosen[seq] for seq in sorted(chosen)]
 
 
+#: the column a waiter's entry names its client's doorbell in (added after schema 1 was
+#: released: added to older files at connect; a client of an older tumbler leaves it NULL and
+#: rings nobody, and its waiters poll)
+_WAKE_COLUMN = "ALTER TABLE tumbler_entries ADD COLUMN wake TEXT"
+
+#: doorbells are Linux abstract-namespace datagram sockets: no file to clean up after a
+#: crash, and a dead client's name simply refuses (ECONNREFUSED)
+DOORBELLS = sys.platform.startswith("linux")
+
+
+class _Doorbell:
+    """A client's doorbell: a datagram socket other processes ring, after a release, with the
+    name of a lock whose waiter of this client the grant rule now lets through; a thread of its
+    own turns each ring into ``hub.notify(name)``. A ring is a hint, never a grant: the waiter
+    tries again, and keeps polling (``recheck_interval``) in case a ring was lost (a full
+    buffer, a releaser of an older tumbler, a lease that ran out by itself).
+
+    Anyone on the machine who reads the database can ring it: that costs the waiter a try.
+    """
+
+    def __init__(self, hub: WakeHub) -> None:
+        self._hub = hub
+        #: the socket's abstract name without its leading NUL, as the waiter rows store it
+        self.address = f"tumbler-sqlite-{secrets.token_hex(12)}"
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind("\0" + self.address)
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        self._closed = False
+
+    def listen(self) -> None:
+        """Start the reader, if not yet (rings sent before wait in the socket's buffer)."""
+        if self._reader is not None:
+            return
+        with self._lock:
+            if self._reader is None and not self._closed:
+                self._reader = threading.Thread(
+                    target=self._read, name="tumbler-sqlite-doorbell", daemon=True
+                )
+                self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                ring = self._socket.recv(65536)
+            except OSError:
+                return
+            if self._closed:
+                return
+            if ring:
+                self._hub.notify(ring.decode("utf-8", "replace"))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            reader = self._reader
+        if reader is not None:
+            # a ring of our own ends the reader's recv
+            with contextlib.suppress(OSError):
+                _ring(self.address, b"")
+            reader.join()
+        self._socket.close()
+
+
+#: the socket rings go out through (one per process: sendto needs no connection)
+_SENDER: socket.socket | None = None
+_SENDER_LOCK = threading.Lock()
+
+
+def _ring(address: str, payload: bytes) -> None:
+    """Send one ring, never waiting: a full buffer or a closed doorbell drops it (OSError)."""
+    global _SENDER
+    sender = _SENDER
+    if sender is None:
+        with _SENDER_LOCK:
+            if _SENDER is None:
+                _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                _SENDER.setblocking(False)
+            sender = _SENDER
+    sender.sendto(payload, "\0" + address)
+
+
+def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | None]]) -> set[str]:
+    """The doorbells of the waiters the grant rule lets through now, in arrival order: each
+    such waiter counts as granted for those behind it, so a mutex wakes one waiter, not the
+    herd. ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)``
+    by seq."""
+    line = [
+        core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
+        for owner, seq, shared, lim, fair, token, _ in rows
+    ]
+    doorbells: set[str] = set()
+    for index, (owner, _, shared, lim, fair, token, wake) in enumerate(rows):
+        if token is not None:
+            continue
+        try:
+            decision = core.decide(line, owner, bool(shared), lim, bool(fair))
+        except PermitsMismatch:
+            continue
+        if decision is core.Decision.GRANT:
+            line[index] = dataclasses.replace(line[index], token=0)
+            if wake is not None:
+                doorbells.add(wake)
+    return doorbells
+
+
 class _Busy(Exception):
     """A statement on a no-wait connection found the database locked (nothing was done)."""
 
@@ -647,7 +767,6 @@ class SQLiteBackend:
     capabilities = CAPABILITIES
     session_events: SessionEvents | None = None
     clock: Clock = SYSTEM_CLOCK
-    hub = None
 
     def __init__(self, url: BackendURL) -> None:
         url.allow_options(("busy_timeout", "synchronous"))
@@ -668,7 +787,13 @@ class SQLiteBackend:
         self._closed = False
         #: calls offered to call_nowait, for NOWAIT_UPKEEP
         self._nowait_calls = 0
+        #: where this client's waiters hear that a release lets them through
+        self.hub: WakeHub | None = None
+        self._doorbell: _Doorbell | None = None
         try:
+            if DOORBELLS:
+                self.hub = WakeHub()
+                self._doorbell = _Doorbell(self.hub)
             self._initialise()
         except BaseException:
             self.close()
@@ -777,6 +902,9 @@ class SQLiteBackend:
                 # one by one: executescript() would COMMIT the transaction
                 for statement in _SCHEMA:
                     db.execute(statement)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(tumbler_entries)")}
+                if "wake" not in columns:
+                    db.execute(_WAKE_COLUMN)
                 meta = dict(db.execute("SELECT key, value FROM tumbler_meta").fetchall())
                 version = int(meta.get("schema_version", SCHEMA_VERSION))
                 if version > SCHEMA_VERSION:
@@ -921,10 +1049,15 @@ class SQLiteBackend:
             )
             line.granted(mine, token)
         else:  # ADD_GRANT or ADD_WAITER
+            doorbell = None
+            if token is None and self._doorbell is not None:
+                # a waiter: rings for it reach this client from now on
+                doorbell = self._doorbell.address
+                self._doorbell.listen()
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
-                "(name, owner, shared, lim, fair, token, expires_at, holder) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "(name, owner, shared, lim, fair, token, expires_at, holder, wake) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.name,
                     request.owner,
@@ -934,6 +1067,7 @@ class SQLiteBackend:
                     token,
                     expires_at,
                     request.holder,
+                    doorbell,
                 ),
             ).lastrowid
             assert seq is not None
@@ -1026,10 +1160,38 @@ class SQLiteBackend:
                 "RETURNING token IS NOT NULL AND expires_at > ?",
                 (name, owner, now),
             ).fetchone()
+        if row is not None:
+            # a grant gone, or a waiter ahead in a fair line: someone may go now
+            self._ring(db, name, now)
         return bool(row and row[0])
 
+    def _ring(self, db: sqlite3.Connection, name: str, now: int) -> None:
+        """Ring the doorbells of the waiters of ``name`` that may go now (after the commit
+        that let them: a rung waiter tries at once). Read outside any transaction: a change
+        meanwhile costs at most a ring too many, or one too few, which the waiter's polling
+        makes up for."""
+        if not DOORBELLS:
+            return
+        try:
+            rows = db.execute(
+                "SELECT owner, seq, shared, lim, fair, token, wake FROM tumbler_entries "
+                "WHERE name = ? AND expires_at > ? ORDER BY seq",
+                (name, now),
+            ).fetchall()
+        except sqlite3.Error:
+            return  # a ring is a hint: the waiters poll anyway
+        if not any(row[6] is not None for row in rows):
+            return
+        payload = name.encode("utf-8")
+        for address in _to_wake(rows):
+            if self._doorbell is not None and address == self._doorbell.address and self.hub:
+                self.hub.notify(name)  # our own waiter: no need for the socket
+                continue
+            with contextlib.suppress(OSError):  # gone, or its buffer is full
+                _ring(address, payload)
+
     def watch(self, name: str, owner: str) -> HubWatch:
-        return HubWatch(self.clock, name)
+        return HubWatch(self.clock, name, self.hub)
 
     def inspect(self, name: str) -> LockState:
         states = self._states("AND name = ?", (name,))
@@ -1079,7 +1241,9 @@ class SQLiteBackend:
                     for owner, expires_at in evicted
                 ],
             )
-            return len(evicted)
+        if evicted:
+            self._ring(db, name, now)
+        return len(evicted)
 
     def evicted(self, name: str, owner: str) -> str | None:
         db = self._connection()
@@ -1094,6 +1258,8 @@ class SQLiteBackend:
 
     def close(self) -> None:
         self._closed = True
+        if self._doorbell is not None:
+            self._doorbell.close()
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for db in connections:
@@ -1112,4 +1278,4 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
     from ..kit.adapter import AsyncAdapter
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
-    return AsyncAdapter(backend, in_thread=True)
+    return AsyncAdapter(backend, in_thread=True, hub=backend.hub)
