@@ -37,8 +37,11 @@ Waking waiters
     doorbells of the waiters the grant rule now lets through, in arrival order (one for a
     mutex: no herd); the rung client's waiter tries again at once. A ring is a hint: waiters
     still poll every ``recheck_interval`` (0.1 s), which is what a lease that ran out by
-    itself, a release by an older tumbler, or a lost ring costs them. Elsewhere waiters poll
-    with a jittered backoff (2 to 50 ms).
+    itself, a release by an older tumbler, or a lost ring costs them; so does a release by a
+    process in another network namespace (a container sharing the file: abstract sockets
+    belong to a namespace). Anyone who can read the database learns the doorbells' names and
+    can ring them: a ring only makes a waiter try again. Elsewhere waiters poll with a
+    jittered backoff (2 to 50 ms).
 
 How a hold can be lost here
     Only by its lease running out (the holder stopped renewing: paused, or unable to get the
