@@ -22,6 +22,16 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench.py"
 TINY = ("--pairs", "20", "--procs", "2", "--repeat", "1")
 
 
+def peer_names(url: str) -> list[str]:
+    """The rows a store's bench adds on ``url`` besides tumbler's (its floor, its peers)."""
+    from tumbler.testing.bench import Options, store_bench
+
+    bench = store_bench(url)
+    if bench is None:
+        return []
+    return [contender.name for contender in bench.contenders(url, Options()) if contender.default]
+
+
 def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
     figures = tmp_path / "figures.json"
     result = subprocess.run(
@@ -50,8 +60,8 @@ def test_tiny_run_measures_every_row_and_the_counter_check_passes(tmp_path: Path
     assert figures["servers"][sqlite_url].startswith("SQLite ")  # its store bench says
     expected = {
         (contender, url)
-        for contender in ("tumbler-sync", "tumbler-async")
         for url in (sqlite_url, memory_url)
+        for contender in ("tumbler-sync", "tumbler-async", *peer_names(url))
     }
     assert {(row["contender"], row["url"]) for row in figures["uncontended"]} == expected
     for row in figures["uncontended"]:

@@ -24,6 +24,18 @@ they ran back to back), when the backend offers it.
 ``renew_all`` keeps its bound: the time it spent queued counts against its ``timeout``, the
 backend gets only what is left, and the caller gets ``BackendUnavailable`` once ``timeout``
 has passed, whatever the worker is doing.
+
+**Inline urgent calls.** A thread hop costs two thread wake-ups and an event-loop wake-up,
+more than a short SQLite transaction. A backend that can run a call without waiting for
+anyone (:class:`NowaitBackend`: it refuses with :class:`WouldBlock`, having changed nothing,
+where the call would have to wait: another connection holds the write lock) gets its
+``release``, ``renew`` and ``renew_all`` run on the event loop itself, when that cannot
+reorder anything: the worker has nothing queued or running (so every earlier call has run)
+and no task of this client is polling (its polls keep the worker, or its write lock, busy:
+the worker's urgent-first order governs then). A refused call goes to the worker as before.
+``try_grant`` always goes to the worker: a poll is what batches, and a task cancelled while
+its grant is decided there withdraws after it, as above. A call on the loop is not
+cancellable (there is no await in it): it is done when the caller sees its outcome.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ...errors import BackendUnavailable, TumblerError
 from ..contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
@@ -45,6 +57,23 @@ T = TypeVar("T")
 #: most polls decided in one batch: a batch holds the database's write lock, and urgent calls
 #: that arrive meanwhile wait for it to end
 MAX_BATCH = 64
+
+
+class WouldBlock(TumblerError):
+    """A backend's :meth:`NowaitBackend.call_nowait` declined the call: it would have had to
+    wait (for another connection's write lock, an fsync) and did nothing. The adapter runs
+    it on its worker thread instead; never seen by a caller."""
+
+
+class NowaitBackend(Protocol):
+    """What a blocking backend offers for its calls to run on the event loop (optional)."""
+
+    def call_nowait(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` (one of the backend's contract methods) on the calling thread,
+        never waiting for another connection or process: ``WouldBlock``, with nothing done,
+        where it would have had to. It may decline any call so (to do slow upkeep, such as a
+        WAL checkpoint, on the worker)."""
+        ...
 
 
 class _Call:
@@ -97,6 +126,9 @@ class _Worker:
         self._normal: collections.deque[_Call] = collections.deque()
         #: queued normal calls by (name, owner), for promotion ahead of that owner's urgent call
         self._queued: dict[tuple[str, str], list[_Call]] = {}
+        #: calls submitted and not yet finished (queued or running): 0 means every call made
+        #: so far has run
+        self._pending = 0
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tumbler-backend", daemon=True)
         self._thread.start()
@@ -115,6 +147,7 @@ class _Worker:
         with self._lock:
             if self._stopping:
                 raise BackendUnavailable("the backend is closed", backend=self._backend.url)
+            self._pending += 1
             if urgent:
                 for key in keys:
                     for earlier in self._queued.pop(key, ()):
@@ -131,6 +164,12 @@ class _Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running: every call submitted so far has run. (Read without the
+        lock: only the submitting thread raises the count, so a zero it reads stays zero.)"""
+        return self._pending == 0 and not self._stopping
 
     def stop(self) -> None:
         """End the thread once the calls already queued have run."""
@@ -168,35 +207,39 @@ class _Worker:
                 if not (self._urgent or self._normal):
                     return
                 batch = self._take()
+            taken = len(batch)
             # a call whose caller was cancelled before it began is not run (its owner's
             # clean-up, if any, is queued behind it and runs as usual)
             batch = [call for call in batch if not call.future.cancelled()]
             if len(batch) > 1:
-                self._run_batch(batch)
+                outcomes = self._run_batch(batch)
             elif batch:
-                self._run_one(batch[0])
+                outcomes = [self._run_one(batch[0])]
+            else:
+                outcomes = []
+            # the calls have run: counted off before their callers hear of it, so that a
+            # caller resumed by the outcome finds the worker idle
+            with self._lock:
+                self._pending -= taken
+            for call, (result, error) in zip(batch, outcomes, strict=True):
+                call.deliver(result, error)
 
-    def _run_one(self, call: _Call) -> None:
+    def _run_one(self, call: _Call) -> tuple[object, BaseException | None]:
         try:
-            result = call.function(*call.args)
+            return call.function(*call.args), None
         except BaseException as error:  # handed to the caller, whatever it is
-            call.deliver(error=error)
-        else:
-            call.deliver(result)
+            return None, error
 
-    def _run_batch(self, batch: list[_Call]) -> None:
+    def _run_batch(self, batch: list[_Call]) -> list[tuple[object, BaseException | None]]:
         assert self._try_grant_many is not None
         try:
             results = self._try_grant_many([call.args[0] for call in batch])
         except BaseException as error:
-            for call in batch:
-                call.deliver(error=error)
-            return
-        for call, result in zip(batch, results, strict=True):
-            if isinstance(result, TumblerError):
-                call.deliver(error=result)
-            else:
-                call.deliver(result)
+            return [(None, error)] * len(batch)
+        return [
+            (None, result) if isinstance(result, TumblerError) else (result, None)
+            for result in results
+        ]
 
 
 class AsyncAdapter:
@@ -214,6 +257,23 @@ class AsyncAdapter:
         self.clock = backend.clock
         self._hub = hub
         self._worker = _Worker(backend) if in_thread else None
+        self._nowait: Callable[..., Any] | None = (
+            getattr(backend, "call_nowait", None) if in_thread else None
+        )
+        #: (name, owner) of the tasks whose last try_grant left them waiting: they poll
+        self._polling: set[tuple[str, str]] = set()
+
+    def _inline(self, function: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
+        """Run an urgent call on the loop if that reorders nothing and the backend need not
+        wait for it: ``(True, result)``; ``(False, None)`` if it must go to the worker."""
+        worker = self._worker
+        if self._nowait is None or worker is None or self._polling or not worker.idle:
+            return False, None
+        try:
+            result: T = self._nowait(function, *args)
+        except WouldBlock:
+            return False, None
+        return True, result
 
     async def _call(
         self,
@@ -228,11 +288,18 @@ class AsyncAdapter:
         return result
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
-        return await self._call(
-            self.backend.try_grant, request, keys=((request.name, request.owner),)
-        )
+        key = (request.name, request.owner)
+        grant = await self._call(self.backend.try_grant, request, keys=(key,))
+        if grant is None and request.queue:
+            self._polling.add(key)
+        else:
+            self._polling.discard(key)
+        return grant
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        done, renewed = self._inline(self.backend.renew, name, owner, ttl)
+        if done:
+            return renewed
         return await self._call(
             self.backend.renew, name, owner, ttl, urgent=True, keys=((name, owner),)
         )
@@ -241,6 +308,10 @@ class AsyncAdapter:
         if self._worker is None:
             return self.backend.renew_all(renewals, timeout)
         started = time.monotonic()
+        done, renewed = self._inline(self.backend.renew_all, renewals, timeout)
+        if done:
+            assert renewed is not None
+            return renewed
 
         def bounded() -> list[float | None]:
             # the time spent queued counts against the caller's bound
@@ -271,6 +342,11 @@ class AsyncAdapter:
         return result
 
     async def release(self, name: str, owner: str) -> bool:
+        # a release ends a poll (the waiter withdraws) as well as a hold
+        self._polling.discard((name, owner))
+        done, released = self._inline(self.backend.release, name, owner)
+        if done:
+            return bool(released)
         return await self._call(
             self.backend.release, name, owner, urgent=True, keys=((name, owner),)
         )

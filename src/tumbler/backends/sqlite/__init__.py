@@ -5,6 +5,7 @@ The backend itself, its URL grammar and what it promises are in :mod:`.backend`.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
@@ -15,15 +16,21 @@ if TYPE_CHECKING:
     from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
-    push_wakeups=False,
+    # A release rings the doorbell (a datagram socket in Linux's abstract namespace) of each
+    # client whose waiter the grant rule now lets through; elsewhere waiters only poll.
+    push_wakeups=sys.platform.startswith("linux"),
+    # The safety net under the rings: a lease that ran out by itself, a releaser of an older
+    # tumbler and a ring lost to a full socket buffer ring nobody, and cost a waiter this long.
+    recheck_interval=0.1,
     durable_fencing=True,
     server_clock=True,
-    # Every poll (at most poll_cap = 50 ms apart, plus the time it queues) refreshes a waiter's
-    # entry, so 1 s is 20 polls' worth: a live waiter keeps its place through a stall of most
-    # of a second (a loaded machine, a blocked event loop, an asyncio client's polls queued
-    # behind a thousand others). One stalled longer loses only its place in a fair line: its
-    # next poll joins at the back (nothing else is lost). A waiter that died blocks a fair
-    # line for at most this long after its last poll.
+    # Every poll (at most recheck_interval = 100 ms apart with rings, poll_cap = 50 ms without,
+    # plus the time it queues) refreshes a waiter's entry, so 1 s is 10 polls' worth: a live
+    # waiter keeps its place through a stall of most of a second (a loaded machine, a blocked
+    # event loop, an asyncio client's polls queued behind a thousand others). One stalled
+    # longer loses only its place in a fair line: its next poll joins at the back (nothing
+    # else is lost). A waiter that died blocks a fair line for at most this long after its
+    # last poll.
     waiter_ttl=1.0,
     poll_base=0.002,
     poll_cap=0.05,

@@ -30,6 +30,19 @@ Durability
     transactions; the boot jump above keeps tokens increasing across it. ``synchronous=full``
     syncs every transaction (slower).
 
+Waking waiters
+    On Linux each client has a doorbell: a datagram socket in the abstract namespace (no file
+    to leave behind), named in its waiters' entries (column ``wake``). A release (or forced
+    release) that frees something reads the name's line after its commit and rings the
+    doorbells of the waiters the grant rule now lets through, in arrival order (one for a
+    mutex: no herd); the rung client's waiter tries again at once. A ring is a hint: waiters
+    still poll every ``recheck_interval`` (0.1 s), which is what a lease that ran out by
+    itself, a release by an older tumbler, or a lost ring costs them; so does a release by a
+    process in another network namespace (a container sharing the file: abstract sockets
+    belong to a namespace). Anyone who can read the database learns the doorbells' names and
+    can ring them: a ring only makes a waiter try again. Elsewhere waiters poll with a
+    jittered backoff (2 to 50 ms).
+
 How a hold can be lost here
     Only by its lease running out (the holder stopped renewing: paused, or unable to get the
     file's write lock within ``busy_timeout`` for a whole lease) or by ``force_release``.
@@ -41,15 +54,19 @@ How a hold can be lost here
 Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
     backend refuses them. ``:memory:`` databases are refused too: each connection would get a
-    database of its own, so nothing would be excluded. Waiters poll (a short jittered backoff,
-    2 to 50 ms): SQLite cannot wake another process. Each poll refreshes the waiter's entry
+    database of its own, so nothing would be excluded. Each poll refreshes the waiter's entry
     (a 1 s lease), so a waiter that dies holds up a fair line for at most 1 s. Leases are at
     least 0.5 s (``capabilities.min_ttl``).
 
 asyncio
-    An asyncio client runs its SQLite calls on one thread of its own (``_adapter.py``), where
-    renewals and releases go before the waiting tasks' polls, and queued polls are decided in
-    one transaction (``try_grant_many``).
+    An asyncio client runs its SQLite calls on one thread of its own (``kit/adapter.py``),
+    where renewals and releases go before the waiting tasks' polls, and queued polls are
+    decided in one transaction (``try_grant_many``). Releases and renewals run on the event
+    loop itself when nothing is queued for that thread (``call_nowait``): through a connection
+    of the loop's own whose busy timeout is 0, so that a write lock held by anyone else sends
+    the call to the thread instead of making the loop wait. That connection never checkpoints
+    the WAL (a checkpoint fsyncs): every ``NOWAIT_UPKEEP``-th call goes to the thread, whose
+    connection does, and with ``synchronous=full`` (an fsync per commit) none runs inline.
 
 Who else can touch the database
     Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
@@ -96,13 +113,15 @@ import json
 import math
 import os
 import re
+import secrets
+import socket
 import sqlite3
 import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if sys.platform != "win32":
     import grp
@@ -125,6 +144,7 @@ from ..contract import (
     LockState,
     Renewal,
     SessionEvents,
+    WakeHub,
 )
 from ..kit import HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
@@ -132,6 +152,8 @@ from . import CAPABILITIES
 
 if TYPE_CHECKING:
     from ..kit.adapter import AsyncAdapter
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 
@@ -161,6 +183,12 @@ NETWORK_FILESYSTEMS = frozenset(
 # Sweep a few expired rows of other names with each grant, so that rows of names nobody asks
 # for again do not pile up.
 _SWEEP = 8
+
+#: one call in this many that could run on the event loop goes to the adapter's thread
+#: instead, whose connection checkpoints the WAL when it has grown (the loop's never does:
+#: a checkpoint fsyncs). SQLite's own checkpoint threshold is 1000 pages, a few hundred of
+#: our transactions.
+NOWAIT_UPKEEP = 64
 
 #: how long a force-release note outlives the lease it ended: the evicted holder may learn of
 #: its loss a little after that lease would have run out (a renewal that waited for the write
@@ -624,13 +652,124 @@ class _Line:
         return [chosen[seq] for seq in sorted(chosen)]
 
 
+#: the column a waiter's entry names its client's doorbell in (added after schema 1 was
+#: released: added to older files at connect; a client of an older tumbler leaves it NULL and
+#: rings nobody, and its waiters poll)
+_WAKE_COLUMN = "ALTER TABLE tumbler_entries ADD COLUMN wake TEXT"
+
+#: doorbells are Linux abstract-namespace datagram sockets: no file to clean up after a
+#: crash, and a dead client's name simply refuses (ECONNREFUSED)
+DOORBELLS = sys.platform.startswith("linux")
+
+
+class _Doorbell:
+    """A client's doorbell: a datagram socket other processes ring, after a release, with the
+    name of a lock whose waiter of this client the grant rule now lets through; a thread of its
+    own turns each ring into ``hub.notify(name)``. A ring is a hint, never a grant: the waiter
+    tries again, and keeps polling (``recheck_interval``) in case a ring was lost (a full
+    buffer, a releaser of an older tumbler, a lease that ran out by itself).
+
+    Anyone on the machine who reads the database can ring it: that costs the waiter a try.
+    """
+
+    def __init__(self, hub: WakeHub) -> None:
+        self._hub = hub
+        #: the socket's abstract name without its leading NUL, as the waiter rows store it
+        self.address = f"tumbler-sqlite-{secrets.token_hex(12)}"
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind("\0" + self.address)
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        self._closed = False
+
+    def listen(self) -> None:
+        """Start the reader, if not yet (rings sent before wait in the socket's buffer)."""
+        if self._reader is not None:
+            return
+        with self._lock:
+            if self._reader is None and not self._closed:
+                self._reader = threading.Thread(
+                    target=self._read, name="tumbler-sqlite-doorbell", daemon=True
+                )
+                self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                ring = self._socket.recv(65536)
+            except OSError:
+                return
+            if self._closed:
+                return
+            if ring:
+                self._hub.notify(ring.decode("utf-8", "replace"))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            reader = self._reader
+        if reader is not None:
+            # a ring of our own ends the reader's recv
+            with contextlib.suppress(OSError):
+                _ring(self.address, b"")
+            reader.join()
+        self._socket.close()
+
+
+#: the socket rings go out through (one per process: sendto needs no connection)
+_SENDER: socket.socket | None = None
+_SENDER_LOCK = threading.Lock()
+
+
+def _ring(address: str, payload: bytes) -> None:
+    """Send one ring, never waiting: a full buffer or a closed doorbell drops it (OSError)."""
+    global _SENDER
+    sender = _SENDER
+    if sender is None:
+        with _SENDER_LOCK:
+            if _SENDER is None:
+                _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                _SENDER.setblocking(False)
+            sender = _SENDER
+    sender.sendto(payload, "\0" + address)
+
+
+def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | None]]) -> set[str]:
+    """The doorbells of the waiters the grant rule lets through now, in arrival order: each
+    such waiter counts as granted for those behind it, so a mutex wakes one waiter, not the
+    herd. ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)``
+    by seq."""
+    line = [
+        core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
+        for owner, seq, shared, lim, fair, token, _ in rows
+    ]
+    doorbells: set[str] = set()
+    for index, (owner, _, shared, lim, fair, token, wake) in enumerate(rows):
+        if token is not None:
+            continue
+        try:
+            decision = core.decide(line, owner, bool(shared), lim, bool(fair))
+        except PermitsMismatch:
+            continue
+        if decision is core.Decision.GRANT:
+            line[index] = dataclasses.replace(line[index], token=0)
+            if wake is not None:
+                doorbells.add(wake)
+    return doorbells
+
+
+class _Busy(Exception):
+    """A statement on a no-wait connection found the database locked (nothing was done)."""
+
+
 class SQLiteBackend:
     """The blocking flavour; ``open_async`` runs it on a worker thread."""
 
     capabilities = CAPABILITIES
     session_events: SessionEvents | None = None
     clock: Clock = SYSTEM_CLOCK
-    hub = None
 
     def __init__(self, url: BackendURL) -> None:
         url.allow_options(("busy_timeout", "synchronous"))
@@ -649,7 +788,15 @@ class SQLiteBackend:
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
+        #: calls offered to call_nowait, for NOWAIT_UPKEEP
+        self._nowait_calls = 0
+        #: where this client's waiters hear that a release lets them through
+        self.hub: WakeHub | None = None
+        self._doorbell: _Doorbell | None = None
         try:
+            if DOORBELLS:
+                self.hub = WakeHub()
+                self._doorbell = _Doorbell(self.hub)
             self._initialise()
         except BaseException:
             self.close()
@@ -658,22 +805,28 @@ class SQLiteBackend:
     # -- connections and transactions -------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        # a thread has two: the usual one, and one that never waits (call_nowait)
+        nowait: bool = getattr(self._local, "nowait", False)
+        slot = "nowait_db" if nowait else "db"
+        db: sqlite3.Connection | None = getattr(self._local, slot, None)
         if db is None:
             if self._closed:
                 raise BackendUnavailable("the SQLite backend is closed", backend=self.url)
             with self._errors():
                 db = sqlite3.connect(
                     self.path,
-                    timeout=self.busy_timeout,
+                    timeout=0 if nowait else self.busy_timeout,
                     isolation_level=None,  # we BEGIN and COMMIT ourselves
                     check_same_thread=False,  # close() may run in another thread
                 )
-            self._local.db = db
+            setattr(self._local, slot, db)
             with self._connections_lock:
                 self._connections.append(db)  # before anything can fail: close() finds it
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                if nowait:
+                    # its commits must not fsync: the usual connection checkpoints instead
+                    db.execute("PRAGMA wal_autocheckpoint = 0")
         elif db.in_transaction:
             # Every call starts here, outside a transaction, so this one was abandoned: an
             # exception (a signal handler's) that came as BEGIN returned ended contextlib's
@@ -691,6 +844,8 @@ class SQLiteBackend:
             yield
         except sqlite3.OperationalError as error:
             message = str(error)
+            if ("locked" in message or "busy" in message) and getattr(self._local, "nowait", False):
+                raise _Busy from error
             if "locked" in message or "busy" in message:
                 raise BackendUnavailable(
                     "the database stayed locked by another process for more than "
@@ -750,6 +905,9 @@ class SQLiteBackend:
                 # one by one: executescript() would COMMIT the transaction
                 for statement in _SCHEMA:
                     db.execute(statement)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(tumbler_entries)")}
+                if "wake" not in columns:
+                    db.execute(_WAKE_COLUMN)
                 meta = dict(db.execute("SELECT key, value FROM tumbler_meta").fetchall())
                 version = int(meta.get("schema_version", SCHEMA_VERSION))
                 if version > SCHEMA_VERSION:
@@ -776,6 +934,26 @@ class SQLiteBackend:
         finally:
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+    def call_nowait(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` (``release``, ``renew``, ``renew_all``) on this thread, without
+        waiting: through this thread's no-wait connection (busy timeout 0), ``WouldBlock``
+        where another connection holds the write lock (the statement that found it locked
+        changed nothing, and neither did any before it: each call is one statement or one
+        transaction, rolled back). Declines with ``synchronous=full``, whose every commit
+        fsyncs, and one call in ``NOWAIT_UPKEEP`` (see there). The asyncio adapter's hook."""
+        from ..kit.adapter import WouldBlock
+
+        self._nowait_calls += 1
+        if self.synchronous == "full" or self._nowait_calls % NOWAIT_UPKEEP == 0:
+            raise WouldBlock("left to the backend's thread", backend=self.url)
+        self._local.nowait = True
+        try:
+            return function(*args)
+        except _Busy:
+            raise WouldBlock("the database is locked", backend=self.url) from None
+        finally:
+            self._local.nowait = False
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -874,10 +1052,15 @@ class SQLiteBackend:
             )
             line.granted(mine, token)
         else:  # ADD_GRANT or ADD_WAITER
+            doorbell = None
+            if token is None and self._doorbell is not None:
+                # a waiter: rings for it reach this client from now on
+                doorbell = self._doorbell.address
+                self._doorbell.listen()
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
-                "(name, owner, shared, lim, fair, token, expires_at, holder) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "(name, owner, shared, lim, fair, token, expires_at, holder, wake) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.name,
                     request.owner,
@@ -887,6 +1070,7 @@ class SQLiteBackend:
                     token,
                     expires_at,
                     request.holder,
+                    doorbell,
                 ),
             ).lastrowid
             assert seq is not None
@@ -933,7 +1117,9 @@ class SQLiteBackend:
         ``busy_timeout``) for another process's write lock, then ``BackendUnavailable``."""
         if not renewals:
             return []
-        wait = max(0.0, min(timeout, self.busy_timeout))
+        nowait: bool = getattr(self._local, "nowait", False)
+        # the no-wait connection's busy timeout is 0 already, and stays so
+        wait = 0.0 if nowait else max(0.0, min(timeout, self.busy_timeout))
         db = self._connection()
         with self._errors(wait):
             db.execute(f"PRAGMA busy_timeout = {round(wait * 1000)}")
@@ -964,21 +1150,55 @@ class SQLiteBackend:
                 ]
         finally:
             with self._errors():
-                db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
+                db.execute(
+                    f"PRAGMA busy_timeout = {0 if nowait else round(self.busy_timeout * 1000)}"
+                )
 
     def release(self, name: str, owner: str) -> bool:
         db = self._connection()
         now = boot_time_ns()
         with self._errors():
+            # the second column says whether anyone else's entry names a doorbell: only then
+            # is the line read again to find whom to ring (a release nobody waits for costs
+            # no second statement)
             row = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND owner = ? "
-                "RETURNING token IS NOT NULL AND expires_at > ?",
-                (name, owner, now),
+                "RETURNING token IS NOT NULL AND expires_at > ?, EXISTS (SELECT 1 FROM "
+                "tumbler_entries WHERE name = ? AND owner != ? AND wake IS NOT NULL)",
+                (name, owner, now, name, owner),
             ).fetchone()
+        if row is not None and row[1]:
+            # a grant gone, or a waiter ahead in a fair line: someone may go now
+            self._ring(db, name, now)
         return bool(row and row[0])
 
+    def _ring(self, db: sqlite3.Connection, name: str, now: int) -> None:
+        """Ring the doorbells of the waiters of ``name`` that may go now (after the commit
+        that let them: a rung waiter tries at once). Read outside any transaction: a change
+        meanwhile costs at most a ring too many, or one too few, which the waiter's polling
+        makes up for."""
+        if not DOORBELLS:
+            return
+        try:
+            rows = db.execute(
+                "SELECT owner, seq, shared, lim, fair, token, wake FROM tumbler_entries "
+                "WHERE name = ? AND expires_at > ? ORDER BY seq",
+                (name, now),
+            ).fetchall()
+        except sqlite3.Error:
+            return  # a ring is a hint: the waiters poll anyway
+        if not any(row[6] is not None for row in rows):
+            return
+        payload = name.encode("utf-8")
+        for address in _to_wake(rows):
+            if self._doorbell is not None and address == self._doorbell.address and self.hub:
+                self.hub.notify(name)  # our own waiter: no need for the socket
+                continue
+            with contextlib.suppress(OSError):  # gone, or its buffer is full
+                _ring(address, payload)
+
     def watch(self, name: str, owner: str) -> HubWatch:
-        return HubWatch(self.clock, name)
+        return HubWatch(self.clock, name, self.hub)
 
     def inspect(self, name: str) -> LockState:
         states = self._states("AND name = ?", (name,))
@@ -1028,7 +1248,9 @@ class SQLiteBackend:
                     for owner, expires_at in evicted
                 ],
             )
-            return len(evicted)
+        if evicted:
+            self._ring(db, name, now)
+        return len(evicted)
 
     def evicted(self, name: str, owner: str) -> str | None:
         db = self._connection()
@@ -1043,6 +1265,8 @@ class SQLiteBackend:
 
     def close(self) -> None:
         self._closed = True
+        if self._doorbell is not None:
+            self._doorbell.close()
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for db in connections:
@@ -1061,4 +1285,4 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
     from ..kit.adapter import AsyncAdapter
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
-    return AsyncAdapter(backend, in_thread=True)
+    return AsyncAdapter(backend, in_thread=True, hub=backend.hub)
