@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 
 import tumbler
@@ -33,11 +34,20 @@ def append(path: str, line: str) -> None:
 
 
 def increment(counter: str) -> None:
+    """Read the counter, think, write it plus one: a race without a lock, by design.
+
+    The new value replaces the file whole (written aside, then renamed over it). Rewriting it
+    in place would let two unlocked writers mix their digits (one truncates, the other writes
+    "100", the first then writes "9" over its start: "900"), and the control run's counter
+    could then come out above the number of increments instead of below it.
+    """
     with open(counter) as handle:
         value = int(handle.read() or 0)
     time.sleep(THINK)
-    with open(counter, "w") as handle:
+    aside = f"{counter}.{os.getpid()}.{threading.get_ident()}"
+    with open(aside, "w") as handle:
         handle.write(str(value + 1))
+    os.replace(aside, counter)
 
 
 def count_sync(url: str, name: str, counter: str, tokens: str, n: int, use_lock: bool) -> None:
