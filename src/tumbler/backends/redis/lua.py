@@ -367,6 +367,23 @@ local function next_value()
     return value
 end
 
+-- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
+-- waits, has no entry (a lock left with none has its keys deleted), so there is nothing to
+-- purge, sweep, look at or unlist, and every request is granted: the entry, its two indexes
+-- and their expiry. (An index member that no entry backs, left by hand, is dropped by the
+-- script that next meets it, as ever.)
+if call('HLEN', K.e) == 0 then
+    local token = next_value()
+    local expires = now_ms + ttl_ms
+    call('HSET', K.e, owner, encode({seq = token, shared = shared, limit = limit, fair = fair,
+                                     token = token, expires = expires, client = client,
+                                     holder = holder}))
+    call('ZADD', K.t, score(expires), owner)
+    call('ZADD', K.h, score(token), owner)
+    for _, key in ipairs({K.e, K.t, K.h}) do call('PEXPIREAT', key, score(expires)) end
+    return {1, token}
+end
+
 purge(K)
 sweep(K)
 local mine = get(K, owner)
@@ -485,16 +502,24 @@ RELEASE = (
     + """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
-local e = decode(owner, call('HGET', K.e, owner))
+local value = call('HGET', K.e, owner)
+local e = decode(owner, value)
 local indexed = call('ZSCORE', K.t, owner)
 if not e and not indexed then return 0 end
+local released = e and indexed and e.token and e.expires > now_ms
+-- The usual case: the owner's entry is the lock's only one, so nobody waits behind it and
+-- the lock is left with no entry: its keys go at once (index members that no entry backs
+-- with them), with nothing to purge, sweep or wake.
+if value and call('HLEN', K.e) == 1 then
+    call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws)
+    return released and 1 or 0
+end
 remove(K, owner)
 purge(K)
 sweep(K)
 wake_admissible(K, ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6]))
 set_expiry(K)
-if e and indexed and e.token and e.expires > now_ms then return 1 end
-return 0
+return released and 1 or 0
 """
 )
 
