@@ -433,10 +433,26 @@ class AsyncRedisBackend(AsyncInspectEachName):
         if direct is not None and self._turn.take():
             try:
                 with translate_errors(self.url, name):
+                    await self._make_ready(direct)
                     return await script(keys, args, direct)
             finally:
                 self._turn.give_back()
         return await self._call(name, lambda: script(keys, args))
+
+    @staticmethod
+    async def _make_ready(direct: Redis) -> None:
+        """What the pool does to a connection before it hands it out: one the server closed
+        (it restarted, say) or that has a stray reply on it is closed, and the call opens it
+        again, instead of failing on the dead socket."""
+        connection = direct.connection
+        if connection is None or not connection.is_connected:
+            return  # redis-py connects it for the call
+        try:
+            stale = await connection.can_read()
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError):
+            stale = True
+        if stale:
+            await connection.disconnect()
 
     def _lock_keys(self, name: str) -> list[bytes]:
         """``keys.lock_keys(name)``, encoded once for the last names used (a client locks a
