@@ -178,15 +178,15 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
             progress(f"no contender runs on {label}")
         # contender index -> why it never locked: its contended runs would only repeat that
         unable: dict[int, str] = {}
-        for index, contender in enumerate(found):
-            row = Row(contender, label)
-            for attempt in range(1, plan.repeat + 1):
-                progress(f"{contender.label} on {label}: uncontended, repeat {attempt}")
-                try:
-                    figures = measure.uncontended(contender, f"bench-{tag}-pairs", plan.pairs)
-                except Exception as error:  # one broken row must not lose the others
-                    figures = {"errors": [f"{type(error).__name__}: {error}"]}
-                row.repeats.append(figures)
+        rows = [Row(contender, label) for contender in found]
+        for attempt in range(1, plan.repeat + 1):
+            # the contenders of one backend take turns (measure.ROUNDS slices each), so that
+            # their ratios compare figures taken under the same conditions
+            progress(f"{len(found)} contenders on {label}: uncontended, repeat {attempt}")
+            figures = measure.uncontended_rounds(found, f"bench-{tag}-pairs", plan.pairs)
+            for row, run in zip(rows, figures, strict=True):
+                row.repeats.append(run)
+        for index, row in enumerate(rows):
             flat.append(row)
             if all(run.get("errors") for run in row.repeats):
                 unable[index] = row.repeats[-1]["errors"][0]
