@@ -38,7 +38,7 @@ import tumbler
 from contenders import contenders_for, known_names, peer_schemes, server_version
 from targets import default_target, started
 from tumbler._url import parse_url
-from tumbler.testing.bench import Contender, Options
+from tumbler.testing.bench import Contender, Options, store_bench
 
 DEFAULT_PAIRS = 2000
 DEFAULT_PROCS = (4, 16)
@@ -55,6 +55,10 @@ class Row:
     backend: str
     workers: int | None = None
     repeats: list[dict[str, Any]] = field(default_factory=list)
+    #: uncontended rows: pair median / the reference peer's, and / the floor of the same
+    #: flavour, on the same backend (see ``ratios``); None where there is no such row
+    peer_ratio: float | None = None
+    floor_ratio: float | None = None
 
     def figure(self, key: str) -> tuple[float, float, float] | None:
         """Median, min and max of ``key`` over the repeats; None if no repeat has it."""
@@ -94,6 +98,9 @@ class Row:
             result["workers"] = self.workers
             result["mode"] = "processes" if self.contender.cross_process else "threads"
             result["counter_ok"] = self.counter_ok
+        if self.workers is None:
+            summary["pair_median_per_peer"] = self.peer_ratio
+            summary["pair_median_per_floor"] = self.floor_ratio
         result["summary"] = summary
         result["repeats"] = [_finite(run) for run in self.repeats]
         return result
@@ -171,19 +178,21 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
             progress(f"no contender runs on {label}")
         # contender index -> why it never locked: its contended runs would only repeat that
         unable: dict[int, str] = {}
-        for index, contender in enumerate(found):
-            row = Row(contender, label)
-            for attempt in range(1, plan.repeat + 1):
-                progress(f"{contender.label} on {label}: uncontended, repeat {attempt}")
-                try:
-                    figures = measure.uncontended(contender, f"bench-{tag}-pairs", plan.pairs)
-                except Exception as error:  # one broken row must not lose the others
-                    figures = {"errors": [f"{type(error).__name__}: {error}"]}
-                row.repeats.append(figures)
+        rows = [Row(contender, label) for contender in found]
+        for attempt in range(1, plan.repeat + 1):
+            # the contenders of one backend take turns (measure.ROUNDS slices each), so that
+            # their ratios compare figures taken under the same conditions
+            progress(f"{len(found)} contenders on {label}: uncontended, repeat {attempt}")
+            figures = measure.uncontended_rounds(found, f"bench-{tag}-pairs", plan.pairs)
+            for row, run in zip(rows, figures, strict=True):
+                row.repeats.append(run)
+        for index, row in enumerate(rows):
             flat.append(row)
             if all(run.get("errors") for run in row.repeats):
                 unable[index] = row.repeats[-1]["errors"][0]
         for index, contender in enumerate(found):
+            if contender.floor:  # it excludes nothing: only its uncontended pair means anything
+                continue
             for workers in plan.procs:
                 row = Row(contender, label, workers)
                 if index in unable:
@@ -205,6 +214,32 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
                     )
                 crowded.append(row)
     return flat, crowded
+
+
+def ratios(flat: list[Row]) -> None:
+    """Set each uncontended row's pair median as a multiple of its store's reference peer's
+    (``StoreBench.reference``) and of the floor of its own flavour (``Contender.floor``), both
+    measured on the same backend in this run."""
+
+    def median(row: Row) -> float | None:
+        figure = row.figure("pair_median_us")
+        return None if figure is None else figure[0]
+
+    for row in flat:
+        mine = median(row)
+        if mine is None or row.contender.floor:
+            continue
+        bench = store_bench(row.contender.url)
+        for other in flat:
+            if other.backend != row.backend or other is row:
+                continue
+            theirs = median(other)
+            if not theirs:
+                continue
+            if bench is not None and other.contender.name == bench.reference:
+                row.peer_ratio = mine / theirs
+            if other.contender.floor and other.contender.is_async == row.contender.is_async:
+                row.floor_ratio = mine / theirs
 
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -236,7 +271,13 @@ UNCONTENDED: list[Column] = [
     ("pairs/s", lambda row: _cell(row, "pairs_per_s", 0, spread=True)),
     ("acquire median µs", lambda row: _cell(row, "acquire_median_us", 0)),
     ("release median µs", lambda row: _cell(row, "release_median_us", 0)),
+    ("x peer", lambda row: _ratio(row.peer_ratio)),
+    ("x floor", lambda row: _ratio(row.floor_ratio)),
 ]
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _workers(row: Row) -> str:
@@ -347,6 +388,19 @@ def render(
         console.print()
         for name, mechanism in legend.items():
             console.print(f"{name}: {mechanism}")
+    references = sorted(
+        {
+            bench.reference
+            for row in flat
+            if (bench := store_bench(row.contender.url)) is not None and bench.reference
+        }
+    )
+    if any(row.peer_ratio is not None or row.floor_ratio is not None for row in flat):
+        console.print(
+            "x peer: pair median / that of the store's reference peer "
+            f"({', '.join(references) or '-'}) on the same backend; x floor: pair median / that "
+            "of the floor row of the same flavour (blocking or asyncio) on the same backend"
+        )
     console.print(f"\ntook {about['duration_s']:.0f} s")
 
 
@@ -494,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"... {text}", file=sys.stderr, flush=True)
 
         flat, crowded = run(plan, progress)
+        ratios(flat)
     about["duration_s"] = time.monotonic() - began
     about["loadavg_1m_end"] = machine()["loadavg_1m"]
     about["libraries"] = {

@@ -1,6 +1,7 @@
 """The measurements, with the definitions of peer-bench.md so that figures compare.
 
-Uncontended: one client acquires and releases one lock ``pairs`` times, after a warm-up.
+Uncontended: one client acquires and releases one lock ``pairs`` times, after a warm-up; the
+contenders on one backend take turns, in slices, so that their figures share the conditions.
 
 Contended: ``procs`` spawned processes (threads of this process for a contender whose locks
 live in one process) loop ``acquire -> critical section -> release`` for ``seconds``, with no
@@ -85,77 +86,136 @@ def _cpu_seconds() -> float:
 # -- uncontended --------------------------------------------------------------------------------
 
 
-def uncontended(contender: Contender, lock_name: str, pairs: int) -> dict[str, Any]:
-    """Time ``pairs`` acquire+release pairs of one client on one free lock."""
+#: how many slices the uncontended pairs of the contenders on one backend are cut into: the
+#: contenders take turns, slice by slice, so that a change in the machine's state during the
+#: run (another process's load, where the scheduler puts the client and the server) falls on
+#: all of them alike, and the ratios of one run compare like with like
+ROUNDS = 10
+
+
+@dataclass
+class _Turns:
+    """One contender's session and figures in an interleaved uncontended run."""
+
+    contender: Contender
+    session: Any = None
+    acquires: array[int] = field(default_factory=lambda: array("q"))
+    releases: array[int] = field(default_factory=lambda: array("q"))
+    total_ns: int = 0
+    cpu: float = 0.0
+    error: str | None = None
+
+
+def uncontended_rounds(
+    contenders: Sequence[Contender], lock_name: str, pairs: int, rounds: int = ROUNDS
+) -> list[dict[str, Any]]:
+    """Time ``pairs`` acquire+release pairs of each contender (one client each, on a free lock
+    of its own), the contenders taking turns in ``rounds`` slices; figures as
+    :func:`uncontended`'s, in the contenders' order (``errors`` for one that failed)."""
+    rounds = max(1, min(rounds, pairs))
+    slices = [pairs // rounds + (1 if index < pairs % rounds else 0) for index in range(rounds)]
+    loop = asyncio.new_event_loop()
+    turns = [_Turns(contender) for contender in contenders]
+    try:
+        for index, turn in enumerate(turns):
+            _run_turn(
+                loop, turn, lambda turn=turn, index=index: _open(loop, turn, f"{lock_name}-{index}")
+            )
+        for count in slices:
+            for turn in turns:
+                _run_turn(loop, turn, lambda turn=turn, count=count: _slice(loop, turn, count))
+    finally:
+        for turn in turns:
+            if turn.session is not None:
+                session, turn.session = turn.session, None
+                with contextlib.suppress(Exception):
+                    if turn.contender.is_async:
+                        loop.run_until_complete(session.close())
+                    else:
+                        session.close()
+        loop.close()
+    return [_figures(turn, pairs) for turn in turns]
+
+
+def _run_turn(loop: asyncio.AbstractEventLoop, turn: _Turns, step: Any) -> None:
+    """Run one step of a contender's turns, its CPU counted; a failure ends its turns."""
+    if turn.error is not None:
+        return
     cpu_before = _cpu_seconds()
+    try:
+        step()
+    except Exception as error:  # one broken row must not lose the others
+        turn.error = f"{type(error).__name__}: {error}"
+    finally:
+        turn.cpu += _cpu_seconds() - cpu_before
+
+
+def _open(loop: asyncio.AbstractEventLoop, turn: _Turns, lock_name: str) -> None:
+    contender = turn.contender
     if isinstance(contender, AsyncContender):
-        acquires, releases, total_ns = asyncio.run(_pairs_async(contender, lock_name, pairs))
+        turn.session = loop.run_until_complete(contender.open(lock_name))
     elif isinstance(contender, SyncContender):
-        acquires, releases, total_ns = _pairs_sync(contender, lock_name, pairs)
+        turn.session = contender.open(lock_name)
     else:
         raise TypeError(f"{contender!r} is neither a SyncContender nor an AsyncContender")
-    cpu = _cpu_seconds() - cpu_before
-    pair = sorted(a + r for a, r in zip(acquires, releases, strict=True))
+    _slice(loop, turn, WARMUP, timed=False)
+
+
+def _slice(loop: asyncio.AbstractEventLoop, turn: _Turns, count: int, timed: bool = True) -> None:
+    if turn.contender.is_async:
+        acquires, releases, total = loop.run_until_complete(_time_async(turn.session, count))
+    else:
+        acquires, releases, total = _time_sync(turn.session, count)
+    if timed:
+        turn.acquires.extend(acquires)
+        turn.releases.extend(releases)
+        turn.total_ns += total
+
+
+def _figures(turn: _Turns, pairs: int) -> dict[str, Any]:
+    if turn.error is not None:
+        return {"errors": [turn.error]}
+    pair = sorted(a + r for a, r in zip(turn.acquires, turn.releases, strict=True))
     return {
         "n": pairs,
         "pair_median_us": percentile(pair, 0.5) / 1e3,
         "pair_p99_us": percentile(pair, 0.99) / 1e3,
-        "pairs_per_s": pairs / (total_ns / 1e9),
-        "acquire_median_us": percentile(sorted(acquires), 0.5) / 1e3,
-        "release_median_us": percentile(sorted(releases), 0.5) / 1e3,
+        "pairs_per_s": pairs / (turn.total_ns / 1e9),
+        "acquire_median_us": percentile(sorted(turn.acquires), 0.5) / 1e3,
+        "release_median_us": percentile(sorted(turn.releases), 0.5) / 1e3,
         # connect, warm-up and close included: an upper bound
-        "client_cpu_us_per_pair": cpu / pairs * 1e6,
+        "client_cpu_us_per_pair": turn.cpu / pairs * 1e6,
     }
 
 
-def _pairs_sync(
-    contender: SyncContender, lock_name: str, pairs: int
-) -> tuple[array[int], array[int], int]:
+def _time_sync(session: SyncSession, pairs: int) -> tuple[array[int], array[int], int]:
     clock = time.perf_counter_ns
-    session = contender.open(lock_name)
-    try:
-        for _ in range(WARMUP):
-            session.acquire()
-            session.release()
-        acquires, releases = array("q"), array("q")
-        began = clock()
-        for _ in range(pairs):
-            asked = clock()
-            session.acquire()
-            granted = clock()
-            session.release()
-            released = clock()
-            acquires.append(granted - asked)
-            releases.append(released - granted)
-        total = clock() - began
-    finally:
-        session.close()
-    return acquires, releases, total
+    acquires, releases = array("q"), array("q")
+    began = clock()
+    for _ in range(pairs):
+        asked = clock()
+        session.acquire()
+        granted = clock()
+        session.release()
+        released = clock()
+        acquires.append(granted - asked)
+        releases.append(released - granted)
+    return acquires, releases, clock() - began
 
 
-async def _pairs_async(
-    contender: AsyncContender, lock_name: str, pairs: int
-) -> tuple[array[int], array[int], int]:
+async def _time_async(session: AsyncSession, pairs: int) -> tuple[array[int], array[int], int]:
     clock = time.perf_counter_ns
-    session = await contender.open(lock_name)
-    try:
-        for _ in range(WARMUP):
-            await session.acquire()
-            await session.release()
-        acquires, releases = array("q"), array("q")
-        began = clock()
-        for _ in range(pairs):
-            asked = clock()
-            await session.acquire()
-            granted = clock()
-            await session.release()
-            released = clock()
-            acquires.append(granted - asked)
-            releases.append(released - granted)
-        total = clock() - began
-    finally:
-        await session.close()
-    return acquires, releases, total
+    acquires, releases = array("q"), array("q")
+    began = clock()
+    for _ in range(pairs):
+        asked = clock()
+        await session.acquire()
+        granted = clock()
+        await session.release()
+        released = clock()
+        acquires.append(granted - asked)
+        releases.append(released - granted)
+    return acquires, releases, clock() - began
 
 
 # -- contended: the worker side -----------------------------------------------------------------

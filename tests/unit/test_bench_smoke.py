@@ -32,6 +32,14 @@ def peer_names(url: str) -> list[str]:
     return [contender.name for contender in bench.contenders(url, Options()) if contender.default]
 
 
+def floor_names(url: str) -> set[str]:
+    """The store's floors among ``peer_names(url)``: rows timed uncontended only."""
+    from tumbler.testing.bench import store_bench
+
+    bench = store_bench(url)
+    return set() if bench is None else {floor.name for floor in bench.floors}
+
+
 def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
     figures = tmp_path / "figures.json"
     result = subprocess.run(
@@ -72,7 +80,10 @@ def test_tiny_run_measures_every_row_and_the_counter_check_passes(tmp_path: Path
         assert run["pairs_per_s"] > 0
         assert row["contender"] in result.stdout
 
-    assert {(row["contender"], row["url"]) for row in figures["contended"]} == expected
+    # a floor excludes nothing: it is timed uncontended only
+    floors = {(name, url) for name, url in expected if name in floor_names(url)}
+    assert floors, "the SQLite bench names its floor"
+    assert {(row["contender"], row["url"]) for row in figures["contended"]} == expected - floors
     for row in figures["contended"]:
         (run,) = row["repeats"]
         assert row["counter_ok"] == "OK 1/1", run["errors"]
@@ -229,3 +240,40 @@ def test_startup_reports_a_row_whose_process_fails(tmp_path: Path) -> None:
     assert failed["runs"] == 0
     assert "ERROR: exit status 78" in result.stdout
     assert rows['python -c "import tumbler"']["error"] is None
+
+
+def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
+    tmp_path: Path,
+) -> None:
+    servers = pytest.importorskip("tumbler.backends.redis.server")  # the testing extra
+    try:
+        servers.redis_server_binary()
+    except servers.RedisNotInstalled as error:
+        pytest.skip(str(error))
+    names = ("redis-floor-sync", "redis-floor-async", "redis-py-0.1", "tumbler-sync")
+    picks = [arg for name in names for arg in ("--contender", name)]
+
+    result, figures = run_bench(tmp_path, "--start", "redis", *picks, "--seconds", "0.3")
+
+    assert result.returncode == 0, result.stderr
+    flat = {row["contender"]: row for row in figures["uncontended"]}
+    assert set(flat) == set(names)
+    # a floor excludes nothing: it has no contended row (it would fail the counter check)
+    assert {row["contender"] for row in figures["contended"]} == {"redis-py-0.1", "tumbler-sync"}
+
+    def median(name: str) -> float:
+        return float(flat[name]["summary"]["pair_median_us"]["median"])
+
+    tumbler_sync = flat["tumbler-sync"]["summary"]
+    # tumbler's blocking row over the store's reference peer and over the blocking floor
+    assert tumbler_sync["pair_median_per_peer"] == median("tumbler-sync") / median("redis-py-0.1")
+    assert tumbler_sync["pair_median_per_floor"] == (
+        median("tumbler-sync") / median("redis-floor-sync")
+    )
+    # the peer has a floor ratio but is not its own reference; a floor has neither
+    assert flat["redis-py-0.1"]["summary"]["pair_median_per_peer"] is None
+    assert flat["redis-py-0.1"]["summary"]["pair_median_per_floor"] is not None
+    for floor in ("redis-floor-sync", "redis-floor-async"):
+        assert flat[floor]["summary"]["pair_median_per_peer"] is None
+        assert flat[floor]["summary"]["pair_median_per_floor"] is None
+    assert "x floor" in result.stdout

@@ -397,6 +397,10 @@ class AsyncLocks:
         deadline: float | None,
     ) -> bool:
         """Wait until ``turn`` is first in its line; False if the deadline passed first."""
+        with self._guard:
+            self.gate.check_usable(name)
+            if line[0] is turn:
+                return True  # the usual case: nobody of this client ahead, nothing to wait for
         clock = self._clock
         clock.add_listener(turn.set_threadsafe)
         try:
@@ -429,7 +433,8 @@ class AsyncLocks:
             self.gate.check_usable(request.name)  # close() wakes the waits it knows of
             self._watches.add(watch)
         try:
-            hold = await self._try(replace(request, queue=queue), renew)
+            first = request if request.queue == queue else replace(request, queue=queue)
+            hold = await self._try(first, renew)
             if hold is not None or not queue:
                 return hold
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 
 from .._acompat import AsyncEvent, acheck_loop, acurrent_context, acurrent_loop
 from .._clock import Clock
@@ -88,14 +88,14 @@ class AsyncClientGate:
 
     def operation(self, name: str | None) -> contextlib.AbstractContextManager[None]:
         """A call on the backend: refused once close() began, which waits for it to end."""
-        return self._counted(name, refuse_if_closed=True)
+        return _Counted(self, name, refuse_if_closed=True)
 
     def call(self) -> contextlib.AbstractContextManager[None]:
         """A backend call that must run even after close() began (a release): close() waits."""
-        return self._counted(None, refuse_if_closed=False)
+        return _Counted(self, None, refuse_if_closed=False)
 
-    @contextlib.contextmanager
-    def _counted(self, name: str | None, *, refuse_if_closed: bool) -> Iterator[None]:
+    def _enter(self, name: str | None, refuse_if_closed: bool) -> Hashable:
+        """Count a call in flight; the context it is counted for."""
         context = acurrent_context()
         with self.guard:
             if refuse_if_closed:
@@ -103,16 +103,16 @@ class AsyncClientGate:
             else:
                 acheck_loop(self.loop)
             self._calls[context] += 1
-        try:
-            yield
-        finally:
-            with self.guard:
-                self._calls[context] -= 1
-                if not self._calls[context]:
-                    del self._calls[context]
-                closing = self._closed
-            if closing:
-                self._calls_done.set_threadsafe()
+        return context
+
+    def _exit(self, context: Hashable) -> None:
+        with self.guard:
+            self._calls[context] -= 1
+            if not self._calls[context]:
+                del self._calls[context]
+            closing = self._closed
+        if closing:
+            self._calls_done.set_threadsafe()
 
     async def calls_finished(self) -> None:
         """Wait until no backend call is in flight but the closing thread's/task's own (an
@@ -149,3 +149,22 @@ class AsyncClientGate:
                 backend=self.url,
             )
         return ttl
+
+
+class _Counted(contextlib.AbstractContextManager[None]):
+    """A call counted in flight by a gate (a class, not a generator: every grant and release
+    goes through two or three of them)."""
+
+    __slots__ = ("_context", "_gate", "_name", "_refuse_if_closed")
+
+    def __init__(self, gate: AsyncClientGate, name: str | None, *, refuse_if_closed: bool) -> None:
+        self._gate = gate
+        self._name = name
+        self._refuse_if_closed = refuse_if_closed
+        self._context: Hashable = None
+
+    def __enter__(self) -> None:
+        self._context = self._gate._enter(self._name, self._refuse_if_closed)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._gate._exit(self._context)

@@ -395,6 +395,10 @@ class Locks:
         deadline: float | None,
     ) -> bool:
         """Wait until ``turn`` is first in its line; False if the deadline passed first."""
+        with self._guard:
+            self.gate.check_usable(name)
+            if line[0] is turn:
+                return True  # the usual case: nobody of this client ahead, nothing to wait for
         clock = self._clock
         clock.add_listener(turn.set_threadsafe)
         try:
@@ -427,7 +431,8 @@ class Locks:
             self.gate.check_usable(request.name)  # close() wakes the waits it knows of
             self._watches.add(watch)
         try:
-            hold = self._try(replace(request, queue=queue), renew)
+            first = request if request.queue == queue else replace(request, queue=queue)
+            hold = self._try(first, renew)
             if hold is not None or not queue:
                 return hold
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)

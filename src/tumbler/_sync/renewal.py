@@ -32,6 +32,9 @@ from .._clock import Clock
 _log = logging.getLogger("tumbler.renewal")
 
 T = TypeVar("T")
+#: seconds the deadline watch sleeps when no hold is live (a new hold that must be watched
+#: sooner wakes it at once)
+IDLE_LOOK = 5.0
 #: for each item served, its next due time or None
 NextDue = list[float | None]
 
@@ -140,16 +143,19 @@ class Renewer(Generic[T]):
             except Exception:
                 _log.exception("deadline watch failed")
                 deadline = None
+            if deadline is None:
+                # No hold to watch: look again after a while all the same. A hold that came and
+                # went before the watch got to run (a client that acquires and releases in a
+                # loop, on an event loop) leaves it nothing to watch; sleeping until woken would
+                # make every next acquisition wake it (deadline_set), a task switch each.
+                deadline = self._clock.now() + IDLE_LOOK
             with self._lock:
                 self._watched = deadline
                 self._watch_busy = False
             self._progress.set_threadsafe()
-            if deadline is None:
-                self._watch_wakeup.wait(None)
-            else:
-                left = deadline - self._clock.now()
-                if left > 0:
-                    self._watch_wakeup.wait(self._clock.real_timeout(left))
+            left = deadline - self._clock.now()
+            if left > 0:
+                self._watch_wakeup.wait(self._clock.real_timeout(left))
 
     def settle(self) -> None:
         """Wait until every job and deadline that is due on the clock has been served (for

@@ -124,6 +124,10 @@ class Contender:
     offers_fair: ClassVar[bool] = False
     #: the client libraries whose versions the header shows: (shown as, distribution name)
     libraries: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: a store's *floor*: the raw round trips a lock pair cannot do without, through the
+    #: same client, that exclude nothing. Timed uncontended only, as the denominator of the
+    #: uncontended table's ``x floor`` column for the rows of its flavour
+    floor: ClassVar[bool] = False
 
     @property
     def label(self) -> str:
@@ -204,17 +208,21 @@ class StoreBench:
     #: servers the bench starts in place of the test targets of the same name: a set-up
     #: closer to production than the tests need (fsync on, say)
     targets: tuple[TestTarget, ...] = ()
+    #: the store's floors (``Contender.floor``), one per flavour, on the peers' schemes
+    floors: tuple[type[Contender], ...] = ()
+    #: the name of the peer whose uncontended pair is the ``x peer`` column's denominator
+    reference: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
         """Every contender name :meth:`contenders` can return."""
-        return tuple(peer.name for peer in self.peers)
+        return tuple(peer.name for peer in (*self.peers, *self.floors))
 
     def contenders(self, url: str, options: Options) -> Sequence[Contender]:
-        """The peers that run on ``url`` (none for a scheme they do not speak)."""
+        """The peers and floors that run on ``url`` (none for a scheme they do not speak)."""
         if urlsplit(url).scheme.lower() not in self.schemes:
             return []
-        return [peer(url, options) for peer in self.peers]
+        return [peer(url, options) for peer in (*self.peers, *self.floors)]
 
     def request_count(self, url: str) -> int | None:
         """The request counter of the server behind ``url``; None if it has none or it

@@ -4,7 +4,12 @@ request counter and version.
 The peers (redis-py's ``Lock`` polling at 0.1 s and at 1 ms, python-redis-lock) run on every
 ``redis://`` and ``rediss://`` URL, next to tumbler's own rows, on the same server. Their
 drivers are imported in ``open()``, inside the bench's workers: importing this module needs
-neither.
+neither. redis-py's ``Lock`` is the reference of the uncontended table's ``x peer`` column.
+
+The floor (``redis-floor-sync``, ``redis-floor-async``): two ``EVALSHA`` round trips of a
+trivial script on one redis-py connection (blocking, and asyncio), the least a lock whose
+grant and release are each one script call can cost through that client; the ``x floor``
+column divides by it.
 """
 
 from __future__ import annotations
@@ -13,9 +18,24 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...testing.bench import StoreBench, SyncContender, SyncSession, TimeoutLockSession
+from ...testing.bench import (
+    AsyncContender,
+    AsyncSession,
+    StoreBench,
+    SyncContender,
+    SyncSession,
+    TimeoutLockSession,
+)
 
-__all__ = ["BENCH", "PythonRedisLock", "RedisBench", "RedisPyFastPoll", "RedisPyLock"]
+__all__ = [
+    "BENCH",
+    "PythonRedisLock",
+    "RedisBench",
+    "RedisFloor",
+    "RedisFloorAsync",
+    "RedisPyFastPoll",
+    "RedisPyLock",
+]
 
 #: the URL schemes redis-py's ``Redis.from_url`` takes for a TCP server
 PEER_SCHEMES = ("redis", "rediss")
@@ -177,4 +197,88 @@ class PythonRedisLock(SyncContender):
         return TimeoutLockSession(lock, lock_name, round(self.options.timeout), client.close)
 
 
-BENCH = RedisBench(peers=(RedisPyLock, RedisPyFastPoll, PythonRedisLock), schemes=PEER_SCHEMES)
+#: the floor's script: one key and one argument, as a lock's call has, and nothing done
+FLOOR_SCRIPT = "return 1"
+
+
+class _FloorSession:
+    def __init__(self, client: Any, lock_name: str) -> None:
+        self._client = client
+        self._key = f"bench-floor:{{{lock_name}}}"
+        self._sha = client.script_load(FLOOR_SCRIPT)
+
+    def acquire(self) -> None:
+        self._client.evalsha(self._sha, 1, self._key, "owner")
+
+    def release(self) -> None:
+        self._client.evalsha(self._sha, 1, self._key, "owner")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass(frozen=True)
+class RedisFloor(SyncContender):
+    """Two ``EVALSHA`` round trips of a trivial script on one blocking redis-py connection."""
+
+    name: ClassVar[str] = "redis-floor-sync"
+    mechanism: ClassVar[str] = (
+        "floor: EVALSHA of 'return 1' (one key, one argument) as acquire and again as release, "
+        "on one redis-py connection; excludes nothing, timed uncontended only"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("redis-py", "redis"),)
+    floor: ClassVar[bool] = True
+
+    def open(self, lock_name: str) -> SyncSession:
+        # one connection: a pool of one, as the pair never overlaps
+        client = _client(self.url, single_connection_client=True)
+        try:
+            return _FloorSession(client, lock_name)
+        except BaseException:
+            client.close()
+            raise
+
+
+class _AsyncFloorSession:
+    def __init__(self, client: Any, key: str, sha: str) -> None:
+        self._client = client
+        self._key = key
+        self._sha = sha
+
+    async def acquire(self) -> None:
+        await self._client.evalsha(self._sha, 1, self._key, "owner")
+
+    async def release(self) -> None:
+        await self._client.evalsha(self._sha, 1, self._key, "owner")
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True)
+class RedisFloorAsync(AsyncContender):
+    """The same on one ``redis.asyncio`` connection."""
+
+    name: ClassVar[str] = "redis-floor-async"
+    mechanism: ClassVar[str] = "floor: the same through redis.asyncio on an asyncio loop"
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("redis-py", "redis"),)
+    floor: ClassVar[bool] = True
+
+    async def open(self, lock_name: str) -> AsyncSession:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(peer_url(self.url), single_connection_client=True)
+        try:
+            sha = await client.script_load(FLOOR_SCRIPT)
+        except BaseException:
+            await client.aclose()
+            raise
+        return _AsyncFloorSession(client, f"bench-floor:{{{lock_name}}}", sha)
+
+
+BENCH = RedisBench(
+    peers=(RedisPyLock, RedisPyFastPoll, PythonRedisLock),
+    schemes=PEER_SCHEMES,
+    floors=(RedisFloor, RedisFloorAsync),
+    reference=RedisPyLock.name,
+)

@@ -124,6 +124,9 @@ MAX_CONNECTIONS = 10_000
 #: leases renewed by one script call: the server runs nothing else while a script runs, and
 #: 500 renewals take it about a millisecond
 RENEWALS_PER_CALL = 500
+#: lock names whose keys a backend keeps encoded (a client's working set of names; past it,
+#: the cache starts again)
+KEYS_CACHED = 1024
 #: Redis Cluster, where a release cannot tell a dead waiter (see ``.lua``): how long a
 #: fair waiter that a release woke has to come before the fair waiter behind it may pass it.
 #: Longer than a re-check (1 s) and its round trip, so that a live waiter whose wake-up was
@@ -331,6 +334,39 @@ class Gate:
     def __exit__(self, *exc_info: object) -> None:
         if self._semaphore is not None:
             self._semaphore.release()
+
+
+class AsyncTurn:
+    """Who may use the connection a backend keeps for grants and releases: one call at a
+    time, and a call that finds it taken does not wait for it (it takes one from the pool).
+    One event loop: a flag will do."""
+
+    def __init__(self) -> None:
+        self._taken = False
+
+    def take(self) -> bool:
+        """Take the connection if it is free; False if another call has it."""
+        if self._taken:
+            return False
+        self._taken = True
+        return True
+
+    def give_back(self) -> None:
+        self._taken = False
+
+
+class Turn:
+    """Blocking twin of :class:`AsyncTurn`: any thread may call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        """Take the connection if it is free; False if another thread has it."""
+        return self._lock.acquire(blocking=False)
+
+    def give_back(self) -> None:
+        self._lock.release()
 
 
 class AsyncBound:

@@ -146,18 +146,43 @@ end
 
 local INDEXES = {'t', 'h', 'w', 'wf', 'wx', 'ws'}
 
-local function remove(K, owner)
-    call('HDEL', K.e, owner)
-    for _, index in ipairs(INDEXES) do call('ZREM', K[index], owner) end
+-- the line indexes that list a waiter of e's kind (an entry's kind never changes)
+local function line_indexes(e)
+    local found = {'w'}
+    if e.fair then found[#found + 1] = 'wf' end
+    if e.fair and not e.shared then found[#found + 1] = 'wx' end
+    if e.shared then found[#found + 1] = 'ws' end
+    return found
 end
 
--- store e and index it (a grant leaves the line)
-local function put(K, e)
+-- drop owner's entry (e: its decoded value, nil if it does not parse) and the index members
+-- that list it: those of its kind (a grant's in t and h, a waiter's in t and its line
+-- indexes), every index's for an entry that does not parse. A member that an index of
+-- another kind still has (put there by hand) goes when a script meets it there: get,
+-- holders and first_after drop such members.
+local function remove(K, owner, e)
+    call('HDEL', K.e, owner)
+    if not e then
+        for _, index in ipairs(INDEXES) do call('ZREM', K[index], owner) end
+        return
+    end
+    call('ZREM', K.t, owner)
+    if e.token then
+        call('ZREM', K.h, owner)
+    else
+        for _, index in ipairs(line_indexes(e)) do call('ZREM', K[index], owner) end
+    end
+end
+
+-- store e and index it; a grant that was waiting (left_line) leaves its line indexes
+local function put(K, e, left_line)
     call('HSET', K.e, e.owner, encode(e))
     call('ZADD', K.t, score(e.expires), e.owner)
     if e.token then
         call('ZADD', K.h, score(e.token), e.owner)
-        for _, index in ipairs({'w', 'wf', 'wx', 'ws'}) do call('ZREM', K[index], e.owner) end
+        if left_line then
+            for _, index in ipairs(line_indexes(e)) do call('ZREM', K[index], e.owner) end
+        end
     else
         call('ZADD', K.w, score(e.seq), e.owner)
         if e.fair then call('ZADD', K.wf, score(e.seq), e.owner) end
@@ -174,10 +199,10 @@ local function get(K, owner)
     if not value and not indexed then return nil end  -- nothing to drop: the usual case
     local e = decode(owner, value)
     if e and e.expires > now_ms then
-        if not indexed then put(K, e) end
+        if not indexed then put(K, e, true) end
         return e
     end
-    remove(K, owner)
+    remove(K, owner, e)
     return nil
 end
 
@@ -189,7 +214,7 @@ local function purge(K)
         if e and e.expires > now_ms then
             call('ZADD', K.t, score(e.expires), owner)
         else
-            remove(K, owner)
+            remove(K, owner, e)
         end
     end
 end
@@ -202,9 +227,9 @@ local function sweep_all(K)
         local e = decode(raw[i], raw[i + 1])
         if not e then malformed = malformed + 1 end
         if not e or e.expires <= now_ms then
-            remove(K, raw[i])
+            remove(K, raw[i], e)
         elseif not call('ZSCORE', K.t, raw[i]) then
-            put(K, e)
+            put(K, e, true)
         end
     end
     return malformed
@@ -295,7 +320,7 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
                 if not e.shared then exclusive_ahead = true end
                 woken[#woken + 1] = e
             else
-                remove(K, e.owner)
+                remove(K, e.owner, e)
             end
         else
             backup = backup or e
@@ -367,6 +392,23 @@ local function next_value()
     return value
 end
 
+-- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
+-- waits, has no entry (a lock left with none has its keys deleted), so there is nothing to
+-- purge, sweep, look at or unlist, and every request is granted: the entry, its two indexes
+-- and their expiry. (An index member that no entry backs, left by hand, is dropped by the
+-- script that next meets it, as ever.)
+if call('HLEN', K.e) == 0 then
+    local token = next_value()
+    local expires = now_ms + ttl_ms
+    call('HSET', K.e, owner, encode({seq = token, shared = shared, limit = limit, fair = fair,
+                                     token = token, expires = expires, client = client,
+                                     holder = holder}))
+    call('ZADD', K.t, score(expires), owner)
+    call('ZADD', K.h, score(token), owner)
+    for _, key in ipairs({K.e, K.t, K.h}) do call('PEXPIREAT', key, score(expires)) end
+    return {1, token}
+end
+
 purge(K)
 sweep(K)
 local mine = get(K, owner)
@@ -417,13 +459,14 @@ end
 local result = {0}
 if granted then
     local token = next_value()
+    local was_waiting = mine ~= nil  -- (a grant it held returned above)
     if not mine then
         mine = {owner = owner, seq = token, shared = shared, limit = limit, fair = fair,
                 client = client, holder = holder}
     end
     mine.token = token
     mine.expires = now_ms + ttl_ms
-    put(K, mine)
+    put(K, mine, was_waiting)
     result = {1, token}
 elseif mine or queue then
     if not mine then
@@ -485,16 +528,24 @@ RELEASE = (
     + """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
-local e = decode(owner, call('HGET', K.e, owner))
+local value = call('HGET', K.e, owner)
+local e = decode(owner, value)
 local indexed = call('ZSCORE', K.t, owner)
 if not e and not indexed then return 0 end
-remove(K, owner)
+local released = e and indexed and e.token and e.expires > now_ms
+-- The usual case: the owner's entry is the lock's only one, so nobody waits behind it and
+-- the lock is left with no entry: its keys go at once (index members that no entry backs
+-- with them), with nothing to purge, sweep or wake.
+if value and call('HLEN', K.e) == 1 then
+    call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws)
+    return released and 1 or 0
+end
+remove(K, owner, e)
 purge(K)
 sweep(K)
 wake_admissible(K, ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6]))
 set_expiry(K)
-if e and indexed and e.token and e.expires > now_ms then return 1 end
-return 0
+return released and 1 or 0
 """
 )
 
@@ -525,7 +576,7 @@ for i = 1, #raw, 2 do
 end
 local removed = 0
 for _, e in ipairs(holders(K)) do
-    remove(K, e.owner)
+    remove(K, e.owner, e)
     removed = removed + 1
     local keep = e.expires + grace_ms
     call('HSET', notes, e.owner, score(keep) .. '|' .. note)

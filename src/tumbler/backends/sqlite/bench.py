@@ -68,8 +68,9 @@ class SQLiteFloor(SyncContender):
     mechanism: ClassVar[str] = (
         "the floor, no library: BEGIN IMMEDIATE; INSERT OR IGNORE; COMMIT to acquire, "
         "BEGIN IMMEDIATE; DELETE; COMMIT to release, on one sqlite3 connection in the same "
-        "file (WAL, synchronous NORMAL); waiters poll every 1 ms; no lease, token or fairness"
+        "file (WAL, synchronous NORMAL); no lease, token, fairness or wake-up"
     )
+    floor: ClassVar[bool] = True
 
     def open(self, lock_name: str) -> SyncSession:
         path, _ = resolve_path(parse_url(self.url))
@@ -106,4 +107,4 @@ class SQLiteBench(StoreBench):
         return f"{shown} on {where}" if where else shown
 
 
-BENCH = SQLiteBench(peers=(SQLiteFloor,), schemes=("sqlite",))
+BENCH = SQLiteBench(floors=(SQLiteFloor,), schemes=("sqlite",))

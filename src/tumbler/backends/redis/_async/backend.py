@@ -47,11 +47,13 @@ from ..common import (
     ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
+    KEYS_CACHED,
     MINIMUM_SERVER,
     RENEWALS_PER_CALL,
     AsyncBound,
     AsyncClosings,
     AsyncGate,
+    AsyncTurn,
     RedisConfig,
     RedisLockState,
     translate_errors,
@@ -70,14 +72,21 @@ class AsyncScript:
         self._source = source
         self._sha: str | None = None
 
-    async def __call__(self, keys: list[str], args: list[str | int]) -> Any:
+    async def __call__(
+        self,
+        keys: Sequence[str | bytes],
+        args: Sequence[str | bytes | int],
+        client: Redis | RedisCluster | None = None,
+    ) -> Any:
+        """Run the script (on ``client``, a connection of the same server, if given)."""
+        runner = self._client if client is None else client
         if self._sha is None:
             self._sha = await self._client.script_load(self._source)
         try:
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+            return await runner.evalsha(self._sha, len(keys), *keys, *args)
         except redis_errors.NoScriptError:
             self._sha = await self._client.script_load(self._source)
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)
+            return await runner.evalsha(self._sha, len(keys), *keys, *args)
 
 
 class AsyncWakeups:
@@ -314,6 +323,21 @@ class AsyncRedisBackend(AsyncInspectEachName):
         self._inspect = AsyncScript(self.client, lua.INSPECT)
         self._probe = AsyncScript(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
+        # the arguments every grant passes alike, encoded once: waiter_ttl_ms,
+        # sequence_ttl_ms, client (or none while its channel is not subscribed), max_waiters
+        constant = [
+            str(round(self.capabilities.waiter_ttl * 1000)).encode(),
+            str(lua.SEQUENCE_TTL_MS).encode(),
+        ]
+        waiters = str(config.max_waiters).encode()
+        self._grant_tail = [*constant, self.client_id.encode(), waiters]
+        self._grant_tail_unsubscribed = [*constant, b"", waiters]
+        self._channel_prefix = self.keys.client_channel_prefix().encode()
+        self._keys_cache: dict[str, list[bytes]] = {}
+        #: a connection of the pool kept for grants and releases (see _run); made by start()
+        #: on a single server whose pool has room for it and one more
+        self._direct: Redis | None = None
+        self._turn = AsyncTurn()
 
     def _connection_options(
         self, address: tuple[str, int] | None
@@ -365,6 +389,12 @@ class AsyncRedisBackend(AsyncInspectEachName):
         # outside translate_errors, which would take PermissionDenied (an OSError) for a
         # network failure
         await self._check_rights()
+        if isinstance(self.client, Redis) and self.config.max_connections >= 2:
+            # the pool keeps the others' calls going while this one is taken
+            with translate_errors(self.url):
+                self._direct = Redis(
+                    connection_pool=self.client.connection_pool, single_connection_client=True
+                )
 
     async def _check_rights(self) -> None:
         """Refuse a user whose ACL lacks a command, key or channel that tumbler needs, now
@@ -389,24 +419,67 @@ class AsyncRedisBackend(AsyncInspectEachName):
             async with self._gate:
                 return await call()
 
+    async def _run(
+        self,
+        name: str,
+        script: AsyncScript,
+        keys: Sequence[str | bytes],
+        args: Sequence[str | bytes | int],
+    ) -> Any:
+        """A grant's or release's script call: on the connection kept for them when no other
+        call has it (no check-out from the pool: its lock, its poll of the socket, its
+        check-in), else as every other call."""
+        direct = self._direct
+        if direct is not None and self._turn.take():
+            try:
+                with translate_errors(self.url, name):
+                    await self._make_ready(direct)
+                    return await script(keys, args, direct)
+            finally:
+                self._turn.give_back()
+        return await self._call(name, lambda: script(keys, args))
+
+    @staticmethod
+    async def _make_ready(direct: Redis) -> None:
+        """What the pool does to a connection before it hands it out: one the server closed
+        (it restarted, say) or that has a stray reply on it is closed, and the call opens it
+        again, instead of failing on the dead socket."""
+        connection = direct.connection
+        if connection is None or not connection.is_connected:
+            return  # redis-py connects it for the call
+        try:
+            stale = await connection.can_read()
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError):
+            stale = True
+        if stale:
+            await connection.disconnect()
+
+    def _lock_keys(self, name: str) -> list[bytes]:
+        """``keys.lock_keys(name)``, encoded once for the last names used (a client locks a
+        few names again and again)."""
+        found = self._keys_cache.get(name)
+        if found is None:
+            if len(self._keys_cache) >= KEYS_CACHED:
+                self._keys_cache.clear()
+            found = [key.encode() for key in self.keys.lock_keys(name)]
+            self._keys_cache[name] = found
+        return found
+
     async def try_grant(self, request: GrantRequest) -> Grant | None:
-        keys = self.keys.lock_keys(request.name)
-        args: list[str | int] = [
+        keys = self._lock_keys(request.name)
+        args: list[str | bytes | int] = [
             request.owner,
-            int(request.shared),
+            b"1" if request.shared else b"0",
             request.limit,
-            int(request.fair),
+            b"1" if request.fair else b"0",
             max(1, round(request.ttl * 1000)),
             request.holder,
-            int(request.queue),
-            round(self.capabilities.waiter_ttl * 1000),
-            lua.SEQUENCE_TTL_MS,
+            b"1" if request.queue else b"0",
             # until the client's channel is subscribed, a release must not take a wake-up
             # that reaches nobody for a sign that this waiter is gone
-            self.client_id if self.wakeups.subscribed() else "",
-            self.config.max_waiters,
+            *(self._grant_tail if self.wakeups.subscribed() else self._grant_tail_unsubscribed),
         ]
-        result = await self._call(request.name, lambda: self._grant(keys, args))
+        result = await self._run(request.name, self._grant, keys, args)
         if not result[0]:
             return None
         grant = Grant(request.name, request.owner, int(result[1]), request.ttl)
@@ -560,9 +633,9 @@ class AsyncRedisBackend(AsyncInspectEachName):
         return replies
 
     async def release(self, name: str, owner: str) -> bool:
-        keys = self.keys.lock_keys(name)
-        args = [owner, self.keys.client_channel_prefix(), name, *self._wake_args]
-        return bool(await self._call(name, lambda: self._release(keys, args)))
+        keys = self._lock_keys(name)
+        args = [owner, self._channel_prefix, name, *self._wake_args]
+        return bool(await self._run(name, self._release, keys, args))
 
     def watch(self, name: str, owner: str) -> AsyncRedisWatch:
         return AsyncRedisWatch(self, name, owner)
@@ -645,8 +718,12 @@ class AsyncRedisBackend(AsyncInspectEachName):
 
     async def close(self) -> None:
         await self.wakeups.close()
-        # each on its own: one failing must not leave the others open
-        for client in (self.client, self.pubsub_client):
+        # each on its own: one failing must not leave the others open; the kept connection
+        # goes back to its pool before the pool is closed
+        direct, self._direct = self._direct, None
+        for client in (direct, self.client, self.pubsub_client):
+            if client is None:
+                continue
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 await client.aclose()
         for pool in self._renewal_pools.values():
