@@ -14,6 +14,7 @@ import asyncio
 import uuid
 from collections import Counter
 
+import pytest
 import redis
 
 import tumbler
@@ -83,10 +84,20 @@ def test_a_lock_with_a_waiter_takes_the_full_path(fresh_redis_server: RedisServe
         assert waiting.result()
 
 
-def test_one_connection_still_serves_concurrent_callers(fresh_redis_server: RedisServer) -> None:
-    # with one connection the pool has none to spare, so none is kept for grants and
-    # releases: the callers take turns on the pool's one, as before
-    url = new_url(fresh_redis_server, max_connections="1")
+@pytest.mark.parametrize(
+    ("connections", "threads"),
+    [
+        # with one connection the pool has none to spare, so none is kept for grants and
+        # releases: the callers take turns on the pool's one, as before
+        ("1", 4),
+        # two: the kept one and one in the pool, for eight threads at once
+        ("2", 8),
+    ],
+)
+def test_concurrent_callers_share_the_kept_connection_and_the_pool(
+    fresh_redis_server: RedisServer, connections: str, threads: int
+) -> None:
+    url = new_url(fresh_redis_server, max_connections=connections)
     with tumbler.connect(url) as locks:
 
         def pairs(name: str) -> int:
@@ -96,24 +107,8 @@ def test_one_connection_still_serves_concurrent_callers(fresh_redis_server: Redi
                 lock.release()
             return 50
 
-        workers = [background(lambda name=f"n{index}": pairs(name)) for index in range(4)]
-        assert sum(worker.result() for worker in workers) == 200
-
-
-def test_a_kept_connection_busy_sends_others_to_the_pool(fresh_redis_server: RedisServer) -> None:
-    # two connections: the kept one and one in the pool, for eight threads at once
-    url = new_url(fresh_redis_server, max_connections="2")
-    with tumbler.connect(url) as locks:
-
-        def pairs(name: str) -> int:
-            lock = locks.lock(name)
-            for _ in range(50):
-                assert lock.acquire(timeout=PATIENCE)
-                lock.release()
-            return 50
-
-        workers = [background(lambda name=f"n{index}": pairs(name)) for index in range(8)]
-        assert sum(worker.result() for worker in workers) == 400
+        workers = [background(lambda name=f"n{index}": pairs(name)) for index in range(threads)]
+        assert sum(worker.result() for worker in workers) == 50 * threads
 
 
 def test_asyncio_tasks_share_the_kept_connection_and_the_pool(
