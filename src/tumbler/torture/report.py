@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .check import CheckResult
 from .faults import FAULT_HELP
-from .harness import RoundResult, TortureRun
+from .harness import Options, RoundResult, TortureRun
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -174,6 +174,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _soak_text(options: Options) -> str:
+    """``, at least 50 faults of each kind and 10000 grants per deployment`` (a soak's totals)."""
+    totals = [
+        *([f"{options.min_faults} faults of each kind"] if options.min_faults else []),
+        *([f"{options.min_grants} grants"] if options.min_grants else []),
+    ]
+    return f", at least {' and '.join(totals)} per deployment" if totals else ""
+
+
 def markdown(run: TortureRun) -> str:
     """The report as Markdown: results, what was not promised, violations, machine, options."""
     lines: list[str] = []
@@ -183,11 +192,8 @@ def markdown(run: TortureRun) -> str:
         f"Run of {run.started}: {options.workers} workers, {options.seconds:g} s of faults per "
         f"round, TTL {options.ttl:g} s, think {options.think * 1000:g} ms, fencing "
         f"{options.fencing}, seed {options.seed}, primitives {', '.join(options.primitives)}"
-        f" (semaphore of {options.permits})"
-        + " per round"
-        + (f", at least {options.min_faults} faults of each kind" if options.min_faults else "")
-        + (f", at least {options.min_grants} grants" if options.min_grants else "")
-        + (" per deployment" if options.min_faults or options.min_grants else "")
+        f" (semaphore of {options.permits}), a round each"
+        + _soak_text(options)
         + f"; {run.seconds:.0f} s in all. "
         f"Result: **{'no promised property violated' if run.ok else 'VIOLATIONS'}**."
     )
