@@ -214,3 +214,26 @@ def test_a_release_rings_the_waiting_clients_doorbell(tmp_path):
     finally:
         holder.close()
         waiter.close()
+
+
+@needs_doorbells
+@pytest.mark.timeout(10)
+def test_a_doorbell_closes_even_when_no_ring_can_reach_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing must not depend on a ring getting through: a full socket buffer drops one."""
+    from tumbler.backends.sqlite import backend as sqlite_backend
+
+    def dropped(address: str, payload: bytes) -> None:
+        raise BlockingIOError("the doorbell's buffer is full")
+
+    url = parse_url(f"sqlite:///{tmp_path / 'locks.db'}")
+    waiter = SQLiteBackend(url)
+    holder = SQLiteBackend(url)
+    try:
+        assert holder.try_grant(request("x", "a")) is not None
+        assert waiter.try_grant(request("x", "b")) is None  # its doorbell now listens
+    finally:
+        monkeypatch.setattr(sqlite_backend, "_ring", dropped)
+        holder.close()
+        waiter.close()
