@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tumbler.torture.harness import Options, _round_shares, next_fault
+from tumbler.torture.report import _soak_text
 
 
 def test_past_its_seconds_a_round_injects_again_the_kinds_that_have_not_hit() -> None:
@@ -74,3 +75,11 @@ def test_a_round_of_joined_kinds_takes_the_largest_share_of_its_kinds() -> None:
 def test_without_a_soak_the_options_are_left_as_they_are() -> None:
     options = Options()
     assert _round_shares([], [("kill", "lock")], options) is options
+
+
+def test_the_report_names_a_soaks_totals_per_deployment() -> None:
+    assert _soak_text(Options()) == ""
+    assert _soak_text(Options(min_faults=50)) == ", at least 50 faults of each kind per deployment"
+    assert _soak_text(Options(min_faults=50, min_grants=10_000)) == (
+        ", at least 50 faults of each kind and 10000 grants per deployment"
+    )

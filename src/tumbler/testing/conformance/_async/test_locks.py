@@ -573,8 +573,9 @@ async def test_valid_names_are_data(aconnect: AsyncConnect, case: Case) -> None:
 
 async def test_status_all_lists_held_locks_and_waiters(aconnect: AsyncConnect) -> None:
     holder, waiter = await aconnect(), await aconnect()
-    assert await holder.lock("one").acquire()
+    # taken in the other order than their names sort in: status_all sorts by name
     assert await holder.semaphore("two", 2).acquire()
+    assert await holder.lock("one").acquire()
     wanted = waiter.lock("one")
     pending = abackground(lambda: wanted.acquire(timeout=20))
 

@@ -567,8 +567,9 @@ def test_valid_names_are_data(connect: Connect, case: Case) -> None:
 
 def test_status_all_lists_held_locks_and_waiters(connect: Connect) -> None:
     holder, waiter = connect(), connect()
-    assert holder.lock("one").acquire()
+    # taken in the other order than their names sort in: status_all sorts by name
     assert holder.semaphore("two", 2).acquire()
+    assert holder.lock("one").acquire()
     wanted = waiter.lock("one")
     pending = background(lambda: wanted.acquire(timeout=20))
 
