@@ -16,7 +16,9 @@ the waiters it lets through. These properties hold the Lua to the Python rule:
   sentence, not from the Lua), among the first ``WAKE_SCAN`` waiters: no lost wake-up, no
   extra one, but for the documented extras (the Cluster mode's *backup* wake-up to the first
   waiter that may not go, which only makes it re-check) and removals (a waiter whose client is
-  gone, when the release may judge it).
+  gone, when the release may judge it). Where the release may judge, a waiter that left
+  hand-off terms is granted by the release itself, with a token above every one before, and
+  its wake-up says so.
 
 Tables are made by the scripts themselves: a random sequence of grant attempts (queueing or
 not, of random owners, kinds and clients), releases, and holders that crash. A crash, and an
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -67,6 +70,8 @@ OWNERS = [f"owner-{i}" for i in range(8)]
 #: the clients whose channels wake waiters ("": a waiter whose client has not subscribed yet)
 CLIENTS = ["", "client-a", "client-b", "client-c"]
 SUBSCRIBERS = CLIENTS[1:]
+#: the clock readings clients send ("": a client that takes no hand-off)
+STAMPS = ["", "", "1000", "123456789"]
 #: an end marker, published after a release: its arrival means every wake-up has arrived
 SENTINEL = "sentinel"
 
@@ -89,11 +94,14 @@ RAW_OWNER = {owner_hash(owner): owner for owner in [*OWNERS, "owner-new", "owner
 
 @dataclass(frozen=True)
 class Stored:
-    """One entry of the lock's hash, as ``_core`` sees it plus what only Redis keeps."""
+    """One entry of the lock's hash, as ``_core`` sees it plus what only Redis keeps: its
+    expiry, its client's channel, and its hand-off terms (``ttl_ms|stamp``, without the
+    time they were written) if it left any."""
 
     entry: Entry
     expires_ms: int
     client: str
+    terms: str | None = None
 
     def live(self, now_ms: int) -> bool:
         return self.expires_ms > now_ms
@@ -121,6 +129,8 @@ class Request:
     fair: bool
     queue: bool = True
     client: str = ""
+    #: the client's clock reading, sent by a client that takes hand-offs ("": it does not)
+    stamp: str = ""
 
 
 class Lock:
@@ -138,9 +148,16 @@ class Lock:
         return int(seconds) * 1000 + int(micros) // 1000
 
     def read(self) -> dict[str, Stored]:
-        """Every entry of the hash, expired ones included (the scripts wrote them all)."""
+        """Every entry of the hash, expired ones included (the scripts wrote them all), with
+        the hand-off terms of each (every terms field must belong to a waiter's entry)."""
         raw: dict[str, str] = self.admin.hgetall(self.keys[0])  # type: ignore[assignment]
-        return {owner: parse(owner, value) for owner, value in raw.items()}
+        terms: dict[str, str] = self.admin.hgetall(self.keys[8])  # type: ignore[assignment]
+        table = {owner: parse(owner, value) for owner, value in raw.items()}
+        for owner, value in terms.items():
+            assert owner in table, (owner, value, table)
+            assert not table[owner].entry.granted, (owner, value, table)
+            table[owner] = replace(table[owner], terms=value.rsplit("|", 1)[0])
+        return table
 
     def sequence(self) -> int:
         return int(self.admin.get(self.keys[1]) or 0)  # type: ignore[arg-type]
@@ -157,9 +174,9 @@ class Lock:
                 "a test",
                 int(request.queue),
                 LONG_MS,  # waiter_ttl_ms
-                lua.SEQUENCE_TTL_MS,
                 request.client,
                 10_000,  # max_waiters: a line never fills here
+                request.stamp,
             ],
         )
 
@@ -304,10 +321,14 @@ def histories(draw: st.DrawFn) -> History:
     kinds_of = {owner: replace(draw(kind), owner=owner) for owner in owners}
     queue = st.sampled_from([True, True, True, False])
     client = st.sampled_from(CLIENTS)
+    stamp = st.sampled_from(STAMPS)
 
     def attempt(owner: str) -> st.SearchStrategy[Step]:
         return st.builds(
-            lambda q, c: ("grant", replace(kinds_of[owner], queue=q, client=c)), queue, client
+            lambda q, c, t: ("grant", replace(kinds_of[owner], queue=q, client=c, stamp=t)),
+            queue,
+            client,
+            stamp,
         )
 
     steps: list[Step] = [draw(attempt(owner)) for owner in owners]
@@ -355,13 +376,14 @@ def request_for(data: st.DataObject, history: History) -> Request:
     """A request of an owner of the history (of its kind: an owner of the table tries again,
     any other comes anew), or of a newcomer of any kind."""
     client = data.draw(st.sampled_from(CLIENTS), label="client")
+    stamp = data.draw(st.sampled_from(STAMPS), label="stamp")
     queue = data.draw(st.booleans(), label="queue")
     owner = data.draw(st.sampled_from([*history.kinds, "owner-new"]), label="owner")
     if owner in history.kinds:
         kind = history.kinds[owner]
     else:
         kind = replace(data.draw(kinds(history.limit), label="kind"), owner=owner)
-    return replace(kind, queue=queue, client=client)
+    return replace(kind, queue=queue, client=client, stamp=stamp)
 
 
 #: expect_decision's answer for a request that check_limits refuses
@@ -424,7 +446,11 @@ def check_grant(lock: Lock, request: Request) -> None:
     assert isinstance(answer, list), (answer, context)
     if expected is Decision.HELD:
         assert mine is not None
-        assert answer == [1, mine.token], context
+        # the lease left, which began with the grant, not with this request
+        expires = before[owner].expires_ms
+        assert answer[:2] == [1, mine.token], context
+        assert len(answer) == 3, context
+        assert expires - t1 <= answer[2] <= expires - t0, context
         assert after == kept, context
         return
     if all(entry.fair for entry in live) and request.fair:
@@ -440,6 +466,7 @@ def check_grant(lock: Lock, request: Request) -> None:
         assert ours.entry == replace(base, token=token), context
         assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
         assert ours.client == (before[owner].client if mine else request.client), context
+        assert ours.terms is None, context  # a grant takes no hand-off
         kept.pop(owner, None)
         assert after == kept, context
         return
@@ -455,6 +482,9 @@ def check_grant(lock: Lock, request: Request) -> None:
         base = mine  # one in line keeps its place
     assert ours.entry == base, context
     assert ours.client == request.client, context  # it tells its current channel
+    # a waiter whose client listens leaves the terms of this request for a hand-off
+    terms = f"{LONG_MS}|{request.stamp}" if request.client and request.stamp else None
+    assert ours.terms == terms, context
     assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
     kept.pop(owner, None)
     assert after == kept, context
@@ -551,7 +581,13 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     if wakes != let_through(live, clients, alive, bool(judge)):
         event("the known gap: a waiter behind a fair one held back is not woken")
 
-    expected = [(clients[o], f"{o} {NAME}") for o in wakes.let_through if clients[o] in alive]
+    # where it may judge, a release grants a waiter that left hand-off terms itself
+    handed = [o for o in wakes.let_through if judge and before[o].terms is not None]
+    expected = [
+        (clients[o], f"{'=' if o in handed else ''}{o} {NAME}")
+        for o in wakes.let_through
+        if clients[o] in alive
+    ]
     backup = wakes.held_back
     cut = False
     if backup_ms and backup and wakes.let_through and clients[backup] != "":
@@ -563,8 +599,12 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     holders = sum(e.granted for e in live)
     waiters = len(live) - holders
     event(f"{holders} left holding, {waiters} waiting, {len(wakes.let_through)} let through")
-    heard_owners = {text.split(" ")[0] for _, text in heard if not text.startswith("~")}
-    expected_owners = {text.split(" ")[0] for _, text in expected if not text.startswith("~")}
+    sequence = max([lock_sequence_before(before), *(e.token or 0 for e in live)])
+    heard, tokens = read_hand_offs(heard, before, sequence)
+    if tokens:
+        event("a release handed the lock over")
+    heard_owners = {text.split(" ")[0].lstrip("=") for _, text in heard if text[0] != "~"}
+    expected_owners = {text.split(" ")[0].lstrip("=") for _, text in expected if text[0] != "~"}
     # named apart first, for a readable failure: a waiter that may go and was not woken, and
     # one woken that may not go
     assert not expected_owners - heard_owners, ("lost wake-ups", heard, expected, context)
@@ -573,6 +613,11 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
 
     gone = {released, *wakes.dropped}
     kept = {o: s for o, s in before.items() if s.live(t0) and o not in gone}
+    for o, token in tokens.items():
+        # granted by the release: the token of its wake-up, the lease of its terms
+        assert t0 + LONG_MS <= after[o].expires_ms <= t1 + LONG_MS, context
+        entry = replace(kept[o].entry, token=token)
+        kept[o] = replace(kept[o], entry=entry, expires_ms=after[o].expires_ms, terms=None)
     if cut:
         # a woken fair waiter has backup_ms to come before the fair one behind may pass it
         for o in wakes.let_through:
@@ -580,6 +625,40 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
                 assert t0 + backup_ms <= after[o].expires_ms <= t1 + backup_ms, context
                 kept[o] = replace(kept[o], expires_ms=after[o].expires_ms)
     assert after == kept, context
+
+
+def lock_sequence_before(table: dict[str, Stored]) -> int:
+    """The highest arrival number or token the table's entries show (the sequence key may be
+    higher still: a token is checked against what the entries show, and for order)."""
+    return max(
+        [0, *(s.entry.seq for s in table.values()), *(s.entry.token or 0 for s in table.values())]
+    )
+
+
+def read_hand_offs(
+    heard: list[tuple[str, str]], before: dict[str, Stored], newest: int
+) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """The wake-ups heard, with each hand-off's ``=<token>,<stamp>,<elapsed>:<owner> <name>``
+    written ``=<owner> <name>``, and the tokens they carried, by owner: each checked to be
+    above every token and arrival number before, in the order they were sent, with the
+    waiter's own stamp and a time that did not run backwards."""
+    pattern = re.compile(rf"=(\d+),(\d+),(\d+):([0-9a-f]+) {re.escape(NAME)}")
+    written: list[tuple[str, str]] = []
+    tokens: dict[str, int] = {}
+    for client, text in heard:
+        match = pattern.fullmatch(text)
+        if match is None:
+            assert not text.startswith("="), text
+            written.append((client, text))
+            continue
+        token, stamp, _elapsed, owner = match.groups()
+        terms = before[owner].terms
+        assert terms is not None, (text, before)
+        assert terms.endswith(f"|{stamp}"), (text, terms)
+        assert int(token) > max([newest, *tokens.values()]), (text, newest, tokens)
+        tokens[owner] = int(token)
+        written.append((client, f"={owner} {NAME}"))
+    return written, tokens
 
 
 @settings(max_examples=2 * EXAMPLES, deadline=None)  # its shapes are rarer

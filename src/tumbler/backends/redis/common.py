@@ -34,7 +34,9 @@ What it guarantees
     Fencing tokens strictly increase per lock name (see ``.lua`` for how they survive
     the name's keys expiring). Every key of a lock shares one hash slot, so it works on Redis
     Cluster. Waiters are woken by the server (pub/sub, one connection per client), with a
-    re-check every second in case a message is lost. A grant attempt costs the server the
+    re-check every second in case a message is lost; on a single server the release grants
+    the lock to the waiters it lets through itself, and the wake-up carries the grant (the
+    waiter takes it without a round trip; see ``.lua``). A grant attempt costs the server the
     same however long the lock's line is (the line is kept in sorted sets, see
     ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
     do not parse block nothing: the scripts skip and drop them (``status`` counts them:
@@ -334,6 +336,54 @@ class Gate:
     def __exit__(self, *exc_info: object) -> None:
         if self._semaphore is not None:
             self._semaphore.release()
+
+
+#: how long a grant handed to a waiter of this client is kept for it to take: a waiter takes
+#: its grant as soon as the wake-up reaches it; one nobody takes (its waiter had the grant
+#: from a try of its own before the wake-up came) goes after this, and a waiter that comes
+#: later still finds its grant by asking the server
+HANDED_KEPT = 60.0
+
+
+class HandOffs:
+    """Grants that releases handed straight to this client's waiters (see ``lua``), kept
+    until each waiter's next try takes its own: that try then needs no round trip.
+
+    The wake-up reader puts them in; waiters take them, on the loop or on their threads.
+    Only a cache: the server's entries are the truth, and a try that finds nothing here asks
+    the server, which answers with the same grant.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._now = clock
+        self._lock = threading.Lock()
+        #: (name, owner hash) -> (fencing token, local time the lease began, kept until)
+        self._handed: dict[tuple[str, str], tuple[int, float, float]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._handed)
+
+    def put(self, name: str, tag: str, terms: str) -> None:
+        """Keep the grant a release handed over: ``terms`` is ``<token>,<stamp>,<elapsed>``,
+        the token, the client's clock (µs) when the waiter's last request was sent, and the
+        server's time (µs) from that request's arrival to the release. The lease began at
+        the release, so no earlier than ``stamp + elapsed`` on this client's clock."""
+        try:
+            token, stamp, elapsed = (int(part) for part in terms.split(","))
+        except ValueError:
+            return  # not ours to parse: the waiter asks the server instead
+        began = (stamp + elapsed) / 1e6
+        now = self._now()
+        with self._lock:
+            for key in [key for key, (_, _, until) in self._handed.items() if until <= now]:
+                del self._handed[key]
+            self._handed[name, tag] = (token, began, now + HANDED_KEPT)
+
+    def take(self, name: str, tag: str) -> tuple[int, float] | None:
+        """The (token, lease start) handed to the waiter ``tag`` of lock ``name``, if any."""
+        with self._lock:
+            found = self._handed.pop((name, tag), None)
+        return None if found is None else found[:2]
 
 
 class AsyncTurn:

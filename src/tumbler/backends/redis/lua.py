@@ -23,6 +23,11 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     name's last grant: a name used once leaves nothing behind for long, and a token given after
     the key expired still exceeds every earlier one unless the server's clock stepped back by
     more than the time since that name's last grant.
+``<prefix>:{<name>}:g``
+    a hash: owner hash -> ``ttl_ms|stamp|written_us``, the terms on which a waiter takes the
+    lock straight from a release (*hand-off*): the lease it asked for, the client's clock
+    reading sent with the request that last wrote its entry, and the server's time of that
+    write. Written for a waiter whose client listens to its channel; gone with its entry.
 ``<prefix>:{<name>}:evicted``
     a hash: owner hash -> ``keep_until_ms|note``, the note an operator's force release left
     for each holder it evicted (who, where, when, why: written by the lock logic), so that
@@ -39,13 +44,24 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     a wake-up that reached no subscriber tells the release that the waiter's client is gone
     (its process died and the server closed its connections): the release removes that
     waiter and lets the next one through at once, instead of leaving the line to wait for the
-    dead waiter's entry to run out. On Redis Cluster PUBLISH counts only the subscribers on
-    the node that runs the script, so there nobody is judged by it; instead a release also
-    sends a *backup* wake-up, ``~<ms>:<owner hash> <name>``, to the first waiter it does not
-    let through: that waiter tries again ``ms`` later, and takes the lock if the woken one
-    never came. A fair waiter cannot pass a fair waiter ahead of it, so then the release also
-    cuts the woken fair waiters' entries to run out in that time (a live one renews its entry
-    when it tries again, and that is within a re-check even if the wake-up is lost).
+    dead waiter's entry to run out. There, a waiter with hand-off terms is not merely woken
+    but granted by the release itself: the release publishes
+    ``=<token>,<stamp>,<elapsed_us>:<owner hash> <name>`` and, if the waiter's client heard
+    it, makes the waiter's entry a grant with that token and the lease of its terms. So a
+    hand-off costs one push, not a push and a grant's round trip. The waiter's lease began
+    at the release; its client counts it from ``stamp + elapsed_us`` on its own clock (its
+    request was sent at ``stamp``, reached the server no earlier, and the release came
+    ``elapsed_us`` of server time after that), which is never later than the release. (A
+    client that dies between hearing the hand-off and taking it leaves a grant that runs out
+    with its lease, as any holder that dies does.) On Redis Cluster PUBLISH counts only the
+    subscribers on the node that runs the script, so there nobody is judged by it, and no
+    release hands over (a grant handed to a dead client would hold the lock for a whole
+    lease); instead a release also sends a *backup* wake-up, ``~<ms>:<owner hash> <name>``,
+    to the first waiter it does not let through: that waiter tries again ``ms`` later, and
+    takes the lock if the woken one never came. A fair waiter cannot pass a fair waiter
+    ahead of it, so then the release also cuts the woken fair waiters' entries to run out in
+    that time (a live one renews its entry when it tries again, and that is within a
+    re-check even if the wake-up is lost).
 
 Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
 is ignored by every script and dropped by the next grant, release or force release of its
@@ -64,6 +80,7 @@ naming the command; ``PROBE`` lists the commands the user may not run without ru
 
 from __future__ import annotations
 
+#: how long a name's sequence outlives its last grant
 SEQUENCE_TTL_MS = 24 * 3600 * 1000
 #: the most waiters one release looks at (from the head of the line) to wake those it lets
 #: through: the rest re-check within a second anyway, and the server runs nothing else
@@ -99,7 +116,7 @@ SCRIPT_COMMANDS = (
 )
 
 _COMMON = (
-    f"local WAKE_SCAN = {WAKE_SCAN}\n"
+    f"local WAKE_SCAN = {WAKE_SCAN}\nlocal SEQUENCE_TTL_MS = {SEQUENCE_TTL_MS}\n"
     + """
 -- redis.call that names the command when the ACL refuses it (Redis's own error does not)
 local function call(command, ...)
@@ -115,6 +132,7 @@ end
 
 local now = call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 
 -- an entry, or nil if the value is not one these scripts wrote (numbers of at most 16
 -- digits stay exact in Lua's doubles and in sorted-set scores)
@@ -141,7 +159,14 @@ local function score(n) return string.format('%d', n) end
 local function lock_keys(first)
     return {e = KEYS[first], n = KEYS[first + 1], t = KEYS[first + 2], h = KEYS[first + 3],
             w = KEYS[first + 4], wf = KEYS[first + 5], wx = KEYS[first + 6],
-            ws = KEYS[first + 7]}
+            ws = KEYS[first + 7], g = KEYS[first + 8]}
+end
+
+-- the name's next fencing token or arrival number (see the sequence key above)
+local function next_value(K)
+    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, now_us)
+    call('SET', K.n, string.format('%d', value), 'PX', SEQUENCE_TTL_MS)
+    return value
 end
 
 local INDEXES = {'t', 'h', 'w', 'wf', 'wx', 'ws'}
@@ -164,6 +189,7 @@ local function remove(K, owner, e)
     call('HDEL', K.e, owner)
     if not e then
         for _, index in ipairs(INDEXES) do call('ZREM', K[index], owner) end
+        call('HDEL', K.g, owner)
         return
     end
     call('ZREM', K.t, owner)
@@ -171,10 +197,12 @@ local function remove(K, owner, e)
         call('ZREM', K.h, owner)
     else
         for _, index in ipairs(line_indexes(e)) do call('ZREM', K[index], owner) end
+        call('HDEL', K.g, owner)
     end
 end
 
--- store e and index it; a grant that was waiting (left_line) leaves its line indexes
+-- store e and index it; a grant that was waiting (left_line) leaves its line indexes and
+-- its hand-off terms
 local function put(K, e, left_line)
     call('HSET', K.e, e.owner, encode(e))
     call('ZADD', K.t, score(e.expires), e.owner)
@@ -182,6 +210,7 @@ local function put(K, e, left_line)
         call('ZADD', K.h, score(e.token), e.owner)
         if left_line then
             for _, index in ipairs(line_indexes(e)) do call('ZREM', K[index], e.owner) end
+            call('HDEL', K.g, e.owner)
         end
     else
         call('ZADD', K.w, score(e.seq), e.owner)
@@ -271,10 +300,10 @@ end
 local function set_expiry(K)
     local last = call('ZRANGE', K.t, -1, -1, 'WITHSCORES')
     if #last == 0 then
-        call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws)
+        call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws, K.g)
         return
     end
-    for _, key in ipairs({K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws}) do
+    for _, key in ipairs({K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws, K.g}) do
         call('PEXPIREAT', key, last[2])
     end
 end
@@ -287,6 +316,25 @@ local function wake(e, channel_prefix, name, judge)
     end
     local heard = call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
     return heard > 0 or not judge
+end
+
+-- grant waiter e at once and tell its client so, on the terms it left (see the ``g`` key);
+-- nil if it left none (it is woken instead), false if its client is gone. Only where a
+-- wake-up that reaches nobody tells that (judge): elsewhere a grant handed to a dead client
+-- would hold the lock for a whole lease.
+local function hand_off(K, e, channel_prefix, name)
+    local terms = call('HGET', K.g, e.owner)
+    if not terms then return nil end
+    local ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)$')
+    if not ttl_ms or #ttl_ms > 12 or #stamp > 16 or #written_us > 16 then return nil end
+    local token = next_value(K)
+    local message = string.format('=%d,%s,%d:%s %s', token, stamp,
+                                  math.max(0, now_us - tonumber(written_us)), e.owner, name)
+    if call('PUBLISH', channel_prefix .. e.client, message) == 0 then return false end
+    e.token = token
+    e.expires = now_ms + tonumber(ttl_ms)
+    put(K, e, true)
+    return true
 end
 
 -- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
@@ -315,7 +363,10 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
             admitted = ahead == 0
         end
         if admitted then
-            if wake(e, channel_prefix, name, judge) then
+            local through = nil
+            if judge and e.client ~= '' then through = hand_off(K, e, channel_prefix, name) end
+            if through == nil then through = wake(e, channel_prefix, name, judge) end
+            if through then
                 ahead = ahead + 1
                 if not e.shared then exclusive_ahead = true end
                 woken[#woken + 1] = e
@@ -367,9 +418,12 @@ end
 )
 
 #: KEYS: the lock's keys (``Keys.lock_keys``). ARGV: owner, shared (0/1), limit, fair (0/1),
-#: ttl_ms, holder, queue (0/1), waiter_ttl_ms, sequence_ttl_ms, client (whose channel wakes
-#: this waiter; empty while the client has not subscribed to it yet), max_waiters. Returns
-#: {1, token} if granted (or already held by the owner), {0} if not; an error reply
+#: ttl_ms, holder, queue (0/1), waiter_ttl_ms, client (whose channel wakes this waiter; empty
+#: while the client has not subscribed to it yet), max_waiters, stamp (the client's clock in
+#: microseconds when it sent this call: with a client, the waiter takes a hand-off on these
+#: terms; empty: it is only woken). Returns
+#: {1, token} if granted now, {1, token, ms_left} if the owner held it already (its lease
+#: began earlier and has ms_left to run), {0} if not; an error reply
 #: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones', and
 #: "TOO_MANY_WAITERS <max_waiters>" if it would queue behind max_waiters waiters.
 #: The decision is tumbler._core.decide(), restated in Lua over the indexes: the entries
@@ -382,15 +436,8 @@ local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
 local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
-local waiter_ttl_ms, sequence_ttl_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
-local client, max_waiters = ARGV[10], tonumber(ARGV[11])
-
-local function next_value()
-    local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, floor)
-    call('SET', K.n, string.format('%d', value), 'PX', sequence_ttl_ms)
-    return value
-end
+local waiter_ttl_ms, client, max_waiters = tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+local stamp = ARGV[11]
 
 -- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
 -- waits, has no entry (a lock left with none has its keys deleted), so there is nothing to
@@ -398,7 +445,7 @@ end
 -- and their expiry. (An index member that no entry backs, left by hand, is dropped by the
 -- script that next meets it, as ever.)
 if call('HLEN', K.e) == 0 then
-    local token = next_value()
+    local token = next_value(K)
     local expires = now_ms + ttl_ms
     call('HSET', K.e, owner, encode({seq = token, shared = shared, limit = limit, fair = fair,
                                      token = token, expires = expires, client = client,
@@ -413,7 +460,9 @@ purge(K)
 sweep(K)
 local mine = get(K, owner)
 if mine and mine.token then
-    return {1, mine.token}
+    -- granted already (by a release's hand-off, or a try whose reply was lost): the lease
+    -- runs from then, not from this request
+    return {1, mine.token, mine.expires - now_ms}
 end
 local granted_ones = holders(K)
 if shared then
@@ -458,7 +507,7 @@ end
 
 local result = {0}
 if granted then
-    local token = next_value()
+    local token = next_value(K)
     local was_waiting = mine ~= nil  -- (a grant it held returned above)
     if not mine then
         mine = {owner = owner, seq = token, shared = shared, limit = limit, fair = fair,
@@ -474,12 +523,17 @@ elseif mine or queue then
             set_expiry(K)
             return redis.error_reply('TOO_MANY_WAITERS ' .. max_waiters)
         end
-        mine = {owner = owner, seq = next_value(), shared = shared, limit = limit, fair = fair,
-                client = client, holder = holder}
+        mine = {owner = owner, seq = next_value(K), shared = shared, limit = limit,
+                fair = fair, client = client, holder = holder}
     end
     mine.client = client  -- subscribed since its last try, or subscribed anew
     mine.expires = now_ms + waiter_ttl_ms
     put(K, mine)
+    if client ~= '' and string.match(stamp, '^%d+$') and #stamp <= 16 then
+        call('HSET', K.g, owner, string.format('%d|%s|%d', ttl_ms, stamp, now_us))
+    else
+        call('HDEL', K.g, owner)
+    end
 end
 set_expiry(K)
 return result
@@ -537,7 +591,7 @@ local released = e and indexed and e.token and e.expires > now_ms
 -- the lock is left with no entry: its keys go at once (index members that no entry backs
 -- with them), with nothing to purge, sweep or wake.
 if value and call('HLEN', K.e) == 1 then
-    call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws)
+    call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws, K.g)
     return released and 1 or 0
 end
 remove(K, owner, e)
@@ -559,7 +613,7 @@ FORCE_RELEASE = (
     _COMMON
     + """
 local K = lock_keys(1)
-local notes, note, grace_ms = KEYS[9], ARGV[6], tonumber(ARGV[7])
+local notes, note, grace_ms = KEYS[10], ARGV[6], tonumber(ARGV[7])
 purge(K)
 sweep_all(K)
 -- the notes of earlier force releases that nobody may ask for any more go; the key lives as
@@ -642,9 +696,13 @@ local checks = {
     {'ZCOUNT', t, '0', '1'}, {'ZSCORE', t, 'm'}, {'SUBSCRIBE', channel}, {'SCAN', '0'},
 }
 for i = 4, 8 do checks[#checks + 1] = {'ZSCORE', KEYS[i], 'm'} end  -- every index key
+for _, check in ipairs({{'HGET', KEYS[9], 'f'}, {'HSET', KEYS[9], 'f', 'v'},
+                        {'HDEL', KEYS[9], 'f'}}) do  -- the hand-off terms
+    checks[#checks + 1] = check
+end
 -- the evicted notes: a user whose key patterns leave them out could force-release, but its
 -- holders could not tell why they lost their grants
-local notes = KEYS[9]
+local notes = KEYS[10]
 for _, check in ipairs({{'HGET', notes, 'f'}, {'HSET', notes, 'f', 'v'}, {'HDEL', notes, 'f'},
                         {'HGETALL', notes}, {'PEXPIREAT', notes, '1'}}) do
     checks[#checks + 1] = check
@@ -689,9 +747,9 @@ class Keys:
 
     def lock_keys(self, name: str) -> list[str]:
         """Every key of the lock, in the order the scripts take them (``lock_keys`` in Lua):
-        entries, sequence, then the indexes ``t h w wf wx ws``."""
+        entries, sequence, the indexes ``t h w wf wx ws``, then the hand-off terms ``g``."""
         base = f"{self.prefix}:{{{escape_name(name)}}}:"
-        return [base + suffix for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws")]
+        return [base + suffix for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws", "g")]
 
     def evicted(self, name: str) -> str:
         """The notes force releases left for the holders they evicted (FORCE_RELEASE's last

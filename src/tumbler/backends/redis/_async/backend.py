@@ -54,6 +54,7 @@ from ..common import (
     AsyncClosings,
     AsyncGate,
     AsyncTurn,
+    HandOffs,
     RedisConfig,
     RedisLockState,
     translate_errors,
@@ -96,6 +97,8 @@ class AsyncWakeups:
     lets through; this connection's reader turns that into ``hub.notify(name, [owner hash])``,
     which wakes just that waiter. Clients with nobody to wake hear nothing, however many wait
     on the same lock. The subscription is made at the first wait and kept until close().
+    A release that granted the waiter itself says so in the wake-up (``=<terms>:``): the
+    reader keeps that grant in ``handoffs`` for the waiter's next try.
     """
 
     def __init__(self, backend: AsyncRedisBackend) -> None:
@@ -110,6 +113,7 @@ class AsyncWakeups:
         self._confirmed: AsyncEvent | None = None
         self._refused: str | None = None
         self._closed = False
+        self.handoffs = HandOffs(backend.clock.now)
 
     def subscribed(self) -> bool:
         """Whether the server has confirmed the subscription (wake-ups reach us from then)."""
@@ -204,6 +208,10 @@ class AsyncWakeups:
                     delay_ms, _, tag = tag[1:].partition(":")
                     due = time.monotonic() + int(delay_ms) / 1000
                     heapq.heappush(backups, (due, name, tag))
+                elif tag.startswith("="):  # granted by the release: the try takes it here
+                    terms, _, tag = tag[1:].partition(":")
+                    self.handoffs.put(name, tag, terms)
+                    hub.notify(name, (tag,))
                 else:
                     hub.notify(name, (tag,))
 
@@ -323,15 +331,12 @@ class AsyncRedisBackend(AsyncInspectEachName):
         self._inspect = AsyncScript(self.client, lua.INSPECT)
         self._probe = AsyncScript(self.client, lua.PROBE)
         self._renew_all_sha = hashlib.sha1(lua.RENEW_ALL.encode()).hexdigest()
-        # the arguments every grant passes alike, encoded once: waiter_ttl_ms,
-        # sequence_ttl_ms, client (or none while its channel is not subscribed), max_waiters
-        constant = [
-            str(round(self.capabilities.waiter_ttl * 1000)).encode(),
-            str(lua.SEQUENCE_TTL_MS).encode(),
-        ]
+        # the arguments every grant passes alike, encoded once: waiter_ttl_ms, client (or
+        # none while its channel is not subscribed), max_waiters
+        waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
         waiters = str(config.max_waiters).encode()
-        self._grant_tail = [*constant, self.client_id.encode(), waiters]
-        self._grant_tail_unsubscribed = [*constant, b"", waiters]
+        self._grant_tail = [waiter_ttl, self.client_id.encode(), waiters]
+        self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
         self._keys_cache: dict[str, list[bytes]] = {}
         #: a connection of the pool kept for grants and releases (see _run); made by start()
@@ -466,7 +471,34 @@ class AsyncRedisBackend(AsyncInspectEachName):
         return found
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
+        grant = self._handed(request)
+        if grant is None:
+            grant = await self._ask_grant(request)
+            if grant is None:
+                return None
+        if self.config.wait_replicas:
+            await self._await_replicas(request)
+        return grant
+
+    def _handed(self, request: GrantRequest) -> Grant | None:
+        """The grant a release handed to this waiter, if its wake-up has come, with the lease
+        it has left (counted from when it began, which this try's caller does not know)."""
+        handoffs = self.wakeups.handoffs
+        if not handoffs:
+            return None
+        owner_tag = hashlib.sha1(request.owner.encode()).hexdigest()
+        handed = handoffs.take(request.name, owner_tag)
+        if handed is None:
+            return None
+        token, began = handed
+        left = request.ttl - (self.clock.now() - began)
+        if left <= 0:
+            return None  # the server says what is left of it
+        return Grant(request.name, request.owner, token, left)
+
+    async def _ask_grant(self, request: GrantRequest) -> Grant | None:
         keys = self._lock_keys(request.name)
+        subscribed = self.wakeups.subscribed()
         args: list[str | bytes | int] = [
             request.owner,
             b"1" if request.shared else b"0",
@@ -477,15 +509,20 @@ class AsyncRedisBackend(AsyncInspectEachName):
             b"1" if request.queue else b"0",
             # until the client's channel is subscribed, a release must not take a wake-up
             # that reaches nobody for a sign that this waiter is gone
-            *(self._grant_tail if self.wakeups.subscribed() else self._grant_tail_unsubscribed),
+            *(self._grant_tail if subscribed else self._grant_tail_unsubscribed),
+            # when this was sent: a release that hands this waiter the lock tells it when the
+            # lease began, on this clock (see lua)
+            round(self.clock.now() * 1e6) if subscribed and request.queue else b"",
         ]
         result = await self._run(request.name, self._grant, keys, args)
         if not result[0]:
             return None
-        grant = Grant(request.name, request.owner, int(result[1]), request.ttl)
-        if self.config.wait_replicas:
-            await self._await_replicas(request)
-        return grant
+        if len(result) > 2:
+            # held already (granted by a release, or by a try whose reply was lost): the
+            # lease began then, and has this much left
+            left = min(request.ttl, int(result[2]) / 1000)
+            return Grant(request.name, request.owner, int(result[1]), left)
+        return Grant(request.name, request.owner, int(result[1]), request.ttl)
 
     async def _await_replicas(self, request: GrantRequest) -> None:
         wanted = self.config.wait_replicas
@@ -633,6 +670,9 @@ class AsyncRedisBackend(AsyncInspectEachName):
         return replies
 
     async def release(self, name: str, owner: str) -> bool:
+        handoffs = self.wakeups.handoffs
+        if handoffs:  # a grant handed over that its waiter gives back without taking it
+            handoffs.take(name, hashlib.sha1(owner.encode()).hexdigest())
         keys = self._lock_keys(name)
         args = [owner, self._channel_prefix, name, *self._wake_args]
         return bool(await self._run(name, self._release, keys, args))
