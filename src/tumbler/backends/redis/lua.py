@@ -115,7 +115,10 @@ SCRIPT_COMMANDS = (
     "zscore",
 )
 
-_COMMON = (
+# What every script starts with: what the fast paths of GRANT and RELEASE need. Redis runs a
+# script's whole chunk on every call, so the rest (``_LINE``) comes after those fast paths:
+# a call that returns early does not make its functions.
+_BASE = (
     f"local WAKE_SCAN = {WAKE_SCAN}\nlocal SEQUENCE_TTL_MS = {SEQUENCE_TTL_MS}\n"
     + """
 -- redis.call that names the command when the ACL refuses it (Redis's own error does not)
@@ -168,7 +171,11 @@ local function next_value(K)
     call('SET', K.n, string.format('%d', value), 'PX', SEQUENCE_TTL_MS)
     return value
 end
+"""
+)
 
+# The functions that work on a lock's line.
+_LINE = """
 local INDEXES = {'t', 'h', 'w', 'wf', 'wx', 'ws'}
 
 -- the line indexes that list a waiter of e's kind (an entry's kind never changes)
@@ -415,7 +422,8 @@ local function renew_entry(e_key, t_key, h_key, owner, ttl_ms)
     return true
 end
 """
-)
+
+_COMMON = _BASE + _LINE
 
 #: KEYS: the lock's keys (``Keys.lock_keys``). ARGV: owner, shared (0/1), limit, fair (0/1),
 #: ttl_ms, holder, queue (0/1), waiter_ttl_ms, client (whose channel wakes this waiter; empty
@@ -430,7 +438,7 @@ end
 #: ahead of a request are the grants and, for a fair request, the fair waiters that came
 #: before it.
 GRANT = (
-    _COMMON
+    _BASE
     + """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
@@ -441,21 +449,27 @@ local stamp = ARGV[11]
 
 -- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
 -- waits, has no entry (a lock left with none has its keys deleted), so there is nothing to
--- purge, sweep, look at or unlist, and every request is granted: the entry, its two indexes
--- and their expiry. (An index member that no entry backs, left by hand, is dropped by the
+-- purge, sweep, look at or unlist, and every request is granted: the entry and its place
+-- among the grants (``h``, which every decision reads), with their expiry. Its expiry index
+-- ``t`` waits for a script that needs it: any script that finds the lock with more than
+-- this entry meets the grant through ``h`` (holders -> get) or the hash (sweep) first, and
+-- indexes it there, before it purges by ``t`` or sets the keys' expiry from it; a renewal
+-- indexes it too. (An index member that no entry backs, left by hand, is dropped by the
 -- script that next meets it, as ever.)
 if call('HLEN', K.e) == 0 then
     local token = next_value(K)
-    local expires = now_ms + ttl_ms
+    local expires = score(now_ms + ttl_ms)
     call('HSET', K.e, owner, encode({seq = token, shared = shared, limit = limit, fair = fair,
-                                     token = token, expires = expires, client = client,
+                                     token = token, expires = now_ms + ttl_ms, client = client,
                                      holder = holder}))
-    call('ZADD', K.t, score(expires), owner)
     call('ZADD', K.h, score(token), owner)
-    for _, key in ipairs({K.e, K.t, K.h}) do call('PEXPIREAT', key, score(expires)) end
+    call('PEXPIREAT', K.e, expires)
+    call('PEXPIREAT', K.h, expires)
     return {1, token}
 end
-
+"""
+    + _LINE
+    + """
 purge(K)
 sweep(K)
 local mine = get(K, owner)
@@ -578,15 +592,13 @@ return renewed
 #: waiter) and nobody else's; wakes the waiters that can now go, removing those whose client
 #: is gone. Returns 1 if a live grant was removed.
 RELEASE = (
-    _COMMON
+    _BASE
     + """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
 local value = call('HGET', K.e, owner)
 local e = decode(owner, value)
-local indexed = call('ZSCORE', K.t, owner)
-if not e and not indexed then return 0 end
-local released = e and indexed and e.token and e.expires > now_ms
+local released = e and e.token and e.expires > now_ms
 -- The usual case: the owner's entry is the lock's only one, so nobody waits behind it and
 -- the lock is left with no entry: its keys go at once (index members that no entry backs
 -- with them), with nothing to purge, sweep or wake.
@@ -594,6 +606,10 @@ if value and call('HLEN', K.e) == 1 then
     call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws, K.g)
     return released and 1 or 0
 end
+if not value and not call('ZSCORE', K.t, owner) then return 0 end
+"""
+    + _LINE
+    + """
 remove(K, owner, e)
 purge(K)
 sweep(K)
