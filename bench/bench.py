@@ -271,6 +271,7 @@ UNCONTENDED: list[Column] = [
     ("pairs/s", lambda row: _cell(row, "pairs_per_s", 0, spread=True)),
     ("acquire median µs", lambda row: _cell(row, "acquire_median_us", 0)),
     ("release median µs", lambda row: _cell(row, "release_median_us", 0)),
+    ("server req/pair", lambda row: _cell(row, "server_requests_per_pair", 1)),
     ("x peer", lambda row: _ratio(row.peer_ratio)),
     ("x floor", lambda row: _ratio(row.floor_ratio)),
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import multiprocessing
 import os
@@ -104,6 +105,9 @@ class _Turns:
     total_ns: int = 0
     cpu: float = 0.0
     error: str | None = None
+    #: growth of the server's request counter over the timed slices, less the readings'
+    #: own cost; None once a reading failed (or the store has no counter)
+    server_requests: float | None = 0.0
 
 
 def uncontended_rounds(
@@ -121,9 +125,21 @@ def uncontended_rounds(
             _run_turn(
                 loop, turn, lambda turn=turn, index=index: _open(loop, turn, f"{lock_name}-{index}")
             )
+        cost = _reading_cost(turns[0].contender) if turns else None
+        if cost is None:
+            for turn in turns:
+                turn.server_requests = None
         for count in slices:
             for turn in turns:
+                # read outside the turn: neither timed nor counted as the client's CPU
+                before = turn.contender.server_ops() if cost is not None else None
                 _run_turn(loop, turn, lambda turn=turn, count=count: _slice(loop, turn, count))
+                after = turn.contender.server_ops() if before is not None else None
+                if turn.server_requests is not None:
+                    if before is None or after is None or cost is None:
+                        turn.server_requests = None
+                    else:
+                        turn.server_requests += after - before - cost
     finally:
         for turn in turns:
             if turn.session is not None:
@@ -135,6 +151,23 @@ def uncontended_rounds(
                         session.close()
         loop.close()
     return [_figures(turn, pairs) for turn in turns]
+
+
+#: readings in a row that ``_reading_cost`` compares
+_CALIBRATION_READINGS = 4
+
+
+def _reading_cost(contender: Contender) -> float | None:
+    """What one reading of the server's request counter adds to the next (the reading is a
+    request too); None if the store has no counter. The least growth between readings in a
+    row: another client's request (a heartbeat) may fall between two of them."""
+    readings = []
+    for _ in range(_CALIBRATION_READINGS):
+        reading = contender.server_ops()
+        if reading is None:
+            return None
+        readings.append(reading)
+    return float(min(after - before for before, after in itertools.pairwise(readings)))
 
 
 def _run_turn(loop: asyncio.AbstractEventLoop, turn: _Turns, step: Any) -> None:
@@ -185,6 +218,10 @@ def _figures(turn: _Turns, pairs: int) -> dict[str, Any]:
         "release_median_us": percentile(sorted(turn.releases), 0.5) / 1e3,
         # connect, warm-up and close included: an upper bound
         "client_cpu_us_per_pair": turn.cpu / pairs * 1e6,
+        # the server's requests (as its store counts them) over the timed pairs, per pair
+        "server_requests_per_pair": (
+            None if turn.server_requests is None else turn.server_requests / pairs
+        ),
     }
 
 

@@ -2,7 +2,8 @@
 
 ``renew_all`` confirms the session with one probe sent after the call began (shared by
 concurrent callers, never one sent before they began) and learns of deleted entries from
-deletion watches, reading only entries whose watch kazoo dropped with a broken connection.
+deletion watches, reading only entries that have none yet (a grant's first renewal sets it)
+or whose watch kazoo dropped with a broken connection.
 Round trips are counted by the server (the ``stat`` four-letter word: packets received per
 connection) or, through a fault proxy, at kazoo's request queue.
 
@@ -151,6 +152,10 @@ def test_renewing_every_lease_is_one_round_trip(locks, zookeeper_server) -> None
     backend = locks._backend
     renewals = grant_all(backend, HOLDS)
     before = packets_received(zookeeper_server, backend)
+    # the first renewal of a grant reads its entry and watches it, in the probe's round trip
+    assert backend.renew_all(renewals, 5.0) == [SESSION] * HOLDS
+    assert packets_received(zookeeper_server, backend) - before <= 1 + HOLDS + 1
+    before = packets_received(zookeeper_server, backend)
     assert backend.renew_all(renewals, 5.0) == [SESSION] * HOLDS
     # one probe (and perhaps one of kazoo's heartbeats), not a read per lease
     assert packets_received(zookeeper_server, backend) - before <= 2
@@ -163,6 +168,9 @@ async def test_asyncio_renewing_every_lease_is_one_round_trip(url, zookeeper_ser
     try:
         backend = locks._backend
         renewals = await agrant_all(backend, HOLDS)
+        before = packets_received(zookeeper_server, backend)
+        assert await backend.renew_all(renewals, 5.0) == [SESSION] * HOLDS
+        assert packets_received(zookeeper_server, backend) - before <= 1 + HOLDS + 1
         before = packets_received(zookeeper_server, backend)
         assert await backend.renew_all(renewals, 5.0) == [SESSION] * HOLDS
         assert packets_received(zookeeper_server, backend) - before <= 2
@@ -341,10 +349,13 @@ def test_after_a_reconnection_entries_are_read_once_and_watched_again(proxied, r
         locks.close()
 
 
-def test_a_semaphore_entry_touched_at_its_grant_is_still_watched(locks, url) -> None:
+def test_a_semaphore_entry_touched_after_its_watch_was_set_is_still_watched(
+    locks, url, raw
+) -> None:
     """A semaphore entry granted after waiting is touched (its data set) for the waiter behind
-    it; that fires its deletion watch with CHANGED, and the watch must be set again, so that a
-    later deletion is still refused at the next renewal."""
+    it, and another program may touch an entry too; a touch fires the deletion watch with
+    CHANGED, and the watch must be set again, so that a later deletion is still refused at the
+    next renewal."""
     other = tumbler.connect(url)
     try:
         backend = locks._backend
@@ -356,7 +367,10 @@ def test_a_semaphore_entry_touched_at_its_grant_is_still_watched(locks, url) -> 
         assert backend.try_grant(waiting) is not None  # granted after waiting: touched
         renewal = Renewal(waiting.name, waiting.owner, SESSION)
         entry = backend._entries[(waiting.name, waiting.owner)]
-        eventually(lambda: entry.watched, "the watch is set again")
+        assert backend.renew_all([renewal], 5.0) == [SESSION]  # the first renewal watches it
+        assert entry.watched
+        raw.set(entry.path, b"touched")
+        eventually(lambda: entry.epoch == 1 and entry.watched, "the watch is set again")
         assert backend.renew_all([renewal], 5.0) == [SESSION]
         assert other.force_release("sem") == 1
         assert backend.renew_all([renewal], 5.0) == [None]

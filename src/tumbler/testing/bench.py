@@ -226,7 +226,10 @@ class StoreBench:
 
     def request_count(self, url: str) -> int | None:
         """The request counter of the server behind ``url``; None if it has none or it
-        cannot be read. Two readings bracket a contended run."""
+        cannot be read. Two readings bracket each contender's timed uncontended pairs (the
+        ``server req/pair`` column, less what a reading itself adds to the next, measured
+        first) and each contended run (``server ops/acq``). Other clients of the server count
+        too: the bench's uncontended rows run one client at a time."""
         return None
 
     def version(self, url: str) -> str | None:

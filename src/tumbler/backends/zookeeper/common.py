@@ -87,11 +87,15 @@ Renewing
     the current session, a request sent after the renewal began was answered in that session
     (the server restarts the session's timeout when it hears a request, and answers a
     session's requests in order), and the entry has not been deleted since. Deletions are
-    learnt without reads: each entry of the client carries a deletion watch, and ZooKeeper
-    delivers a watch event before any answer that reflects the change, so a deletion made
-    before the probe was answered is known when it is. kazoo drops every watch when a
-    connection breaks; the next renewal reads those entries (one pipelined wait) and watches
-    them again. Concurrent renewals share one probe, never one sent before they began.
+    learnt without reads: each renewed entry of the client carries a deletion watch, and
+    ZooKeeper delivers a watch event before any answer that reflects the change, so a deletion
+    made before the probe was answered is known when it is. The watch is set by a grant's
+    first renewal, not by the grant: that renewal reads the entry in its probe's round trip
+    (an entry found with its czxid was never deleted, whatever happened before), so an
+    uncontended acquire and release costs three requests (create, one read of the line,
+    delete), not four. kazoo drops every watch when a connection breaks; the next renewal
+    reads those entries the same way and watches them again. Concurrent renewals share one
+    probe, never one sent before they began.
 
 The shortest lease
     ``Capabilities.min_ttl`` is 0.5 s. A renewal is due a third of the way into the lease and

@@ -380,7 +380,12 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         """This acquisition's entry: known, found again after a lost reply, or created now;
         whether it was created now; and, if it was, the lock's children read just after.
 
-        A deletion watch is set on it at once (``DeletionWatches``): renewals rely on it.
+        No deletion watch is set on it here: the first renewal of the grant reads the entry
+        and sets one (``renew_all``), in the round trip of its session probe. An uncontended
+        acquire and release shorter than a third of the lease thus costs three requests
+        (create, children, delete) where a watch set at the grant cost a fourth, and a
+        deletion before that first renewal is still refused by it: the read finds the entry
+        gone (or another in its place: its czxid tells).
         """
         key = (request.name, request.owner)
         with self._guard:
@@ -401,7 +406,6 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                         await self._check_acl(path, checking, f"{path}/{found}")
                         self._remember_lock_node(path)
                     mine = OwnEntry(f"{path}/{found}", stat.czxid, stat.ephemeralOwner)
-                    self._watches.arm(mine)
                     with self._guard:
                         self._entries[key] = mine
                         self._uncertain.discard(key)
@@ -445,7 +449,6 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                 await self._check_acl(path, checking, created)
             self._remember_lock_node(path)
             mine = OwnEntry(created, stat.czxid, stat.ephemeralOwner)
-            self._watches.arm(mine)  # its answer comes with the next one: no wait here
             with self._guard:
                 self._entries[key] = mine
                 self._uncertain.discard(key)
@@ -535,9 +538,9 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         is confirmed when its entry was made in this session, a round trip sent after this call
         began shows the session is alive (``SessionProbe``, shared with concurrent callers),
         and the entry's deletion watch has not fired (``DeletionWatches``). Entries without a
-        watch (kazoo drops them when a connection breaks) are read, and watched again, in the
-        same wait. Raises ``BackendUnavailable`` once ``timeout`` (at most the request
-        timeout) has passed without an answer.
+        watch (a grant's first renewal sets it; kazoo drops them when a connection breaks) are
+        read, and watched, in the probe's round trip. Raises ``BackendUnavailable`` once
+        ``timeout`` (at most the request timeout) has passed without an answer.
         """
         if math.isnan(timeout):
             raise InvalidTimeout("the renewal timeout is NaN", backend=self.url)
@@ -552,21 +555,30 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         name = renewals[0].name if len(renewals) == 1 else None
         with translate_errors(self.url, name):
             try:
-                session = await kazoo_aresult(
-                    self._probe.after_now(), max(0.0, deadline - time.monotonic())
-                )
-                # what the watches say now is true up to the probe's answer; unwatched
-                # entries are read (and watched again)
+                probe = self._probe.after_now()
+                # Entries without a watch (never renewed yet, or dropped with a connection)
+                # are read, and watched, in the probe's round trip: an entry that a read
+                # sent after this call began finds, with its czxid, was there all along, and
+                # its watch tells of a deletion after the read before the probe's answer.
+                reads = {
+                    id(entry): (entry, *self._watches.arm(entry))
+                    for entry in mine
+                    if entry is not None and entry.granted and not entry.watched and not entry.gone
+                }
+                session = await kazoo_aresult(probe, max(0.0, deadline - time.monotonic()))
+                # what the watches say now is true up to the probe's answer; entries whose
+                # watch went meanwhile (it fired for a change of data) are read again now
                 confirmed: set[int] = set()
-                reads = []
                 for entry in mine:
                     if entry is None or not entry.granted or entry.session != session:
+                        reads.pop(id(entry), None)
+                    elif id(entry) in reads:
                         continue
-                    if entry.watched:
+                    elif entry.watched:
                         confirmed.add(id(entry))
                     elif not entry.gone:
-                        reads.append((entry, *self._watches.arm(entry)))
-                for entry, result, epoch in reads:
+                        reads[id(entry)] = (entry, *self._watches.arm(entry))
+                for entry, result, epoch in reads.values():
                     stat = await kazoo_aresult(result, max(0.0, deadline - time.monotonic()))
                     if self._watches.settle(entry, epoch, stat):
                         confirmed.add(id(entry))
