@@ -36,7 +36,7 @@ from typing import Any
 import measure
 import tumbler
 from contenders import contenders_for, known_names, peer_schemes, server_version
-from targets import default_target, started
+from targets import default_target, peer_targets, started
 from tumbler._url import parse_url
 from tumbler.testing.bench import Contender, Options, store_bench
 
@@ -365,12 +365,22 @@ def render(
             console.print(f"### {title}")
         console.print(grid)
 
-    table("Uncontended: one client, acquire+release of one free lock", UNCONTENDED, flat)
-    table(
-        f"Contended: P workers looping on one lock for {plan.seconds:g} s",
-        CONTENDED,
-        crowded,
-    )
+    # one table per store when several are measured: each compares a store's rows only
+    stores = [label for _, label in plan.urls] if len(plan.urls) > 1 else [None]
+    for store in stores:
+        on = "" if store is None else f" ({store})"
+        table(
+            f"Uncontended{on}: one client, acquire+release of one free lock",
+            UNCONTENDED,
+            [row for row in flat if store in (None, row.backend)],
+        )
+    for store in stores:
+        on = "" if store is None else f" ({store})"
+        table(
+            f"Contended{on}: P workers looping on one lock for {plan.seconds:g} s",
+            CONTENDED,
+            [row for row in crowded if store in (None, row.backend)],
+        )
     errors = [
         (row, error, times)
         for row in [*flat, *crowded]
@@ -451,6 +461,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "tumbler's rows beside the store's peers'",
     )
     parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="start every built-in store that has peers or floors to compare with (as "
+        "--start of each), and print one table per store",
+    )
+    parser.add_argument(
         "--pairs", type=_positive(int), help=f"uncontended pairs (default {DEFAULT_PAIRS})"
     )
     parser.add_argument(
@@ -520,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
         urls = [(url, parse_url(url).redacted) for url in args.url or ()]
         starts = list(args.start or ())
+        if args.peers:
+            starts += [name for name in peer_targets() if name not in starts]
         if not urls and not starts:
             starts = [default_target()]
         for name in starts:

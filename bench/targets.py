@@ -47,6 +47,22 @@ def target_names() -> list[str]:
     return sorted({*own, *(target.name for target in _test_targets())})
 
 
+def peer_targets() -> list[str]:
+    """What ``--peers`` starts: for each built-in store with peers or floors to compare with,
+    its store bench's own server if it has one, else its first test target."""
+    names = []
+    for descriptor in builtin_descriptors():
+        bench = descriptor.bench() if descriptor.bench is not None else None
+        if not isinstance(bench, StoreBench) or not (bench.peers or bench.floors):
+            continue
+        if bench.targets:
+            names.append(bench.targets[0].name)
+        else:
+            with contextlib.suppress(ImportError):
+                names.append(descriptor.test_targets()[0].name)
+    return names
+
+
 def default_target() -> str:
     """The first test target of the backend that the default URL opens: what a bench measures
     when given no URL (a fresh file of the default backend, say)."""
