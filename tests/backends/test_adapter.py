@@ -203,28 +203,32 @@ async def test_a_release_passes_other_owners_polls_but_not_its_owners(tmp_path, 
 
 @pytest.mark.parametrize("where", ["queued", "running"])
 async def test_a_cancelled_waiters_grant_does_not_survive(tmp_path, monkeypatch, where):
-    """A task cancelled while its try_grant is queued (it never runs) or running (it grants):
-    either way the clean-up release comes after it, and the lock ends up free."""
+    """A task cancelled while its try_grant is queued on the worker (it never runs) or running
+    there (it grants): either way the clean-up release comes after it, and the lock ends up
+    free. The worker is kept busy when the try is made, so that the try goes to it and not
+    inline on the loop (see the inline case below)."""
+    blocking, unblock = threading.Event(), threading.Event()
     started, proceed = threading.Event(), threading.Event()
+    loop_thread = threading.get_ident()
+    original_force = SQLiteBackend.force_release
+
+    def held_force(self: SQLiteBackend, name: str, note: str) -> int:
+        blocking.set()
+        assert unblock.wait(PATIENCE)
+        return original_force(self, name, note)
+
+    monkeypatch.setattr(SQLiteBackend, "force_release", held_force)
     if where == "running":
         original = SQLiteBackend.try_grant
 
         def held(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
-            if grant_request.name == "victim":
+            if grant_request.name == "victim" and not started.is_set():
+                assert threading.get_ident() != loop_thread, "the try ran inline"
                 started.set()
                 assert proceed.wait(PATIENCE)
             return original(self, grant_request)
 
         monkeypatch.setattr(SQLiteBackend, "try_grant", held)
-    else:
-        original_force = SQLiteBackend.force_release
-
-        def held_force(self: SQLiteBackend, name: str, note: str) -> int:
-            started.set()
-            assert proceed.wait(PATIENCE)
-            return original_force(self, name, note)
-
-        monkeypatch.setattr(SQLiteBackend, "force_release", held_force)
     url = f"sqlite:///{tmp_path / 'locks.db'}"
     async with await tumbler.aio.connect(url) as locks:
         adapter = locks._backend
@@ -236,22 +240,81 @@ async def test_a_cancelled_waiters_grant_does_not_survive(tmp_path, monkeypatch,
             return await original_release(name, owner)
 
         adapter.release = release
-        blocker = None
-        if where == "queued":
-            blocker = asyncio.create_task(adapter.force_release("elsewhere", "a test"))
-            assert await asyncio.to_thread(started.wait, PATIENCE)
+        blocker = asyncio.create_task(adapter.force_release("elsewhere", "a test"))
+        assert await asyncio.to_thread(blocking.wait, PATIENCE)
         acquire = asyncio.create_task(locks.lock("victim").acquire(timeout=0))
+        await asyncio.sleep(0)  # its try_grant is queued behind the blocker
         if where == "running":
+            unblock.set()
             assert await asyncio.to_thread(started.wait, PATIENCE)
-        else:
-            await asyncio.sleep(0)  # its try_grant is queued
         acquire.cancel()
         await asyncio.wait_for(releases.wait(), PATIENCE)  # the clean-up is submitted
+        unblock.set()
         proceed.set()
         with pytest.raises(asyncio.CancelledError):
             await acquire
-        if blocker is not None:
-            await blocker
+        await blocker
         assert (await locks.status("victim")).holders == ()
         async with await tumbler.aio.connect(url) as other:
             assert await other.lock("victim").acquire(timeout=0)
+
+
+async def test_a_grant_made_inline_is_withdrawn_when_its_task_is_cancelled_meanwhile(
+    tmp_path, monkeypatch
+):
+    """A try_grant on the loop cannot be interrupted; a cancellation that arrives while it
+    runs (here: requested from inside it) is seen at the task's next step, and the grant it
+    made is released by the lock logic's clean-up, as for a try on the worker."""
+    loop_thread = threading.get_ident()
+    original = SQLiteBackend.try_grant
+    granted: list[tuple[int, object]] = []
+
+    def cancelled_meanwhile(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
+        grant = original(self, grant_request)
+        if grant_request.name == "victim" and not granted:  # the cancelled task's try
+            granted.append((threading.get_ident(), grant))
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+        return grant
+
+    monkeypatch.setattr(SQLiteBackend, "try_grant", cancelled_meanwhile)
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    async with await tumbler.aio.connect(url) as locks:
+        lock = locks.lock("victim")
+        acquire = asyncio.create_task(lock.acquire(timeout=PATIENCE))
+        with pytest.raises(asyncio.CancelledError):
+            await acquire
+        ((ran_on, grant),) = granted
+        assert ran_on == loop_thread
+        assert grant is not None  # it did grant, inline
+        assert (await locks.status("victim")).holders == ()
+        async with await tumbler.aio.connect(url) as other:
+            assert await other.lock("victim").acquire(timeout=0)
+
+
+async def test_a_release_queued_on_the_worker_is_not_overtaken_by_a_later_inline_grant(
+    tmp_path, hold_worker
+):
+    """Owner a's release waits on the busy worker; a's next try of the same lock must run
+    after it (on the worker too). Run inline, it would find a's grant still there (held:
+    the same grant back), and the release would then remove the grant a was told it has."""
+    started, proceed = hold_worker
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        adapter = locks._backend
+        first = await adapter.try_grant(request("x", "a"))
+        assert first is not None
+        blocker = asyncio.create_task(adapter.force_release("elsewhere", "a test"))
+        assert await asyncio.to_thread(started.wait, PATIENCE)
+        release = asyncio.create_task(adapter.release("x", "a"))
+        await asyncio.sleep(0)  # queued on the worker
+        again = asyncio.create_task(adapter.try_grant(request("x", "a")))
+        await asyncio.sleep(0)
+        assert not again.done()  # it waits for the worker, behind the release
+        proceed.set()
+        await blocker
+        assert await release is True
+        second = await again
+        assert second is not None
+        assert second.token > first.token  # a new grant, after the release
+        assert [holder.token for holder in (await adapter.inspect("x")).holders] == [second.token]

@@ -1,6 +1,7 @@
-"""sqlite:// speed-ups: under asyncio, releases and renewals run on the event loop when nothing
-waits for the worker thread, and go to the thread (the loop never waits) when the database is
-locked; a release rings the doorbells of the waiters it lets through.
+"""sqlite:// speed-ups: under asyncio, grants, releases and renewals run on the event loop when
+nothing waits for the worker thread, and go to the thread (the loop never waits) when the
+database is locked, the thread is busy or other tasks poll; a release rings the doorbells of the
+waiters it lets through.
 
 The backend's methods are wrapped only to record which thread ran them.
 """
@@ -20,26 +21,32 @@ import pytest
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.kit.adapter import WouldBlock
+from tumbler.backends.kit.adapter import INLINE_GRANTS, WouldBlock
+from tumbler.backends.sqlite import backend as sqlite_backend
 from tumbler.backends.sqlite.backend import DOORBELLS, NOWAIT_UPKEEP, SQLiteBackend, _to_wake
 from tumbler.testing.conformance.compat import PATIENCE
 
 
 class Threads:
-    """Which thread ran each recorded call, in order; a condition to wait on them."""
+    """Which thread ran each recorded call (and about which lock), in order; a condition to
+    wait on them."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
+        self.calls: list[tuple[str, str, int]] = []
         self.changed = threading.Condition()
 
-    def add(self, name: str) -> None:
+    def add(self, name: str, lock_name: str) -> None:
         with self.changed:
-            self.calls.append((name, threading.get_ident()))
+            self.calls.append((name, lock_name, threading.get_ident()))
             self.changed.notify_all()
 
-    def of(self, name: str) -> list[int]:
+    def of(self, name: str, lock_name: str | None = None) -> list[int]:
         with self.changed:
-            return [ident for called, ident in self.calls if called == name]
+            return [
+                ident
+                for called, about, ident in self.calls
+                if called == name and lock_name in (None, about)
+            ]
 
     async def wait_for_call(self, name: str, count: int) -> None:
         def wait() -> bool:
@@ -56,11 +63,42 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> Threads:
         original = getattr(SQLiteBackend, name)
 
         def recorded(self: SQLiteBackend, *args: Any, _name: str = name, _f: Any = original) -> Any:
-            seen.add(_name)
+            first = args[0]
+            seen.add(_name, first.name if isinstance(first, GrantRequest) else first)
             return _f(self, *args)
 
         monkeypatch.setattr(SQLiteBackend, name, recorded)
+    original_many = SQLiteBackend.try_grant_many
+
+    def recorded_many(self: SQLiteBackend, requests: Any) -> Any:
+        for request in requests:  # a batch of polls: each counts as a try
+            seen.add("try_grant", request.name)
+        return original_many(self, requests)
+
+    monkeypatch.setattr(SQLiteBackend, "try_grant_many", recorded_many)
     return seen
+
+
+@pytest.fixture
+def no_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No call is left to the thread for WAL upkeep (one in NOWAIT_UPKEEP): the tests that
+    say where each call ran need not count calls."""
+    monkeypatch.setattr(sqlite_backend, "NOWAIT_UPKEEP", 1 << 62)
+
+
+class Submissions:
+    """The calls the adapter handed to its worker thread, by function name."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.names: list[str] = []
+        worker = adapter._worker
+        original = worker.submit
+
+        def submit(function: Any, args: Any, *, urgent: bool, keys: Any = ()) -> Any:
+            self.names.append(getattr(function, "__name__", repr(function)))
+            return original(function, args, urgent=urgent, keys=keys)
+
+        worker.submit = submit
 
 
 @contextlib.contextmanager
@@ -75,7 +113,7 @@ def write_locked(path: Path) -> Iterator[sqlite3.Connection]:
 
 
 @pytest.mark.asyncio
-async def test_an_idle_clients_release_and_renewal_run_on_the_loop(tmp_path, threads):
+async def test_an_idle_clients_grant_release_and_renewal_run_on_the_loop(tmp_path, threads):
     loop_thread = threading.get_ident()
     async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
         lock = locks.lock("x", ttl=30)
@@ -83,10 +121,135 @@ async def test_an_idle_clients_release_and_renewal_run_on_the_loop(tmp_path, thr
         assert lock.hold is not None
         await lock.hold.extend()
         await lock.release()
-    assert threads.of("try_grant")
-    assert loop_thread not in threads.of("try_grant")
+    assert threads.of("try_grant") == [loop_thread]
     assert threads.of("renew") == [loop_thread]
     assert threads.of("release") == [loop_thread]
+
+
+@pytest.mark.asyncio
+async def test_uncontended_pairs_never_hop_to_the_thread(tmp_path, threads, no_upkeep):
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        submitted = Submissions(locks._backend)
+        lock = locks.lock("x", ttl=30)
+        tokens = []
+        for _ in range(20):
+            async with lock as hold:
+                tokens.append(hold.token)
+        assert submitted.names == []
+    assert tokens == sorted(set(tokens))  # 20 grants, each a new token
+    assert len(threads.of("try_grant")) == len(threads.of("release")) == 20
+    assert set(threads.of("try_grant")) == {threading.get_ident()}
+
+
+@pytest.mark.asyncio
+async def test_one_call_in_so_many_goes_to_the_thread_for_upkeep(tmp_path):
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        submitted = Submissions(locks._backend)
+        lock = locks.lock("x", ttl=30)
+        for _ in range(NOWAIT_UPKEEP):
+            async with lock:
+                pass
+        # 2 * NOWAIT_UPKEEP calls offered: 2 declined, whichever of the two kinds they were
+        assert len(submitted.names) == 2
+        assert set(submitted.names) <= {"try_grant", "release"}
+
+
+@pytest.mark.asyncio
+async def test_a_grant_goes_to_the_thread_while_the_thread_is_busy(
+    tmp_path, monkeypatch, threads, no_upkeep
+):
+    """A try made while the worker runs an earlier call waits for it there: on the loop it
+    could overtake that call (a release of the same key queued behind it, say)."""
+    started, proceed = threading.Event(), threading.Event()
+    original = SQLiteBackend.force_release
+
+    def held(self: SQLiteBackend, name: str, note: str) -> int:
+        started.set()
+        assert proceed.wait(PATIENCE)
+        return original(self, name, note)
+
+    monkeypatch.setattr(SQLiteBackend, "force_release", held)
+    loop_thread = threading.get_ident()
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        blocker = asyncio.create_task(locks.force_release("elsewhere", reason="a test"))
+        assert await asyncio.to_thread(started.wait, PATIENCE)
+        acquire = asyncio.create_task(locks.lock("x").acquire(timeout=0))
+        await asyncio.sleep(0)  # its try is queued behind the blocker
+        assert threads.of("try_grant") == []
+        assert not acquire.done()
+        proceed.set()
+        await blocker
+        assert await acquire
+    (ran,) = threads.of("try_grant")
+    assert ran != loop_thread
+
+
+@pytest.mark.asyncio
+async def test_a_grant_goes_to_the_thread_while_the_database_is_locked(
+    tmp_path, threads, no_upkeep
+):
+    """The loop's try finds another connection's write lock and gives up at once, having
+    written nothing; the thread's try waits for the lock and grants."""
+    path = tmp_path / "locks.db"
+    loop_thread = threading.get_ident()
+    async with await tumbler.aio.connect(f"sqlite:///{path}") as locks:
+        lock = locks.lock("x", ttl=30)
+        with write_locked(path):
+            acquire = asyncio.create_task(lock.acquire(timeout=0))
+            await threads.wait_for_call("try_grant", 2)  # the thread's try waits
+            assert not acquire.done()
+        assert await asyncio.wait_for(acquire, PATIENCE)
+        # the first token: the loop's try took none
+        assert [holder.token for holder in (await locks.status("x")).holders] == [1]
+    attempts = threads.of("try_grant")
+    assert attempts[0] == loop_thread
+    assert attempts[1] != loop_thread
+
+
+@pytest.mark.asyncio
+async def test_a_grant_goes_to_the_thread_while_another_task_polls(tmp_path, threads, no_upkeep):
+    """Other tasks' polls keep the thread busy (and are batched there): a try then queues
+    with them. The poller's own tries may run on the loop: nobody else's are about."""
+    url = f"sqlite:///{tmp_path / 'locks.db'}"
+    loop_thread = threading.get_ident()
+    async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as holder:
+        held = holder.lock("x")
+        assert await held.acquire(timeout=0)
+        adapter = locks._backend
+        polled = asyncio.Event()
+        original = adapter.try_grant
+
+        async def try_grant(request: GrantRequest) -> Any:
+            grant = await original(request)
+            if grant is None:
+                polled.set()
+            return grant
+
+        adapter.try_grant = try_grant
+        waiter = asyncio.create_task(locks.lock("x").acquire(timeout=PATIENCE))
+        await asyncio.wait_for(polled.wait(), PATIENCE)  # the waiter polls now
+        assert await locks.lock("y").acquire(timeout=0)
+        await held.release()
+        assert await asyncio.wait_for(waiter, PATIENCE)
+    assert threads.of("try_grant", "y") != [loop_thread]
+    assert len(threads.of("try_grant", "y")) == 1
+    assert set(threads.of("try_grant", "x")) == {loop_thread}
+
+
+@pytest.mark.asyncio
+async def test_a_burst_of_tries_runs_on_the_loop_only_up_to_its_share(tmp_path, threads, no_upkeep):
+    """Tasks that all try in one pass of the loop: INLINE_GRANTS of them on the loop, the
+    rest on the thread (decided there in batches), all granted."""
+    loop_thread = threading.get_ident()
+    tasks = 3 * INLINE_GRANTS
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        granted = await asyncio.gather(
+            *(locks.lock(f"burst-{index}").acquire(timeout=0) for index in range(tasks))
+        )
+        assert all(granted)
+    ran = threads.of("try_grant")
+    assert ran.count(loop_thread) == INLINE_GRANTS
+    assert len(ran) == tasks
 
 
 @pytest.mark.asyncio

@@ -25,17 +25,26 @@ they ran back to back), when the backend offers it.
 backend gets only what is left, and the caller gets ``BackendUnavailable`` once ``timeout``
 has passed, whatever the worker is doing.
 
-**Inline urgent calls.** A thread hop costs two thread wake-ups and an event-loop wake-up,
-more than a short SQLite transaction. A backend that can run a call without waiting for
-anyone (:class:`NowaitBackend`: it refuses with :class:`WouldBlock`, having changed nothing,
-where the call would have to wait: another connection holds the write lock) gets its
-``release``, ``renew`` and ``renew_all`` run on the event loop itself, when that cannot
-reorder anything: the worker has nothing queued or running (so every earlier call has run)
-and no task of this client is polling (its polls keep the worker, or its write lock, busy:
-the worker's urgent-first order governs then). A refused call goes to the worker as before.
-``try_grant`` always goes to the worker: a poll is what batches, and a task cancelled while
-its grant is decided there withdraws after it, as above. A call on the loop is not
-cancellable (there is no await in it): it is done when the caller sees its outcome.
+**Inline calls.** A thread hop costs two thread wake-ups and an event-loop wake-up, more
+than a short SQLite transaction. A backend that can run a call without waiting for anyone
+(:class:`NowaitBackend`: it refuses with :class:`WouldBlock`, having changed nothing, where the
+call would have to wait: another connection holds the write lock) gets its calls run on the
+event loop itself when that cannot reorder anything:
+
+- the worker has nothing queued or running, so every earlier call has run, and none of it
+  could be overtaken (a release queued to the worker, then a grant of the same key inline);
+- no other task of this client is polling: its polls keep the worker, or its write lock, busy,
+  and the worker's urgent-first order and batching govern then. A ``try_grant`` of the one
+  polling task itself may run inline (nobody else's call is about);
+- for ``try_grant``, at most ``INLINE_GRANTS`` in one pass of the loop: a burst of tries (many
+  tasks starting at once) goes on to the worker, which decides it in batches, instead of
+  holding the loop for a transaction each.
+
+A refused call goes to the worker as before. A call on the loop is not cancellable (there is no
+await in it): it is done when the caller sees its outcome, and a cancellation that arrives
+meanwhile is seen at the caller's next await, where the lock logic withdraws the grant as after
+any other cancelled try. A task cancelled while its ``try_grant`` is on the worker withdraws
+after it, as above.
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ T = TypeVar("T")
 #: most polls decided in one batch: a batch holds the database's write lock, and urgent calls
 #: that arrive meanwhile wait for it to end
 MAX_BATCH = 64
+
+#: most ``try_grant`` calls run on the event loop in one pass of it (see "Inline calls")
+INLINE_GRANTS = 8
 
 
 class WouldBlock(TumblerError):
@@ -262,18 +274,29 @@ class AsyncAdapter:
         )
         #: (name, owner) of the tasks whose last try_grant left them waiting: they poll
         self._polling: set[tuple[str, str]] = set()
+        #: try_grant calls run inline in this pass of the loop (reset by a callback queued
+        #: with the first: it runs at the start of the next pass)
+        self._inline_grants = 0
 
-    def _inline(self, function: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
-        """Run an urgent call on the loop if that reorders nothing and the backend need not
-        wait for it: ``(True, result)``; ``(False, None)`` if it must go to the worker."""
+    def _inline(
+        self, function: Callable[..., T], *args: Any, poller: tuple[str, str] | None = None
+    ) -> tuple[bool, T | None]:
+        """Run a call on the loop if that reorders nothing and the backend need not wait for
+        it: ``(True, result)``; ``(False, None)`` if it must go to the worker. ``poller``: the
+        caller's own key, which may be polling (its try_grant)."""
         worker = self._worker
-        if self._nowait is None or worker is None or self._polling or not worker.idle:
+        if self._nowait is None or worker is None or not worker.idle:
+            return False, None
+        if self._polling and (poller is None or self._polling != {poller}):
             return False, None
         try:
             result: T = self._nowait(function, *args)
         except WouldBlock:
             return False, None
         return True, result
+
+    def _new_pass(self) -> None:
+        self._inline_grants = 0
 
     async def _call(
         self,
@@ -289,7 +312,16 @@ class AsyncAdapter:
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         key = (request.name, request.owner)
-        grant = await self._call(self.backend.try_grant, request, keys=(key,))
+        done = False
+        grant: Grant | None = None
+        if self._inline_grants < INLINE_GRANTS:
+            done, grant = self._inline(self.backend.try_grant, request, poller=key)
+            if done:
+                if self._inline_grants == 0:
+                    asyncio.get_running_loop().call_soon(self._new_pass)
+                self._inline_grants += 1
+        if not done:
+            grant = await self._call(self.backend.try_grant, request, keys=(key,))
         if grant is None and request.queue:
             self._polling.add(key)
         else:

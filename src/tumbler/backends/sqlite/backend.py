@@ -61,12 +61,13 @@ Not for
 asyncio
     An asyncio client runs its SQLite calls on one thread of its own (``kit/adapter.py``),
     where renewals and releases go before the waiting tasks' polls, and queued polls are
-    decided in one transaction (``try_grant_many``). Releases and renewals run on the event
-    loop itself when nothing is queued for that thread (``call_nowait``): through a connection
-    of the loop's own whose busy timeout is 0, so that a write lock held by anyone else sends
-    the call to the thread instead of making the loop wait. That connection never checkpoints
-    the WAL (a checkpoint fsyncs): every ``NOWAIT_UPKEEP``-th call goes to the thread, whose
-    connection does, and with ``synchronous=full`` (an fsync per commit) none runs inline.
+    decided in one transaction (``try_grant_many``). Grants, releases and renewals run on the
+    event loop itself when nothing is queued for that thread and no other task of the client
+    polls (``call_nowait``): through a connection of the loop's own whose busy timeout is 0, so
+    that a write lock held by anyone else sends the call to the thread instead of making the
+    loop wait. That connection never checkpoints the WAL (a checkpoint fsyncs): every
+    ``NOWAIT_UPKEEP``-th call goes to the thread, whose connection does, and with
+    ``synchronous=full`` (an fsync per commit) none runs inline.
 
 Who else can touch the database
     Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
@@ -937,12 +938,13 @@ class SQLiteBackend:
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
 
     def call_nowait(self, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)`` (``release``, ``renew``, ``renew_all``) on this thread, without
-        waiting: through this thread's no-wait connection (busy timeout 0), ``WouldBlock``
-        where another connection holds the write lock (the statement that found it locked
-        changed nothing, and neither did any before it: each call is one statement or one
-        transaction, rolled back). Declines with ``synchronous=full``, whose every commit
-        fsyncs, and one call in ``NOWAIT_UPKEEP`` (see there). The asyncio adapter's hook."""
+        """``function(*args)`` (``try_grant``, ``release``, ``renew``, ``renew_all``) on this
+        thread, without waiting: through this thread's no-wait connection (busy timeout 0),
+        ``WouldBlock`` where another connection holds the write lock (the statement that found
+        it locked changed nothing, and neither did any before it: each call is one statement
+        or one transaction, rolled back). Declines with ``synchronous=full``, whose every
+        commit fsyncs, and one call in ``NOWAIT_UPKEEP`` (see there). The asyncio adapter's
+        hook."""
         from ..kit.adapter import WouldBlock
 
         self._nowait_calls += 1
@@ -952,6 +954,12 @@ class SQLiteBackend:
         try:
             return function(*args)
         except _Busy:
+            # A COMMIT refused as busy leaves its transaction open, and with it this
+            # connection's write lock: the worker's retry would wait for it in vain.
+            db: sqlite3.Connection | None = getattr(self._local, "nowait_db", None)
+            if db is not None and db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise WouldBlock("the database is locked", backend=self.url) from None
         finally:
             self._local.nowait = False
