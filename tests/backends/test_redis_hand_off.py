@@ -164,3 +164,24 @@ def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(
 
 def owner_tag(owner: str) -> str:
     return hashlib.sha1(owner.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("options", "takes"), [("", True), ("&wait_replicas=1", False)], ids=["plain", "wait_replicas"]
+)
+def test_a_waiter_leaves_hand_off_terms_unless_its_grants_must_wait_for_replicas(
+    fresh_redis_server: RedisServer, admin: redis.Redis, options: str, takes: bool
+) -> None:
+    """With ``wait_replicas`` a grant counts once the client's own WAIT saw it replicated,
+    and a WAIT covers only its own connection's writes: a grant written by a release would
+    skip it. So such a waiter leaves no terms, and is woken, not handed the lock."""
+    url = new_url(fresh_redis_server)
+    prefix = url.split("prefix=", 1)[1]
+    with tumbler.connect(url) as one, tumbler.connect(url + options) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(request("a")) is not None
+        with waiter.watch("stock", "b"):
+            assert waiter.try_grant(request("b")) is None  # queued, subscribed
+            terms = admin.hgetall(f"{prefix}:{{stock}}:g")
+            assert (owner_tag("b").encode() in terms) is takes, terms
+            assert holder.release("stock", "a")

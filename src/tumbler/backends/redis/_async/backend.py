@@ -336,6 +336,11 @@ class AsyncRedisBackend(AsyncInspectEachName):
         waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
         waiters = str(config.max_waiters).encode()
         self._grant_tail = [waiter_ttl, self.client_id.encode(), waiters]
+        # Hand-offs (see lua) only where they keep every promise: not on Redis Cluster, where
+        # releases hand nothing over anyway, and not with wait_replicas, where a grant counts
+        # once this client's WAIT saw it replicated, and a WAIT covers only the writes of the
+        # connection it runs on: a hand-off is written by the releasing client's.
+        self._takes_hand_offs = not config.cluster and not config.wait_replicas
         self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
         self._keys_cache: dict[str, list[bytes]] = {}
@@ -512,7 +517,9 @@ class AsyncRedisBackend(AsyncInspectEachName):
             *(self._grant_tail if subscribed else self._grant_tail_unsubscribed),
             # when this was sent: a release that hands this waiter the lock tells it when the
             # lease began, on this clock (see lua)
-            round(self.clock.now() * 1e6) if subscribed and request.queue else b"",
+            round(self.clock.now() * 1e6)
+            if subscribed and request.queue and self._takes_hand_offs
+            else b"",
         ]
         result = await self._run(request.name, self._grant, keys, args)
         if not result[0]:
