@@ -559,8 +559,7 @@ class Locks:
             self._live[key] = hold
         hold.on_finish(lambda _: self._forget(key))
         due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold.deadline
-        self._renewer.schedule(hold, due)
-        self._renewer.deadline_set(hold.deadline)
+        self._renewer.schedule(hold, due, hold.deadline)
         return hold
 
     def _forget(self, key: int) -> None:

@@ -130,21 +130,6 @@ class ClientGate:
         if self._closed:
             self._calls_done.set_threadsafe()  # never blocks: safe under the guard
 
-    def _enter(self, name: str | None, refuse_if_closed: bool) -> Hashable:
-        """Count a call in flight; the context it is counted for."""
-        context = current_context()
-        with self.guard:
-            if refuse_if_closed:
-                self.check_usable(name)
-            else:
-                check_loop(self.loop)
-            self.begin(context)
-        return context
-
-    def _exit(self, context: Hashable) -> None:
-        with self.guard:
-            self.end(context)
-
     def calls_finished(self) -> None:
         """Wait until no backend call is in flight but the closing thread's/task's own (an
         ``on_lost`` callback may call close() from inside a release)."""
@@ -195,7 +180,16 @@ class _Counted(contextlib.AbstractContextManager[None]):
         self._context: Hashable = None
 
     def __enter__(self) -> None:
-        self._context = self._gate._enter(self._name, self._refuse_if_closed)
+        gate = self._gate
+        self._context = context = current_context()
+        with gate.guard:
+            if self._refuse_if_closed:
+                gate.check_usable(self._name)
+            else:
+                check_loop(gate.loop)
+            gate.begin(context)
 
     def __exit__(self, *exc_info: object) -> None:
-        self._gate._exit(self._context)
+        gate = self._gate
+        with gate.guard:
+            gate.end(self._context)
