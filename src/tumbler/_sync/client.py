@@ -362,7 +362,7 @@ class Locks:
         self._renewer.expedite()
 
     def _request(
-        self, name: str, shared: bool, limit: int, fair: bool, ttl: float, queue: bool
+        self, name: str, shared: bool, limit: int, fair: bool, ttl: float, queue: bool = True
     ) -> GrantRequest:
         return GrantRequest(
             name=name,
@@ -395,7 +395,12 @@ class Locks:
         if timeout == 0:
             # a single try waits for nothing: neither a place in line nor a watch
             with gate.operation(name):
-                return self._try(request, renew)
+                try:
+                    return self._try(request, renew)
+                except BaseException:
+                    # a grant whose reply an error or a cancellation cut off
+                    shield(self._withdraw(request))
+                    raise
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         key = (name, request.shared, request.limit, request.fair)
