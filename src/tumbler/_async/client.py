@@ -18,7 +18,6 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
@@ -28,6 +27,7 @@ from .._acompat import (
     AsyncExitGuard,
     acheck_cancelled,
     acheck_synchronizable,
+    acurrent_context,
     ashield,
 )
 from ..backends.contract import (
@@ -71,6 +71,26 @@ def _eviction_note(forcer: str, reason: str | None) -> str:
     return note if reason is None else f"{note}: {reason}"
 
 
+class _Place:
+    """A waiter's place in its client's line for one lock.
+
+    Its ``turn`` is made only when the waiter must wait for someone ahead of it (rare: most
+    acquisitions find the line empty); whoever leaves the head of the line, or closes the
+    client, sets it. ``turn`` is set and read under the client's guard.
+    """
+
+    __slots__ = ("turn",)
+
+    def __init__(self) -> None:
+        self.turn: AsyncEvent | None = None
+
+    def wake(self) -> None:
+        """Tell the waiter to look at the line again (it waits only if it made its turn)."""
+        turn = self.turn
+        if turn is not None:
+            turn.set_threadsafe()
+
+
 class AsyncLocks:
     """A client of one lock backend: makes lock objects and renews their leases.
 
@@ -104,7 +124,7 @@ class AsyncLocks:
         # one of them that began before it
         self._guard = self.gate.guard
         # a client's waiters on one lock queue here, and only the first of them at the backend
-        self._lines: dict[tuple[str, bool, int, bool], collections.deque[AsyncEvent]] = {}
+        self._lines: dict[tuple[str, bool, int, bool], collections.deque[_Place]] = {}
         self._watches: set[AsyncWatch] = set()
         if backend.session_events is not None:
             backend.session_events.subscribe(self._on_session_event)
@@ -261,14 +281,14 @@ class AsyncLocks:
             if not self.gate.shut():
                 return
             watches = list(self._watches)
-            waiting = [wake for line in self._lines.values() for wake in line]
+            places = [place for line in self._lines.values() for place in line]
         self._exit_guard.disarm()
         if self.gate.forked:
             return  # the parent's connections and grants are the parent's to close
         for watch in watches:
             watch.wake()
-        for wake in waiting:
-            wake.set_threadsafe()
+        for place in places:
+            place.wake()
         with self._guard:
             holds = list(self._live.values())
         for hold in holds:
@@ -318,7 +338,9 @@ class AsyncLocks:
     ) -> AsyncHold | None:
         """A new grant of ``name`` (canonical), held by a new owner; None if ``timeout`` ran
         out first. ``renew``: keep the lease renewed while held."""
-        request = self._request(name, shared, limit, fair, ttl)
+        # a single try leaves no waiter entry; every other try does: a release finds the
+        # waiters to wake by their entries, and fair requests keep their place by them
+        request = self._request(name, shared, limit, fair, ttl, queue=timeout != 0)
         return await self._acquire(request, timeout, renew)
 
     # -- internals ---------------------------------------------------------------------------
@@ -339,7 +361,9 @@ class AsyncLocks:
                 hold.doubt()
         self._renewer.expedite()
 
-    def _request(self, name: str, shared: bool, limit: int, fair: bool, ttl: float) -> GrantRequest:
+    def _request(
+        self, name: str, shared: bool, limit: int, fair: bool, ttl: float, queue: bool = True
+    ) -> GrantRequest:
         return GrantRequest(
             name=name,
             owner=_new_owner(),
@@ -348,6 +372,7 @@ class AsyncLocks:
             fair=fair,
             ttl=ttl,
             holder=self._holder,
+            queue=queue,
         )
 
     async def _acquire(
@@ -362,45 +387,89 @@ class AsyncLocks:
         the watch says so and the lock is tried again before waiting. Every exit other than a
         grant withdraws the request (the waiter entry, or a grant whose reply an error or a
         cancellation cut off), so a timed-out or cancelled waiter leaves nothing behind.
+
+        One waiter per lock and client talks to the backend; the client's others queue behind
+        it in the client's line, in arrival order, at no cost to the backend or the connection
+        pool.
         """
-        with self.gate.operation(request.name):
-            if timeout == 0:
-                return await self._acquire_or_wait(request, timeout, renew)
-            # One waiter per lock and client talks to the backend; the client's others queue
-            # behind it here, in arrival order, at no cost to the backend or the connection pool.
-            key = (request.name, request.shared, request.limit, request.fair)
-            deadline = None if timeout is None else self._clock.now() + timeout
-            turn = AsyncEvent()
+        gate = self.gate
+        name = request.name
+        if timeout == 0:
+            # a single try waits for nothing: neither a place in line nor a watch
+            with gate.operation(name):
+                try:
+                    return await self._try(request, renew)
+                except BaseException:
+                    # a grant whose reply an error or a cancellation cut off
+                    await ashield(self._withdraw(request))
+                    raise
+        clock = self._clock
+        deadline = None if timeout is None else clock.now() + timeout
+        key = (name, request.shared, request.limit, request.fair)
+        place = _Place()
+        context = acurrent_context()
+        watch = self._backend.watch(name, request.owner)
+        # One critical section for the usual case: counted in flight (close() waits for the
+        # call), placed in line, and the watch made known to close(), which wakes it.
+        try:
             with self._guard:
-                line = self._lines.setdefault(key, collections.deque())
-                line.append(turn)
-            try:
-                if not await self._wait_turn(request.name, line, turn, deadline):
+                gate.check_usable(name)
+                gate.begin(context)
+                line = self._lines.get(key)
+                if line is None:
+                    line = self._lines[key] = collections.deque()
+                line.append(place)
+                first = line[0] is place
+                if first:
+                    self._watches.add(watch)
+        except BaseException:
+            watch.close()
+            raise
+        #: the watch close() knows of, closed on the way out
+        watched: AsyncWatch | None = watch if first else None
+        try:
+            if not first:
+                # Someone of this client is ahead: the watch would only gather their changes
+                # while this waiter waits for its turn; a fresh one is made after it.
+                watch.close()
+                if not await self._wait_turn(name, line, place, deadline):
                     return None
-                left = None if deadline is None else max(0.0, deadline - self._clock.now())
-                return await self._acquire_or_wait(request, left, renew)
-            finally:
+                watch = watched = self._backend.watch(name, request.owner)
                 with self._guard:
-                    first = line[0] is turn
-                    line.remove(turn)
-                    if not line:
-                        if self._lines.get(key) is line:
-                            del self._lines[key]
-                    elif first:
-                        line[0].set_threadsafe()
+                    self._watches.add(watch)  # closed below, by finally, if refused here
+                    gate.check_usable(name)
+            left = None if deadline is None else max(0.0, deadline - clock.now())
+            return await self._acquire_or_wait(request, left, renew, watch)
+        finally:
+            with self._guard:
+                if watched is not None:
+                    self._watches.discard(watched)
+                first = line[0] is place
+                line.remove(place)
+                if not line:
+                    if self._lines.get(key) is line:
+                        del self._lines[key]
+                elif first:
+                    line[0].wake()
+                gate.end(context)
+            if watched is not None:
+                watched.close()
 
     async def _wait_turn(
         self,
         name: str,
-        line: collections.deque[AsyncEvent],
-        turn: AsyncEvent,
+        line: collections.deque[_Place],
+        place: _Place,
         deadline: float | None,
     ) -> bool:
-        """Wait until ``turn`` is first in its line; False if the deadline passed first."""
+        """Wait until ``place`` is first in its line; False if the deadline passed first."""
+        turn = AsyncEvent()
         with self._guard:
             self.gate.check_usable(name)
-            if line[0] is turn:
-                return True  # the usual case: nobody of this client ahead, nothing to wait for
+            if line[0] is place:
+                return True
+            # made under the guard: whoever leaves the head of the line from now on sets it
+            place.turn = turn
         clock = self._clock
         clock.add_listener(turn.set_threadsafe)
         try:
@@ -408,7 +477,7 @@ class AsyncLocks:
                 turn.clear()
                 with self._guard:
                     self.gate.check_usable(name)  # close() sets every turn
-                    if line[0] is turn:
+                    if line[0] is place:
                         return True
                 now = clock.now()
                 if deadline is not None and now >= deadline:
@@ -419,23 +488,17 @@ class AsyncLocks:
             clock.remove_listener(turn.set_threadsafe)
 
     async def _acquire_or_wait(
-        self, request: GrantRequest, timeout: float | None, renew: bool
+        self, request: GrantRequest, timeout: float | None, renew: bool, watch: AsyncWatch
     ) -> AsyncHold | None:
+        """Try, then wait on ``watch`` (made before the try) and try again until granted or
+        ``timeout`` runs out."""
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
-        # A single try leaves no waiter entry; every other try does: a release finds the
-        # waiters to wake by their entries, and fair requests keep their place by them.
-        queue = timeout != 0
-        watch = backend.watch(request.name, request.owner)
-        with self._guard:
-            self.gate.check_usable(request.name)  # close() wakes the waits it knows of
-            self._watches.add(watch)
         try:
-            first = request if request.queue == queue else replace(request, queue=queue)
-            hold = await self._try(first, renew)
-            if hold is not None or not queue:
+            hold = await self._try(request, renew)
+            if hold is not None:
                 return hold
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
             async with watch:
@@ -459,10 +522,6 @@ class AsyncLocks:
         except BaseException:
             await ashield(self._withdraw(request))
             raise
-        finally:
-            with self._guard:
-                self._watches.discard(watch)
-            watch.close()
         await ashield(self._withdraw(request))
         return None
 
@@ -507,8 +566,7 @@ class AsyncLocks:
             self._live[key] = hold
         hold.on_finish(lambda _: self._forget(key))
         due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold.deadline
-        self._renewer.schedule(hold, due)
-        self._renewer.deadline_set(hold.deadline)
+        self._renewer.schedule(hold, due, hold.deadline)
         return hold
 
     def _forget(self, key: int) -> None:

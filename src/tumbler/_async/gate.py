@@ -11,7 +11,6 @@ open, and an acquire could be granted a lock that nobody renews).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
@@ -25,6 +24,21 @@ from ..errors import ClientClosed, ForkedClient, InvalidTTL, TumblerError
 
 _log = logging.getLogger("tumbler")
 
+#: how many times the process was forked since this module was loaded, as the child counts:
+#: a gate made before a fork finds it changed in the child. Cheaper than asking the kernel
+#: for the pid on every call; every fork that goes on running Python code runs this hook
+#: (``os.fork``, ``os.forkpty``, multiprocessing's fork, and C code, which must call
+#: ``PyOS_AfterFork_Child``).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
 
 class AsyncClientGate:
     """The calls of one client on its backend (see the module docstring)."""
@@ -36,6 +50,7 @@ class AsyncClientGate:
         self.clock: Clock = backend.clock
         #: the process that made the client: a forked child's copies of its holds are not held
         self.pid = os.getpid()
+        self._forks = _forks
         #: the event loop the client belongs to (asyncio)
         self.loop = acurrent_loop()
         #: guards ``closed`` and the calls in flight, and also the client's books that must
@@ -43,7 +58,8 @@ class AsyncClientGate:
         self.guard = threading.Lock()
         self._closed = False
         self._min_ttl = backend.capabilities.min_ttl
-        self._calls: collections.Counter[Hashable] = collections.Counter()
+        #: the calls in flight, by thread (asyncio: task): close() waits for all but its own
+        self._calls: dict[Hashable, int] = {}
         self._calls_done = AsyncEvent()
 
     @property
@@ -59,7 +75,7 @@ class AsyncClientGate:
     @property
     def forked(self) -> bool:
         """True in a process forked from the one that made the client."""
-        return os.getpid() != self.pid
+        return _forks != self._forks
 
     def shut(self) -> bool:
         """Refuse every call from now on; False if the gate was shut already.
@@ -76,7 +92,7 @@ class AsyncClientGate:
 
     def check_usable(self, name: str | None) -> None:
         """Raise if a call may not start now (the caller holds ``guard``)."""
-        if self.forked:
+        if _forks != self._forks:
             raise ForkedClient(
                 "this client was made in a parent process; call connect() again in the child",
                 lock_name=name,
@@ -94,25 +110,23 @@ class AsyncClientGate:
         """A backend call that must run even after close() began (a release): close() waits."""
         return _Counted(self, None, refuse_if_closed=False)
 
-    def _enter(self, name: str | None, refuse_if_closed: bool) -> Hashable:
-        """Count a call in flight; the context it is counted for."""
-        context = acurrent_context()
-        with self.guard:
-            if refuse_if_closed:
-                self.check_usable(name)
-            else:
-                acheck_loop(self.loop)
-            self._calls[context] += 1
-        return context
+    def begin(self, context: Hashable) -> None:
+        """Count a call of ``context`` (a thread or task) in flight. The caller holds
+        ``guard``, in the critical section where it found the gate usable: for a caller that
+        has books of its own to keep under the guard, one section instead of two."""
+        calls = self._calls
+        calls[context] = calls.get(context, 0) + 1
 
-    def _exit(self, context: Hashable) -> None:
-        with self.guard:
-            self._calls[context] -= 1
-            if not self._calls[context]:
-                del self._calls[context]
-            closing = self._closed
-        if closing:
-            self._calls_done.set_threadsafe()
+    def end(self, context: Hashable) -> None:
+        """A call counted by ``begin`` ended (the caller holds ``guard``)."""
+        calls = self._calls
+        left = calls[context] - 1
+        if left:
+            calls[context] = left
+        else:
+            del calls[context]
+        if self._closed:
+            self._calls_done.set_threadsafe()  # never blocks: safe under the guard
 
     async def calls_finished(self) -> None:
         """Wait until no backend call is in flight but the closing thread's/task's own (an
@@ -164,7 +178,16 @@ class _Counted(contextlib.AbstractContextManager[None]):
         self._context: Hashable = None
 
     def __enter__(self) -> None:
-        self._context = self._gate._enter(self._name, self._refuse_if_closed)
+        gate = self._gate
+        self._context = context = acurrent_context()
+        with gate.guard:
+            if self._refuse_if_closed:
+                gate.check_usable(self._name)
+            else:
+                acheck_loop(gate.loop)
+            gate.begin(context)
 
     def __exit__(self, *exc_info: object) -> None:
-        self._gate._exit(self._context)
+        gate = self._gate
+        with gate.guard:
+            gate.end(self._context)

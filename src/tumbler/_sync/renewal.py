@@ -70,13 +70,16 @@ class Renewer(Generic[T]):
         self._workers: list[Worker] = []
         clock.add_listener(self._wake_both)
 
-    def schedule(self, item: T, due: float) -> None:
-        """Serve ``item`` at ``due`` on the clock (and then whenever it asks)."""
+    def schedule(self, item: T, due: float, deadline: float | None = None) -> None:
+        """Serve ``item`` at ``due`` on the clock (and then whenever it asks); ``deadline``:
+        a new item's deadline, for the deadline watch, which moves its alarm if this one
+        comes first."""
         with self._lock:
             heapq.heappush(self._heap, (due, next(self._order), item))
             # The worker sleeps until the earliest due time: wake it only if that moved
             # earlier (a thread switch per acquisition would cost more than the grant).
             earliest = self._heap[0][0] == due
+            earlier = deadline is not None and (self._watched is None or deadline < self._watched)
             if not self._workers and not self._closed:
                 self._workers = [
                     spawn(self._run, "tumbler-renewal"),
@@ -84,11 +87,6 @@ class Renewer(Generic[T]):
                 ]
         if earliest:
             self._wakeup.set_threadsafe()
-
-    def deadline_set(self, deadline: float) -> None:
-        """A new hold's deadline: the watch moves its alarm if this one comes first."""
-        with self._lock:
-            earlier = self._watched is None or deadline < self._watched
         if earlier:
             self._watch_wakeup.set_threadsafe()
 
@@ -147,7 +145,7 @@ class Renewer(Generic[T]):
                 # No hold to watch: look again after a while all the same. A hold that came and
                 # went before the watch got to run (a client that acquires and releases in a
                 # loop, on an event loop) leaves it nothing to watch; sleeping until woken would
-                # make every next acquisition wake it (deadline_set), a task switch each.
+                # make every next acquisition wake it (schedule), a task switch each.
                 deadline = self._clock.now() + IDLE_LOOK
             with self._lock:
                 self._watched = deadline

@@ -109,3 +109,12 @@ async def test_exit_closes_the_watch(backend):
     async with AsyncHubWatch(backend.clock, NAME, backend.hub):
         assert backend.hub.subscribers(NAME) == 1
     assert backend.hub.subscribers(NAME) == 0
+
+
+async def test_a_wake_up_from_another_thread_before_the_first_wait_ends_it(backend):
+    # the watch makes its event at the first wait: a wake-up before it must be kept
+    async with AsyncHubWatch(backend.clock, NAME, backend.hub) as watch:
+        notifier = threading.Thread(target=backend.hub.notify, args=(NAME,))
+        notifier.start()
+        notifier.join()
+        await abackground(lambda: watch.wait(LONG)).result()

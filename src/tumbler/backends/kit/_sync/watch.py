@@ -47,12 +47,26 @@ class BaseWatch:
         self.retry_needed = False
         self._clock = clock
         self._hub = hub
-        self._event = Event()
+        # The event is made by the first wait, not here: most watches are closed unused (the
+        # lock's first try found it free), and an event costs more than the rest of a watch.
+        # Until then ``_woken`` remembers a wake-up for it.
+        self._event: Event | None = None
+        self._woken = False
         self._closing = threading.Lock()
         self._closed = False
-        clock.add_listener(self._event.set_threadsafe)
+        #: one bound method, so that the clock and the hub are given back the same one
+        self._listener = self._on_change
+        clock.add_listener(self._listener)
         if hub is not None:
-            hub.subscribe(name, self._event.set_threadsafe, tag)
+            hub.subscribe(name, self._listener, tag)
+
+    def _on_change(self) -> None:
+        # Written before the event is read, as the first wait makes the event before it reads
+        # the flag: whichever comes second sees the other's write, so no wake-up is lost.
+        self._woken = True
+        event = self._event
+        if event is not None:
+            event.set_threadsafe()
 
     def _subscribe(self) -> bool:
         """Make whatever subscription entry needs beyond the hub (I/O allowed); return whether
@@ -66,12 +80,17 @@ class BaseWatch:
 
     def wait(self, timeout: float) -> None:
         """Return when the lock may have changed, or after ``timeout`` seconds on the clock."""
-        self._event.wait(self._clock.real_timeout(timeout))
-        self._event.clear()
+        event = self._event
+        if event is None:
+            event = self._event = Event()
+            if self._woken:
+                event.set_threadsafe()
+        event.wait(self._clock.real_timeout(timeout))
+        event.clear()
 
     def wake(self) -> None:
         """End the current wait now, or the next one if none is under way (from any thread)."""
-        self._event.set_threadsafe()
+        self._on_change()
 
     def close(self) -> None:
         """Stop listening (again is harmless; a watch never entered may be closed too)."""
@@ -79,9 +98,9 @@ class BaseWatch:
             if self._closed:
                 return
             self._closed = True
-        self._clock.remove_listener(self._event.set_threadsafe)
+        self._clock.remove_listener(self._listener)
         if self._hub is not None:
-            self._hub.unsubscribe(self.name, self._event.set_threadsafe)
+            self._hub.unsubscribe(self.name, self._listener)
         self._unsubscribe()
 
     def __enter__(self) -> BaseWatch:

@@ -489,6 +489,30 @@ def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(
     assert holder.lock("closed-while-waiting").acquire(timeout=0)
 
 
+def test_close_ends_the_waits_of_waiters_behind_another_of_their_client(
+    connect: Connect,
+) -> None:
+    holder, closing = connect(), connect()
+    held = holder.lock("closed-behind")
+    assert held.acquire()
+    lock = closing.lock("closed-behind")
+    # no timeout: only close() can end these waits; the first waits at the backend, the
+    # others for their turn in the client's line
+    pending = [background(lambda: lock.acquire(timeout=None)) for _ in range(3)]
+
+    def all_in_line() -> bool:
+        # the client's line is the lock layer's own book (no backend shows it)
+        return sum(len(line) for line in closing._lines.values()) == 3
+
+    eventually(all_in_line, "the three waiters are in their client's line")
+    closing.close()
+    for waiter in pending:
+        with pytest.raises(ClientClosed):
+            waiter.result()
+    assert (holder.status("closed-behind")).waiters == 0
+    held.release()
+
+
 def test_leaving_with_after_close_raises_lock_lost_once(connect: Connect) -> None:
     locks = connect()
     with pytest.raises(LockLost):  # noqa: PT012 (the with block is the scenario)

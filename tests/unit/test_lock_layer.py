@@ -1,0 +1,81 @@
+"""The lock layer's own books on the fast path: what an acquisition that needs no wait leaves
+behind (nothing), and the gate's fork check. On ``memory://``, whose hub shows the watches
+subscribed."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import tumbler
+from tumbler import ForkedClient
+
+NAME = "orders:42"
+
+
+@pytest.fixture
+def locks():
+    client = tumbler.connect("memory://lock-layer")
+    yield client
+    client.close()
+
+
+def test_an_acquisition_that_finds_the_lock_free_leaves_no_watch_or_line(locks):
+    hub = locks._backend.hub
+    lock = locks.lock(NAME)
+    assert lock.acquire()
+    assert hub.subscribers(NAME) == 0
+    assert locks._lines == {}
+    assert locks._watches == set()
+    lock.release()
+    assert locks.gate._calls == {}
+
+
+def test_a_refused_single_try_subscribes_nothing_and_leaves_no_waiter(locks):
+    other = tumbler.connect("memory://lock-layer")
+    try:
+        held = other.lock(NAME)
+        assert held.acquire()
+        subscribed = []
+        original = locks._backend.watch
+
+        def watch(name: str, owner: str):  # the single try must not make one
+            subscribed.append(name)
+            return original(name, owner)
+
+        locks._backend.watch = watch
+        assert not locks.lock(NAME).acquire(blocking=False)
+        assert subscribed == []
+        assert locks.status(NAME).waiters == 0
+        assert locks._lines == {}
+        held.release()
+    finally:
+        other.close()
+
+
+def test_a_client_made_before_a_fork_is_refused_in_the_child(locks):
+    lock = locks.lock(NAME)
+    assert lock.acquire()
+    hold = lock.hold
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+        pid = os.fork()
+    if pid == 0:  # the child: report by exit status only
+        code = 0
+        try:
+            if not locks.gate.forked or hold.held:
+                code = 10
+            try:
+                locks.lock("other").acquire()
+                code = 11
+            except ForkedClient:
+                pass
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not locks.gate.forked
+    assert hold.held
+    lock.release()
