@@ -37,9 +37,9 @@ What it guarantees
     re-check every second in case a message is lost; on a single server the release grants
     the lock to the waiters it lets through itself, and the wake-up carries the grant (the
     waiter takes it without a round trip; see ``.lua``), unless ``wait_replicas`` is set
-    (each grant must then be the waiter's own write, which its WAIT covers). A grant attempt costs the server the
-    same however long the lock's line is (the line is kept in sorted sets, see
-    ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
+    (each grant must then be the waiter's own write, which its WAIT covers). A grant attempt
+    costs the server the same however long the lock's line is (the line is kept in sorted
+    sets, see ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
     do not parse block nothing: the scripts skip and drop them (``status`` counts them:
     ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
     listens (its process died, and the server closed its connections) drops that waiter and
