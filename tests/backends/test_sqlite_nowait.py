@@ -322,6 +322,54 @@ def test_call_nowait_leaves_one_call_in_so_many_to_the_thread(tmp_path):
         backend.close()
 
 
+# -- short pauses: a blocking grant or release does not sleep a millisecond per collision ---
+
+
+@pytest.mark.parametrize("call", ["try_grant", "release"])
+def test_a_blocking_call_takes_short_pauses_before_the_busy_handler(tmp_path, monkeypatch, call):
+    """Another connection holds the write lock and lets go during the call's first short
+    pause: the call then gets the lock. With ``busy_timeout=0`` SQLite's busy handler would
+    have refused at once, so the call got it through the short pauses."""
+    path = tmp_path / "locks.db"
+    backend = SQLiteBackend(parse_url(f"sqlite:///{path}?busy_timeout=0"))
+    pauses: list[float] = []
+    try:
+        assert backend.try_grant(request("x", "a")) is not None
+        with contextlib.ExitStack() as held:
+            blocker = held.enter_context(write_locked(path))
+
+            def pause(seconds: float) -> None:
+                pauses.append(seconds)
+                blocker.execute("ROLLBACK")  # the other connection lets go
+                blocker.execute("BEGIN")  # (write_locked's ROLLBACK ends this one)
+
+            monkeypatch.setattr(sqlite_backend, "_pause", pause)
+            if call == "try_grant":
+                assert backend.try_grant(request("y", "b")) is not None
+            else:
+                assert backend.release("x", "a") is True
+        assert pauses == [sqlite_backend.SHORT_PAUSES[0]]
+    finally:
+        backend.close()
+
+
+def test_a_blocking_grant_leaves_the_rest_of_the_wait_to_the_busy_handler(tmp_path, monkeypatch):
+    """A write lock held through every short pause: the grant tried once per pause, wrote
+    nothing, and then waited in SQLite's busy handler (``busy_timeout``: 0 here, so it is
+    refused)."""
+    path = tmp_path / "locks.db"
+    backend = SQLiteBackend(parse_url(f"sqlite:///{path}?busy_timeout=0"))
+    pauses: list[float] = []
+    monkeypatch.setattr(sqlite_backend, "_pause", pauses.append)
+    try:
+        with write_locked(path), pytest.raises(tumbler.BackendUnavailable, match="busy_timeout"):
+            backend.try_grant(request("x", "a"))
+        assert pauses == list(sqlite_backend.SHORT_PAUSES)
+        assert not backend.inspect("x").locked
+    finally:
+        backend.close()
+
+
 # -- doorbells: a release wakes the waiters it lets through, in other processes too ----------
 
 needs_doorbells = pytest.mark.skipif(not DOORBELLS, reason="doorbells are Linux-only")

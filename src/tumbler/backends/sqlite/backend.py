@@ -120,6 +120,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -190,6 +191,15 @@ _SWEEP = 8
 #: a checkpoint fsyncs). SQLite's own checkpoint threshold is 1000 pages, a few hundred of
 #: our transactions.
 NOWAIT_UPKEEP = 64
+
+#: the pauses a blocking grant or release takes while another connection holds the write
+#: lock, before it leaves the wait to SQLite's busy handler: that handler's first pause is a
+#: whole millisecond, where another client's grant or release holds the lock for some tens
+#: of microseconds. A waiter that a release has just woken meets the releaser's next try
+#: often, and would otherwise sleep through a millisecond per hand-off.
+SHORT_PAUSES = (0.00005, 0.0001, 0.0002, 0.0004, 0.0008)
+#: how a short pause is taken (a seam for the test that shows the pauses are taken)
+_pause = time.sleep
 
 #: how long a force-release note outlives the lease it ended: the evicted holder may learn of
 #: its loss a little after that lease would have run out (a renewal that waited for the write
@@ -950,23 +960,52 @@ class SQLiteBackend:
         self._nowait_calls += 1
         if self.synchronous == "full" or self._nowait_calls % NOWAIT_UPKEEP == 0:
             raise WouldBlock("left to the backend's thread", backend=self.url)
+        try:
+            return self._without_waiting(function, *args)
+        except _Busy:
+            raise WouldBlock("the database is locked", backend=self.url) from None
+
+    def _without_waiting(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` through this thread's no-wait connection; ``_Busy``, with
+        nothing done, where another connection holds the write lock."""
         self._local.nowait = True
         try:
             return function(*args)
         except _Busy:
             # A COMMIT refused as busy leaves its transaction open, and with it this
-            # connection's write lock: the worker's retry would wait for it in vain.
+            # connection's write lock: a retry on the other connection would wait for it in
+            # vain.
             db: sqlite3.Connection | None = getattr(self._local, "nowait_db", None)
             if db is not None and db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
-            raise WouldBlock("the database is locked", backend=self.url) from None
+            raise
         finally:
             self._local.nowait = False
+
+    def _with_short_pauses(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)``, tried without waiting and again after each of
+        ``SHORT_PAUSES`` while another connection holds the write lock, then left to SQLite's
+        busy handler (``busy_timeout``). Inside ``call_nowait``, just ``function(*args)``; and
+        one call in ``NOWAIT_UPKEEP`` goes straight to the usual connection, which
+        checkpoints the WAL (the no-wait one never does)."""
+        if getattr(self._local, "nowait", False):
+            return function(*args)
+        self._nowait_calls += 1
+        if self._nowait_calls % NOWAIT_UPKEEP:
+            for pause in SHORT_PAUSES:
+                try:
+                    return self._without_waiting(function, *args)
+                except _Busy:
+                    _pause(pause)
+        return function(*args)
 
     # -- the contract ------------------------------------------------------------------------
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
+        return self._with_short_pauses(self._try_grant, request)
+
+    def _try_grant(self, request: GrantRequest) -> Grant | None:
         with self._transaction() as db:
             now = boot_time_ns()
             refresh: list[int] = []
@@ -1164,6 +1203,9 @@ class SQLiteBackend:
                 )
 
     def release(self, name: str, owner: str) -> bool:
+        return self._with_short_pauses(self._release, name, owner)
+
+    def _release(self, name: str, owner: str) -> bool:
         db = self._connection()
         now = boot_time_ns()
         with self._errors():
