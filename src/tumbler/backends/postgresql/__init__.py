@@ -65,6 +65,7 @@ DESCRIPTOR = BackendDescriptor(
     system_packages=("postgresql",),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
+    single_server=_single_server,
 )
 
 if TYPE_CHECKING:

@@ -116,7 +116,11 @@ _REFUSED = ("28", "42501")
 #: 3F000 (no such schema)
 _MISCONFIGURED = ("3D000", "3F000")
 #: what libpq says of refused credentials before any SQLSTATE reaches the client
-_AUTH_FAILED = re.compile(r"password authentication failed|no password supplied|pg_hba\.conf")
+_AUTH_FAILED = re.compile(
+    r"password authentication failed|no password supplied|pg_hba\.conf|role \".*\" does not exist"
+)
+#: ... and of a database that is not there
+_NO_DATABASE = re.compile(r"database \".*\" does not exist")
 
 
 def owner_hash(owner: str) -> str:
@@ -131,7 +135,7 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
     text = str(error).strip()
     if state.startswith(_REFUSED) or (not state and _AUTH_FAILED.search(text)):
         return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
-    if state in _MISCONFIGURED:
+    if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
         return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
     if state == "57014":
         return BackendUnavailable(

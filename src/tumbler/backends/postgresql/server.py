@@ -6,8 +6,8 @@ its Unix socket inside that directory. It can be killed (SIGKILL, as in a crash)
 again on the same port and data, and stopped (a *fast* shutdown: clients are disconnected,
 which is what a restart in production does to them).
 
-The cluster is made for tests: no fsync, no synchronous commit, no full-page writes (a crash
-of the process loses nothing the kernel has; only a power cut would). Authentication: the
+The cluster is made for tests: no fsync, no full-page writes (a crash of the process loses
+nothing the kernel has; only a power cut would). Authentication: the
 superuser ``postgres`` is trusted on loopback and the socket (the tests' admin), every other
 role must give its password (``scram-sha-256``). The first start makes the role ``tumbler``
 (with :data:`TUMBLER_PASSWORD`, which has URL-special characters) and the database
@@ -281,9 +281,10 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
             "listen_addresses": self.host,
             "unix_socket_directories": str(self.socket_dir),
             "max_connections": str(self.max_connections),
-            # a test server: what a crash of the process keeps is what the kernel has
+            # a test server: what a crash of the process keeps is what the kernel has (a
+            # commit still writes its WAL before it returns: synchronous_commit=off would lose
+            # the last commits to a SIGKILL, token sequence advances with them)
             "fsync": "off",
-            "synchronous_commit": "off",
             "full_page_writes": "off",
             "shared_buffers": "32MB",
             "log_min_messages": "warning",

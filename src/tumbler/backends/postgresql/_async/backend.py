@@ -10,7 +10,9 @@ import contextlib
 import dataclasses
 import logging
 import secrets
+import select
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,7 +20,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.pq import TransactionStatus
 
-from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
+from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, PermitsMismatch
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
@@ -64,6 +66,33 @@ def to_wake(rows: Sequence[_Row]) -> list[tuple[str, str]]:
     return woken
 
 
+def _closed_by_server(connection: AsyncConnection[Any]) -> bool:
+    """Whether an idle connection's socket has something to read: the server's goodbye."""
+    if connection.closed:
+        return True
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _transient(error: psycopg.OperationalError) -> bool:
+    """Whether a failed connect says the server is not there for the moment (restarting),
+    rather than that this client may not connect (credentials, database)."""
+    if error.sqlstate is not None:
+        return error.sqlstate == "57P03"  # cannot_connect_now: starting up, shutting down
+    text = str(error)
+    return any(
+        reason in text
+        for reason in (
+            "the database system is",  # starting up, shutting down, in recovery mode
+            "Connection refused",
+            "server closed the connection unexpectedly",
+        )
+    )
+
+
 class AsyncPool:
     """The client's connections for calls: at most ``max_connections`` in use at once, idle
     ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
@@ -83,22 +112,41 @@ class AsyncPool:
             f"-c idle_in_transaction_session_timeout={milliseconds}"
         )
 
-    async def connect(self) -> AsyncConnection[Any]:
-        """A new connection (autocommit: each call says where its transaction begins)."""
-        return await AsyncConnection.connect(
-            autocommit=True, options=self._options, **self._config.connect_options
-        )
+    async def connect(self, patience: float | None = None) -> AsyncConnection[Any]:
+        """A new connection (autocommit: each call says where its transaction begins).
+
+        A server that refuses connections for a moment (restarting: shutting down, starting
+        up, not listening yet) is tried again for up to ``patience`` seconds (default
+        ``connect_timeout``): a connection that failed ran nothing, so trying again is safe,
+        and a restart then costs callers a wait rather than an error.
+        """
+        patience = self._config.connect_timeout if patience is None else patience
+        deadline = time.monotonic() + patience
+        pause = 0.02
+        while True:
+            try:
+                return await AsyncConnection.connect(
+                    autocommit=True, options=self._options, **self._config.connect_options
+                )
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0 or not _transient(error):
+                    raise
+                await asleep_real(min(pause, left))
+                pause = min(pause * 2, 0.5)
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+    async def connection(
+        self, patience: float | None = None
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection for one call; ``patience``: see :meth:`connect`."""
         if self._closed:
             raise psycopg.OperationalError("the client is closed")
         try:
             async with self._slots:
-                with self._lock:
-                    connection = self._idle.pop() if self._idle else None
+                connection = await self._idle_connection()
                 if connection is None:
-                    connection = await self.connect()
+                    connection = await self.connect(patience)
                 try:
                     yield connection
                 except BaseException as error:
@@ -122,6 +170,24 @@ class AsyncPool:
                 "(in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    async def _idle_connection(self) -> AsyncConnection[Any] | None:
+        """An idle connection the server has not closed, if there is one.
+
+        An idle connection has nothing to read unless the server closed it (a restart, an
+        administrator's ``pg_terminate_backend``, ``idle_session_timeout``): its last words
+        are waiting in the socket. Such a connection would fail the call that used it, so it
+        is dropped here, and so are the other idle ones (a restart closed them all).
+        """
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                connection = self._idle.pop()
+            if not _closed_by_server(connection):
+                return connection
+            await connection.close()
+            await self._drop_idle()
 
     async def _drop_idle(self) -> None:
         with self._lock:
@@ -392,7 +458,7 @@ class AsyncPostgreSQLBackend:
         return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
 
     async def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
-        async with self.pool.connection() as connection:
+        async with self.pool.connection(patience=timeout) as connection:
             async with connection.pipeline(), connection.transaction():
                 await connection.execute(self.sql["bound"], (str(max(1, round(timeout * 1000))),))
                 cursor = await connection.execute(
