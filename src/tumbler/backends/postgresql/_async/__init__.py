@@ -1,0 +1,1 @@
+"""The PostgreSQL backend written for asyncio: the source of ``../_sync``."""

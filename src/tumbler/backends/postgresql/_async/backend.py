@@ -1,0 +1,554 @@
+"""The PostgreSQL backend (asyncio flavour, the source of the generated blocking twin).
+
+See ``tumbler.backends.postgresql.common`` for the URL grammar and the guarantees, and
+``tumbler.backends.postgresql.statements`` for the tables and statements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import secrets
+import select
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.pq import TransactionStatus
+
+from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
+from ...._clock import SYSTEM_CLOCK, Clock
+from ....errors import BackendUnavailable, PermitsMismatch
+from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
+from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, decide, plan
+from .. import CAPABILITIES
+from ..common import (
+    AsyncBound,
+    AsyncSlots,
+    NoConnection,
+    PostgreSQLConfig,
+    capabilities_for,
+    owner_hash,
+    translate_errors,
+)
+from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
+
+_log = logging.getLogger("tumbler.postgresql")
+
+#: a live entry of a name as the wake-up reads it: (owner, seq, shared, lim, fair, token, client)
+_Row = tuple[str, int, bool, int, bool, "int | None", "str | None"]
+
+
+def to_wake(rows: Sequence[_Row]) -> list[tuple[str, str]]:
+    """The waiters of a line that the grant rule lets through now, as ``(channel, owner
+    hash)``, in arrival order: each such waiter counts as granted for those behind it, so a
+    mutex wakes one waiter, not the herd."""
+    line = [
+        Entry(owner, seq, shared, lim, fair, token)
+        for owner, seq, shared, lim, fair, token, _ in rows
+    ]
+    woken: list[tuple[str, str]] = []
+    for index, (owner, _, shared, lim, fair, token, client) in enumerate(rows):
+        if token is not None:
+            continue
+        try:
+            decision = decide(line, owner, shared, lim, fair)
+        except PermitsMismatch:
+            continue
+        if decision is Decision.GRANT:
+            line[index] = dataclasses.replace(line[index], token=0)
+            if client is not None:
+                woken.append((client, owner))
+    return woken
+
+
+def _closed_by_server(connection: AsyncConnection[Any]) -> bool:
+    """Whether an idle connection's socket has something to read: the server's goodbye."""
+    if connection.closed:
+        return True
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _transient(error: psycopg.OperationalError) -> bool:
+    """Whether a failed connect says the server is not there for the moment (restarting),
+    rather than that this client may not connect (credentials, database)."""
+    if error.sqlstate is not None:
+        return error.sqlstate == "57P03"  # cannot_connect_now: starting up, shutting down
+    text = str(error)
+    return any(
+        reason in text
+        for reason in (
+            "the database system is",  # starting up, shutting down, in recovery mode
+            "Connection refused",
+            "server closed the connection unexpectedly",
+        )
+    )
+
+
+class AsyncPool:
+    """The client's connections for calls: at most ``max_connections`` in use at once, idle
+    ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
+    a transaction still open) is closed rather than reused; after a connection failed, the
+    idle ones are dropped too (a restarted server has closed them all)."""
+
+    def __init__(self, config: PostgreSQLConfig) -> None:
+        self._config = config
+        self._idle: list[AsyncConnection[Any]] = []
+        self._lock = threading.Lock()
+        self._slots = AsyncSlots(config.max_connections, config.statement_timeout)
+        self._closed = False
+        milliseconds = round(config.statement_timeout * 1000)
+        self._options = (
+            f"-c statement_timeout={milliseconds} "
+            f"-c lock_timeout={round(config.lock_timeout * 1000)} "
+            f"-c idle_in_transaction_session_timeout={milliseconds}"
+        )
+
+    async def connect(self, patience: float | None = None) -> AsyncConnection[Any]:
+        """A new connection (autocommit: each call says where its transaction begins).
+
+        A server that refuses connections for a moment (restarting: shutting down, starting
+        up, not listening yet) is tried again for up to ``patience`` seconds (default
+        ``connect_timeout``): a connection that failed ran nothing, so trying again is safe,
+        and a restart then costs callers a wait rather than an error.
+        """
+        patience = self._config.connect_timeout if patience is None else patience
+        deadline = time.monotonic() + patience
+        pause = 0.02
+        while True:
+            try:
+                return await AsyncConnection.connect(
+                    autocommit=True, options=self._options, **self._config.connect_options
+                )
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0 or not _transient(error):
+                    raise
+                await asleep_real(min(pause, left))
+                pause = min(pause * 2, 0.5)
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, patience: float | None = None
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection for one call; ``patience``: see :meth:`connect`."""
+        if self._closed:
+            raise psycopg.OperationalError("the client is closed")
+        try:
+            async with self._slots:
+                connection = await self._idle_connection()
+                if connection is None:
+                    connection = await self.connect(patience)
+                try:
+                    yield connection
+                except BaseException as error:
+                    await connection.close()
+                    if isinstance(error, psycopg.OperationalError):
+                        await self._drop_idle()
+                    raise
+                if (
+                    self._closed
+                    or connection.closed
+                    or connection.info.transaction_status != TransactionStatus.IDLE
+                ):
+                    await connection.close()
+                    return
+                with self._lock:
+                    self._idle.append(connection)
+        except NoConnection:
+            raise BackendUnavailable(
+                "every connection of this client to PostgreSQL stayed busy for "
+                "statement_timeout; the client makes more calls at once than max_connections "
+                "(in the URL) allows",
+                backend=self._config.url,
+            ) from None
+
+    async def _idle_connection(self) -> AsyncConnection[Any] | None:
+        """An idle connection the server has not closed, if there is one.
+
+        An idle connection has nothing to read unless the server closed it (a restart, an
+        administrator's ``pg_terminate_backend``, ``idle_session_timeout``): its last words
+        are waiting in the socket. Such a connection would fail the call that used it, so it
+        is dropped here, and so are the other idle ones (a restart closed them all).
+        """
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                connection = self._idle.pop()
+            if not _closed_by_server(connection):
+                return connection
+            await connection.close()
+            await self._drop_idle()
+
+    async def _drop_idle(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._drop_idle()
+
+
+class AsyncWakeups:
+    """The client's one listening connection: ``LISTEN`` on the client's own channel.
+
+    A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
+    with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
+    hash])``, which wakes just that waiter. The connection is made at the first wait and kept
+    until close(); when it fails, the reader connects again (with a backoff) and then wakes
+    every waiter, since a notification may have been missed meanwhile.
+    """
+
+    def __init__(self, backend: AsyncPostgreSQLBackend) -> None:
+        self._backend = backend
+        self._reader: AsyncWorker | None = None
+        self._lock = threading.Lock()
+        self._starting = AsyncMutex()
+        self._listening = AsyncEvent()
+        self._stop = AsyncEvent()
+        self._closed = False
+
+    def subscribed(self) -> bool:
+        """Whether the server is known to deliver this client's notifications now."""
+        return self._listening.is_set()
+
+    async def subscribe(self, name: str) -> None:
+        """Return once the client listens (``name``: for errors)."""
+        async with self._starting:
+            with self._lock:
+                if self._reader is None and not self._closed:
+                    self._reader = aspawn(self._read, "tumbler-postgresql-wakeups")
+        config = self._backend.config
+        if not await self._listening.wait(config.connect_timeout + config.statement_timeout):
+            raise BackendUnavailable(
+                "could not LISTEN for wake-ups in time", lock_name=name, backend=self._backend.url
+            )
+
+    async def _read(self) -> None:
+        backend = self._backend
+        failures = 0
+        while not self._closed:
+            connection: AsyncConnection[Any] | None = None
+            try:
+                connection = await backend.pool.connect()
+                await connection.execute(
+                    sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
+                )
+                self._listening.set_threadsafe()
+                if failures:
+                    backend.hub.notify_all()  # something may have changed unheard
+                failures = 0
+                while not self._closed:
+                    async for notification in connection.notifies(timeout=1.0):
+                        tag, _, name = notification.payload.partition(" ")
+                        if tag:
+                            backend.hub.notify(name, (tag,))
+                        if self._closed:
+                            break
+            except Exception as error:  # the reader must outlive any failure but close()
+                self._listening.clear()
+                if self._closed:
+                    break
+                failures += 1
+                _log.warning("PostgreSQL wake-up connection failed (waiters re-check): %s", error)
+                await self._stop.wait(min(1.0, 0.05 * 2**failures))
+            finally:
+                if connection is not None:
+                    await connection.close()
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            reader, self._reader = self._reader, None
+        self._stop.set_threadsafe()
+        if reader is None:
+            return
+        # end the reader's wait for notifications now rather than at its next timeout
+        with contextlib.suppress(psycopg.Error, BackendUnavailable):
+            async with self._backend.pool.connection() as connection:
+                await connection.execute("SELECT pg_notify(%s, '')", (self._backend.channel,))
+        await ajoin(reader)
+
+
+class AsyncPostgreSQLWatch(AsyncBaseWatch):
+    """A waiter's view of its client's wake-up channel.
+
+    Made before the first try, it registers for local wake-ups at once; if the client listens
+    already, nothing after that try can be missed and entering costs nothing. Otherwise
+    entering starts listening and asks for a retry.
+    """
+
+    def __init__(self, backend: AsyncPostgreSQLBackend, name: str, owner: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
+        self._backend = backend
+        self._listening = not backend.config.listen or backend.wakeups.subscribed()
+
+    async def _subscribe(self) -> bool:
+        if self._listening:
+            return False
+        await self._backend.wakeups.subscribe(self.name)
+        return True
+
+
+class AsyncPostgreSQLBackend:
+    """The PostgreSQL backend contract over psycopg 3: a small pool of connections for calls,
+    and one listening connection for wake-ups."""
+
+    session_events: SessionEvents | None = None
+
+    def __init__(self, config: PostgreSQLConfig) -> None:
+        self.config = config
+        self.url = config.url
+        self.capabilities = capabilities_for(CAPABILITIES, config)
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        #: this client's NOTIFY channel; stored with each of its waiters
+        self.channel = f"tumbler_{secrets.token_hex(8)}"
+        self.sql = Statements.of(config.schema)
+        self.pool = AsyncPool(config)
+        self.wakeups = AsyncWakeups(self)
+        self._bound = AsyncBound()
+        self._grants = 0
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and make the schema's tables if they are missing (idempotent; clients
+        racing to make them take turns on a transaction-scoped advisory lock)."""
+        with translate_errors(self.url):
+            async with self.pool.connection() as connection:
+                if await self._tables_exist(connection):
+                    return
+                async with connection.transaction():
+                    await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+                    for statement in self.sql.create:
+                        await connection.execute(statement)
+
+    async def _tables_exist(self, connection: AsyncConnection[Any]) -> bool:
+        cursor = await connection.execute(
+            self.sql["exists"],
+            {
+                "entries": self.sql.entries,
+                "evictions": self.sql.evictions,
+                "tokens": self.sql.tokens,
+            },
+        )
+        row = await cursor.fetchone()
+        return bool(row and row[0])
+
+    # -- grants ----------------------------------------------------------------------------
+
+    async def try_grant(self, request: GrantRequest) -> Grant | None:
+        owner = owner_hash(request.owner)
+        with translate_errors(self.url, request.name):
+            async with self.pool.connection() as connection:
+                token = await self._grant_if_free(connection, request, owner)
+                if token is None:
+                    token = await self._decide(connection, request, owner)
+                self._grants += 1
+                if self._grants % SWEEP_EVERY == 0:
+                    await connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
+                    await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+        return None if token is None else Grant(request.name, request.owner, token, request.ttl)
+
+    async def _grant_if_free(
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
+    ) -> int | None:
+        """The grant of a name with no live entry, in one round trip; None if it has one."""
+        async with connection.pipeline(), connection.transaction():
+            await connection.execute(
+                self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
+            )
+            await connection.execute(self.sql["drop_expired"], (request.name,))
+            cursor = await connection.execute(
+                self.sql["grant_if_free"],
+                {
+                    "name": request.name,
+                    "owner": owner,
+                    "shared": request.shared,
+                    "lim": request.limit,
+                    "fair": request.fair,
+                    "ttl": request.ttl,
+                    "holder": request.holder,
+                },
+            )
+        row = await cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    async def _decide(
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
+    ) -> int | None:
+        """Decide by the grant rule on the name's live line, and write what it says."""
+        async with connection.transaction():
+            await connection.execute(
+                self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
+            )
+            cursor = await connection.execute(self.sql["line"], (request.name,))
+            line = [
+                Entry(entry_owner, seq, shared, lim, fair, token)
+                for entry_owner, seq, shared, lim, fair, token in await cursor.fetchall()
+            ]
+            decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
+            if decided.decision is Decision.HELD:
+                return decided.held_token
+            write = decided.write
+            client = self.channel if self.config.listen else None
+            waiter_ttl = self.capabilities.waiter_ttl
+            if write is Write.NOTHING:
+                return None
+            if write is Write.REFRESH_WAITER:
+                assert decided.mine is not None
+                await connection.execute(
+                    self.sql["refresh_waiter"],
+                    {"seq": decided.mine.seq, "ttl": waiter_ttl, "client": client},
+                )
+                return None
+            if write is Write.GRANT_WAITER:
+                assert decided.mine is not None
+                cursor = await connection.execute(
+                    self.sql["grant_waiter"],
+                    {"seq": decided.mine.seq, "ttl": request.ttl},
+                )
+            else:  # ADD_GRANT or ADD_WAITER
+                grant = write is Write.ADD_GRANT
+                cursor = await connection.execute(
+                    self.sql["add"],
+                    {
+                        "name": request.name,
+                        "owner": owner,
+                        "shared": request.shared,
+                        "lim": request.limit,
+                        "fair": request.fair,
+                        "grant": grant,
+                        "ttl": request.ttl if grant else waiter_ttl,
+                        "holder": request.holder,
+                        "client": None if grant else client,
+                    },
+                )
+            row = await cursor.fetchone()
+            assert row is not None
+            return None if row[0] is None else int(row[0])
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        with translate_errors(self.url, name):
+            async with self.pool.connection() as connection:
+                cursor = await connection.execute(self.sql["renew"], (ttl, name, owner_hash(owner)))
+                renewed = cursor.rowcount == 1
+        return ttl if renewed else None
+
+    async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """Every renewal in one statement, the server cancelling it past ``timeout``."""
+        if not renewals:
+            return []
+        with translate_errors(self.url):
+            renewed = await self._bound.run(lambda: self._renew_all(renewals, timeout), timeout)
+        return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
+
+    async def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
+        async with self.pool.connection(patience=timeout) as connection:
+            async with connection.pipeline(), connection.transaction():
+                await connection.execute(self.sql["bound"], (str(max(1, round(timeout * 1000))),))
+                cursor = await connection.execute(
+                    self.sql["renew_all"],
+                    (
+                        [r.name for r in renewals],
+                        [owner_hash(r.owner) for r in renewals],
+                        [r.ttl for r in renewals],
+                    ),
+                )
+            return {(name, owner) for name, owner in await cursor.fetchall()}
+
+    # -- release ---------------------------------------------------------------------------
+
+    async def release(self, name: str, owner: str) -> bool:
+        with translate_errors(self.url, name):
+            async with self.pool.connection() as connection:
+                async with connection.pipeline(), connection.transaction():
+                    await connection.execute(
+                        self.sql["lock_name"], (name_key(self.sql.schema, name),)
+                    )
+                    removed = await connection.execute(
+                        self.sql["remove"], (name, owner_hash(owner))
+                    )
+                    line = await connection.execute(self.sql["wake_line"], {"name": name})
+                row = await removed.fetchone()
+                await self._notify(connection, name, await line.fetchall())
+        return bool(row and row[0])
+
+    async def _notify(self, connection: AsyncConnection[Any], name: str, rows: list[Any]) -> None:
+        """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
+        commit that let them: a woken waiter tries at once). A wake-up is a hint: one lost
+        here costs the waiter a re-check."""
+        woken = to_wake(rows)
+        if woken:
+            await connection.execute(
+                self.sql["notify"],
+                ([channel for channel, _ in woken], [f"{tag} {name}" for _, tag in woken]),
+            )
+
+    def watch(self, name: str, owner: str) -> AsyncPostgreSQLWatch:
+        return AsyncPostgreSQLWatch(self, name, owner)
+
+    # -- inspection and operators ----------------------------------------------------------
+
+    async def inspect(self, name: str) -> LockState:
+        states = await self._states(name)
+        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+
+    async def inspect_all(self) -> list[LockState]:
+        return sorted(await self._states(None), key=lambda state: state.name)
+
+    async def _states(self, name: str | None) -> list[LockState]:
+        with translate_errors(self.url, name):
+            async with self.pool.connection() as connection:
+                cursor = await connection.execute(self.sql["states"], {"name": name})
+                rows = await cursor.fetchall()
+        builders: dict[str, LockStateBuilder] = {}
+        for entry_name, shared, lim, token, expires_in, holder in rows:
+            if entry_name not in builders:
+                builders[entry_name] = LockStateBuilder(entry_name)
+            builders[entry_name].add(
+                token=token, shared=shared, limit=lim, expires_in=expires_in, holder=holder
+            )
+        return [builder.build() for builder in builders.values()]
+
+    async def force_release(self, name: str, note: str) -> int:
+        with translate_errors(self.url, name):
+            async with self.pool.connection() as connection:
+                async with connection.pipeline(), connection.transaction():
+                    await connection.execute(
+                        self.sql["lock_name"], (name_key(self.sql.schema, name),)
+                    )
+                    await connection.execute(self.sql["drop_expired"], (name,))
+                    counted = await connection.execute(
+                        self.sql["force_release"],
+                        {"name": name, "note": note, "grace": NOTE_GRACE},
+                    )
+                    line = await connection.execute(self.sql["wake_line"], {"name": name})
+                row = await counted.fetchone()
+                await self._notify(connection, name, await line.fetchall())
+        return int(row[0]) if row else 0
+
+    async def evicted(self, name: str, owner: str) -> str | None:
+        with translate_errors(self.url, name):
+            async with self.pool.connection() as connection:
+                cursor = await connection.execute(self.sql["evicted"], (name, owner_hash(owner)))
+                row = await cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    async def close(self) -> None:
+        await self.wakeups.close()
+        await self.pool.close()

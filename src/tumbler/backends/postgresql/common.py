@@ -1,0 +1,367 @@
+"""``postgresql://``, ``postgres://``: locks in PostgreSQL tables (extra ``tumbler[postgresql]``).
+
+URL grammar::
+
+    postgresql://[USER[:PASSWORD]@]HOST[:PORT][/DBNAME][?OPTIONS]
+    postgres://...                                      the same
+    postgresql://[USER[:PASSWORD]@]/DBNAME?host=/run/postgresql   through a Unix socket
+
+Percent-encode ``@ : / ? #`` in a password. Options: ``schema`` (where the tables live,
+default ``tumbler``; made on first use), ``sslmode`` (libpq's: ``disable``, ``allow``,
+``prefer``, ``require``, ``verify-ca``, ``verify-full``; default ``prefer``),
+``sslrootcert``, ``sslcert``, ``sslkey`` (files), ``connect_timeout`` (seconds, default 5),
+``statement_timeout`` (seconds, default 5: the server cancels a statement that runs longer,
+and the client gives up on a reply after it), ``lock_timeout`` (seconds, default 2: how long
+a grant waits for another client's transaction on the same name before it gives up with
+``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
+way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
+(``listen``, the default: waiters are woken by ``LISTEN``/``NOTIFY``; ``poll``: waiters poll
+with a short bounded backoff, for a pooler that cannot carry ``LISTEN``) and ``host`` (a
+Unix socket directory, for a URL without a host).
+
+The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
+database (the schema is made on first use) or, once ``tumbler init URL`` made the schema as
+another role, ``USAGE`` on the schema, ``SELECT, INSERT, UPDATE, DELETE`` on its tables and
+``USAGE, UPDATE`` on its sequence.
+
+What it guarantees
+    Every grant, release and forced release is one short transaction that first takes a
+    transaction-scoped advisory lock on the lock name (``pg_advisory_xact_lock``: it ends with
+    the transaction, so it is safe behind a transaction-mode pooler, and no session state
+    outlives a transaction), reads the name's live entries and decides by tumbler's grant rule.
+    Leases are timed on the server's clock (``clock_timestamp()``), never the client's: every
+    expiry is written and compared by the server. Fencing tokens come from one sequence per
+    schema, so they strictly increase for every name, also after the name's rows are gone,
+    and across a restart of the server (a sequence never goes back; a crash may skip values).
+    A release deletes the owner's row; a name nobody holds or waits for leaves no row. Waiters
+    are woken by ``NOTIFY``, sent in the releasing transaction to the channel of each client
+    whose waiter the release lets through, with the waiter's owner hash, so only that waiter
+    wakes; each client listens on one connection, and re-checks every second in case a
+    notification is lost.
+
+What it cannot promise
+    PostgreSQL's streaming replication is asynchronous by default: a failover to a replica
+    that had not received a grant forgets it (two holders), and the token sequence may go
+    back by what the replica missed. Fencing tokens let the protected resource refuse a stale
+    holder; use synchronous replication for locks that must survive a failover.
+
+How a hold can be lost here
+    Its lease runs out before a renewal reaches the server (the client paused, or could not
+    reach PostgreSQL for the whole lease); an operator force-released it (the note is kept
+    in ``tumbler_evictions`` until that lease would have run out, and a minute more). A
+    connection that dies does not lose its holder's grants: the lease keeps running on the
+    server, and the holder's next renewal (on another connection) decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import re
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg  # the driver: without it, MissingDependency
+
+from ..._url import BackendURL
+from ...errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidURL,
+    PermissionDenied,
+    TumblerError,
+)
+from ..contract import Capabilities
+from ..kit import astart_or_close, start_or_close
+from ..kit.options import host_port, seconds
+
+if TYPE_CHECKING:
+    from ._async.backend import AsyncPostgreSQLBackend
+    from ._sync.backend import PostgreSQLBackend
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 5432
+DEFAULT_SCHEMA = "tumbler"
+#: ``max_connections`` when the URL does not say: calls are one short transaction each
+DEFAULT_MAX_CONNECTIONS = 10
+MAX_CONNECTIONS = 1000
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+#: PostgreSQL's identifiers are at most 63 bytes (NAMEDATALEN - 1)
+MAX_IDENTIFIER = 63
+
+_OPTIONS = (
+    "schema",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "connect_timeout",
+    "statement_timeout",
+    "lock_timeout",
+    "max_connections",
+    "wakeups",
+    "host",
+)
+
+#: SQLSTATE classes and codes that mean "this role may not": 28 (invalid authorization),
+#: 42501 (insufficient privilege)
+_REFUSED = ("28", "42501")
+#: ... "this database or schema cannot be used as configured": 3D000 (no such database),
+#: 3F000 (no such schema)
+_MISCONFIGURED = ("3D000", "3F000")
+#: what libpq says of refused credentials before any SQLSTATE reaches the client
+_AUTH_FAILED = re.compile(
+    r"password authentication failed|no password supplied|pg_hba\.conf|role \".*\" does not exist"
+)
+#: ... and of a database that is not there
+_NO_DATABASE = re.compile(r"database \".*\" does not exist")
+
+
+def owner_hash(owner: str) -> str:
+    """The owner as stored and notified: its SHA-1, so that reading the tables (``status``,
+    a curious operator) gives nobody an owner id to release or renew another's grant with."""
+    return hashlib.sha1(owner.encode()).hexdigest()
+
+
+def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:
+    """The tumbler error that says what a psycopg error means for a lock user."""
+    state = error.sqlstate or ""
+    text = str(error).strip()
+    if state.startswith(_REFUSED) or (not state and _AUTH_FAILED.search(text)):
+        return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
+    if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
+        return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
+    if state == "57014":
+        return BackendUnavailable(
+            f"PostgreSQL cancelled a statement that ran past statement_timeout: {text}",
+            lock_name=name,
+            backend=url,
+        )
+    if state == "55P03":
+        return BackendUnavailable(
+            f"another client held the lock's name past lock_timeout: {text}",
+            lock_name=name,
+            backend=url,
+        )
+    return BackendUnavailable(f"PostgreSQL: {text}", lock_name=name, backend=url)
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+    """Convert psycopg's errors to tumbler's at this one edge, keeping the cause."""
+    try:
+        yield
+    except psycopg.Error as error:
+        raise tumbler_error(error, url, name) from error
+    except OSError as error:
+        raise BackendUnavailable(
+            f"cannot reach PostgreSQL: {error}", lock_name=name, backend=url
+        ) from error
+
+
+class NoConnection(Exception):
+    """Every connection of the pool stayed busy for as long as a call may wait."""
+
+
+class AsyncSlots:
+    """At most ``limit`` calls hold a connection at once; the others wait up to ``wait``
+    seconds, then :class:`NoConnection`."""
+
+    def __init__(self, limit: int, wait: float) -> None:
+        self._semaphore = asyncio.Semaphore(limit)
+        self._wait = wait
+
+    async def __aenter__(self) -> None:
+        semaphore = self._semaphore
+        if not semaphore.locked():
+            await semaphore.acquire()  # free: returns without suspending
+            return
+        waiter = asyncio.ensure_future(semaphore.acquire())
+        try:
+            await asyncio.wait({waiter}, timeout=self._wait)
+        except BaseException:
+            waiter.cancel()
+            if waiter.done() and not waiter.cancelled():
+                semaphore.release()
+            raise
+        if not waiter.done():
+            waiter.cancel()
+            raise NoConnection
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._semaphore.release()
+
+
+class Slots:
+    """Blocking twin of :class:`AsyncSlots`."""
+
+    def __init__(self, limit: int, wait: float) -> None:
+        self._semaphore = threading.BoundedSemaphore(limit)
+        self._wait = wait
+
+    def __enter__(self) -> None:
+        if not self._semaphore.acquire(timeout=self._wait):
+            raise NoConnection
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._semaphore.release()
+
+
+class AsyncBound:
+    """How ``renew_all`` keeps within its timeout (asyncio): the call is cancelled when the
+    time is up (the pool then drops its connection, whose state is unknown)."""
+
+    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+        try:
+            return await asyncio.wait_for(call(), timeout)
+        except asyncio.TimeoutError:
+            raise psycopg.errors.QueryCanceled(f"no reply within {timeout:.3g} s") from None
+
+
+class Bound:
+    """Blocking twin of :class:`AsyncBound`: the server cancels a statement that runs past
+    the timeout (``SET LOCAL statement_timeout`` in the renewal's transaction), and the
+    connection's TCP user timeout bounds a network that stops answering."""
+
+    def run(self, call: Callable[[], T], timeout: float) -> T:
+        return call()
+
+
+def _identifier(text: str) -> str:
+    if not text or len(text.encode()) > MAX_IDENTIFIER or "\x00" in text:
+        raise ValueError(f"expected 1 to {MAX_IDENTIFIER} bytes")
+    return text
+
+
+def _connection_count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_CONNECTIONS:
+        raise ValueError(f"expected a whole number of connections from 1 to {MAX_CONNECTIONS}")
+    return int(text)
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return text
+
+    return convert
+
+
+@dataclass(frozen=True)
+class PostgreSQLConfig:
+    """A parsed ``postgresql://`` URL: what both flavours need to connect."""
+
+    url: str  # redacted
+    schema: str
+    listen: bool
+    max_connections: int
+    connect_timeout: float
+    statement_timeout: float
+    lock_timeout: float
+    #: keyword arguments for ``psycopg.connect`` (the password among them: never log this)
+    connect_options: dict[str, Any] = field(repr=False)
+
+
+def parse_config(url: BackendURL) -> PostgreSQLConfig:
+    """Read a ``postgresql://`` URL; InvalidURL (without the password) for a bad one."""
+    url.allow_options(_OPTIONS)
+    schema = url.option("schema", _identifier, DEFAULT_SCHEMA)
+    socket_dir = url.query.get("host")
+    if url.hosts and socket_dir is not None:
+        raise InvalidURL(
+            "give the host in the URL or a socket directory as host=, not both",
+            backend=url.redacted,
+        )
+    options: dict[str, Any] = {}
+    if socket_dir is not None:
+        if not socket_dir.startswith("/"):
+            raise InvalidURL(
+                "host= is a Unix socket directory (an absolute path)", backend=url.redacted
+            )
+        options["host"] = socket_dir
+    else:
+        if "," in url.hosts:
+            raise InvalidURL("give one host: several are not supported", backend=url.redacted)
+        host, port = host_port(url.hosts or "localhost", url, DEFAULT_PORT)
+        options.update(host=host, port=port)
+    database = url.path.strip("/")
+    if "/" in database:
+        raise InvalidURL(f"bad database name {database!r}", backend=url.redacted)
+    if database:
+        options["dbname"] = database
+    if url.username is not None:
+        options["user"] = url.username
+    if url.password is not None:
+        options["password"] = url.password
+    sslmode = url.option("sslmode", _choice(*SSLMODES), "prefer")
+    options["sslmode"] = sslmode
+    for name in ("sslrootcert", "sslcert", "sslkey"):
+        path = url.query.get(name)
+        if path is None:
+            continue
+        if sslmode == "disable":
+            raise InvalidURL(
+                f"{name} needs TLS, which sslmode=disable turns off", backend=url.redacted
+            )
+        if not Path(path).is_file():
+            raise ConfigurationError(f"{name}: {path} is not a file", backend=url.redacted)
+        options[name] = path
+    if sslmode in ("verify-ca", "verify-full") and "sslrootcert" not in options:
+        # libpq would look in ~/.postgresql/root.crt: say so rather than fail on connect
+        default = Path.home() / ".postgresql" / "root.crt"
+        if not default.is_file():
+            raise InvalidURL(
+                f"sslmode={sslmode} needs the CA: give sslrootcert=PATH", backend=url.redacted
+            )
+    connect_timeout = url.option("connect_timeout", seconds, 5.0)
+    statement_timeout = url.option("statement_timeout", seconds, 5.0)
+    lock_timeout = url.option("lock_timeout", seconds, 2.0)
+    if lock_timeout > statement_timeout:
+        raise InvalidURL(
+            "lock_timeout must not be longer than statement_timeout", backend=url.redacted
+        )
+    # libpq takes whole seconds, and 1 at the least (0 would mean "wait for ever")
+    options["connect_timeout"] = max(1, round(connect_timeout))
+    # a peer that stops answering fails the connection's sends within the statement bound
+    options["tcp_user_timeout"] = round(statement_timeout * 1000)
+    options["keepalives"] = 1
+    options["keepalives_idle"] = max(1, round(statement_timeout))
+    options["keepalives_interval"] = 1
+    options["keepalives_count"] = 3
+    options["application_name"] = "tumbler"
+    return PostgreSQLConfig(
+        url=url.redacted,
+        schema=schema,
+        listen=url.option("wakeups", _choice("listen", "poll"), "listen") == "listen",
+        max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        connect_timeout=connect_timeout,
+        statement_timeout=statement_timeout,
+        lock_timeout=lock_timeout,
+        connect_options=options,
+    )
+
+
+def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabilities:
+    """The descriptor's capabilities, without push wake-ups when the URL asks to poll."""
+    if config.listen:
+        return base
+    return dataclasses.replace(base, push_wakeups=False)
+
+
+def open_sync(url: BackendURL) -> PostgreSQLBackend:
+    from ._sync.backend import PostgreSQLBackend
+
+    return start_or_close(PostgreSQLBackend(parse_config(url)))
+
+
+async def open_async(url: BackendURL) -> AsyncPostgreSQLBackend:
+    from ._async.backend import AsyncPostgreSQLBackend
+
+    return await astart_or_close(AsyncPostgreSQLBackend(parse_config(url)))

@@ -1,0 +1,348 @@
+"""Real PostgreSQL servers for the PostgreSQL backend's tests and for bench/.
+
+:class:`PostgreSQLServer` is one ``postgres`` process from Debian's ``postgresql`` package, in
+a cluster that ``initdb`` makes in a temporary directory, on a free ``127.0.0.1`` port, with
+its Unix socket inside that directory. It can be killed (SIGKILL, as in a crash) and started
+again on the same port and data, and stopped (a *fast* shutdown: clients are disconnected,
+which is what a restart in production does to them).
+
+The cluster is made for tests: no fsync, no full-page writes (a crash of the process loses
+nothing the kernel has; only a power cut would). Authentication: the
+superuser ``postgres`` is trusted on loopback and the socket (the tests' admin), every other
+role must give its password (``scram-sha-256``). The first start makes the role ``tumbler``
+(with :data:`TUMBLER_PASSWORD`, which has URL-special characters) and the database
+``tumbler`` it owns, where the tests' schemas go. Given ``tls``, the server also speaks TLS
+(``sslmode=verify-full`` works against ``127.0.0.1`` with :attr:`ca_path`) and refuses
+password logins in clear.
+
+PostgreSQL refuses to run as root: a launcher run by root runs ``initdb`` and ``postgres`` as
+the ``postgres`` user (Debian's package makes it), with the data directory in a directory of
+that user's own. Plain library code: no pytest; it needs psycopg (the ``testing`` extra) for
+its readiness probe and set-up. The programs are found in ``$TUMBLER_POSTGRESQL_BIN``, else
+Debian's newest ``/usr/lib/postgresql/<version>/bin``, else on ``PATH``; ``scripts/servers``
+installs them.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+from psycopg import sql
+
+from ...testing.servers._common import (
+    LOOPBACK,
+    ServerError,
+    ServerNotInstalled,
+    TLSFiles,
+    TLSServerFiles,
+)
+from ...testing.servers.process import ProcessLauncher
+
+__all__ = [
+    "ADMIN_USER",
+    "STARTUP_TIMEOUT",
+    "TUMBLER_DATABASE",
+    "TUMBLER_PASSWORD",
+    "TUMBLER_USER",
+    "PostgreSQLNotInstalled",
+    "PostgreSQLServer",
+    "PostgreSQLServerError",
+    "postgresql_bin_dir",
+]
+
+#: seconds a server gets to accept a query (initdb's own time not counted)
+STARTUP_TIMEOUT = 30.0
+#: the trusted superuser, for the tests' own checks and for making roles
+ADMIN_USER = "postgres"
+#: the role the tests' URLs use, and the database it owns
+TUMBLER_USER = "tumbler"
+TUMBLER_DATABASE = "tumbler"
+#: has characters that must be percent-encoded in a URL's userinfo (and ones that would end it)
+TUMBLER_PASSWORD = "p@ss:w/rd%?#"
+
+_BIN_ENV = "TUMBLER_POSTGRESQL_BIN"
+_DEBIAN = Path("/usr/lib/postgresql")
+
+
+class PostgreSQLServerError(ServerError):
+    """A test PostgreSQL server could not be found, started or set up; the message says why."""
+
+
+class PostgreSQLNotInstalled(PostgreSQLServerError, ServerNotInstalled):
+    """``initdb`` or ``postgres`` is not installed (``scripts/servers`` installs them)."""
+
+
+def postgresql_bin_dir() -> Path:
+    """The directory of ``initdb`` and ``postgres``: ``$TUMBLER_POSTGRESQL_BIN``, else Debian's
+    newest ``/usr/lib/postgresql/<version>/bin``, else the directory of ``postgres`` on PATH."""
+    configured = os.environ.get(_BIN_ENV)
+    if configured:
+        directory = Path(configured)
+        if not (directory / "postgres").is_file():
+            raise PostgreSQLNotInstalled(f"${_BIN_ENV}={configured!r} has no postgres program")
+        return directory
+    if _DEBIAN.is_dir():
+        versions = sorted(
+            (path for path in _DEBIAN.iterdir() if (path / "bin" / "postgres").is_file()),
+            key=lambda path: int(path.name) if path.name.isdigit() else 0,
+        )
+        if versions:
+            return versions[-1] / "bin"
+    found = shutil.which("postgres")
+    if found is None:
+        raise PostgreSQLNotInstalled(
+            f"postgres is not installed (install it with scripts/servers, or set ${_BIN_ENV})"
+        )
+    return Path(found).parent
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    """The account to run the server as: ``postgres`` when we are root, else ourselves."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise PostgreSQLServerError(
+            "PostgreSQL does not run as root, and there is no postgres user to run it as"
+        ) from None
+
+
+class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
+    """One ``postgres`` process on a free ``127.0.0.1`` port, its cluster in a directory of
+    its own.
+
+    Nothing runs until :meth:`start`; ``with PostgreSQLServer() as server:`` starts it and,
+    on exit, :meth:`close` s it. :meth:`stop` (a fast shutdown) and :meth:`kill` (SIGKILL) end
+    the process and keep the data, port and directory, so :meth:`start` brings the same
+    server back with its data. ``workdir`` is where the log goes (and the data, unless run by
+    root); without one the server makes a temporary directory and removes it on
+    :meth:`close`. ``tls``: the files of :func:`~tumbler.testing.servers.make_tls_files`;
+    the server then takes TLS and refuses password logins without it.
+    """
+
+    error = PostgreSQLServerError
+    program = "postgres"
+    poll_interval = 0.05
+    ready_errors = (psycopg.Error,)
+
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        tls: TLSFiles | None = None,
+        max_connections: int = 300,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        self.host = LOOPBACK
+        self.port = port or 0
+        self.tls = tls
+        self.max_connections = max_connections
+        self.startup_timeout = startup_timeout
+        self._use_directory(workdir, "tumbler-postgresql-")
+        self._account = _run_as()
+        if self._account is None:
+            self.run_dir = self.dir
+        else:
+            # the server's own account must reach its data: not through a root-only parent
+            self.run_dir = Path(tempfile.mkdtemp(prefix="tumbler-postgresql-data-"))
+            os.chown(self.run_dir, self._account.pw_uid, self._account.pw_gid)
+            self._remove_run_dir = weakref.finalize(
+                self, shutil.rmtree, self.run_dir, ignore_errors=True
+            )
+        self.data_dir = self.run_dir / "data"
+        #: the directory of the server's Unix socket
+        self.socket_dir = self.run_dir
+        self.config_path = self.data_dir / "postgresql.conf"
+        self.log_path = self.dir / "postgresql.log"
+        self._set_up = False
+
+    # -- addresses -------------------------------------------------------------------------
+
+    def url_for(
+        self,
+        user: str = TUMBLER_USER,
+        password: str | None = TUMBLER_PASSWORD,
+        database: str = TUMBLER_DATABASE,
+    ) -> str:
+        """A ``postgresql://`` URL of this server for ``user`` (name and password
+        percent-encoded); ``sslmode=verify-full`` with the CA on a TLS server."""
+        userinfo = quote(user, safe="")
+        if password is not None:
+            userinfo += ":" + quote(password, safe="")
+        url = f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
+        if self.tls is not None:
+            url += f"?sslmode=verify-full&sslrootcert={quote(str(self.tls.ca_path))}"
+        return url
+
+    @property
+    def url(self) -> str:
+        """The URL of the ``tumbler`` role's database, with its password."""
+        return self.url_for()
+
+    def _tls_files(self) -> TLSFiles:
+        if self.tls is None:
+            raise PostgreSQLServerError("this server does not use TLS")
+        return self.tls
+
+    def connect(self, database: str = "postgres", **options: Any) -> psycopg.Connection[Any]:
+        """A psycopg connection as the superuser (through the socket), autocommit; the
+        caller closes it."""
+        settings: dict[str, Any] = {"connect_timeout": 5, **options}
+        return psycopg.connect(
+            host=str(self.socket_dir),
+            port=self.port,
+            user=ADMIN_USER,
+            dbname=database,
+            autocommit=True,
+            **settings,
+        )
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _as_server(self) -> dict[str, Any]:
+        account = self._account
+        if account is None:
+            return {}
+        return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+    def _own(self, path: Path) -> None:
+        if self._account is not None:
+            os.chown(path, self._account.pw_uid, self._account.pw_gid)
+
+    def _initdb(self) -> None:
+        initdb = postgresql_bin_dir() / "initdb"
+        command = [
+            str(initdb),
+            "--pgdata",
+            str(self.data_dir),
+            "--username",
+            ADMIN_USER,
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            **self._as_server(),
+        )
+        if done.returncode != 0:
+            raise PostgreSQLServerError(
+                f"initdb failed with code {done.returncode}:\n{done.stdout}{done.stderr}"
+            )
+
+    def _write_files(self) -> None:
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        hba = [
+            "local all all trust",
+            f"host all {ADMIN_USER} {self.host}/32 trust",
+        ]
+        if self.tls is None:
+            hba.append(f"host all all {self.host}/32 scram-sha-256")
+        else:
+            hba.append(f"hostssl all all {self.host}/32 scram-sha-256")
+            hba.append(f"hostnossl all all {self.host}/32 reject")
+            # the server reads its key as its own account, and refuses one others may read
+            for name, source in (
+                ("server.crt", self.tls.server_cert_path),
+                ("server.key", self.tls.server_key_path),
+            ):
+                target = self.run_dir / name
+                shutil.copyfile(source, target)
+                target.chmod(0o600)
+                self._own(target)
+        hba_path = self.data_dir / "pg_hba.conf"
+        hba_path.write_text("\n".join(hba) + "\n")
+        self._own(hba_path)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _command(self) -> list[str]:
+        settings = {
+            "port": str(self.port),
+            "listen_addresses": self.host,
+            "unix_socket_directories": str(self.socket_dir),
+            "max_connections": str(self.max_connections),
+            # a test server: what a crash of the process keeps is what the kernel has (a
+            # commit still writes its WAL before it returns: synchronous_commit=off would lose
+            # the last commits to a SIGKILL, token sequence advances with them)
+            "fsync": "off",
+            "full_page_writes": "off",
+            "shared_buffers": "32MB",
+            "log_min_messages": "warning",
+            "log_connections": "off",
+        }
+        if self.tls is not None:
+            settings.update(
+                ssl="on",
+                ssl_cert_file=str(self.run_dir / "server.crt"),
+                ssl_key_file=str(self.run_dir / "server.key"),
+            )
+        command = [str(postgresql_bin_dir() / "postgres"), "-D", str(self.data_dir)]
+        for key, value in settings.items():
+            command += ["-c", f"{key}={value}"]
+        return command
+
+    def _executor_options(self) -> dict[str, Any]:
+        # SIGINT is PostgreSQL's fast shutdown; its SIGTERM waits for every client to leave
+        return {"stop_signal": signal.SIGINT, "popen_kwargs": self._as_server()}
+
+    def _ready(self) -> bool:
+        # a query, not an open port: a server in recovery accepts connections but refuses
+        try:
+            with self.connect(connect_timeout=2) as probe:
+                probe.execute("SELECT 1")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def start(self) -> PostgreSQLServer:
+        """Start the server (``initdb`` first, the first time) and wait until it serves; the
+        first start also makes the ``tumbler`` role and database."""
+        super().start()
+        if not self._set_up:
+            self._make_roles()
+            self._set_up = True
+        return self
+
+    def _make_roles(self) -> None:
+        with self.connect() as admin:
+            admin.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(TUMBLER_USER), sql.Literal(TUMBLER_PASSWORD)
+                )
+            )
+            admin.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(TUMBLER_DATABASE), sql.Identifier(TUMBLER_USER)
+                )
+            )
+
+    def close(self) -> None:
+        """Stop the process and remove its directories. The server cannot be started again."""
+        self.stop()
+        if self._account is not None:
+            self._remove_run_dir()
+        self._discard_directory()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<PostgreSQLServer {self.host}:{self.port} {state} in {self.dir}>"

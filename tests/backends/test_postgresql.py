@@ -1,0 +1,354 @@
+"""postgresql://, postgres://: what is particular to the PostgreSQL backend.
+
+The conformance suite runs every generic lock case on the ``postgresql`` and
+``postgresql-tls`` targets. Here: the server's clock decides every lease (a client whose wall
+clock is an hour off changes nothing); tokens keep increasing after a name's rows are gone
+and across a server restart; a connection killed by ``pg_terminate_backend`` while its client
+holds a lock; a restart while a lock is held and waited for; a role with only the grants the
+docs list; the URL grammar. A real ``postgres`` from Debian's packages, one per module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import tumbler
+from tumbler import ConfigurationError, InvalidURL, PermissionDenied
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.postgresql.common import open_sync, parse_config
+from tumbler.backends.postgresql.server import (
+    TUMBLER_DATABASE,
+    TUMBLER_PASSWORD,
+    TUMBLER_USER,
+    PostgreSQLServer,
+)
+from tumbler.testing.conformance.compat import PATIENCE, background, eventually
+from tumbler.testing.conformance.plugin import server_unavailable
+from tumbler.testing.servers import ServerError
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQLServer]:
+    """This module's own server: its tests restart it and terminate its connections."""
+    try:
+        started = PostgreSQLServer(tmp_path_factory.mktemp("postgresql")).start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start postgres: {error}")
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def schema() -> str:
+    return f"test_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def url(server: PostgreSQLServer, schema: str) -> str:
+    return f"{server.url}?schema={schema}"
+
+
+@pytest.fixture
+def admin(server: PostgreSQLServer) -> Iterator[psycopg.Connection[Any]]:
+    """The superuser, in the tests' database: to look at the rows as another program would."""
+    with server.connect(TUMBLER_DATABASE) as connection:
+        yield connection
+
+
+def rows_of(admin: psycopg.Connection[Any], schema: str, name: str) -> int:
+    query = sql.SQL("SELECT count(*) FROM {}.tumbler_entries WHERE name = %s").format(
+        sql.Identifier(schema)
+    )
+    row = admin.execute(query, (name,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# -- the server's clock --------------------------------------------------------------------
+
+
+def test_a_client_whose_clock_is_an_hour_ahead_gets_the_leases_of_the_servers_clock(
+    url: str, schema: str, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with tumbler.connect(url) as honest, tumbler.connect(url) as skewed:
+        # the wall clock is the only one a client could share with a server: skew it
+        monkeypatch.setattr(time, "time", lambda: time.monotonic() + 3600.0 + 1e9)
+        monkeypatch.setattr(time, "time_ns", lambda: time.monotonic_ns() + 3600 * 10**9 + 10**18)
+        with skewed.lock("clock", ttl=30, renew=False):
+            query = sql.SQL(
+                "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 "
+                "FROM {}.tumbler_entries WHERE name = 'clock' AND token IS NOT NULL"
+            ).format(sql.Identifier(schema))
+            row = admin.execute(query).fetchone()
+            assert row is not None
+            # the lease is 30 s of the server's clock from the grant: not an hour off
+            assert 0 < row[0] <= 30
+            (state,) = honest.status_all()
+            assert 0 < state.holders[0].expires_in <= 30
+            assert not honest.lock("clock").acquire(timeout=0)
+
+
+def test_a_lease_ends_when_the_servers_clock_says_so(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At the backend's level, where no lock layer releases a lease that ran out on the
+    # client: the grant ends because the server's clock passed it, while the client's wall
+    # clock says an hour has not yet gone by.
+    monkeypatch.setattr(time, "time", lambda: time.monotonic() - 3600.0 + 1e9)
+    monkeypatch.setattr(time, "time_ns", lambda: time.monotonic_ns() - 3600 * 10**9 + 10**18)
+    backend = open_sync(parse_url(url))
+    try:
+        first = GrantRequest("ends", "owner-1", False, 1, False, 1.0, "test")
+        second = GrantRequest("ends", "owner-2", False, 1, False, 5.0, "test", queue=False)
+        granted = backend.try_grant(first)
+        assert granted is not None
+        assert backend.try_grant(second) is None
+        eventually(lambda: backend.try_grant(second) is not None, "the first lease ran out")
+        assert backend.renew("ends", "owner-1", 5.0) is None  # never revived
+    finally:
+        backend.close()
+
+
+# -- fencing tokens ------------------------------------------------------------------------
+
+
+def test_tokens_keep_increasing_after_the_names_rows_are_gone(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    tokens = []
+    with tumbler.connect(url) as locks:
+        for _ in range(3):
+            with locks.lock("fenced") as hold:
+                tokens.append(hold.token)
+            # a free name leaves no row behind
+            assert rows_of(admin, schema, "fenced") == 0
+        with locks.lock("another") as hold:
+            tokens.append(hold.token)
+        with locks.lock("fenced") as hold:
+            tokens.append(hold.token)
+    assert tokens == sorted(set(tokens))
+
+
+def test_tokens_keep_increasing_across_a_restart_of_the_server(
+    server: PostgreSQLServer, url: str
+) -> None:
+    with tumbler.connect(url) as locks, locks.lock("restart-fenced") as hold:
+        before = hold.token
+    server.kill()  # a crash: nothing flushed that the kernel did not have
+    server.start()
+    with tumbler.connect(url) as locks, locks.lock("restart-fenced") as hold:
+        assert hold.token > before
+
+
+# -- connections that die ------------------------------------------------------------------
+
+
+def _terminate_clients(admin: psycopg.Connection[Any]) -> int:
+    row = admin.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE usename = %s AND pid <> pg_backend_pid()",
+        (TUMBLER_USER,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_holder_whose_connections_are_terminated_keeps_its_lease_and_renews_it(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    with tumbler.connect(url) as holder, tumbler.connect(url) as other:
+        lock = holder.lock("terminated", ttl=3.0)
+        assert lock.acquire()
+        hold = lock.hold
+        assert hold is not None
+        assert not other.lock("terminated").acquire(timeout=0)
+        query = sql.SQL(
+            "SELECT expires_at FROM {}.tumbler_entries WHERE name = 'terminated' "
+            "AND token IS NOT NULL"
+        ).format(sql.Identifier(schema))
+        first = admin.execute(query).fetchone()
+        assert first is not None
+        assert _terminate_clients(admin) >= 1
+        # the lease runs on in the server; the holder's next renewals (on new connections)
+        # push it further, and nobody else gets the lock meanwhile
+
+        def renewed_after(at: Any) -> bool:
+            row = admin.execute(query).fetchone()
+            return row is not None and row[0] > at
+
+        eventually(lambda: renewed_after(first[0]), "the holder renewed on a new connection")
+        second = admin.execute(query).fetchone()
+        assert second is not None
+        eventually(lambda: renewed_after(second[0]), "the holder renewed again")
+        assert hold.held
+        assert not other.lock("terminated").acquire(timeout=0)
+        hold.release()
+        assert other.lock("terminated").acquire(timeout=0)
+
+
+def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer, url: str) -> None:
+    with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
+        lock = holder.lock("restarted", ttl=10.0)
+        assert lock.acquire()
+        hold = lock.hold
+        assert hold is not None
+        before = hold.token
+        waiting = waiter.lock("restarted")
+        started = threading.Event()
+
+        def wait_for_it() -> Any:
+            started.set()
+            assert waiting.acquire(timeout=PATIENCE)
+            return waiting.hold  # the hold of the thread that took it
+
+        call = background(wait_for_it)
+        assert started.wait(PATIENCE)
+        eventually(lambda: holder.status("restarted").waiters == 1, "the waiter queued")
+        server.restart()  # a fast shutdown: every connection closed, the rows kept
+        assert hold.held
+        hold.release()
+        taken = call.result()
+        assert taken.token > before
+        taken.release()
+
+
+# -- a role with only the grants the docs list ---------------------------------------------
+
+
+def test_a_role_with_only_the_documented_grants_can_lock(
+    server: PostgreSQLServer, url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    with tumbler.connect(url):
+        pass  # the owner makes the schema (as `tumbler init URL` would)
+    role = f"minimal_{uuid.uuid4().hex[:8]}"
+    password = "minimal-Pa55"
+    quoted = sql.Identifier(schema)
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+            sql.Identifier(role), sql.Literal(password)
+        )
+    )
+    for statement in (
+        "GRANT CONNECT ON DATABASE {db} TO {role}",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+        "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+        "REVOKE CREATE ON DATABASE {db} FROM PUBLIC",
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    ):
+        admin.execute(
+            sql.SQL(statement).format(
+                db=sql.Identifier(TUMBLER_DATABASE), role=sql.Identifier(role), schema=quoted
+            )
+        )
+    minimal = server.url_for(role, password) + f"?schema={schema}"
+    with tumbler.connect(minimal) as locks, tumbler.connect(url) as other:
+        with locks.lock("minimal") as hold:
+            assert hold.token > 0
+            assert [state.name for state in other.status_all()] == ["minimal"]
+        waiting = locks.lock("minimal-waited")
+        with other.lock("minimal-waited"):
+
+            def wait_for_it() -> Any:
+                assert waiting.acquire(timeout=PATIENCE)
+                return waiting.hold  # the hold of the thread that took it
+
+            call = background(wait_for_it)
+            eventually(lambda: other.status("minimal-waited").waiters == 1, "it waits")
+        call.result().release()
+        assert locks.lock("forced").acquire()
+        assert other.force_release("forced", reason="a test") == 1
+
+
+def test_a_role_that_may_not_make_the_schema_is_told_so(
+    server: PostgreSQLServer, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    role = f"nocreate_{uuid.uuid4().hex[:8]}"
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'no-create-7'").format(sql.Identifier(role))
+    )
+    admin.execute(
+        sql.SQL("REVOKE CREATE ON DATABASE {} FROM PUBLIC").format(sql.Identifier(TUMBLER_DATABASE))
+    )
+    with pytest.raises(PermissionDenied, match="permission denied"):
+        tumbler.connect(server.url_for(role, "no-create-7") + f"?schema={schema}")
+
+
+def test_a_wrong_password_is_refused_without_showing_it(server: PostgreSQLServer) -> None:
+    wrong = "not-the-Passw0rd"
+    with pytest.raises(PermissionDenied) as refused:
+        tumbler.connect(server.url_for(TUMBLER_USER, wrong))
+    assert wrong not in str(refused.value)
+    assert TUMBLER_PASSWORD not in str(refused.value)
+
+
+def test_a_database_that_does_not_exist_is_a_configuration_error(
+    server: PostgreSQLServer,
+) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        tumbler.connect(server.url_for(database="no_such_database"))
+
+
+# -- the URL grammar -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://u:secret@h/db?schema=", "schema"),
+        ("postgresql://u:secret@h/db?schema=" + "x" * 64, "schema"),
+        ("postgresql://u:secret@h/db?sslmode=sometimes", "sslmode"),
+        ("postgresql://u:secret@h/db?sslmode=verify-full", "sslrootcert"),
+        ("postgresql://u:secret@h/db?sslmode=disable&sslrootcert=/etc/hostname", "sslrootcert"),
+        ("postgresql://u:secret@h/db?connect_timeout=0", "connect_timeout"),
+        ("postgresql://u:secret@h/db?statement_timeout=-1", "statement_timeout"),
+        ("postgresql://u:secret@h/db?lock_timeout=9&statement_timeout=5", "lock_timeout"),
+        ("postgresql://u:secret@h/db?max_connections=0", "max_connections"),
+        ("postgresql://u:secret@h/db?wakeups=push", "wakeups"),
+        ("postgresql://u:secret@h/db?prefix=x", "unknown URL option"),
+        ("postgresql://u:secret@h1,h2/db", "one host"),
+        ("postgresql://u:secret@h:99999/db", "port"),
+        ("postgresql://u:secret@h/db?host=relative/dir", "host="),
+        ("postgresql://u:secret@h/db?host=/run/postgresql", "not both"),
+        ("postgresql://u:secret@h/a/b", "database"),
+    ],
+)
+def test_bad_urls_are_refused_without_the_password(url: str, says: str) -> None:
+    with pytest.raises(InvalidURL, match=says) as refused:
+        parse_config(parse_url(url))
+    assert "secret" not in str(refused.value)
+
+
+def test_a_missing_certificate_file_is_a_configuration_error(tmp_path: Path) -> None:
+    missing = tmp_path / "ca.pem"
+    with pytest.raises(ConfigurationError, match="not a file"):
+        parse_config(parse_url(f"postgres://u@h/db?sslmode=verify-full&sslrootcert={missing}"))
+
+
+def test_what_a_url_says() -> None:
+    config = parse_config(
+        parse_url(
+            "postgres://me:p%40ss@db.example:6543/app?schema=Locks&wakeups=poll"
+            "&statement_timeout=2.5&lock_timeout=1&max_connections=3"
+        )
+    )
+    options = config.connect_options
+    assert (options["host"], options["port"], options["dbname"]) == ("db.example", 6543, "app")
+    assert (options["user"], options["password"]) == ("me", "p@ss")
+    assert config.schema == "Locks"
+    assert not config.listen
+    assert (config.statement_timeout, config.lock_timeout, config.max_connections) == (2.5, 1, 3)
+    assert "p@ss" not in repr(config)
+    socket = parse_config(parse_url("postgresql:///app?host=/run/postgresql"))
+    assert socket.connect_options["host"] == "/run/postgresql"
+    assert "port" not in socket.connect_options
