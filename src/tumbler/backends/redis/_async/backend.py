@@ -336,12 +336,12 @@ class AsyncRedisBackend(AsyncInspectEachName):
         waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
         waiters = str(config.max_waiters).encode()
         self._grant_tail = [waiter_ttl, self.client_id.encode(), waiters]
+        self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         # Hand-offs (see lua) only where they keep every promise: not on Redis Cluster, where
         # releases hand nothing over anyway, and not with wait_replicas, where a grant counts
         # once this client's WAIT saw it replicated, and a WAIT covers only the writes of the
         # connection it runs on: a hand-off is written by the releasing client's.
         self._takes_hand_offs = not config.cluster and not config.wait_replicas
-        self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
         self._keys_cache: dict[str, list[bytes]] = {}
         #: a connection of the pool kept for grants and releases (see _run); made by start()
