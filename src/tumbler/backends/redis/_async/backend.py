@@ -42,6 +42,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
+from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -52,11 +53,11 @@ from ..common import (
     RENEWALS_PER_CALL,
     AsyncBound,
     AsyncClosings,
-    AsyncGate,
     AsyncTurn,
     HandOffs,
     RedisConfig,
     RedisLockState,
+    no_connection,
     translate_errors,
 )
 
@@ -299,7 +300,7 @@ class AsyncRedisBackend(AsyncInspectEachName):
                         connection.close()
                 raise
             # its node pools fail a call at once when full: the gate keeps them from filling
-            self._gate = AsyncGate(config.max_connections, wait)
+            self._gate = AsyncSlots(config.max_connections, wait, no_connection)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -310,7 +311,7 @@ class AsyncRedisBackend(AsyncInspectEachName):
             )
             self.closings.follow(pool)
             self.client = Redis.from_pool(pool)
-            self._gate = AsyncGate(None, wait)  # the pool itself waits
+            self._gate = AsyncSlots(None, wait, no_connection)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
         self.pubsub_client: Redis = Redis.from_pool(
             self._pool(config.nodes[0] if config.nodes else None)

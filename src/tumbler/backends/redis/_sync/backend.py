@@ -44,6 +44,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import BaseWatch, InspectEachName, LockStateBuilder
+from ...kit.slots import Slots
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -54,11 +55,11 @@ from ..common import (
     RENEWALS_PER_CALL,
     Bound,
     Closings,
-    Gate,
     HandOffs,
     RedisConfig,
     RedisLockState,
     Turn,
+    no_connection,
     translate_errors,
 )
 
@@ -301,7 +302,7 @@ class RedisBackend(InspectEachName):
                         connection.close()
                 raise
             # its node pools fail a call at once when full: the gate keeps them from filling
-            self._gate = Gate(config.max_connections, wait)
+            self._gate = Slots(config.max_connections, wait, no_connection)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -312,7 +313,7 @@ class RedisBackend(InspectEachName):
             )
             self.closings.follow(pool)
             self.client = Redis.from_pool(pool)
-            self._gate = Gate(None, wait)  # the pool itself waits
+            self._gate = Slots(None, wait, no_connection)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
         self.pubsub_client: Redis = Redis.from_pool(
             self._pool(config.nodes[0] if config.nodes else None)
