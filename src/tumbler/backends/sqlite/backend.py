@@ -69,6 +69,14 @@ asyncio
     ``NOWAIT_UPKEEP``-th call goes to the thread, whose connection does, and with
     ``synchronous=full`` (an fsync per commit) none runs inline.
 
+Waiting for the write lock
+    SQLite's busy handler pauses a whole millisecond at first, where another client's grant
+    or release holds the write lock for some tens of microseconds. So a blocking grant or
+    release (the asyncio client's thread's too) tries on a no-wait connection first and again
+    after pauses of 50 µs doubling to 0.8 ms (``SHORT_PAUSES``), and only then waits in the
+    busy handler, up to ``busy_timeout``; one call in ``NOWAIT_UPKEEP`` goes straight to the
+    usual connection, which checkpoints.
+
 Who else can touch the database
     Whoever can write the database, one of its companions (``-wal``, ``-shm``, ``-journal``)
     or a directory on its path can release anyone's locks in it. So at every connect, for the
