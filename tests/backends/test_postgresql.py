@@ -315,6 +315,8 @@ def test_a_database_that_does_not_exist_is_a_configuration_error(
         ("postgresql://u:secret@h/db?lock_timeout=9&statement_timeout=5", "lock_timeout"),
         ("postgresql://u:secret@h/db?max_connections=0", "max_connections"),
         ("postgresql://u:secret@h/db?wakeups=push", "wakeups"),
+        ("postgresql://u:secret@h/db?pooler=session", "pooler"),
+        ("postgresql://u:secret@h/db?pooler=transaction&wakeups=listen", "LISTEN"),
         ("postgresql://u:secret@h/db?prefix=x", "unknown URL option"),
         ("postgresql://u:secret@h1,h2/db", "one host"),
         ("postgresql://u:secret@h:99999/db", "port"),
@@ -352,3 +354,15 @@ def test_what_a_url_says() -> None:
     socket = parse_config(parse_url("postgresql:///app?host=/run/postgresql"))
     assert socket.connect_options["host"] == "/run/postgresql"
     assert "port" not in socket.connect_options
+
+    assert not config.pooled
+
+
+def test_a_transaction_pooler_polls_and_keeps_no_session_state() -> None:
+    pooled = parse_config(parse_url("postgresql://u@h/db?pooler=transaction"))
+    assert pooled.pooled
+    assert not pooled.listen  # wakeups=poll is implied
+    explicit = parse_config(parse_url("postgresql://u@h/db?pooler=transaction&wakeups=poll"))
+    assert explicit.pooled
+    assert not explicit.listen
+    assert parse_config(parse_url("postgresql://u@h/db?pooler=none")).listen

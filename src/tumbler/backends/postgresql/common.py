@@ -16,8 +16,23 @@ a grant waits for another client's transaction on the same name before it gives 
 ``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
 way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
 (``listen``, the default: waiters are woken by ``LISTEN``/``NOTIFY``; ``poll``: waiters poll
-with a short bounded backoff, for a pooler that cannot carry ``LISTEN``) and ``host`` (a
-Unix socket directory, for a URL without a host).
+with a short bounded backoff, for a pooler that cannot carry ``LISTEN``), ``pooler``
+(``none``, the default, or ``transaction``: the URL names a pooler in transaction mode, such
+as PgBouncer's ``pool_mode = transaction``; see below) and ``host`` (a Unix socket directory,
+for a URL without a host).
+
+Behind a transaction-mode pooler (``pooler=transaction``)
+    Each transaction may run on another server connection, shared with other clients, so
+    nothing may depend on a session outliving a transaction: the timeouts are set in each
+    transaction (``set_config(..., true)``, PostgreSQL's ``SET LOCAL``) rather than as
+    connection startup options (which a pooler refuses or forgets), every call, also a single
+    statement, is a transaction of its own that sets them first (in the same round trip),
+    statements are never prepared on the server (psycopg's ``prepare_threshold=None``: a
+    prepared statement lives in one server session), and waiters poll (``wakeups=poll`` is
+    implied: ``LISTEN`` would listen on a server connection the pooler gives to others;
+    ``wakeups=listen`` with it is refused). The advisory locks are transaction-scoped
+    already. What polling costs: a waiter learns of a release up to ``poll_cap`` (0.1 s)
+    late, and each poll is a transaction on the server.
 
 The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
 database (the schema is made on first use) or, once ``tumbler init URL`` made the schema as
@@ -106,6 +121,7 @@ _OPTIONS = (
     "lock_timeout",
     "max_connections",
     "wakeups",
+    "pooler",
     "host",
 )
 
@@ -121,6 +137,8 @@ _AUTH_FAILED = re.compile(
 )
 #: ... and of a database that is not there
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
+#: what PgBouncer says of the startup options a direct connection sets its bounds with
+_POOLER_REFUSED = re.compile(r"unsupported startup parameter")
 
 
 def owner_hash(owner: str) -> str:
@@ -135,6 +153,13 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
     text = str(error).strip()
     if state.startswith(_REFUSED) or (not state and _AUTH_FAILED.search(text)):
         return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
+    if not state and _POOLER_REFUSED.search(text):
+        return ConfigurationError(
+            f"PostgreSQL: {text} (is this a pooler in transaction mode? add pooler=transaction "
+            "to the URL)",
+            lock_name=name,
+            backend=url,
+        )
     if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
         return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
     if state == "57014":
@@ -261,6 +286,8 @@ class PostgreSQLConfig:
     url: str  # redacted
     schema: str
     listen: bool
+    #: behind a transaction-mode pooler: no session state (settings, prepared statements)
+    pooled: bool
     max_connections: int
     connect_timeout: float
     statement_timeout: float
@@ -336,10 +363,19 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
     options["keepalives_interval"] = 1
     options["keepalives_count"] = 3
     options["application_name"] = "tumbler"
+    pooled = url.option("pooler", _choice("none", "transaction"), "none") == "transaction"
+    wakeups = url.option("wakeups", _choice("listen", "poll"), "poll" if pooled else "listen")
+    if pooled and wakeups == "listen":
+        raise InvalidURL(
+            "wakeups=listen cannot work through a transaction-mode pooler (pooler=transaction): "
+            "LISTEN would stay on a server connection the pooler hands to other clients",
+            backend=url.redacted,
+        )
     return PostgreSQLConfig(
         url=url.redacted,
         schema=schema,
-        listen=url.option("wakeups", _choice("listen", "poll"), "listen") == "listen",
+        listen=wakeups == "listen",
+        pooled=pooled,
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,

@@ -15,8 +15,8 @@ import secrets
 import select
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import Connection, sql
@@ -40,6 +40,8 @@ from ..common import (
 from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
 
 _log = logging.getLogger("tumbler.postgresql")
+
+T = TypeVar("T")
 
 #: a live entry of a name as the wake-up reads it: (owner, seq, shared, lim, fair, token, client)
 _Row = tuple[str, int, bool, int, bool, "int | None", "str | None"]
@@ -95,6 +97,21 @@ def _transient(error: psycopg.OperationalError) -> bool:
     )
 
 
+def _pooler_waits_for_server(error: psycopg.OperationalError) -> bool:
+    """Whether PgBouncer refused a transaction because it cannot log in to the server now
+    (``server_login_retry``): it then forwarded nothing, and the call may be tried again."""
+    return "server login has been failing" in str(error)
+
+
+def _connection_lost(error: psycopg.OperationalError) -> bool:
+    """Whether the connection failed under the call (closed, reset, the server shutting
+    down): what the call did is unknown, though nothing else went wrong with it. (A pooler
+    that refuses a transaction closes the connection too, and in pipeline mode its reason
+    may be lost with it.)"""
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
 class Pool:
     """The client's connections for calls: at most ``max_connections`` in use at once, idle
     ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
@@ -107,12 +124,21 @@ class Pool:
         self._lock = threading.Lock()
         self._slots = Slots(config.max_connections, config.statement_timeout)
         self._closed = False
-        milliseconds = round(config.statement_timeout * 1000)
-        self._options = (
-            f"-c statement_timeout={milliseconds} "
-            f"-c lock_timeout={round(config.lock_timeout * 1000)} "
-            f"-c idle_in_transaction_session_timeout={milliseconds}"
-        )
+        milliseconds = str(round(config.statement_timeout * 1000))
+        #: the bounds every transaction runs with: statement_timeout, lock_timeout,
+        #: idle_in_transaction_session_timeout (in milliseconds)
+        self.settings = (milliseconds, str(round(config.lock_timeout * 1000)), milliseconds)
+        self._options: dict[str, Any] = {}
+        if config.pooled:
+            # A pooler refuses startup options or forgets them at the next transaction, and a
+            # statement prepared in one server session is unknown to the next: the bounds are
+            # set in each transaction instead (AsyncPostgreSQLBackend.transaction)
+            self._options["prepare_threshold"] = None
+        else:
+            names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+            self._options["options"] = " ".join(
+                f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)
+            )
 
     def connect(self, patience: float | None = None) -> Connection[Any]:
         """A new connection (autocommit: each call says where its transaction begins).
@@ -128,7 +154,7 @@ class Pool:
         while True:
             try:
                 return Connection.connect(
-                    autocommit=True, options=self._options, **self._config.connect_options
+                    autocommit=True, **self._options, **self._config.connect_options
                 )
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
@@ -170,6 +196,43 @@ class Pool:
                 "(in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    def run(
+        self,
+        call: Callable[[Connection[Any]], T],
+        patience: float | None = None,
+        *,
+        idempotent: bool = False,
+    ) -> T:
+        """``call`` on a connection of :meth:`connection`, tried again on a fresh connection
+        for up to ``patience`` seconds (default ``connect_timeout``) when it surely ran
+        nothing, or when it is ``idempotent`` (a second try gives the answer the first would
+        have: a grant asked again by its owner, a renewal, a read) and its connection failed
+        under it. That is what makes a server restart cost callers a wait rather than an
+        error, also behind a pooler, which refuses every transaction for a moment after it
+        failed to log in to the restarting server (PgBouncer's ``server_login_retry``) and
+        then closes the connection, the reason often lost in pipeline mode. A release is not
+        idempotent in this sense (a second try of one that went through answers "nothing to
+        release"): it raises ``BackendUnavailable`` then, as every backend's does when the
+        store cannot be reached."""
+        patience = self._config.connect_timeout if patience is None else patience
+        deadline = time.monotonic() + patience
+        pause = 0.02
+        while True:
+            called = False  # a failed connect was tried again already, if it could be
+            try:
+                with self.connection(patience) as connection:
+                    called = True
+                    return call(connection)
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                retry = called and (
+                    _pooler_waits_for_server(error) or (idempotent and _connection_lost(error))
+                )
+                if self._closed or left <= 0 or not retry:
+                    raise
+                sleep_real(min(pause, left))
+                pause = min(pause * 2, 0.5)
 
     def _idle_connection(self) -> Connection[Any] | None:
         """An idle connection the server has not closed, if there is one.
@@ -319,29 +382,56 @@ class PostgreSQLBackend:
         self._bound = Bound()
         self._grants = 0
 
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self, connection: Connection[Any]) -> Iterator[None]:
+        """A transaction with this client's bounds. Behind a pooler they are set in it first
+        (``SET LOCAL``): a session's settings would not follow the client to the next server
+        connection, and would stay behind with whichever client gets this one next."""
+        with connection.transaction():
+            if self.config.pooled:
+                connection.execute(self.sql["settings"], self.pool.settings)
+            yield
+
+    @contextlib.contextmanager
+    def alone(self, connection: Connection[Any]) -> Iterator[None]:
+        """Where a call of one statement runs: on its own (autocommit, bounded by the
+        session's settings) on a connection of its own; behind a pooler, in a pipelined
+        transaction that sets the bounds first (the same one round trip). Read its results
+        after the block."""
+        if not self.config.pooled:
+            yield
+            return
+        with connection.pipeline(), self.transaction(connection):
+            yield
+
     # -- set-up ----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Connect, and make the schema's tables if they are missing (idempotent; clients
         racing to make them take turns on a transaction-scoped advisory lock)."""
         with translate_errors(self.url):
-            with self.pool.connection() as connection:
-                if self._tables_exist(connection):
-                    return
-                with connection.transaction():
-                    connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
-                    for statement in self.sql.create:
-                        connection.execute(statement)
+            self.pool.run(self._make_tables, idempotent=True)
+
+    def _make_tables(self, connection: Connection[Any]) -> None:
+        if self._tables_exist(connection):
+            return
+        with self.transaction(connection):
+            connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+            for statement in self.sql.create:
+                connection.execute(statement)
 
     def _tables_exist(self, connection: Connection[Any]) -> bool:
-        cursor = connection.execute(
-            self.sql["exists"],
-            {
-                "entries": self.sql.entries,
-                "evictions": self.sql.evictions,
-                "tokens": self.sql.tokens,
-            },
-        )
+        with self.alone(connection):
+            cursor = connection.execute(
+                self.sql["exists"],
+                {
+                    "entries": self.sql.entries,
+                    "evictions": self.sql.evictions,
+                    "tokens": self.sql.tokens,
+                },
+            )
         row = cursor.fetchone()
         return bool(row and row[0])
 
@@ -349,22 +439,32 @@ class PostgreSQLBackend:
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
+
+        # tried again whole if a pooler refused it: a retry by the same owner is idempotent
+        def grant(connection: Connection[Any]) -> int | None:
+            token = self._grant_if_free(connection, request, owner)
+            if token is None:
+                token = self._decide(connection, request, owner)
+            return token
+
         with translate_errors(self.url, request.name):
-            with self.pool.connection() as connection:
-                token = self._grant_if_free(connection, request, owner)
-                if token is None:
-                    token = self._decide(connection, request, owner)
-                self._grants += 1
-                if self._grants % SWEEP_EVERY == 0:
-                    connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
-                    connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+            token = self.pool.run(grant, idempotent=True)
+            self._grants += 1
+            if self._grants % SWEEP_EVERY == 0:
+                self.pool.run(self._sweep, idempotent=True)
         return None if token is None else Grant(request.name, request.owner, token, request.ttl)
+
+    def _sweep(self, connection: Connection[Any]) -> None:
+        with self.alone(connection):
+            connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
+        with self.alone(connection):
+            connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
 
     def _grant_if_free(
         self, connection: Connection[Any], request: GrantRequest, owner: str
     ) -> int | None:
         """The grant of a name with no live entry, in one round trip; None if it has one."""
-        with connection.pipeline(), connection.transaction():
+        with connection.pipeline(), self.transaction(connection):
             connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, request.name),))
             connection.execute(self.sql["drop_expired"], (request.name,))
             cursor = connection.execute(
@@ -384,7 +484,7 @@ class PostgreSQLBackend:
 
     def _decide(self, connection: Connection[Any], request: GrantRequest, owner: str) -> int | None:
         """Decide by the grant rule on the name's live line, and write what it says."""
-        with connection.transaction():
+        with self.transaction(connection):
             connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, request.name),))
             cursor = connection.execute(self.sql["line"], (request.name,))
             line = [
@@ -435,10 +535,13 @@ class PostgreSQLBackend:
     # -- leases ----------------------------------------------------------------------------
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        with translate_errors(self.url, name):
-            with self.pool.connection() as connection:
+        def renew(connection: Connection[Any]) -> bool:
+            with self.alone(connection):
                 cursor = connection.execute(self.sql["renew"], (ttl, name, owner_hash(owner)))
-                renewed = cursor.rowcount == 1
+            return cursor.rowcount == 1
+
+        with translate_errors(self.url, name):
+            renewed = self.pool.run(renew, idempotent=True)
         return ttl if renewed else None
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
@@ -450,8 +553,8 @@ class PostgreSQLBackend:
         return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
 
     def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
-        with self.pool.connection(patience=timeout) as connection:
-            with connection.pipeline(), connection.transaction():
+        def renew(connection: Connection[Any]) -> set[tuple[str, str]]:
+            with connection.pipeline(), self.transaction(connection):
                 connection.execute(self.sql["bound"], (str(max(1, round(timeout * 1000))),))
                 cursor = connection.execute(
                     self.sql["renew_all"],
@@ -463,18 +566,22 @@ class PostgreSQLBackend:
                 )
             return {(name, owner) for name, owner in cursor.fetchall()}
 
+        return self.pool.run(renew, patience=timeout, idempotent=True)
+
     # -- release ---------------------------------------------------------------------------
 
     def release(self, name: str, owner: str) -> bool:
+        def remove(connection: Connection[Any]) -> bool:
+            with connection.pipeline(), self.transaction(connection):
+                connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                removed = connection.execute(self.sql["remove"], (name, owner_hash(owner)))
+                line = connection.execute(self.sql["wake_line"], {"name": name})
+            row = removed.fetchone()
+            self._notify(connection, name, line.fetchall())
+            return bool(row and row[0])
+
         with translate_errors(self.url, name):
-            with self.pool.connection() as connection:
-                with connection.pipeline(), connection.transaction():
-                    connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
-                    removed = connection.execute(self.sql["remove"], (name, owner_hash(owner)))
-                    line = connection.execute(self.sql["wake_line"], {"name": name})
-                row = removed.fetchone()
-                self._notify(connection, name, line.fetchall())
-        return bool(row and row[0])
+            return self.pool.run(remove)
 
     def _notify(self, connection: Connection[Any], name: str, rows: list[Any]) -> None:
         """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
@@ -500,10 +607,13 @@ class PostgreSQLBackend:
         return sorted(self._states(None), key=lambda state: state.name)
 
     def _states(self, name: str | None) -> list[LockState]:
-        with translate_errors(self.url, name):
-            with self.pool.connection() as connection:
+        def read(connection: Connection[Any]) -> list[Any]:
+            with self.alone(connection):
                 cursor = connection.execute(self.sql["states"], {"name": name})
-                rows = cursor.fetchall()
+            return cursor.fetchall()
+
+        with translate_errors(self.url, name):
+            rows = self.pool.run(read, idempotent=True)
         builders: dict[str, LockStateBuilder] = {}
         for entry_name, shared, lim, token, expires_in, holder in rows:
             if entry_name not in builders:
@@ -514,25 +624,30 @@ class PostgreSQLBackend:
         return [builder.build() for builder in builders.values()]
 
     def force_release(self, name: str, note: str) -> int:
+        def force(connection: Connection[Any]) -> int:
+            with connection.pipeline(), self.transaction(connection):
+                connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                connection.execute(self.sql["drop_expired"], (name,))
+                counted = connection.execute(
+                    self.sql["force_release"],
+                    {"name": name, "note": note, "grace": NOTE_GRACE},
+                )
+                line = connection.execute(self.sql["wake_line"], {"name": name})
+            row = counted.fetchone()
+            self._notify(connection, name, line.fetchall())
+            return int(row[0]) if row else 0
+
         with translate_errors(self.url, name):
-            with self.pool.connection() as connection:
-                with connection.pipeline(), connection.transaction():
-                    connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
-                    connection.execute(self.sql["drop_expired"], (name,))
-                    counted = connection.execute(
-                        self.sql["force_release"],
-                        {"name": name, "note": note, "grace": NOTE_GRACE},
-                    )
-                    line = connection.execute(self.sql["wake_line"], {"name": name})
-                row = counted.fetchone()
-                self._notify(connection, name, line.fetchall())
-        return int(row[0]) if row else 0
+            return self.pool.run(force)
 
     def evicted(self, name: str, owner: str) -> str | None:
-        with translate_errors(self.url, name):
-            with self.pool.connection() as connection:
+        def read(connection: Connection[Any]) -> Any:
+            with self.alone(connection):
                 cursor = connection.execute(self.sql["evicted"], (name, owner_hash(owner)))
-                row = cursor.fetchone()
+            return cursor.fetchone()
+
+        with translate_errors(self.url, name):
+            row = self.pool.run(read, idempotent=True)
         return None if row is None else str(row[0])
 
     def close(self) -> None:
