@@ -32,6 +32,7 @@ from tumbler.backends.postgresql.server import (
     TUMBLER_USER,
     PostgreSQLServer,
 )
+from tumbler.cli import main
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
@@ -222,14 +223,59 @@ def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer,
         taken.release()
 
 
+# -- tumbler init --------------------------------------------------------------------------
+
+
+def test_init_makes_the_schema_once_and_says_what_it_made(
+    url: str, schema: str, admin: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", url]) == 0
+    made = capsys.readouterr().out
+    assert f'made "{schema}".tumbler_entries' in made
+    assert TUMBLER_PASSWORD not in made
+    tables = admin.execute(
+        "SELECT count(*) FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace "
+        "WHERE nspname = %s AND relname IN "
+        "('tumbler_entries', 'tumbler_evictions', 'tumbler_tokens')",
+        (schema,),
+    ).fetchone()
+    assert tables == (3,)
+    assert main(["init", url]) == 0
+    assert "nothing to make" in capsys.readouterr().out
+    with tumbler.connect(url) as locks, locks.lock("after-init") as hold:
+        assert hold.token == 1  # the sequence init made, untouched by the second run
+
+
+def test_init_takes_the_url_from_the_environment(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUMBLER_URL", url)
+    assert main(["init"]) == 0
+    assert "made" in capsys.readouterr().out
+
+
+def test_init_of_a_backend_with_nothing_to_make_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["init", "memory://"]) == 0
+    assert "needs nothing made before first use" in capsys.readouterr().out
+
+
+def test_init_with_a_wrong_password_exits_77_without_showing_it(
+    server: PostgreSQLServer, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = "not-the-Pa55word"
+    assert main(["init", server.url_for(TUMBLER_USER, wrong) + f"?schema={schema}"]) == 77
+    assert wrong not in capsys.readouterr().err
+
+
 # -- a role with only the grants the docs list ---------------------------------------------
 
 
 def test_a_role_with_only_the_documented_grants_can_lock(
     server: PostgreSQLServer, url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    with tumbler.connect(url):
-        pass  # the owner makes the schema (as `tumbler init URL` would)
+    assert main(["init", url]) == 0  # the owner makes the schema
     role = f"minimal_{uuid.uuid4().hex[:8]}"
     password = "minimal-Pa55"
     quoted = sql.Identifier(schema)

@@ -54,6 +54,12 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts, url, DEFAULT_PORT)
 
 
+def _prepare(url: BackendURL) -> str:
+    from .common import prepare
+
+    return prepare(url)
+
+
 DESCRIPTOR = BackendDescriptor(
     name="postgresql",
     schemes=("postgresql", "postgres"),
@@ -66,6 +72,7 @@ DESCRIPTOR = BackendDescriptor(
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
     single_server=_single_server,
+    prepare=_prepare,
 )
 
 if TYPE_CHECKING:

@@ -391,6 +391,24 @@ def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabiliti
     return dataclasses.replace(base, push_wakeups=False)
 
 
+def prepare(url: BackendURL) -> str:
+    """``tumbler init URL``: make the URL's schema, its tables and its token sequence if they
+    are missing (what a client also does on first use; clients and ``init`` racing to do it
+    take turns), and say which."""
+    from ._sync.backend import PostgreSQLBackend
+
+    backend = PostgreSQLBackend(parse_config(url))
+    try:
+        with translate_errors(backend.url):
+            made = backend.pool.run(backend.make_tables, idempotent=True)
+    finally:
+        backend.close()
+    what = f"{backend.sql.entries}, {backend.sql.evictions} and the sequence {backend.sql.tokens}"
+    if made:
+        return f"made {what}"
+    return f"{what} are there already: nothing to make"
+
+
 def open_sync(url: BackendURL) -> PostgreSQLBackend:
     from ._sync.backend import PostgreSQLBackend
 

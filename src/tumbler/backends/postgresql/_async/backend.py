@@ -414,15 +414,17 @@ class AsyncPostgreSQLBackend:
         """Connect, and make the schema's tables if they are missing (idempotent; clients
         racing to make them take turns on a transaction-scoped advisory lock)."""
         with translate_errors(self.url):
-            await self.pool.run(self._make_tables, idempotent=True)
+            await self.pool.run(self.make_tables, idempotent=True)
 
-    async def _make_tables(self, connection: AsyncConnection[Any]) -> None:
+    async def make_tables(self, connection: AsyncConnection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing; whether it did."""
         if await self._tables_exist(connection):
-            return
+            return False
         async with self.transaction(connection):
             await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
             for statement in self.sql.create:
                 await connection.execute(statement)
+        return True
 
     async def _tables_exist(self, connection: AsyncConnection[Any]) -> bool:
         async with self.alone(connection):

@@ -412,15 +412,17 @@ class PostgreSQLBackend:
         """Connect, and make the schema's tables if they are missing (idempotent; clients
         racing to make them take turns on a transaction-scoped advisory lock)."""
         with translate_errors(self.url):
-            self.pool.run(self._make_tables, idempotent=True)
+            self.pool.run(self.make_tables, idempotent=True)
 
-    def _make_tables(self, connection: Connection[Any]) -> None:
+    def make_tables(self, connection: Connection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing; whether it did."""
         if self._tables_exist(connection):
-            return
+            return False
         with self.transaction(connection):
             connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
             for statement in self.sql.create:
                 connection.execute(statement)
+        return True
 
     def _tables_exist(self, connection: Connection[Any]) -> bool:
         with self.alone(connection):
