@@ -134,6 +134,8 @@ _MISCONFIGURED = ("3D000", "3F000")
 #: what libpq says of refused credentials before any SQLSTATE reaches the client
 _AUTH_FAILED = re.compile(
     r"password authentication failed|no password supplied|pg_hba\.conf|role \".*\" does not exist"
+    # ... and what PgBouncer says of them (with its catch-all SQLSTATE 08P01)
+    r"|SASL authentication failed"
 )
 #: ... and of a database that is not there
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
@@ -151,7 +153,7 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
     """The tumbler error that says what a psycopg error means for a lock user."""
     state = error.sqlstate or ""
     text = str(error).strip()
-    if state.startswith(_REFUSED) or (not state and _AUTH_FAILED.search(text)):
+    if state.startswith(_REFUSED) or (state in ("", "08P01") and _AUTH_FAILED.search(text)):
         return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
     if not state and _POOLER_REFUSED.search(text):
         return ConfigurationError(

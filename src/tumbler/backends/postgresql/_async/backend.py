@@ -101,6 +101,11 @@ def _pooler_waits_for_server(error: psycopg.OperationalError) -> bool:
     return "server login has been failing" in str(error)
 
 
+#: what making a schema's tables meets when another client made them first: unique_violation
+#: (on a catalog), duplicate_schema, duplicate_table, duplicate_object
+_MADE_MEANWHILE = ("23505", "42P06", "42P07", "42710")
+
+
 def _connection_lost(error: psycopg.OperationalError) -> bool:
     """Whether the connection failed under the call (closed, reset, the server shutting
     down): what the call did is unknown, though nothing else went wrong with it. (A pooler
@@ -420,10 +425,19 @@ class AsyncPostgreSQLBackend:
         """Make the schema's tables and sequence if one is missing; whether it did."""
         if await self._tables_exist(connection):
             return False
-        async with self.transaction(connection):
-            await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
-            for statement in self.sql.create:
-                await connection.execute(statement)
+        try:
+            async with self.transaction(connection):
+                await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+                for statement in self.sql.create:
+                    await connection.execute(statement)
+        except psycopg.Error as error:
+            # Another client made them while this one waited for the advisory lock: the
+            # waiting statement's catalog snapshot (which "IF NOT EXISTS" consults) can
+            # predate the other's commit, as the wait for an advisory lock does not refresh
+            # it, and the CREATE then collides with the rows the other committed.
+            if error.sqlstate not in _MADE_MEANWHILE or not await self._tables_exist(connection):
+                raise
+            return False
         return True
 
     async def _tables_exist(self, connection: AsyncConnection[Any]) -> bool:
