@@ -71,6 +71,7 @@ DESCRIPTOR = BackendDescriptor(
     system_packages=("postgresql", "pgbouncer"),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
     prepare=_prepare,
 )
