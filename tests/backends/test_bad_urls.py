@@ -74,7 +74,7 @@ BAD_URLS = [
     BadURL("empty", "", InvalidURL, "needs a scheme"),
     BadURL("no-scheme", "locks.db", InvalidURL, "needs a scheme"),
     BadURL("bare-path", "{dir}/locks.db", InvalidURL, "needs a scheme"),
-    BadURL("unknown-scheme", "postgres://u:{secret}@db.example/app", UnknownScheme, "'postgres'"),
+    BadURL("unknown-scheme", "mongodb://u:{secret}@db.example/app", UnknownScheme, "'mongodb'"),
     BadURL("scheme-typo", "sqlit:///{dir}/locks.db", UnknownScheme, "known schemes: "),
     BadURL("control-character", "sqlite:///{dir}/a\nb.db", InvalidURL, "control characters"),
     BadURL("encoded-newline", "sqlite:///{dir}/a%0Ab.db", InvalidURL, "control characters"),

@@ -11,7 +11,6 @@ Every case runs against a real ZooKeeper started by the fixtures in tests/server
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,9 +23,8 @@ import tumbler.aio
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.zookeeper.server import ZooKeeperServer
 
-from .test_zookeeper_renewal import packets_received
+from .test_zookeeper_renewal import SESSION, packets_received, request
 
-SESSION = 20.0
 PAIRS = 20
 #: create (ephemeral sequential), one read of the line, delete
 PAIR_REQUESTS = 3
@@ -34,10 +32,6 @@ PAIR_REQUESTS = 3
 
 def base_path() -> str:
     return f"/tumbler-speed-{uuid.uuid4().hex[:12]}"
-
-
-def request(name: str) -> GrantRequest:
-    return GrantRequest(name, secrets.token_urlsafe(18), False, 1, False, SESSION, "test")
 
 
 @pytest.fixture

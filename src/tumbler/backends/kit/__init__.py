@@ -23,6 +23,9 @@ rest from here. Each piece is for:
   Imported on first use, so that a blocking-only program never loads asyncio.
 - :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``): the URL query
   options several backends parse alike, with the same wording in their errors.
+- :mod:`tumbler.backends.kit.slots` (``Slots``, ``AsyncSlots``): at most so many calls under
+  way at once, the others waiting a bounded time, for a backend whose connection pool fails
+  a call at once when full. Imported from there (it needs asyncio).
 - The grant rule, from tumbler's pure core: :func:`plan` turns the live entries of a name
   (:class:`Entry`) and one request into a :class:`WritePlan` (the :class:`Decision`, and which
   :class:`Write` to make), so that a backend storing rows only stores. :func:`decide` is the

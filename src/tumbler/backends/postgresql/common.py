@@ -75,7 +75,6 @@ import contextlib
 import dataclasses
 import hashlib
 import re
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,50 +193,6 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
 
 class NoConnection(Exception):
     """Every connection of the pool stayed busy for as long as a call may wait."""
-
-
-class AsyncSlots:
-    """At most ``limit`` calls hold a connection at once; the others wait up to ``wait``
-    seconds, then :class:`NoConnection`."""
-
-    def __init__(self, limit: int, wait: float) -> None:
-        self._semaphore = asyncio.Semaphore(limit)
-        self._wait = wait
-
-    async def __aenter__(self) -> None:
-        semaphore = self._semaphore
-        if not semaphore.locked():
-            await semaphore.acquire()  # free: returns without suspending
-            return
-        waiter = asyncio.ensure_future(semaphore.acquire())
-        try:
-            await asyncio.wait({waiter}, timeout=self._wait)
-        except BaseException:
-            waiter.cancel()
-            if waiter.done() and not waiter.cancelled():
-                semaphore.release()
-            raise
-        if not waiter.done():
-            waiter.cancel()
-            raise NoConnection
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._semaphore.release()
-
-
-class Slots:
-    """Blocking twin of :class:`AsyncSlots`."""
-
-    def __init__(self, limit: int, wait: float) -> None:
-        self._semaphore = threading.BoundedSemaphore(limit)
-        self._wait = wait
-
-    def __enter__(self) -> None:
-        if not self._semaphore.acquire(timeout=self._wait):
-            raise NoConnection
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._semaphore.release()
 
 
 class AsyncBound:

@@ -286,57 +286,10 @@ class Closings:
         pass
 
 
-class AsyncGate:
-    """At most ``limit`` calls under way at once; the others wait up to ``wait`` seconds.
-
-    For Redis Cluster, whose clients give each node a pool of ``limit`` connections that fails
-    a call at once when it is full (the asyncio one cannot wait at all): below this gate no
-    pool ever is. A single server needs no gate: its pool itself waits (``limit`` None).
-    """
-
-    def __init__(self, limit: int | None, wait: float) -> None:
-        self._semaphore = asyncio.Semaphore(limit) if limit is not None else None
-        self._wait = wait
-
-    async def __aenter__(self) -> None:
-        semaphore = self._semaphore
-        if semaphore is None:
-            return
-        if not semaphore.locked():
-            await semaphore.acquire()  # free: returns without suspending
-            return
-        waiter = asyncio.ensure_future(semaphore.acquire())
-        try:
-            await asyncio.wait({waiter}, timeout=self._wait)
-        except BaseException:
-            waiter.cancel()
-            if waiter.done() and not waiter.cancelled():
-                semaphore.release()
-            raise
-        if not waiter.done():
-            # the semaphore gives back a place taken as the cancellation arrives
-            waiter.cancel()
-            raise redis_errors.ConnectionError(NO_CONNECTION)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._semaphore is not None:
-            self._semaphore.release()
-
-
-class Gate:
-    """Blocking twin of :class:`AsyncGate`."""
-
-    def __init__(self, limit: int | None, wait: float) -> None:
-        self._semaphore = threading.BoundedSemaphore(limit) if limit is not None else None
-        self._wait = wait
-
-    def __enter__(self) -> None:
-        if self._semaphore is not None and not self._semaphore.acquire(timeout=self._wait):
-            raise redis_errors.ConnectionError(NO_CONNECTION)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._semaphore is not None:
-            self._semaphore.release()
+def no_connection() -> redis_errors.ConnectionError:
+    """What a call gets when no connection came free in time: redis-py's own error for a full
+    pool, so that one translation (``tumbler_error``) serves both."""
+    return redis_errors.ConnectionError(NO_CONNECTION)
 
 
 #: how long a grant handed to a waiter of this client is kept for it to take: a waiter takes

@@ -25,10 +25,10 @@ from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, PermitsMismatch
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, decide, plan
+from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
     AsyncBound,
-    AsyncSlots,
     NoConnection,
     PostgreSQLConfig,
     capabilities_for,
@@ -125,7 +125,7 @@ class AsyncPool:
         self._config = config
         self._idle: list[AsyncConnection[Any]] = []
         self._lock = threading.Lock()
-        self._slots = AsyncSlots(config.max_connections, config.statement_timeout)
+        self._slots = AsyncSlots(config.max_connections, config.statement_timeout, NoConnection)
         self._closed = False
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,

@@ -27,12 +27,12 @@ from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, PermitsMismatch
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, decide, plan
+from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
     Bound,
     NoConnection,
     PostgreSQLConfig,
-    Slots,
     capabilities_for,
     owner_hash,
     translate_errors,
@@ -127,7 +127,7 @@ class Pool:
         self._config = config
         self._idle: list[Connection[Any]] = []
         self._lock = threading.Lock()
-        self._slots = Slots(config.max_connections, config.statement_timeout)
+        self._slots = Slots(config.max_connections, config.statement_timeout, NoConnection)
         self._closed = False
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,

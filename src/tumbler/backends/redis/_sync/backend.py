@@ -44,6 +44,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import BaseWatch, InspectEachName, LockStateBuilder
+from ...kit.slots import Slots
 from .. import CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -54,11 +55,11 @@ from ..common import (
     RENEWALS_PER_CALL,
     Bound,
     Closings,
-    Gate,
     HandOffs,
     RedisConfig,
     RedisLockState,
     Turn,
+    no_connection,
     translate_errors,
 )
 
@@ -301,7 +302,7 @@ class RedisBackend(InspectEachName):
                         connection.close()
                 raise
             # its node pools fail a call at once when full: the gate keeps them from filling
-            self._gate = Gate(config.max_connections, wait)
+            self._gate = Slots(config.max_connections, wait, no_connection)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -312,7 +313,7 @@ class RedisBackend(InspectEachName):
             )
             self.closings.follow(pool)
             self.client = Redis.from_pool(pool)
-            self._gate = Gate(None, wait)  # the pool itself waits
+            self._gate = Slots(None, wait, no_connection)  # the pool itself waits
         # Classic pub/sub reaches every node of a cluster, so one node's connection will do.
         self.pubsub_client: Redis = Redis.from_pool(
             self._pool(config.nodes[0] if config.nodes else None)
@@ -338,12 +339,12 @@ class RedisBackend(InspectEachName):
         waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
         waiters = str(config.max_waiters).encode()
         self._grant_tail = [waiter_ttl, self.client_id.encode(), waiters]
+        self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         # Hand-offs (see lua) only where they keep every promise: not on Redis Cluster, where
         # releases hand nothing over anyway, and not with wait_replicas, where a grant counts
         # once this client's WAIT saw it replicated, and a WAIT covers only the writes of the
         # connection it runs on: a hand-off is written by the releasing client's.
         self._takes_hand_offs = not config.cluster and not config.wait_replicas
-        self._grant_tail_unsubscribed = [waiter_ttl, b"", waiters]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
         self._keys_cache: dict[str, list[bytes]] = {}
         #: a connection of the pool kept for grants and releases (see _run); made by start()
