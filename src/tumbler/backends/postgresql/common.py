@@ -10,8 +10,11 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``schema`` (where the table
 default ``tumbler``; made on first use), ``sslmode`` (libpq's: ``disable``, ``allow``,
 ``prefer``, ``require``, ``verify-ca``, ``verify-full``; default ``prefer``),
 ``sslrootcert``, ``sslcert``, ``sslkey`` (files), ``connect_timeout`` (seconds, default 5),
-``statement_timeout`` (seconds, default 5: the server cancels a statement that runs longer,
-and the client gives up on a reply after it), ``lock_timeout`` (seconds, default 2: how long
+``statement_timeout`` (seconds, default 5: the server cancels a statement that runs longer),
+``socket_timeout`` (seconds, default 5 or ``statement_timeout`` if that is longer, and never
+shorter: the most one call waits for the server's replies on its connection; then the client
+shuts that connection down and the call raises ``BackendUnavailable``, also when the network
+drops replies while the connection looks alive), ``lock_timeout`` (seconds, default 2: how long
 a grant waits for another client's transaction on the same name before it gives up with
 ``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
 way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
@@ -74,11 +77,16 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import heapq
+import os
 import re
-from collections.abc import Awaitable, Callable, Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import psycopg  # the driver: without it, MissingDependency
 
@@ -98,8 +106,6 @@ if TYPE_CHECKING:
     from ._async.backend import AsyncPostgreSQLBackend
     from ._sync.backend import PostgreSQLBackend
 
-T = TypeVar("T")
-
 DEFAULT_PORT = 5432
 DEFAULT_SCHEMA = "tumbler"
 #: ``max_connections`` when the URL does not say: calls are one short transaction each
@@ -117,6 +123,7 @@ _OPTIONS = (
     "sslkey",
     "connect_timeout",
     "statement_timeout",
+    "socket_timeout",
     "lock_timeout",
     "max_connections",
     "wakeups",
@@ -195,24 +202,123 @@ class NoConnection(Exception):
     """Every connection of the pool stayed busy for as long as a call may wait."""
 
 
-class AsyncBound:
-    """How ``renew_all`` keeps within its timeout (asyncio): the call is cancelled when the
-    time is up (the pool then drops its connection, whose state is unknown)."""
+class NoReply(psycopg.OperationalError):
+    """The server did not answer a call within its limit (``socket_timeout``): the client
+    shut the connection down, so what the call did on the server is unknown."""
 
-    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+
+def _shut_down(fileno: int) -> None:
+    """Shut the socket ``fileno`` down for both directions. Unlike closing the descriptor
+    (which another thread may then reuse), this leaves it open for its owner: every wait on
+    it ends at once (end of file), every send fails, and libpq reports the connection broken,
+    also while it unwinds a transaction or pipeline (their rollback and sync fail at once
+    instead of waiting for the dropped replies in turn)."""
+    with contextlib.suppress(OSError):
+        duplicate = socket.socket(fileno=os.dup(fileno))
         try:
-            return await asyncio.wait_for(call(), timeout)
-        except asyncio.TimeoutError:
-            raise psycopg.errors.QueryCanceled(f"no reply within {timeout:.3g} s") from None
+            duplicate.shutdown(socket.SHUT_RDWR)
+        finally:
+            duplicate.close()
+
+
+class Deadline:
+    """One call's limit on one connection: :meth:`fire` (at the deadline) shuts the
+    connection's socket down unless :meth:`disarm` came first. After ``disarm`` returns the
+    socket is never touched, so the connection may then be closed (and its descriptor
+    reused) safely."""
+
+    def __init__(self, fileno: int, limit: float) -> None:
+        self.fileno = fileno
+        self.limit = limit
+        self.when = time.monotonic() + limit
+        self.fired = False
+        self._armed = True
+        self._lock = threading.Lock()
+        self.on_disarm: Callable[[], object] | None = None
+
+    def fire(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            self._armed = False
+            self.fired = True
+            _shut_down(self.fileno)
+
+    def disarm(self) -> bool:
+        """End the limit; whether it fired first (the connection is then unusable)."""
+        with self._lock:
+            self._armed = False
+        if self.on_disarm is not None:
+            self.on_disarm()
+        return self.fired
+
+    def no_reply(self) -> NoReply:
+        return NoReply(
+            f"no reply from PostgreSQL within {self.limit:.3g} s (socket_timeout); "
+            "the connection was dropped"
+        )
+
+
+class AsyncBound:
+    """How every call keeps within its limit (asyncio): the event loop shuts the
+    connection's socket down at the deadline. Cancelling the task instead would not do: a
+    cancelled psycopg call unwinds through its transaction and pipeline, whose rollback and
+    sync wait for replies again, and nothing cancels those waits."""
+
+    def arm(self, connection: Any, limit: float) -> Deadline:
+        deadline = Deadline(connection.fileno(), limit)
+        deadline.on_disarm = asyncio.get_running_loop().call_later(limit, deadline.fire).cancel
+        return deadline
+
+    def close(self) -> None:
+        pass
 
 
 class Bound:
-    """Blocking twin of :class:`AsyncBound`: the server cancels a statement that runs past
-    the timeout (``SET LOCAL statement_timeout`` in the renewal's transaction), and the
-    connection's TCP user timeout bounds a network that stops answering."""
+    """Blocking twin of :class:`AsyncBound`: one watchdog thread per client shuts a
+    connection's socket down at its call's deadline. psycopg's blocking calls wait in
+    ``poll`` on the socket, which neither the server's ``statement_timeout`` nor TCP's
+    timeouts end while a peer that acknowledged the request stays silent (libpq's
+    ``tcp_user_timeout`` bounds unacknowledged sends only); a shut-down socket ends it at
+    once."""
 
-    def run(self, call: Callable[[], T], timeout: float) -> T:
-        return call()
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Deadline]] = []
+        self._count = 0
+        self._changed = threading.Condition()
+        self._watchdog: threading.Thread | None = None
+        self._closed = False
+
+    def arm(self, connection: Any, limit: float) -> Deadline:
+        deadline = Deadline(connection.fileno(), limit)
+        with self._changed:
+            self._count += 1
+            heapq.heappush(self._due, (deadline.when, self._count, deadline))
+            if self._watchdog is None and not self._closed:
+                self._watchdog = threading.Thread(
+                    target=self._watch, name="tumbler-postgresql-deadlines", daemon=True
+                )
+                self._watchdog.start()
+            if self._due[0][2] is deadline:
+                self._changed.notify()
+        return deadline
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                now = time.monotonic()
+                while self._due and self._due[0][0] <= now:
+                    # a disarmed deadline does nothing when fired; its call is over
+                    heapq.heappop(self._due)[2].fire()
+                self._changed.wait(self._due[0][0] - now if self._due else None)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            watchdog, self._watchdog = self._watchdog, None
+            self._changed.notify()
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join()
 
 
 def _identifier(text: str) -> str:
@@ -248,6 +354,8 @@ class PostgreSQLConfig:
     max_connections: int
     connect_timeout: float
     statement_timeout: float
+    #: the most a call waits for the server's replies on its connection (client side)
+    socket_timeout: float
     lock_timeout: float
     #: keyword arguments for ``psycopg.connect`` (the password among them: never log this)
     connect_options: dict[str, Any] = field(repr=False)
@@ -307,6 +415,15 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
     connect_timeout = url.option("connect_timeout", seconds, 5.0)
     statement_timeout = url.option("statement_timeout", seconds, 5.0)
     lock_timeout = url.option("lock_timeout", seconds, 2.0)
+    # Redis's name and default; never shorter than the server's own bound, which would then
+    # never get to cancel a slow statement and say so
+    socket_timeout = url.option("socket_timeout", seconds, max(5.0, statement_timeout))
+    if socket_timeout < statement_timeout:
+        raise InvalidURL(
+            "socket_timeout must not be shorter than statement_timeout (the client would give "
+            "up on a reply before the server gives up on the statement)",
+            backend=url.redacted,
+        )
     if lock_timeout > statement_timeout:
         raise InvalidURL(
             "lock_timeout must not be longer than statement_timeout", backend=url.redacted
@@ -336,6 +453,7 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,
+        socket_timeout=socket_timeout,
         lock_timeout=lock_timeout,
         connect_options=options,
     )

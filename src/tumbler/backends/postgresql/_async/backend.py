@@ -30,6 +30,7 @@ from .. import CAPABILITIES
 from ..common import (
     AsyncBound,
     NoConnection,
+    NoReply,
     PostgreSQLConfig,
     capabilities_for,
     owner_hash,
@@ -117,9 +118,12 @@ def _connection_lost(error: psycopg.OperationalError) -> bool:
 
 class AsyncPool:
     """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
-    a transaction still open) is closed rather than reused; after a connection failed, the
-    idle ones are dropped too (a restarted server has closed them all)."""
+    ones kept for the next call. Every call on a connection waits for the server's replies
+    for at most ``socket_timeout`` (or the call's own limit): then its connection is shut
+    down and the call raises ``NoReply``. A connection a call left in doubt (an error, a
+    cancellation, a limit run out, a transaction still open) is closed rather than reused;
+    after a connection failed, the idle ones are dropped too (a restarted server has closed
+    them all, and a network that dropped one's replies may have dropped theirs)."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self._config = config
@@ -127,6 +131,7 @@ class AsyncPool:
         self._lock = threading.Lock()
         self._slots = AsyncSlots(config.max_connections, config.statement_timeout, NoConnection)
         self._closed = False
+        self.bound = AsyncBound()
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
         #: idle_in_transaction_session_timeout (in milliseconds)
@@ -168,9 +173,10 @@ class AsyncPool:
 
     @contextlib.asynccontextmanager
     async def connection(
-        self, patience: float | None = None
+        self, patience: float | None = None, limit: float | None = None
     ) -> AsyncIterator[AsyncConnection[Any]]:
-        """A connection for one call; ``patience``: see :meth:`connect`."""
+        """A connection for one call; ``patience``: see :meth:`connect`; ``limit``: how long
+        the call may wait for replies (default ``socket_timeout``)."""
         if self._closed:
             raise psycopg.OperationalError("the client is closed")
         try:
@@ -178,15 +184,23 @@ class AsyncPool:
                 connection = await self._idle_connection()
                 if connection is None:
                     connection = await self.connect(patience)
+                deadline = self.bound.arm(
+                    connection, self._config.socket_timeout if limit is None else limit
+                )
                 try:
                     yield connection
                 except BaseException as error:
+                    # disarmed first: the deadline never touches a closed (reusable) socket
+                    fired = deadline.disarm()
                     await connection.close()
                     if isinstance(error, psycopg.OperationalError):
                         await self._drop_idle()
+                    if fired:
+                        raise deadline.no_reply() from error
                     raise
                 if (
-                    self._closed
+                    deadline.disarm()
+                    or self._closed
                     or connection.closed
                     or connection.info.transaction_status != TransactionStatus.IDLE
                 ):
@@ -208,6 +222,7 @@ class AsyncPool:
         patience: float | None = None,
         *,
         idempotent: bool = False,
+        limit: float | None = None,
     ) -> T:
         """``call`` on a connection of :meth:`connection`, tried again on a fresh connection
         for up to ``patience`` seconds (default ``connect_timeout``) when it surely ran
@@ -219,20 +234,24 @@ class AsyncPool:
         then closes the connection, the reason often lost in pipeline mode. A release is not
         idempotent in this sense (a second try of one that went through answers "nothing to
         release"): it raises ``BackendUnavailable`` then, as every backend's does when the
-        store cannot be reached."""
+        store cannot be reached. A call that ran out of its ``limit`` (see :meth:`connection`)
+        is not tried again: its time is spent."""
         patience = self._config.connect_timeout if patience is None else patience
         deadline = time.monotonic() + patience
         pause = 0.02
         while True:
             called = False  # a failed connect was tried again already, if it could be
             try:
-                async with self.connection(patience) as connection:
+                async with self.connection(patience, limit) as connection:
                     called = True
                     return await call(connection)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
-                retry = called and (
-                    _pooler_waits_for_server(error) or (idempotent and _connection_lost(error))
+                lost = idempotent and _connection_lost(error)
+                retry = (
+                    called
+                    and not isinstance(error, NoReply)
+                    and (_pooler_waits_for_server(error) or lost)
                 )
                 if self._closed or left <= 0 or not retry:
                     raise
@@ -266,6 +285,7 @@ class AsyncPool:
     async def close(self) -> None:
         self._closed = True
         await self._drop_idle()
+        self.bound.close()
 
 
 class AsyncWakeups:
@@ -310,9 +330,16 @@ class AsyncWakeups:
             connection: AsyncConnection[Any] | None = None
             try:
                 connection = await backend.pool.connect()
-                await connection.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
-                )
+                deadline = backend.pool.bound.arm(connection, backend.config.socket_timeout)
+                try:
+                    await connection.execute(
+                        sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
+                    )
+                finally:
+                    # before the connection is closed: a deadline never touches a closed socket
+                    fired = deadline.disarm()
+                if fired:  # the connection is shut down: connect again
+                    raise deadline.no_reply()
                 self._listening.set_threadsafe()
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
@@ -386,7 +413,6 @@ class AsyncPostgreSQLBackend:
         self.sql = Statements.of(config.schema)
         self.pool = AsyncPool(config)
         self.wakeups = AsyncWakeups(self)
-        self._bound = AsyncBound()
         self._grants = 0
 
     # -- transactions ----------------------------------------------------------------------
@@ -569,11 +595,12 @@ class AsyncPostgreSQLBackend:
         return ttl if renewed else None
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """Every renewal in one statement, the server cancelling it past ``timeout``."""
+        """Every renewal in one statement, the server cancelling it past ``timeout`` and the
+        client giving up on its reply then."""
         if not renewals:
             return []
         with translate_errors(self.url):
-            renewed = await self._bound.run(lambda: self._renew_all(renewals, timeout), timeout)
+            renewed = await self._renew_all(renewals, timeout)
         return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
 
     async def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
@@ -590,7 +617,7 @@ class AsyncPostgreSQLBackend:
                 )
             return {(name, owner) for name, owner in await cursor.fetchall()}
 
-        return await self.pool.run(renew, patience=timeout, idempotent=True)
+        return await self.pool.run(renew, patience=timeout, idempotent=True, limit=timeout)
 
     # -- release ---------------------------------------------------------------------------
 

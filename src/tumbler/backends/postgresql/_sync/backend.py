@@ -32,6 +32,7 @@ from .. import CAPABILITIES
 from ..common import (
     Bound,
     NoConnection,
+    NoReply,
     PostgreSQLConfig,
     capabilities_for,
     owner_hash,
@@ -119,9 +120,12 @@ def _connection_lost(error: psycopg.OperationalError) -> bool:
 
 class Pool:
     """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
-    a transaction still open) is closed rather than reused; after a connection failed, the
-    idle ones are dropped too (a restarted server has closed them all)."""
+    ones kept for the next call. Every call on a connection waits for the server's replies
+    for at most ``socket_timeout`` (or the call's own limit): then its connection is shut
+    down and the call raises ``NoReply``. A connection a call left in doubt (an error, a
+    cancellation, a limit run out, a transaction still open) is closed rather than reused;
+    after a connection failed, the idle ones are dropped too (a restarted server has closed
+    them all, and a network that dropped one's replies may have dropped theirs)."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self._config = config
@@ -129,6 +133,7 @@ class Pool:
         self._lock = threading.Lock()
         self._slots = Slots(config.max_connections, config.statement_timeout, NoConnection)
         self._closed = False
+        self.bound = Bound()
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
         #: idle_in_transaction_session_timeout (in milliseconds)
@@ -169,8 +174,11 @@ class Pool:
                 pause = min(pause * 2, 0.5)
 
     @contextlib.contextmanager
-    def connection(self, patience: float | None = None) -> Iterator[Connection[Any]]:
-        """A connection for one call; ``patience``: see :meth:`connect`."""
+    def connection(
+        self, patience: float | None = None, limit: float | None = None
+    ) -> Iterator[Connection[Any]]:
+        """A connection for one call; ``patience``: see :meth:`connect`; ``limit``: how long
+        the call may wait for replies (default ``socket_timeout``)."""
         if self._closed:
             raise psycopg.OperationalError("the client is closed")
         try:
@@ -178,15 +186,23 @@ class Pool:
                 connection = self._idle_connection()
                 if connection is None:
                     connection = self.connect(patience)
+                deadline = self.bound.arm(
+                    connection, self._config.socket_timeout if limit is None else limit
+                )
                 try:
                     yield connection
                 except BaseException as error:
+                    # disarmed first: the deadline never touches a closed (reusable) socket
+                    fired = deadline.disarm()
                     connection.close()
                     if isinstance(error, psycopg.OperationalError):
                         self._drop_idle()
+                    if fired:
+                        raise deadline.no_reply() from error
                     raise
                 if (
-                    self._closed
+                    deadline.disarm()
+                    or self._closed
                     or connection.closed
                     or connection.info.transaction_status != TransactionStatus.IDLE
                 ):
@@ -208,6 +224,7 @@ class Pool:
         patience: float | None = None,
         *,
         idempotent: bool = False,
+        limit: float | None = None,
     ) -> T:
         """``call`` on a connection of :meth:`connection`, tried again on a fresh connection
         for up to ``patience`` seconds (default ``connect_timeout``) when it surely ran
@@ -219,20 +236,24 @@ class Pool:
         then closes the connection, the reason often lost in pipeline mode. A release is not
         idempotent in this sense (a second try of one that went through answers "nothing to
         release"): it raises ``BackendUnavailable`` then, as every backend's does when the
-        store cannot be reached."""
+        store cannot be reached. A call that ran out of its ``limit`` (see :meth:`connection`)
+        is not tried again: its time is spent."""
         patience = self._config.connect_timeout if patience is None else patience
         deadline = time.monotonic() + patience
         pause = 0.02
         while True:
             called = False  # a failed connect was tried again already, if it could be
             try:
-                with self.connection(patience) as connection:
+                with self.connection(patience, limit) as connection:
                     called = True
                     return call(connection)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
-                retry = called and (
-                    _pooler_waits_for_server(error) or (idempotent and _connection_lost(error))
+                lost = idempotent and _connection_lost(error)
+                retry = (
+                    called
+                    and not isinstance(error, NoReply)
+                    and (_pooler_waits_for_server(error) or lost)
                 )
                 if self._closed or left <= 0 or not retry:
                     raise
@@ -266,6 +287,7 @@ class Pool:
     def close(self) -> None:
         self._closed = True
         self._drop_idle()
+        self.bound.close()
 
 
 class Wakeups:
@@ -310,7 +332,14 @@ class Wakeups:
             connection: Connection[Any] | None = None
             try:
                 connection = backend.pool.connect()
-                connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
+                deadline = backend.pool.bound.arm(connection, backend.config.socket_timeout)
+                try:
+                    connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
+                finally:
+                    # before the connection is closed: a deadline never touches a closed socket
+                    fired = deadline.disarm()
+                if fired:  # the connection is shut down: connect again
+                    raise deadline.no_reply()
                 self._listening.set_threadsafe()
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
@@ -384,7 +413,6 @@ class PostgreSQLBackend:
         self.sql = Statements.of(config.schema)
         self.pool = Pool(config)
         self.wakeups = Wakeups(self)
-        self._bound = Bound()
         self._grants = 0
 
     # -- transactions ----------------------------------------------------------------------
@@ -561,11 +589,12 @@ class PostgreSQLBackend:
         return ttl if renewed else None
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """Every renewal in one statement, the server cancelling it past ``timeout``."""
+        """Every renewal in one statement, the server cancelling it past ``timeout`` and the
+        client giving up on its reply then."""
         if not renewals:
             return []
         with translate_errors(self.url):
-            renewed = self._bound.run(lambda: self._renew_all(renewals, timeout), timeout)
+            renewed = self._renew_all(renewals, timeout)
         return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
 
     def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
@@ -582,7 +611,7 @@ class PostgreSQLBackend:
                 )
             return {(name, owner) for name, owner in cursor.fetchall()}
 
-        return self.pool.run(renew, patience=timeout, idempotent=True)
+        return self.pool.run(renew, patience=timeout, idempotent=True, limit=timeout)
 
     # -- release ---------------------------------------------------------------------------
 
