@@ -22,9 +22,10 @@ import pytest
 from psycopg import sql
 
 import tumbler
+import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, PermissionDenied
 from tumbler._url import parse_url
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.postgresql.common import open_sync, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
@@ -33,9 +34,11 @@ from tumbler.backends.postgresql.server import (
     PostgreSQLServer,
 )
 from tumbler.cli import main
+from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
+from tumbler.torture.proxy import FaultProxy
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +198,90 @@ def test_a_holder_whose_connections_are_terminated_keeps_its_lease_and_renews_it
         assert not other.lock("terminated").acquire(timeout=0)
         hold.release()
         assert other.lock("terminated").acquire(timeout=0)
+
+
+# -- a network that drops replies -----------------------------------------------------------
+
+#: every bound of the proxied clients: short, so that a call that ran out says so soon
+_DROPPED = "statement_timeout=1&lock_timeout=0.5&socket_timeout=1&connect_timeout=1"
+
+
+def _proxied_url(server: PostgreSQLServer, proxy: FaultProxy, schema: str) -> str:
+    return (
+        server.url.replace(f"{server.host}:{server.port}", f"127.0.0.1:{proxy.port}")
+        + f"?schema={schema}&{_DROPPED}"
+    )
+
+
+def _request(name: str, owner: str) -> GrantRequest:
+    return GrantRequest(name, owner, False, 1, False, 30.0, "test")
+
+
+@pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
+def test_every_call_gives_up_when_the_network_drops_replies(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    with FaultProxy((server.host, server.port)) as proxy:
+        locks = tumbler.connect(_proxied_url(server, proxy, schema))
+        try:
+            backend = locks._backend
+            held = backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")  # requests reach the server; its replies are lost
+            # each raises within its bound instead of waiting for the lost reply for ever
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    call()
+            proxy.heal()
+            # nothing left behind trips the next calls
+            # (the server may have run what the lost replies answered: the release, say)
+            assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert backend.release("dropped", "holder") in (True, False)  # it may have gone
+            again = backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+            assert len(backend.inspect("dropped").holders) == 1
+        finally:
+            locks.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    async with FaultProxy((server.host, server.port)) as proxy:
+        locks = await tumbler.aio.connect(_proxied_url(server, proxy, schema))
+        try:
+            backend = locks._backend
+            held = await backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    await call()
+            proxy.heal()
+            # (the server may have run what the lost replies answered: the release, say)
+            assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert await backend.release("dropped", "holder") in (True, False)  # it may have gone
+            again = await backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+            assert len((await backend.inspect("dropped")).holders) == 1
+        finally:
+            await locks.close()
 
 
 def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer, url: str) -> None:
