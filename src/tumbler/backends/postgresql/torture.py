@@ -25,10 +25,14 @@ from ...torture.faults import ProxyControl, network_faults_missing
 
 def _options(ttl: float) -> str:
     # A call must give up well within a lease, so that a renewal can be tried again before
-    # the holder's deadline when a reply is lost or the server is gone; libpq's connect
-    # timeout is whole seconds.
+    # the holder's deadline when a reply is lost or the server is gone: on the server's side
+    # (statement_timeout) and on the client's (socket_timeout: a network that drops replies);
+    # libpq's connect timeout is whole seconds.
     timeout = max(0.5, min(5.0, ttl / 3))
-    return f"statement_timeout={timeout:g}&lock_timeout={timeout / 2:g}&connect_timeout=1"
+    return (
+        f"statement_timeout={timeout:g}&socket_timeout={timeout:g}"
+        f"&lock_timeout={timeout / 2:g}&connect_timeout=1"
+    )
 
 
 def _missing() -> str | None:
