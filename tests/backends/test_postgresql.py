@@ -446,6 +446,7 @@ def test_a_database_that_does_not_exist_is_a_configuration_error(
         ("postgresql://u:secret@h/db?connect_timeout=0", "connect_timeout"),
         ("postgresql://u:secret@h/db?statement_timeout=-1", "statement_timeout"),
         ("postgresql://u:secret@h/db?lock_timeout=9&statement_timeout=5", "lock_timeout"),
+        ("postgresql://u:secret@h/db?socket_timeout=2&statement_timeout=5", "socket_timeout"),
         ("postgresql://u:secret@h/db?max_connections=0", "max_connections"),
         ("postgresql://u:secret@h/db?wakeups=push", "wakeups"),
         ("postgresql://u:secret@h/db?pooler=session", "pooler"),
@@ -483,6 +484,12 @@ def test_what_a_url_says() -> None:
     assert config.schema == "Locks"
     assert not config.listen
     assert (config.statement_timeout, config.lock_timeout, config.max_connections) == (2.5, 1, 3)
+    assert config.socket_timeout == 5.0  # Redis's default
+    assert parse_config(parse_url("postgres://h/db?statement_timeout=8")).socket_timeout == 8.0
+    short = parse_config(
+        parse_url("postgres://h/db?socket_timeout=0.5&statement_timeout=0.5&lock_timeout=0.2")
+    )
+    assert short.socket_timeout == 0.5
     assert "p@ss" not in repr(config)
     socket = parse_config(parse_url("postgresql:///app?host=/run/postgresql"))
     assert socket.connect_options["host"] == "/run/postgresql"
