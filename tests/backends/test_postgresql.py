@@ -22,9 +22,10 @@ import pytest
 from psycopg import sql
 
 import tumbler
+import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, PermissionDenied
 from tumbler._url import parse_url
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.postgresql.common import open_sync, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
@@ -32,9 +33,12 @@ from tumbler.backends.postgresql.server import (
     TUMBLER_USER,
     PostgreSQLServer,
 )
+from tumbler.cli import main
+from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
+from tumbler.torture.proxy import FaultProxy
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +200,90 @@ def test_a_holder_whose_connections_are_terminated_keeps_its_lease_and_renews_it
         assert other.lock("terminated").acquire(timeout=0)
 
 
+# -- a network that drops replies -----------------------------------------------------------
+
+#: every bound of the proxied clients: short, so that a call that ran out says so soon
+_DROPPED = "statement_timeout=1&lock_timeout=0.5&socket_timeout=1&connect_timeout=1"
+
+
+def _proxied_url(server: PostgreSQLServer, proxy: FaultProxy, schema: str) -> str:
+    return (
+        server.url.replace(f"{server.host}:{server.port}", f"127.0.0.1:{proxy.port}")
+        + f"?schema={schema}&{_DROPPED}"
+    )
+
+
+def _request(name: str, owner: str) -> GrantRequest:
+    return GrantRequest(name, owner, False, 1, False, 30.0, "test")
+
+
+@pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
+def test_every_call_gives_up_when_the_network_drops_replies(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    with FaultProxy((server.host, server.port)) as proxy:
+        locks = tumbler.connect(_proxied_url(server, proxy, schema))
+        try:
+            backend = locks._backend
+            held = backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")  # requests reach the server; its replies are lost
+            # each raises within its bound instead of waiting for the lost reply for ever
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    call()
+            proxy.heal()
+            # nothing left behind trips the next calls
+            # (the server may have run what the lost replies answered: the release, say)
+            assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert backend.release("dropped", "holder") in (True, False)  # it may have gone
+            again = backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+            assert len(backend.inspect("dropped").holders) == 1
+        finally:
+            locks.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    async with FaultProxy((server.host, server.port)) as proxy:
+        locks = await tumbler.aio.connect(_proxied_url(server, proxy, schema))
+        try:
+            backend = locks._backend
+            held = await backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    await call()
+            proxy.heal()
+            # (the server may have run what the lost replies answered: the release, say)
+            assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert await backend.release("dropped", "holder") in (True, False)  # it may have gone
+            again = await backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+            assert len((await backend.inspect("dropped")).holders) == 1
+        finally:
+            await locks.close()
+
+
 def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer, url: str) -> None:
     with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
         lock = holder.lock("restarted", ttl=10.0)
@@ -222,14 +310,59 @@ def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer,
         taken.release()
 
 
+# -- tumbler init --------------------------------------------------------------------------
+
+
+def test_init_makes_the_schema_once_and_says_what_it_made(
+    url: str, schema: str, admin: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", url]) == 0
+    made = capsys.readouterr().out
+    assert f'made "{schema}".tumbler_entries' in made
+    assert TUMBLER_PASSWORD not in made
+    tables = admin.execute(
+        "SELECT count(*) FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace "
+        "WHERE nspname = %s AND relname IN "
+        "('tumbler_entries', 'tumbler_evictions', 'tumbler_tokens')",
+        (schema,),
+    ).fetchone()
+    assert tables == (3,)
+    assert main(["init", url]) == 0
+    assert "nothing to make" in capsys.readouterr().out
+    with tumbler.connect(url) as locks, locks.lock("after-init") as hold:
+        assert hold.token == 1  # the sequence init made, untouched by the second run
+
+
+def test_init_takes_the_url_from_the_environment(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUMBLER_URL", url)
+    assert main(["init"]) == 0
+    assert "made" in capsys.readouterr().out
+
+
+def test_init_of_a_backend_with_nothing_to_make_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["init", "memory://"]) == 0
+    assert "needs nothing made before first use" in capsys.readouterr().out
+
+
+def test_init_with_a_wrong_password_exits_77_without_showing_it(
+    server: PostgreSQLServer, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = "not-the-Pa55word"
+    assert main(["init", server.url_for(TUMBLER_USER, wrong) + f"?schema={schema}"]) == 77
+    assert wrong not in capsys.readouterr().err
+
+
 # -- a role with only the grants the docs list ---------------------------------------------
 
 
 def test_a_role_with_only_the_documented_grants_can_lock(
     server: PostgreSQLServer, url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
-    with tumbler.connect(url):
-        pass  # the owner makes the schema (as `tumbler init URL` would)
+    assert main(["init", url]) == 0  # the owner makes the schema
     role = f"minimal_{uuid.uuid4().hex[:8]}"
     password = "minimal-Pa55"
     quoted = sql.Identifier(schema)
@@ -313,8 +446,11 @@ def test_a_database_that_does_not_exist_is_a_configuration_error(
         ("postgresql://u:secret@h/db?connect_timeout=0", "connect_timeout"),
         ("postgresql://u:secret@h/db?statement_timeout=-1", "statement_timeout"),
         ("postgresql://u:secret@h/db?lock_timeout=9&statement_timeout=5", "lock_timeout"),
+        ("postgresql://u:secret@h/db?socket_timeout=2&statement_timeout=5", "socket_timeout"),
         ("postgresql://u:secret@h/db?max_connections=0", "max_connections"),
         ("postgresql://u:secret@h/db?wakeups=push", "wakeups"),
+        ("postgresql://u:secret@h/db?pooler=session", "pooler"),
+        ("postgresql://u:secret@h/db?pooler=transaction&wakeups=listen", "LISTEN"),
         ("postgresql://u:secret@h/db?prefix=x", "unknown URL option"),
         ("postgresql://u:secret@h1,h2/db", "one host"),
         ("postgresql://u:secret@h:99999/db", "port"),
@@ -348,7 +484,25 @@ def test_what_a_url_says() -> None:
     assert config.schema == "Locks"
     assert not config.listen
     assert (config.statement_timeout, config.lock_timeout, config.max_connections) == (2.5, 1, 3)
+    assert config.socket_timeout == 5.0  # Redis's default
+    assert parse_config(parse_url("postgres://h/db?statement_timeout=8")).socket_timeout == 8.0
+    short = parse_config(
+        parse_url("postgres://h/db?socket_timeout=0.5&statement_timeout=0.5&lock_timeout=0.2")
+    )
+    assert short.socket_timeout == 0.5
     assert "p@ss" not in repr(config)
     socket = parse_config(parse_url("postgresql:///app?host=/run/postgresql"))
     assert socket.connect_options["host"] == "/run/postgresql"
     assert "port" not in socket.connect_options
+
+    assert not config.pooled
+
+
+def test_a_transaction_pooler_polls_and_keeps_no_session_state() -> None:
+    pooled = parse_config(parse_url("postgresql://u@h/db?pooler=transaction"))
+    assert pooled.pooled
+    assert not pooled.listen  # wakeups=poll is implied
+    explicit = parse_config(parse_url("postgresql://u@h/db?pooler=transaction&wakeups=poll"))
+    assert explicit.pooled
+    assert not explicit.listen
+    assert parse_config(parse_url("postgresql://u@h/db?pooler=none")).listen

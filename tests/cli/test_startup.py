@@ -74,7 +74,7 @@ def test_tumbler_run_imports_neither_the_torture_harness_nor_the_demo(tmp_path: 
 def test_help_lists_every_command_with_its_short_help() -> None:
     context = click.Context(cli, info_name="tumbler")
     names = cli.list_commands(context)
-    assert names == ["demo", "release", "run", "status", "torture"]
+    assert names == ["demo", "init", "release", "run", "status", "torture"]
     # torture's is there although its module is imported only when its command is looked up
     openings = {}
     for name in names:

@@ -30,6 +30,7 @@ __all__ = [
     "descriptor_for",
     "known_schemes",
     "load_backend",
+    "prepare",
     "register",
     "register_backend",
     "resolve_url",
@@ -157,6 +158,19 @@ def resolve_url(url: str | None) -> BackendURL:
     if url is None:
         url = os.environ.get(URL_VARIABLE) or DEFAULT_URL
     return parse_url(url)
+
+
+def prepare(url: str | None) -> tuple[BackendDescriptor, str | None]:
+    """Make what the backend at ``url`` (default: as ``connect``) needs before first use,
+    idempotently (``BackendDescriptor.prepare``): its descriptor, and a line saying what was
+    made or found, or None for a backend that needs nothing made. Raises what ``connect``
+    raises."""
+    parsed = resolve_url(url)
+    descriptor = descriptor_for(parsed.scheme)
+    load_backend(parsed)  # a missing driver is MissingDependency, as on connect
+    if descriptor.prepare is None:
+        return descriptor, None
+    return descriptor, descriptor.prepare(parsed)
 
 
 def load_backend(url: BackendURL) -> BackendOpener:

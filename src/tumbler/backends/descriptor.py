@@ -135,6 +135,13 @@ class BackendDescriptor:
     )
     #: the bench's view of this store: its peers, request counter, version
     bench: Callable[[], StoreBench] | None = field(default=None, repr=False)
+    #: ``url -> text``: make what the store needs before its first use (a schema, tables),
+    #: idempotently, and say in a line what was made or found; ``tumbler init URL`` runs it,
+    #: as a role that may, for applications whose own role may not. None: nothing to make
+    #: (a backend that makes its tables on first use may still have it, for that role). Its
+    #: errors are tumbler's, as ``connect``'s are; the opener's module is imported first, so
+    #: a missing driver is ``MissingDependency``.
+    prepare: Callable[[BackendURL], str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.schemes:

@@ -54,6 +54,12 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts, url, DEFAULT_PORT)
 
 
+def _prepare(url: BackendURL) -> str:
+    from .common import prepare
+
+    return prepare(url)
+
+
 DESCRIPTOR = BackendDescriptor(
     name="postgresql",
     schemes=("postgresql", "postgres"),
@@ -62,10 +68,12 @@ DESCRIPTOR = BackendDescriptor(
     summary="a PostgreSQL database (11 or newer): lease rows on the server's clock",
     url_form="postgresql://[USER[:PASSWORD]@]HOST[:PORT][/DBNAME][?OPTIONS]",
     extra="postgresql",
-    system_packages=("postgresql",),
+    system_packages=("postgresql", "pgbouncer"),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
+    prepare=_prepare,
 )
 
 if TYPE_CHECKING:

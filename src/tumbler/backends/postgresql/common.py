@@ -10,14 +10,32 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``schema`` (where the table
 default ``tumbler``; made on first use), ``sslmode`` (libpq's: ``disable``, ``allow``,
 ``prefer``, ``require``, ``verify-ca``, ``verify-full``; default ``prefer``),
 ``sslrootcert``, ``sslcert``, ``sslkey`` (files), ``connect_timeout`` (seconds, default 5),
-``statement_timeout`` (seconds, default 5: the server cancels a statement that runs longer,
-and the client gives up on a reply after it), ``lock_timeout`` (seconds, default 2: how long
+``statement_timeout`` (seconds, default 5: the server cancels a statement that runs longer),
+``socket_timeout`` (seconds, default 5 or ``statement_timeout`` if that is longer, and never
+shorter: the most one call waits for the server's replies on its connection; then the client
+shuts that connection down and the call raises ``BackendUnavailable``, also when the network
+drops replies while the connection looks alive), ``lock_timeout`` (seconds, default 2: how long
 a grant waits for another client's transaction on the same name before it gives up with
 ``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
 way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
 (``listen``, the default: waiters are woken by ``LISTEN``/``NOTIFY``; ``poll``: waiters poll
-with a short bounded backoff, for a pooler that cannot carry ``LISTEN``) and ``host`` (a
-Unix socket directory, for a URL without a host).
+with a short bounded backoff, for a pooler that cannot carry ``LISTEN``), ``pooler``
+(``none``, the default, or ``transaction``: the URL names a pooler in transaction mode, such
+as PgBouncer's ``pool_mode = transaction``; see below) and ``host`` (a Unix socket directory,
+for a URL without a host).
+
+Behind a transaction-mode pooler (``pooler=transaction``)
+    Each transaction may run on another server connection, shared with other clients, so
+    nothing may depend on a session outliving a transaction: the timeouts are set in each
+    transaction (``set_config(..., true)``, PostgreSQL's ``SET LOCAL``) rather than as
+    connection startup options (which a pooler refuses or forgets), every call, also a single
+    statement, is a transaction of its own that sets them first (in the same round trip),
+    statements are never prepared on the server (psycopg's ``prepare_threshold=None``: a
+    prepared statement lives in one server session), and waiters poll (``wakeups=poll`` is
+    implied: ``LISTEN`` would listen on a server connection the pooler gives to others;
+    ``wakeups=listen`` with it is refused). The advisory locks are transaction-scoped
+    already. What polling costs: a waiter learns of a release up to ``poll_cap`` (0.1 s)
+    late, and each poll is a transaction on the server.
 
 The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
 database (the schema is made on first use) or, once ``tumbler init URL`` made the schema as
@@ -59,11 +77,16 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import heapq
+import os
 import re
-from collections.abc import Awaitable, Callable, Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import psycopg  # the driver: without it, MissingDependency
 
@@ -83,8 +106,6 @@ if TYPE_CHECKING:
     from ._async.backend import AsyncPostgreSQLBackend
     from ._sync.backend import PostgreSQLBackend
 
-T = TypeVar("T")
-
 DEFAULT_PORT = 5432
 DEFAULT_SCHEMA = "tumbler"
 #: ``max_connections`` when the URL does not say: calls are one short transaction each
@@ -102,9 +123,11 @@ _OPTIONS = (
     "sslkey",
     "connect_timeout",
     "statement_timeout",
+    "socket_timeout",
     "lock_timeout",
     "max_connections",
     "wakeups",
+    "pooler",
     "host",
 )
 
@@ -117,9 +140,13 @@ _MISCONFIGURED = ("3D000", "3F000")
 #: what libpq says of refused credentials before any SQLSTATE reaches the client
 _AUTH_FAILED = re.compile(
     r"password authentication failed|no password supplied|pg_hba\.conf|role \".*\" does not exist"
+    # ... and what PgBouncer says of them (with its catch-all SQLSTATE 08P01)
+    r"|SASL authentication failed"
 )
 #: ... and of a database that is not there
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
+#: what PgBouncer says of the startup options a direct connection sets its bounds with
+_POOLER_REFUSED = re.compile(r"unsupported startup parameter")
 
 
 def owner_hash(owner: str) -> str:
@@ -132,8 +159,15 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
     """The tumbler error that says what a psycopg error means for a lock user."""
     state = error.sqlstate or ""
     text = str(error).strip()
-    if state.startswith(_REFUSED) or (not state and _AUTH_FAILED.search(text)):
+    if state.startswith(_REFUSED) or (state in ("", "08P01") and _AUTH_FAILED.search(text)):
         return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
+    if not state and _POOLER_REFUSED.search(text):
+        return ConfigurationError(
+            f"PostgreSQL: {text} (is this a pooler in transaction mode? add pooler=transaction "
+            "to the URL)",
+            lock_name=name,
+            backend=url,
+        )
     if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
         return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
     if state == "57014":
@@ -168,24 +202,123 @@ class NoConnection(Exception):
     """Every connection of the pool stayed busy for as long as a call may wait."""
 
 
-class AsyncBound:
-    """How ``renew_all`` keeps within its timeout (asyncio): the call is cancelled when the
-    time is up (the pool then drops its connection, whose state is unknown)."""
+class NoReply(psycopg.OperationalError):
+    """The server did not answer a call within its limit (``socket_timeout``): the client
+    shut the connection down, so what the call did on the server is unknown."""
 
-    async def run(self, call: Callable[[], Awaitable[T]], timeout: float) -> T:
+
+def _shut_down(fileno: int) -> None:
+    """Shut the socket ``fileno`` down for both directions. Unlike closing the descriptor
+    (which another thread may then reuse), this leaves it open for its owner: every wait on
+    it ends at once (end of file), every send fails, and libpq reports the connection broken,
+    also while it unwinds a transaction or pipeline (their rollback and sync fail at once
+    instead of waiting for the dropped replies in turn)."""
+    with contextlib.suppress(OSError):
+        duplicate = socket.socket(fileno=os.dup(fileno))
         try:
-            return await asyncio.wait_for(call(), timeout)
-        except asyncio.TimeoutError:
-            raise psycopg.errors.QueryCanceled(f"no reply within {timeout:.3g} s") from None
+            duplicate.shutdown(socket.SHUT_RDWR)
+        finally:
+            duplicate.close()
+
+
+class Deadline:
+    """One call's limit on one connection: :meth:`fire` (at the deadline) shuts the
+    connection's socket down unless :meth:`disarm` came first. After ``disarm`` returns the
+    socket is never touched, so the connection may then be closed (and its descriptor
+    reused) safely."""
+
+    def __init__(self, fileno: int, limit: float) -> None:
+        self.fileno = fileno
+        self.limit = limit
+        self.when = time.monotonic() + limit
+        self.fired = False
+        self._armed = True
+        self._lock = threading.Lock()
+        self.on_disarm: Callable[[], object] | None = None
+
+    def fire(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            self._armed = False
+            self.fired = True
+            _shut_down(self.fileno)
+
+    def disarm(self) -> bool:
+        """End the limit; whether it fired first (the connection is then unusable)."""
+        with self._lock:
+            self._armed = False
+        if self.on_disarm is not None:
+            self.on_disarm()
+        return self.fired
+
+    def no_reply(self) -> NoReply:
+        return NoReply(
+            f"no reply from PostgreSQL within {self.limit:.3g} s (socket_timeout); "
+            "the connection was dropped"
+        )
+
+
+class AsyncBound:
+    """How every call keeps within its limit (asyncio): the event loop shuts the
+    connection's socket down at the deadline. Cancelling the task instead would not do: a
+    cancelled psycopg call unwinds through its transaction and pipeline, whose rollback and
+    sync wait for replies again, and nothing cancels those waits."""
+
+    def arm(self, connection: Any, limit: float) -> Deadline:
+        deadline = Deadline(connection.fileno(), limit)
+        deadline.on_disarm = asyncio.get_running_loop().call_later(limit, deadline.fire).cancel
+        return deadline
+
+    def close(self) -> None:
+        pass
 
 
 class Bound:
-    """Blocking twin of :class:`AsyncBound`: the server cancels a statement that runs past
-    the timeout (``SET LOCAL statement_timeout`` in the renewal's transaction), and the
-    connection's TCP user timeout bounds a network that stops answering."""
+    """Blocking twin of :class:`AsyncBound`: one watchdog thread per client shuts a
+    connection's socket down at its call's deadline. psycopg's blocking calls wait in
+    ``poll`` on the socket, which neither the server's ``statement_timeout`` nor TCP's
+    timeouts end while a peer that acknowledged the request stays silent (libpq's
+    ``tcp_user_timeout`` bounds unacknowledged sends only); a shut-down socket ends it at
+    once."""
 
-    def run(self, call: Callable[[], T], timeout: float) -> T:
-        return call()
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Deadline]] = []
+        self._count = 0
+        self._changed = threading.Condition()
+        self._watchdog: threading.Thread | None = None
+        self._closed = False
+
+    def arm(self, connection: Any, limit: float) -> Deadline:
+        deadline = Deadline(connection.fileno(), limit)
+        with self._changed:
+            self._count += 1
+            heapq.heappush(self._due, (deadline.when, self._count, deadline))
+            if self._watchdog is None and not self._closed:
+                self._watchdog = threading.Thread(
+                    target=self._watch, name="tumbler-postgresql-deadlines", daemon=True
+                )
+                self._watchdog.start()
+            if self._due[0][2] is deadline:
+                self._changed.notify()
+        return deadline
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                now = time.monotonic()
+                while self._due and self._due[0][0] <= now:
+                    # a disarmed deadline does nothing when fired; its call is over
+                    heapq.heappop(self._due)[2].fire()
+                self._changed.wait(self._due[0][0] - now if self._due else None)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            watchdog, self._watchdog = self._watchdog, None
+            self._changed.notify()
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join()
 
 
 def _identifier(text: str) -> str:
@@ -216,9 +349,13 @@ class PostgreSQLConfig:
     url: str  # redacted
     schema: str
     listen: bool
+    #: behind a transaction-mode pooler: no session state (settings, prepared statements)
+    pooled: bool
     max_connections: int
     connect_timeout: float
     statement_timeout: float
+    #: the most a call waits for the server's replies on its connection (client side)
+    socket_timeout: float
     lock_timeout: float
     #: keyword arguments for ``psycopg.connect`` (the password among them: never log this)
     connect_options: dict[str, Any] = field(repr=False)
@@ -278,6 +415,15 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
     connect_timeout = url.option("connect_timeout", seconds, 5.0)
     statement_timeout = url.option("statement_timeout", seconds, 5.0)
     lock_timeout = url.option("lock_timeout", seconds, 2.0)
+    # Redis's name and default; never shorter than the server's own bound, which would then
+    # never get to cancel a slow statement and say so
+    socket_timeout = url.option("socket_timeout", seconds, max(5.0, statement_timeout))
+    if socket_timeout < statement_timeout:
+        raise InvalidURL(
+            "socket_timeout must not be shorter than statement_timeout (the client would give "
+            "up on a reply before the server gives up on the statement)",
+            backend=url.redacted,
+        )
     if lock_timeout > statement_timeout:
         raise InvalidURL(
             "lock_timeout must not be longer than statement_timeout", backend=url.redacted
@@ -291,13 +437,23 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
     options["keepalives_interval"] = 1
     options["keepalives_count"] = 3
     options["application_name"] = "tumbler"
+    pooled = url.option("pooler", _choice("none", "transaction"), "none") == "transaction"
+    wakeups = url.option("wakeups", _choice("listen", "poll"), "poll" if pooled else "listen")
+    if pooled and wakeups == "listen":
+        raise InvalidURL(
+            "wakeups=listen cannot work through a transaction-mode pooler (pooler=transaction): "
+            "LISTEN would stay on a server connection the pooler hands to other clients",
+            backend=url.redacted,
+        )
     return PostgreSQLConfig(
         url=url.redacted,
         schema=schema,
-        listen=url.option("wakeups", _choice("listen", "poll"), "listen") == "listen",
+        listen=wakeups == "listen",
+        pooled=pooled,
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,
+        socket_timeout=socket_timeout,
         lock_timeout=lock_timeout,
         connect_options=options,
     )
@@ -308,6 +464,24 @@ def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabiliti
     if config.listen:
         return base
     return dataclasses.replace(base, push_wakeups=False)
+
+
+def prepare(url: BackendURL) -> str:
+    """``tumbler init URL``: make the URL's schema, its tables and its token sequence if they
+    are missing (what a client also does on first use; clients and ``init`` racing to do it
+    take turns), and say which."""
+    from ._sync.backend import PostgreSQLBackend
+
+    backend = PostgreSQLBackend(parse_config(url))
+    try:
+        with translate_errors(backend.url):
+            made = backend.pool.run(backend.make_tables, idempotent=True)
+    finally:
+        backend.close()
+    what = f"{backend.sql.entries}, {backend.sql.evictions} and the sequence {backend.sql.tokens}"
+    if made:
+        return f"made {what}"
+    return f"{what} are there already: nothing to make"
 
 
 def open_sync(url: BackendURL) -> PostgreSQLBackend:

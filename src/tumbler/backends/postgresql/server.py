@@ -21,6 +21,9 @@ that user's own. Plain library code: no pytest; it needs psycopg (the ``testing`
 its readiness probe and set-up. The programs are found in ``$TUMBLER_POSTGRESQL_BIN``, else
 Debian's newest ``/usr/lib/postgresql/<version>/bin``, else on ``PATH``; ``scripts/servers``
 installs them.
+
+:class:`PgBouncerServer` is Debian's ``pgbouncer`` in transaction mode in front of such a
+server, on a free ``127.0.0.1`` port of its own: the target of ``pooler=transaction`` URLs.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ __all__ = [
     "PostgreSQLNotInstalled",
     "PostgreSQLServer",
     "PostgreSQLServerError",
+    "PgBouncerNotInstalled",
+    "PgBouncerServer",
     "postgresql_bin_dir",
 ]
 
@@ -346,3 +351,168 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<PostgreSQLServer {self.host}:{self.port} {state} in {self.dir}>"
+
+
+# -- PgBouncer -------------------------------------------------------------------------------
+
+
+class PgBouncerNotInstalled(PostgreSQLServerError, ServerNotInstalled):
+    """``pgbouncer`` is not installed (``scripts/servers`` installs it)."""
+
+
+def _auth_line(user: str, password: str) -> str:
+    # PgBouncer's auth_file: both fields in double quotes, a quote inside one doubled
+    def quoted(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"'
+
+    return f"{quoted(user)} {quoted(password)}\n"
+
+
+class PgBouncerServer(ProcessLauncher):
+    """Debian's ``pgbouncer`` with ``pool_mode = transaction`` in front of ``upstream``, on a
+    free ``127.0.0.1`` port, every database of the upstream reachable through it.
+
+    It authenticates the ``tumbler`` role with SCRAM against an auth file that has its
+    password (which it also logs in to the server with), so the tests' URLs are the upstream's
+    with this port (:meth:`url_for`). The server's superuser is not let through. Like
+    PostgreSQL, PgBouncer refuses to run as root: a launcher run by root runs it as the
+    ``postgres`` user. It reconnects to a restarted upstream by itself, after
+    ``server_login_retry`` (0.1 s here, 15 s by default).
+    """
+
+    error = PostgreSQLServerError
+    program = "pgbouncer"
+    poll_interval = 0.05
+    ready_errors = (psycopg.Error,)
+
+    def __init__(
+        self,
+        upstream: PostgreSQLServer,
+        workdir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        pool_size: int = 40,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        self.upstream = upstream
+        self.host = LOOPBACK
+        self.port = port or 0
+        self.pool_size = pool_size
+        self.startup_timeout = startup_timeout
+        self._use_directory(workdir, "tumbler-pgbouncer-")
+        self._account = _run_as()
+        if self._account is None:
+            self.run_dir = self.dir
+        else:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="tumbler-pgbouncer-run-"))
+            os.chown(self.run_dir, self._account.pw_uid, self._account.pw_gid)
+            self._remove_run_dir = weakref.finalize(
+                self, shutil.rmtree, self.run_dir, ignore_errors=True
+            )
+        self.config_path = self.run_dir / "pgbouncer.ini"
+        self.auth_path = self.run_dir / "userlist.txt"
+        self.log_path = self.dir / "pgbouncer.log"
+
+    def url_for(
+        self,
+        user: str = TUMBLER_USER,
+        password: str | None = TUMBLER_PASSWORD,
+        database: str = TUMBLER_DATABASE,
+    ) -> str:
+        """The upstream's URL for ``user``, through this pooler, with ``pooler=transaction``."""
+        userinfo = quote(user, safe="")
+        if password is not None:
+            userinfo += ":" + quote(password, safe="")
+        return (
+            f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
+            "?pooler=transaction"
+        )
+
+    @property
+    def url(self) -> str:
+        """The URL of the ``tumbler`` role's database through this pooler."""
+        return self.url_for()
+
+    def _command(self) -> list[str]:
+        program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(program).is_file():
+            raise PgBouncerNotInstalled(
+                "pgbouncer is not installed (install it with scripts/servers)"
+            )
+        return [program, str(self.config_path)]
+
+    def _write_files(self) -> None:
+        upstream = self.upstream
+        settings = {
+            "listen_addr": self.host,
+            "listen_port": str(self.port),
+            "unix_socket_dir": "",
+            "auth_type": "scram-sha-256",
+            "auth_file": str(self.auth_path),
+            "pool_mode": "transaction",
+            "max_client_conn": "2000",
+            "default_pool_size": str(self.pool_size),
+            # a restarted upstream is tried again at once, not after the default 15 s, and a
+            # client whose query waits for an upstream that does not come gets an error soon
+            "server_login_retry": "0.1",
+            "server_connect_timeout": "5",
+            "query_wait_timeout": "10",
+            "log_connections": "0",
+            "log_disconnections": "0",
+            "logfile": "",
+        }
+        lines = [
+            "[databases]",
+            f"* = host={upstream.host} port={upstream.port}",
+            "[pgbouncer]",
+            *(f"{key} = {value}" for key, value in settings.items()),
+        ]
+        for path, text in (
+            (self.config_path, "\n".join(lines) + "\n"),
+            (self.auth_path, _auth_line(TUMBLER_USER, TUMBLER_PASSWORD)),
+        ):
+            path.write_text(text)
+            path.chmod(0o600)
+            if self._account is not None:
+                os.chown(path, self._account.pw_uid, self._account.pw_gid)
+
+    def _executor_options(self) -> dict[str, Any]:
+        # SIGINT is PgBouncer's "safe shutdown" (waits for clients); SIGTERM ends it at once
+        if self._account is None:
+            return {}
+        account = self._account
+        return {
+            "popen_kwargs": {
+                "user": account.pw_uid,
+                "group": account.pw_gid,
+                "extra_groups": [],
+            }
+        }
+
+    def _ready(self) -> bool:
+        try:
+            with psycopg.connect(
+                host=self.host,
+                port=self.port,
+                user=TUMBLER_USER,
+                password=TUMBLER_PASSWORD,
+                dbname=TUMBLER_DATABASE,
+                connect_timeout=2,
+                prepare_threshold=None,
+                autocommit=True,
+            ) as probe:
+                probe.execute("SELECT 1")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Stop the process and remove its directories (the upstream is left as it is)."""
+        self.stop()
+        if self._account is not None:
+            self._remove_run_dir()
+        self._discard_directory()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<PgBouncerServer {self.host}:{self.port} {state} before {self.upstream!r}>"

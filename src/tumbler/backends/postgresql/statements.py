@@ -128,6 +128,11 @@ _STATEMENTS = {
     "WHERE entry.name = due.name AND entry.owner = due.owner AND entry.token IS NOT NULL "
     "AND entry.expires_at > clock_timestamp() RETURNING entry.name, entry.owner",
     "bound": "SELECT set_config('statement_timeout', %s, true)",
+    # behind a pooler, the first statement of every transaction: the client's bounds, for
+    # this transaction only (SET LOCAL), since the next one may run on another session
+    "settings": "SELECT set_config('statement_timeout', %s, true), "
+    "set_config('lock_timeout', %s, true), "
+    "set_config('idle_in_transaction_session_timeout', %s, true)",
     # -- operators ----------------------------------------------------------------------------
     "force_release": "WITH now AS (SELECT clock_timestamp() AS at), "
     "gone AS (DELETE FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL "

@@ -1,5 +1,6 @@
-"""The PostgreSQL backend's test targets: one server in clear, and one that takes only TLS
-(``sslmode=verify-full`` against the tests' own CA).
+"""The PostgreSQL backend's test targets: one server in clear, one that takes only TLS
+(``sslmode=verify-full`` against the tests' own CA), and one server behind PgBouncer in
+transaction mode (``pooler=transaction``: no session state, waiters poll).
 
 Each runs for the whole session; the tests' URLs log in as the password role ``tumbler``,
 each with a schema of its own.
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from ...testing.servers._common import make_tls_files
 from ..descriptor import TestTarget
-from .server import PostgreSQLServer
+from .server import PgBouncerServer, PostgreSQLServer
 
 
 def _schema() -> str:
@@ -20,14 +21,18 @@ def _schema() -> str:
 
 
 class _Running:
-    def __init__(self, server: PostgreSQLServer) -> None:
+    def __init__(self, server: PostgreSQLServer, pooler: PgBouncerServer | None = None) -> None:
         self.server = server
+        self.pooler = pooler
 
     def fresh_url(self) -> str:
-        separator = "&" if "?" in self.server.url else "?"
-        return f"{self.server.url}{separator}schema={_schema()}"
+        url = self.server.url if self.pooler is None else self.pooler.url
+        separator = "&" if "?" in url else "?"
+        return f"{url}{separator}schema={_schema()}"
 
     def close(self) -> None:
+        if self.pooler is not None:
+            self.pooler.close()
         self.server.close()
 
 
@@ -40,9 +45,21 @@ def _tls(directory: Path) -> _Running:
     return _Running(PostgreSQLServer(directory / "server", tls=tls).start())
 
 
+def _pgbouncer(directory: Path) -> _Running:
+    server = PostgreSQLServer(directory / "server").start()
+    try:
+        pooler = PgBouncerServer(server, directory / "pgbouncer").start()
+    except BaseException:
+        server.close()
+        raise
+    return _Running(server, pooler)
+
+
 TARGETS = (
     TestTarget("postgresql", _plain),
     # the same locking as "postgresql" over another connection: the cases that start other
     # processes need not run on it again
     TestTarget("postgresql-tls", _tls, processes=False),
+    # no session outlives a transaction, and waiters poll: every case, processes included
+    TestTarget("postgresql-pgbouncer", _pgbouncer),
 )

@@ -13,8 +13,8 @@ import secrets
 import select
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
@@ -30,6 +30,7 @@ from .. import CAPABILITIES
 from ..common import (
     AsyncBound,
     NoConnection,
+    NoReply,
     PostgreSQLConfig,
     capabilities_for,
     owner_hash,
@@ -38,6 +39,8 @@ from ..common import (
 from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
 
 _log = logging.getLogger("tumbler.postgresql")
+
+T = TypeVar("T")
 
 #: a live entry of a name as the wake-up reads it: (owner, seq, shared, lim, fair, token, client)
 _Row = tuple[str, int, bool, int, bool, "int | None", "str | None"]
@@ -93,11 +96,34 @@ def _transient(error: psycopg.OperationalError) -> bool:
     )
 
 
+def _pooler_waits_for_server(error: psycopg.OperationalError) -> bool:
+    """Whether PgBouncer refused a transaction because it cannot log in to the server now
+    (``server_login_retry``): it then forwarded nothing, and the call may be tried again."""
+    return "server login has been failing" in str(error)
+
+
+#: what making a schema's tables meets when another client made them first: unique_violation
+#: (on a catalog), duplicate_schema, duplicate_table, duplicate_object
+_MADE_MEANWHILE = ("23505", "42P06", "42P07", "42710")
+
+
+def _connection_lost(error: psycopg.OperationalError) -> bool:
+    """Whether the connection failed under the call (closed, reset, the server shutting
+    down): what the call did is unknown, though nothing else went wrong with it. (A pooler
+    that refuses a transaction closes the connection too, and in pipeline mode its reason
+    may be lost with it.)"""
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
 class AsyncPool:
     """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. A connection a call left in doubt (an error, a cancellation,
-    a transaction still open) is closed rather than reused; after a connection failed, the
-    idle ones are dropped too (a restarted server has closed them all)."""
+    ones kept for the next call. Every call on a connection waits for the server's replies
+    for at most ``socket_timeout`` (or the call's own limit): then its connection is shut
+    down and the call raises ``NoReply``. A connection a call left in doubt (an error, a
+    cancellation, a limit run out, a transaction still open) is closed rather than reused;
+    after a connection failed, the idle ones are dropped too (a restarted server has closed
+    them all, and a network that dropped one's replies may have dropped theirs)."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self._config = config
@@ -105,12 +131,22 @@ class AsyncPool:
         self._lock = threading.Lock()
         self._slots = AsyncSlots(config.max_connections, config.statement_timeout, NoConnection)
         self._closed = False
-        milliseconds = round(config.statement_timeout * 1000)
-        self._options = (
-            f"-c statement_timeout={milliseconds} "
-            f"-c lock_timeout={round(config.lock_timeout * 1000)} "
-            f"-c idle_in_transaction_session_timeout={milliseconds}"
-        )
+        self.bound = AsyncBound()
+        milliseconds = str(round(config.statement_timeout * 1000))
+        #: the bounds every transaction runs with: statement_timeout, lock_timeout,
+        #: idle_in_transaction_session_timeout (in milliseconds)
+        self.settings = (milliseconds, str(round(config.lock_timeout * 1000)), milliseconds)
+        self._options: dict[str, Any] = {}
+        if config.pooled:
+            # A pooler refuses startup options or forgets them at the next transaction, and a
+            # statement prepared in one server session is unknown to the next: the bounds are
+            # set in each transaction instead (AsyncPostgreSQLBackend.transaction)
+            self._options["prepare_threshold"] = None
+        else:
+            names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+            self._options["options"] = " ".join(
+                f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)
+            )
 
     async def connect(self, patience: float | None = None) -> AsyncConnection[Any]:
         """A new connection (autocommit: each call says where its transaction begins).
@@ -126,7 +162,7 @@ class AsyncPool:
         while True:
             try:
                 return await AsyncConnection.connect(
-                    autocommit=True, options=self._options, **self._config.connect_options
+                    autocommit=True, **self._options, **self._config.connect_options
                 )
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
@@ -137,9 +173,10 @@ class AsyncPool:
 
     @contextlib.asynccontextmanager
     async def connection(
-        self, patience: float | None = None
+        self, patience: float | None = None, limit: float | None = None
     ) -> AsyncIterator[AsyncConnection[Any]]:
-        """A connection for one call; ``patience``: see :meth:`connect`."""
+        """A connection for one call; ``patience``: see :meth:`connect`; ``limit``: how long
+        the call may wait for replies (default ``socket_timeout``)."""
         if self._closed:
             raise psycopg.OperationalError("the client is closed")
         try:
@@ -147,15 +184,23 @@ class AsyncPool:
                 connection = await self._idle_connection()
                 if connection is None:
                     connection = await self.connect(patience)
+                deadline = self.bound.arm(
+                    connection, self._config.socket_timeout if limit is None else limit
+                )
                 try:
                     yield connection
                 except BaseException as error:
+                    # disarmed first: the deadline never touches a closed (reusable) socket
+                    fired = deadline.disarm()
                     await connection.close()
                     if isinstance(error, psycopg.OperationalError):
                         await self._drop_idle()
+                    if fired:
+                        raise deadline.no_reply() from error
                     raise
                 if (
-                    self._closed
+                    deadline.disarm()
+                    or self._closed
                     or connection.closed
                     or connection.info.transaction_status != TransactionStatus.IDLE
                 ):
@@ -170,6 +215,48 @@ class AsyncPool:
                 "(in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    async def run(
+        self,
+        call: Callable[[AsyncConnection[Any]], Awaitable[T]],
+        patience: float | None = None,
+        *,
+        idempotent: bool = False,
+        limit: float | None = None,
+    ) -> T:
+        """``call`` on a connection of :meth:`connection`, tried again on a fresh connection
+        for up to ``patience`` seconds (default ``connect_timeout``) when it surely ran
+        nothing, or when it is ``idempotent`` (a second try gives the answer the first would
+        have: a grant asked again by its owner, a renewal, a read) and its connection failed
+        under it. That is what makes a server restart cost callers a wait rather than an
+        error, also behind a pooler, which refuses every transaction for a moment after it
+        failed to log in to the restarting server (PgBouncer's ``server_login_retry``) and
+        then closes the connection, the reason often lost in pipeline mode. A release is not
+        idempotent in this sense (a second try of one that went through answers "nothing to
+        release"): it raises ``BackendUnavailable`` then, as every backend's does when the
+        store cannot be reached. A call that ran out of its ``limit`` (see :meth:`connection`)
+        is not tried again: its time is spent."""
+        patience = self._config.connect_timeout if patience is None else patience
+        deadline = time.monotonic() + patience
+        pause = 0.02
+        while True:
+            called = False  # a failed connect was tried again already, if it could be
+            try:
+                async with self.connection(patience, limit) as connection:
+                    called = True
+                    return await call(connection)
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                lost = idempotent and _connection_lost(error)
+                retry = (
+                    called
+                    and not isinstance(error, NoReply)
+                    and (_pooler_waits_for_server(error) or lost)
+                )
+                if self._closed or left <= 0 or not retry:
+                    raise
+                await asleep_real(min(pause, left))
+                pause = min(pause * 2, 0.5)
 
     async def _idle_connection(self) -> AsyncConnection[Any] | None:
         """An idle connection the server has not closed, if there is one.
@@ -198,6 +285,7 @@ class AsyncPool:
     async def close(self) -> None:
         self._closed = True
         await self._drop_idle()
+        self.bound.close()
 
 
 class AsyncWakeups:
@@ -242,9 +330,16 @@ class AsyncWakeups:
             connection: AsyncConnection[Any] | None = None
             try:
                 connection = await backend.pool.connect()
-                await connection.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
-                )
+                deadline = backend.pool.bound.arm(connection, backend.config.socket_timeout)
+                try:
+                    await connection.execute(
+                        sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
+                    )
+                finally:
+                    # before the connection is closed: a deadline never touches a closed socket
+                    fired = deadline.disarm()
+                if fired:  # the connection is shut down: connect again
+                    raise deadline.no_reply()
                 self._listening.set_threadsafe()
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
@@ -318,8 +413,31 @@ class AsyncPostgreSQLBackend:
         self.sql = Statements.of(config.schema)
         self.pool = AsyncPool(config)
         self.wakeups = AsyncWakeups(self)
-        self._bound = AsyncBound()
         self._grants = 0
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, connection: AsyncConnection[Any]) -> AsyncIterator[None]:
+        """A transaction with this client's bounds. Behind a pooler they are set in it first
+        (``SET LOCAL``): a session's settings would not follow the client to the next server
+        connection, and would stay behind with whichever client gets this one next."""
+        async with connection.transaction():
+            if self.config.pooled:
+                await connection.execute(self.sql["settings"], self.pool.settings)
+            yield
+
+    @contextlib.asynccontextmanager
+    async def alone(self, connection: AsyncConnection[Any]) -> AsyncIterator[None]:
+        """Where a call of one statement runs: on its own (autocommit, bounded by the
+        session's settings) on a connection of its own; behind a pooler, in a pipelined
+        transaction that sets the bounds first (the same one round trip). Read its results
+        after the block."""
+        if not self.config.pooled:
+            yield
+            return
+        async with connection.pipeline(), self.transaction(connection):
+            yield
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -327,23 +445,37 @@ class AsyncPostgreSQLBackend:
         """Connect, and make the schema's tables if they are missing (idempotent; clients
         racing to make them take turns on a transaction-scoped advisory lock)."""
         with translate_errors(self.url):
-            async with self.pool.connection() as connection:
-                if await self._tables_exist(connection):
-                    return
-                async with connection.transaction():
-                    await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
-                    for statement in self.sql.create:
-                        await connection.execute(statement)
+            await self.pool.run(self.make_tables, idempotent=True)
+
+    async def make_tables(self, connection: AsyncConnection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing; whether it did."""
+        if await self._tables_exist(connection):
+            return False
+        try:
+            async with self.transaction(connection):
+                await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+                for statement in self.sql.create:
+                    await connection.execute(statement)
+        except psycopg.Error as error:
+            # Another client made them while this one waited for the advisory lock: the
+            # waiting statement's catalog snapshot (which "IF NOT EXISTS" consults) can
+            # predate the other's commit, as the wait for an advisory lock does not refresh
+            # it, and the CREATE then collides with the rows the other committed.
+            if error.sqlstate not in _MADE_MEANWHILE or not await self._tables_exist(connection):
+                raise
+            return False
+        return True
 
     async def _tables_exist(self, connection: AsyncConnection[Any]) -> bool:
-        cursor = await connection.execute(
-            self.sql["exists"],
-            {
-                "entries": self.sql.entries,
-                "evictions": self.sql.evictions,
-                "tokens": self.sql.tokens,
-            },
-        )
+        async with self.alone(connection):
+            cursor = await connection.execute(
+                self.sql["exists"],
+                {
+                    "entries": self.sql.entries,
+                    "evictions": self.sql.evictions,
+                    "tokens": self.sql.tokens,
+                },
+            )
         row = await cursor.fetchone()
         return bool(row and row[0])
 
@@ -351,22 +483,32 @@ class AsyncPostgreSQLBackend:
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
+
+        # tried again whole if a pooler refused it: a retry by the same owner is idempotent
+        async def grant(connection: AsyncConnection[Any]) -> int | None:
+            token = await self._grant_if_free(connection, request, owner)
+            if token is None:
+                token = await self._decide(connection, request, owner)
+            return token
+
         with translate_errors(self.url, request.name):
-            async with self.pool.connection() as connection:
-                token = await self._grant_if_free(connection, request, owner)
-                if token is None:
-                    token = await self._decide(connection, request, owner)
-                self._grants += 1
-                if self._grants % SWEEP_EVERY == 0:
-                    await connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
-                    await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+            token = await self.pool.run(grant, idempotent=True)
+            self._grants += 1
+            if self._grants % SWEEP_EVERY == 0:
+                await self.pool.run(self._sweep, idempotent=True)
         return None if token is None else Grant(request.name, request.owner, token, request.ttl)
+
+    async def _sweep(self, connection: AsyncConnection[Any]) -> None:
+        async with self.alone(connection):
+            await connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
+        async with self.alone(connection):
+            await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
 
     async def _grant_if_free(
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
     ) -> int | None:
         """The grant of a name with no live entry, in one round trip; None if it has one."""
-        async with connection.pipeline(), connection.transaction():
+        async with connection.pipeline(), self.transaction(connection):
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
             )
@@ -390,7 +532,7 @@ class AsyncPostgreSQLBackend:
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
     ) -> int | None:
         """Decide by the grant rule on the name's live line, and write what it says."""
-        async with connection.transaction():
+        async with self.transaction(connection):
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
             )
@@ -443,23 +585,27 @@ class AsyncPostgreSQLBackend:
     # -- leases ----------------------------------------------------------------------------
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        with translate_errors(self.url, name):
-            async with self.pool.connection() as connection:
+        async def renew(connection: AsyncConnection[Any]) -> bool:
+            async with self.alone(connection):
                 cursor = await connection.execute(self.sql["renew"], (ttl, name, owner_hash(owner)))
-                renewed = cursor.rowcount == 1
+            return cursor.rowcount == 1
+
+        with translate_errors(self.url, name):
+            renewed = await self.pool.run(renew, idempotent=True)
         return ttl if renewed else None
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """Every renewal in one statement, the server cancelling it past ``timeout``."""
+        """Every renewal in one statement, the server cancelling it past ``timeout`` and the
+        client giving up on its reply then."""
         if not renewals:
             return []
         with translate_errors(self.url):
-            renewed = await self._bound.run(lambda: self._renew_all(renewals, timeout), timeout)
+            renewed = await self._renew_all(renewals, timeout)
         return [r.ttl if (r.name, owner_hash(r.owner)) in renewed else None for r in renewals]
 
     async def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
-        async with self.pool.connection(patience=timeout) as connection:
-            async with connection.pipeline(), connection.transaction():
+        async def renew(connection: AsyncConnection[Any]) -> set[tuple[str, str]]:
+            async with connection.pipeline(), self.transaction(connection):
                 await connection.execute(self.sql["bound"], (str(max(1, round(timeout * 1000))),))
                 cursor = await connection.execute(
                     self.sql["renew_all"],
@@ -471,22 +617,22 @@ class AsyncPostgreSQLBackend:
                 )
             return {(name, owner) for name, owner in await cursor.fetchall()}
 
+        return await self.pool.run(renew, patience=timeout, idempotent=True, limit=timeout)
+
     # -- release ---------------------------------------------------------------------------
 
     async def release(self, name: str, owner: str) -> bool:
+        async def remove(connection: AsyncConnection[Any]) -> bool:
+            async with connection.pipeline(), self.transaction(connection):
+                await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                removed = await connection.execute(self.sql["remove"], (name, owner_hash(owner)))
+                line = await connection.execute(self.sql["wake_line"], {"name": name})
+            row = await removed.fetchone()
+            await self._notify(connection, name, await line.fetchall())
+            return bool(row and row[0])
+
         with translate_errors(self.url, name):
-            async with self.pool.connection() as connection:
-                async with connection.pipeline(), connection.transaction():
-                    await connection.execute(
-                        self.sql["lock_name"], (name_key(self.sql.schema, name),)
-                    )
-                    removed = await connection.execute(
-                        self.sql["remove"], (name, owner_hash(owner))
-                    )
-                    line = await connection.execute(self.sql["wake_line"], {"name": name})
-                row = await removed.fetchone()
-                await self._notify(connection, name, await line.fetchall())
-        return bool(row and row[0])
+            return await self.pool.run(remove)
 
     async def _notify(self, connection: AsyncConnection[Any], name: str, rows: list[Any]) -> None:
         """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
@@ -512,10 +658,13 @@ class AsyncPostgreSQLBackend:
         return sorted(await self._states(None), key=lambda state: state.name)
 
     async def _states(self, name: str | None) -> list[LockState]:
-        with translate_errors(self.url, name):
-            async with self.pool.connection() as connection:
+        async def read(connection: AsyncConnection[Any]) -> list[Any]:
+            async with self.alone(connection):
                 cursor = await connection.execute(self.sql["states"], {"name": name})
-                rows = await cursor.fetchall()
+            return await cursor.fetchall()
+
+        with translate_errors(self.url, name):
+            rows = await self.pool.run(read, idempotent=True)
         builders: dict[str, LockStateBuilder] = {}
         for entry_name, shared, lim, token, expires_in, holder in rows:
             if entry_name not in builders:
@@ -526,27 +675,30 @@ class AsyncPostgreSQLBackend:
         return [builder.build() for builder in builders.values()]
 
     async def force_release(self, name: str, note: str) -> int:
+        async def force(connection: AsyncConnection[Any]) -> int:
+            async with connection.pipeline(), self.transaction(connection):
+                await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                await connection.execute(self.sql["drop_expired"], (name,))
+                counted = await connection.execute(
+                    self.sql["force_release"],
+                    {"name": name, "note": note, "grace": NOTE_GRACE},
+                )
+                line = await connection.execute(self.sql["wake_line"], {"name": name})
+            row = await counted.fetchone()
+            await self._notify(connection, name, await line.fetchall())
+            return int(row[0]) if row else 0
+
         with translate_errors(self.url, name):
-            async with self.pool.connection() as connection:
-                async with connection.pipeline(), connection.transaction():
-                    await connection.execute(
-                        self.sql["lock_name"], (name_key(self.sql.schema, name),)
-                    )
-                    await connection.execute(self.sql["drop_expired"], (name,))
-                    counted = await connection.execute(
-                        self.sql["force_release"],
-                        {"name": name, "note": note, "grace": NOTE_GRACE},
-                    )
-                    line = await connection.execute(self.sql["wake_line"], {"name": name})
-                row = await counted.fetchone()
-                await self._notify(connection, name, await line.fetchall())
-        return int(row[0]) if row else 0
+            return await self.pool.run(force)
 
     async def evicted(self, name: str, owner: str) -> str | None:
-        with translate_errors(self.url, name):
-            async with self.pool.connection() as connection:
+        async def read(connection: AsyncConnection[Any]) -> Any:
+            async with self.alone(connection):
                 cursor = await connection.execute(self.sql["evicted"], (name, owner_hash(owner)))
-                row = await cursor.fetchone()
+            return await cursor.fetchone()
+
+        with translate_errors(self.url, name):
+            row = await self.pool.run(read, idempotent=True)
         return None if row is None else str(row[0])
 
     async def close(self) -> None:
