@@ -123,6 +123,19 @@ def _run_as() -> pwd.struct_passwd | None:
         ) from None
 
 
+def _run_dir(
+    owner: object, account: pwd.struct_passwd | None, own: Path, prefix: str
+) -> tuple[Path, weakref.finalize[Any, Any] | None]:
+    """Where a server run as ``account`` keeps its files, and what removes that directory:
+    ``own`` (the launcher's directory, removed with it) when it runs as us, else a directory
+    of the account's own, outside any root-only parent, removed when ``owner`` goes."""
+    if account is None:
+        return own, None
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chown(run_dir, account.pw_uid, account.pw_gid)
+    return run_dir, weakref.finalize(owner, shutil.rmtree, run_dir, ignore_errors=True)
+
+
 class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     """One ``postgres`` process on a free ``127.0.0.1`` port, its cluster in a directory of
     its own.
@@ -157,15 +170,9 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-postgresql-")
         self._account = _run_as()
-        if self._account is None:
-            self.run_dir = self.dir
-        else:
-            # the server's own account must reach its data: not through a root-only parent
-            self.run_dir = Path(tempfile.mkdtemp(prefix="tumbler-postgresql-data-"))
-            os.chown(self.run_dir, self._account.pw_uid, self._account.pw_gid)
-            self._remove_run_dir = weakref.finalize(
-                self, shutil.rmtree, self.run_dir, ignore_errors=True
-            )
+        self.run_dir, self._remove_run_dir = _run_dir(
+            self, self._account, self.dir, "tumbler-postgresql-data-"
+        )
         self.data_dir = self.run_dir / "data"
         #: the directory of the server's Unix socket
         self.socket_dir = self.run_dir
@@ -344,7 +351,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     def close(self) -> None:
         """Stop the process and remove its directories. The server cannot be started again."""
         self.stop()
-        if self._account is not None:
+        if self._remove_run_dir is not None:
             self._remove_run_dir()
         self._discard_directory()
 
@@ -401,14 +408,9 @@ class PgBouncerServer(ProcessLauncher):
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-pgbouncer-")
         self._account = _run_as()
-        if self._account is None:
-            self.run_dir = self.dir
-        else:
-            self.run_dir = Path(tempfile.mkdtemp(prefix="tumbler-pgbouncer-run-"))
-            os.chown(self.run_dir, self._account.pw_uid, self._account.pw_gid)
-            self._remove_run_dir = weakref.finalize(
-                self, shutil.rmtree, self.run_dir, ignore_errors=True
-            )
+        self.run_dir, self._remove_run_dir = _run_dir(
+            self, self._account, self.dir, "tumbler-pgbouncer-run-"
+        )
         self.config_path = self.run_dir / "pgbouncer.ini"
         self.auth_path = self.run_dir / "userlist.txt"
         self.log_path = self.dir / "pgbouncer.log"
@@ -509,7 +511,7 @@ class PgBouncerServer(ProcessLauncher):
     def close(self) -> None:
         """Stop the process and remove its directories (the upstream is left as it is)."""
         self.stop()
-        if self._account is not None:
+        if self._remove_run_dir is not None:
             self._remove_run_dir()
         self._discard_directory()
 
