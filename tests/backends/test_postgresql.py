@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +285,18 @@ async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
 
 
 def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer, url: str) -> None:
+    # a fast shutdown: every connection closed, the rows kept
+    held_across_restart(url, server.restart)
+
+
+def held_across_restart(
+    url: str,
+    restart: Callable[[], None],
+    settled: Callable[[tumbler.Locks, int], None] = lambda holder, token: None,
+) -> None:
+    """A lock held and waited for while ``restart()`` runs: the holder still holds it (once
+    ``settled(holder, its token)`` returns) and releases it, and the waiter then takes it
+    with a higher token."""
     with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
         lock = holder.lock("restarted", ttl=10.0)
         assert lock.acquire()
@@ -302,8 +314,9 @@ def test_a_restart_while_a_lock_is_held_and_waited_for(server: PostgreSQLServer,
         call = background(wait_for_it)
         assert started.wait(PATIENCE)
         eventually(lambda: holder.status("restarted").waiters == 1, "the waiter queued")
-        server.restart()  # a fast shutdown: every connection closed, the rows kept
+        restart()
         assert hold.held
+        settled(holder, before)
         hold.release()
         taken = call.result()
         assert taken.token > before

@@ -10,7 +10,6 @@ real ``pgbouncer`` from Debian's packages, one each per module.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +29,10 @@ from tumbler.backends.postgresql.server import (
     PgBouncerServer,
     PostgreSQLServer,
 )
-from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
+
+from .test_postgresql import held_across_restart
 
 
 @pytest.fixture(scope="module")
@@ -116,32 +116,13 @@ def test_a_url_without_the_pooler_option_is_told_to_add_it(servers: PgBouncerSer
 def test_a_restart_of_the_server_behind_the_pooler_while_a_lock_is_held_and_polled_for(
     servers: PgBouncerServer, url: str
 ) -> None:
-    with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
-        lock = holder.lock("restarted", ttl=10.0)
-        assert lock.acquire()
-        hold = lock.hold
-        assert hold is not None
-        before = hold.token
-        waiting = waiter.lock("restarted")
-        started = threading.Event()
-
-        def wait_for_it() -> Any:
-            started.set()
-            assert waiting.acquire(timeout=PATIENCE)
-            return waiting.hold  # the hold of the thread that took it
-
-        call = background(wait_for_it)
-        assert started.wait(PATIENCE)
-        eventually(lambda: holder.status("restarted").waiters == 1, "the waiter queued")
-        # a fast shutdown closes every server connection; the pooler keeps its clients'
-        servers.upstream.restart()
-        assert hold.held
+    def settled(holder: tumbler.Locks, token: int) -> None:
         # A read is tried again until the pooler serves: for server_login_retry after a
         # failed login to the restarting server PgBouncer refuses every transaction, and a
         # release then would raise BackendUnavailable (its second try could not tell "I
         # released it" from "nothing to release")
-        assert holder.status("restarted").holders[0].token == before
-        hold.release()  # the waiter, polling, finds the lock free
-        taken = call.result()
-        assert taken.token > before
-        taken.release()
+        assert holder.status("restarted").holders[0].token == token
+
+    # a fast shutdown closes every server connection; the pooler keeps its clients'; the
+    # waiter, polling, finds the lock free once it is released
+    held_across_restart(url, servers.upstream.restart, settled)
