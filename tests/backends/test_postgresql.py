@@ -26,7 +26,7 @@ import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.postgresql.common import open_sync, parse_config
+from tumbler.backends.postgresql.common import open_sync, owner_hash, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -123,6 +123,189 @@ def test_a_lease_ends_when_the_servers_clock_says_so(
         backend.close()
 
 
+# -- hand-off ------------------------------------------------------------------------------
+#
+# A release grants the lock to the first waiter of a line it leaves without a grant, in its
+# own transaction, and tells that waiter so in the NOTIFY its commit sends: the waiter's next
+# try takes the grant without a call. Held at the backend contract, where no re-check timer
+# of the lock layer races the wake-up.
+
+
+class CountedCalls:
+    """The calls a backend's pool makes (each is at least one round trip)."""
+
+    def __init__(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        run = backend.pool.run
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return run(*args, **kwargs)
+
+        monkeypatch.setattr(backend.pool, "run", counted)
+
+
+def _expiry_and_now(admin: psycopg.Connection[Any], schema: str, owner: str) -> tuple[Any, Any]:
+    query = sql.SQL(
+        "SELECT expires_at, clock_timestamp() FROM {}.tumbler_entries "
+        "WHERE name = 'stock' AND owner = %s"
+    ).format(sql.Identifier(schema))
+    row = admin.execute(query, (owner_hash(owner),)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        first = holder.try_grant(_request("stock", "a"))
+        assert first is not None
+        with waiter.watch("stock", "b") as watch:  # listens: its releases reach it
+            assert waiter.try_grant(_request("stock", "b")) is None  # queued
+            assert holder.release("stock", "a")
+            # granted by the release itself, before the waiter does anything
+            (handed,) = one.status("stock").holders
+            assert handed.token > first.token
+            watch.wait(PATIENCE)
+        calls = CountedCalls(waiter, monkeypatch)
+        grant = waiter.try_grant(_request("stock", "b"))
+        assert calls.count == 0  # taken from the wake-up
+        assert grant is not None
+        assert grant.token == handed.token
+        # its lease never outlasts the server's, counted from the release
+        assert 0 < grant.granted_ttl <= 30.0
+        assert waiter.release("stock", "b")
+        assert one.status("stock").holders == ()
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call_asyncio(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        first = await holder.try_grant(_request("stock", "a"))
+        assert first is not None
+        async with waiter.watch("stock", "b") as watch:
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            assert await holder.release("stock", "a")
+            await watch.wait(PATIENCE)
+
+        calls = 0
+        run = waiter.pool.run
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return await run(*args, **kwargs)
+
+        monkeypatch.setattr(waiter.pool, "run", counted)
+        grant = await waiter.try_grant(_request("stock", "b"))
+        assert calls == 0
+        assert grant is not None
+        assert grant.token > first.token
+        assert 0 < grant.granted_ttl <= 30.0
+        assert await waiter.release("stock", "b")
+
+
+def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A waiter whose wake-up has not come yet asks the server, which finds the grant the
+    release made: the lease began then, so the reply gives what is left of it."""
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+        handed = waiter.wakeups.handoffs.take("stock", owner_hash("b"))  # as if not come yet
+        assert handed is not None
+        expires, _ = _expiry_and_now(admin, schema, "b")
+        # the server's clock moves on past the release before the waiter asks
+        eventually(
+            lambda: (expires - _expiry_and_now(admin, schema, "b")[1]).total_seconds() < 29.99,
+            "10 ms of the lease are gone",
+        )
+        _, asked_at = _expiry_and_now(admin, schema, "b")
+        grant = waiter.try_grant(_request("stock", "b"))
+        assert grant is not None
+        assert grant.token == handed[0]
+        # counted from this request, the lease must end by the server's expiry
+        assert grant.granted_ttl <= (expires - asked_at).total_seconds()
+        assert waiter.release("stock", "b")
+
+
+def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(url: str) -> None:
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+        assert waiter.wakeups.handoffs  # handed over, not taken
+        assert waiter.release("stock", "b")  # a live grant: it was handed over
+        assert not waiter.wakeups.handoffs
+        assert one.status("stock").holders == ()
+        assert holder.try_grant(_request("stock", "c")) is not None
+
+
+def _listener_held(admin: psycopg.Connection[Any], key: int) -> bool:
+    """Whether a connection holds the listener key ``key`` (two-integer advisory lock)."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND classid = %s AND objid = %s AND objsubid = 2",
+        (key >> 32, key & 0x7FFFFFFF),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
+    url: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A release hands the lock only to a waiter whose client still listens: one whose
+    client is gone (closed, its process killed) would hold the lock for a whole lease. Its
+    entry stays until it expires, and the lock stays free meanwhile."""
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        waiter = open_sync(parse_url(url))
+        try:
+            assert holder.try_grant(_request("stock", "a")) is not None
+            with waiter.watch("stock", "b"):
+                assert waiter.try_grant(_request("stock", "b")) is None
+                key = waiter.wakeups.listener_key
+                assert _listener_held(admin, key)
+        finally:
+            waiter.close()
+        eventually(lambda: not _listener_held(admin, key), "the listening connection is gone")
+        assert one.status("stock").waiters == 1  # its entry is still there
+        assert holder.release("stock", "a")
+        assert one.status("stock").holders == ()  # not handed over
+        assert holder.try_grant(_request("stock", "c")) is not None
+
+
+def test_a_shared_waiter_is_woken_to_ask_rather_than_handed_the_lock(url: str) -> None:
+    """The statement hands over only to an exclusive waiter; the rule in the client decides
+    for the others, and the release wakes those it lets through."""
+    reader = GrantRequest("stock", "r", True, 0, False, 30.0, "test")
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "r") as watch:
+            assert waiter.try_grant(reader) is None
+            assert holder.release("stock", "a")
+            assert one.status("stock").holders == ()
+            watch.wait(PATIENCE)
+        assert not waiter.wakeups.handoffs
+        assert waiter.try_grant(reader) is not None
+        assert waiter.release("stock", "r")
+
+
 # -- fencing tokens ------------------------------------------------------------------------
 
 
@@ -146,7 +329,10 @@ def test_tokens_keep_increasing_after_the_names_rows_are_gone(
 def test_tokens_keep_increasing_across_a_restart_of_the_server(
     server: PostgreSQLServer, url: str
 ) -> None:
-    with tumbler.connect(url) as locks, locks.lock("restart-fenced") as hold:
+    # A release does not wait for the disk: the crash may forget it, and the lock is then
+    # held until its lease ends, as after a crash of its holder. A short lease keeps that
+    # wait short here.
+    with tumbler.connect(url) as locks, locks.lock("restart-fenced", ttl=1) as hold:
         before = hold.token
     server.kill()  # a crash: nothing flushed that the kernel did not have
     server.start()
@@ -389,6 +575,9 @@ def test_a_role_with_only_the_documented_grants_can_lock(
         "GRANT USAGE ON SCHEMA {schema} TO {role}",
         "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
         "GRANT USAGE, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
+        # a database that does not let every role run every function: the grant the docs give
+        "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC",
+        "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role}",
         "REVOKE CREATE ON DATABASE {db} FROM PUBLIC",
         "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
     ):

@@ -1,9 +1,10 @@
-"""pytest fixtures with real Redis and ZooKeeper servers, built on
+"""pytest fixtures with real Redis, ZooKeeper and PostgreSQL servers, built on
 :mod:`tumbler.testing.servers`.
 
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
-``redis_cluster``, ``zookeeper_server`` and ``zookeeper_tls_server`` start once per session
+``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server`` and ``postgresql_server``
+start once per session
 (per xdist worker, and only in a worker whose tests ask for them) and stop at its end; tests
 sharing a Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to
 znodes of their own (a chroot of their own, e.g.
@@ -32,6 +33,7 @@ from typing import TypeVar
 
 import pytest
 
+from tumbler.backends.postgresql.server import PostgreSQLServer
 from tumbler.backends.redis.server import (
     RedisServer,
     RedisServerCluster,
@@ -47,6 +49,7 @@ __all__ = [
     "flush_redis",
     "fresh_redis_server",
     "fresh_zookeeper_server",
+    "postgresql_server",
     "redis_cluster",
     "redis_server",
     "redis_tls_server",
@@ -56,7 +59,14 @@ __all__ = [
     "zookeeper_tls_server",
 ]
 
-Started = TypeVar("Started", RedisServer, RedisServerCluster, ZooKeeperServer, ZooKeeperEnsemble)
+Started = TypeVar(
+    "Started",
+    RedisServer,
+    RedisServerCluster,
+    ZooKeeperServer,
+    ZooKeeperEnsemble,
+    PostgreSQLServer,
+)
 
 
 def _start(what: str, start: Callable[[], Started]) -> Started:
@@ -156,3 +166,13 @@ def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
     )
     yield ensemble
     ensemble.close()
+
+
+@pytest.fixture(scope="session")
+def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQLServer]:
+    """One PostgreSQL server for the whole session (tables of other tests: keep to a schema of
+    the test's own)."""
+    workdir = tmp_path_factory.mktemp("postgresql")
+    server = _start("postgres", lambda: PostgreSQLServer(workdir).start())
+    yield server
+    server.close()

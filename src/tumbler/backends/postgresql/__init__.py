@@ -72,6 +72,7 @@ DESCRIPTOR = BackendDescriptor(
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
+    bench=on_demand(f"{__name__}.bench", "BENCH"),
     single_server=_single_server,
     prepare=_prepare,
 )

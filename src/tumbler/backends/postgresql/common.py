@@ -39,8 +39,9 @@ Behind a transaction-mode pooler (``pooler=transaction``)
 
 The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
 database (the schema is made on first use) or, once ``tumbler init URL`` made the schema as
-another role, ``USAGE`` on the schema, ``SELECT, INSERT, UPDATE, DELETE`` on its tables and
-``USAGE, UPDATE`` on its sequence.
+another role, ``USAGE`` on the schema, ``SELECT, INSERT, UPDATE, DELETE`` on its tables,
+``USAGE, UPDATE`` on its sequence and ``EXECUTE`` on its functions (which every role has unless
+the database revoked it from ``PUBLIC``).
 
 What it guarantees
     Every grant, release and forced release is one short transaction that first takes a
@@ -51,17 +52,24 @@ What it guarantees
     expiry is written and compared by the server. Fencing tokens come from one sequence per
     schema, so they strictly increase for every name, also after the name's rows are gone,
     and across a restart of the server (a sequence never goes back; a crash may skip values).
-    A release deletes the owner's row; a name nobody holds or waits for leaves no row. Waiters
-    are woken by ``NOTIFY``, sent in the releasing transaction to the channel of each client
-    whose waiter the release lets through, with the waiter's owner hash, so only that waiter
-    wakes; each client listens on one connection, and re-checks every second in case a
-    notification is lost.
+    A release deletes the owner's row; a name nobody holds or waits for leaves no row. A
+    release that frees a lock whose first waiter is exclusive hands the lock to that waiter in
+    the same transaction, if the waiter's client still listens, and tells it so in the
+    ``NOTIFY`` that goes with the commit: the waiter takes its grant without a round trip.
+    Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
+    release lets through, with the waiter's owner hash, so only that waiter wakes; each client
+    listens on one connection, and re-checks every second in case a notification is lost.
 
 What it cannot promise
     PostgreSQL's streaming replication is asynchronous by default: a failover to a replica
     that had not received a grant forgets it (two holders), and the token sequence may go
     back by what the replica missed. Fencing tokens let the protected resource refuse a stale
     holder; use synchronous replication for locks that must survive a failover.
+
+    A release that grants nothing, and a waiter's entry, are committed without waiting for
+    the disk (``synchronous_commit`` off for that transaction; grants, renewals and hand-offs
+    wait): a crash of the server in the moment after a release may forget it, and the lock is
+    then held to the end of its lease, as after a crash of its holder. No grant is forgotten.
 
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused, or could not

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import tempfile
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -146,7 +147,9 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     server back with its data. ``workdir`` is where the log goes (and the data, unless run by
     root); without one the server makes a temporary directory and removes it on
     :meth:`close`. ``tls``: the files of :func:`~tumbler.testing.servers.make_tls_files`;
-    the server then takes TLS and refuses password logins without it.
+    the server then takes TLS and refuses password logins without it. ``settings``: server
+    settings over the test cluster's (``{"fsync": "on"}`` for a server that syncs its WAL as
+    a production one does).
     """
 
     error = PostgreSQLServerError
@@ -161,12 +164,14 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
         port: int | None = None,
         tls: TLSFiles | None = None,
         max_connections: int = 300,
+        settings: Mapping[str, str] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
         self.host = LOOPBACK
         self.port = port or 0
         self.tls = tls
         self.max_connections = max_connections
+        self.settings = dict(settings or {})
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-postgresql-")
         self._account = _run_as()
@@ -301,6 +306,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
             "shared_buffers": "32MB",
             "log_min_messages": "warning",
             "log_connections": "off",
+            **self.settings,
         }
         if self.tls is not None:
             settings.update(

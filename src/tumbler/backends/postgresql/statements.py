@@ -19,6 +19,19 @@ runs in a transaction that first takes ``pg_advisory_xact_lock`` on the name's 6
 (:func:`name_key`): transactions on one name take turns, others run side by side, and the
 lock ends with the transaction (nothing outlives it: safe behind a transaction-mode pooler).
 Owners are stored as their SHA-1 (``common.owner_hash``).
+
+The hot paths are functions in the schema (PL/pgSQL), each called as one statement, so that
+the name's advisory lock is never held across a round trip to the client and a call costs
+one round trip: ``tumbler_grant`` (a request answered where the rule's answer is plain, else
+sent back for the client to decide on the whole line with ``_core.plan``), ``tumbler_release``
+and ``tumbler_hand_off`` (a release grants the lock to the next waiter itself).
+
+Which commits wait for the disk: a grant's, a renewal's and a hand-off's do (a crash of the
+server must not forget a grant or a lease, nor a token handed out). A release that grants
+nothing and a waiter's entry do not (``synchronous_commit`` off for their transaction): a
+crash that forgets a release leaves the lock held to the end of its lease, as a crash of its
+holder would, and one that forgets a waiter's entry costs that waiter a re-check; the next
+commit that waits writes them out first.
 """
 
 from __future__ import annotations
@@ -60,7 +73,12 @@ _CREATE = (
         token      bigint,                -- fencing token of a grant, NULL for a waiter
         expires_at timestamptz NOT NULL,  -- on the server's clock
         holder     text NOT NULL,         -- host and pid, for operators
-        client     text,                  -- a waiter's client's NOTIFY channel
+        -- a waiter's, for a release to hand it the lock (see "hand_off"):
+        client     text,                  -- its client's NOTIFY channel
+        listener   bigint,                -- its client's listener key (see "hold_listener")
+        lease      float8,                -- the lease it asked for, in seconds
+        stamp      bigint,                -- its client's clock (µs) when its request was sent
+        written_at timestamptz,           -- when the server wrote that request
         UNIQUE (name, owner)
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON {s}.tumbler_entries (expires_at)",
@@ -73,42 +91,174 @@ _CREATE = (
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_evictions_expiry ON {s}.tumbler_evictions (expires_at)",
     "CREATE SEQUENCE IF NOT EXISTS {s}.tumbler_tokens AS bigint",
+    # A grant request, answered here where the grant rule's answer needs no more than the
+    # request and a glance at the line (tumbler._core.decide): a name with no live entry
+    # grants any request; an owner with a live grant holds it already (the lease left is
+    # returned); an exclusive request waits while another owner holds a live grant (its
+    # waiter entry written or refreshed, a commit that need not wait for the disk: a crash
+    # that forgets it costs its waiter a re-check). Any other request comes back
+    # "undecided", for the client to decide by the rule on the whole line. One statement:
+    # the name's advisory lock is held for no client round trip.
+    """CREATE OR REPLACE FUNCTION {s}.tumbler_grant(
+        lock_key bigint, lock_name text, lock_owner text, is_shared boolean, permits integer,
+        is_fair boolean, lease_asked float8, holder_info text, queue boolean,
+        waiter_lease float8, waiter_client text, waiter_listener bigint, waiter_stamp bigint,
+        OUT granted bigint, OUT lease_left float8, OUT undecided boolean
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        mine record;
+        waiting boolean;
+    BEGIN
+        undecided := false;
+        PERFORM pg_advisory_xact_lock(lock_key);
+        DELETE FROM {s}.tumbler_entries
+            WHERE name = lock_name AND expires_at <= clock_timestamp();
+        INSERT INTO {s}.tumbler_entries
+            (name, owner, shared, lim, fair, token, expires_at, holder)
+            SELECT lock_name, lock_owner, is_shared, permits, is_fair, nextval({tokens}),
+                clock_timestamp() + lease_asked * interval '1 second', holder_info
+            WHERE NOT EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name)
+            RETURNING token INTO granted;
+        IF granted IS NOT NULL THEN
+            lease_left := lease_asked;
+            RETURN;
+        END IF;
+        SELECT seq, token, extract(epoch FROM expires_at - clock_timestamp())::float8 AS left
+            INTO mine FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner;
+        waiting := FOUND AND mine.token IS NULL;
+        IF FOUND AND NOT waiting THEN
+            granted := mine.token;
+            lease_left := least(lease_asked, mine.left);
+            RETURN;
+        END IF;
+        IF is_shared OR NOT EXISTS (
+            SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
+            AND owner <> lock_owner AND token IS NOT NULL
+        ) THEN
+            undecided := true;
+            RETURN;
+        END IF;
+        IF waiting THEN
+            UPDATE {s}.tumbler_entries
+                SET expires_at = clock_timestamp() + waiter_lease * interval '1 second',
+                client = waiter_client, listener = waiter_listener, lease = lease_asked,
+                stamp = waiter_stamp, written_at = clock_timestamp()
+                WHERE seq = mine.seq;
+        ELSIF queue THEN
+            INSERT INTO {s}.tumbler_entries (name, owner, shared, lim, fair, token,
+                expires_at, holder, client, listener, lease, stamp, written_at)
+                VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
+                clock_timestamp() + waiter_lease * interval '1 second', holder_info,
+                waiter_client, waiter_listener, lease_asked, waiter_stamp, clock_timestamp());
+        ELSE
+            RETURN;
+        END IF;
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END $$""",
+    # A release hands the lock to the first waiter of a line left with no live grant, if that
+    # waiter is exclusive (the grant rule grants it then, fair or not) and its client still
+    # listens (one whose client is gone would hold the lock for a whole lease): the grant is
+    # written here, and the waiter is told in a NOTIFY that goes with the commit, with the
+    # terms it counts its lease by (tumbler.backends.kit.handoffs): "=<token>,<stamp>,
+    # <elapsed µs>:<owner> <name>", elapsed from its request's write to the grant, on the
+    # server's clock. Whether it handed the lock over. Any other line is left to the grant
+    # rule in the client (wake_line).
+    """CREATE OR REPLACE FUNCTION {s}.tumbler_hand_off(lock_name text)
+    RETURNS boolean LANGUAGE plpgsql AS $$
+    DECLARE
+        first record;
+        at timestamptz;
+        granted bigint;
+    BEGIN
+        at := clock_timestamp();
+        IF EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
+                   AND token IS NOT NULL AND expires_at > at) THEN
+            RETURN false;
+        END IF;
+        SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
+            FROM {s}.tumbler_entries WHERE name = lock_name AND expires_at > at
+            ORDER BY seq LIMIT 1;
+        IF NOT FOUND OR first.shared OR first.client IS NULL OR first.listener IS NULL
+           OR first.stamp IS NULL
+           -- free: no listening connection holds it (taken till the commit, harmlessly)
+           OR pg_try_advisory_xact_lock((first.listener >> 32)::integer,
+                                        (first.listener & 2147483647)::integer) THEN
+            RETURN false;
+        END IF;
+        UPDATE {s}.tumbler_entries
+            SET token = nextval({tokens}), expires_at = at + first.lease * interval '1 second'
+            WHERE seq = first.seq RETURNING token INTO granted;
+        PERFORM pg_notify(first.client, '=' || granted || ',' || first.stamp || ','
+            || floor(extract(epoch FROM at - first.written_at) * 1e6)::bigint || ':'
+            || first.owner || ' ' || lock_name);
+        RETURN true;
+    END $$""",
+    # A release: the owner's entry deleted, the lock handed to the next waiter where
+    # tumbler_hand_off can; "removed" says whether the entry was a live grant, "others_wait"
+    # whether waiters the client must decide for are left (wake_line).
+    """CREATE OR REPLACE FUNCTION {s}.tumbler_release(
+        lock_key bigint, lock_name text, lock_owner text,
+        OUT removed boolean, OUT others_wait boolean
+    ) LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_advisory_xact_lock(lock_key);
+        DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
+            RETURNING token IS NOT NULL AND expires_at > clock_timestamp() INTO removed;
+        removed := coalesce(removed, false);
+        IF {s}.tumbler_hand_off(lock_name) THEN
+            others_wait := false;
+        ELSE
+            -- Nothing granted here: the commit need not wait for the disk. A release that a
+            -- crash of the server forgets leaves the lock held to the end of its lease, as a
+            -- holder's crash would; and a later grant's commit writes it out first.
+            PERFORM set_config('synchronous_commit', 'off', true);
+            others_wait := EXISTS (
+                SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
+                AND client IS NOT NULL AND expires_at > clock_timestamp());
+        END IF;
+    END $$""",
 )
 
 _STATEMENTS = {
     # -- set-up -------------------------------------------------------------------------------
+    "begin": "BEGIN",
+    "commit": "COMMIT",
     "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
-    "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL",
+    "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL "
+    "AND to_regprocedure(%(release)s) IS NOT NULL",
     # -- a decision on one name ---------------------------------------------------------------
     "lock_name": "SELECT pg_advisory_xact_lock(%s)",
+    # A client's listening connection holds its listener key (62 random bits, as two 31-bit
+    # halves: the two-integer advisory locks are apart from the names' 64-bit ones) for as
+    # long as it listens, so a release can tell whether a waiter's client still does.
+    "hold_listener": "SELECT pg_advisory_lock_shared((%(key)s >> 32)::integer, "
+    "(%(key)s & 2147483647)::integer)",
     "drop_expired": "DELETE FROM {s}.tumbler_entries "
     "WHERE name = %s AND expires_at <= clock_timestamp()",
-    # The uncontended grant, in the same round trip as the lock: a name with no live entry
-    # grants any request (the rule's answer on an empty line), so the grant is written
-    # only if the name has none.
-    "grant_if_free": "INSERT INTO {s}.tumbler_entries "
-    "(name, owner, shared, lim, fair, token, expires_at, holder) "
-    "SELECT %(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, nextval({tokens}), "
-    "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s "
-    "WHERE NOT EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = %(name)s) "
-    "RETURNING token",
-    "line": "SELECT owner, seq, shared, lim, fair, token FROM {s}.tumbler_entries "
+    "grant": "SELECT granted, lease_left, undecided FROM {s}.tumbler_grant(%(key)s, "
+    "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
+    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s)",
+    "line": "SELECT owner, seq, shared, lim, fair, token, "
+    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM {s}.tumbler_entries "
     "WHERE name = %s AND expires_at > clock_timestamp() ORDER BY seq",
     "add": "INSERT INTO {s}.tumbler_entries "
-    "(name, owner, shared, lim, fair, token, expires_at, holder, client) "
+    "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
+    "stamp, written_at) "
     "VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, "
     "CASE WHEN %(grant)s THEN nextval({tokens}) END, "
-    "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s, %(client)s) "
+    "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s, %(client)s, "
+    "%(listener)s, %(lease)s, %(stamp)s, clock_timestamp()) "
     "RETURNING token",
     "grant_waiter": "UPDATE {s}.tumbler_entries SET token = nextval({tokens}), "
     "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
     "WHERE seq = %(seq)s RETURNING token",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
-    "SET expires_at = clock_timestamp() + %(ttl)s * interval '1 second', client = %(client)s "
-    "WHERE seq = %(seq)s",
-    # -- release: the second column says whether the removed entry was a live grant ----------
-    "remove": "DELETE FROM {s}.tumbler_entries WHERE name = %s AND owner = %s "
-    "RETURNING token IS NOT NULL AND expires_at > clock_timestamp()",
+    "SET expires_at = clock_timestamp() + %(ttl)s * interval '1 second', client = %(client)s, "
+    "listener = %(listener)s, lease = %(lease)s, stamp = %(stamp)s, "
+    "written_at = clock_timestamp() WHERE seq = %(seq)s",
+    # -- release -------------------------------------------------------------------------------
+    "release": "SELECT removed, others_wait FROM {s}.tumbler_release(%s, %s, %s)",
+    "hand_off": "SELECT {s}.tumbler_hand_off(%s)",
     # what a release needs to find the waiters it lets through: the live line, read only if
     # someone waits with a channel to notify
     "wake_line": "SELECT owner, seq, shared, lim, fair, token, client "
@@ -128,6 +278,7 @@ _STATEMENTS = {
     "WHERE entry.name = due.name AND entry.owner = due.owner AND entry.token IS NOT NULL "
     "AND entry.expires_at > clock_timestamp() RETURNING entry.name, entry.owner",
     "bound": "SELECT set_config('statement_timeout', %s, true)",
+    "no_wait": "SELECT set_config('synchronous_commit', 'off', true)",
     # behind a pooler, the first statement of every transaction: the client's bounds, for
     # this transaction only (SET LOCAL), since the next one may run on another session
     "settings": "SELECT set_config('statement_timeout', %s, true), "
@@ -160,15 +311,18 @@ _STATEMENTS = {
 
 @dataclass(frozen=True)
 class Statements:
-    """The statements of one schema, composed once (the schema quoted as an identifier)."""
+    """The statements of one schema, composed and encoded once (the schema quoted as an
+    identifier): a call sends them as they are."""
 
     schema: str
-    create: tuple[sql.Composed, ...]
-    text: dict[str, sql.Composed]
+    create: tuple[bytes, ...]
+    text: dict[str, bytes]
     #: the sequence's qualified name, for ``nextval``
     tokens: str
     entries: str
     evictions: str
+    #: the release function's signature, for ``to_regprocedure``
+    release: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -177,8 +331,8 @@ class Statements:
         qualified = quoted.as_string()
         tokens = sql.Literal(f"{qualified}.tumbler_tokens")
 
-        def compose(text: str) -> sql.Composed:
-            return sql.SQL(text).format(s=quoted, tokens=tokens)
+        def compose(text: str) -> bytes:
+            return sql.SQL(text).format(s=quoted, tokens=tokens).as_bytes(None)
 
         return cls(
             schema=schema,
@@ -187,7 +341,8 @@ class Statements:
             tokens=f"{qualified}.tumbler_tokens",
             entries=f"{qualified}.tumbler_entries",
             evictions=f"{qualified}.tumbler_evictions",
+            release=f"{qualified}.tumbler_release(bigint,text,text)",
         )
 
-    def __getitem__(self, key: str) -> sql.Composed:
+    def __getitem__(self, key: str) -> bytes:
         return self.text[key]

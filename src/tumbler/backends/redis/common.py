@@ -292,54 +292,6 @@ def no_connection() -> redis_errors.ConnectionError:
     return redis_errors.ConnectionError(NO_CONNECTION)
 
 
-#: how long a grant handed to a waiter of this client is kept for it to take: a waiter takes
-#: its grant as soon as the wake-up reaches it; one nobody takes (its waiter had the grant
-#: from a try of its own before the wake-up came) goes after this, and a waiter that comes
-#: later still finds its grant by asking the server
-HANDED_KEPT = 60.0
-
-
-class HandOffs:
-    """Grants that releases handed straight to this client's waiters (see ``lua``), kept
-    until each waiter's next try takes its own: that try then needs no round trip.
-
-    The wake-up reader puts them in; waiters take them, on the loop or on their threads.
-    Only a cache: the server's entries are the truth, and a try that finds nothing here asks
-    the server, which answers with the same grant.
-    """
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._now = clock
-        self._lock = threading.Lock()
-        #: (name, owner hash) -> (fencing token, local time the lease began, kept until)
-        self._handed: dict[tuple[str, str], tuple[int, float, float]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._handed)
-
-    def put(self, name: str, tag: str, terms: str) -> None:
-        """Keep the grant a release handed over: ``terms`` is ``<token>,<stamp>,<elapsed>``,
-        the token, the client's clock (µs) when the waiter's last request was sent, and the
-        server's time (µs) from that request's arrival to the release. The lease began at
-        the release, so no earlier than ``stamp + elapsed`` on this client's clock."""
-        try:
-            token, stamp, elapsed = (int(part) for part in terms.split(","))
-        except ValueError:
-            return  # not ours to parse: the waiter asks the server instead
-        began = (stamp + elapsed) / 1e6
-        now = self._now()
-        with self._lock:
-            for key in [key for key, (_, _, until) in self._handed.items() if until <= now]:
-                del self._handed[key]
-            self._handed[name, tag] = (token, began, now + HANDED_KEPT)
-
-    def take(self, name: str, tag: str) -> tuple[int, float] | None:
-        """The (token, lease start) handed to the waiter ``tag`` of lock ``name``, if any."""
-        with self._lock:
-            found = self._handed.pop((name, tag), None)
-        return None if found is None else found[:2]
-
-
 class AsyncTurn:
     """Who may use the connection a backend keeps for grants and releases: one call at a
     time, and a call that finds it taken does not wait for it (it takes one from the pool).

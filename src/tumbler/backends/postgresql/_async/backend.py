@@ -25,6 +25,7 @@ from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, PermitsMismatch
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, decide, plan
+from ...kit.handoffs import HandOffs
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
@@ -300,6 +301,11 @@ class AsyncWakeups:
 
     def __init__(self, backend: AsyncPostgreSQLBackend) -> None:
         self._backend = backend
+        #: grants releases handed to this client's waiters, until each takes its own
+        self.handoffs = HandOffs(backend.clock.now)
+        #: the key the listening connection holds while it listens (``hold_listener``): a
+        #: release hands the lock only to a waiter whose client's key is held
+        self.listener_key = secrets.randbits(62)
         self._reader: AsyncWorker | None = None
         self._lock = threading.Lock()
         self._starting = AsyncMutex()
@@ -335,6 +341,9 @@ class AsyncWakeups:
                     await connection.execute(
                         sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
                     )
+                    await connection.execute(
+                        backend.sql["hold_listener"], {"key": self.listener_key}
+                    )
                 finally:
                     # before the connection is closed: a deadline never touches a closed socket
                     fired = deadline.disarm()
@@ -347,6 +356,9 @@ class AsyncWakeups:
                 while not self._closed:
                     async for notification in connection.notifies(timeout=1.0):
                         tag, _, name = notification.payload.partition(" ")
+                        if tag.startswith("="):  # granted by the release: the try takes it
+                            terms, _, tag = tag[1:].partition(":")
+                            self.handoffs.put(name, tag, terms)
                         if tag:
                             backend.hub.notify(name, (tag,))
                         if self._closed:
@@ -428,6 +440,23 @@ class AsyncPostgreSQLBackend:
             yield
 
     @contextlib.asynccontextmanager
+    async def batch(self, connection: AsyncConnection[Any]) -> AsyncIterator[None]:
+        """A transaction with this client's bounds whose statements are sent together, in
+        one round trip (psycopg's pipeline mode), unless the block reads a result before its
+        end (one more round trip each time). Read the other results after the block.
+
+        ``BEGIN`` and ``COMMIT`` go as statements of the pipeline: psycopg's
+        ``transaction()`` costs round trips of its own there. A block that raises leaves the
+        transaction unfinished, and the pool closes its connection.
+        """
+        async with connection.pipeline():
+            await connection.execute(self.sql["begin"])
+            if self.config.pooled:
+                await connection.execute(self.sql["settings"], self.pool.settings)
+            yield
+            await connection.execute(self.sql["commit"])
+
+    @contextlib.asynccontextmanager
     async def alone(self, connection: AsyncConnection[Any]) -> AsyncIterator[None]:
         """Where a call of one statement runs: on its own (autocommit, bounded by the
         session's settings) on a connection of its own; behind a pooler, in a pipelined
@@ -436,7 +465,7 @@ class AsyncPostgreSQLBackend:
         if not self.config.pooled:
             yield
             return
-        async with connection.pipeline(), self.transaction(connection):
+        async with self.batch(connection):
             yield
 
     # -- set-up ----------------------------------------------------------------------------
@@ -474,6 +503,7 @@ class AsyncPostgreSQLBackend:
                     "entries": self.sql.entries,
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
+                    "release": self.sql.release,
                 },
             )
         row = await cursor.fetchone()
@@ -482,21 +512,47 @@ class AsyncPostgreSQLBackend:
     # -- grants ----------------------------------------------------------------------------
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
+        handed = self.wakeups.handoffs.grant(request)
+        if handed is not None:
+            return handed
         owner = owner_hash(request.owner)
+        # when this try was sent, on this client's clock: a release that hands the lock to
+        # this waiter says when its lease began in those terms (kit.handoffs)
+        stamp = round(self.clock.now() * 1e6)
 
         # tried again whole if a pooler refused it: a retry by the same owner is idempotent
-        async def grant(connection: AsyncConnection[Any]) -> int | None:
-            token = await self._grant_if_free(connection, request, owner)
-            if token is None:
-                token = await self._decide(connection, request, owner)
-            return token
+        async def grant(connection: AsyncConnection[Any]) -> tuple[int, float] | None:
+            async with self.alone(connection):
+                cursor = await connection.execute(
+                    self.sql["grant"],
+                    {
+                        "key": name_key(self.sql.schema, request.name),
+                        "name": request.name,
+                        "owner": owner,
+                        "shared": request.shared,
+                        "lim": request.limit,
+                        "fair": request.fair,
+                        "holder": request.holder,
+                        "queue": request.queue,
+                        **self._waiter_terms(request, stamp),
+                    },
+                )
+            row = await cursor.fetchone()
+            assert row is not None
+            token, left, undecided = row
+            if undecided:
+                return await self._decide(connection, request, owner, stamp)
+            return None if token is None else (int(token), float(left))
 
         with translate_errors(self.url, request.name):
-            token = await self.pool.run(grant, idempotent=True)
+            granted = await self.pool.run(grant, idempotent=True)
             self._grants += 1
             if self._grants % SWEEP_EVERY == 0:
                 await self.pool.run(self._sweep, idempotent=True)
-        return None if token is None else Grant(request.name, request.owner, token, request.ttl)
+        if granted is None:
+            return None
+        token, left = granted
+        return Grant(request.name, request.owner, token, left)
 
     async def _sweep(self, connection: AsyncConnection[Any]) -> None:
         async with self.alone(connection):
@@ -504,56 +560,52 @@ class AsyncPostgreSQLBackend:
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
 
-    async def _grant_if_free(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
-    ) -> int | None:
-        """The grant of a name with no live entry, in one round trip; None if it has one."""
-        async with connection.pipeline(), self.transaction(connection):
-            await connection.execute(
-                self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
-            )
-            await connection.execute(self.sql["drop_expired"], (request.name,))
-            cursor = await connection.execute(
-                self.sql["grant_if_free"],
-                {
-                    "name": request.name,
-                    "owner": owner,
-                    "shared": request.shared,
-                    "lim": request.limit,
-                    "fair": request.fair,
-                    "ttl": request.ttl,
-                    "holder": request.holder,
-                },
-            )
-        row = await cursor.fetchone()
-        return None if row is None else int(row[0])
+    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+        """What a waiter's entry stores besides the request: its own short lease, refreshed
+        by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
+        listen = self.config.listen
+        return {
+            "ttl": self.capabilities.waiter_ttl,
+            "client": self.channel if listen else None,
+            "listener": self.wakeups.listener_key if listen else None,
+            "lease": request.ttl,
+            "stamp": stamp,
+        }
 
     async def _decide(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str
-    ) -> int | None:
-        """Decide by the grant rule on the name's live line, and write what it says."""
-        async with self.transaction(connection):
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | None:
+        """Decide by the grant rule on the name's live line, and write what it says: the
+        token and the lease left of a grant; None if none. Two round trips: the line, then
+        the write and the commit."""
+        async with self.batch(connection):
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
             )
             cursor = await connection.execute(self.sql["line"], (request.name,))
+            rows = await cursor.fetchall()
             line = [
                 Entry(entry_owner, seq, shared, lim, fair, token)
-                for entry_owner, seq, shared, lim, fair, token in await cursor.fetchall()
+                for entry_owner, seq, shared, lim, fair, token, _ in rows
             ]
             decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
             if decided.decision is Decision.HELD:
-                return decided.held_token
+                # granted already, by a release that handed it over or by a try whose reply
+                # was lost: the lease began then
+                left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
+                return decided.held_token, min(request.ttl, left)
             write = decided.write
-            client = self.channel if self.config.listen else None
-            waiter_ttl = self.capabilities.waiter_ttl
             if write is Write.NOTHING:
                 return None
+            waiter = self._waiter_terms(request, stamp)
+            if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
+                # a waiter's entry: one that a crash of the server forgets costs its waiter a
+                # re-check, so the commit need not wait for the disk
+                await connection.execute(self.sql["no_wait"])
             if write is Write.REFRESH_WAITER:
                 assert decided.mine is not None
                 await connection.execute(
-                    self.sql["refresh_waiter"],
-                    {"seq": decided.mine.seq, "ttl": waiter_ttl, "client": client},
+                    self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter}
                 )
                 return None
             if write is Write.GRANT_WAITER:
@@ -563,24 +615,29 @@ class AsyncPostgreSQLBackend:
                     {"seq": decided.mine.seq, "ttl": request.ttl},
                 )
             else:  # ADD_GRANT or ADD_WAITER
-                grant = write is Write.ADD_GRANT
-                cursor = await connection.execute(
-                    self.sql["add"],
-                    {
-                        "name": request.name,
-                        "owner": owner,
-                        "shared": request.shared,
-                        "lim": request.limit,
-                        "fair": request.fair,
-                        "grant": grant,
-                        "ttl": request.ttl if grant else waiter_ttl,
-                        "holder": request.holder,
-                        "client": None if grant else client,
-                    },
-                )
-            row = await cursor.fetchone()
-            assert row is not None
-            return None if row[0] is None else int(row[0])
+                entry = {
+                    "name": request.name,
+                    "owner": owner,
+                    "shared": request.shared,
+                    "lim": request.limit,
+                    "fair": request.fair,
+                    "holder": request.holder,
+                }
+                if write is Write.ADD_GRANT:
+                    entry.update(
+                        grant=True,
+                        ttl=request.ttl,
+                        client=None,
+                        listener=None,
+                        lease=None,
+                        stamp=None,
+                    )
+                else:
+                    entry.update(grant=False, **waiter)
+                cursor = await connection.execute(self.sql["add"], entry)
+        row = await cursor.fetchone()
+        assert row is not None
+        return None if row[0] is None else (int(row[0]), request.ttl)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -605,7 +662,7 @@ class AsyncPostgreSQLBackend:
 
     async def _renew_all(self, renewals: Sequence[Renewal], timeout: float) -> set[tuple[str, str]]:
         async def renew(connection: AsyncConnection[Any]) -> set[tuple[str, str]]:
-            async with connection.pipeline(), self.transaction(connection):
+            async with self.batch(connection):
                 await connection.execute(self.sql["bound"], (str(max(1, round(timeout * 1000))),))
                 cursor = await connection.execute(
                     self.sql["renew_all"],
@@ -622,14 +679,23 @@ class AsyncPostgreSQLBackend:
     # -- release ---------------------------------------------------------------------------
 
     async def release(self, name: str, owner: str) -> bool:
+        # a grant handed over that its waiter gives back without taking it
+        self.wakeups.handoffs.forget(name, owner)
+
         async def remove(connection: AsyncConnection[Any]) -> bool:
-            async with connection.pipeline(), self.transaction(connection):
-                await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
-                removed = await connection.execute(self.sql["remove"], (name, owner_hash(owner)))
-                line = await connection.execute(self.sql["wake_line"], {"name": name})
-            row = await removed.fetchone()
-            await self._notify(connection, name, await line.fetchall())
-            return bool(row and row[0])
+            async with self.alone(connection):
+                cursor = await connection.execute(
+                    self.sql["release"],
+                    (name_key(self.sql.schema, name), name, owner_hash(owner)),
+                )
+            row = await cursor.fetchone()
+            assert row is not None
+            removed, others_wait = row
+            if others_wait:  # not handed over: the grant rule says whom to wake
+                async with self.alone(connection):
+                    line = await connection.execute(self.sql["wake_line"], {"name": name})
+                await self._notify(connection, name, await line.fetchall())
+            return bool(removed)
 
         with translate_errors(self.url, name):
             return await self.pool.run(remove)
@@ -676,13 +742,14 @@ class AsyncPostgreSQLBackend:
 
     async def force_release(self, name: str, note: str) -> int:
         async def force(connection: AsyncConnection[Any]) -> int:
-            async with connection.pipeline(), self.transaction(connection):
+            async with self.batch(connection):
                 await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
                 await connection.execute(self.sql["drop_expired"], (name,))
                 counted = await connection.execute(
                     self.sql["force_release"],
                     {"name": name, "note": note, "grace": NOTE_GRACE},
                 )
+                await connection.execute(self.sql["hand_off"], (name,))
                 line = await connection.execute(self.sql["wake_line"], {"name": name})
             row = await counted.fetchone()
             await self._notify(connection, name, await line.fetchall())

@@ -44,6 +44,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import BaseWatch, InspectEachName, LockStateBuilder
+from ...kit.handoffs import HandOffs, owner_tag
 from ...kit.slots import Slots
 from .. import CAPABILITIES, lua
 from ..common import (
@@ -55,7 +56,6 @@ from ..common import (
     RENEWALS_PER_CALL,
     Bound,
     Closings,
-    HandOffs,
     RedisConfig,
     RedisLockState,
     Turn,
@@ -239,8 +239,7 @@ class RedisWatch(BaseWatch):
 
     def __init__(self, backend: RedisBackend, name: str, owner: str) -> None:
         # releases wake the waiters they let through, named by their owner's hash
-        tag = hashlib.sha1(owner.encode()).hexdigest()
-        super().__init__(backend.clock, name, backend.hub, tag)
+        super().__init__(backend.clock, name, backend.hub, owner_tag(owner))
         self._backend = backend
         self._subscribed = backend.wakeups.subscribed()
 
@@ -479,7 +478,7 @@ class RedisBackend(InspectEachName):
         return found
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
-        grant = self._handed(request)
+        grant = self.wakeups.handoffs.grant(request)
         if grant is None:
             grant = self._ask_grant(request)
             if grant is None:
@@ -487,22 +486,6 @@ class RedisBackend(InspectEachName):
         if self.config.wait_replicas:
             self._await_replicas(request)
         return grant
-
-    def _handed(self, request: GrantRequest) -> Grant | None:
-        """The grant a release handed to this waiter, if its wake-up has come, with the lease
-        it has left (counted from when it began, which this try's caller does not know)."""
-        handoffs = self.wakeups.handoffs
-        if not handoffs:
-            return None
-        owner_tag = hashlib.sha1(request.owner.encode()).hexdigest()
-        handed = handoffs.take(request.name, owner_tag)
-        if handed is None:
-            return None
-        token, began = handed
-        left = request.ttl - (self.clock.now() - began)
-        if left <= 0:
-            return None  # the server says what is left of it
-        return Grant(request.name, request.owner, token, left)
 
     def _ask_grant(self, request: GrantRequest) -> Grant | None:
         keys = self._lock_keys(request.name)
@@ -678,9 +661,8 @@ class RedisBackend(InspectEachName):
         return replies
 
     def release(self, name: str, owner: str) -> bool:
-        handoffs = self.wakeups.handoffs
-        if handoffs:  # a grant handed over that its waiter gives back without taking it
-            handoffs.take(name, hashlib.sha1(owner.encode()).hexdigest())
+        # a grant handed over that its waiter gives back without taking it
+        self.wakeups.handoffs.forget(name, owner)
         keys = self._lock_keys(name)
         args = [owner, self._channel_prefix, name, *self._wake_args]
         return bool(self._run(name, self._release, keys, args))

@@ -1,0 +1,93 @@
+"""Grants a release hands straight to the waiters it lets through, for a backend whose store
+can tell a waiter so in the wake-up itself (Redis's pub/sub message, PostgreSQL's ``NOTIFY``
+payload): the waiter's next try takes its grant from here instead of asking the store.
+
+The lease began at the release, which the waiter learns of later; so a waiter leaves with
+its entry the time it sent its request, on its own clock (``stamp``), and the release tells
+it the server's time from that entry's write to the release (``elapsed``): the lease began
+no earlier than ``stamp + elapsed`` on the waiter's clock, whatever the two clocks say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+
+from ..contract import Grant, GrantRequest
+
+__all__ = ["HANDED_KEPT", "HandOffs", "owner_tag"]
+
+
+def owner_tag(owner: str) -> str:
+    """How a wake-up names the waiter it is for: the SHA-1 of its owner id (never the id
+    itself, which would let whoever reads the wake-ups release another's grant)."""
+    return hashlib.sha1(owner.encode()).hexdigest()
+
+
+#: how long a grant handed to a waiter of this client is kept for it to take: a waiter takes
+#: its grant as soon as the wake-up reaches it; one nobody takes (its waiter had the grant
+#: from a try of its own before the wake-up came) goes after this, and a waiter that comes
+#: later still finds its grant by asking the server
+HANDED_KEPT = 60.0
+
+
+class HandOffs:
+    """Grants that releases handed straight to this client's waiters, kept until each
+    waiter's next try takes its own: that try then needs no round trip.
+
+    The wake-up reader puts them in; waiters take them, on the loop or on their threads.
+    Only a cache: the server's entries are the truth, and a try that finds nothing here asks
+    the server, which answers with the same grant.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._now = clock
+        self._lock = threading.Lock()
+        #: (name, owner hash) -> (fencing token, local time the lease began, kept until)
+        self._handed: dict[tuple[str, str], tuple[int, float, float]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._handed)
+
+    def put(self, name: str, tag: str, terms: str) -> None:
+        """Keep the grant a release handed over: ``terms`` is ``<token>,<stamp>,<elapsed>``,
+        the token, the client's clock (µs) when the waiter's last request was sent, and the
+        server's time (µs) from that request's arrival to the release. The lease began at
+        the release, so no earlier than ``stamp + elapsed`` on this client's clock."""
+        try:
+            token, stamp, elapsed = (int(part) for part in terms.split(","))
+        except ValueError:
+            return  # not ours to parse: the waiter asks the server instead
+        began = (stamp + elapsed) / 1e6
+        now = self._now()
+        with self._lock:
+            for key in [key for key, (_, _, until) in self._handed.items() if until <= now]:
+                del self._handed[key]
+            self._handed[name, tag] = (token, began, now + HANDED_KEPT)
+
+    def forget(self, name: str, owner: str) -> None:
+        """Drop a grant handed to ``owner`` that it gives back without taking it."""
+        if self._handed:
+            self.take(name, owner_tag(owner))
+
+    def take(self, name: str, tag: str) -> tuple[int, float] | None:
+        """The (token, lease start) handed to the waiter ``tag`` of lock ``name``, if any."""
+        with self._lock:
+            found = self._handed.pop((name, tag), None)
+        return None if found is None else found[:2]
+
+    def grant(self, request: GrantRequest) -> Grant | None:
+        """The grant handed to ``request``'s waiter, with what is left of its lease; None if
+        none came, or if its lease has run out on this clock (the server then says what is
+        left, if anything)."""
+        if not self._handed:
+            return None
+        handed = self.take(request.name, owner_tag(request.owner))
+        if handed is None:
+            return None
+        token, began = handed
+        left = request.ttl - (self._now() - began)
+        if left <= 0:
+            return None
+        return Grant(request.name, request.owner, token, left)
