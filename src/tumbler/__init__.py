@@ -87,6 +87,7 @@ __all__ = [
     "WrongEventLoop",
     "connect",
     "known_schemes",
+    "prepare",
     "register_backend",
 ]
 
@@ -114,3 +115,22 @@ def connect(
     except BaseException:
         backend.close()
         raise
+
+
+def prepare(url: str | None = None) -> str:
+    """Make what the backend at ``url`` needs before its first use, if anything is missing,
+    and say so in one line for a person: the URL (without its password), then what was made,
+    what was there already, or that the backend needs nothing made.
+
+    ``url`` defaults as for :func:`connect`. Idempotent, and safe while clients use the
+    backend (PostgreSQL: the schema the URL names, its tables, sequence and functions; a
+    client makes them on first use too, so this is for a role that may create them when the
+    application's own role may not). Raises what :func:`connect` raises.
+    """
+    from .backends import prepare as prepare_backend
+    from .backends import resolve_url
+
+    descriptor, done = prepare_backend(url)
+    if done is None:
+        done = f"the {descriptor.name} backend needs nothing made before first use"
+    return f"{resolve_url(url).redacted}: {done}"

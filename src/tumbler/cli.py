@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import click
 
 import tumbler
-from tumbler import HolderInfo, LockState, backends
+from tumbler import HolderInfo, LockState
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.errors import (
@@ -1071,19 +1071,14 @@ def release(name: str, force: bool, yes: bool, reason: str | None, url: str | No
 def init(url: str | None) -> int:
     """Make what the backend at URL needs before its first use, and say what that was.
 
-    PostgreSQL: the schema the URL names (?schema=, default tumbler), its tables and its
-    token sequence. Clients make them on first use too; run this as a role that may
+    PostgreSQL: the schema the URL names (?schema=, default tumbler), its tables, its token
+    sequence and its functions. Clients make them on first use too; run this as a role that may
     create them when the application's own role may not (then grant it what the README
     lists). Safe to run again, and while clients use the schema. A backend that needs
     nothing made says so. URL defaults to $TUMBLER_URL (where a password is not seen by
     other users of the machine).
     """
-    descriptor, done = backends.prepare(url)
-    where = backends.resolve_url(url).redacted
-    if done is None:
-        click.echo(f"{where}: the {descriptor.name} backend needs nothing made before first use")
-    else:
-        click.echo(f"{where}: {done}")
+    click.echo(tumbler.prepare(url))
     return EX_OK
 
 

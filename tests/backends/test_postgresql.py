@@ -10,6 +10,7 @@ docs list; the URL grammar. A real ``postgres`` from Debian's packages, one per 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from tumbler.backends.postgresql.server import (
 )
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
-from tumbler.testing.conformance.compat import PATIENCE, background, eventually
+from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
 from tumbler.torture.proxy import FaultProxy
@@ -123,6 +124,50 @@ def test_a_lease_ends_when_the_servers_clock_says_so(
         backend.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_listening_connection_that_goes_silent_is_replaced(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    """A listening connection hears nothing when the network drops its packets: it pings
+    within ``socket_timeout``, gives it up when no reply comes, and listens again once the
+    server can be reached."""
+    with FaultProxy((server.host, server.port)) as proxy:
+        backend = open_sync(parse_url(_proxied_url(server, proxy, schema)))
+        try:
+            with backend.watch("silent", "waiter"):  # starts listening
+                assert backend.wakeups.subscribed()
+                proxy.drop("downstream")
+                eventually(lambda: not backend.wakeups.subscribed(), "it gives the connection up")
+                proxy.heal()
+                eventually(backend.wakeups.subscribed, "it listens again")
+        finally:
+            backend.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_a_listening_connection_that_goes_silent_is_replaced(
+    server: PostgreSQLServer, schema: str
+) -> None:
+    with FaultProxy((server.host, server.port)) as proxy:
+        locks = await tumbler.aio.connect(_proxied_url(server, proxy, schema))
+        try:
+            backend = locks._backend
+            async with backend.watch("silent", "waiter"):
+                assert backend.wakeups.subscribed()
+                proxy.drop("downstream")
+                await aeventually(
+                    lambda: asyncio.sleep(0, not backend.wakeups.subscribed()),
+                    "it gives the connection up",
+                )
+                proxy.heal()
+                await aeventually(
+                    lambda: asyncio.sleep(0, backend.wakeups.subscribed()), "it listens again"
+                )
+        finally:
+            await locks.close()
+
+
 # -- hand-off ------------------------------------------------------------------------------
 #
 # A release grants the lock to the first waiter of a line it leaves without a grant, in its
@@ -155,20 +200,27 @@ def _expiry_and_now(admin: psycopg.Connection[Any], schema: str, owner: str) -> 
     return row[0], row[1]
 
 
+def _handed_over(holder: Any, waiter: Any) -> Any:
+    """``holder`` takes "stock" as "a", ``waiter`` queues as "b" (listening), and ``holder``
+    releases: the release hands the lock to "b", and its wake-up has come. The first grant."""
+    first = holder.try_grant(_request("stock", "a"))
+    assert first is not None
+    with waiter.watch("stock", "b") as watch:  # listens: its releases reach it
+        assert waiter.try_grant(_request("stock", "b")) is None  # queued
+        assert holder.release("stock", "a")
+        watch.wait(PATIENCE)
+    return first
+
+
 def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
-        holder, waiter = one._backend, two._backend
-        first = holder.try_grant(_request("stock", "a"))
-        assert first is not None
-        with waiter.watch("stock", "b") as watch:  # listens: its releases reach it
-            assert waiter.try_grant(_request("stock", "b")) is None  # queued
-            assert holder.release("stock", "a")
-            # granted by the release itself, before the waiter does anything
-            (handed,) = one.status("stock").holders
-            assert handed.token > first.token
-            watch.wait(PATIENCE)
+        waiter = two._backend
+        first = _handed_over(one._backend, waiter)
+        # granted by the release itself: the waiter has done nothing since it queued
+        (handed,) = one.status("stock").holders
+        assert handed.token > first.token
         calls = CountedCalls(waiter, monkeypatch)
         grant = waiter.try_grant(_request("stock", "b"))
         assert calls.count == 0  # taken from the wake-up
@@ -216,12 +268,8 @@ def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
     """A waiter whose wake-up has not come yet asks the server, which finds the grant the
     release made: the lease began then, so the reply gives what is left of it."""
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
-        holder, waiter = one._backend, two._backend
-        assert holder.try_grant(_request("stock", "a")) is not None
-        with waiter.watch("stock", "b") as watch:
-            assert waiter.try_grant(_request("stock", "b")) is None
-            assert holder.release("stock", "a")
-            watch.wait(PATIENCE)
+        _handed_over(one._backend, two._backend)
+        waiter = two._backend
         handed = waiter.wakeups.handoffs.take("stock", owner_hash("b"))  # as if not come yet
         assert handed is not None
         expires, _ = _expiry_and_now(admin, schema, "b")
@@ -242,11 +290,7 @@ def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
 def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(url: str) -> None:
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
         holder, waiter = one._backend, two._backend
-        assert holder.try_grant(_request("stock", "a")) is not None
-        with waiter.watch("stock", "b") as watch:
-            assert waiter.try_grant(_request("stock", "b")) is None
-            assert holder.release("stock", "a")
-            watch.wait(PATIENCE)
+        _handed_over(holder, waiter)
         assert waiter.wakeups.handoffs  # handed over, not taken
         assert waiter.release("stock", "b")  # a live grant: it was handed over
         assert not waiter.wakeups.handoffs
@@ -526,8 +570,19 @@ def test_init_makes_the_schema_once_and_says_what_it_made(
         (schema,),
     ).fetchone()
     assert tables == (3,)
+    functions = admin.execute(
+        "SELECT count(*) FROM pg_proc JOIN pg_namespace ON pg_namespace.oid = pronamespace "
+        "WHERE nspname = %s AND proname IN "
+        "('tumbler_grant', 'tumbler_release', 'tumbler_hand_off')",
+        (schema,),
+    ).fetchone()
+    assert functions == (3,)
     assert main(["init", url]) == 0
     assert "nothing to make" in capsys.readouterr().out
+    # the public call behind it says the same, without the password
+    again = tumbler.prepare(url)
+    assert again.endswith("are there already: nothing to make")
+    assert TUMBLER_PASSWORD not in again
     with tumbler.connect(url) as locks, locks.lock("after-init") as hold:
         assert hold.token == 1  # the sequence init made, untouched by the second run
 

@@ -36,6 +36,8 @@ CI_ROUNDS: dict[str, list[str]] = {
     "redis-cluster": ["kill", "minority"],
     "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "zookeeper-ensemble": ["minority", "leader"],
+    "postgresql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
 }
 
 
@@ -153,6 +155,18 @@ def test_zookeeper(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_zookeeper_ensemble(tmp_path: Path) -> None:
     _assert_kept_promises(_torture("zookeeper-ensemble", CI_ROUNDS["zookeeper-ensemble"], tmp_path))
+
+
+@pytest.mark.timeout(120)
+def test_postgresql(tmp_path: Path) -> None:
+    _assert_kept_promises(_torture("postgresql", CI_ROUNDS["postgresql"], tmp_path))
+
+
+@pytest.mark.timeout(120)
+def test_postgresql_behind_pgbouncer(tmp_path: Path) -> None:
+    _assert_kept_promises(
+        _torture("postgresql-pgbouncer", CI_ROUNDS["postgresql-pgbouncer"], tmp_path)
+    )
 
 
 @pytest.mark.timeout(60)

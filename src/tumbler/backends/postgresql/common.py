@@ -475,9 +475,9 @@ def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabiliti
 
 
 def prepare(url: BackendURL) -> str:
-    """``tumbler init URL``: make the URL's schema, its tables and its token sequence if they
-    are missing (what a client also does on first use; clients and ``init`` racing to do it
-    take turns), and say which."""
+    """``tumbler init URL``: make the URL's schema, its tables, its token sequence and its
+    functions if they are missing (what a client also does on first use; clients and
+    ``init`` racing to do it take turns), and say which."""
     from ._sync.backend import PostgreSQLBackend
 
     backend = PostgreSQLBackend(parse_config(url))
@@ -486,7 +486,10 @@ def prepare(url: BackendURL) -> str:
             made = backend.pool.run(backend.make_tables, idempotent=True)
     finally:
         backend.close()
-    what = f"{backend.sql.entries}, {backend.sql.evictions} and the sequence {backend.sql.tokens}"
+    what = (
+        f"{backend.sql.entries}, {backend.sql.evictions}, the sequence {backend.sql.tokens} "
+        "and the functions"
+    )
     if made:
         return f"made {what}"
     return f"{what} are there already: nothing to make"

@@ -279,6 +279,7 @@ _STATEMENTS = {
     "AND entry.expires_at > clock_timestamp() RETURNING entry.name, entry.owner",
     "bound": "SELECT set_config('statement_timeout', %s, true)",
     "no_wait": "SELECT set_config('synchronous_commit', 'off', true)",
+    "ping": "SELECT 1",
     # behind a pooler, the first statement of every transaction: the client's bounds, for
     # this transaction only (SET LOCAL), since the next one may run on another session
     "settings": "SELECT set_config('statement_timeout', %s, true), "

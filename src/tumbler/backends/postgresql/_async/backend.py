@@ -70,6 +70,18 @@ def to_wake(rows: Sequence[_Row]) -> list[tuple[str, str]]:
     return woken
 
 
+def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
+    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
+    return {
+        "name": request.name,
+        "owner": owner,
+        "shared": request.shared,
+        "lim": request.limit,
+        "fair": request.fair,
+        "holder": request.holder,
+    }
+
+
 def _closed_by_server(connection: AsyncConnection[Any]) -> bool:
     """Whether an idle connection's socket has something to read: the server's goodbye."""
     if connection.closed:
@@ -336,24 +348,24 @@ class AsyncWakeups:
             connection: AsyncConnection[Any] | None = None
             try:
                 connection = await backend.pool.connect()
-                deadline = backend.pool.bound.arm(connection, backend.config.socket_timeout)
-                try:
-                    await connection.execute(
-                        sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel))
-                    )
-                    await connection.execute(
-                        backend.sql["hold_listener"], {"key": self.listener_key}
-                    )
-                finally:
-                    # before the connection is closed: a deadline never touches a closed socket
-                    fired = deadline.disarm()
-                if fired:  # the connection is shut down: connect again
-                    raise deadline.no_reply()
+                await self._bounded(
+                    connection,
+                    (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
+                    (backend.sql["hold_listener"], {"key": self.listener_key}),
+                )
                 self._listening.set_threadsafe()
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
                 failures = 0
+                ping_due = time.monotonic() + backend.config.socket_timeout
                 while not self._closed:
+                    if time.monotonic() >= ping_due:
+                        # A connection whose peer went silent (a network that drops its
+                        # packets, a server paused) gets no notification and no error: a
+                        # statement that gets no reply in time tells, and the reader then
+                        # listens on a new connection.
+                        await self._bounded(connection, (backend.sql["ping"], None))
+                        ping_due = time.monotonic() + backend.config.socket_timeout
                     async for notification in connection.notifies(timeout=1.0):
                         tag, _, name = notification.payload.partition(" ")
                         if tag.startswith("="):  # granted by the release: the try takes it
@@ -373,6 +385,20 @@ class AsyncWakeups:
             finally:
                 if connection is not None:
                     await connection.close()
+
+    async def _bounded(self, connection: AsyncConnection[Any], *statements: Any) -> None:
+        """Run ``statements`` (each ``(query, params)``) on the listening connection, within
+        ``socket_timeout``: past it, the connection is shut down and ``NoReply`` raised."""
+        bound = self._backend.pool.bound
+        deadline = bound.arm(connection, self._backend.config.socket_timeout)
+        try:
+            for query, params in statements:
+                await connection.execute(query, params)
+        finally:
+            # before the connection is closed: a deadline never touches a closed socket
+            fired = deadline.disarm()
+        if fired:
+            raise deadline.no_reply()
 
     async def close(self) -> None:
         with self._lock:
@@ -527,13 +553,8 @@ class AsyncPostgreSQLBackend:
                     self.sql["grant"],
                     {
                         "key": name_key(self.sql.schema, request.name),
-                        "name": request.name,
-                        "owner": owner,
-                        "shared": request.shared,
-                        "lim": request.limit,
-                        "fair": request.fair,
-                        "holder": request.holder,
                         "queue": request.queue,
+                        **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
@@ -615,14 +636,7 @@ class AsyncPostgreSQLBackend:
                     {"seq": decided.mine.seq, "ttl": request.ttl},
                 )
             else:  # ADD_GRANT or ADD_WAITER
-                entry = {
-                    "name": request.name,
-                    "owner": owner,
-                    "shared": request.shared,
-                    "lim": request.limit,
-                    "fair": request.fair,
-                    "holder": request.holder,
-                }
+                entry = _entry_of(request, owner)
                 if write is Write.ADD_GRANT:
                     entry.update(
                         grant=True,

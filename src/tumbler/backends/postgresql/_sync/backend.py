@@ -72,6 +72,18 @@ def to_wake(rows: Sequence[_Row]) -> list[tuple[str, str]]:
     return woken
 
 
+def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
+    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
+    return {
+        "name": request.name,
+        "owner": owner,
+        "shared": request.shared,
+        "lim": request.limit,
+        "fair": request.fair,
+        "holder": request.holder,
+    }
+
+
 def _closed_by_server(connection: Connection[Any]) -> bool:
     """Whether an idle connection's socket has something to read: the server's goodbye."""
     if connection.closed:
@@ -338,20 +350,24 @@ class Wakeups:
             connection: Connection[Any] | None = None
             try:
                 connection = backend.pool.connect()
-                deadline = backend.pool.bound.arm(connection, backend.config.socket_timeout)
-                try:
-                    connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)))
-                    connection.execute(backend.sql["hold_listener"], {"key": self.listener_key})
-                finally:
-                    # before the connection is closed: a deadline never touches a closed socket
-                    fired = deadline.disarm()
-                if fired:  # the connection is shut down: connect again
-                    raise deadline.no_reply()
+                self._bounded(
+                    connection,
+                    (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
+                    (backend.sql["hold_listener"], {"key": self.listener_key}),
+                )
                 self._listening.set_threadsafe()
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
                 failures = 0
+                ping_due = time.monotonic() + backend.config.socket_timeout
                 while not self._closed:
+                    if time.monotonic() >= ping_due:
+                        # A connection whose peer went silent (a network that drops its
+                        # packets, a server paused) gets no notification and no error: a
+                        # statement that gets no reply in time tells, and the reader then
+                        # listens on a new connection.
+                        self._bounded(connection, (backend.sql["ping"], None))
+                        ping_due = time.monotonic() + backend.config.socket_timeout
                     for notification in connection.notifies(timeout=1.0):
                         tag, _, name = notification.payload.partition(" ")
                         if tag.startswith("="):  # granted by the release: the try takes it
@@ -371,6 +387,20 @@ class Wakeups:
             finally:
                 if connection is not None:
                     connection.close()
+
+    def _bounded(self, connection: Connection[Any], *statements: Any) -> None:
+        """Run ``statements`` (each ``(query, params)``) on the listening connection, within
+        ``socket_timeout``: past it, the connection is shut down and ``NoReply`` raised."""
+        bound = self._backend.pool.bound
+        deadline = bound.arm(connection, self._backend.config.socket_timeout)
+        try:
+            for query, params in statements:
+                connection.execute(query, params)
+        finally:
+            # before the connection is closed: a deadline never touches a closed socket
+            fired = deadline.disarm()
+        if fired:
+            raise deadline.no_reply()
 
     def close(self) -> None:
         with self._lock:
@@ -525,13 +555,8 @@ class PostgreSQLBackend:
                     self.sql["grant"],
                     {
                         "key": name_key(self.sql.schema, request.name),
-                        "name": request.name,
-                        "owner": owner,
-                        "shared": request.shared,
-                        "lim": request.limit,
-                        "fair": request.fair,
-                        "holder": request.holder,
                         "queue": request.queue,
+                        **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
@@ -609,14 +634,7 @@ class PostgreSQLBackend:
                     {"seq": decided.mine.seq, "ttl": request.ttl},
                 )
             else:  # ADD_GRANT or ADD_WAITER
-                entry = {
-                    "name": request.name,
-                    "owner": owner,
-                    "shared": request.shared,
-                    "lim": request.limit,
-                    "fair": request.fair,
-                    "holder": request.holder,
-                }
+                entry = _entry_of(request, owner)
                 if write is Write.ADD_GRANT:
                     entry.update(
                         grant=True,
