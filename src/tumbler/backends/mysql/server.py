@@ -3,9 +3,10 @@
 :class:`MariaDBServer` is one ``mariadbd`` process from Debian's ``mariadb-server`` package,
 with a data directory that ``mariadb-install-db`` makes in a temporary directory, on a free
 ``127.0.0.1`` port, with its Unix socket and pid file in a directory of its own beside the
-data. What it logs (its error log) goes to ``mariadb.log`` in the launcher's directory. It
-can be killed (SIGKILL, as in a crash) and started again on the same port and data, and
-stopped (SIGTERM: MariaDB's orderly shutdown, which disconnects its clients).
+data, and another for its temporary files. What it logs (its error log) goes to
+``mariadb.log`` in the launcher's directory. It can be killed (SIGKILL, as in a crash) and
+started again on the same port and data, and stopped (SIGTERM: MariaDB's orderly shutdown,
+which disconnects its clients).
 
 Both programs run with ``--no-defaults``: no ``/etc/mysql`` file of the machine's can change
 the test server, every option is on the command line. The server is made for tests: a commit
@@ -167,6 +168,8 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
         self.socket_dir = self.run_dir / "run"
         self.socket_path = self.socket_dir / "mariadb.sock"
         self.pid_path = self.socket_dir / "mariadb.pid"
+        #: the server's temporary files (of its own: not shared with other servers in /tmp)
+        self.tmp_dir = self.run_dir / "tmp"
         # no configuration file (every option is on the command line): errors name the data
         self.config_path = self.data_dir
         self.log_path = self.dir / "mariadb.log"
@@ -241,6 +244,8 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
             "--skip-test-db",
             # the grant tables get no entries by host name: the server resolves no names
             "--skip-name-resolve",
+            # passed on to the mariadbd that bootstraps the tables
+            f"--tmpdir={self.tmp_dir}",
         ]
         # the server it bootstraps the grant tables with is the one that will serve them
         environment = {**os.environ, "MYSQLD_BOOTSTRAP": str(mariadb_program("mariadbd"))}
@@ -263,10 +268,11 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
             )
 
     def _write_files(self) -> None:
+        for directory in (self.socket_dir, self.tmp_dir):
+            directory.mkdir(exist_ok=True)
+            chown_to(directory, self._account)
         if not (self.data_dir / "mysql").is_dir():
             self._install_db()
-        self.socket_dir.mkdir(exist_ok=True)
-        chown_to(self.socket_dir, self._account)
         if self.tls is not None:
             # the server reads them as its own account, which cannot read the originals' root
             # -only directory (nor, for the key, the root-only file)
@@ -287,6 +293,7 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
             "datadir": str(self.data_dir),
             "socket": str(self.socket_path),
             "pid_file": str(self.pid_path),
+            "tmpdir": str(self.tmp_dir),
             "port": str(self.port),
             "bind_address": self.host,
             "skip_name_resolve": "ON",
