@@ -56,6 +56,7 @@ from ...testing.servers._common import (
     TLSServerFiles,
     as_account,
     chown_to,
+    database_url,
     run_as,
     run_dir,
 )
@@ -185,10 +186,7 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
     ) -> str:
         """A ``mysql://`` URL of this server for ``user`` (name and password percent-encoded);
         on a TLS server, ``ssl_ca`` names the CA that signed its certificate."""
-        userinfo = quote(user, safe="")
-        if password is not None:
-            userinfo += ":" + quote(password, safe="")
-        url = f"mysql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
+        url = database_url("mysql", self.host, self.port, user, password, database)
         if self.tls is not None:
             url += f"?ssl_ca={quote(str(self.tls.ca_path))}"
         return url
@@ -274,8 +272,8 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
         if not (self.data_dir / "mysql").is_dir():
             self._install_db()
         if self.tls is not None:
-            # the server reads them as its own account, which cannot read the originals' root
-            # -only directory (nor, for the key, the root-only file)
+            # the server reads them as its own account, which cannot read the originals in a
+            # directory only root may enter (nor, for the key, a file only root may read)
             for name, source in (
                 ("server.crt", self.tls.server_cert_path),
                 ("server.key", self.tls.server_key_path),

@@ -48,6 +48,7 @@ from ...testing.servers._common import (
     TLSServerFiles,
     as_account,
     chown_to,
+    database_url,
     run_as,
     run_dir,
 )
@@ -171,10 +172,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     ) -> str:
         """A ``postgresql://`` URL of this server for ``user`` (name and password
         percent-encoded); ``sslmode=verify-full`` with the CA on a TLS server."""
-        userinfo = quote(user, safe="")
-        if password is not None:
-            userinfo += ":" + quote(password, safe="")
-        url = f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
+        url = database_url("postgresql", self.host, self.port, user, password, database)
         if self.tls is not None:
             url += f"?sslmode=verify-full&sslrootcert={quote(str(self.tls.ca_path))}"
         return url
@@ -394,13 +392,8 @@ class PgBouncerServer(ProcessLauncher):
         database: str = TUMBLER_DATABASE,
     ) -> str:
         """The upstream's URL for ``user``, through this pooler, with ``pooler=transaction``."""
-        userinfo = quote(user, safe="")
-        if password is not None:
-            userinfo += ":" + quote(password, safe="")
-        return (
-            f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
-            "?pooler=transaction"
-        )
+        url = database_url("postgresql", self.host, self.port, user, password, database)
+        return url + "?pooler=transaction"
 
     @property
     def url(self) -> str:

@@ -1,4 +1,4 @@
-"""What every throwaway server launcher shares: the loopback address, free ports, errors,
+"""What every throwaway server launcher shares: the loopback address, free ports, errors, URLs,
 reading the end of a log, and running a server that refuses root as its package's account."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 __all__ = [
     "LOOPBACK",
@@ -25,6 +26,7 @@ __all__ = [
     "TLSServerFiles",
     "as_account",
     "chown_to",
+    "database_url",
     "free_port",
     "make_tls_files",
     "run_as",
@@ -156,6 +158,18 @@ class Launcher:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def database_url(
+    scheme: str, host: str, port: int, user: str, password: str | None, database: str
+) -> str:
+    """``scheme://user:password@host:port/database`` (no ``:password`` without one), the user,
+    password and database percent-encoded: a password may hold ``@``, ``:``, ``/`` or ``#``,
+    which would end its part of the URL."""
+    userinfo = quote(user, safe="")
+    if password is not None:
+        userinfo += ":" + quote(password, safe="")
+    return f"{scheme}://{userinfo}@{host}:{port}/{quote(database, safe='')}"
 
 
 _LOG_TAIL_LINES = 25
