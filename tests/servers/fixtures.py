@@ -1,16 +1,16 @@
-"""pytest fixtures with real Redis, ZooKeeper and PostgreSQL servers, built on
+"""pytest fixtures with real Redis, ZooKeeper, PostgreSQL and MariaDB servers, built on
 :mod:`tumbler.testing.servers`.
 
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
-``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server`` and ``postgresql_server``
-start once per session
-(per xdist worker, and only in a worker whose tests ask for them) and stop at its end; tests
-sharing a Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to
-znodes of their own (a chroot of their own, e.g.
-``zookeeper_server.url_for("/" + unique name)``). ``fresh_redis_server``,
-``fresh_zookeeper_server`` and ``zookeeper_ensemble`` are the test's own, for tests that kill
-or restart servers.
+``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server``, ``postgresql_server`` and
+``mariadb_server`` start once per session (per xdist worker, and only in a worker whose tests
+ask for them) and stop at its end; tests sharing a Redis call :func:`flush_redis` first, tests
+sharing a ZooKeeper server keep to znodes of their own (a chroot of their own, e.g.
+``zookeeper_server.url_for("/" + unique name)``), tests sharing a PostgreSQL server to a
+schema of their own, tests sharing a MariaDB server to tables of their own in its ``tumbler``
+database. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble`` and
+``fresh_mariadb_server`` are the test's own, for tests that kill or restart servers.
 
 The ZooKeeper servers have a super user: a client adding ``server.super_auth`` passes every
 ACL, so a test can look at znodes that the code under test protected.
@@ -33,6 +33,7 @@ from typing import TypeVar
 
 import pytest
 
+from tumbler.backends.mysql.server import MariaDBServer
 from tumbler.backends.postgresql.server import PostgreSQLServer
 from tumbler.backends.redis.server import (
     RedisServer,
@@ -47,8 +48,10 @@ from tumbler.testing.servers import ServerError, make_tls_files
 
 __all__ = [
     "flush_redis",
+    "fresh_mariadb_server",
     "fresh_redis_server",
     "fresh_zookeeper_server",
+    "mariadb_server",
     "postgresql_server",
     "redis_cluster",
     "redis_server",
@@ -66,6 +69,7 @@ Started = TypeVar(
     ZooKeeperServer,
     ZooKeeperEnsemble,
     PostgreSQLServer,
+    MariaDBServer,
 )
 
 
@@ -174,5 +178,23 @@ def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post
     the test's own)."""
     workdir = tmp_path_factory.mktemp("postgresql")
     server = _start("postgres", lambda: PostgreSQLServer(workdir).start())
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """One MariaDB server for the whole session (tables of other tests: keep to tables of the
+    test's own in the ``tumbler`` database)."""
+    workdir = tmp_path_factory.mktemp("mariadb")
+    server = _start("mariadbd", lambda: MariaDBServer(workdir).start())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fresh_mariadb_server(tmp_path: Path) -> Iterator[MariaDBServer]:
+    """A MariaDB server of this test's own, free to be killed and restarted."""
+    server = _start("mariadbd", lambda: MariaDBServer(tmp_path / "mariadb").start())
     yield server
     server.close()

@@ -36,6 +36,9 @@ MISSING = {
         "TUMBLER_REDIS_SERVER",
         "/nonexistent/redis",
     ),
+    "mariadb": Missing(
+        ("mariadb_server", "fresh_mariadb_server"), "TUMBLER_MARIADB_BIN", "/nonexistent/mariadb"
+    ),
     "zookeeper": Missing(
         ("zookeeper_server", "fresh_zookeeper_server", "zookeeper_ensemble"),
         "TUMBLER_JAVA",

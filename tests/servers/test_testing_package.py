@@ -8,6 +8,7 @@ import textwrap
 
 import tumbler.testing
 import tumbler.testing.servers
+from tumbler.backends.mysql import server as mysql
 from tumbler.backends.redis import server as redis
 from tumbler.backends.zookeeper import server as zookeeper
 
@@ -46,7 +47,7 @@ def test_tumbler_testing_keeps_its_clocks() -> None:
 
 
 def test_every_exported_name_exists() -> None:
-    for module in (tumbler.testing.servers, redis, zookeeper):
+    for module in (tumbler.testing.servers, redis, zookeeper, mysql):
         assert len(set(module.__all__)) == len(module.__all__), module
         for name in module.__all__:
             assert hasattr(module, name), (module, name)
@@ -58,3 +59,5 @@ def test_every_launcher_error_is_a_server_error() -> None:
     assert issubclass(zookeeper.ZooKeeperServerError, servers.ServerError)
     assert issubclass(redis.RedisNotInstalled, servers.ServerNotInstalled)
     assert issubclass(zookeeper.ZooKeeperNotInstalled, servers.ServerNotInstalled)
+    assert issubclass(mysql.MariaDBServerError, servers.ServerError)
+    assert issubclass(mysql.MariaDBNotInstalled, servers.ServerNotInstalled)

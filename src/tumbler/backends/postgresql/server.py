@@ -29,12 +29,9 @@ server, on a free ``127.0.0.1`` port of its own: the target of ``pooler=transact
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +46,11 @@ from ...testing.servers._common import (
     ServerNotInstalled,
     TLSFiles,
     TLSServerFiles,
+    as_account,
+    chown_to,
+    database_url,
+    run_as,
+    run_dir,
 )
 from ...testing.servers.process import ProcessLauncher
 
@@ -112,31 +114,6 @@ def postgresql_bin_dir() -> Path:
     return Path(found).parent
 
 
-def _run_as() -> pwd.struct_passwd | None:
-    """The account to run the server as: ``postgres`` when we are root, else ourselves."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        return pwd.getpwnam("postgres")
-    except KeyError:
-        raise PostgreSQLServerError(
-            "PostgreSQL does not run as root, and there is no postgres user to run it as"
-        ) from None
-
-
-def _run_dir(
-    owner: object, account: pwd.struct_passwd | None, own: Path, prefix: str
-) -> tuple[Path, weakref.finalize[Any, Any] | None]:
-    """Where a server run as ``account`` keeps its files, and what removes that directory:
-    ``own`` (the launcher's directory, removed with it) when it runs as us, else a directory
-    of the account's own, outside any root-only parent, removed when ``owner`` goes."""
-    if account is None:
-        return own, None
-    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    os.chown(run_dir, account.pw_uid, account.pw_gid)
-    return run_dir, weakref.finalize(owner, shutil.rmtree, run_dir, ignore_errors=True)
-
-
 class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     """One ``postgres`` process on a free ``127.0.0.1`` port, its cluster in a directory of
     its own.
@@ -174,8 +151,8 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
         self.settings = dict(settings or {})
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-postgresql-")
-        self._account = _run_as()
-        self.run_dir, self._remove_run_dir = _run_dir(
+        self._account = run_as("postgres", PostgreSQLServerError, "PostgreSQL")
+        self.run_dir, self._remove_run_dir = run_dir(
             self, self._account, self.dir, "tumbler-postgresql-data-"
         )
         self.data_dir = self.run_dir / "data"
@@ -195,10 +172,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
     ) -> str:
         """A ``postgresql://`` URL of this server for ``user`` (name and password
         percent-encoded); ``sslmode=verify-full`` with the CA on a TLS server."""
-        userinfo = quote(user, safe="")
-        if password is not None:
-            userinfo += ":" + quote(password, safe="")
-        url = f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
+        url = database_url("postgresql", self.host, self.port, user, password, database)
         if self.tls is not None:
             url += f"?sslmode=verify-full&sslrootcert={quote(str(self.tls.ca_path))}"
         return url
@@ -228,16 +202,6 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
 
     # -- files -----------------------------------------------------------------------------
 
-    def _as_server(self) -> dict[str, Any]:
-        account = self._account
-        if account is None:
-            return {}
-        return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
-
-    def _own(self, path: Path) -> None:
-        if self._account is not None:
-            os.chown(path, self._account.pw_uid, self._account.pw_gid)
-
     def _initdb(self) -> None:
         initdb = postgresql_bin_dir() / "initdb"
         command = [
@@ -258,7 +222,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
             text=True,
             check=False,
             stdin=subprocess.DEVNULL,
-            **self._as_server(),
+            **as_account(self._account),
         )
         if done.returncode != 0:
             raise PostgreSQLServerError(
@@ -285,10 +249,10 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
                 target = self.run_dir / name
                 shutil.copyfile(source, target)
                 target.chmod(0o600)
-                self._own(target)
+                chown_to(target, self._account)
         hba_path = self.data_dir / "pg_hba.conf"
         hba_path.write_text("\n".join(hba) + "\n")
-        self._own(hba_path)
+        chown_to(hba_path, self._account)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -321,7 +285,7 @@ class PostgreSQLServer(ProcessLauncher, TLSServerFiles):
 
     def _executor_options(self) -> dict[str, Any]:
         # SIGINT is PostgreSQL's fast shutdown; its SIGTERM waits for every client to leave
-        return {"stop_signal": signal.SIGINT, "popen_kwargs": self._as_server()}
+        return {"stop_signal": signal.SIGINT, "popen_kwargs": as_account(self._account)}
 
     def _ready(self) -> bool:
         # a query, not an open port: a server in recovery accepts connections but refuses
@@ -413,8 +377,8 @@ class PgBouncerServer(ProcessLauncher):
         self.pool_size = pool_size
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-pgbouncer-")
-        self._account = _run_as()
-        self.run_dir, self._remove_run_dir = _run_dir(
+        self._account = run_as("postgres", PostgreSQLServerError, "PgBouncer")
+        self.run_dir, self._remove_run_dir = run_dir(
             self, self._account, self.dir, "tumbler-pgbouncer-run-"
         )
         self.config_path = self.run_dir / "pgbouncer.ini"
@@ -428,13 +392,8 @@ class PgBouncerServer(ProcessLauncher):
         database: str = TUMBLER_DATABASE,
     ) -> str:
         """The upstream's URL for ``user``, through this pooler, with ``pooler=transaction``."""
-        userinfo = quote(user, safe="")
-        if password is not None:
-            userinfo += ":" + quote(password, safe="")
-        return (
-            f"postgresql://{userinfo}@{self.host}:{self.port}/{quote(database, safe='')}"
-            "?pooler=transaction"
-        )
+        url = database_url("postgresql", self.host, self.port, user, password, database)
+        return url + "?pooler=transaction"
 
     @property
     def url(self) -> str:
@@ -481,21 +440,11 @@ class PgBouncerServer(ProcessLauncher):
         ):
             path.write_text(text)
             path.chmod(0o600)
-            if self._account is not None:
-                os.chown(path, self._account.pw_uid, self._account.pw_gid)
+            chown_to(path, self._account)
 
     def _executor_options(self) -> dict[str, Any]:
         # SIGINT is PgBouncer's "safe shutdown" (waits for clients); SIGTERM ends it at once
-        if self._account is None:
-            return {}
-        account = self._account
-        return {
-            "popen_kwargs": {
-                "user": account.pw_uid,
-                "group": account.pw_gid,
-                "extra_groups": [],
-            }
-        }
+        return {"popen_kwargs": as_account(self._account)}
 
     def _ready(self) -> bool:
         try:

@@ -8,7 +8,9 @@ again) is :class:`tumbler.testing.servers.process.ProcessLauncher`, which a laun
 with its command, files and readiness check. Each launcher lives in its backend's package
 (``tumbler.backends.<name>.server``, named by the backend's descriptor through its test
 targets): a Redis server, TLS server and cluster in ``tumbler.backends.redis.server``, a
-ZooKeeper server and ensemble in ``tumbler.backends.zookeeper.server``. Each can be killed
+ZooKeeper server and ensemble in ``tumbler.backends.zookeeper.server``, a PostgreSQL server and
+PgBouncer in ``tumbler.backends.postgresql.server``, a MariaDB server in
+``tumbler.backends.mysql.server``. Each can be killed
 (SIGKILL, as in a crash) and started again on the same ports and data, so tests can show what a
 lock does when its server fails. Needs the ``testing`` extra (mirakuru, trustme, the drivers)
 and the servers themselves (``scripts/servers`` installs them). Failures to start raise a

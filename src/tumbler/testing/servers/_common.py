@@ -1,8 +1,10 @@
-"""What every throwaway server launcher shares: the loopback address, free ports, errors and
-reading the end of a log."""
+"""What every throwaway server launcher shares: the loopback address, free ports, errors, URLs,
+reading the end of a log, and running a server that refuses root as its package's account."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
 import socket
 import tempfile
@@ -11,7 +13,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 __all__ = [
     "LOOPBACK",
@@ -21,8 +24,13 @@ __all__ = [
     "ServerNotInstalled",
     "TLSFiles",
     "TLSServerFiles",
+    "as_account",
+    "chown_to",
+    "database_url",
     "free_port",
     "make_tls_files",
+    "run_as",
+    "run_dir",
     "tail",
 ]
 
@@ -152,6 +160,18 @@ class Launcher:
         self.close()
 
 
+def database_url(
+    scheme: str, host: str, port: int, user: str, password: str | None, database: str
+) -> str:
+    """``scheme://user:password@host:port/database`` (no ``:password`` without one), the user,
+    password and database percent-encoded: a password may hold ``@``, ``:``, ``/`` or ``#``,
+    which would end its part of the URL."""
+    userinfo = quote(user, safe="")
+    if password is not None:
+        userinfo += ":" + quote(password, safe="")
+    return f"{scheme}://{userinfo}@{host}:{port}/{quote(database, safe='')}"
+
+
 _LOG_TAIL_LINES = 25
 
 
@@ -200,3 +220,47 @@ def tail(path: Path, offset: int = 0, lines: int = _LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+# -- servers that refuse to run as root ------------------------------------------------------
+
+
+def run_as(name: str, error: type[ServerError], program: str) -> pwd.struct_passwd | None:
+    """The account to run a server that refuses root as: the account ``name`` (which the
+    server's Debian package makes) when we are root, else None (ourselves). Raises ``error``
+    when we are root and there is no such account."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise error(
+            f"{program} does not run as root, and there is no {name} user to run it as"
+        ) from None
+
+
+def run_dir(
+    owner: object, account: pwd.struct_passwd | None, own: Path, prefix: str
+) -> tuple[Path, weakref.finalize[Any, Any] | None]:
+    """Where a server run as ``account`` keeps its files, and what removes that directory:
+    ``own`` (the launcher's directory, removed with it) when it runs as us, else a directory
+    of the account's own, outside any root-only parent, removed when ``owner`` goes."""
+    if account is None:
+        return own, None
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chown(directory, account.pw_uid, account.pw_gid)
+    return directory, weakref.finalize(owner, shutil.rmtree, directory, ignore_errors=True)
+
+
+def as_account(account: pwd.struct_passwd | None) -> dict[str, Any]:
+    """``subprocess`` keyword arguments that run a program as ``account`` (none for ourselves):
+    its user and group, and none of our supplementary groups (root's among them)."""
+    if account is None:
+        return {}
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+
+def chown_to(path: Path, account: pwd.struct_passwd | None) -> None:
+    """Give ``path`` (which we wrote) to ``account``, so a server run as it can read it."""
+    if account is not None:
+        os.chown(path, account.pw_uid, account.pw_gid)
