@@ -1,0 +1,225 @@
+"""``mysql://``, ``mariadb://``: locks in MySQL / MariaDB tables (extra ``tumbler[mysql]``).
+
+URL grammar::
+
+    mysql://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE][?OPTIONS]
+    mariadb://...                                        the same
+
+Percent-encode ``@ : / ? #`` in a password. Options: ``table_prefix`` (the tables' and
+procedures' names begin with it, default ``tumbler_``; made on first use), ``ssl_ca`` (a CA
+file: the connection takes TLS and checks the server's certificate and name), ``ssl_cert``
+and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
+``socket_timeout`` (seconds, default 5: the most a call waits for the server's replies; then
+its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
+(seconds, default 2: how long a call waits for another client's transaction on the same
+name), ``max_connections`` (default 10: the most calls one client has under way at once) and
+``wakeups`` (``ring``, the default: a release wakes the waiters it lets through, see below;
+``poll``: waiters poll with a short bounded backoff).
+
+What it guarantees
+    Every grant, release and forced release is one short InnoDB transaction that first locks
+    the lock name's row (``statements``), decides by tumbler's grant rule, and commits.
+    Leases are timed on the server's clock (``UTC_TIMESTAMP(6)``), never the client's.
+    Fencing tokens come from one AUTO_INCREMENT counter, which never goes back (MariaDB 10.2.4+
+    and MySQL 8.0+ keep it across restarts), so they strictly increase for every name, also
+    once the name's rows are gone. A release that frees a lock whose first waiter is
+    exclusive grants it to that waiter in the same transaction. Grants survive a crash of the
+    server when it flushes its log at each commit (``innodb_flush_log_at_trx_commit=1``, the
+    default).
+
+Waking waiters
+    MySQL has no ``LISTEN``/``NOTIFY``. Each client keeps one listening connection, which
+    holds the client's listener lock (``GET_LOCK``) and waits in ``SLEEP``, for at most the
+    re-check interval. A release that hands the lock to a waiter, or lets one through, leaves
+    a wake-up row for the waiter's client and interrupts that sleep (``KILL QUERY`` of the
+    connection that holds the listener lock); the listener reads its wake-ups and wakes just
+    those waiters. ``KILL QUERY`` of another connection is allowed to its own database user
+    (or to one with ``CONNECTION ADMIN``): clients of one deployment that log in as different
+    users are not woken by each other's releases, and find a release at their next re-check.
+
+What it cannot promise
+    Replication is asynchronous by default: a failover to a replica that had not received a
+    grant forgets it. Galera and Group Replication certify transactions at commit, and their
+    ``GET_LOCK`` is local to one member: a client on another member is not woken, and two
+    members may each grant a free name, one of them failing at commit. Use one primary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql  # the driver (aiomysql is built on it): without it, MissingDependency
+
+from ..._url import BackendURL
+from ...errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    InvalidURL,
+    PermissionDenied,
+    TumblerError,
+)
+from ..kit.options import host_port, seconds
+
+__all__ = [
+    "DEFAULT_PORT",
+    "MySQLConfig",
+    "parse_config",
+    "translate_errors",
+    "tumbler_error",
+]
+
+DEFAULT_PORT = 3306
+DEFAULT_PREFIX = "tumbler_"
+DEFAULT_MAX_CONNECTIONS = 10
+MAX_CONNECTIONS = 1000
+#: the longest prefix that leaves room for the longest name it prefixes (64 characters)
+MAX_PREFIX = 40
+
+_OPTIONS = frozenset(
+    {
+        "table_prefix",
+        "ssl_ca",
+        "ssl_cert",
+        "ssl_key",
+        "connect_timeout",
+        "socket_timeout",
+        "lock_timeout",
+        "max_connections",
+        "wakeups",
+    }
+)
+
+#: the server's errors that mean "this account may not": access denied, for a table or a
+#: command, and a user who may not interrupt another's connection
+_REFUSED = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
+#: the database or a table is missing, or the server is not set up for us
+_MISCONFIGURED = frozenset({1049, 1146, 3159})
+
+
+def _prefix(text: str) -> str:
+    if not (1 <= len(text) <= MAX_PREFIX) or not all(c.isalnum() or c == "_" for c in text):
+        raise ValueError(f"expected 1 to {MAX_PREFIX} letters, digits or underscores")
+    if not text.isascii():
+        raise ValueError("expected ASCII letters, digits or underscores")
+    return text
+
+
+def _connection_count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_CONNECTIONS:
+        raise ValueError(f"expected a whole number of connections from 1 to {MAX_CONNECTIONS}")
+    return int(text)
+
+
+def _wakeups(text: str) -> str:
+    if text not in ("ring", "poll"):
+        raise ValueError("expected ring or poll")
+    return text
+
+
+@dataclass(frozen=True)
+class MySQLConfig:
+    """A parsed ``mysql://`` URL: what both flavours need to connect."""
+
+    url: str  # redacted
+    prefix: str
+    database: str
+    ring: bool
+    max_connections: int
+    connect_timeout: float
+    socket_timeout: float
+    lock_timeout: float
+    #: keyword arguments both drivers take (the password among them: never log this); the
+    #: database goes by the name each driver gives it (``aiomysql``: ``db``)
+    connect_options: dict[str, Any] = field(repr=False)
+
+
+def parse_config(url: BackendURL) -> MySQLConfig:
+    """Read a ``mysql://`` URL; InvalidURL (without the password) for a bad one."""
+    url.allow_options(_OPTIONS)
+    if not url.hosts or "," in url.hosts:
+        raise InvalidURL("give one host", backend=url.redacted)
+    host, port = host_port(url.hosts, url, DEFAULT_PORT)
+    database = url.path.strip("/")
+    if not database or "/" in database:
+        raise InvalidURL(
+            "give the database the tables go in, as the URL's path (mysql://HOST/DATABASE)",
+            backend=url.redacted,
+        )
+    options: dict[str, Any] = {"host": host, "port": port, "charset": "utf8mb4"}
+    if url.username is not None:
+        options["user"] = url.username
+    if url.password is not None:
+        options["password"] = url.password
+    files = {}
+    for name in ("ssl_ca", "ssl_cert", "ssl_key"):
+        path = url.query.get(name)
+        if path is None:
+            continue
+        if not Path(path).is_file():
+            raise ConfigurationError(f"{name}: {path} is not a file", backend=url.redacted)
+        files[name] = path
+    if ("ssl_cert" in files) != ("ssl_key" in files):
+        raise InvalidURL("give ssl_cert and ssl_key together", backend=url.redacted)
+    if files and "ssl_ca" not in files:
+        raise InvalidURL("TLS needs the server's CA: give ssl_ca=PATH", backend=url.redacted)
+    if files:
+        context = ssl.create_default_context(cafile=files["ssl_ca"])
+        if "ssl_cert" in files:
+            context.load_cert_chain(files["ssl_cert"], files["ssl_key"])
+        options["ssl"] = context
+    connect_timeout = url.option("connect_timeout", seconds, 5.0)
+    socket_timeout = url.option("socket_timeout", seconds, 5.0)
+    lock_timeout = url.option("lock_timeout", seconds, 2.0)
+    if lock_timeout >= socket_timeout:
+        raise InvalidURL(
+            "lock_timeout must be shorter than socket_timeout (the client would give up on a "
+            "reply before the server gives up waiting for the name)",
+            backend=url.redacted,
+        )
+    options["connect_timeout"] = connect_timeout
+    return MySQLConfig(
+        url=url.redacted,
+        prefix=url.option("table_prefix", _prefix, DEFAULT_PREFIX),
+        database=database,
+        ring=url.option("wakeups", _wakeups, "ring") == "ring",
+        max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        connect_timeout=connect_timeout,
+        socket_timeout=socket_timeout,
+        lock_timeout=lock_timeout,
+        connect_options=options,
+    )
+
+
+def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> TumblerError:
+    """The tumbler error that says what a driver error means for a lock user."""
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    text = str(error.args[1]) if len(error.args) > 1 else str(error)
+    if code in _REFUSED:
+        return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
+    if code in _MISCONFIGURED:
+        return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
+    if code == 1205:
+        return BackendUnavailable(
+            f"another client held the lock's name past lock_timeout: {text}",
+            lock_name=name,
+            backend=url,
+        )
+    return BackendUnavailable(f"MySQL: {text}", lock_name=name, backend=url)
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+    """Convert the driver's errors to tumbler's at this one edge, keeping the cause."""
+    try:
+        yield
+    except pymysql.Error as error:
+        raise tumbler_error(error, url, name) from error
+    except OSError as error:
+        raise BackendUnavailable(
+            f"cannot reach MySQL: {error}", lock_name=name, backend=url
+        ) from error

@@ -1,0 +1,371 @@
+"""The MySQL / MariaDB backend's tables and stored procedures, in the dialect both accept
+(MariaDB 10.6+, MySQL 8.0+), named with the URL's table prefix (default ``tumbler_``).
+
+Tables (``{p}`` is the prefix)::
+
+    {p}names       one row per lock name with live entries: the row a decision on the name locks
+    {p}entries     one row per live grant or waiter of a lock name
+    {p}tokens      the counter every fencing token is drawn from (AUTO_INCREMENT, no rows kept)
+    {p}evictions   the notes force_release leaves for the holders it evicted
+    {p}wakeups     wake-ups a release leaves for a client's listener, read and deleted by it
+
+Why a table of names: each decision on a name runs in one short transaction that first locks
+the name's row (``INSERT ... ON DUPLICATE KEY UPDATE``: it is made if missing, and its lock is
+held to the commit), so transactions on one name take turns and others run side by side. A
+row lock rather than ``GET_LOCK``: it ends with the transaction (nothing outlives it, also
+when the connection dies), and Galera replicates it. The transactions run at ``READ
+COMMITTED``: no gap locks (which would make transactions on neighbouring names wait on each
+other), and every statement after the name's lock reads what was committed before it.
+
+Why an AUTO_INCREMENT table for tokens, emptied at once: its counter never goes back (InnoDB
+keeps it in the redo log: MariaDB 10.2.4+, MySQL 8.0+), not on rollback, not across a crash,
+so a token is above every token ever given, for any name, also once every row of the name is
+gone; and taking a value holds no lock another transaction waits for, unlike a counter row.
+
+Names are compared as bytes (``VARBINARY``: MariaDB's default collations ignore case and
+trailing spaces); owners are stored as their SHA-1 (``owner_hash``). Every expiry is
+``UTC_TIMESTAMP(6)`` plus a lease, and every comparison is against ``UTC_TIMESTAMP(6)``: the
+server's clock decides, never a client's, and the session's time zone plays no part.
+
+The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
+``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
+client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
+lock to the next exclusive waiter itself and wakes it). Which commits wait for the disk is
+the server's ``innodb_flush_log_at_trx_commit``: 1 (the default) for a grant that survives a
+crash of the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+#: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
+SWEEP_ROWS = 100
+SWEEP_EVERY = 64
+#: how long a force-release note outlives the lease it ended (see the PostgreSQL backend)
+NOTE_GRACE = 60.0
+
+
+def owner_hash(owner: str) -> str:
+    """The owner as stored and told in wake-ups: its SHA-1, so that reading the tables gives
+    nobody an owner id to release or renew another's grant with."""
+    return hashlib.sha1(owner.encode()).hexdigest()
+
+
+_NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
+_OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
+_LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
+
+_CREATE = (
+    f"""CREATE TABLE IF NOT EXISTS {{p}}names (
+        name {_NAME} NOT NULL PRIMARY KEY
+    ) ENGINE=InnoDB""",
+    f"""CREATE TABLE IF NOT EXISTS {{p}}entries (
+        seq        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,  -- arrival order
+        name       {_NAME} NOT NULL,
+        owner      {_OWNER} NOT NULL,            -- SHA-1 of the owner id
+        shared     BOOLEAN NOT NULL,
+        lim        INT NOT NULL,                 -- shared holders admitted, 0 = any number
+        fair       BOOLEAN NOT NULL,
+        token      BIGINT UNSIGNED NULL,         -- fencing token of a grant, NULL for a waiter
+        expires_at DATETIME(6) NOT NULL,         -- UTC, on the server's clock
+        holder     VARCHAR(255) NOT NULL,        -- host and pid, for operators
+        -- a waiter's, for a release to hand it the lock and wake it:
+        client     BIGINT UNSIGNED NULL,         -- its client's listening connection id
+        lease      DOUBLE NULL,                  -- the lease it asked for, in seconds
+        stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
+        written_at DATETIME(6) NULL,             -- when the server wrote that request
+        UNIQUE KEY (name, owner),
+        KEY (expires_at)
+    ) ENGINE=InnoDB""",
+    """CREATE TABLE IF NOT EXISTS {p}tokens (
+        token BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY
+    ) ENGINE=InnoDB""",
+    f"""CREATE TABLE IF NOT EXISTS {{p}}evictions (
+        name       {_NAME} NOT NULL,
+        owner      {_OWNER} NOT NULL,
+        note       VARCHAR(1024) NOT NULL,       -- who forced it, from where, when, why
+        expires_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (name, owner),
+        KEY (expires_at)
+    ) ENGINE=InnoDB""",
+    """CREATE TABLE IF NOT EXISTS {p}wakeups (
+        seq     BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        client  BIGINT UNSIGNED NOT NULL,        -- the listening connection to wake
+        message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>"
+        KEY (client)
+    ) ENGINE=InnoDB""",
+    # A grant request, answered here where the grant rule's answer needs no more than the
+    # request and a glance at the line (tumbler._core.decide): a name with no live entry
+    # grants any request; an owner with a live grant holds it already (the lease left is
+    # returned); an exclusive request waits while another owner holds a live grant (its
+    # waiter entry written or refreshed). Any other request comes back undecided, for the
+    # client to decide by the rule on the whole line. The answer is one row: (token, lease
+    # left, undecided).
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
+        IN lock_name {_NAME}, IN lock_owner CHAR(40), IN is_shared BOOLEAN, IN permits INT,
+        IN is_fair BOOLEAN, IN lease_asked DOUBLE, IN holder_info VARCHAR(255),
+        IN queue BOOLEAN, IN waiter_lease DOUBLE, IN waiter_client BIGINT UNSIGNED,
+        IN waiter_stamp BIGINT
+    ) SQL SECURITY INVOKER
+    body: BEGIN
+        DECLARE granted BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE mine_seq BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE mine_left DOUBLE DEFAULT NULL;
+        DECLARE live INT DEFAULT 0;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
+        DELETE FROM {{p}}entries WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+        SELECT COUNT(*) INTO live FROM {{p}}entries WHERE name = lock_name;
+        IF live = 0 THEN
+            INSERT INTO {{p}}tokens () VALUES ();
+            SET granted = LAST_INSERT_ID();
+            DELETE FROM {{p}}tokens WHERE token = granted;
+            INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder)
+                VALUES (lock_name, lock_owner, is_shared, permits, is_fair, granted,
+                        {_LEASE_END.format(seconds="lease_asked")}, holder_info);
+            COMMIT;
+            SELECT granted, lease_asked, FALSE;
+            LEAVE body;
+        END IF;
+        SELECT seq, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6
+            INTO mine_seq, mine_token, mine_left
+            FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
+        IF mine_token IS NOT NULL THEN
+            COMMIT;
+            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE;
+            LEAVE body;
+        END IF;
+        IF is_shared OR NOT EXISTS (
+            SELECT 1 FROM {{p}}entries WHERE name = lock_name AND owner <> lock_owner
+            AND token IS NOT NULL
+        ) THEN
+            COMMIT;
+            SELECT NULL, NULL, TRUE;
+            LEAVE body;
+        END IF;
+        IF mine_seq IS NOT NULL THEN
+            UPDATE {{p}}entries
+                SET expires_at = {_LEASE_END.format(seconds="waiter_lease")},
+                    client = waiter_client, lease = lease_asked, stamp = waiter_stamp,
+                    written_at = UTC_TIMESTAMP(6)
+                WHERE seq = mine_seq;
+        ELSEIF queue THEN
+            INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder,
+                                      client, lease, stamp, written_at)
+                VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
+                        {_LEASE_END.format(seconds="waiter_lease")}, holder_info,
+                        waiter_client, lease_asked, waiter_stamp, UTC_TIMESTAMP(6));
+        END IF;
+        COMMIT;
+        SELECT NULL, NULL, FALSE;
+    END""",
+    # In a transaction that holds the name's lock and may have freed it: if the name has no
+    # live grant left and its first live entry is an exclusive waiter whose client still
+    # listens, the lock is granted to that waiter here, and the waiter is told in a wake-up
+    # row for its client's listener, with the terms it counts its lease by
+    # (tumbler.backends.kit.handoffs): "=<token>,<stamp>,<elapsed µs>:<owner> <name>",
+    # elapsed from its request's write to the grant, on the server's clock. Its caller rings
+    # "handed_to" after the commit. "others_wait": waiters are left that the client must
+    # decide for (the grant rule on the whole line). A name left with no entry loses its row.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}hand_off(
+        IN lock_name {_NAME}, OUT handed_to BIGINT UNSIGNED, OUT others_wait BOOLEAN
+    ) SQL SECURITY INVOKER
+    BEGIN
+        DECLARE handed BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE first_seq BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE first_shared BOOLEAN;
+        DECLARE first_owner CHAR(40);
+        DECLARE first_client BIGINT UNSIGNED;
+        DECLARE first_lease DOUBLE;
+        DECLARE first_stamp BIGINT;
+        DECLARE waited BIGINT;
+        DECLARE at DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+        SET handed_to = NULL, others_wait = FALSE;
+        IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name
+                       AND token IS NOT NULL AND expires_at > at) THEN
+            SELECT seq, shared, owner, client, lease, stamp,
+                   TIMESTAMPDIFF(MICROSECOND, written_at, at)
+                INTO first_seq, first_shared, first_owner, first_client, first_lease,
+                     first_stamp, waited
+                FROM {{p}}entries WHERE name = lock_name AND expires_at > at
+                ORDER BY seq LIMIT 1;
+            IF first_seq IS NOT NULL AND NOT first_shared AND first_client IS NOT NULL
+               AND first_stamp IS NOT NULL
+               AND IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
+                INSERT INTO {{p}}tokens () VALUES ();
+                SET handed = LAST_INSERT_ID();
+                DELETE FROM {{p}}tokens WHERE token = handed;
+                UPDATE {{p}}entries
+                    SET token = handed,
+                        expires_at = at + INTERVAL ROUND(first_lease * 1000000) MICROSECOND
+                    WHERE seq = first_seq;
+                INSERT INTO {{p}}wakeups (client, message) VALUES (first_client, CONCAT(
+                    '=', handed, ',', first_stamp, ',', waited, ':', first_owner, ' ',
+                    lock_name));
+                SET handed_to = first_client;
+            END IF;
+        END IF;
+        IF handed IS NULL THEN
+            SET others_wait = EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name
+                AND token IS NULL AND client IS NOT NULL AND expires_at > at);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
+            DELETE FROM {{p}}names WHERE name = lock_name;
+        END IF;
+    END""",
+    # A release: the owner's entry deleted, the lock handed over where {p}hand_off can. The
+    # answer is one row: (removed, others_wait), "removed": the entry was a live grant.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}release(
+        IN lock_name {_NAME}, IN lock_owner CHAR(40)
+    ) SQL SECURITY INVOKER
+    BEGIN
+        DECLARE removed BOOLEAN DEFAULT FALSE;
+        DECLARE handed_to BIGINT UNSIGNED;
+        DECLARE others_wait BOOLEAN;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
+        SELECT token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) INTO removed
+            FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
+        DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
+        CALL {{p}}hand_off(lock_name, handed_to, others_wait);
+        COMMIT;
+        IF handed_to IS NOT NULL THEN
+            CALL {{p}}ring(handed_to);
+        END IF;
+        SELECT removed, others_wait;
+    END""",
+    # A forced release: every live grant of the name removed, a note left for each evicted
+    # holder (kept until its lease would have ended, and "grace" seconds more), the lock
+    # handed over where {p}hand_off can. The answer is one row: (evicted, others_wait).
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}force_release(
+        IN lock_name {_NAME}, IN note_text VARCHAR(1024), IN grace DOUBLE
+    ) SQL SECURITY INVOKER
+    BEGIN
+        DECLARE evicted INT DEFAULT 0;
+        DECLARE handed_to BIGINT UNSIGNED;
+        DECLARE others_wait BOOLEAN;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
+        DELETE FROM {{p}}entries WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+        SELECT COUNT(*) INTO evicted FROM {{p}}entries
+            WHERE name = lock_name AND token IS NOT NULL;
+        INSERT INTO {{p}}evictions (name, owner, note, expires_at)
+            SELECT name, owner, note_text,
+                   expires_at + INTERVAL ROUND(grace * 1000000) MICROSECOND
+            FROM {{p}}entries WHERE name = lock_name AND token IS NOT NULL
+            ON DUPLICATE KEY UPDATE note = VALUES(note), expires_at = VALUES(expires_at);
+        DELETE FROM {{p}}entries WHERE name = lock_name AND token IS NOT NULL;
+        CALL {{p}}hand_off(lock_name, handed_to, others_wait);
+        COMMIT;
+        IF handed_to IS NOT NULL THEN
+            CALL {{p}}ring(handed_to);
+        END IF;
+        SELECT evicted, others_wait;
+    END""",
+    # Wake a client's listener: it waits in {p}sleep, which this interrupts (KILL QUERY of
+    # the connection that holds the client's listener lock). A client that is not listening,
+    # or one this account may not interrupt (another database user, without CONNECTION
+    # ADMIN), is not woken: it finds its wake-ups at its next re-check.
+    """CREATE PROCEDURE IF NOT EXISTS {p}ring(IN listener BIGINT UNSIGNED)
+    SQL SECURITY INVOKER
+    BEGIN
+        DECLARE target BIGINT UNSIGNED DEFAULT NULL;
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
+        SET target = IS_USED_LOCK(CONCAT('tumbler-listener-', listener));
+        IF target IS NOT NULL THEN
+            KILL QUERY target;
+        END IF;
+    END""",
+)
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The statements of one table prefix, with the prefix filled in once."""
+
+    prefix: str
+    create: tuple[str, ...]
+    text: dict[str, str]
+
+    @classmethod
+    def of(cls, prefix: str) -> Statements:
+        return cls(
+            prefix=prefix,
+            create=tuple(text.replace("{p}", prefix) for text in _CREATE),
+            text={key: text.replace("{p}", prefix) for key, text in _STATEMENTS.items()},
+        )
+
+    def __getitem__(self, key: str) -> str:
+        return self.text[key]
+
+
+_STATEMENTS = {
+    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "release": "CALL {p}release(%s, %s)",
+    "force_release": "CALL {p}force_release(%s, %s, %s)",
+    # -- the listener: one connection per client, holding the client's listener lock --------
+    "listen": "SELECT GET_LOCK(CONCAT('tumbler-listener-', %s), 0)",
+    # Waits up to the given seconds unless a wake-up for the client is there already (then
+    # 2). One statement, so that no wake-up is lost: a ring that comes while it runs
+    # interrupts it (MariaDB: error 1317; MySQL: SLEEP returns 1), and one that came before
+    # it started left its row, which it sees.
+    "sleep": "SELECT IF(EXISTS (SELECT 1 FROM {p}wakeups WHERE client = %s), 2, SLEEP(%s))",
+    "wakeups": "SELECT seq, message FROM {p}wakeups WHERE client = %s ORDER BY seq",
+    "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq <= %s",
+    "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
+    # -- a decision by the rule in the client (after "grant" came back undecided) -----------
+    "isolation": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "begin": "START TRANSACTION",
+    "commit": "COMMIT",
+    "lock_name": "INSERT INTO {p}names (name) VALUES (%s) ON DUPLICATE KEY UPDATE name = name",
+    "line": "SELECT owner, seq, shared, lim, fair, token, "
+    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 FROM {p}entries "
+    "WHERE name = %s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq",
+    "new_token": "INSERT INTO {p}tokens () VALUES ()",
+    "drop_token": "DELETE FROM {p}tokens WHERE token = LAST_INSERT_ID()",
+    "add": "INSERT INTO {p}entries (name, owner, shared, lim, fair, token, expires_at, holder, "
+    "client, lease, stamp, written_at) VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, "
+    "%(fair)s, %(token)s, " + _LEASE_END.format(seconds="%(ttl)s") + ", %(holder)s, "
+    "%(client)s, %(lease)s, %(stamp)s, UTC_TIMESTAMP(6))",
+    "grant_waiter": "UPDATE {p}entries SET token = %(token)s, expires_at = "
+    + _LEASE_END.format(seconds="%(ttl)s")
+    + " WHERE seq = %(seq)s",
+    "refresh_waiter": "UPDATE {p}entries SET expires_at = "
+    + _LEASE_END.format(seconds="%(ttl)s")
+    + ", client = %(client)s, lease = %(lease)s, stamp = %(stamp)s, "
+    "written_at = UTC_TIMESTAMP(6) WHERE seq = %(seq)s",
+    # what a release that handed nothing over needs to find the waiters it lets through
+    "wake_line": "SELECT owner, seq, shared, lim, fair, token, client FROM {p}entries "
+    "WHERE name = %s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq",
+    "wake": "INSERT INTO {p}wakeups (client, message) VALUES (%s, %s)",
+    "ring": "CALL {p}ring(%s)",
+    # -- leases -------------------------------------------------------------------------------
+    # "expires_at > UTC_TIMESTAMP(6)" is what keeps an expired lease dead
+    "renew": "UPDATE {p}entries SET expires_at = "
+    + _LEASE_END.format(seconds="%s")
+    + " WHERE name = %s AND owner = %s AND token IS NOT NULL "
+    "AND expires_at > UTC_TIMESTAMP(6)",
+    # -- operators ----------------------------------------------------------------------------
+    "states": "SELECT name, shared, lim, token, "
+    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder "
+    "FROM {p}entries WHERE expires_at > UTC_TIMESTAMP(6) AND (%s IS NULL OR name = %s) "
+    "ORDER BY name, seq",
+    "evicted": "SELECT note FROM {p}evictions WHERE name = %s AND owner = %s "
+    "AND expires_at > UTC_TIMESTAMP(6)",
+    # -- upkeep -------------------------------------------------------------------------------
+    "sweep_entries": "DELETE FROM {p}entries WHERE expires_at <= UTC_TIMESTAMP(6) "
+    "ORDER BY expires_at LIMIT %s",
+    "sweep_evictions": "DELETE FROM {p}evictions WHERE expires_at <= UTC_TIMESTAMP(6) "
+    "ORDER BY expires_at LIMIT %s",
+    "exists": "SELECT COUNT(*) FROM information_schema.ROUTINES "
+    "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = %s",
+}

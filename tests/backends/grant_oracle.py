@@ -1,0 +1,149 @@
+"""One oracle for the SQL backends' grant routines (PostgreSQL's function, MySQL's procedure):
+each answers a grant request in the server where the rule's answer is plain, and sends every
+other request back "undecided", for the client to decide with ``_core.plan``.
+
+A test writes a random ``line`` of one name's entries, reads the name's rows (``before``),
+runs the routine for a random ``request``, reads the rows again (``after``) and hands all of
+it to :func:`check_answer`, which holds the answer to the rule: an answer given is ``plan``'s
+decision, and the rows left are the write ``plan`` names; an "undecided" answer writes
+nothing; the cases the routine exists for (a free line, a grant held already, an exclusive
+request behind another owner's grant) are answered. The leases the tests use: 30 s asked, a
+3 s waiter lease, and an hour for the hand-written rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import event
+from hypothesis import strategies as st
+
+from tumbler._core import Decision, Entry, Write, plan
+from tumbler.errors import PermitsMismatch
+
+#: the lease every request asks for
+LEASE = 30.0
+OWNERS = ("o0", "o1", "o2", "o3", "o4")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A hand-written entry of the line (its limit is the line's, for a shared one)."""
+
+    owner: str
+    shared: bool
+    fair: bool
+    granted: bool
+
+
+@dataclass(frozen=True)
+class Request:
+    owner: str
+    shared: bool
+    limit: int
+    fair: bool
+    queue: bool
+
+    @property
+    def asked_limit(self) -> int:
+        return self.limit if self.shared else 1
+
+
+#: the lines: the shared rows of one name agree on their limit (``limits``), as the rule
+#: keeps them
+lines = st.lists(
+    st.builds(
+        Row,
+        owner=st.sampled_from(OWNERS),
+        shared=st.booleans(),
+        fair=st.booleans(),
+        granted=st.booleans(),
+    ),
+    max_size=5,
+    unique_by=lambda row: row.owner,
+)
+limits = st.sampled_from((0, 2))
+requests = st.builds(
+    Request,
+    owner=st.sampled_from(OWNERS),
+    shared=st.booleans(),
+    limit=limits,
+    fair=st.booleans(),
+    queue=st.booleans(),
+)
+
+
+def entries_of(
+    line: Sequence[Row], limit: int, before: Mapping[str, tuple[Any, ...]], owner: Any
+) -> list[Entry]:
+    """The line as the rule sees it, in arrival order: ``before`` maps a stored owner to
+    (seq, token, expires_at); ``owner(row.owner)`` is how the routine stores it."""
+    found = [
+        Entry(
+            owner(row.owner),
+            before[owner(row.owner)][0],
+            row.shared,
+            limit if row.shared else 1,
+            row.fair,
+            before[owner(row.owner)][1],
+        )
+        for row in line
+    ]
+    return sorted(found, key=lambda entry: entry.seq)
+
+
+def check_answer(
+    entries: Sequence[Entry],
+    me: str,
+    request: Request,
+    answer: tuple[Any, ...],
+    before: Mapping[str, tuple[Any, ...]],
+    after: Mapping[str, tuple[Any, ...]],
+) -> None:
+    """Hold one answer ``(token, lease left, undecided)`` for owner ``me`` (as stored) to the
+    rule; ``before`` and ``after`` map each stored owner to (seq, token, expires_at)."""
+    token, left, undecided = answer
+    mine_granted = any(e.owner == me and e.granted for e in entries)
+    others_hold = any(e.owner != me and e.granted for e in entries)
+    if undecided:
+        event("undecided")
+        assert entries  # a free line is answered
+        assert not mine_granted  # so is a grant held already
+        assert request.shared or not others_hold  # and an exclusive request behind one
+        assert after == before  # nothing written
+        return
+    try:
+        expected = plan(
+            entries, me, request.shared, request.asked_limit, request.fair, request.queue
+        )
+    except PermitsMismatch:
+        pytest.fail("answered a request the rule refuses")
+    event(f"{expected.decision.value}, {expected.write.value}")
+    mine = expected.mine
+    if expected.decision is Decision.HELD:
+        assert mine is not None
+        assert token == mine.token
+        assert 0 < left <= LEASE
+        assert after == before
+    elif expected.decision is Decision.GRANT:
+        assert expected.write is Write.ADD_GRANT
+        assert not before  # granted here only on a free line
+        assert token is not None
+        assert left == LEASE
+        assert after[me][1] == token
+    else:
+        assert token is None
+        if expected.write is Write.ADD_WAITER:
+            assert after[me][1] is None
+            assert {k: v for k, v in after.items() if k != me} == before
+        elif expected.write is Write.REFRESH_WAITER:
+            assert mine is not None
+            seq, waiting, expires_at = after[me]
+            assert (seq, waiting) == (mine.seq, None)
+            assert expires_at < before[me][2]  # the waiter lease, not the hour
+        else:
+            assert expected.write is Write.NOTHING
+            assert after == before

@@ -1,0 +1,287 @@
+"""The MySQL / MariaDB backend's stored procedures, on a real MariaDB, before any client.
+
+- ``{p}grant`` is held to ``tumbler._core.plan`` on random lines, as PostgreSQL's function is
+  (``test_postgresql_rule.py``): an answer it gives is the rule's, with the write the rule
+  names; an "undecided" answer writes nothing; the plain cases are answered.
+- ``{p}release`` hands the lock to the first exclusive waiter whose client listens, leaves
+  that client a wake-up with the hand-off terms, interrupts its listener's sleep, and leaves
+  no row of a name nobody holds or waits for; a waiter whose client does not listen is not
+  handed the lock.
+- The listener's sleep loses no wake-up: one left before it starts ends it at once.
+- Tokens keep increasing after every row of every name is gone.
+
+Everything runs as the tests' database user, not as an administrator: a release interrupts
+another connection of its own user. Each test has a table prefix of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pymysql
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tumbler.backends.mysql.server import MariaDBServer
+from tumbler.backends.mysql.statements import Statements, owner_hash
+from tumbler.testing.conformance.compat import PATIENCE
+
+from .grant_oracle import LEASE, Request, Row, check_answer, entries_of, limits, lines, requests
+
+#: the listener key of the tests' one listening client
+LISTENER = 4242
+
+
+def connect(server: MariaDBServer) -> pymysql.connections.Connection[Any]:
+    """A connection as the tests' user, with the URL's credentials."""
+    parts = urlsplit(server.url)
+    return pymysql.connect(
+        host=parts.hostname,
+        port=parts.port,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        database=parts.path.strip("/"),
+        autocommit=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def statements(mariadb_server: MariaDBServer) -> Statements:
+    made = Statements.of(f"t{uuid.uuid4().hex[:10]}_")
+    with connect(mariadb_server) as connection, connection.cursor() as cursor:
+        for statement in made.create:
+            cursor.execute(statement)
+    return made
+
+
+@pytest.fixture
+def cursor(mariadb_server: MariaDBServer) -> Iterator[Any]:
+    with connect(mariadb_server) as connection, connection.cursor() as opened:
+        yield opened
+
+
+def call(cursor: Any, statement: str, *args: Any) -> tuple[Any, ...]:
+    cursor.execute(statement, args)
+    row = cursor.fetchone()
+    assert row is not None
+    while cursor.nextset():  # a CALL ends with a result of its own
+        pass
+    return tuple(row)
+
+
+def grant(
+    cursor: Any,
+    statements: Statements,
+    name: bytes,
+    owner: str,
+    *,
+    shared: bool = False,
+    limit: int = 1,
+    fair: bool = False,
+    queue: bool = True,
+    client: int | None = None,
+) -> tuple[Any, ...]:
+    return call(
+        cursor,
+        statements["grant"],
+        name,
+        owner_hash(owner),
+        shared,
+        limit,
+        fair,
+        LEASE,
+        "test",
+        queue,
+        3.0,
+        client,
+        1,
+    )
+
+
+# -- the grant procedure against the rule ----------------------------------------------------
+
+
+def _entries(cursor: Any, statements: Statements, name: bytes) -> dict[str, tuple[Any, ...]]:
+    """owner hash -> (seq, token, expires_at) of the name's rows."""
+    cursor.execute(
+        f"SELECT owner, seq, token, expires_at FROM {statements.prefix}entries WHERE name = %s",
+        (name,),
+    )
+    return {owner: (seq, token, expires) for owner, seq, token, expires in cursor.fetchall()}
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(line=lines, request=requests, limit=limits)
+def test_the_grant_procedure_answers_as_the_rule_or_not_at_all(
+    cursor: Any, statements: Statements, line: list[Row], request: Request, limit: int
+) -> None:
+    name = uuid.uuid4().hex.encode()  # a name of the example's own: nothing to clean up
+    for row in line:
+        cursor.execute(
+            f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
+            "expires_at, holder) VALUES (%s, %s, %s, %s, %s, %s, "
+            "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'test')",
+            (
+                name,
+                owner_hash(row.owner),
+                row.shared,
+                limit if row.shared else 1,
+                row.fair,
+                next(_TOKENS) if row.granted else None,
+            ),
+        )
+    before = _entries(cursor, statements, name)
+    answer = grant(
+        cursor,
+        statements,
+        name,
+        request.owner,
+        shared=request.shared,
+        limit=request.asked_limit,
+        fair=request.fair,
+        queue=request.queue,
+        client=LISTENER,
+    )
+    after = _entries(cursor, statements, name)
+    entries = entries_of(line, limit, before, owner_hash)
+    check_answer(entries, owner_hash(request.owner), request, answer, before, after)
+
+
+#: tokens for hand-written grants, far above any the counter gives in these tests
+_TOKENS = iter(range(10**12, 10**13))
+
+
+# -- release, hand-off and the listener ------------------------------------------------------
+
+
+class Listener:
+    """A client's listening connection: it holds the client's listener lock and sleeps."""
+
+    def __init__(self, server: MariaDBServer, statements: Statements, key: int) -> None:
+        self.connection = connect(server)
+        self.cursor = self.connection.cursor()
+        self.statements = statements
+        self.key = key
+        assert call(self.cursor, statements["listen"], key) == (1,)
+
+    def sleep(self, seconds: float) -> str:
+        """'woken' (interrupted), 'pending' (a wake-up was there) or 'slept'."""
+        try:
+            (slept,) = call(self.cursor, self.statements["sleep"], self.key, seconds)
+        except pymysql.err.OperationalError as error:
+            if error.args[0] != 1317:  # query execution was interrupted: the ring
+                raise
+            return "woken"
+        return {2: "pending", 1: "woken"}.get(slept, "slept")
+
+    def wakeups(self) -> list[bytes]:
+        self.cursor.execute(self.statements["wakeups"], (self.key,))
+        return [message for _, message in self.cursor.fetchall()]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def test_a_release_hands_the_lock_over_and_wakes_the_waiters_listener(
+    mariadb_server: MariaDBServer, statements: Statements, cursor: Any
+) -> None:
+    listener = Listener(mariadb_server, statements, LISTENER + 1)
+    try:
+        first = grant(cursor, statements, b"stock", "a")
+        assert first[0] is not None
+        assert grant(cursor, statements, b"stock", "b", client=listener.key) == (None, None, 0)
+        outcome: list[str] = []
+        started = threading.Event()
+
+        def sleep() -> None:
+            started.set()
+            outcome.append(listener.sleep(PATIENCE))
+
+        sleeper = threading.Thread(target=sleep)
+        sleeper.start()
+        started.wait()
+        # the release must find the sleep under way to interrupt it: wait until it shows
+        deadline = time.monotonic() + PATIENCE
+        while not _sleeping(cursor, listener):
+            assert time.monotonic() < deadline, "the listener never started sleeping"
+        assert call(cursor, statements["release"], b"stock", owner_hash("a")) == (1, 0)
+        sleeper.join(PATIENCE)
+        assert outcome == ["woken"]
+        (message,) = listener.wakeups()
+        terms, _, rest = message.decode().partition(":")
+        token, stamp, elapsed = (int(part) for part in terms.lstrip("=").split(","))
+        assert token > first[0]
+        assert stamp == 1
+        assert elapsed >= 0
+        assert rest == f"{owner_hash('b')} stock"
+        # granted by the release: the waiter's next try finds its grant
+        held = grant(cursor, statements, b"stock", "b", client=listener.key)
+        assert held[0] == token
+        assert 0 < held[1] <= 30.0
+        assert call(cursor, statements["release"], b"stock", owner_hash("b")) == (1, 0)
+        cursor.execute(f"SELECT COUNT(*) FROM {statements.prefix}names WHERE name = 'stock'")
+        assert cursor.fetchone() == (0,)  # a name nobody holds or waits for leaves no row
+    finally:
+        listener.close()
+
+
+def _sleeping(cursor: Any, listener: Listener) -> bool:
+    cursor.execute(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s AND INFO LIKE %s",
+        (listener.connection.thread_id(), "%SLEEP%"),
+    )
+    row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def test_a_wake_up_left_before_the_sleep_ends_it_at_once(
+    mariadb_server: MariaDBServer, statements: Statements, cursor: Any
+) -> None:
+    listener = Listener(mariadb_server, statements, LISTENER + 2)
+    try:
+        assert grant(cursor, statements, b"early", "a")[0] is not None
+        assert grant(cursor, statements, b"early", "b", client=listener.key)[0] is None
+        # the release rings while the listener is between statements: the ring is lost,
+        # the wake-up row is not
+        assert call(cursor, statements["release"], b"early", owner_hash("a")) == (1, 0)
+        assert listener.sleep(PATIENCE) == "pending"
+        assert len(listener.wakeups()) == 1
+    finally:
+        listener.close()
+
+
+def test_a_waiter_whose_client_does_not_listen_is_not_handed_the_lock(
+    statements: Statements, cursor: Any
+) -> None:
+    assert grant(cursor, statements, b"deaf", "a")[0] is not None
+    assert grant(cursor, statements, b"deaf", "b", client=LISTENER + 3)[0] is None
+    # nothing holds that client's listener lock: the release leaves the lock free, and says
+    # that a waiter is left for the client to decide for
+    assert call(cursor, statements["release"], b"deaf", owner_hash("a")) == (1, 1)
+    cursor.execute(
+        f"SELECT COUNT(*) FROM {statements.prefix}entries WHERE name = 'deaf' AND token IS NOT NULL"
+    )
+    assert cursor.fetchone() == (0,)
+
+
+def test_tokens_keep_increasing_after_every_row_is_gone(
+    statements: Statements, cursor: Any
+) -> None:
+    first = grant(cursor, statements, b"gone", "a")[0]
+    assert call(cursor, statements["release"], b"gone", owner_hash("a")) == (1, 0)
+    for table in ("entries", "names"):
+        cursor.execute(f"SELECT COUNT(*) FROM {statements.prefix}{table} WHERE name = 'gone'")
+        assert cursor.fetchone() == (0,)
+    cursor.execute(f"SELECT COUNT(*) FROM {statements.prefix}tokens")
+    assert cursor.fetchone() == (0,)  # the counter keeps no rows
+    second = grant(cursor, statements, b"gone", "a")[0]
+    assert second > first
