@@ -62,6 +62,7 @@ DESCRIPTOR = BackendDescriptor(
     extra="mysql",
     system_packages=("mariadb-server",),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     isolate=_isolate,
     single_server=_single_server,
 )
