@@ -53,6 +53,9 @@ RENAMES = {
     "agather": "gather",
     "abackground": "background",
     "aeventually": "eventually",
+    "aopen_connection": "open_connection",
+    "abounded": "bounded",
+    "aclose_connection": "close_connection",
 }
 
 

@@ -38,6 +38,7 @@ CI_ROUNDS: dict[str, list[str]] = {
     "zookeeper-ensemble": ["minority", "leader"],
     "postgresql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
+    "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
 }
 
 
@@ -167,6 +168,11 @@ def test_postgresql_behind_pgbouncer(tmp_path: Path) -> None:
     _assert_kept_promises(
         _torture("postgresql-pgbouncer", CI_ROUNDS["postgresql-pgbouncer"], tmp_path)
     )
+
+
+@pytest.mark.timeout(120)
+def test_mysql(tmp_path: Path) -> None:
+    _assert_kept_promises(_torture("mysql", CI_ROUNDS["mysql"], tmp_path))
 
 
 @pytest.mark.timeout(60)

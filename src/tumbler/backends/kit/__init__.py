@@ -32,6 +32,8 @@ rest from here. Each piece is for:
   rule alone, for a backend that decides elsewhere but must agree with it; a backend whose
   store keeps entries in one arrival line (sequential nodes, a list) asks
   :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
+- :func:`to_wake`: the waiters of a freed line that the rule lets through now, for a backend
+  whose release tells each waiter's client (PostgreSQL, MySQL).
 
 The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
 never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one
@@ -62,6 +64,7 @@ from ._sync.opening import Startable, start_or_close
 from ._sync.watch import BaseWatch, HubWatch
 from .options import MAX_SECONDS, flag, host_port, seconds
 from .state import LockStateBuilder
+from .wake import to_wake
 
 if TYPE_CHECKING:
     from .adapter import AsyncAdapter
@@ -92,6 +95,7 @@ __all__ = [
     "plan",
     "seconds",
     "start_or_close",
+    "to_wake",
 ]
 
 

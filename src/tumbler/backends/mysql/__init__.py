@@ -1,5 +1,73 @@
-"""The MySQL / MariaDB backend: in progress; its test server launcher is in :mod:`.server`.
-
-No ``DESCRIPTOR`` yet: the backend registry skips a package without one, so no URL scheme
-reaches this package until the backend itself is here.
+"""The MySQL / MariaDB backend (``mysql://``, ``mariadb://``): lease rows timed on the
+server's clock, waiters woken by a release that interrupts their client's listener. Its URL
+grammar, promises and caveats are in :mod:`.common`; the tables and procedures in
+:mod:`.statements`; the client in :mod:`._async.backend` (and its generated blocking twin);
+the test server in :mod:`.server`.
 """
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, on_demand
+
+if TYPE_CHECKING:
+    from ..._url import BackendURL
+    from ..descriptor import BackendOpener
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    # tokens come from an AUTO_INCREMENT counter, which never goes back (kept in the redo log)
+    durable_fencing=True,
+    server_clock=True,
+    # as PostgreSQL's: a waiter's entry is refreshed by its re-check, once a second
+    waiter_ttl=3.0,
+    recheck_interval=1.0,
+    # with ?wakeups=poll: each poll is a procedure call on the server
+    poll_base=0.005,
+    poll_cap=0.1,
+    min_ttl=1.0,
+    scope="network",
+)
+
+DEFAULT_PORT = 3306
+
+
+def _isolate(url: BackendURL, token: str) -> str:
+    # every table and procedure the backend uses is named with the prefix
+    query = dict(url.query)
+    digest = hashlib.sha1(token.encode()).hexdigest()[:12]
+    query["table_prefix"] = f"{query.get('table_prefix', 'tumbler_')}{digest}_"[:40]
+    return f"{url.raw.partition('?')[0]}?{urlencode(query)}"
+
+
+def _single_server(url: BackendURL) -> tuple[str, int] | None:
+    from ..kit.options import host_port
+
+    if not url.hosts or "," in url.hosts:
+        return None
+    return host_port(url.hosts, url, DEFAULT_PORT)
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="mysql",
+    schemes=("mysql", "mariadb"),
+    opener=f"{__name__}.common",
+    capabilities=CAPABILITIES,
+    summary="a MySQL 8.0+ or MariaDB 10.6+ database: lease rows on the server's clock",
+    url_form="mysql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?OPTIONS]",
+    extra="mysql",
+    system_packages=("mariadb-server",),
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
+    isolate=_isolate,
+    single_server=_single_server,
+)
+
+if TYPE_CHECKING:
+    from . import common as _opener
+
+    _checked: BackendOpener = _opener

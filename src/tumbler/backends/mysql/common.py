@@ -46,12 +46,13 @@ What it cannot promise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymysql  # the driver (aiomysql is built on it): without it, MissingDependency
 
@@ -63,15 +64,32 @@ from ...errors import (
     PermissionDenied,
     TumblerError,
 )
+from ..kit import astart_or_close, start_or_close
 from ..kit.options import host_port, seconds
 
 __all__ = [
     "DEFAULT_PORT",
     "MySQLConfig",
+    "NoConnection",
+    "NoReply",
+    "abounded",
+    "aclose_connection",
+    "aopen_connection",
+    "bounded",
+    "close_connection",
+    "open_async",
+    "open_connection",
+    "open_sync",
     "parse_config",
     "translate_errors",
     "tumbler_error",
 ]
+
+T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from ._async.backend import AsyncMySQLBackend
+    from ._sync.backend import MySQLBackend
 
 DEFAULT_PORT = 3306
 DEFAULT_PREFIX = "tumbler_"
@@ -223,3 +241,79 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
         raise BackendUnavailable(
             f"cannot reach MySQL: {error}", lock_name=name, backend=url
         ) from error
+
+
+class NoConnection(Exception):
+    """Every connection of the client stayed busy for longer than a call may wait."""
+
+
+class NoReply(pymysql.err.OperationalError):
+    """A call got no reply within ``socket_timeout``; its connection was dropped."""
+
+
+# -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
+
+
+async def aopen_connection(config: MySQLConfig) -> Any:
+    """A new aiomysql connection (autocommit: each call says where its transaction begins)."""
+    import aiomysql
+
+    return await asyncio.wait_for(
+        aiomysql.connect(db=config.database, autocommit=True, **config.connect_options),
+        config.connect_timeout + 1,
+    )
+
+
+def open_connection(config: MySQLConfig) -> Any:
+    """A new PyMySQL connection, its replies waited for at most ``socket_timeout``."""
+    return pymysql.connect(
+        database=config.database,
+        autocommit=True,
+        read_timeout=config.socket_timeout,
+        write_timeout=config.socket_timeout,
+        **config.connect_options,
+    )
+
+
+async def aclose_connection(connection: Any) -> None:
+    """Close an aiomysql connection now. Its own ``close()`` leaves a TLS transport to shut
+    TLS down over the next turns of the loop (or never, if the loop ends first, and the
+    socket then leaks): the transport is aborted instead, and the loop turned once, so that
+    the socket is closed before this returns. The server sees the connection end either way."""
+    writer = getattr(connection, "_writer", None)
+    transport = None if writer is None else writer.transport
+    connection.close()
+    if transport is not None:
+        transport.abort()
+        await asyncio.sleep(0)
+
+
+def close_connection(connection: Any) -> None:
+    """Close a PyMySQL connection (the socket is closed at once)."""
+    connection.close()
+
+
+async def abounded(call: Awaitable[T], limit: float) -> T:
+    """``call``, given up after ``limit`` seconds (``NoReply``); its connection is then in
+    doubt, and the pool closes it."""
+    try:
+        return await asyncio.wait_for(call, limit)
+    except asyncio.TimeoutError:
+        raise NoReply(2013, f"no reply from MySQL within {limit:.3g} s (socket_timeout)") from None
+
+
+def bounded(call: T, limit: float) -> T:
+    """The blocking twin: PyMySQL's own read and write timeouts bound the call."""
+    return call
+
+
+def open_sync(url: BackendURL) -> MySQLBackend:
+    from ._sync.backend import MySQLBackend
+
+    return start_or_close(MySQLBackend(parse_config(url)))
+
+
+async def open_async(url: BackendURL) -> AsyncMySQLBackend:
+    from ._async.backend import AsyncMySQLBackend
+
+    return await astart_or_close(AsyncMySQLBackend(parse_config(url)))

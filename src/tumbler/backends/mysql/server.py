@@ -65,7 +65,6 @@ from ...testing.servers.process import ProcessLauncher
 __all__ = [
     "ADMIN_USER",
     "STARTUP_TIMEOUT",
-    "SYSTEM_PACKAGES",
     "TUMBLER_DATABASE",
     "TUMBLER_PASSWORD",
     "TUMBLER_USER",
@@ -84,8 +83,6 @@ TUMBLER_USER = "tumbler"
 TUMBLER_DATABASE = "tumbler"
 #: has characters that must be percent-encoded in a URL's userinfo (and ones that would end it)
 TUMBLER_PASSWORD = "p@ss:w/rd%?#"
-#: the Debian packages the servers come from (for the backend's descriptor, and scripts/servers)
-SYSTEM_PACKAGES = ("mariadb-server",)
 
 _BIN_ENV = "TUMBLER_MARIADB_BIN"
 _DEBIAN = (Path("/usr/sbin"), Path("/usr/bin"))

@@ -115,6 +115,8 @@ _CREATE = (
         DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_left DOUBLE DEFAULT NULL;
         DECLARE live INT DEFAULT 0;
+        -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
+        DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
@@ -185,6 +187,7 @@ _CREATE = (
         DECLARE first_stamp BIGINT;
         DECLARE waited BIGINT;
         DECLARE at DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+        DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         SET handed_to = NULL, others_wait = FALSE;
         IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name
                        AND token IS NOT NULL AND expires_at > at) THEN
@@ -227,6 +230,8 @@ _CREATE = (
         DECLARE removed BOOLEAN DEFAULT FALSE;
         DECLARE handed_to BIGINT UNSIGNED;
         DECLARE others_wait BOOLEAN;
+        -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
+        DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
@@ -251,6 +256,8 @@ _CREATE = (
         DECLARE evicted INT DEFAULT 0;
         DECLARE handed_to BIGINT UNSIGNED;
         DECLARE others_wait BOOLEAN;
+        -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
+        DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
@@ -366,6 +373,11 @@ _STATEMENTS = {
     "ORDER BY expires_at LIMIT %s",
     "sweep_evictions": "DELETE FROM {p}evictions WHERE expires_at <= UTC_TIMESTAMP(6) "
     "ORDER BY expires_at LIMIT %s",
+    # clients racing to make the tables take turns (a name of 64 characters at most)
+    "schema_lock": "SELECT GET_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
+    "'.', %s))), 64), %s)",
+    "schema_unlock": "SELECT RELEASE_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
+    "'.', %s))), 64))",
     "exists": "SELECT COUNT(*) FROM information_schema.ROUTINES "
     "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = %s",
 }

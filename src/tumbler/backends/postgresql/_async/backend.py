@@ -7,7 +7,6 @@ See ``tumbler.backends.postgresql.common`` for the URL grammar and the guarantee
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import secrets
 import select
@@ -22,9 +21,9 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable, PermitsMismatch
+from ....errors import BackendUnavailable
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, decide, plan
+from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit.handoffs import HandOffs
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
@@ -42,32 +41,6 @@ from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_k
 _log = logging.getLogger("tumbler.postgresql")
 
 T = TypeVar("T")
-
-#: a live entry of a name as the wake-up reads it: (owner, seq, shared, lim, fair, token, client)
-_Row = tuple[str, int, bool, int, bool, "int | None", "str | None"]
-
-
-def to_wake(rows: Sequence[_Row]) -> list[tuple[str, str]]:
-    """The waiters of a line that the grant rule lets through now, as ``(channel, owner
-    hash)``, in arrival order: each such waiter counts as granted for those behind it, so a
-    mutex wakes one waiter, not the herd."""
-    line = [
-        Entry(owner, seq, shared, lim, fair, token)
-        for owner, seq, shared, lim, fair, token, _ in rows
-    ]
-    woken: list[tuple[str, str]] = []
-    for index, (owner, _, shared, lim, fair, token, client) in enumerate(rows):
-        if token is not None:
-            continue
-        try:
-            decision = decide(line, owner, shared, lim, fair)
-        except PermitsMismatch:
-            continue
-        if decision is Decision.GRANT:
-            line[index] = dataclasses.replace(line[index], token=0)
-            if client is not None:
-                woken.append((client, owner))
-    return woken
 
 
 def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:

@@ -1,0 +1,588 @@
+# Generated from src/tumbler/backends/mysql/_async/backend.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""The MySQL / MariaDB backend (asyncio flavour on aiomysql, the source of the generated
+blocking twin on PyMySQL).
+
+See ``tumbler.backends.mysql.common`` for the URL grammar and the guarantees, and
+``tumbler.backends.mysql.statements`` for the tables and stored procedures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import pymysql
+
+from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
+from ...._clock import SYSTEM_CLOCK, Clock
+from ....errors import BackendUnavailable
+from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
+from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
+from ...kit.handoffs import HandOffs
+from ...kit.slots import Slots
+from .. import CAPABILITIES
+from ..common import (
+    MySQLConfig,
+    NoConnection,
+    NoReply,
+    bounded,
+    close_connection,
+    open_connection,
+    translate_errors,
+)
+from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, owner_hash
+
+_log = logging.getLogger("tumbler.mysql")
+
+T = TypeVar("T")
+
+#: the server's errors that say a connection is gone (server gone away, lost, killed)
+_LOST = frozenset({2006, 2013, 2055, 1927})
+#: "query execution was interrupted": a KILL QUERY, which is how a release rings a listener
+_INTERRUPTED = 1317
+#: a server that refuses connections for a moment (starting, shutting down)
+_REFUSED_NOW = frozenset({2002, 2003, 1040, 1053})
+
+
+def _code(error: BaseException) -> int:
+    args = getattr(error, "args", ())
+    return args[0] if args and isinstance(args[0], int) else 0
+
+
+class Pool:
+    """The client's connections for calls: at most ``max_connections`` in use at once, idle
+    ones kept for the next call. A connection a call left in doubt (an error, a
+    cancellation, a limit run out) is closed rather than reused."""
+
+    def __init__(self, config: MySQLConfig) -> None:
+        self._config = config
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._slots = Slots(config.max_connections, config.socket_timeout, NoConnection)
+        self._closed = False
+
+    def connect(self) -> Any:
+        """A new connection, tried again for up to ``connect_timeout`` while the server
+        refuses connections for a moment (a restart): a connection that failed ran nothing."""
+        deadline = time.monotonic() + self._config.connect_timeout
+        pause = 0.02
+        while True:
+            try:
+                connection = open_connection(self._config)
+            except pymysql.err.OperationalError as error:
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0 or _code(error) not in _REFUSED_NOW:
+                    raise
+                sleep_real(min(pause, left))
+                pause = min(pause * 2, 0.5)
+                continue
+            return connection
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        if self._closed:
+            raise pymysql.err.OperationalError(2006, "the client is closed")
+        try:
+            with self._slots:
+                with self._lock:
+                    connection = self._idle.pop() if self._idle else None
+                if connection is None:
+                    connection = self.connect()
+                try:
+                    yield connection
+                except BaseException:
+                    close_connection(connection)
+                    raise
+                if self._closed:
+                    close_connection(connection)
+                    return
+                with self._lock:
+                    self._idle.append(connection)
+        except NoConnection:
+            raise BackendUnavailable(
+                "every connection of this client to MySQL stayed busy for socket_timeout; "
+                "the client makes more calls at once than max_connections (in the URL) allows",
+                backend=self._config.url,
+            ) from None
+
+    def run(self, call: Callable[[Any], T], *, idempotent: bool = False) -> T:
+        """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
+        tried again on a fresh connection for up to ``connect_timeout`` when it is
+        ``idempotent`` and its connection was found gone (an idle one the server closed)."""
+        deadline = time.monotonic() + self._config.connect_timeout
+        while True:
+            try:
+                with self.connection() as connection:
+                    return bounded(call(connection), self._config.socket_timeout)
+            except pymysql.err.OperationalError as error:
+                retry = idempotent and _code(error) in _LOST and not isinstance(error, NoReply)
+                if self._closed or time.monotonic() >= deadline or not retry:
+                    raise
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            close_connection(connection)
+
+
+def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any, ...]:
+    """The first row of ``statement`` (a CALL's answer: its other results are read too)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, args)
+        row = cursor.fetchone()
+        while cursor.nextset():
+            pass
+    if row is None:
+        raise pymysql.err.InternalError(0, f"no answer to {statement.split('(')[0]}")
+    return tuple(row)
+
+
+def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
+    """Run ``statement`` for its effect; the rows it changed (every result of a CALL read)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statement, args)
+        changed = int(cursor.rowcount)
+        while cursor.nextset():
+            pass
+    return changed
+
+
+class Wakeups:
+    """The client's one listening connection: it holds the client's listener lock and
+    sleeps, and a release that wakes one of this client's waiters leaves a wake-up row and
+    interrupts the sleep (see ``statements``). The reader reads its wake-ups, keeps the
+    grants handed over, and wakes just those waiters; after a failure it connects again
+    (with a backoff) and then wakes every waiter, since a ring may have been missed."""
+
+    def __init__(self, backend: MySQLBackend) -> None:
+        self._backend = backend
+        #: grants releases handed to this client's waiters, until each takes its own
+        self.handoffs = HandOffs(backend.clock.now)
+        #: the client's listener key: its waiters' entries name it, its listener holds it
+        self.key = secrets.randbits(62)
+        self._reader: Worker | None = None
+        self._lock = threading.Lock()
+        self._starting = Mutex()
+        self._listening = Event()
+        self._stop = Event()
+        self._closed = False
+
+    def subscribed(self) -> bool:
+        """Whether a release can reach this client now."""
+        return self._listening.is_set()
+
+    def subscribe(self, name: str) -> None:
+        """Return once the client listens (``name``: for errors)."""
+        with self._starting:
+            with self._lock:
+                if self._reader is None and not self._closed:
+                    self._reader = spawn(self._read, "tumbler-mysql-wakeups")
+        config = self._backend.config
+        if not self._listening.wait(config.connect_timeout + config.socket_timeout):
+            raise BackendUnavailable(
+                "could not listen for wake-ups in time", lock_name=name, backend=config.url
+            )
+
+    def _read(self) -> None:
+        backend = self._backend
+        sql = backend.sql
+        limit = backend.config.socket_timeout
+        nap = backend.capabilities.recheck_interval
+        failures = 0
+        while not self._closed:
+            connection: Any = None
+            try:
+                connection = backend.pool.connect()
+                if bounded(_one_row(connection, sql["listen"], (self.key,)), limit) != (1,):
+                    raise pymysql.err.OperationalError(0, "the listener lock is taken")
+                bounded(_execute(connection, sql["forget_wakeups"], (self.key,)), limit)
+                self._listening.set_threadsafe()
+                if failures:
+                    backend.hub.notify_all()  # something may have changed unheard
+                failures = 0
+                while not self._closed:
+                    try:
+                        bounded(_one_row(connection, sql["sleep"], (self.key, nap)), nap + limit)
+                    except pymysql.err.OperationalError as error:
+                        if _code(error) != _INTERRUPTED:
+                            raise
+                    self._deliver(connection, limit)
+            except Exception as error:  # the reader must outlive any failure but close()
+                self._listening.clear()
+                if self._closed:
+                    break
+                failures += 1
+                _log.warning("MySQL wake-up connection failed (waiters re-check): %s", error)
+                self._stop.wait(min(1.0, 0.05 * 2**failures))
+            finally:
+                if connection is not None:
+                    close_connection(connection)
+
+    def _deliver(self, connection: Any, limit: float) -> None:
+        """Read this client's wake-ups, forget them, and wake their waiters."""
+        sql = self._backend.sql
+
+        def read() -> list[Any]:
+            with connection.cursor() as cursor:
+                cursor.execute(sql["wakeups"], (self.key,))
+                rows = list(cursor.fetchall())
+                if rows:
+                    cursor.execute(sql["read_wakeups"], (self.key, rows[-1][0]))
+            return rows
+
+        for _, message in bounded(read(), limit):
+            text = message.decode() if isinstance(message, bytes) else str(message)
+            tag, _, name = text.partition(" ")
+            if tag.startswith("="):  # granted by the release: the waiter's try takes it
+                terms, _, tag = tag[1:].partition(":")
+                self.handoffs.put(name, tag, terms)
+            if tag:
+                self._backend.hub.notify(name, (tag,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            reader, self._reader = self._reader, None
+        self._stop.set_threadsafe()
+        if reader is None:
+            return
+        # end the reader's sleep now rather than at its end
+        with contextlib.suppress(pymysql.Error, BackendUnavailable, OSError):
+            sql = self._backend.sql
+
+            def ring(connection: Any) -> None:
+                _execute(connection, sql["ring"], (self.key,))
+
+            self._backend.pool.run(ring)
+        join(reader)
+
+
+class MySQLWatch(BaseWatch):
+    """A waiter's view of its client's wake-ups (as PostgreSQL's: made before the first
+    try; entering starts listening, and asks for a retry, if the client did not yet)."""
+
+    def __init__(self, backend: MySQLBackend, name: str, owner: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
+        self._backend = backend
+        self._listening = not backend.config.ring or backend.wakeups.subscribed()
+
+    def _subscribe(self) -> bool:
+        if self._listening:
+            return False
+        self._backend.wakeups.subscribe(self.name)
+        return True
+
+
+def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
+    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
+    return {
+        # names go as text (utf8mb4) into VARBINARY: the same bytes, compared as bytes
+        "name": request.name,
+        "owner": owner,
+        "shared": request.shared,
+        "lim": request.limit,
+        "fair": request.fair,
+        "holder": request.holder,
+    }
+
+
+class MySQLBackend:
+    """The MySQL / MariaDB backend contract: a small pool of connections for calls, and one
+    listening connection for wake-ups."""
+
+    session_events: SessionEvents | None = None
+
+    def __init__(self, config: MySQLConfig) -> None:
+        self.config = config
+        self.url = config.url
+        self.capabilities = CAPABILITIES
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        self.sql = Statements.of(config.prefix)
+        self.pool = Pool(config)
+        self.wakeups = Wakeups(self)
+        self._grants = 0
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, and make the tables and procedures if one is missing (clients racing to
+        make them take turns on a named lock)."""
+        with translate_errors(self.url):
+            self.pool.run(self.make_tables, idempotent=True)
+
+    def make_tables(self, connection: Any) -> bool:
+        """Make the tables and procedures if one is missing; whether it did."""
+        if self._tables_exist(connection):
+            return False
+        lock = f"tumbler-schema-{self.config.prefix}"
+        got = _one_row(connection, self.sql["schema_lock"], (lock, 30))
+        if got != (1,):
+            raise pymysql.err.OperationalError(1205, "another client kept the tables' lock")
+        try:
+            if self._tables_exist(connection):
+                return False
+            with connection.cursor() as cursor:
+                for statement in self.sql.create:
+                    cursor.execute(statement)
+        finally:
+            _one_row(connection, self.sql["schema_unlock"], (lock,))
+        return True
+
+    def _tables_exist(self, connection: Any) -> bool:
+        row = _one_row(connection, self.sql["exists"], (f"{self.config.prefix}release",))
+        return bool(row[0])
+
+    # -- grants ----------------------------------------------------------------------------
+
+    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+        """What a waiter's entry stores besides the request: its own short lease, refreshed
+        by each try, and what a release needs to hand it the lock and wake it."""
+        return {
+            "ttl": self.capabilities.waiter_ttl,
+            "client": self.wakeups.key if self.config.ring else None,
+            "lease": request.ttl,
+            "stamp": stamp,
+        }
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        handed = self.wakeups.handoffs.grant(request)
+        if handed is not None:
+            return handed
+        owner = owner_hash(request.owner)
+        # when this try was sent, on this client's clock: a release that hands the lock to
+        # this waiter says when its lease began in those terms (kit.handoffs)
+        stamp = round(self.clock.now() * 1e6)
+        waiter = self._waiter_terms(request, stamp)
+
+        def grant(connection: Any) -> tuple[int, float] | None:
+            token, left, undecided = _one_row(
+                connection,
+                self.sql["grant"],
+                (
+                    request.name,
+                    owner,
+                    request.shared,
+                    request.limit,
+                    request.fair,
+                    request.ttl,
+                    request.holder,
+                    request.queue,
+                    waiter["ttl"],
+                    waiter["client"],
+                    stamp,
+                ),
+            )
+            if undecided:
+                return self._decide(connection, request, owner, waiter)
+            return None if token is None else (int(token), float(left))
+
+        with translate_errors(self.url, request.name):
+            granted = self.pool.run(grant, idempotent=True)
+            self._grants += 1
+            if self._grants % SWEEP_EVERY == 0:
+                self.pool.run(self._sweep, idempotent=True)
+        if granted is None:
+            return None
+        token, left = granted
+        return Grant(request.name, request.owner, token, left)
+
+    def _sweep(self, connection: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
+            cursor.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+
+    def _decide(
+        self, connection: Any, request: GrantRequest, owner: str, waiter: dict[str, Any]
+    ) -> tuple[int, float] | None:
+        """Decide by the grant rule on the name's live line, and write what it says: the
+        token and the lease left of a grant; None if none."""
+        sql = self.sql
+        with connection.cursor() as cursor:
+            cursor.execute(sql["isolation"])
+            cursor.execute(sql["begin"])
+            try:
+                cursor.execute(sql["lock_name"], (request.name,))
+                cursor.execute(sql["line"], (request.name,))
+                rows = list(cursor.fetchall())
+                line = [
+                    Entry(entry_owner, seq, bool(shared), lim, bool(fair), token)
+                    for entry_owner, seq, shared, lim, fair, token, _ in rows
+                ]
+                decided = plan(
+                    line, owner, request.shared, request.limit, request.fair, request.queue
+                )
+                answer: tuple[int, float] | None = None
+                write = decided.write
+                if decided.decision is Decision.HELD:
+                    left = next(float(x) for o, *_, x in rows if o == owner)
+                    answer = decided.held_token, min(request.ttl, left)
+                elif write is Write.REFRESH_WAITER:
+                    assert decided.mine is not None
+                    cursor.execute(sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})
+                elif write in (Write.GRANT_WAITER, Write.ADD_GRANT):
+                    cursor.execute(sql["new_token"])
+                    token = int(cursor.lastrowid)
+                    cursor.execute(sql["drop_token"])
+                    if write is Write.GRANT_WAITER:
+                        assert decided.mine is not None
+                        cursor.execute(
+                            sql["grant_waiter"],
+                            {"seq": decided.mine.seq, "ttl": request.ttl, "token": token},
+                        )
+                    else:
+                        cursor.execute(
+                            sql["add"],
+                            {
+                                **_entry_of(request, owner),
+                                "token": token,
+                                "ttl": request.ttl,
+                                "client": None,
+                                "lease": None,
+                                "stamp": None,
+                            },
+                        )
+                    answer = token, request.ttl
+                elif write is Write.ADD_WAITER:
+                    cursor.execute(
+                        sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
+                    )
+                cursor.execute(sql["commit"])
+            except BaseException:
+                with contextlib.suppress(pymysql.Error):
+                    connection.rollback()
+                raise
+        return answer
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        def renew(connection: Any) -> bool:
+            changed = _execute(connection, self.sql["renew"], (ttl, name, owner_hash(owner)))
+            return changed == 1
+
+        with translate_errors(self.url, name):
+            renewed = self.pool.run(renew, idempotent=True)
+        return ttl if renewed else None
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """Every renewal on one connection, one statement each, within ``timeout``."""
+        if not renewals:
+            return []
+
+        def renew(connection: Any) -> list[float | None]:
+            results: list[float | None] = []
+            with connection.cursor() as cursor:
+                for renewal in renewals:
+                    cursor.execute(
+                        self.sql["renew"],
+                        (renewal.ttl, renewal.name, owner_hash(renewal.owner)),
+                    )
+                    results.append(renewal.ttl if cursor.rowcount == 1 else None)
+            return results
+
+        with translate_errors(self.url):
+            return bounded(self.pool.run(renew, idempotent=True), timeout)
+
+    # -- release ---------------------------------------------------------------------------
+
+    def release(self, name: str, owner: str) -> bool:
+        # a grant handed over that its waiter gives back without taking it
+        self.wakeups.handoffs.forget(name, owner)
+
+        def remove(connection: Any) -> bool:
+            removed, others_wait = _one_row(
+                connection, self.sql["release"], (name, owner_hash(owner))
+            )
+            if others_wait and self.config.ring:
+                self._wake(connection, name)
+            return bool(removed)
+
+        with translate_errors(self.url, name):
+            return self.pool.run(remove)
+
+    def _wake(self, connection: Any, name: str) -> None:
+        """Wake the waiters of ``name`` that the grant rule lets through now (after a
+        release that handed nothing over). A wake-up is a hint: one lost here costs the
+        waiter a re-check."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql["wake_line"], (name,))
+            rows = [
+                (owner, seq, bool(shared), lim, bool(fair), token, client)
+                for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
+            ]
+            for client, tag in to_wake(rows):
+                cursor.execute(self.sql["wake"], (client, f"{tag} {name}"))
+                cursor.execute(self.sql["ring"], (client,))
+                while cursor.nextset():
+                    pass
+
+    def watch(self, name: str, owner: str) -> MySQLWatch:
+        return MySQLWatch(self, name, owner)
+
+    # -- inspection and operators ----------------------------------------------------------
+
+    def inspect(self, name: str) -> LockState:
+        states = self._states(name)
+        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+
+    def inspect_all(self) -> list[LockState]:
+        return sorted(self._states(None), key=lambda state: state.name)
+
+    def _states(self, name: str | None) -> list[LockState]:
+        key = name
+
+        def read(connection: Any) -> list[Any]:
+            with connection.cursor() as cursor:
+                cursor.execute(self.sql["states"], (key, key))
+                return list(cursor.fetchall())
+
+        with translate_errors(self.url, name):
+            rows = self.pool.run(read, idempotent=True)
+        builders: dict[str, LockStateBuilder] = {}
+        for entry_name, shared, lim, token, expires_in, holder in rows:
+            text = entry_name.decode() if isinstance(entry_name, bytes) else entry_name
+            if text not in builders:
+                builders[text] = LockStateBuilder(text)
+            builders[text].add(
+                token=token,
+                shared=bool(shared),
+                limit=lim,
+                expires_in=float(expires_in),
+                holder=holder,
+            )
+        return [builder.build() for builder in builders.values()]
+
+    def force_release(self, name: str, note: str) -> int:
+        def force(connection: Any) -> int:
+            evicted, others_wait = _one_row(
+                connection, self.sql["force_release"], (name, note, NOTE_GRACE)
+            )
+            if others_wait and self.config.ring:
+                self._wake(connection, name)
+            return int(evicted)
+
+        with translate_errors(self.url, name):
+            return self.pool.run(force)
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        def read(connection: Any) -> Any:
+            with connection.cursor() as cursor:
+                cursor.execute(self.sql["evicted"], (name, owner_hash(owner)))
+                return cursor.fetchone()
+
+        with translate_errors(self.url, name):
+            row = self.pool.run(read, idempotent=True)
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        self.wakeups.close()
+        self.pool.close()

@@ -1,0 +1,42 @@
+"""The MySQL / MariaDB backend's test targets: one MariaDB in clear, and one that takes only
+TLS (``require_secure_transport``, the tests' own CA). Each runs for the whole session; the
+tests' URLs log in as the user ``tumbler``, each with a table prefix of its own."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from ...testing.servers._common import make_tls_files
+from ..descriptor import TestTarget
+from .server import MariaDBServer
+
+
+class _Running:
+    def __init__(self, server: MariaDBServer) -> None:
+        self.server = server
+
+    def fresh_url(self) -> str:
+        url = self.server.url
+        separator = "&" if "?" in url else "?"
+        return f"{url}{separator}table_prefix=t{uuid.uuid4().hex[:12]}_"
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _plain(directory: Path) -> _Running:
+    return _Running(MariaDBServer(directory).start())
+
+
+def _tls(directory: Path) -> _Running:
+    tls = make_tls_files(directory / "tls")
+    return _Running(MariaDBServer(directory / "server", tls=tls).start())
+
+
+TARGETS = (
+    TestTarget("mysql", _plain),
+    # the same locking as "mysql" over another connection: the cases that start other
+    # processes need not run on it again
+    TestTarget("mysql-tls", _tls, processes=False),
+)
