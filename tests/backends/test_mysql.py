@@ -8,6 +8,7 @@ the release and takes it without a call.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 import tumbler
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.mysql.server import MariaDBServer
-from tumbler.testing.conformance.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE, eventually
 
 
 def _request(name: str, owner: str) -> GrantRequest:
@@ -65,3 +66,31 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
         assert 0 < grant.granted_ttl <= 30.0
         assert waiter.release("stock", "b")
         assert one.status("stock").holders == ()
+
+
+def test_the_listener_outlives_a_short_socket_timeout(mariadb_server: MariaDBServer) -> None:
+    """The listener's sleep ends within socket_timeout (which the blocking driver applies to
+    every read, the sleep's too): with a timeout shorter than the re-check interval it keeps
+    its connection, rather than losing it at every sleep and missing the rings meanwhile."""
+    url = f"{mariadb_server.url}?table_prefix=short_&socket_timeout=0.5&lock_timeout=0.2"
+    with tumbler.connect(url) as locks:
+        backend = locks._backend
+        with backend.watch("short", "w"):  # starts listening
+            assert backend.wakeups.subscribed()
+            listener = backend.pool.run(_listener_of(backend.wakeups.key))
+            assert listener is not None
+            started = time.monotonic()
+            # the claim is about time: three socket_timeouts must go by
+            eventually(lambda: time.monotonic() - started > 1.5, "1.5 s went by")
+            assert backend.pool.run(_listener_of(backend.wakeups.key)) == listener
+            assert backend.wakeups.subscribed()
+
+
+def _listener_of(key: int) -> Any:
+    def read(connection: Any) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-listener-', %s))", (key,))
+            row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    return read

@@ -193,7 +193,9 @@ class AsyncWakeups:
         backend = self._backend
         sql = backend.sql
         limit = backend.config.socket_timeout
-        nap = backend.capabilities.recheck_interval
+        # each sleep ends well within socket_timeout, which the blocking driver applies to
+        # every read, the sleep's too
+        nap = min(backend.capabilities.recheck_interval, limit / 2)
         failures = 0
         while not self._closed:
             connection: Any = None
