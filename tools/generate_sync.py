@@ -56,6 +56,7 @@ RENAMES = {
     "aopen_connection": "open_connection",
     "abounded": "bounded",
     "aclose_connection": "close_connection",
+    "aclosed_by_server": "closed_by_server",
 }
 
 

@@ -2,8 +2,10 @@
 
 The conformance suite runs every generic lock case on the ``mysql`` and ``mysql-tls``
 targets; the procedures are held to the rule in ``test_mysql_statements.py``. Here: tokens
-keep increasing across a crash and restart of the server, and a waiter is handed the lock by
-the release and takes it without a call.
+keep increasing across a crash and restart of the server; a restart while a lock is held and
+waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
+waiter is handed the lock by the release and takes it without a call; the listener outlives
+a short socket_timeout.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import pytest
 
 import tumbler
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.mysql.server import MariaDBServer
+from tumbler.backends.mysql.server import TUMBLER_DATABASE, TUMBLER_USER, MariaDBServer
 from tumbler.testing.conformance.compat import PATIENCE, eventually
+
+from .test_postgresql import held_across_restart
 
 
 def _request(name: str, owner: str) -> GrantRequest:
@@ -94,3 +98,51 @@ def _listener_of(key: int) -> Any:
         return None if row is None else row[0]
 
     return read
+
+
+def test_a_restart_while_a_lock_is_held_and_waited_for(
+    fresh_mariadb_server: MariaDBServer,
+) -> None:
+    # an orderly shutdown: every connection closed, the rows kept
+    held_across_restart(fresh_mariadb_server.url, fresh_mariadb_server.restart)
+
+
+def test_a_holder_whose_connections_are_killed_keeps_its_lease_and_renews_it(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = "killed_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    query = (
+        f"SELECT expires_at FROM {TUMBLER_DATABASE}.{prefix}entries "
+        "WHERE name = 'killed' AND token IS NOT NULL"
+    )
+    with mariadb_server.connect() as admin, admin.cursor() as cursor:
+
+        def expiry() -> Any:
+            cursor.execute(query)
+            row = cursor.fetchone()
+            return None if row is None else row[0]
+
+        with tumbler.connect(url) as holder, tumbler.connect(url) as other:
+            lock = holder.lock("killed", ttl=3.0)
+            assert lock.acquire()
+            hold = lock.hold
+            assert hold is not None
+            assert not other.lock("killed").acquire(timeout=0)
+            first = expiry()
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = %s", (TUMBLER_USER,)
+            )
+            killed = [connection_id for (connection_id,) in cursor.fetchall()]
+            assert killed
+            for connection_id in killed:
+                cursor.execute(f"KILL CONNECTION {int(connection_id)}")
+            # the lease runs on in the server; the holder's next renewals (on new
+            # connections) push it further, and nobody else gets the lock meanwhile
+            eventually(lambda: expiry() > first, "the holder renewed on a new connection")
+            second = expiry()
+            eventually(lambda: expiry() > second, "the holder renewed again")
+            assert hold.held
+            assert not other.lock("killed").acquire(timeout=0)
+            hold.release()
+            assert other.lock("killed").acquire(timeout=0)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
@@ -74,9 +75,11 @@ __all__ = [
     "NoReply",
     "abounded",
     "aclose_connection",
+    "aclosed_by_server",
     "aopen_connection",
     "bounded",
     "close_connection",
+    "closed_by_server",
     "open_async",
     "open_connection",
     "open_sync",
@@ -286,6 +289,27 @@ async def aclose_connection(connection: Any) -> None:
     if transport is not None:
         transport.abort()
         await asyncio.sleep(0)
+
+
+def aclosed_by_server(connection: Any) -> bool:
+    """Whether an idle aiomysql connection has heard the server hang up (a restart, a KILL,
+    ``wait_timeout``): its reader saw the end of the stream while the loop ran."""
+    reader = getattr(connection, "_reader", None)
+    return reader is None or reader.at_eof() or bool(getattr(reader, "_buffer", b""))
+
+
+def closed_by_server(connection: Any) -> bool:
+    """Whether an idle PyMySQL connection's socket has something to read: an idle
+    connection has nothing to read unless the server hung up (its last words, or the end of
+    the stream, are waiting there)."""
+    sock = getattr(connection, "_sock", None)
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def close_connection(connection: Any) -> None:

@@ -31,6 +31,7 @@ from ..common import (
     NoReply,
     abounded,
     aclose_connection,
+    aclosed_by_server,
     aopen_connection,
     translate_errors,
 )
@@ -88,14 +89,15 @@ class AsyncPool:
             raise pymysql.err.OperationalError(2006, "the client is closed")
         try:
             async with self._slots:
-                with self._lock:
-                    connection = self._idle.pop() if self._idle else None
+                connection = await self._idle_connection()
                 if connection is None:
                     connection = await self.connect()
                 try:
                     yield connection
-                except BaseException:
+                except BaseException as error:
                     await aclose_connection(connection)
+                    if isinstance(error, pymysql.err.OperationalError):
+                        await self._drop_idle()  # a restart closed them all
                     raise
                 if self._closed:
                     await aclose_connection(connection)
@@ -108,6 +110,26 @@ class AsyncPool:
                 "the client makes more calls at once than max_connections (in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    async def _idle_connection(self) -> Any:
+        """An idle connection the server has not closed, if there is one. One it closed
+        would fail the call that used it (also a release, which is not tried again), so it
+        is dropped here, and so are the other idle ones (a restart closed them all)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                connection = self._idle.pop()
+            if not aclosed_by_server(connection):
+                return connection
+            await aclose_connection(connection)
+            await self._drop_idle()
+
+    async def _drop_idle(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            await aclose_connection(connection)
 
     async def run(self, call: Callable[[Any], Awaitable[T]], *, idempotent: bool = False) -> T:
         """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
@@ -125,10 +147,7 @@ class AsyncPool:
 
     async def close(self) -> None:
         self._closed = True
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            await aclose_connection(connection)
+        await self._drop_idle()
 
 
 async def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any, ...]:

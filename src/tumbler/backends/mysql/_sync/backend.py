@@ -33,6 +33,7 @@ from ..common import (
     NoReply,
     bounded,
     close_connection,
+    closed_by_server,
     open_connection,
     translate_errors,
 )
@@ -90,14 +91,15 @@ class Pool:
             raise pymysql.err.OperationalError(2006, "the client is closed")
         try:
             with self._slots:
-                with self._lock:
-                    connection = self._idle.pop() if self._idle else None
+                connection = self._idle_connection()
                 if connection is None:
                     connection = self.connect()
                 try:
                     yield connection
-                except BaseException:
+                except BaseException as error:
                     close_connection(connection)
+                    if isinstance(error, pymysql.err.OperationalError):
+                        self._drop_idle()  # a restart closed them all
                     raise
                 if self._closed:
                     close_connection(connection)
@@ -110,6 +112,26 @@ class Pool:
                 "the client makes more calls at once than max_connections (in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    def _idle_connection(self) -> Any:
+        """An idle connection the server has not closed, if there is one. One it closed
+        would fail the call that used it (also a release, which is not tried again), so it
+        is dropped here, and so are the other idle ones (a restart closed them all)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return None
+                connection = self._idle.pop()
+            if not closed_by_server(connection):
+                return connection
+            close_connection(connection)
+            self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            close_connection(connection)
 
     def run(self, call: Callable[[Any], T], *, idempotent: bool = False) -> T:
         """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
@@ -127,10 +149,7 @@ class Pool:
 
     def close(self) -> None:
         self._closed = True
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            close_connection(connection)
+        self._drop_idle()
 
 
 def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any, ...]:
