@@ -146,3 +146,18 @@ def test_a_holder_whose_connections_are_killed_keeps_its_lease_and_renews_it(
             assert not other.lock("killed").acquire(timeout=0)
             hold.release()
             assert other.lock("killed").acquire(timeout=0)
+
+
+def test_names_that_differ_only_in_case_or_trailing_spaces_are_different_locks(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """MariaDB's default collations would take "Stock", "stock" and "stock " for one name:
+    the names are stored and compared as bytes."""
+    url = f"{mariadb_server.url}?table_prefix=bytes_"
+    with tumbler.connect(url) as locks, tumbler.connect(url) as other, locks.lock("stock"):
+        # "\u017ftock": a long s, which some collations take for an s
+        for name in ("Stock", "stock ", "\u017ftock"):
+            lock = other.lock(name)
+            assert lock.acquire(timeout=0), name
+            lock.release()
+        assert not other.lock("stock").acquire(timeout=0)
