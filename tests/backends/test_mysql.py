@@ -5,12 +5,13 @@ targets; the procedures are held to the rule in ``test_mysql_statements.py``. He
 keep increasing across a crash and restart of the server; a restart while a lock is held and
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
 waiter is handed the lock by the release and takes it without a call; the listener outlives
-a short socket_timeout.
+a short socket_timeout; names are bytes; a user with only the documented grants.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ import pytest
 import tumbler
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.mysql.server import TUMBLER_DATABASE, TUMBLER_USER, MariaDBServer
-from tumbler.testing.conformance.compat import PATIENCE, eventually
+from tumbler.cli import main
+from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 
 from .test_postgresql import held_across_restart
 
@@ -161,3 +163,41 @@ def test_names_that_differ_only_in_case_or_trailing_spaces_are_different_locks(
             assert lock.acquire(timeout=0), name
             lock.release()
         assert not other.lock("stock").acquire(timeout=0)
+
+
+def test_a_user_with_only_the_documented_grants_can_lock(
+    mariadb_server: MariaDBServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = f"m{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    assert main(["init", url]) == 0  # the owner makes the tables and procedures
+    assert f"made the tables and procedures {prefix}*" in capsys.readouterr().out
+    assert main(["init", url]) == 0
+    assert "nothing to make" in capsys.readouterr().out
+    user = f"minimal_{uuid.uuid4().hex[:8]}"
+    password = "minimal-Pa55"
+    with mariadb_server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
+        # what the README lists, and nothing more
+        cursor.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{TUMBLER_DATABASE}`.* "
+            "TO %s@'127.0.0.1'",
+            (user,),
+        )
+    minimal = mariadb_server.url_for(user, password) + f"?table_prefix={prefix}"
+    with tumbler.connect(minimal) as locks, tumbler.connect(url) as other:
+        with locks.lock("minimal") as hold:
+            assert hold.token > 0
+            assert [state.name for state in other.status_all()] == ["minimal"]
+        waiting = locks.lock("minimal-waited")
+        with other.lock("minimal-waited"):
+
+            def wait_for_it() -> Any:
+                assert waiting.acquire(timeout=PATIENCE)
+                return waiting.hold  # the hold of the thread that took it
+
+            call = background(wait_for_it)
+            eventually(lambda: other.status("minimal-waited").waiters == 1, "it waits")
+        call.result().release()
+        assert locks.lock("forced").acquire()
+        assert other.force_release("forced", reason="a test") == 1

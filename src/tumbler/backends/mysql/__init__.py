@@ -52,6 +52,12 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts, url, DEFAULT_PORT)
 
 
+def _prepare(url: BackendURL) -> str:
+    from .common import prepare
+
+    return prepare(url)
+
+
 DESCRIPTOR = BackendDescriptor(
     name="mysql",
     schemes=("mysql", "mariadb"),
@@ -65,6 +71,7 @@ DESCRIPTOR = BackendDescriptor(
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     isolate=_isolate,
     single_server=_single_server,
+    prepare=_prepare,
 )
 
 if TYPE_CHECKING:

@@ -84,6 +84,7 @@ __all__ = [
     "open_connection",
     "open_sync",
     "parse_config",
+    "prepare",
     "translate_errors",
     "tumbler_error",
 ]
@@ -341,3 +342,21 @@ async def open_async(url: BackendURL) -> AsyncMySQLBackend:
     from ._async.backend import AsyncMySQLBackend
 
     return await astart_or_close(AsyncMySQLBackend(parse_config(url)))
+
+
+def prepare(url: BackendURL) -> str:
+    """``tumbler init URL``: make the tables and procedures of the URL's prefix if they are
+    missing (what a client also does on first use; clients and ``init`` racing to do it take
+    turns), and say which."""
+    from ._sync.backend import MySQLBackend
+
+    backend = MySQLBackend(parse_config(url))
+    try:
+        with translate_errors(backend.url):
+            made = backend.pool.run(backend.make_tables, idempotent=True)
+    finally:
+        backend.close()
+    what = f"the tables and procedures {backend.config.prefix}* in {backend.config.database}"
+    if made:
+        return f"made {what}"
+    return f"{what} are there already: nothing to make"
