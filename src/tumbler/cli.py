@@ -1073,9 +1073,9 @@ def init(url: str | None) -> int:
 
     PostgreSQL: the schema the URL names (?schema=, default tumbler), its tables, its token
     sequence and its functions; MySQL / MariaDB: the tables and procedures of the URL's
-    ?table_prefix= (default tumbler_). Clients make them on first use too; run this as a role that may
-    create them when the application's own role may not (then grant it what the README
-    lists). Safe to run again, and while clients use the schema. A backend that needs
+    ?table_prefix= (default tumbler_). Clients make them on first use too; run this as a
+    role that may create them when the application's own role may not (then grant it what
+    the README lists). Safe to run again, and while clients use the schema. A backend that needs
     nothing made says so. URL defaults to $TUMBLER_URL (where a password is not seen by
     other users of the machine).
     """
