@@ -20,6 +20,7 @@ import tumbler
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.mysql.server import TUMBLER_DATABASE, TUMBLER_USER, MariaDBServer
 from tumbler.cli import main
+from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 
 from .test_postgresql import held_across_restart
@@ -201,3 +202,26 @@ def test_a_user_with_only_the_documented_grants_can_lock(
         call.result().release()
         assert locks.lock("forced").acquire()
         assert other.force_release("forced", reason="a test") == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_grant_waits_for_another_transaction_on_the_name_only_lock_timeout(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"w{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=1"
+    with tumbler.connect(url) as locks, mariadb_server.connect() as admin:
+        admin.autocommit(False)
+        with admin.cursor() as cursor:
+            # another transaction keeps the name's row locked
+            cursor.execute(
+                f"INSERT INTO {TUMBLER_DATABASE}.{prefix}names (name) VALUES ('held') "
+                "ON DUPLICATE KEY UPDATE name = name"
+            )
+            asked = time.monotonic()
+            with pytest.raises(BackendUnavailable, match="lock_timeout"):
+                locks.lock("held").acquire(timeout=0)
+            waited = time.monotonic() - asked
+            admin.rollback()
+        assert 0.9 <= waited < 5.0  # the server's default would be 50 s
+        assert locks.lock("held").acquire(timeout=0)

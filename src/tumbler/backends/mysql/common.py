@@ -11,8 +11,9 @@ file: the connection takes TLS and checks the server's certificate and name), ``
 and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
 ``socket_timeout`` (seconds, default 5: the most a call waits for the server's replies; then
 its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
-(seconds, default 2: how long a call waits for another client's transaction on the same
-name), ``max_connections`` (default 10: the most calls one client has under way at once) and
+(seconds, default 2, rounded up to whole seconds, which is what the server takes: how long a
+call waits for another client's transaction on the same name, then ``BackendUnavailable``),
+``max_connections`` (default 10: the most calls one client has under way at once) and
 ``wakeups`` (``ring``, the default: a release wakes the waiters it lets through, see below;
 ``poll``: waiters poll with a short bounded backoff).
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import select
 import ssl
 from collections.abc import Awaitable, Iterator
@@ -204,6 +206,11 @@ def parse_config(url: BackendURL) -> MySQLConfig:
             backend=url.redacted,
         )
     options["connect_timeout"] = connect_timeout
+    # how long a statement waits for another transaction's row lock (the lock name's row);
+    # the server takes whole seconds
+    options["init_command"] = (
+        f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(lock_timeout))}"
+    )
     return MySQLConfig(
         url=url.redacted,
         prefix=url.option("table_prefix", _prefix, DEFAULT_PREFIX),
