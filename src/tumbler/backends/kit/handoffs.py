@@ -14,7 +14,7 @@ import hashlib
 import threading
 from collections.abc import Callable
 
-from ..contract import Grant, GrantRequest
+from ..contract import Grant, GrantRequest, WakeHub
 
 __all__ = ["HANDED_KEPT", "HandOffs", "owner_tag"]
 
@@ -65,6 +65,18 @@ class HandOffs:
             for key in [key for key, (_, _, until) in self._handed.items() if until <= now]:
                 del self._handed[key]
             self._handed[name, tag] = (token, began, now + HANDED_KEPT)
+
+    def deliver(self, message: str, hub: WakeHub) -> None:
+        """Act on a wake-up ``<tag> <name>`` (``tag``: the waiter's owner hash), which a
+        release that granted the waiter marks ``=<terms>:<tag>``: keep that grant for the
+        waiter's next try (:meth:`put`), and wake the waiter. An empty tag wakes nobody (a
+        reader's nudge to itself)."""
+        tag, _, name = message.partition(" ")
+        if tag.startswith("="):  # granted by the release: the waiter's try takes it here
+            terms, _, tag = tag[1:].partition(":")
+            self.put(name, tag, terms)
+        if tag:
+            hub.notify(name, (tag,))
 
     def forget(self, name: str, owner: str) -> None:
         """Drop a grant handed to ``owner`` that it gives back without taking it."""

@@ -261,12 +261,7 @@ class Wakeups:
 
         for _, message in bounded(read(), limit):
             text = message.decode() if isinstance(message, bytes) else str(message)
-            tag, _, name = text.partition(" ")
-            if tag.startswith("="):  # granted by the release: the waiter's try takes it
-                terms, _, tag = tag[1:].partition(":")
-                self.handoffs.put(name, tag, terms)
-            if tag:
-                self._backend.hub.notify(name, (tag,))
+            self.handoffs.deliver(text, self._backend.hub)
 
     def close(self) -> None:
         with self._lock:

@@ -340,12 +340,7 @@ class AsyncWakeups:
                         await self._bounded(connection, (backend.sql["ping"], None))
                         ping_due = time.monotonic() + backend.config.socket_timeout
                     async for notification in connection.notifies(timeout=1.0):
-                        tag, _, name = notification.payload.partition(" ")
-                        if tag.startswith("="):  # granted by the release: the try takes it
-                            terms, _, tag = tag[1:].partition(":")
-                            self.handoffs.put(name, tag, terms)
-                        if tag:
-                            backend.hub.notify(name, (tag,))
+                        self.handoffs.deliver(notification.payload, backend.hub)
                         if self._closed:
                             break
             except Exception as error:  # the reader must outlive any failure but close()

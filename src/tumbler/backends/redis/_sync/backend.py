@@ -211,12 +211,8 @@ class Wakeups:
                     delay_ms, _, tag = tag[1:].partition(":")
                     due = time.monotonic() + int(delay_ms) / 1000
                     heapq.heappush(backups, (due, name, tag))
-                elif tag.startswith("="):  # granted by the release: the try takes it here
-                    terms, _, tag = tag[1:].partition(":")
-                    self.handoffs.put(name, tag, terms)
-                    hub.notify(name, (tag,))
                 else:
-                    hub.notify(name, (tag,))
+                    self.handoffs.deliver(text, hub)
 
     def close(self) -> None:
         with self._lock:
