@@ -5,23 +5,33 @@ targets; the procedures are held to the rule in ``test_mysql_statements.py``. He
 keep increasing across a crash and restart of the server; a restart while a lock is held and
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
 waiter is handed the lock by the release and takes it without a call; the listener outlives
-a short socket_timeout; names are bytes; a user with only the documented grants.
+a short socket_timeout; names are bytes; a user with only the documented grants; a release
+that a deadlock rolls back is run again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 import tumbler
+import tumbler.aio
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.mysql.server import TUMBLER_DATABASE, TUMBLER_USER, MariaDBServer
+from tumbler.backends.mysql.server import (
+    TUMBLER_DATABASE,
+    TUMBLER_PASSWORD,
+    TUMBLER_USER,
+    MariaDBServer,
+)
 from tumbler.cli import main
-from tumbler.errors import BackendUnavailable
-from tumbler.testing.conformance.compat import PATIENCE, background, eventually
+from tumbler.demo import run_demo
+from tumbler.errors import BackendUnavailable, ConfigurationError
+from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 
 from .test_postgresql import held_across_restart
 
@@ -225,3 +235,135 @@ def test_a_grant_waits_for_another_transaction_on_the_name_only_lock_timeout(
             admin.rollback()
         assert 0.9 <= waited < 5.0  # the server's default would be 50 s
         assert locks.lock("held").acquire(timeout=0)
+
+
+def _status(admin: Any, variable: str) -> int:
+    with admin.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE %s", (variable,))
+        (_, value) = cursor.fetchone()
+    return int(value)
+
+
+@pytest.mark.timeout(60)
+def test_a_release_that_a_deadlock_rolls_back_is_run_again(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """InnoDB rolls back one transaction of a deadlock, the one that changed least: here the
+    release's, against a transaction that holds its grant's row and then asks for the name's
+    row, which the release holds. The release is run again and succeeds."""
+    prefix = f"d{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=4"
+    table = f"{TUMBLER_DATABASE}.{prefix}"
+    with (
+        tumbler.connect(url) as locks,
+        mariadb_server.connect() as other,
+        mariadb_server.connect() as admin,
+    ):
+        backend = locks._backend
+        assert backend.try_grant(_request("contested", "a")) is not None
+        deadlocks = _status(admin, "Innodb_deadlocks")
+        other.autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute(f"CREATE TABLE {table}weight (n INT PRIMARY KEY) ENGINE=InnoDB")
+            cursor.execute("START TRANSACTION")
+            # rows changed make this transaction the heavier: InnoDB rolls back the other
+            cursor.executemany(f"INSERT INTO {table}weight VALUES (%s)", [(n,) for n in range(500)])
+            cursor.execute(f"SELECT seq FROM {table}entries WHERE name = 'contested' FOR UPDATE")
+            release = background(lambda: backend.release("contested", "a"))
+
+            def release_waits() -> bool:
+                return _status(admin, "Innodb_row_lock_current_waits") == 1
+
+            eventually(release_waits, "the release waits for the grant's row")
+            # the release holds the name's row: asking for it closes the cycle
+            cursor.execute(
+                f"INSERT INTO {table}names (name) VALUES ('contested') "
+                "ON DUPLICATE KEY UPDATE name = name"
+            )
+            other.rollback()
+        assert release.result()  # released, its grant live
+        assert _status(admin, "Innodb_deadlocks") == deadlocks + 1
+        assert locks.status("contested").holders == ()
+        assert locks.lock("contested").acquire(timeout=0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_grant_given_up_on_is_ended_before_the_clients_next_call(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """The server runs a statement to its end also when its client has hung up. A grant
+    cancelled while it waited for the name's row is ended by the client's next call (which
+    is how the lock layer's withdrawal follows a cancelled acquire): it never lands."""
+    prefix = f"o{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=4"
+    table = f"{TUMBLER_DATABASE}.{prefix}"
+    async with await tumbler.aio.connect(url) as locks:
+        backend = locks._backend
+        with mariadb_server.connect() as other, mariadb_server.connect() as admin:
+            other.autocommit(False)
+            with other.cursor() as cursor:
+                # another transaction keeps the name's row locked
+                cursor.execute(
+                    f"INSERT INTO {table}names (name) VALUES ('orphan') "
+                    "ON DUPLICATE KEY UPDATE name = name"
+                )
+                grant = asyncio.ensure_future(backend.try_grant(_request("orphan", "a")))
+
+                async def waiting() -> bool:
+                    return _status(admin, "Innodb_row_lock_current_waits") == 1
+
+                await aeventually(waiting, "the grant waits for the name's row")
+                grant.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await grant
+                await backend.inspect("other")  # the client's next call
+                other.rollback()
+
+            def grant_runs() -> bool:
+                with admin.cursor() as probe:
+                    probe.execute(
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        f"WHERE INFO LIKE 'CALL {prefix}grant%%'"
+                    )
+                    (running,) = probe.fetchone()
+                return bool(running)
+
+            eventually(lambda: not grant_runs(), "the given-up grant is over")
+            with admin.cursor() as probe:
+                probe.execute(f"SELECT COUNT(*) FROM {table}entries WHERE name = 'orphan'")
+                assert probe.fetchone() == (0,)
+
+
+def test_the_demo_oversells_without_the_lock_and_is_exact_with_it(
+    mariadb_server: MariaDBServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The seed's stock service on this backend (``tumbler demo --url mysql://...``):
+    worker processes lose updates without the lock, and sell exactly the stock with it."""
+    url = f"{mariadb_server.url}?table_prefix=demo{uuid.uuid4().hex[:8]}_"
+    result = run_demo(url, workers=4, requests=10, stock=20, think=0.02)
+    assert "***" in result.url  # the password is not shown
+    assert (result.locked.sold, result.locked.final_stock) == (20, 0)
+    assert result.locked.exact
+    assert not result.unlocked.exact
+    code = main(["demo", "--url", url, "--workers", "2", "--requests", "5", "--stock", "5"])
+    shown = capsys.readouterr()
+    assert code == 0, shown.err
+    assert "exact" in shown.out
+    assert quote(TUMBLER_PASSWORD, safe="") not in shown.out + shown.err
+
+
+def test_a_galera_node_is_refused_with_the_reason(galera_node: MariaDBServer) -> None:
+    """A node grants on what it has applied: a grant another node certified and this one has
+    not applied yet is not seen. The backend refuses a Galera node at connect, and at
+    ``tumbler init``, and makes nothing there."""
+    with pytest.raises(ConfigurationError, match="Galera") as refused:
+        tumbler.connect(galera_node.url)
+    assert quote(TUMBLER_PASSWORD, safe="") not in str(refused.value)
+    assert main(["init", galera_node.url]) != 0
+    with galera_node.connect() as admin, admin.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+            (TUMBLER_DATABASE,),
+        )
+        assert cursor.fetchone() == (0,)

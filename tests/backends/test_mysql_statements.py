@@ -9,6 +9,8 @@
   handed the lock.
 - The listener's sleep loses no wake-up: one left before it starts ends it at once.
 - Tokens keep increasing after every row of every name is gone.
+- Upkeep never waits on a transaction on a name: a sweep skips the rows one holds, and a
+  grant deletes its own name's expired rows without touching another name's.
 
 Everything runs as the tests' database user, not as an administrator: a release interrupts
 another connection of its own user. Each test has a table prefix of its own.
@@ -20,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -285,3 +288,89 @@ def test_tokens_keep_increasing_after_every_row_is_gone(
     assert cursor.fetchone() == (0,)  # the counter keeps no rows
     second = grant(cursor, statements, b"gone", "a")[0]
     assert second > first
+
+
+# -- upkeep never waits on a transaction on a name -------------------------------------------
+
+
+def _expired_entry(cursor: Any, statements: Statements, name: bytes, owner: str) -> int:
+    """An entry of ``name`` whose lease ended a minute ago; its seq."""
+    cursor.execute(
+        f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
+        "expires_at, holder) VALUES (%s, %s, FALSE, 1, FALSE, %s, "
+        "UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, 'test')",
+        (name, owner_hash(owner), next(_TOKENS)),
+    )
+    return int(cursor.lastrowid)
+
+
+@contextmanager
+def row_locked(server: MariaDBServer, statements: Statements, seq: int) -> Iterator[None]:
+    """An entry's row locked by another transaction, as one on the entry's name locks it,
+    until the block ends."""
+    with connect(server) as connection, connection.cursor() as holder:
+        holder.execute("START TRANSACTION")
+        holder.execute(
+            f"SELECT seq FROM {statements.prefix}entries WHERE seq = %s FOR UPDATE", (seq,)
+        )
+        try:
+            yield
+        finally:
+            connection.rollback()
+
+
+@pytest.fixture
+def impatient(mariadb_server: MariaDBServer) -> Iterator[Any]:
+    """A cursor whose statements wait at most a second for a row lock: a wait there fails."""
+    with connect(mariadb_server) as connection, connection.cursor() as opened:
+        opened.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        opened.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        yield opened
+
+
+def _seqs(cursor: Any, statements: Statements, *names: bytes) -> set[int]:
+    marks = ", ".join(["%s"] * len(names))
+    cursor.execute(f"SELECT seq FROM {statements.prefix}entries WHERE name IN ({marks})", names)
+    return {seq for (seq,) in cursor.fetchall()}
+
+
+def test_a_sweep_skips_rows_a_transaction_holds_and_deletes_the_others(
+    mariadb_server: MariaDBServer, statements: Statements, cursor: Any, impatient: Any
+) -> None:
+    busy, idle = uuid.uuid4().hex.encode(), uuid.uuid4().hex.encode()
+    held = _expired_entry(cursor, statements, busy, "a")
+    _expired_entry(cursor, statements, idle, "b")
+    with row_locked(mariadb_server, statements, held):
+        # waiting for the held row could deadlock with the transaction that holds it
+        impatient.execute(statements["sweep"], (100,))
+        while impatient.nextset():
+            pass
+        assert _seqs(cursor, statements, busy, idle) == {held}
+    impatient.execute(statements["sweep"], (100,))
+    assert _seqs(cursor, statements, busy, idle) == set()
+
+
+@pytest.fixture
+def fresh_statements(mariadb_server: MariaDBServer) -> Statements:
+    """Tables of their own, nearly empty: where the optimizer is likeliest to read a range of
+    expiries by their index rather than a name's rows by theirs."""
+    made = Statements.of(f"t{uuid.uuid4().hex[:10]}_")
+    with connect(mariadb_server) as connection, connection.cursor() as cursor:
+        for statement in made.create:
+            cursor.execute(statement)
+    return made
+
+
+def test_a_grant_deletes_its_names_expired_rows_without_waiting_on_other_names(
+    mariadb_server: MariaDBServer, fresh_statements: Statements, cursor: Any, impatient: Any
+) -> None:
+    statements = fresh_statements
+    mine, other = uuid.uuid4().hex.encode(), uuid.uuid4().hex.encode()
+    _expired_entry(cursor, statements, mine, "a")
+    held = _expired_entry(cursor, statements, other, "b")
+    with row_locked(mariadb_server, statements, held):
+        token, _, undecided = grant(impatient, statements, mine, "c")
+    assert token is not None
+    assert not undecided
+    assert len(_seqs(cursor, statements, mine)) == 1  # the grant's own; the expired one gone
+    assert _seqs(cursor, statements, other) == {held}

@@ -49,6 +49,7 @@ from tumbler.testing.servers import ServerError, make_tls_files
 __all__ = [
     "flush_redis",
     "fresh_mariadb_server",
+    "galera_node",
     "fresh_redis_server",
     "fresh_zookeeper_server",
     "mariadb_server",
@@ -196,5 +197,15 @@ def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB
 def fresh_mariadb_server(tmp_path: Path) -> Iterator[MariaDBServer]:
     """A MariaDB server of this test's own, free to be killed and restarted."""
     server = _start("mariadbd", lambda: MariaDBServer(tmp_path / "mariadb").start())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def galera_node(tmp_path: Path) -> Iterator[MariaDBServer]:
+    """A MariaDB server of this test's own that is a Galera cluster of one node."""
+    server = _start(
+        "a Galera node", lambda: MariaDBServer(tmp_path / "galera", galera=True).start()
+    )
     yield server
     server.close()

@@ -66,12 +66,13 @@ DESCRIPTOR = BackendDescriptor(
     summary="a MariaDB 10.6+ database (MySQL 8.0.29+ untested): lease rows on the server's clock",
     url_form="mysql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?OPTIONS]",
     extra="mysql",
-    system_packages=("mariadb-server",),
+    system_packages=("mariadb-server", "galera-4"),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     isolate=_isolate,
     single_server=_single_server,
     prepare=_prepare,
+    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
 
 if TYPE_CHECKING:

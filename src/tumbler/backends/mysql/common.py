@@ -40,9 +40,15 @@ Waking waiters
 
 What it cannot promise
     Replication is asynchronous by default: a failover to a replica that had not received a
-    grant forgets it. Galera and Group Replication certify transactions at commit, and their
-    ``GET_LOCK`` is local to one member: a client on another member is not woken, and two
-    members may each grant a free name, one of them failing at commit. Use one primary.
+    grant forgets it. A Galera node (``wsrep_on``) is refused at connect: a node grants on
+    what it has applied, so a grant another node certified but this one has not applied yet
+    goes unseen, and ``GET_LOCK`` (the listener) is local to a node. Group Replication is not
+    checked (no MySQL server is tested). Use one primary.
+
+Transactions
+    Every session runs at ``READ COMMITTED``; a transaction InnoDB rolls back to break a
+    deadlock is run again. A call given up on (cancelled, no reply in time) may still run on
+    the server: its connection is ended (``KILL CONNECTION``) before the client's next call.
 """
 
 from __future__ import annotations
@@ -254,6 +260,12 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
         ) from error
 
 
+#: every transaction of a client's sessions, its procedures' and its one-statement ones alike:
+#: no gap locks (a sweep or a listener's delete would hold transactions on other names back,
+#: or deadlock with them), and each statement reads what was committed before it
+SESSION_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+
 class NoConnection(Exception):
     """Every connection of the client stayed busy for longer than a call may wait."""
 
@@ -269,21 +281,35 @@ async def aopen_connection(config: MySQLConfig) -> Any:
     """A new aiomysql connection (autocommit: each call says where its transaction begins)."""
     import aiomysql
 
-    return await asyncio.wait_for(
+    connection = await asyncio.wait_for(
         aiomysql.connect(db=config.database, autocommit=True, **config.connect_options),
         config.connect_timeout + 1,
     )
+    try:
+        async with connection.cursor() as cursor:
+            await abounded(cursor.execute(SESSION_ISOLATION), config.socket_timeout)
+    except BaseException:
+        await aclose_connection(connection)
+        raise
+    return connection
 
 
 def open_connection(config: MySQLConfig) -> Any:
     """A new PyMySQL connection, its replies waited for at most ``socket_timeout``."""
-    return pymysql.connect(
+    connection = pymysql.connect(
         database=config.database,
         autocommit=True,
         read_timeout=config.socket_timeout,
         write_timeout=config.socket_timeout,
         **config.connect_options,
     )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(SESSION_ISOLATION)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 async def aclose_connection(connection: Any) -> None:
@@ -360,7 +386,7 @@ def prepare(url: BackendURL) -> str:
     backend = MySQLBackend(parse_config(url))
     try:
         with translate_errors(backend.url):
-            made = backend.pool.run(backend.make_tables, idempotent=True)
+            made = backend.pool.run(backend.set_up, idempotent=True)
     finally:
         backend.close()
     what = f"the tables and procedures {backend.config.prefix}* in {backend.config.database}"

@@ -57,6 +57,7 @@ from ...testing.servers._common import (
     as_account,
     chown_to,
     database_url,
+    free_port,
     run_as,
     run_dir,
 )
@@ -86,6 +87,9 @@ TUMBLER_PASSWORD = "p@ss:w/rd%?#"
 
 _BIN_ENV = "TUMBLER_MARIADB_BIN"
 _DEBIAN = (Path("/usr/sbin"), Path("/usr/bin"))
+#: Galera's replication library (Debian's galera-4 package), for a node of a cluster
+_GALERA_PROVIDER = "/usr/lib/galera/libgalera_smm.so"
+_GALERA_ENV = "TUMBLER_GALERA_PROVIDER"
 #: the account Debian's package makes, which the server runs as when we are root
 _ACCOUNT = "mysql"
 
@@ -130,8 +134,10 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
     the same server back with its data. ``workdir`` is where the log goes (and the data,
     unless run by root); without one the server makes a temporary directory and removes it on
     :meth:`close`. ``tls``: the files of :func:`~tumbler.testing.servers.make_tls_files`; the
-    server then takes TLS and refuses TCP clients without it. ``settings``: server options
-    (``mariadbd``'s names, with ``_`` or ``-``) over the test server's or beside them.
+    server then takes TLS and refuses TCP clients without it. ``galera``: the server is a
+    Galera cluster of one node (``wsrep_on``), bootstrapped at each start. ``settings``:
+    server options (``mariadbd``'s names, with ``_`` or ``-``) over the test server's or
+    beside them.
     """
 
     error = MariaDBServerError
@@ -148,6 +154,7 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
         max_connections: int = 300,
         settings: Mapping[str, str] | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
+        galera: bool = False,
     ) -> None:
         self.host = LOOPBACK
         self.port = port or 0
@@ -155,6 +162,7 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
         self.max_connections = max_connections
         # one spelling, so that a setting replaces the test server's option of the same name
         self.settings = {_option_name(name): value for name, value in (settings or {}).items()}
+        self.galera = galera
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-mariadb-")
         self._account = run_as(_ACCOUNT, MariaDBServerError, "MariaDB")
@@ -301,6 +309,8 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
             "innodb_flush_log_at_trx_commit": "2",
             "innodb_doublewrite": "0",
         }
+        if self.galera:
+            options.update(_galera_options(self.host))
         if self.tls is not None:
             options.update(
                 ssl_cert=str(self.run_dir / "server.crt"),
@@ -367,6 +377,28 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<MariaDBServer {self.host}:{self.port} {state} in {self.dir}>"
+
+
+def _galera_options(host: str) -> dict[str, str]:
+    """A Galera cluster of this one node, bootstrapped at its start, its group
+    communication and state transfer on free loopback ports."""
+    provider = Path(os.environ.get(_GALERA_ENV, _GALERA_PROVIDER))
+    if not provider.is_file():
+        raise MariaDBNotInstalled(
+            f"the Galera provider {provider} is not installed (Debian's galera-4; or set "
+            f"${_GALERA_ENV})"
+        )
+    return {
+        "wsrep_on": "ON",
+        "wsrep_provider": str(provider),
+        "wsrep_cluster_address": "gcomm://",  # no other node: a new cluster
+        "wsrep_node_address": host,
+        "wsrep_provider_options": (
+            f"gmcast.listen_addr=tcp://{host}:{free_port()};ist.recv_addr={host}:{free_port()}"
+        ),
+        "binlog_format": "ROW",
+        "innodb_autoinc_lock_mode": "2",
+    }
 
 
 def _option_name(name: str) -> str:

@@ -57,6 +57,14 @@ _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.M
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
 
+# The expired entries of one name, found by the name's index: by the index on expires_at
+# (which a range "<= now" can make the optimizer's choice) the statement would lock, and wait
+# for, other names' expired rows, and so deadlock with the transactions on those names.
+_DELETE_EXPIRED = (
+    "DELETE entry FROM {p}entries AS entry FORCE INDEX (by_name) "
+    "WHERE entry.name = lock_name AND entry.expires_at <= UTC_TIMESTAMP(6);"
+)
+
 _CREATE = (
     f"""CREATE TABLE IF NOT EXISTS {{p}}names (
         name {_NAME} NOT NULL PRIMARY KEY
@@ -76,7 +84,7 @@ _CREATE = (
         lease      DOUBLE NULL,                  -- the lease it asked for, in seconds
         stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
         written_at DATETIME(6) NULL,             -- when the server wrote that request
-        UNIQUE KEY (name, owner),
+        UNIQUE KEY by_name (name, owner),
         KEY (expires_at)
     ) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS {p}tokens (
@@ -115,14 +123,19 @@ _CREATE = (
         DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_left DOUBLE DEFAULT NULL;
         DECLARE live INT DEFAULT 0;
+        DECLARE expired INT DEFAULT 0;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
-        DELETE FROM {{p}}entries WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
-        SELECT COUNT(*) INTO live FROM {{p}}entries WHERE name = lock_name;
+        SELECT COUNT(*), COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) INTO live, expired
+            FROM {{p}}entries WHERE name = lock_name;
+        IF expired > 0 THEN
+            {_DELETE_EXPIRED}
+            SET live = live - ROW_COUNT();
+        END IF;
         IF live = 0 THEN
             INSERT INTO {{p}}tokens () VALUES ();
             SET granted = LAST_INSERT_ID();
@@ -229,17 +242,25 @@ _CREATE = (
     BEGIN
         DECLARE removed BOOLEAN DEFAULT FALSE;
         DECLARE handed_to BIGINT UNSIGNED;
-        DECLARE others_wait BOOLEAN;
+        DECLARE others_wait BOOLEAN DEFAULT FALSE;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
-        SELECT token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) INTO removed
-            FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
-        DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
-        CALL {{p}}hand_off(lock_name, handed_to, others_wait);
+        DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner
+            AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6);
+        SET removed = ROW_COUNT() > 0;
+        IF NOT removed THEN
+            DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
+        END IF;
+        -- a name left with no entry needs no hand-off, only its row deleted
+        IF EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
+            CALL {{p}}hand_off(lock_name, handed_to, others_wait);
+        ELSE
+            DELETE FROM {{p}}names WHERE name = lock_name;
+        END IF;
         COMMIT;
         IF handed_to IS NOT NULL THEN
             CALL {{p}}ring(handed_to);
@@ -262,7 +283,7 @@ _CREATE = (
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
-        DELETE FROM {{p}}entries WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+        {_DELETE_EXPIRED}
         SELECT COUNT(*) INTO evicted FROM {{p}}entries
             WHERE name = lock_name AND token IS NOT NULL;
         INSERT INTO {{p}}evictions (name, owner, note, expires_at)
@@ -291,6 +312,45 @@ _CREATE = (
         IF target IS NOT NULL THEN
             KILL QUERY target;
         END IF;
+    END""",
+    # Upkeep: up to "most" expired entries and eviction notes of any names deleted, oldest
+    # first. It takes only rows no other transaction has locked (SKIP LOCKED), and deletes
+    # each by its primary key: it never waits for a transaction on a name, so none can wait
+    # for it in turn (a deadlock); what it skips, the name's own next grant deletes. The
+    # last object made, so that its presence says every other one is there.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}sweep(IN most INT)
+    SQL SECURITY INVOKER
+    BEGIN
+        DECLARE done BOOLEAN DEFAULT FALSE;
+        DECLARE expired_seq BIGINT UNSIGNED;
+        DECLARE noted_name {_NAME};
+        DECLARE noted_owner CHAR(40);
+        DECLARE expired_entries CURSOR FOR
+            SELECT seq FROM {{p}}entries WHERE expires_at <= UTC_TIMESTAMP(6)
+            ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
+        DECLARE expired_notes CURSOR FOR
+            SELECT name, owner FROM {{p}}evictions WHERE expires_at <= UTC_TIMESTAMP(6)
+            ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET done = TRUE;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        OPEN expired_entries;
+        entries: LOOP
+            FETCH expired_entries INTO expired_seq;
+            IF done THEN LEAVE entries; END IF;
+            DELETE FROM {{p}}entries WHERE seq = expired_seq;
+        END LOOP;
+        CLOSE expired_entries;
+        SET done = FALSE;
+        OPEN expired_notes;
+        notes: LOOP
+            FETCH expired_notes INTO noted_name, noted_owner;
+            IF done THEN LEAVE notes; END IF;
+            DELETE FROM {{p}}evictions WHERE name = noted_name AND owner = noted_owner;
+        END LOOP;
+        CLOSE expired_notes;
+        COMMIT;
     END""",
 )
 
@@ -330,7 +390,6 @@ _STATEMENTS = {
     "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq <= %s",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
-    "isolation": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
     "begin": "START TRANSACTION",
     "commit": "COMMIT",
     "lock_name": "INSERT INTO {p}names (name) VALUES (%s) ON DUPLICATE KEY UPDATE name = name",
@@ -369,10 +428,9 @@ _STATEMENTS = {
     "evicted": "SELECT note FROM {p}evictions WHERE name = %s AND owner = %s "
     "AND expires_at > UTC_TIMESTAMP(6)",
     # -- upkeep -------------------------------------------------------------------------------
-    "sweep_entries": "DELETE FROM {p}entries WHERE expires_at <= UTC_TIMESTAMP(6) "
-    "ORDER BY expires_at LIMIT %s",
-    "sweep_evictions": "DELETE FROM {p}evictions WHERE expires_at <= UTC_TIMESTAMP(6) "
-    "ORDER BY expires_at LIMIT %s",
+    "sweep": "CALL {p}sweep(%s)",
+    # Galera (MariaDB, Percona XtraDB Cluster): no rows where the variable does not exist
+    "cluster": "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'",
     # clients racing to make the tables take turns (a name of 64 characters at most)
     "schema_lock": "SELECT GET_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
     "'.', %s))), 64), %s)",

@@ -302,11 +302,14 @@ _STATEMENTS = {
     "FROM {s}.tumbler_entries WHERE expires_at > clock_timestamp() "
     "AND (%(name)s::text IS NULL OR name = %(name)s) ORDER BY name, seq",
     # -- upkeep -------------------------------------------------------------------------------
+    # only rows no other transaction has locked: a sweep never waits for a transaction on a
+    # name, so none can wait for it in turn (a deadlock); the name's next grant deletes the rest
     "sweep_entries": "DELETE FROM {s}.tumbler_entries WHERE seq IN (SELECT seq FROM "
-    "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() LIMIT %s)",
+    "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() LIMIT %s "
+    "FOR UPDATE SKIP LOCKED)",
     "sweep_evictions": "DELETE FROM {s}.tumbler_evictions WHERE (name, owner) IN "
     "(SELECT name, owner FROM {s}.tumbler_evictions "
-    "WHERE expires_at <= clock_timestamp() LIMIT %s)",
+    "WHERE expires_at <= clock_timestamp() LIMIT %s FOR UPDATE SKIP LOCKED)",
 }
 
 

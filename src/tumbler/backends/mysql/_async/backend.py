@@ -19,7 +19,7 @@ import pymysql
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, ConfigurationError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit.handoffs import HandOffs
@@ -49,9 +49,40 @@ _INTERRUPTED = 1317
 _REFUSED_NOW = frozenset({2002, 2003, 1040, 1053})
 
 
+#: InnoDB rolled the statement's transaction back to break a deadlock
+_DEADLOCK = 1213
+#: how many times a transaction is run before its deadlocks are the caller's error
+_DEADLOCK_TRIES = 5
+
+
 def _code(error: BaseException) -> int:
     args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else 0
+
+
+def _answered(error: BaseException) -> bool:
+    """Whether the server answered the statement that failed with ``error`` (so nothing of
+    it still runs there)."""
+    return (
+        isinstance(error, pymysql.Error)
+        and not isinstance(error, NoReply)
+        and _code(error) not in _LOST
+    )
+
+
+async def _transaction(run: Callable[[], Awaitable[T]]) -> T:
+    """``run()``, one whole transaction (a procedure's, or one the client began and ends),
+    run again when InnoDB rolled it back to break a deadlock: nothing of it was kept, and
+    InnoDB's own advice is to run it again. Names take turns on their row in ``names``, so
+    what is left to deadlock is rare (two transactions meeting on an index's pages)."""
+    for attempt in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            return await run()
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _DEADLOCK or attempt == _DEADLOCK_TRIES:
+                raise
+            _log.debug("a deadlock rolled a transaction back: running it again")
+    raise AssertionError("unreachable")
 
 
 class AsyncPool:
@@ -64,6 +95,8 @@ class AsyncPool:
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._slots = AsyncSlots(config.max_connections, config.socket_timeout, NoConnection)
+        #: server thread ids of connections given up while a statement may still run there
+        self._abandoned: list[int] = []
         self._closed = False
 
     async def connect(self) -> Any:
@@ -93,8 +126,13 @@ class AsyncPool:
                 if connection is None:
                     connection = await self.connect()
                 try:
+                    if self._abandoned:
+                        await self._kill_abandoned(connection)
                     yield connection
                 except BaseException as error:
+                    if not _answered(error):
+                        with contextlib.suppress(Exception):
+                            self._abandoned.append(int(connection.thread_id()))
                     await aclose_connection(connection)
                     if isinstance(error, pymysql.err.OperationalError):
                         await self._drop_idle()  # a restart closed them all
@@ -110,6 +148,25 @@ class AsyncPool:
                 "the client makes more calls at once than max_connections (in the URL) allows",
                 backend=self._config.url,
             ) from None
+
+    async def _kill_abandoned(self, connection: Any) -> None:
+        """End the connections calls gave up on (a cancellation, no reply in time, a lost
+        connection), before this call runs. The server runs a statement to its end also when
+        its client has hung up: a grant a caller gave up on, then withdrew, could otherwise
+        land after the withdrawal and hold the lock for a whole lease. Once killed, such a
+        statement has either taken the name's row (and whatever runs next on the name waits
+        for it) or never will."""
+        with self._lock:
+            abandoned, self._abandoned = self._abandoned, []
+        async with connection.cursor() as cursor:
+            for thread in abandoned:
+                try:
+                    await cursor.execute("KILL CONNECTION %s", (thread,))
+                except pymysql.Error as error:
+                    if _code(error) in _LOST:
+                        raise
+                    # gone already (1094), or not ours to end
+                    _log.debug("could not end connection %s: %s", thread, error)
 
     async def _idle_connection(self) -> Any:
         """An idle connection the server has not closed, if there is one. One it closed
@@ -333,7 +390,24 @@ class AsyncMySQLBackend:
         """Connect, and make the tables and procedures if one is missing (clients racing to
         make them take turns on a named lock)."""
         with translate_errors(self.url):
-            await self.pool.run(self.make_tables, idempotent=True)
+            await self.pool.run(self.set_up, idempotent=True)
+
+    async def set_up(self, connection: Any) -> bool:
+        """Check that the server is one this backend's promises hold on, then make the tables
+        and procedures if one is missing; whether it made them."""
+        async with connection.cursor() as cursor:
+            await cursor.execute(self.sql["cluster"])
+            settings = {name.lower(): str(value).upper() for name, value in await cursor.fetchall()}
+        if settings.get("wsrep_on") == "ON":
+            raise ConfigurationError(
+                "this MySQL server is a node of a Galera cluster (wsrep_on=ON), which the "
+                "backend refuses: a node grants on what it has applied, and a grant another "
+                "node certified but this one has not applied yet is not seen, nor does a "
+                "release wake waiters on other nodes; point the URL at a server outside the "
+                "cluster",
+                backend=self.url,
+            )
+        return await self.make_tables(connection)
 
     async def make_tables(self, connection: Any) -> bool:
         """Make the tables and procedures if one is missing; whether it did."""
@@ -354,7 +428,7 @@ class AsyncMySQLBackend:
         return True
 
     async def _tables_exist(self, connection: Any) -> bool:
-        row = await _one_row(connection, self.sql["exists"], (f"{self.config.prefix}release",))
+        row = await _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
         return bool(row[0])
 
     # -- grants ----------------------------------------------------------------------------
@@ -380,25 +454,24 @@ class AsyncMySQLBackend:
         waiter = self._waiter_terms(request, stamp)
 
         async def grant(connection: Any) -> tuple[int, float] | None:
-            token, left, undecided = await _one_row(
-                connection,
-                self.sql["grant"],
-                (
-                    request.name,
-                    owner,
-                    request.shared,
-                    request.limit,
-                    request.fair,
-                    request.ttl,
-                    request.holder,
-                    request.queue,
-                    waiter["ttl"],
-                    waiter["client"],
-                    stamp,
-                ),
+            arguments = (
+                request.name,
+                owner,
+                request.shared,
+                request.limit,
+                request.fair,
+                request.ttl,
+                request.holder,
+                request.queue,
+                waiter["ttl"],
+                waiter["client"],
+                stamp,
+            )
+            token, left, undecided = await _transaction(
+                lambda: _one_row(connection, self.sql["grant"], arguments)
             )
             if undecided:
-                return await self._decide(connection, request, owner, waiter)
+                return await _transaction(lambda: self._decide(connection, request, owner, waiter))
             return None if token is None else (int(token), float(left))
 
         with translate_errors(self.url, request.name):
@@ -412,9 +485,7 @@ class AsyncMySQLBackend:
         return Grant(request.name, request.owner, token, left)
 
     async def _sweep(self, connection: Any) -> None:
-        async with connection.cursor() as cursor:
-            await cursor.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
-            await cursor.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+        await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
 
     async def _decide(
         self, connection: Any, request: GrantRequest, owner: str, waiter: dict[str, Any]
@@ -423,7 +494,6 @@ class AsyncMySQLBackend:
         token and the lease left of a grant; None if none."""
         sql = self.sql
         async with connection.cursor() as cursor:
-            await cursor.execute(sql["isolation"])
             await cursor.execute(sql["begin"])
             try:
                 await cursor.execute(sql["lock_name"], (request.name,))
@@ -515,8 +585,8 @@ class AsyncMySQLBackend:
         self.wakeups.handoffs.forget(name, owner)
 
         async def remove(connection: Any) -> bool:
-            removed, others_wait = await _one_row(
-                connection, self.sql["release"], (name, owner_hash(owner))
+            removed, others_wait = await _transaction(
+                lambda: _one_row(connection, self.sql["release"], (name, owner_hash(owner)))
             )
             if others_wait and self.config.ring:
                 await self._wake(connection, name)
@@ -579,8 +649,8 @@ class AsyncMySQLBackend:
 
     async def force_release(self, name: str, note: str) -> int:
         async def force(connection: Any) -> int:
-            evicted, others_wait = await _one_row(
-                connection, self.sql["force_release"], (name, note, NOTE_GRACE)
+            evicted, others_wait = await _transaction(
+                lambda: _one_row(connection, self.sql["force_release"], (name, note, NOTE_GRACE))
             )
             if others_wait and self.config.ring:
                 await self._wake(connection, name)
