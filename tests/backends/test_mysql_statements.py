@@ -7,7 +7,8 @@
   that client a wake-up with the hand-off terms, interrupts its listener's sleep, and leaves
   no row of a name nobody holds or waits for; a waiter whose client does not listen is not
   handed the lock.
-- The listener's sleep loses no wake-up: one left before it starts ends it at once.
+- The listener's wait loses no wake-up: one left before it starts ends it at once; it ends
+  at once, saying so, when the doorbell's holder is gone.
 - Tokens keep increasing after every row of every name is gone.
 - Upkeep never waits on a transaction on a name: a sweep skips the rows one holds, and a
   grant deletes its own name's expired rows without touching another name's.
@@ -167,24 +168,29 @@ _TOKENS = iter(range(10**12, 10**13))
 
 
 class Listener:
-    """A client's listening connection: it holds the client's listener lock and sleeps."""
+    """A client's listening connection: it holds the client's listener lock and waits for
+    the client's doorbell, which a second connection holds."""
 
     def __init__(self, server: MariaDBServer, statements: Statements, key: int) -> None:
+        self.doorbell = connect(server)
         self.connection = connect(server)
         self.cursor = self.connection.cursor()
         self.statements = statements
         self.key = key
+        with self.doorbell.cursor() as holder:
+            assert call(holder, statements["doorbell"], key) == (1,)
         assert call(self.cursor, statements["listen"], key) == (1,)
 
     def sleep(self, seconds: float) -> str:
-        """'woken' (interrupted), 'pending' (a wake-up was there) or 'slept'."""
+        """'woken' (interrupted), 'pending' (a wake-up was there), 'slept', or 'rang out'
+        (the doorbell's holder is gone)."""
         try:
-            (slept,) = call(self.cursor, self.statements["sleep"], self.key, seconds)
+            (slept,) = call(self.cursor, self.statements["sleep"], self.key, self.key, seconds)
         except pymysql.err.OperationalError as error:
             if error.args[0] != 1317:  # query execution was interrupted: the ring
                 raise
             return "woken"
-        return {2: "pending", 1: "woken"}.get(slept, "slept")
+        return {None: "woken", 0: "slept", 1: "rang out", 2: "pending"}[slept]
 
     def wakeups(self) -> list[bytes]:
         self.cursor.execute(self.statements["wakeups"], (self.key,))
@@ -192,6 +198,7 @@ class Listener:
 
     def close(self) -> None:
         self.connection.close()
+        self.doorbell.close()
 
 
 def test_a_release_hands_the_lock_over_and_wakes_the_waiters_listener(
@@ -240,7 +247,7 @@ def test_a_release_hands_the_lock_over_and_wakes_the_waiters_listener(
 def _sleeping(cursor: Any, listener: Listener) -> bool:
     cursor.execute(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s AND INFO LIKE %s",
-        (listener.connection.thread_id(), "%SLEEP%"),
+        (listener.connection.thread_id(), "%tumbler-doorbell-%"),
     )
     row = cursor.fetchone()
     return bool(row and row[0])
@@ -374,3 +381,17 @@ def test_a_grant_deletes_its_names_expired_rows_without_waiting_on_other_names(
     assert not undecided
     assert len(_seqs(cursor, statements, mine)) == 1  # the grant's own; the expired one gone
     assert _seqs(cursor, statements, other) == {held}
+
+
+def test_the_wait_ends_at_once_when_the_doorbells_holder_is_gone(
+    mariadb_server: MariaDBServer, statements: Statements
+) -> None:
+    """The listener's wait is for a named lock another connection holds: once that one is
+    gone the wait would take the lock and end at once, every time, so it says so."""
+    listener = Listener(mariadb_server, statements, LISTENER + 3)
+    try:
+        assert listener.sleep(0.01) == "slept"
+        listener.doorbell.close()
+        assert listener.sleep(PATIENCE) == "rang out"
+    finally:
+        listener.connection.close()

@@ -30,9 +30,10 @@ What it guarantees
 
 Waking waiters
     MySQL has no ``LISTEN``/``NOTIFY``. Each client keeps one listening connection, which
-    holds the client's listener lock (``GET_LOCK``) and waits in ``SLEEP``, for at most the
-    re-check interval. A release that hands the lock to a waiter, or lets one through, leaves
-    a wake-up row for the waiter's client and interrupts that sleep (``KILL QUERY`` of the
+    holds the client's listener lock (``GET_LOCK``) and waits for the client's doorbell, a
+    named lock that a second connection of the client holds, for at most the re-check
+    interval. A release that hands the lock to a waiter, or lets one through, leaves
+    a wake-up row for the waiter's client and interrupts that wait (``KILL QUERY`` of the
     connection that holds the listener lock); the listener reads its wake-ups and wakes just
     those waiters. ``KILL QUERY`` of another connection is allowed to its own database user
     (or to one with ``CONNECTION ADMIN``): clients of one deployment that log in as different

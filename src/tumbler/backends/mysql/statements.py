@@ -299,10 +299,10 @@ _CREATE = (
         END IF;
         SELECT evicted, others_wait;
     END""",
-    # Wake a client's listener: it waits in {p}sleep, which this interrupts (KILL QUERY of
-    # the connection that holds the client's listener lock). A client that is not listening,
-    # or one this account may not interrupt (another database user, without CONNECTION
-    # ADMIN), is not woken: it finds its wake-ups at its next re-check.
+    # Wake a client's listener: it waits for its doorbell ("sleep"), which this interrupts
+    # (KILL QUERY of the connection that holds the client's listener lock). A client that is
+    # not listening, or one this account may not interrupt (another database user, without
+    # CONNECTION ADMIN), is not woken: it finds its wake-ups at its next re-check.
     """CREATE PROCEDURE IF NOT EXISTS {p}ring(IN listener BIGINT UNSIGNED)
     SQL SECURITY INVOKER
     BEGIN
@@ -381,13 +381,22 @@ _STATEMENTS = {
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
     "listen": "SELECT GET_LOCK(CONCAT('tumbler-listener-', %s), 0)",
+    # the client's doorbell, held by a connection of its own that does nothing else
+    "doorbell": "SELECT GET_LOCK(CONCAT('tumbler-doorbell-', %s), 0)",
     # Waits up to the given seconds unless a wake-up for the client is there already (then
-    # 2). One statement, so that no wake-up is lost: a ring that comes while it runs
-    # interrupts it (MariaDB: error 1317; MySQL: SLEEP returns 1), and one that came before
-    # it started left its row, which it sees.
-    "sleep": "SELECT IF(EXISTS (SELECT 1 FROM {p}wakeups WHERE client = %s), 2, SLEEP(%s))",
+    # 2): for the doorbell, which its holder keeps, so the wait ends by its timeout (0), a
+    # ring (NULL: KILL QUERY ends a GET_LOCK's wait), or the holder's end (1: the listener
+    # took the doorbell). One statement, so that no wake-up is lost: a ring that comes while
+    # it runs interrupts it, and one that came before it started left its row, which it
+    # sees. Not SLEEP: a KILL QUERY that meets a thread entering SLEEP() can stall both for
+    # seconds on MariaDB (SLEEP waits on one mutex all sleepers share), a named lock's wait
+    # is the thread's own.
+    "sleep": "SELECT IF(EXISTS (SELECT 1 FROM {p}wakeups WHERE client = %s), 2, "
+    "GET_LOCK(CONCAT('tumbler-doorbell-', %s), %s))",
     "wakeups": "SELECT seq, message FROM {p}wakeups WHERE client = %s ORDER BY seq",
-    "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq <= %s",
+    # the ones read, by their seq (one committed meanwhile with a lower seq is kept): "seqs"
+    # is a placeholder for each
+    "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq IN ({seqs})",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
     "begin": "START TRANSACTION",

@@ -232,9 +232,10 @@ def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
 
 
 class Wakeups:
-    """The client's one listening connection: it holds the client's listener lock and
-    sleeps, and a release that wakes one of this client's waiters leaves a wake-up row and
-    interrupts the sleep (see ``statements``). The reader reads its wake-ups, keeps the
+    """The client's one listening connection: it holds the client's listener lock and waits
+    for the client's doorbell, which a second connection holds, and a release that wakes one
+    of this client's waiters leaves a wake-up row and interrupts that wait (see
+    ``statements``). The reader reads its wake-ups, keeps the
     grants handed over, and wakes just those waiters; after a failure it connects again
     (with a backoff) and then wakes every waiter, since a ring may have been missed."""
 
@@ -271,13 +272,17 @@ class Wakeups:
         backend = self._backend
         sql = backend.sql
         limit = backend.config.socket_timeout
-        # each sleep ends well within socket_timeout, which the blocking driver applies to
-        # every read, the sleep's too
+        # each wait ends well within socket_timeout, which the blocking driver applies to
+        # every read, the wait's too
         nap = min(backend.capabilities.recheck_interval, limit / 2)
         failures = 0
         while not self._closed:
             connection: Any = None
+            doorbell: Any = None
             try:
+                doorbell = backend.pool.connect()
+                if bounded(_one_row(doorbell, sql["doorbell"], (self.key,)), limit) != (1,):
+                    raise pymysql.err.OperationalError(0, "the doorbell is taken")
                 connection = backend.pool.connect()
                 if bounded(_one_row(connection, sql["listen"], (self.key,)), limit) != (1,):
                     raise pymysql.err.OperationalError(0, "the listener lock is taken")
@@ -288,10 +293,16 @@ class Wakeups:
                 failures = 0
                 while not self._closed:
                     try:
-                        bounded(_one_row(connection, sql["sleep"], (self.key, nap)), nap + limit)
+                        (waited,) = bounded(
+                            _one_row(connection, sql["sleep"], (self.key, self.key, nap)),
+                            nap + limit,
+                        )
                     except pymysql.err.OperationalError as error:
                         if _code(error) != _INTERRUPTED:
                             raise
+                    else:
+                        if waited == 1:  # its holder is gone: the listener has the doorbell
+                            raise pymysql.err.OperationalError(0, "the doorbell's holder left")
                     self._deliver(connection, limit)
             except Exception as error:  # the reader must outlive any failure but close()
                 self._listening.clear()
@@ -301,24 +312,44 @@ class Wakeups:
                 _log.warning("MySQL wake-up connection failed (waiters re-check): %s", error)
                 self._stop.wait(min(1.0, 0.05 * 2**failures))
             finally:
-                if connection is not None:
-                    close_connection(connection)
+                for opened in (connection, doorbell):
+                    if opened is not None:
+                        close_connection(opened)
 
     def _deliver(self, connection: Any, limit: float) -> None:
-        """Read this client's wake-ups, forget them, and wake their waiters."""
+        """Read this client's wake-ups, wake their waiters, then forget those read (the
+        deletion's commit waits for the disk: not before the waiters are woken). A ring that
+        interrupts a statement here (``KILL QUERY`` ends whatever the listener runs) left a
+        row that the next wait finds at once: a read it cut short is dropped, a deletion
+        run again (a wake-up read twice would hand a grant over twice)."""
         sql = self._backend.sql
 
-        def read() -> list[Any]:
+        def run(statement: str, args: Sequence[Any]) -> list[Any]:
             with connection.cursor() as cursor:
-                cursor.execute(sql["wakeups"], (self.key,))
-                rows = list(cursor.fetchall())
-                if rows:
-                    cursor.execute(sql["read_wakeups"], (self.key, rows[-1][0]))
-            return rows
+                bounded(cursor.execute(statement, args), limit)
+                return list(cursor.fetchall())
 
-        for _, message in bounded(read(), limit):
+        try:
+            rows = run(sql["wakeups"], (self.key,))
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _INTERRUPTED:
+                raise
+            return
+        for _, message in rows:
             text = message.decode() if isinstance(message, bytes) else str(message)
             self.handoffs.deliver(text, self._backend.hub)
+        if not rows:
+            return
+        forget = sql["read_wakeups"].format(seqs=", ".join(["%s"] * len(rows)))
+        read = [self.key, *(seq for seq, _ in rows)]
+        while True:
+            try:
+                run(forget, read)
+            except pymysql.err.OperationalError as error:
+                if _code(error) != _INTERRUPTED:
+                    raise
+                continue
+            return
 
     def close(self) -> None:
         with self._lock:
@@ -327,7 +358,7 @@ class Wakeups:
         self._stop.set_threadsafe()
         if reader is None:
             return
-        # end the reader's sleep now rather than at its end
+        # end the reader's wait now rather than at its end
         with contextlib.suppress(pymysql.Error, BackendUnavailable, OSError):
             sql = self._backend.sql
 
