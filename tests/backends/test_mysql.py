@@ -30,7 +30,7 @@ from tumbler.backends.mysql.server import (
 )
 from tumbler.cli import main
 from tumbler.demo import run_demo
-from tumbler.errors import BackendUnavailable, ConfigurationError
+from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 
 from .test_postgresql import held_across_restart
@@ -367,3 +367,16 @@ def test_a_galera_node_is_refused_with_the_reason(galera_node: MariaDBServer) ->
             (TUMBLER_DATABASE,),
         )
         assert cursor.fetchone() == (0,)
+
+
+def test_a_wrong_password_is_refused_without_showing_it(
+    mariadb_server: MariaDBServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = "not-the-Passw0rd"
+    url = mariadb_server.url_for(TUMBLER_USER, wrong)
+    with pytest.raises(PermissionDenied) as refused:
+        tumbler.connect(url)
+    assert wrong not in str(refused.value)
+    assert main(["init", url]) == 77
+    shown = capsys.readouterr()
+    assert wrong not in shown.out + shown.err
