@@ -21,7 +21,7 @@ import pytest
 
 import tumbler
 import tumbler.aio
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -32,6 +32,7 @@ from tumbler.cli import main
 from tumbler.demo import run_demo
 from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
+from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import held_across_restart
 
@@ -380,3 +381,66 @@ def test_a_wrong_password_is_refused_without_showing_it(
     assert main(["init", url]) == 77
     shown = capsys.readouterr()
     assert wrong not in shown.out + shown.err
+
+
+def _proxied_url(server: MariaDBServer, proxy: FaultProxy, prefix: str) -> str:
+    return (
+        server.url.replace(f"{server.host}:{server.port}", f"127.0.0.1:{proxy.port}")
+        + f"?table_prefix={prefix}&socket_timeout=1.5&lock_timeout=1&connect_timeout=2"
+    )
+
+
+@pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
+def test_every_call_gives_up_when_the_network_drops_replies(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"p{uuid.uuid4().hex[:8]}_"
+    with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        locks = tumbler.connect(_proxied_url(mariadb_server, proxy, prefix))
+        try:
+            backend = locks._backend
+            held = backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")  # requests reach the server; its replies are lost
+            # each raises within its bound instead of waiting for the lost reply for ever
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    call()
+            proxy.heal()
+            # nothing left behind trips the next calls (the server may have run what the lost
+            # replies answered: the release, say; the calls given up on are ended first)
+            assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert backend.release("dropped", "holder") in (True, False)  # it may have gone
+            again = backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+            assert len(backend.inspect("dropped").holders) == 1
+        finally:
+            locks.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_listening_connection_that_goes_silent_is_replaced(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """The listener's wait ends within socket_timeout: when the network drops its replies
+    it gives the connection up, and listens again once the server can be reached."""
+    prefix = f"s{uuid.uuid4().hex[:8]}_"
+    with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        locks = tumbler.connect(_proxied_url(mariadb_server, proxy, prefix))
+        backend = locks._backend
+        try:
+            with backend.watch("silent", "waiter"):  # starts listening
+                assert backend.wakeups.subscribed()
+                proxy.drop("downstream")
+                eventually(lambda: not backend.wakeups.subscribed(), "it gives the connection up")
+                proxy.heal()
+                eventually(backend.wakeups.subscribed, "it listens again")
+        finally:
+            locks.close()
