@@ -21,7 +21,7 @@ import pytest
 
 import tumbler
 import tumbler.aio
-from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.contract import GrantRequest
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -34,7 +34,11 @@ from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDen
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.torture.proxy import FaultProxy
 
-from .test_postgresql import held_across_restart
+from .test_postgresql import (
+    a_silent_listener_is_replaced,
+    every_call_gives_up_when_replies_are_dropped,
+    held_across_restart,
+)
 
 
 def _request(name: str, owner: str) -> GrantRequest:
@@ -398,29 +402,7 @@ def test_every_call_gives_up_when_the_network_drops_replies(
     with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
         locks = tumbler.connect(_proxied_url(mariadb_server, proxy, prefix))
         try:
-            backend = locks._backend
-            held = backend.try_grant(_request("dropped", "holder"))
-            assert held is not None
-            renewal = Renewal("dropped", "holder", 30.0)
-            proxy.drop("downstream")  # requests reach the server; its replies are lost
-            # each raises within its bound instead of waiting for the lost reply for ever
-            for call in (
-                lambda: backend.try_grant(_request("dropped", "other")),
-                lambda: backend.release("dropped", "holder"),
-                lambda: backend.inspect("dropped"),
-                lambda: backend.renew_all([renewal], 0.5),
-            ):
-                with pytest.raises(BackendUnavailable):
-                    call()
-            proxy.heal()
-            # nothing left behind trips the next calls (the server may have run what the lost
-            # replies answered: the release, say; the calls given up on are ended first)
-            assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
-            assert backend.release("dropped", "holder") in (True, False)  # it may have gone
-            again = backend.try_grant(_request("dropped", "other"))
-            assert again is not None
-            assert again.token > held.token
-            assert len(backend.inspect("dropped").holders) == 1
+            every_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
         finally:
             locks.close()
 
@@ -434,13 +416,7 @@ def test_a_listening_connection_that_goes_silent_is_replaced(
     prefix = f"s{uuid.uuid4().hex[:8]}_"
     with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
         locks = tumbler.connect(_proxied_url(mariadb_server, proxy, prefix))
-        backend = locks._backend
         try:
-            with backend.watch("silent", "waiter"):  # starts listening
-                assert backend.wakeups.subscribed()
-                proxy.drop("downstream")
-                eventually(lambda: not backend.wakeups.subscribed(), "it gives the connection up")
-                proxy.heal()
-                eventually(backend.wakeups.subscribed, "it listens again")
+            a_silent_listener_is_replaced(locks._backend, proxy)
         finally:
             locks.close()

@@ -134,14 +134,20 @@ def test_a_listening_connection_that_goes_silent_is_replaced(
     with FaultProxy((server.host, server.port)) as proxy:
         backend = open_sync(parse_url(_proxied_url(server, proxy, schema)))
         try:
-            with backend.watch("silent", "waiter"):  # starts listening
-                assert backend.wakeups.subscribed()
-                proxy.drop("downstream")
-                eventually(lambda: not backend.wakeups.subscribed(), "it gives the connection up")
-                proxy.heal()
-                eventually(backend.wakeups.subscribed, "it listens again")
+            a_silent_listener_is_replaced(backend, proxy)
         finally:
             backend.close()
+
+
+def a_silent_listener_is_replaced(backend: Any, proxy: FaultProxy) -> None:
+    """The case of a blocking backend reached through ``proxy`` that listens for wake-ups on
+    a connection of its own, shared by the SQL backends."""
+    with backend.watch("silent", "waiter"):  # starts listening
+        assert backend.wakeups.subscribed()
+        proxy.drop("downstream")
+        eventually(lambda: not backend.wakeups.subscribed(), "it gives the connection up")
+        proxy.heal()
+        eventually(backend.wakeups.subscribed, "it listens again")
 
 
 @pytest.mark.asyncio
@@ -454,31 +460,35 @@ def test_every_call_gives_up_when_the_network_drops_replies(
     with FaultProxy((server.host, server.port)) as proxy:
         locks = tumbler.connect(_proxied_url(server, proxy, schema))
         try:
-            backend = locks._backend
-            held = backend.try_grant(_request("dropped", "holder"))
-            assert held is not None
-            renewal = Renewal("dropped", "holder", 30.0)
-            proxy.drop("downstream")  # requests reach the server; its replies are lost
-            # each raises within its bound instead of waiting for the lost reply for ever
-            for call in (
-                lambda: backend.try_grant(_request("dropped", "other")),
-                lambda: backend.release("dropped", "holder"),
-                lambda: backend.inspect("dropped"),
-                lambda: backend.renew_all([renewal], 0.5),
-            ):
-                with pytest.raises(BackendUnavailable):
-                    call()
-            proxy.heal()
-            # nothing left behind trips the next calls
-            # (the server may have run what the lost replies answered: the release, say)
-            assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
-            assert backend.release("dropped", "holder") in (True, False)  # it may have gone
-            again = backend.try_grant(_request("dropped", "other"))
-            assert again is not None
-            assert again.token > held.token
-            assert len(backend.inspect("dropped").holders) == 1
+            every_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
         finally:
             locks.close()
+
+
+def every_call_gives_up_when_replies_are_dropped(backend: Any, proxy: FaultProxy) -> None:
+    """The case of a blocking backend reached through ``proxy``, shared by the SQL backends."""
+    held = backend.try_grant(_request("dropped", "holder"))
+    assert held is not None
+    renewal = Renewal("dropped", "holder", 30.0)
+    proxy.drop("downstream")  # requests reach the server; its replies are lost
+    # each raises within its bound instead of waiting for the lost reply for ever
+    for call in (
+        lambda: backend.try_grant(_request("dropped", "other")),
+        lambda: backend.release("dropped", "holder"),
+        lambda: backend.inspect("dropped"),
+        lambda: backend.renew_all([renewal], 0.5),
+    ):
+        with pytest.raises(BackendUnavailable):
+            call()
+    proxy.heal()
+    # nothing left behind trips the next calls
+    # (the server may have run what the lost replies answered: the release, say)
+    assert backend.renew_all([renewal], 5.0) in ([30.0], [None])
+    assert backend.release("dropped", "holder") in (True, False)  # it may have gone
+    again = backend.try_grant(_request("dropped", "other"))
+    assert again is not None
+    assert again.token > held.token
+    assert len(backend.inspect("dropped").holders) == 1
 
 
 @pytest.mark.asyncio

@@ -24,6 +24,7 @@ version it is, overrides :meth:`StoreBench.request_count` and :meth:`StoreBench.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -46,6 +47,7 @@ __all__ = [
     "TumblerAsync",
     "TumblerSync",
     "store_bench",
+    "tooz_session",
 ]
 
 
@@ -190,6 +192,32 @@ class TimeoutLockSession:
     def close(self) -> None:
         """Close the peer's client."""
         self._close()
+
+
+class _ToozSession:
+    def __init__(self, coordinator: Any, lock: Any) -> None:
+        self._coordinator = coordinator
+        self._lock = lock
+
+    def acquire(self) -> None:
+        if not self._lock.acquire(blocking=True):
+            raise TimeoutError("tooz refused a blocking acquire")
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        self._coordinator.stop()
+
+
+def tooz_session(url: str, lock_name: str) -> SyncSession:
+    """tooz's lock ``lock_name`` on a coordinator of its own for the tooz URL ``url`` (a
+    member id of its own), taken with ``blocking=True``: tooz's locks take no timeout."""
+    from tooz import coordination
+
+    coordinator = coordination.get_coordinator(url, uuid.uuid4().hex.encode())
+    coordinator.start()
+    return _ToozSession(coordinator, coordinator.get_lock(lock_name.encode()))
 
 
 @dataclass(frozen=True)

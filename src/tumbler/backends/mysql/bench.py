@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...testing.bench import AsyncContender, AsyncSession, StoreBench, SyncContender, SyncSession
+from ...testing.bench import (
+    AsyncContender,
+    AsyncSession,
+    StoreBench,
+    SyncContender,
+    SyncSession,
+    tooz_session,
+)
 from ..descriptor import TestTarget
 
 __all__ = [
@@ -114,22 +121,6 @@ class MySQLGetLock(SyncContender):
         return _GetLockSession(_connect(self.url), lock_name, self.options.timeout)
 
 
-class _ToozSession:
-    def __init__(self, coordinator: Any, lock: Any) -> None:
-        self._coordinator = coordinator
-        self._lock = lock
-
-    def acquire(self) -> None:
-        if not self._lock.acquire(blocking=True):
-            raise TimeoutError("tooz refused a blocking acquire")
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def close(self) -> None:
-        self._coordinator.stop()
-
-
 @dataclass(frozen=True)
 class ToozMySQL(SyncContender):
     """tooz's MySQL driver."""
@@ -145,8 +136,6 @@ class ToozMySQL(SyncContender):
     )
 
     def open(self, lock_name: str) -> SyncSession:
-        from tooz import coordination
-
         config = _config(self.url)
         options = config.connect_options
         # tooz reads the user and password from the URL as written, and nothing of its query
@@ -154,9 +143,7 @@ class ToozMySQL(SyncContender):
             f"mysql://{options['user']}:{options['password']}@{options['host']}:"
             f"{options['port']}/{config.database}"
         )
-        coordinator = coordination.get_coordinator(url, uuid.uuid4().hex.encode())
-        coordinator.start()
-        return _ToozSession(coordinator, coordinator.get_lock(lock_name.encode()))
+        return tooz_session(url, lock_name)
 
 
 # -- the floor ------------------------------------------------------------------------------
