@@ -181,19 +181,23 @@ class Listener:
             assert call(holder, statements["doorbell"], key) == (1,)
         assert call(self.cursor, statements["listen"], key) == (1,)
 
-    def sleep(self, seconds: float) -> str:
-        """'woken' (interrupted), 'pending' (a wake-up was there), 'slept', or 'rang out'
-        (the doorbell's holder is gone)."""
+    def sleep(self, seconds: float, delivered: tuple[int, ...] = ()) -> str:
+        """'woken' (interrupted), 'pending' (a wake-up not ``delivered`` was there), 'slept',
+        or 'rang out' (the doorbell's holder is gone)."""
+        seqs = delivered or (0,)  # none delivered: the seq 0, which no wake-up has
+        statement = self.statements["sleep"].format(seqs=", ".join(["%s"] * len(seqs)))
         try:
-            (slept,) = call(self.cursor, self.statements["sleep"], self.key, self.key, seconds)
+            (slept,) = call(self.cursor, statement, self.key, *seqs, self.key, seconds)
         except pymysql.err.OperationalError as error:
             if error.args[0] != 1317:  # query execution was interrupted: the ring
                 raise
             return "woken"
         return {None: "woken", 0: "slept", 1: "rang out", 2: "pending"}[slept]
 
-    def wakeups(self) -> list[bytes]:
-        self.cursor.execute(self.statements["wakeups"], (self.key,))
+    def wakeups(self, delivered: tuple[int, ...] = ()) -> list[bytes]:
+        seqs = delivered or (0,)
+        statement = self.statements["wakeups"].format(seqs=", ".join(["%s"] * len(seqs)))
+        self.cursor.execute(statement, (self.key, *seqs))
         return [message for _, message in self.cursor.fetchall()]
 
     def close(self) -> None:
@@ -395,3 +399,23 @@ def test_the_wait_ends_at_once_when_the_doorbells_holder_is_gone(
         assert listener.sleep(PATIENCE) == "rang out"
     finally:
         listener.connection.close()
+
+
+def test_the_wait_and_the_read_pass_over_wake_ups_delivered(
+    mariadb_server: MariaDBServer, statements: Statements, cursor: Any
+) -> None:
+    """A listener deletes the wake-ups it delivered in batches: until then its wait and its
+    read pass over them, and see the others."""
+    listener = Listener(mariadb_server, statements, LISTENER + 4)
+    try:
+        add = f"INSERT INTO {statements.prefix}wakeups (client, message) VALUES (%s, %s)"
+        cursor.execute(add, (listener.key, "a stock"))
+        delivered = (int(cursor.lastrowid),)
+        assert listener.sleep(0.01) == "pending"
+        assert listener.sleep(0.01, delivered) == "slept"
+        assert listener.wakeups(delivered) == []
+        cursor.execute(add, (listener.key, "b stock"))
+        assert listener.sleep(PATIENCE, delivered) == "pending"
+        assert listener.wakeups(delivered) == [b"b stock"]
+    finally:
+        listener.close()

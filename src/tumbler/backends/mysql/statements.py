@@ -398,11 +398,14 @@ _STATEMENTS = {
     # sees. Not SLEEP: a KILL QUERY that meets a thread entering SLEEP() can stall both for
     # seconds on MariaDB (SLEEP waits on one mutex all sleepers share), a named lock's wait
     # is the thread's own.
-    "sleep": "SELECT IF(EXISTS (SELECT 1 FROM {p}wakeups WHERE client = %s), 2, "
-    "GET_LOCK(CONCAT('tumbler-doorbell-', %s), %s))",
-    "wakeups": "SELECT seq, message FROM {p}wakeups WHERE client = %s ORDER BY seq",
-    # the ones read, by their seq (one committed meanwhile with a lower seq is kept): "seqs"
-    # is a placeholder for each
+    # Wake-ups the listener has delivered are deleted in batches, not one by one (each
+    # deletion a commit that waits for the disk): until then the wait and the read pass over
+    # them. "seqs" is a placeholder for each delivered seq (or the seq 0, which none has).
+    "sleep": "SELECT IF(EXISTS (SELECT 1 FROM {p}wakeups WHERE client = %s "
+    "AND seq NOT IN ({seqs})), 2, GET_LOCK(CONCAT('tumbler-doorbell-', %s), %s))",
+    "wakeups": "SELECT seq, message FROM {p}wakeups WHERE client = %s "
+    "AND seq NOT IN ({seqs}) ORDER BY seq",
+    # the ones delivered, by their seq (one committed meanwhile with a lower seq is kept)
     "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq IN ({seqs})",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------

@@ -62,6 +62,15 @@ def _code(error: BaseException) -> int:
     return args[0] if args and isinstance(args[0], int) else 0
 
 
+#: delivered wake-ups a listener keeps before it deletes them, in one statement
+_WAKEUPS_KEPT = 32
+
+
+def _passing(statement: str, seqs: Sequence[int]) -> str:
+    """``statement`` with a placeholder for each of ``seqs``, or for one seq 0 if none."""
+    return statement.format(seqs=", ".join(["%s"] * max(1, len(seqs))))
+
+
 def _answered(error: BaseException) -> bool:
     """Whether the server answered the statement that failed with ``error`` (so nothing of
     it still runs there)."""
@@ -133,7 +142,7 @@ class Pool:
                     yield connection
                 except BaseException as error:
                     if not _answered(error):
-                        with contextlib.suppress(Exception):
+                        with contextlib.suppress(Exception), self._lock:
                             self._abandoned.append(int(connection.thread_id()))
                     close_connection(connection)
                     if isinstance(error, pymysql.err.OperationalError):
@@ -235,9 +244,9 @@ class Wakeups:
     """The client's one listening connection: it holds the client's listener lock and waits
     for the client's doorbell, which a second connection holds, and a release that wakes one
     of this client's waiters leaves a wake-up row and interrupts that wait (see
-    ``statements``). The reader reads its wake-ups, keeps the
-    grants handed over, and wakes just those waiters; after a failure it connects again
-    (with a backoff) and then wakes every waiter, since a ring may have been missed."""
+    ``statements``). The reader reads its wake-ups, keeps the grants handed over, and wakes
+    just those waiters; after a failure it connects again (with a backoff) and then wakes
+    every waiter, since a ring may have been missed."""
 
     def __init__(self, backend: MySQLBackend) -> None:
         self._backend = backend
@@ -291,19 +300,28 @@ class Wakeups:
                 if failures:
                     backend.hub.notify_all()  # something may have changed unheard
                 failures = 0
+                delivered: list[int] = []  # wake-ups delivered and not yet deleted
                 while not self._closed:
+                    waited = None
                     try:
                         (waited,) = bounded(
-                            _one_row(connection, sql["sleep"], (self.key, self.key, nap)),
+                            _one_row(
+                                connection,
+                                _passing(sql["sleep"], delivered),
+                                (self.key, *(delivered or [0]), self.key, nap),
+                            ),
                             nap + limit,
                         )
                     except pymysql.err.OperationalError as error:
                         if _code(error) != _INTERRUPTED:
                             raise
-                    else:
-                        if waited == 1:  # its holder is gone: the listener has the doorbell
-                            raise pymysql.err.OperationalError(0, "the doorbell's holder left")
-                    self._deliver(connection, limit)
+                    if waited == 1:  # its holder is gone: the listener has the doorbell
+                        raise pymysql.err.OperationalError(0, "the doorbell's holder left")
+                    delivered += self._deliver(connection, limit, delivered)
+                    # deleted when the batch is full, or while nothing else is to be done
+                    if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
+                        self._forget(connection, limit, delivered)
+                        delivered = []
             except Exception as error:  # the reader must outlive any failure but close()
                 self._listening.clear()
                 if self._closed:
@@ -316,35 +334,32 @@ class Wakeups:
                     if opened is not None:
                         close_connection(opened)
 
-    def _deliver(self, connection: Any, limit: float) -> None:
-        """Read this client's wake-ups, wake their waiters, then forget those read (the
-        deletion's commit waits for the disk: not before the waiters are woken). A ring that
-        interrupts a statement here (``KILL QUERY`` ends whatever the listener runs) left a
-        row that the next wait finds at once: a read it cut short is dropped, a deletion
-        run again (a wake-up read twice would hand a grant over twice)."""
-        sql = self._backend.sql
-
-        def run(statement: str, args: Sequence[Any]) -> list[Any]:
-            with connection.cursor() as cursor:
-                bounded(cursor.execute(statement, args), limit)
-                return list(cursor.fetchall())
-
+    def _deliver(self, connection: Any, limit: float, delivered: list[int]) -> list[int]:
+        """Read this client's wake-ups (but those ``delivered`` already), wake their waiters,
+        and return their seqs. A ring that interrupts the read (``KILL QUERY`` ends whatever
+        the listener runs) left a row that the next wait finds at once: the read is dropped."""
         try:
-            rows = run(sql["wakeups"], (self.key,))
+            with connection.cursor() as cursor:
+                statement = _passing(self._backend.sql["wakeups"], delivered)
+                bounded(cursor.execute(statement, (self.key, *(delivered or [0]))), limit)
+                rows = list(cursor.fetchall())
         except pymysql.err.OperationalError as error:
             if _code(error) != _INTERRUPTED:
                 raise
-            return
+            return []
         for _, message in rows:
             text = message.decode() if isinstance(message, bytes) else str(message)
             self.handoffs.deliver(text, self._backend.hub)
-        if not rows:
-            return
-        forget = sql["read_wakeups"].format(seqs=", ".join(["%s"] * len(rows)))
-        read = [self.key, *(seq for seq, _ in rows)]
+        return [int(seq) for seq, _ in rows]
+
+    def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
+        """Delete the wake-ups ``delivered``, run again when a ring interrupts it (a wake-up
+        read twice would hand a grant over twice)."""
+        statement = _passing(self._backend.sql["read_wakeups"], delivered)
         while True:
             try:
-                run(forget, read)
+                with connection.cursor() as cursor:
+                    bounded(cursor.execute(statement, (self.key, *delivered)), limit)
             except pymysql.err.OperationalError as error:
                 if _code(error) != _INTERRUPTED:
                     raise
