@@ -10,7 +10,10 @@ start-up time) is here once. Needs mirakuru (the ``testing`` extra).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, TypeVar
 
 from mirakuru import TCPExecutor
-from mirakuru.base import SimpleExecutor
+from mirakuru.base import ENV_UUID, SimpleExecutor, cleanup_subprocesses
 from mirakuru.exceptions import (
     AlreadyRunning,
     ExecutorError,
@@ -29,7 +32,38 @@ from mirakuru.exceptions import (
 
 from ._common import Launcher, PortTaken, ServerError, free_port, tail
 
-__all__ = ["BIND_ATTEMPTS", "ProcessLauncher", "ReadyExecutor"]
+__all__ = ["BIND_ATTEMPTS", "ProcessLauncher", "ReadyExecutor", "leaked_servers"]
+
+
+def leaked_servers(pid: int) -> list[int]:
+    """The processes that executors of the process ``pid`` launched and that still run:
+    mirakuru marks each one's environment with ``mirakuru_uuid=<pid>:<uuid>``."""
+    import psutil  # mirakuru's own dependency
+
+    marker = f"{pid}:"
+    found = []
+    for process in psutil.process_iter():
+        try:
+            mark = process.environ().get(ENV_UUID, "")
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+        if mark.startswith(marker):
+            found.append(process.pid)
+    return found
+
+
+def _end_leaked_servers() -> None:
+    for pid in leaked_servers(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# mirakuru's own exit hook ends the servers whose marker merely *contains* the exiting
+# process's pid: a process of pid 96 that exits kills the servers of the process of pid 23196
+# (and those whose random part has "96" in it), servers that other test runs on the machine
+# are using. This one ends only this process's own.
+atexit.unregister(cleanup_subprocesses)
+atexit.register(_end_leaked_servers)
 
 #: how many sets of free ports a first start tries before it gives up
 BIND_ATTEMPTS = 8
