@@ -34,6 +34,10 @@ rest from here. Each piece is for:
   :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
 - :func:`to_wake`: the waiters of a freed line that the rule lets through now, for a backend
   whose release tells each waiter's client (PostgreSQL, MySQL).
+- :mod:`tumbler.backends.kit._async.listener` (``AsyncListener``, and ``Listener`` in its
+  ``_sync`` twin): the life of a client's one listening connection (started at the first
+  wait, connected again after a failure, every waiter woken once it listens again), for a
+  backend that fills in how to listen (PostgreSQL, MySQL). Imported from there.
 
 The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
 never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one

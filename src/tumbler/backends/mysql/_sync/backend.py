@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
+from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
-from ...kit.handoffs import HandOffs
+from ...kit._sync.listener import Listener
 from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
@@ -240,99 +240,71 @@ def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
     return changed
 
 
-class Wakeups:
+class Wakeups(Listener):
     """The client's one listening connection: it holds the client's listener lock and waits
     for the client's doorbell, which a second connection holds, and a release that wakes one
     of this client's waiters leaves a wake-up row and interrupts that wait (see
     ``statements``). The reader reads its wake-ups, keeps the grants handed over, and wakes
-    just those waiters; after a failure it connects again (with a backoff) and then wakes
-    every waiter, since a ring may have been missed."""
+    just those waiters."""
 
     def __init__(self, backend: MySQLBackend) -> None:
+        config = backend.config
+        super().__init__(
+            backend.clock,
+            backend.hub,
+            config.url,
+            label="MySQL",
+            log=_log,
+            patience=config.connect_timeout + config.socket_timeout,
+        )
         self._backend = backend
-        #: grants releases handed to this client's waiters, until each takes its own
-        self.handoffs = HandOffs(backend.clock.now)
         #: the client's listener key: its waiters' entries name it, its listener holds it
         self.key = secrets.randbits(62)
-        self._reader: Worker | None = None
-        self._lock = threading.Lock()
-        self._starting = Mutex()
-        self._listening = Event()
-        self._stop = Event()
-        self._closed = False
 
-    def subscribed(self) -> bool:
-        """Whether a release can reach this client now."""
-        return self._listening.is_set()
-
-    def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors)."""
-        with self._starting:
-            with self._lock:
-                if self._reader is None and not self._closed:
-                    self._reader = spawn(self._read, "tumbler-mysql-wakeups")
-        config = self._backend.config
-        if not self._listening.wait(config.connect_timeout + config.socket_timeout):
-            raise BackendUnavailable(
-                "could not listen for wake-ups in time", lock_name=name, backend=config.url
-            )
-
-    def _read(self) -> None:
+    def _listen(self) -> None:
         backend = self._backend
         sql = backend.sql
         limit = backend.config.socket_timeout
         # each wait ends well within socket_timeout, which the blocking driver applies to
         # every read, the wait's too
         nap = min(backend.capabilities.recheck_interval, limit / 2)
-        failures = 0
-        while not self._closed:
-            connection: Any = None
-            doorbell: Any = None
-            try:
-                doorbell = backend.pool.connect()
-                if bounded(_one_row(doorbell, sql["doorbell"], (self.key,)), limit) != (1,):
-                    raise pymysql.err.OperationalError(0, "the doorbell is taken")
-                connection = backend.pool.connect()
-                if bounded(_one_row(connection, sql["listen"], (self.key,)), limit) != (1,):
-                    raise pymysql.err.OperationalError(0, "the listener lock is taken")
-                bounded(_execute(connection, sql["forget_wakeups"], (self.key,)), limit)
-                self._listening.set_threadsafe()
-                if failures:
-                    backend.hub.notify_all()  # something may have changed unheard
-                failures = 0
-                delivered: list[int] = []  # wake-ups delivered and not yet deleted
-                while not self._closed:
-                    waited = None
-                    try:
-                        (waited,) = bounded(
-                            _one_row(
-                                connection,
-                                _passing(sql["sleep"], delivered),
-                                (self.key, *(delivered or [0]), self.key, nap),
-                            ),
-                            nap + limit,
-                        )
-                    except pymysql.err.OperationalError as error:
-                        if _code(error) != _INTERRUPTED:
-                            raise
-                    if waited == 1:  # its holder is gone: the listener has the doorbell
-                        raise pymysql.err.OperationalError(0, "the doorbell's holder left")
-                    delivered += self._deliver(connection, limit, delivered)
-                    # deleted when the batch is full, or while nothing else is to be done
-                    if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
-                        self._forget(connection, limit, delivered)
-                        delivered = []
-            except Exception as error:  # the reader must outlive any failure but close()
-                self._listening.clear()
-                if self._closed:
-                    break
-                failures += 1
-                _log.warning("MySQL wake-up connection failed (waiters re-check): %s", error)
-                self._stop.wait(min(1.0, 0.05 * 2**failures))
-            finally:
-                for opened in (connection, doorbell):
-                    if opened is not None:
-                        close_connection(opened)
+        connection: Any = None
+        doorbell: Any = None
+        try:
+            doorbell = backend.pool.connect()
+            if bounded(_one_row(doorbell, sql["doorbell"], (self.key,)), limit) != (1,):
+                raise pymysql.err.OperationalError(0, "the doorbell is taken")
+            connection = backend.pool.connect()
+            if bounded(_one_row(connection, sql["listen"], (self.key,)), limit) != (1,):
+                raise pymysql.err.OperationalError(0, "the listener lock is taken")
+            bounded(_execute(connection, sql["forget_wakeups"], (self.key,)), limit)
+            self._now_listening()
+            delivered: list[int] = []  # wake-ups delivered and not yet deleted
+            while not self._closed:
+                waited = None
+                try:
+                    (waited,) = bounded(
+                        _one_row(
+                            connection,
+                            _passing(sql["sleep"], delivered),
+                            (self.key, *(delivered or [0]), self.key, nap),
+                        ),
+                        nap + limit,
+                    )
+                except pymysql.err.OperationalError as error:
+                    if _code(error) != _INTERRUPTED:
+                        raise
+                if waited == 1:  # its holder is gone: the listener has the doorbell
+                    raise pymysql.err.OperationalError(0, "the doorbell's holder left")
+                delivered += self._deliver(connection, limit, delivered)
+                # deleted when the batch is full, or while nothing else is to be done
+                if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
+                    self._forget(connection, limit, delivered)
+                    delivered = []
+        finally:
+            for opened in (connection, doorbell):
+                if opened is not None:
+                    close_connection(opened)
 
     def _deliver(self, connection: Any, limit: float, delivered: list[int]) -> list[int]:
         """Read this client's wake-ups (but those ``delivered`` already), wake their waiters,
@@ -366,13 +338,7 @@ class Wakeups:
                 continue
             return
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            reader, self._reader = self._reader, None
-        self._stop.set_threadsafe()
-        if reader is None:
-            return
+    def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
         with contextlib.suppress(pymysql.Error, BackendUnavailable, OSError):
             sql = self._backend.sql
@@ -381,7 +347,6 @@ class Wakeups:
                 _execute(connection, sql["ring"], (self.key,))
 
             self._backend.pool.run(ring)
-        join(reader)
 
 
 class MySQLWatch(BaseWatch):

@@ -21,12 +21,12 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.pq import TransactionStatus
 
-from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
+from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
-from ...kit.handoffs import HandOffs
+from ...kit._sync.listener import Listener
 from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
@@ -276,85 +276,56 @@ class Pool:
         self.bound.close()
 
 
-class Wakeups:
+class Wakeups(Listener):
     """The client's one listening connection: ``LISTEN`` on the client's own channel.
 
     A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
     with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
-    hash])``, which wakes just that waiter. The connection is made at the first wait and kept
-    until close(); when it fails, the reader connects again (with a backoff) and then wakes
-    every waiter, since a notification may have been missed meanwhile.
+    hash])``, which wakes just that waiter.
     """
 
     def __init__(self, backend: PostgreSQLBackend) -> None:
+        config = backend.config
+        super().__init__(
+            backend.clock,
+            backend.hub,
+            backend.url,
+            label="PostgreSQL",
+            log=_log,
+            patience=config.connect_timeout + config.statement_timeout,
+        )
         self._backend = backend
-        #: grants releases handed to this client's waiters, until each takes its own
-        self.handoffs = HandOffs(backend.clock.now)
         #: the key the listening connection holds while it listens (``hold_listener``): a
         #: release hands the lock only to a waiter whose client's key is held
         self.listener_key = secrets.randbits(62)
-        self._reader: Worker | None = None
-        self._lock = threading.Lock()
-        self._starting = Mutex()
-        self._listening = Event()
-        self._stop = Event()
-        self._closed = False
 
-    def subscribed(self) -> bool:
-        """Whether the server is known to deliver this client's notifications now."""
-        return self._listening.is_set()
-
-    def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors)."""
-        with self._starting:
-            with self._lock:
-                if self._reader is None and not self._closed:
-                    self._reader = spawn(self._read, "tumbler-postgresql-wakeups")
-        config = self._backend.config
-        if not self._listening.wait(config.connect_timeout + config.statement_timeout):
-            raise BackendUnavailable(
-                "could not LISTEN for wake-ups in time", lock_name=name, backend=self._backend.url
-            )
-
-    def _read(self) -> None:
+    def _listen(self) -> None:
         backend = self._backend
-        failures = 0
-        while not self._closed:
-            connection: Connection[Any] | None = None
-            try:
-                connection = backend.pool.connect()
-                self._bounded(
-                    connection,
-                    (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
-                    (backend.sql["hold_listener"], {"key": self.listener_key}),
-                )
-                self._listening.set_threadsafe()
-                if failures:
-                    backend.hub.notify_all()  # something may have changed unheard
-                failures = 0
-                ping_due = time.monotonic() + backend.config.socket_timeout
-                while not self._closed:
-                    if time.monotonic() >= ping_due:
-                        # A connection whose peer went silent (a network that drops its
-                        # packets, a server paused) gets no notification and no error: a
-                        # statement that gets no reply in time tells, and the reader then
-                        # listens on a new connection.
-                        self._bounded(connection, (backend.sql["ping"], None))
-                        ping_due = time.monotonic() + backend.config.socket_timeout
-                    for notification in connection.notifies(timeout=1.0):
-                        self.handoffs.deliver(notification.payload, backend.hub)
-                        if self._closed:
-                            break
-            except Exception as error:  # the reader must outlive any failure but close()
-                self._listening.clear()
-                if self._closed:
-                    break
-                failures += 1
-                _log.warning("PostgreSQL wake-up connection failed (waiters re-check): %s", error)
-                self._stop.wait(min(1.0, 0.05 * 2**failures))
-            finally:
-                if connection is not None:
-                    connection.close()
+        connection: Connection[Any] | None = None
+        try:
+            connection = backend.pool.connect()
+            self._bounded(
+                connection,
+                (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
+                (backend.sql["hold_listener"], {"key": self.listener_key}),
+            )
+            self._now_listening()
+            ping_due = time.monotonic() + backend.config.socket_timeout
+            while not self._closed:
+                if time.monotonic() >= ping_due:
+                    # A connection whose peer went silent (a network that drops its packets,
+                    # a server paused) gets no notification and no error: a statement that
+                    # gets no reply in time tells, and the reader then listens on a new
+                    # connection.
+                    self._bounded(connection, (backend.sql["ping"], None))
+                    ping_due = time.monotonic() + backend.config.socket_timeout
+                for notification in connection.notifies(timeout=1.0):
+                    self.handoffs.deliver(notification.payload, backend.hub)
+                    if self._closed:
+                        break
+        finally:
+            if connection is not None:
+                connection.close()
 
     def _bounded(self, connection: Connection[Any], *statements: Any) -> None:
         """Run ``statements`` (each ``(query, params)``) on the listening connection, within
@@ -370,18 +341,11 @@ class Wakeups:
         if fired:
             raise deadline.no_reply()
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            reader, self._reader = self._reader, None
-        self._stop.set_threadsafe()
-        if reader is None:
-            return
+    def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
         with contextlib.suppress(psycopg.Error, BackendUnavailable):
             with self._backend.pool.connection() as connection:
                 connection.execute("SELECT pg_notify(%s, '')", (self._backend.channel,))
-        join(reader)
 
 
 class PostgreSQLWatch(BaseWatch):

@@ -1,0 +1,111 @@
+# Generated from src/tumbler/backends/kit/_async/listener.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""The life of a client's one listening connection, for the backends whose releases reach a
+waiting client through a connection of its own (PostgreSQL's ``LISTEN``, MySQL's doorbell).
+
+The connection is made at the first wait (:meth:`AsyncListener.subscribe`) and kept until
+:meth:`AsyncListener.close`. When it fails, the reader connects again after a backoff, and
+once it listens again wakes every waiter of the client: a wake-up may have been missed
+meanwhile. What is the backend's own: how to listen (:meth:`AsyncListener._listen`, which
+calls :meth:`AsyncListener._now_listening` once releases can reach the client, and returns
+only once the listener is closed) and how to end a listen under way at close
+(:meth:`AsyncListener._interrupt`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ...._acompat import Event, Mutex, Worker, join, spawn
+from ...._clock import Clock
+from ....errors import BackendUnavailable
+from ...contract import WakeHub
+from ..handoffs import HandOffs
+
+__all__ = ["Listener"]
+
+
+class Listener:
+    """A client's listening connection: ``label`` names the store in thread names and
+    logs, ``patience`` is how long a first wait waits for the client to listen."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        hub: WakeHub,
+        url: str,
+        *,
+        label: str,
+        log: logging.Logger,
+        patience: float,
+    ) -> None:
+        #: grants releases handed to this client's waiters, until each takes its own
+        self.handoffs = HandOffs(clock.now)
+        self._hub = hub
+        self._url = url
+        self._label = label
+        self._log = log
+        self._patience = patience
+        self._reader: Worker | None = None
+        self._lock = threading.Lock()
+        self._starting = Mutex()
+        self._listening = Event()
+        self._stop = Event()
+        self._closed = False
+        self._failures = 0
+
+    def subscribed(self) -> bool:
+        """Whether a release can reach this client now."""
+        return self._listening.is_set()
+
+    def subscribe(self, name: str) -> None:
+        """Return once the client listens (``name``: for errors)."""
+        with self._starting:
+            with self._lock:
+                if self._reader is None and not self._closed:
+                    self._reader = spawn(self._read, f"tumbler-{self._label.lower()}-wakeups")
+        if not self._listening.wait(self._patience):
+            raise BackendUnavailable(
+                "could not listen for wake-ups in time", lock_name=name, backend=self._url
+            )
+
+    def _now_listening(self) -> None:
+        """Called by :meth:`_listen` once releases reach the client."""
+        self._listening.set_threadsafe()
+        if self._failures:
+            self._hub.notify_all()  # something may have changed unheard
+        self._failures = 0
+
+    def _listen(self) -> None:
+        """Connect, listen, and deliver wake-ups until the listener is closed; raise on a
+        failure (the connection is the method's to close)."""
+        raise NotImplementedError
+
+    def _interrupt(self) -> None:
+        """End a wait for wake-ups under way now rather than at its end (errors are the
+        method's to swallow: the reader is stopped anyway)."""
+
+    def _read(self) -> None:
+        while not self._closed:
+            try:
+                self._listen()
+            except Exception as error:  # the reader must outlive any failure but close()
+                self._listening.clear()
+                if self._closed:
+                    break
+                self._failures += 1
+                self._log.warning(
+                    "%s wake-up connection failed (waiters re-check): %s", self._label, error
+                )
+                self._stop.wait(min(1.0, 0.05 * 2**self._failures))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            reader, self._reader = self._reader, None
+        self._stop.set_threadsafe()
+        if reader is None:
+            return
+        self._interrupt()
+        join(reader)
