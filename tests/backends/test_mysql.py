@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -267,29 +269,70 @@ def test_a_release_that_a_deadlock_rolls_back_is_run_again(
         backend = locks._backend
         assert backend.try_grant(_request("contested", "a")) is not None
         deadlocks = _status(admin, "Innodb_deadlocks")
-        other.autocommit(False)
-        with other.cursor() as cursor:
-            cursor.execute(f"CREATE TABLE {table}weight (n INT PRIMARY KEY) ENGINE=InnoDB")
-            cursor.execute("START TRANSACTION")
-            # rows changed make this transaction the heavier: InnoDB rolls back the other
-            cursor.executemany(f"INSERT INTO {table}weight VALUES (%s)", [(n,) for n in range(500)])
-            cursor.execute(f"SELECT seq FROM {table}entries WHERE name = 'contested' FOR UPDATE")
+        with _heavier_transaction_on_the_grant(other, table) as close_the_cycle:
             release = background(lambda: backend.release("contested", "a"))
-
-            def release_waits() -> bool:
-                return _status(admin, "Innodb_row_lock_current_waits") == 1
-
-            eventually(release_waits, "the release waits for the grant's row")
-            # the release holds the name's row: asking for it closes the cycle
-            cursor.execute(
-                f"INSERT INTO {table}names (name) VALUES ('contested') "
-                "ON DUPLICATE KEY UPDATE name = name"
-            )
-            other.rollback()
+            eventually(lambda: _row_lock_waits(admin) == 1, "the release waits for the row")
+            close_the_cycle()
         assert release.result()  # released, its grant live
         assert _status(admin, "Innodb_deadlocks") == deadlocks + 1
         assert locks.status("contested").holders == ()
         assert locks.lock("contested").acquire(timeout=0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_a_release_that_a_deadlock_rolls_back_is_run_again(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=4"
+    table = f"{TUMBLER_DATABASE}.{prefix}"
+    async with await tumbler.aio.connect(url) as locks:
+        backend = locks._backend
+        assert await backend.try_grant(_request("contested", "a")) is not None
+        with mariadb_server.connect() as other, mariadb_server.connect() as admin:
+            deadlocks = _status(admin, "Innodb_deadlocks")
+            with _heavier_transaction_on_the_grant(other, table) as close_the_cycle:
+                release = asyncio.ensure_future(backend.release("contested", "a"))
+
+                async def release_waits() -> bool:
+                    return _row_lock_waits(admin) == 1
+
+                await aeventually(release_waits, "the release waits for the grant's row")
+                close_the_cycle()
+            assert await release  # released, its grant live
+            assert _status(admin, "Innodb_deadlocks") == deadlocks + 1
+        assert (await locks.status("contested")).holders == ()
+        assert await locks.lock("contested").acquire(timeout=0)
+
+
+def _row_lock_waits(admin: Any) -> int:
+    return _status(admin, "Innodb_row_lock_current_waits")
+
+
+@contextmanager
+def _heavier_transaction_on_the_grant(other: Any, table: str) -> Iterator[Callable[[], None]]:
+    """A transaction that holds the grant's row of "contested" and has changed many rows (the
+    heavier: InnoDB rolls back the other side of a deadlock); what the block calls closes
+    the cycle by asking for the name's row, which a release holds while it waits for the
+    grant's. The transaction is rolled back at the end."""
+    other.autocommit(False)
+    with other.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {table}weight (n INT PRIMARY KEY) ENGINE=InnoDB")
+        cursor.execute("START TRANSACTION")
+        cursor.executemany(f"INSERT INTO {table}weight VALUES (%s)", [(n,) for n in range(500)])
+        cursor.execute(f"SELECT seq FROM {table}entries WHERE name = 'contested' FOR UPDATE")
+
+        def close_the_cycle() -> None:
+            cursor.execute(
+                f"INSERT INTO {table}names (name) VALUES ('contested') "
+                "ON DUPLICATE KEY UPDATE name = name"
+            )
+
+        try:
+            yield close_the_cycle
+        finally:
+            other.rollback()
 
 
 @pytest.mark.asyncio
