@@ -57,6 +57,10 @@ RENAMES = {
     "abounded": "bounded",
     "aclose_connection": "close_connection",
     "aclosed_by_server": "closed_by_server",
+    "aopen_client": "open_client",
+    "apost": "post",
+    "astream_lines": "stream_lines",
+    "aclose_client": "close_client",
 }
 
 

@@ -1,0 +1,309 @@
+# Generated from src/tumbler/backends/etcd/_async/gateway.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""A client of etcd's v3 JSON gateway (``/v3/...``): what the etcd backend asks of etcd, in
+etcd's own terms (ranges, transactions, leases, watches), over the HTTP seam
+(:mod:`..http`). No gRPC and no protobuf: the gateway takes and gives JSON.
+
+What the gateway does that a client must know: keys and values are base64; 64-bit numbers
+come back as JSON strings, and fields that are zero or false are left out; an error is a
+reply with an HTTP error status and ``{"error", "message", "code"}``, ``code`` a gRPC status;
+a watch is one long request whose reply is one JSON object per line, and cannot be cancelled
+but by closing its connection (so each watch has a client of its own).
+
+A gateway knows every member's URL. A call goes to the member that answered last; when that
+one cannot be reached the next is tried, and a call the caller marks ``idempotent`` (a read, a
+keep-alive) is tried on the next member also when its reply was lost. With a user and
+password the gateway logs in (``/v3/auth/authenticate``) and sends the token with each call,
+logging in again when etcd says the token is no longer valid.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import ssl
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..http import (
+    HTTPFailure,
+    close_client,
+    not_sent,
+    open_client,
+    post,
+    stream_lines,
+)
+
+__all__ = ["Gateway", "EtcdError", "GatewayUnavailable", "WatchEvent", "b64", "unb64"]
+
+#: gRPC status codes etcd answers with
+UNAUTHENTICATED = 16
+NOT_FOUND = 5
+PERMISSION_DENIED = 7
+INVALID_ARGUMENT = 3
+OUT_OF_RANGE = 11
+
+
+class EtcdError(Exception):
+    """etcd refused a request; ``code`` is its gRPC status code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"etcd: {message} (code {code})")
+        self.code = code
+        self.message = message
+
+
+class GatewayUnavailable(Exception):
+    """No member answered (or the reply to a request that is not idempotent was lost)."""
+
+
+def b64(text: str | bytes) -> str:
+    """A key or value as the gateway takes it."""
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()
+
+
+def unb64(text: str | None) -> bytes:
+    """A key or value as the gateway gave it (an absent one is empty)."""
+    return base64.b64decode(text or "")
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The key just past every key that starts with ``prefix`` (a range's ``range_end``)."""
+    raw = bytearray(prefix)
+    while raw and raw[-1] == 0xFF:
+        raw.pop()
+    if not raw:
+        return b"\x00"  # every key
+    raw[-1] += 1
+    return bytes(raw)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change a watch saw: a key put (``deleted`` False) or deleted, at ``revision``."""
+
+    key: bytes
+    deleted: bool
+    revision: int
+    create_revision: int
+    value: bytes
+
+
+class Gateway:
+    """The members' gateway, as one client (``endpoints``: ``http[s]://HOST:PORT`` each)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        tls: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("give at least one endpoint")
+        self.endpoints = list(endpoints)
+        self._tls = tls
+        self._credentials = credentials
+        self._timeout = timeout
+        self._current = 0
+        self._clients: dict[str, Any] = {}
+        self._token: str | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _client(self, endpoint: str) -> Any:
+        with self._lock:
+            client = self._clients.get(endpoint)
+            if client is None:
+                client = self._clients[endpoint] = open_client(endpoint, self._tls, self._timeout)
+        return client
+
+    def _headers(self, endpoint: str, fresh: bool = False) -> dict[str, str]:
+        if self._credentials is None:
+            return {}
+        if self._token is None or fresh:
+            user, password = self._credentials
+            status, reply = post(
+                self._client(endpoint),
+                "/v3/auth/authenticate",
+                {"name": user, "password": password},
+                {},
+            )
+            if status != 200:
+                raise _error(reply)
+            self._token = str(reply["token"])
+        return {"Authorization": self._token}
+
+    def call(self, path: str, body: Any, *, idempotent: bool = False) -> Any:
+        """POST ``body`` to ``path`` on a member; etcd's reply, or :class:`EtcdError`.
+        Tried on the next member when this one cannot be reached (and, for an
+        ``idempotent`` call, when its reply was lost)."""
+        if self._closed:
+            raise GatewayUnavailable("the client is closed")
+        failures: list[str] = []
+        start = self._current
+        for step in range(len(self.endpoints)):
+            index = (start + step) % len(self.endpoints)
+            endpoint = self.endpoints[index]
+            try:
+                reply = self._call_once(endpoint, path, body)
+            except HTTPFailure as failure:
+                failures.append(f"{endpoint}: {failure!r}")
+                if not (idempotent or not_sent(failure)):
+                    raise GatewayUnavailable(f"{path}: the reply was lost ({failure!r})") from None
+                continue
+            self._current = index
+            return reply
+        raise GatewayUnavailable(f"{path}: no member answered: {'; '.join(failures)}")
+
+    def _call_once(self, endpoint: str, path: str, body: Any) -> Any:
+        client = self._client(endpoint)
+        status, reply = post(client, path, body, self._headers(endpoint))
+        if status != 200 and _code(reply) == UNAUTHENTICATED and self._credentials is not None:
+            # the token ran out (or the member restarted): log in again, once
+            status, reply = post(client, path, body, self._headers(endpoint, True))
+        if status != 200:
+            raise _error(reply)
+        return reply
+
+    # -- etcd's requests, in its own terms --------------------------------------------------
+
+    def range(
+        self, key: bytes, range_end: bytes | None = None, *, by_creation: bool = False
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The revision read at, and the keys from ``key`` to ``range_end`` (``key`` alone
+        if None), by creation order if asked, each ``{"key", "value", "create_revision",
+        "mod_revision", "lease"}`` decoded."""
+        body: dict[str, Any] = {"key": b64(key)}
+        if range_end is not None:
+            body["range_end"] = b64(range_end)
+        if by_creation:
+            body.update(sort_order="ASCEND", sort_target="CREATE")
+        reply = self.call("/v3/kv/range", body, idempotent=True)
+        return int(reply["header"]["revision"]), [_kv(kv) for kv in reply.get("kvs", [])]
+
+    def txn(
+        self,
+        compare: list[dict[str, Any]],
+        success: list[dict[str, Any]],
+        failure: list[dict[str, Any]],
+    ) -> tuple[bool, int, list[dict[str, Any]]]:
+        """One transaction: whether ``compare`` held, the revision after it, and the
+        responses of the branch that ran (as the gateway gives them)."""
+        reply = self.call(
+            "/v3/kv/txn", {"compare": compare, "success": success, "failure": failure}
+        )
+        return (
+            bool(reply.get("succeeded", False)),
+            int(reply["header"]["revision"]),
+            list(reply.get("responses", [])),
+        )
+
+    def grant_lease(self, ttl: int) -> tuple[int, int]:
+        """A new lease of ``ttl`` seconds: its id and the TTL etcd granted."""
+        reply = self.call("/v3/lease/grant", {"TTL": ttl})
+        if reply.get("error"):
+            raise EtcdError(0, str(reply["error"]))
+        return int(reply["ID"]), int(reply["TTL"])
+
+    def keep_alive(self, lease: int) -> int:
+        """Renew ``lease``; the TTL it has now, 0 if it is gone (expired or revoked)."""
+        reply = self.call("/v3/lease/keepalive", {"ID": lease}, idempotent=True)
+        return int(reply.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: int) -> bool:
+        """Revoke ``lease`` (every key attached to it is deleted); False if it was gone."""
+        try:
+            self.call("/v3/lease/revoke", {"ID": lease}, idempotent=True)
+        except EtcdError as error:
+            if error.code == NOT_FOUND:
+                return False
+            raise
+        return True
+
+    def leases(self) -> list[int]:
+        """Every lease the cluster has."""
+        reply = self.call("/v3/lease/leases", {}, idempotent=True)
+        return [int(lease["ID"]) for lease in reply.get("leases", [])]
+
+    @contextlib.contextmanager
+    def watch(
+        self, key: bytes, range_end: bytes | None = None, *, start_revision: int = 0
+    ) -> Iterator[Iterator[list[WatchEvent]]]:
+        """Watch ``key`` (to ``range_end``) from ``start_revision``; yields an iterator of
+        the batches of events as they come. The watch ends with the block (its connection is
+        closed: the gateway has no other way)."""
+        request: dict[str, Any] = {"key": b64(key)}
+        if range_end is not None:
+            request["range_end"] = b64(range_end)
+        if start_revision:
+            request["start_revision"] = start_revision
+        endpoint = self.endpoints[self._current]
+        client = open_client(endpoint, self._tls, self._timeout)
+        try:
+            headers = self._headers(endpoint)
+            with stream_lines(client, "/v3/watch", {"create_request": request}, headers) as lines:
+                yield _events(lines)
+        finally:
+            close_client(client)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            close_client(client)
+
+
+def _events(lines: Iterator[str]) -> Iterator[list[WatchEvent]]:
+    for line in lines:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if "error" in message:
+            raise _error(message["error"])
+        result = message.get("result", {})
+        if result.get("canceled"):
+            compacted = int(result.get("compact_revision", 0))
+            raise EtcdError(OUT_OF_RANGE, f"the watch was cancelled (compacted to {compacted})")
+        events = []
+        for event in result.get("events", []):
+            kv = _kv(event.get("kv", {}))
+            events.append(
+                WatchEvent(
+                    key=kv["key"],
+                    deleted=event.get("type") == "DELETE",
+                    revision=kv["mod_revision"],
+                    create_revision=kv["create_revision"],
+                    value=kv["value"],
+                )
+            )
+        if events:  # not the watch's "created" reply, nor a progress note
+            yield events
+
+
+def _kv(kv: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": unb64(kv.get("key")),
+        "value": unb64(kv.get("value")),
+        "create_revision": int(kv.get("create_revision", 0)),
+        "mod_revision": int(kv.get("mod_revision", 0)),
+        "lease": int(kv.get("lease", 0)),
+    }
+
+
+def _code(reply: Any) -> int:
+    return int(reply.get("code", 0)) if isinstance(reply, dict) else 0
+
+
+def _error(reply: Any) -> EtcdError:
+    if isinstance(reply, dict):
+        return EtcdError(_code(reply), str(reply.get("message") or reply.get("error") or reply))
+    return EtcdError(0, str(reply))

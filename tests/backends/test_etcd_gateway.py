@@ -1,0 +1,172 @@
+"""The etcd backend's gateway client (``backends.etcd._async.gateway`` and its blocking
+twin), on a real etcd: ranges by creation order, a transaction that creates a key with a
+lease only if it is absent, leases kept alive and revoked (their keys with them), a watch
+from a revision, a login whose token is renewed when etcd stops taking it, a member that
+goes away, and none left."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tumbler.backends.etcd._async.gateway import AsyncGateway
+from tumbler.backends.etcd._sync.gateway import (
+    EtcdError,
+    Gateway,
+    GatewayUnavailable,
+    b64,
+    prefix_end,
+)
+from tumbler.backends.etcd.server import (
+    TUMBLER_PASSWORD,
+    TUMBLER_USER,
+    EtcdCluster,
+    EtcdServer,
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with EtcdServer(tmp_path_factory.mktemp("etcd")) as started:
+        yield started
+
+
+@pytest.fixture
+def gateway(server: EtcdServer) -> Iterator[Gateway]:
+    opened = Gateway([server.client_url])
+    yield opened
+    opened.close()
+
+
+def _create(key: bytes, lease: int) -> tuple[list, list, list]:  # type: ignore[type-arg]
+    """A transaction that puts ``key`` with ``lease`` only if it does not exist."""
+    return (
+        [{"key": b64(key), "target": "CREATE", "create_revision": "0"}],
+        [{"request_put": {"key": b64(key), "value": b64("v"), "lease": str(lease)}}],
+        [{"request_range": {"key": b64(key)}}],
+    )
+
+
+def test_a_key_made_only_if_absent_and_a_range_by_creation_order(gateway: Gateway) -> None:
+    lease, ttl = gateway.grant_lease(30)
+    assert ttl == 30
+    made, first, _ = gateway.txn(*_create(b"/t/lock/b", lease))
+    assert made
+    made, _, _ = gateway.txn(*_create(b"/t/lock/a", lease))
+    assert made
+    again, _, responses = gateway.txn(*_create(b"/t/lock/b", lease))
+    assert not again  # it exists: the failure branch read it instead
+    assert "response_range" in responses[0]
+    _, keys = gateway.range(b"/t/lock/", prefix_end(b"/t/lock/"), by_creation=True)
+    assert [kv["key"] for kv in keys] == [b"/t/lock/b", b"/t/lock/a"]
+    assert keys[0]["create_revision"] == first
+    assert keys[0]["lease"] == lease
+
+
+def test_a_lease_kept_alive_then_revoked_takes_its_keys_with_it(gateway: Gateway) -> None:
+    lease, _ = gateway.grant_lease(30)
+    gateway.txn(*_create(b"/t/leased", lease))
+    assert lease in gateway.leases()
+    assert gateway.keep_alive(lease) == 30
+    assert gateway.revoke(lease)
+    assert gateway.range(b"/t/leased")[1] == []
+    assert gateway.keep_alive(lease) == 0  # gone
+    assert not gateway.revoke(lease)
+    assert lease not in gateway.leases()
+
+
+def test_a_watch_sees_the_changes_from_its_revision(gateway: Gateway) -> None:
+    lease, _ = gateway.grant_lease(30)
+    _, revision, _ = gateway.txn(*_create(b"/t/watched/1", lease))
+    gateway.revoke(lease)  # the key is deleted with its lease
+    with gateway.watch(b"/t/watched/", prefix_end(b"/t/watched/"), start_revision=revision) as seen:
+        events = []
+        for batch in seen:
+            events += batch
+            if len(events) >= 2:
+                break
+    assert [(event.key, event.deleted) for event in events] == [
+        (b"/t/watched/1", False),
+        (b"/t/watched/1", True),
+    ]
+    assert events[0].create_revision == revision
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_watch_wakes_on_a_deletion_made_after_it_began(
+    server: EtcdServer,
+) -> None:
+    gateway = AsyncGateway([server.client_url])
+    try:
+        lease, _ = await gateway.grant_lease(30)
+        _, revision, _ = await gateway.txn(*_create(b"/t/ahead", lease))
+        async with gateway.watch(b"/t/ahead", start_revision=revision + 1) as seen:
+            revoked = asyncio.ensure_future(gateway.revoke(lease))
+            batch = await asyncio.wait_for(seen.__anext__(), 30)
+            await revoked
+        assert [(event.key, event.deleted) for event in batch] == [(b"/t/ahead", True)]
+    finally:
+        await gateway.close()
+
+
+def test_a_login_is_renewed_when_etcd_stops_taking_its_token(tmp_path: Path) -> None:
+    with EtcdServer(tmp_path / "etcd") as server:
+        server.enable_auth()
+        gateway = Gateway([server.client_url], credentials=(TUMBLER_USER, TUMBLER_PASSWORD))
+        try:
+            assert gateway.range(b"/tumbler/x")[1] == []
+            gateway._token = "no-longer-valid"
+            assert gateway.range(b"/tumbler/x")[1] == []
+            with pytest.raises(EtcdError, match="permission denied"):
+                gateway.range(b"/elsewhere")
+        finally:
+            gateway.close()
+        wrong = Gateway([server.client_url], credentials=(TUMBLER_USER, "not-the-password"))
+        try:
+            with pytest.raises(EtcdError) as refused:
+                wrong.range(b"/tumbler/x")
+            assert "not-the-password" not in str(refused.value)
+        finally:
+            wrong.close()
+
+
+def test_calls_go_to_another_member_when_one_goes_away(tmp_path: Path) -> None:
+    with EtcdCluster(tmp_path / "cluster") as cluster:
+        gateway = Gateway([member.client_url for member in cluster.members])
+        try:
+            _, before = gateway.range(b"/t/x")
+            assert before == []
+            cluster.members[gateway._current].kill()
+            cluster.leader()  # the others have one (it may have been the leader)
+            lease, _ = gateway.grant_lease(30)  # not sent to the dead member: tried elsewhere
+            assert lease in gateway.leases()
+        finally:
+            gateway.close()
+
+
+def test_no_member_left_is_gateway_unavailable(tmp_path: Path) -> None:
+    with EtcdServer(tmp_path / "etcd") as server:
+        url = server.client_url
+    gateway = Gateway([url], timeout=1.0)
+    try:
+        with pytest.raises(GatewayUnavailable, match="no member answered"):
+            gateway.range(b"/t/x")
+    finally:
+        gateway.close()
+
+
+def test_a_gateway_is_usable_from_threads(gateway: Gateway) -> None:
+    results: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(gateway.range(b"/t/none")[0]))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 8
