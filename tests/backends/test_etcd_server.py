@@ -58,7 +58,7 @@ def test_authentication_confines_the_tests_user_to_its_prefix(server: EtcdServer
 def test_a_tls_member_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
     tls = make_tls_files(tmp_path / "tls")
     with EtcdServer(tmp_path / "etcd", tls=tls) as server:
-        assert server.url.startswith(f"etcds://127.0.0.1:{server.port}/tumbler?ssl_ca=")
+        assert server.url.startswith(f"etcds://127.0.0.1:{server.port}/tumbler?ssl_ca_certs=")
         assert server.status() is not None  # with the client certificate
         checking = ssl.create_default_context(cafile=str(tls.ca_path))
         with httpx.Client(verify=checking, timeout=2.0) as bare, pytest.raises(httpx.HTTPError):

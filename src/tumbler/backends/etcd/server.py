@@ -409,11 +409,12 @@ def _url(members: list[EtcdMember], tls: TLSFiles | None, auth: bool) -> str:
     userinfo = f"{quote(TUMBLER_USER, safe='')}:{quote(TUMBLER_PASSWORD, safe='')}@" if auth else ""
     if tls is None:
         return f"etcd://{userinfo}{hosts}{TUMBLER_PREFIX.rstrip('/')}"
+    # the names the ZooKeeper backend's zookeepers:// takes too
     query = urlencode(
         {
-            "ssl_ca": str(tls.ca_path),
-            "ssl_cert": str(tls.client_cert_path),
-            "ssl_key": str(tls.client_key_path),
+            "ssl_ca_certs": str(tls.ca_path),
+            "ssl_certfile": str(tls.client_cert_path),
+            "ssl_keyfile": str(tls.client_key_path),
         }
     )
     return f"etcds://{userinfo}{hosts}{TUMBLER_PREFIX.rstrip('/')}?{query}"
