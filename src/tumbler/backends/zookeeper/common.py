@@ -144,7 +144,6 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
@@ -159,7 +158,9 @@ from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import flag, host_port, seconds
+from ..kit.options import host_port, seconds
+from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
+from ..kit.tls import tls_context as kit_tls_context
 from . import DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, MIN_TTL
 
 if TYPE_CHECKING:
@@ -170,7 +171,6 @@ T = TypeVar("T")
 
 DEFAULT_BASE = "/tumbler"
 _OPTIONS = ("session_timeout", "connect_timeout", "request_timeout")
-_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 TLS_SCHEME = "zookeepers"
 
 
@@ -222,36 +222,9 @@ class ZooKeeperConfig:
         return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
 
 
-@dataclass(frozen=True)
-class TLSConfig:
-    """The ``ssl_*`` options of a ``zookeepers://`` URL."""
-
-    ca_certs: str | None
-    certfile: str | None
-    keyfile: str | None
-    check_hostname: bool
-
-
 def parse_config(url: BackendURL) -> ZooKeeperConfig:
-    url.allow_options(_OPTIONS + _TLS_OPTIONS)
-    tls = None
-    if url.scheme == TLS_SCHEME:
-        tls = TLSConfig(
-            ca_certs=url.query.get("ssl_ca_certs") or None,
-            certfile=url.query.get("ssl_certfile") or None,
-            keyfile=url.query.get("ssl_keyfile") or None,
-            check_hostname=url.option("ssl_check_hostname", flag, True),
-        )
-        if tls.keyfile is not None and tls.certfile is None:
-            raise InvalidURL(
-                "ssl_keyfile needs ssl_certfile: the certificate it is the key of",
-                backend=url.redacted,
-            )
-    elif any(name in url.query for name in _TLS_OPTIONS):
-        raise InvalidURL(
-            f"ssl_* options need a {TLS_SCHEME}:// URL (ZooKeeper's secure client port)",
-            backend=url.redacted,
-        )
+    url.allow_options(_OPTIONS + TLS_OPTIONS)
+    tls = tls_options(url, TLS_SCHEME, "ZooKeeper's secure client port")
     hosts = tuple(host_port(part, url, DEFAULT_PORT) for part in url.hosts.split(",") if part)
     if not hosts:
         hosts = (("localhost", DEFAULT_PORT),)
@@ -286,41 +259,8 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
 
 def tls_context(config: ZooKeeperConfig) -> ssl.SSLContext | None:
     """The TLS context of a ``zookeepers://`` URL (None for ``zookeeper://``), made once per
-    client: the server's certificate must chain to ``ssl_ca_certs`` (the system's CAs without
-    it) and, unless ``ssl_check_hostname=false``, name the host as the URL writes it.
-
-    Unusable files are refused here (``ConfigurationError``), before connecting: met at a
-    connection attempt they would be retried until ``connect_timeout``, which reads as "the
-    ensemble is down" rather than "fix the URL".
-    """
-    tls = config.tls
-    if tls is None:
-        return None
-    for option, path in (
-        ("ssl_ca_certs", tls.ca_certs),
-        ("ssl_certfile", tls.certfile),
-        ("ssl_keyfile", tls.keyfile),
-    ):
-        if path is not None and not Path(path).is_file():
-            raise ConfigurationError(f"{option}: {path} is not a file", backend=config.url)
-    try:
-        context = ssl.create_default_context(cafile=tls.ca_certs)
-    except (ssl.SSLError, OSError, ValueError) as error:
-        raise ConfigurationError(
-            f"ssl_ca_certs: {tls.ca_certs} holds no usable CA certificate: {error}",
-            backend=config.url,
-        ) from None
-    context.check_hostname = tls.check_hostname
-    if tls.certfile is not None:
-        try:
-            context.load_cert_chain(tls.certfile, tls.keyfile)
-        except (ssl.SSLError, OSError, ValueError) as error:
-            files = tls.certfile if tls.keyfile is None else f"{tls.certfile} and {tls.keyfile}"
-            raise ConfigurationError(
-                f"ssl_certfile: {files} hold no usable certificate and private key: {error}",
-                backend=config.url,
-            ) from None
-    return context
+    client (see :func:`..kit.tls.tls_context`)."""
+    return None if config.tls is None else kit_tls_context(config.tls, config.url)
 
 
 def tls_connector(context: ssl.SSLContext) -> Callable[..., ssl.SSLSocket]:
