@@ -31,8 +31,9 @@ import pymysql
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.mysql.server import MariaDBServer
-from tumbler.backends.mysql.statements import Statements, owner_hash
+from tumbler.backends.mysql.statements import Statements
 from tumbler.testing.conformance.compat import PATIENCE
 
 from .grant_oracle import LEASE, Request, Row, check_answer, entries_of, limits, lines, requests

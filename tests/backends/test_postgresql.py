@@ -27,7 +27,8 @@ import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.postgresql.common import open_sync, owner_hash, parse_config
+from tumbler.backends.kit.owners import owner_hash
+from tumbler.backends.postgresql.common import open_sync, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,

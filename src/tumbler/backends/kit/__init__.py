@@ -32,6 +32,8 @@ rest from here. Each piece is for:
   rule alone, for a backend that decides elsewhere but must agree with it; a backend whose
   store keeps entries in one arrival line (sequential nodes, a list) asks
   :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
+- :func:`~tumbler.backends.kit.owners.owner_hash`: an owner as a store keeps it (its SHA-1),
+  so that reading the store gives nobody an owner id to act with. Imported from there.
 - :func:`to_wake`: the waiters of a freed line that the rule lets through now, for a backend
   whose release tells each waiter's client (PostgreSQL, MySQL).
 - :mod:`tumbler.backends.kit._async.listener` (``AsyncListener``, and ``Listener`` in its

@@ -23,7 +23,7 @@ so a token is above every token ever given, for any name, also once every row of
 gone; and taking a value holds no lock another transaction waits for, unlike a counter row.
 
 Names are compared as bytes (``VARBINARY``: MariaDB's default collations ignore case and
-trailing spaces); owners are stored as their SHA-1 (``owner_hash``). Every expiry is
+trailing spaces); owners are stored as their SHA-1 (``kit.owners.owner_hash``). Every expiry is
 ``UTC_TIMESTAMP(6)`` plus a lease, and every comparison is against ``UTC_TIMESTAMP(6)``: the
 server's clock decides, never a client's, and the session's time zone plays no part.
 
@@ -37,7 +37,6 @@ crash of the server.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
@@ -45,12 +44,6 @@ SWEEP_ROWS = 100
 SWEEP_EVERY = 64
 #: how long a force-release note outlives the lease it ended (see the PostgreSQL backend)
 NOTE_GRACE = 60.0
-
-
-def owner_hash(owner: str) -> str:
-    """The owner as stored and told in wake-ups: its SHA-1, so that reading the tables gives
-    nobody an owner id to release or renew another's grant with."""
-    return hashlib.sha1(owner.encode()).hexdigest()
 
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)

@@ -84,7 +84,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import heapq
 import os
 import re
@@ -155,12 +154,6 @@ _AUTH_FAILED = re.compile(
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
 #: what PgBouncer says of the startup options a direct connection sets its bounds with
 _POOLER_REFUSED = re.compile(r"unsupported startup parameter")
-
-
-def owner_hash(owner: str) -> str:
-    """The owner as stored and notified: its SHA-1, so that reading the tables (``status``,
-    a curious operator) gives nobody an owner id to release or renew another's grant with."""
-    return hashlib.sha1(owner.encode()).hexdigest()
 
 
 def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:

@@ -18,7 +18,7 @@ Every expiry is ``clock_timestamp()`` plus a lease, and every comparison is agai
 runs in a transaction that first takes ``pg_advisory_xact_lock`` on the name's 64-bit key
 (:func:`name_key`): transactions on one name take turns, others run side by side, and the
 lock ends with the transaction (nothing outlives it: safe behind a transaction-mode pooler).
-Owners are stored as their SHA-1 (``common.owner_hash``).
+Owners are stored as their SHA-1 (``kit.owners.owner_hash``).
 
 The hot paths are functions in the schema (PL/pgSQL), each called as one statement, so that
 the name's advisory lock is never held across a round trip to the client and a call costs

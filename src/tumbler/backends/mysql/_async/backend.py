@@ -23,6 +23,7 @@ from ....errors import BackendUnavailable, ConfigurationError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
@@ -35,7 +36,7 @@ from ..common import (
     aopen_connection,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, owner_hash
+from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements
 
 _log = logging.getLogger("tumbler.mysql")
 

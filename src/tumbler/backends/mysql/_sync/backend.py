@@ -25,6 +25,7 @@ from ....errors import BackendUnavailable, ConfigurationError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
+from ...kit.owners import owner_hash
 from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
@@ -37,7 +38,7 @@ from ..common import (
     open_connection,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, owner_hash
+from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements
 
 _log = logging.getLogger("tumbler.mysql")
 

@@ -25,6 +25,7 @@ from ....errors import BackendUnavailable
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
@@ -33,7 +34,6 @@ from ..common import (
     NoReply,
     PostgreSQLConfig,
     capabilities_for,
-    owner_hash,
     translate_errors,
 )
 from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key

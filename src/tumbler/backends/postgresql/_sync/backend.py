@@ -27,6 +27,7 @@ from ....errors import BackendUnavailable
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
+from ...kit.owners import owner_hash
 from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
@@ -35,7 +36,6 @@ from ..common import (
     NoReply,
     PostgreSQLConfig,
     capabilities_for,
-    owner_hash,
     translate_errors,
 )
 from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
