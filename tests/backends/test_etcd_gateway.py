@@ -18,9 +18,11 @@ from tumbler.backends.etcd._sync.gateway import (
     EtcdError,
     Gateway,
     GatewayUnavailable,
+    WatchRequest,
     b64,
     prefix_end,
 )
+from tumbler.backends.etcd.http import HTTPFailure
 from tumbler.backends.etcd.server import (
     TUMBLER_PASSWORD,
     TUMBLER_USER,
@@ -83,9 +85,10 @@ def test_a_watch_sees_the_changes_from_its_revision(gateway: Gateway) -> None:
     lease, _ = gateway.grant_lease(30)
     _, revision, _ = gateway.txn(*_create(b"/t/watched/1", lease))
     gateway.revoke(lease)  # the key is deleted with its lease
-    with gateway.watch(b"/t/watched/", prefix_end(b"/t/watched/"), start_revision=revision) as seen:
+    watched = WatchRequest(b"/t/watched/", prefix_end(b"/t/watched/"), revision)
+    with gateway.watch([watched]) as stream:
         events = []
-        for batch in seen:
+        for batch in stream.events():
             events += batch
             if len(events) >= 2:
                 break
@@ -96,6 +99,29 @@ def test_a_watch_sees_the_changes_from_its_revision(gateway: Gateway) -> None:
     assert events[0].create_revision == revision
 
 
+def test_one_stream_watches_several_keys_and_is_interrupted_from_another_thread(
+    gateway: Gateway,
+) -> None:
+    lease, _ = gateway.grant_lease(30)
+    _, first, _ = gateway.txn(*_create(b"/t/several/1", lease))
+    gateway.txn(*_create(b"/t/several/2", lease))
+    requests = [WatchRequest(b"/t/several/1", None, first + 1), WatchRequest(b"/t/several/2")]
+    with gateway.watch(requests) as stream:
+        events = stream.events()
+        gateway.revoke(lease)  # both keys go, in one revision
+        seen: set[bytes] = set()
+        while len(seen) < 2:  # each watch reports in a message of its own
+            seen |= {event.key for event in next(events)}
+        assert stream.created == 2
+        # a read with nothing to come ends at once when interrupted from elsewhere
+        interrupter = threading.Timer(0.05, stream.interrupt)
+        interrupter.start()
+        with pytest.raises(HTTPFailure):
+            next(events)
+        interrupter.join()
+    assert seen == {b"/t/several/1", b"/t/several/2"}
+
+
 @pytest.mark.asyncio
 async def test_asyncio_a_watch_wakes_on_a_deletion_made_after_it_began(
     server: EtcdServer,
@@ -104,10 +130,17 @@ async def test_asyncio_a_watch_wakes_on_a_deletion_made_after_it_began(
     try:
         lease, _ = await gateway.grant_lease(30)
         _, revision, _ = await gateway.txn(*_create(b"/t/ahead", lease))
-        async with gateway.watch(b"/t/ahead", start_revision=revision + 1) as seen:
+        async with gateway.watch([WatchRequest(b"/t/ahead", None, revision + 1)]) as stream:
+            events = stream.events()
             revoked = asyncio.ensure_future(gateway.revoke(lease))
-            batch = await asyncio.wait_for(seen.__anext__(), 30)
+            batch = await asyncio.wait_for(events.__anext__(), 30)
             await revoked
+            # an interrupt ends a read under way in the loop too
+            reading = asyncio.ensure_future(events.__anext__())
+            await asyncio.sleep(0)
+            stream.interrupt()
+            with pytest.raises(HTTPFailure):
+                await asyncio.wait_for(reading, 30)
         assert [(event.key, event.deleted) for event in batch] == [(b"/t/ahead", True)]
     finally:
         await gateway.close()

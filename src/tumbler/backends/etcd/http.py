@@ -4,8 +4,9 @@ maintained client can take httpx's place here alone.
 
 ``aopen_client``/``open_client`` make a client for one member's base URL; ``apost``/``post``
 send one JSON request and return the status and the decoded reply; ``astream_lines`` /
-``stream_lines`` open a long request (a watch) whose reply is read line by line, and close it
-when the block ends (the gateway cannot cancel a watch: closing its connection does);
+``stream_lines`` open a long request (a watch) whose body is one or more JSON messages and
+whose reply is read line by line, and close it when the block ends (the gateway cannot cancel
+a watch: closing its connection does); ``interrupt`` ends such a read from any thread;
 ``aclose_client``/``close_client`` close a client. The generator of the blocking twin renames
 each ``a`` name to the other (tools/generate_sync.py).
 """
@@ -13,8 +14,11 @@ each ``a`` name to the other (tools/generate_sync.py).
 from __future__ import annotations
 
 import contextlib
+import json
+import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,7 +29,9 @@ __all__ = [
     "aopen_client",
     "apost",
     "astream_lines",
+    "LineStream",
     "close_client",
+    "interrupt",
     "not_sent",
     "open_client",
     "post",
@@ -67,45 +73,94 @@ def _decoded(reply: httpx.Response) -> tuple[int, Any]:
         return reply.status_code, {"message": reply.text}
 
 
-async def apost(client: Any, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
-    """POST ``body`` as JSON to ``path``; the HTTP status and the decoded JSON reply."""
-    return _decoded(await client.post(path, json=body, headers=headers))
+def _timeout(client: Any, timeout: float | None) -> Any:
+    return client.timeout if timeout is None else httpx.Timeout(timeout)
 
 
-def post(client: Any, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+async def apost(
+    client: Any, path: str, body: Any, headers: dict[str, str], timeout: float | None = None
+) -> tuple[int, Any]:
+    """POST ``body`` as JSON to ``path``; the HTTP status and the decoded JSON reply.
+    ``timeout``: this request's bound, if not the client's."""
+    reply = await client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
+    return _decoded(reply)
+
+
+def post(
+    client: Any, path: str, body: Any, headers: dict[str, str], timeout: float | None = None
+) -> tuple[int, Any]:
     """The blocking twin of :func:`apost`."""
-    return _decoded(client.post(path, json=body, headers=headers))
+    return _decoded(
+        client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
+    )
+
+
+@dataclass
+class LineStream:
+    """A long reply being read: its ``lines``, and the connection it comes on (for
+    :func:`interrupt`)."""
+
+    lines: Any
+    network: Any
+
+
+def interrupt(stream: LineStream) -> None:
+    """End the reading of ``stream`` now, from any thread: its socket is shut down, so the
+    read under way (or the next) fails at once. Never blocks."""
+    sock = stream.network.get_extra_info("socket") if stream.network is not None else None
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        if isinstance(sock, ssl.SSLSocket):
+            # the plain socket's call: an SSLSocket's own would unwrap it under the feet of
+            # the reading thread
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        else:
+            sock.shutdown(socket.SHUT_RDWR)  # also asyncio's view of its transport's socket
+
+
+def _messages(bodies: Sequence[Any]) -> bytes:
+    # the gateway reads a streaming call's body as a sequence of JSON messages
+    return "\n".join(json.dumps(body) for body in bodies).encode()
+
+
+_JSON = {"Content-Type": "application/json"}
 
 
 @contextlib.asynccontextmanager
 async def astream_lines(
-    client: Any, path: str, body: Any, headers: dict[str, str]
-) -> AsyncIterator[AsyncIterator[str]]:
-    """POST ``body`` to ``path`` and yield the reply's lines as they come, without a read
-    timeout (a watch waits as long as nothing changes); the request ends with the block."""
+    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str]
+) -> AsyncIterator[LineStream]:
+    """POST ``bodies`` (JSON messages, one after the other) to ``path`` and yield the reply's
+    lines as they come, without a read timeout (a watch waits as long as nothing changes);
+    the request ends with the block."""
     timeout = httpx.Timeout(client.timeout.connect, read=None)
-    async with client.stream("POST", path, json=body, headers=headers, timeout=timeout) as reply:
+    async with client.stream(
+        "POST", path, content=_messages(bodies), headers={**headers, **_JSON}, timeout=timeout
+    ) as reply:
         if reply.status_code != 200:
             await reply.aread()
             raise httpx.HTTPStatusError(
                 f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
             )
-        yield reply.aiter_lines()
+        yield LineStream(reply.aiter_lines(), reply.extensions.get("network_stream"))
 
 
 @contextlib.contextmanager
 def stream_lines(
-    client: Any, path: str, body: Any, headers: dict[str, str]
-) -> Iterator[Iterator[str]]:
+    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str]
+) -> Iterator[LineStream]:
     """The blocking twin of :func:`astream_lines`."""
     timeout = httpx.Timeout(client.timeout.connect, read=None)
-    with client.stream("POST", path, json=body, headers=headers, timeout=timeout) as reply:
+    with client.stream(
+        "POST", path, content=_messages(bodies), headers={**headers, **_JSON}, timeout=timeout
+    ) as reply:
         if reply.status_code != 200:
             reply.read()
             raise httpx.HTTPStatusError(
                 f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
             )
-        yield reply.iter_lines()
+        yield LineStream(reply.iter_lines(), reply.extensions.get("network_stream"))
 
 
 async def aclose_client(client: Any) -> None:

@@ -22,20 +22,32 @@ import contextlib
 import json
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..http import (
     HTTPFailure,
+    LineStream,
     aclose_client,
     aopen_client,
     apost,
     astream_lines,
+    interrupt,
     not_sent,
 )
 
-__all__ = ["AsyncGateway", "EtcdError", "GatewayUnavailable", "WatchEvent", "b64", "unb64"]
+__all__ = [
+    "AsyncGateway",
+    "AsyncWatchStream",
+    "EtcdError",
+    "GatewayUnavailable",
+    "WatchEvent",
+    "WatchRequest",
+    "b64",
+    "unb64",
+]
 
 #: gRPC status codes etcd answers with
 UNAUTHENTICATED = 16
@@ -81,6 +93,23 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 @dataclass(frozen=True)
+class WatchRequest:
+    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now)."""
+
+    key: bytes
+    range_end: bytes | None = None
+    start_revision: int = 0
+
+    def message(self) -> dict[str, Any]:
+        request: dict[str, Any] = {"key": b64(self.key)}
+        if self.range_end is not None:
+            request["range_end"] = b64(self.range_end)
+        if self.start_revision:
+            request["start_revision"] = self.start_revision
+        return {"create_request": request}
+
+
+@dataclass(frozen=True)
 class WatchEvent:
     """One change a watch saw: a key put (``deleted`` False) or deleted, at ``revision``."""
 
@@ -123,7 +152,9 @@ class AsyncGateway:
                 client = self._clients[endpoint] = aopen_client(endpoint, self._tls, self._timeout)
         return client
 
-    async def _headers(self, endpoint: str, fresh: bool = False) -> dict[str, str]:
+    async def _headers(
+        self, endpoint: str, fresh: bool = False, timeout: float | None = None
+    ) -> dict[str, str]:
         if self._credentials is None:
             return {}
         if self._token is None or fresh:
@@ -133,25 +164,34 @@ class AsyncGateway:
                 "/v3/auth/authenticate",
                 {"name": user, "password": password},
                 {},
+                timeout,
             )
             if status != 200:
                 raise _error(reply)
             self._token = str(reply["token"])
         return {"Authorization": self._token}
 
-    async def call(self, path: str, body: Any, *, idempotent: bool = False) -> Any:
+    async def call(
+        self, path: str, body: Any, *, idempotent: bool = False, timeout: float | None = None
+    ) -> Any:
         """POST ``body`` to ``path`` on a member; etcd's reply, or :class:`EtcdError`.
         Tried on the next member when this one cannot be reached (and, for an
-        ``idempotent`` call, when its reply was lost)."""
+        ``idempotent`` call, when its reply was lost); ``timeout`` bounds the whole call
+        (the client's request timeout bounds each attempt otherwise)."""
         if self._closed:
             raise GatewayUnavailable("the client is closed")
         failures: list[str] = []
         start = self._current
+        deadline = None if timeout is None else time.monotonic() + timeout
         for step in range(len(self.endpoints)):
             index = (start + step) % len(self.endpoints)
             endpoint = self.endpoints[index]
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                failures.append(f"{endpoint}: not tried, the call's {timeout:g} s had passed")
+                break
             try:
-                reply = await self._call_once(endpoint, path, body)
+                reply = await self._call_once(endpoint, path, body, left)
             except HTTPFailure as failure:
                 failures.append(f"{endpoint}: {failure!r}")
                 if not (idempotent or not_sent(failure)):
@@ -161,12 +201,14 @@ class AsyncGateway:
             return reply
         raise GatewayUnavailable(f"{path}: no member answered: {'; '.join(failures)}")
 
-    async def _call_once(self, endpoint: str, path: str, body: Any) -> Any:
+    async def _call_once(self, endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
         client = self._client(endpoint)
-        status, reply = await apost(client, path, body, await self._headers(endpoint))
+        headers = await self._headers(endpoint, timeout=timeout)
+        status, reply = await apost(client, path, body, headers, timeout)
         if status != 200 and _code(reply) == UNAUTHENTICATED and self._credentials is not None:
             # the token ran out (or the member restarted): log in again, once
-            status, reply = await apost(client, path, body, await self._headers(endpoint, True))
+            headers = await self._headers(endpoint, True, timeout)
+            status, reply = await apost(client, path, body, headers, timeout)
         if status != 200:
             raise _error(reply)
         return reply
@@ -185,18 +227,23 @@ class AsyncGateway:
         if by_creation:
             body.update(sort_order="ASCEND", sort_target="CREATE")
         reply = await self.call("/v3/kv/range", body, idempotent=True)
-        return int(reply["header"]["revision"]), [_kv(kv) for kv in reply.get("kvs", [])]
+        return int(reply["header"]["revision"]), kvs(reply)
 
     async def txn(
         self,
         compare: list[dict[str, Any]],
         success: list[dict[str, Any]],
         failure: list[dict[str, Any]],
+        *,
+        timeout: float | None = None,
     ) -> tuple[bool, int, list[dict[str, Any]]]:
         """One transaction: whether ``compare`` held, the revision after it, and the
-        responses of the branch that ran (as the gateway gives them)."""
+        responses of the branch that ran (as the gateway gives them). Never moved to another
+        member after a lost reply: it may have been applied."""
         reply = await self.call(
-            "/v3/kv/txn", {"compare": compare, "success": success, "failure": failure}
+            "/v3/kv/txn",
+            {"compare": compare, "success": success, "failure": failure},
+            timeout=timeout,
         )
         return (
             bool(reply.get("succeeded", False)),
@@ -211,9 +258,11 @@ class AsyncGateway:
             raise EtcdError(0, str(reply["error"]))
         return int(reply["ID"]), int(reply["TTL"])
 
-    async def keep_alive(self, lease: int) -> int:
+    async def keep_alive(self, lease: int, timeout: float | None = None) -> int:
         """Renew ``lease``; the TTL it has now, 0 if it is gone (expired or revoked)."""
-        reply = await self.call("/v3/lease/keepalive", {"ID": lease}, idempotent=True)
+        reply = await self.call(
+            "/v3/lease/keepalive", {"ID": lease}, idempotent=True, timeout=timeout
+        )
         return int(reply.get("result", {}).get("TTL", 0))
 
     async def revoke(self, lease: int) -> bool:
@@ -232,25 +281,18 @@ class AsyncGateway:
         return [int(lease["ID"]) for lease in reply.get("leases", [])]
 
     @contextlib.asynccontextmanager
-    async def watch(
-        self, key: bytes, range_end: bytes | None = None, *, start_revision: int = 0
-    ) -> AsyncIterator[AsyncIterator[list[WatchEvent]]]:
-        """Watch ``key`` (to ``range_end``) from ``start_revision``; yields an iterator of
-        the batches of events as they come. The watch ends with the block (its connection is
-        closed: the gateway has no other way)."""
-        request: dict[str, Any] = {"key": b64(key)}
-        if range_end is not None:
-            request["range_end"] = b64(range_end)
-        if start_revision:
-            request["start_revision"] = start_revision
+    async def watch(self, requests: Sequence[WatchRequest]) -> AsyncIterator[AsyncWatchStream]:
+        """Watch every one of ``requests`` on one stream; yields the stream, whose
+        ``events()`` are the batches of events as they come. The watch ends with the block
+        (its connection is closed: the gateway has no other way), or at once from any thread
+        with the stream's ``interrupt()``."""
         endpoint = self.endpoints[self._current]
         client = aopen_client(endpoint, self._tls, self._timeout)
         try:
             headers = await self._headers(endpoint)
-            async with astream_lines(
-                client, "/v3/watch", {"create_request": request}, headers
-            ) as lines:
-                yield _events(lines)
+            messages = [request.message() for request in requests]
+            async with astream_lines(client, "/v3/watch", messages, headers) as stream:
+                yield AsyncWatchStream(stream)
         finally:
             await aclose_client(client)
 
@@ -262,7 +304,29 @@ class AsyncGateway:
             await aclose_client(client)
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[list[WatchEvent]]:
+class AsyncWatchStream:
+    """One watch stream of :meth:`AsyncGateway.watch`."""
+
+    def __init__(self, stream: LineStream) -> None:
+        self._stream = stream
+        #: how many of its watches etcd has confirmed
+        self.created = 0
+
+    def interrupt(self) -> None:
+        """End the reading of events now (from any thread): ``events()`` fails at once."""
+        interrupt(self._stream)
+
+    async def events(self) -> AsyncIterator[list[WatchEvent]]:
+        """The batches of events, as they come (a watch's confirmation and progress notes
+        are counted, not yielded); raises :class:`EtcdError` for a cancelled watch (its
+        start revision was compacted away)."""
+        async for batch in _events(self._stream.lines, self):
+            yield batch
+
+
+async def _events(
+    lines: AsyncIterator[str], stream: AsyncWatchStream
+) -> AsyncIterator[list[WatchEvent]]:
     async for line in lines:
         if not line.strip():
             continue
@@ -270,6 +334,8 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[list[WatchEvent]]:
         if "error" in message:
             raise _error(message["error"])
         result = message.get("result", {})
+        if result.get("created"):
+            stream.created += 1
         if result.get("canceled"):
             compacted = int(result.get("compact_revision", 0))
             raise EtcdError(OUT_OF_RANGE, f"the watch was cancelled (compacted to {compacted})")
@@ -287,6 +353,11 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[list[WatchEvent]]:
             )
         if events:  # not the watch's "created" reply, nor a progress note
             yield events
+
+
+def kvs(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The keys of a range's reply (also one inside a transaction's), decoded."""
+    return [_kv(kv) for kv in reply.get("kvs", [])]
 
 
 def _kv(kv: dict[str, Any]) -> dict[str, Any]:
