@@ -1,2 +1,80 @@
-"""The etcd backend (``etcd://``, ``etcds://``), under way: so far the test servers
-(:mod:`.server`). Its descriptor comes with the backend, once the conformance suite passes."""
+"""The etcd backend (``etcd://``, ``etcds://``): locks as keys of a line ordered by their create
+revisions, attached to their client's lease, spoken to through etcd's v3 JSON gateway. Its URL
+grammar, key layout, promises and how a hold is lost are in :mod:`.common`; the client in
+:mod:`._async.backend` (and its generated blocking twin), over :mod:`._async.gateway`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, on_demand
+
+if TYPE_CHECKING:
+    from ..._url import BackendURL
+    from ..descriptor import BackendOpener
+
+DEFAULT_PORT = 2379
+#: the ``lease_ttl`` a URL gets unless it names one
+DEFAULT_LEASE_TTL = 10
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    # create revisions survive restarts and leader elections
+    durable_fencing=True,
+    # the leader times the leases
+    server_clock=True,
+    # an entry lives as long as its client's lease, which the client keeps alive
+    session_liveness=True,
+    # a waiter's entry lives with the lease too: each connection declares its lease_ttl
+    waiter_ttl=float(DEFAULT_LEASE_TTL),
+    # watches start at the revision of the read that found the waiter blocked, so none is
+    # missed while the stream lives; the re-check covers a stream being replaced
+    recheck_interval=2.0,
+    # a renewal is a keep-alive and a read: two round trips
+    min_ttl=0.5,
+    # no grant outlives the lease: each connection declares its lease_ttl
+    max_ttl=float(DEFAULT_LEASE_TTL),
+    # a cluster serves clients on any machine that reaches it
+    scope="network",
+)
+
+
+def _isolate(url: BackendURL, token: str) -> str:
+    # every key the backend makes is under the prefix
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url.raw)
+    base = parts.path.rstrip("/") or "/tumbler"
+    return urlunsplit(parts._replace(path=f"{base}/{token}"))
+
+
+def _single_server(url: BackendURL) -> tuple[str, int] | None:
+    if "," in url.hosts:
+        return None
+    from ..kit.options import host_port
+
+    return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="etcd",
+    schemes=("etcd", "etcds"),
+    opener=f"{__name__}.common",
+    capabilities=CAPABILITIES,
+    summary="an etcd cluster (or one member), through its v3 JSON gateway",
+    url_form="etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/PREFIX][?OPTIONS]",
+    extra="etcd",
+    system_packages=("etcd-server",),
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
+    isolate=_isolate,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
+    single_server=_single_server,
+    bench=on_demand(f"{__name__}.bench", "BENCH"),
+)
+
+if TYPE_CHECKING:
+    from . import common as _opener
+
+    _checked: BackendOpener = _opener

@@ -1,43 +1,125 @@
-"""The etcd backend's URL grammar and configuration (the backend itself is under way).
+"""``etcd://``: locks in etcd (extra ``tumbler[etcd]``, client: etcd's v3 JSON gateway over httpx).
 
 URL
     ``etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/PREFIX][?OPTIONS]``, or
     ``etcds://`` for TLS to the members' client port (``ssl_ca_certs``, ``ssl_certfile``,
     ``ssl_keyfile``, ``ssl_check_hostname``, as ``zookeepers://`` takes them). Without a host,
-    ``localhost:2379``; the port defaults to 2379. Every lock key lives under ``PREFIX``
-    (default ``/tumbler``), which an operator's role for the user can be limited to. With a
-    user, the client logs in and sends its token with each request.
+    ``localhost:2379``; the port defaults to 2379. Every key the backend makes lives under
+    ``PREFIX`` (default ``/tumbler``), which an operator's role for the user can be limited
+    to. With a user, the client logs in and sends its token with each request, logging in
+    again when etcd no longer takes it.
 
 Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
-    it makes is attached to, kept alive at a third of it; ``connect_timeout`` (5 s): how long
-    a client tries the members before it gives up; ``request_timeout`` (5 s): how long one
-    request waits for its reply.
+    it makes is attached to; ``connect_timeout`` (5 s): how long a client tries the members
+    when it starts; ``request_timeout`` (5 s): how long one request waits for its reply.
+
+Key layout
+    Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,
+    one per acquisition (the owner hash is ``kit.owners.owner_hash``: the owner id itself is
+    never stored). A key's value is JSON: the holder's description, the kind of entry (a
+    mutex or write lock, a read lock, a semaphore and its permits), the client's lease TTL,
+    and, for a semaphore entry granted after waiting, that it was granted. Every key is
+    attached to its client's lease. ``force_release`` leaves its note for an evicted owner in
+    ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
+    that outlives the evicted grant's by ``NOTE_GRACE``.
+
+Who holds the lock
+    The line is ordered by the keys' create revisions, etcd's one counter of changes. An
+    exclusive entry holds the lock when it is first in line; a read entry when no exclusive
+    entry is ahead of it; a semaphore entry when fewer than ``permits`` entries are ahead
+    (``kit.line_position``, as ZooKeeper's sequential nodes). An entry never loses that
+    position, since entries only leave the line ahead of it. A grant is one transaction: the
+    key is put with the client's lease if it does not exist, and the line is read in the same
+    revision; a retry after a lost reply finds the key the first attempt made, by its name.
+    Every request is served in arrival order (``fair`` makes no difference).
+
+Fencing tokens
+    The token of a grant is its key's create revision: etcd numbers every change of the
+    cluster in one sequence that survives restarts and leader elections, and grants follow
+    creation order, so tokens strictly increase per name.
+
+Waking waiters
+    A waiter watches exactly what blocks it: for a mutex or writer the key just ahead of it,
+    for a reader the nearest writer ahead, for a semaphore waiter its predecessor (which
+    rewrites its value when granted), and for the first semaphore waiter the line. Each watch
+    starts at the revision after the read that found it blocked, so no change in between is
+    missed. A client's watches all travel on one stream (``_async.backend.AsyncKeyWatches``).
+
+The lease
+    The client grants its lease at its first acquisition and revokes it when it closes,
+    which deletes every key still attached. The lease is kept alive by the client's
+    renewals (``renew_all``: one keep-alive, and one read of the renewed keys, so that a
+    forced release is seen) and, while the client only waits, by its waiters' re-checks; a
+    grant made when a third of the lease has gone since it was last kept alive keeps it alive
+    first, so a grant's lease (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed
+    from a keep-alive etcd has answered. A holder that dies frees its locks after
+    ``lease_ttl``, whatever their ``ttl``.
+
+How a hold is lost here
+    A lease etcd no longer knows (a keep-alive answered with no TTL, a put refused because
+    the lease is gone: it ran out while the client could not reach the cluster, or an
+    operator revoked it) ends every hold of the client at once (``SessionEvents.EXPIRED``);
+    the next acquisition grants a new lease. A key deleted by ``force_release`` ends its
+    hold at the next renewal. A renewal that cannot reach the cluster leaves the hold in
+    doubt until the client's deadline (``lease_ttl`` after the last keep-alive answered, less
+    the drift margin), which comes before etcd can end the lease.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import quote, unquote
 
+from ..._core import Entry
 from ..._url import BackendURL
-from ...errors import InvalidURL
+from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
+from ..kit import astart_or_close, start_or_close
 from ..kit.options import host_port, seconds
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
+from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
+from .wire import (
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    UNAUTHENTICATED,
+    EtcdError,
+    GatewayUnavailable,
+)
+
+if TYPE_CHECKING:
+    from ._async.backend import AsyncEtcdBackend
+    from ._sync.backend import EtcdBackend
 
 __all__ = [
+    "NOTE_GRACE",
+    "Contender",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PORT",
     "DEFAULT_PREFIX",
     "MIN_LEASE_TTL",
     "TLS_SCHEME",
     "EtcdConfig",
+    "entry_key",
+    "entry_value",
+    "lease_gone",
+    "line_key",
+    "lock_names_of",
+    "locks_key",
+    "notes_key",
+    "open_async",
+    "open_sync",
     "parse_config",
+    "parse_line",
+    "translate_errors",
 ]
 
-DEFAULT_PORT = 2379
 DEFAULT_PREFIX = "/tumbler"
-DEFAULT_LEASE_TTL = 10
 #: etcd refuses leases shorter than its election timeout allows; 2 s is safe with defaults
 MIN_LEASE_TTL = 2
 TLS_SCHEME = "etcds"
@@ -105,3 +187,168 @@ def parse_config(url: BackendURL) -> EtcdConfig:
         credentials=credentials,
         tls=tls,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Keys and values
+
+#: how much longer than the evicted lease a force_release note is kept: the hosts' clocks
+#: and the evicted holder's last renewal in flight
+NOTE_GRACE = 30.0
+_LOCKS = b"lock/"
+_EVICTED = b"evicted/"
+
+
+def _encoded(name: str) -> bytes:
+    # no "/" is left in a name, so one name's line is never inside another's
+    return quote(name, safe="").encode()
+
+
+def line_key(prefix: bytes, name: str) -> bytes:
+    """The prefix of every entry key of lock ``name``."""
+    return prefix + _LOCKS + _encoded(name) + b"/"
+
+
+def entry_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
+    return line_key(prefix, name) + owner_hash.encode()
+
+
+def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
+    return prefix + _EVICTED + _encoded(name) + b"/" + owner_hash.encode()
+
+
+def locks_key(prefix: bytes) -> bytes:
+    """The prefix of every line."""
+    return prefix + _LOCKS
+
+
+def lock_names_of(prefix: bytes, keys: list[bytes]) -> list[str]:
+    """The lock names whose lines ``keys`` (under :func:`locks_key`) are in."""
+    names = set()
+    start = len(locks_key(prefix))
+    for key in keys:
+        encoded, slash, _owner = key[start:].partition(b"/")
+        if slash:
+            with contextlib.suppress(UnicodeDecodeError):
+                names.add(unquote(encoded.decode("ascii"), errors="strict"))
+    return sorted(names)
+
+
+def entry_value(
+    holder: str, shared: bool, limit: int, lease_ttl: int, granted: bool = False
+) -> bytes:
+    kind = "lock" if not shared else ("read" if limit == 0 else "semaphore")
+    record: dict[str, Any] = {"holder": holder, "kind": kind, "lease_ttl": lease_ttl}
+    if kind == "semaphore":
+        record["permits"] = limit
+    if granted:
+        record["granted"] = True
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+class Contender(NamedTuple):
+    """One key of a line, read: whose, when it came, what it asks for."""
+
+    key: bytes
+    #: the owner hash (the last part of the key)
+    owner: str
+    create_revision: int
+    lease: int
+    shared: bool
+    limit: int
+    holder: str
+    lease_ttl: float
+
+    def entry(self) -> Entry:
+        return Entry(self.owner, self.create_revision, self.shared, self.limit, True, None)
+
+
+def parse_line(kvs: list[dict[str, Any]]) -> list[Contender]:
+    """The line from a range of its keys by creation order; keys of other shapes (not
+    written by tumbler) are not contenders."""
+    line = []
+    for kv in kvs:
+        try:
+            record = json.loads(kv["value"])
+            kind = record["kind"]
+            holder = str(record["holder"])
+            lease_ttl = float(record["lease_ttl"])
+            if kind == "lock":
+                shared, limit = False, 1
+            elif kind == "read":
+                shared, limit = True, 0
+            elif kind == "semaphore":
+                shared, limit = True, int(record["permits"])
+            else:
+                continue
+        except (ValueError, KeyError, TypeError):
+            continue
+        owner = kv["key"].rsplit(b"/", 1)[-1].decode("ascii", "replace")
+        line.append(
+            Contender(
+                kv["key"],
+                owner,
+                kv["create_revision"],
+                kv["lease"],
+                shared,
+                limit,
+                holder,
+                lease_ttl,
+            )
+        )
+    line.sort(key=lambda contender: contender.create_revision)
+    return line
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+
+
+def lease_gone(error: EtcdError) -> bool:
+    """Whether etcd refused a request because the lease it names is gone."""
+    return error.code == NOT_FOUND and "lease not found" in error.message
+
+
+def _refused(error: EtcdError) -> bool:
+    if error.code in (PERMISSION_DENIED, UNAUTHENTICATED):
+        return True
+    # a wrong password or an unknown user: etcd answers "invalid argument"
+    return error.code == INVALID_ARGUMENT and "authentication failed" in error.message
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+    """Convert the gateway's errors to tumbler's at this one edge, keeping the cause."""
+    try:
+        yield
+    except GatewayUnavailable as error:
+        raise BackendUnavailable(
+            f"cannot reach etcd: {error}", lock_name=name, backend=url
+        ) from error
+    except EtcdError as error:
+        if _refused(error):
+            raise PermissionDenied(
+                f"etcd refused access ({error.message}): the URL's user lacks rights on the "
+                "prefix, or gave wrong credentials",
+                lock_name=name,
+                backend=url,
+            ) from error
+        raise BackendUnavailable(
+            f"etcd error: {error.message} (code {error.code})", lock_name=name, backend=url
+        ) from error
+
+
+# --------------------------------------------------------------------------------------------
+# Opening
+
+
+def open_sync(url: BackendURL) -> EtcdBackend:
+    from ._sync.backend import EtcdBackend
+
+    return start_or_close(EtcdBackend(parse_config(url)))
+
+
+async def open_async(url: BackendURL) -> AsyncEtcdBackend:
+    from ._async.backend import AsyncEtcdBackend
+
+    return await astart_or_close(AsyncEtcdBackend(parse_config(url)))

@@ -19,14 +19,12 @@ logging in again when etcd says the token is no longer valid.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import ssl
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..http import (
@@ -39,87 +37,22 @@ from ..http import (
     post,
     stream_lines,
 )
+from ..wire import (
+    NOT_FOUND,
+    OUT_OF_RANGE,
+    UNAUTHENTICATED,
+    EtcdError,
+    GatewayUnavailable,
+    WatchEvent,
+    WatchRequest,
+    b64,
+    code_of,
+    error_of,
+    kv_of,
+    kvs,
+)
 
-__all__ = [
-    "Gateway",
-    "WatchStream",
-    "EtcdError",
-    "GatewayUnavailable",
-    "WatchEvent",
-    "WatchRequest",
-    "b64",
-    "unb64",
-]
-
-#: gRPC status codes etcd answers with
-UNAUTHENTICATED = 16
-NOT_FOUND = 5
-PERMISSION_DENIED = 7
-INVALID_ARGUMENT = 3
-OUT_OF_RANGE = 11
-
-
-class EtcdError(Exception):
-    """etcd refused a request; ``code`` is its gRPC status code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"etcd: {message} (code {code})")
-        self.code = code
-        self.message = message
-
-
-class GatewayUnavailable(Exception):
-    """No member answered (or the reply to a request that is not idempotent was lost)."""
-
-
-def b64(text: str | bytes) -> str:
-    """A key or value as the gateway takes it."""
-    raw = text.encode() if isinstance(text, str) else text
-    return base64.b64encode(raw).decode()
-
-
-def unb64(text: str | None) -> bytes:
-    """A key or value as the gateway gave it (an absent one is empty)."""
-    return base64.b64decode(text or "")
-
-
-def prefix_end(prefix: bytes) -> bytes:
-    """The key just past every key that starts with ``prefix`` (a range's ``range_end``)."""
-    raw = bytearray(prefix)
-    while raw and raw[-1] == 0xFF:
-        raw.pop()
-    if not raw:
-        return b"\x00"  # every key
-    raw[-1] += 1
-    return bytes(raw)
-
-
-@dataclass(frozen=True)
-class WatchRequest:
-    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now)."""
-
-    key: bytes
-    range_end: bytes | None = None
-    start_revision: int = 0
-
-    def message(self) -> dict[str, Any]:
-        request: dict[str, Any] = {"key": b64(self.key)}
-        if self.range_end is not None:
-            request["range_end"] = b64(self.range_end)
-        if self.start_revision:
-            request["start_revision"] = self.start_revision
-        return {"create_request": request}
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One change a watch saw: a key put (``deleted`` False) or deleted, at ``revision``."""
-
-    key: bytes
-    deleted: bool
-    revision: int
-    create_revision: int
-    value: bytes
+__all__ = ["Gateway", "WatchStream"]
 
 
 class Gateway:
@@ -169,7 +102,7 @@ class Gateway:
                 timeout,
             )
             if status != 200:
-                raise _error(reply)
+                raise error_of(reply)
             self._token = str(reply["token"])
         return {"Authorization": self._token}
 
@@ -207,12 +140,12 @@ class Gateway:
         client = self._client(endpoint)
         headers = self._headers(endpoint, timeout=timeout)
         status, reply = post(client, path, body, headers, timeout)
-        if status != 200 and _code(reply) == UNAUTHENTICATED and self._credentials is not None:
+        if status != 200 and code_of(reply) == UNAUTHENTICATED and self._credentials is not None:
             # the token ran out (or the member restarted): log in again, once
             headers = self._headers(endpoint, True, timeout)
             status, reply = post(client, path, body, headers, timeout)
         if status != 200:
-            raise _error(reply)
+            raise error_of(reply)
         return reply
 
     # -- etcd's requests, in its own terms --------------------------------------------------
@@ -330,7 +263,7 @@ def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEve
             continue
         message = json.loads(line)
         if "error" in message:
-            raise _error(message["error"])
+            raise error_of(message["error"])
         result = message.get("result", {})
         if result.get("created"):
             stream.created += 1
@@ -339,7 +272,7 @@ def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEve
             raise EtcdError(OUT_OF_RANGE, f"the watch was cancelled (compacted to {compacted})")
         events = []
         for event in result.get("events", []):
-            kv = _kv(event.get("kv", {}))
+            kv = kv_of(event.get("kv", {}))
             events.append(
                 WatchEvent(
                     key=kv["key"],
@@ -351,28 +284,3 @@ def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEve
             )
         if events:  # not the watch's "created" reply, nor a progress note
             yield events
-
-
-def kvs(reply: dict[str, Any]) -> list[dict[str, Any]]:
-    """The keys of a range's reply (also one inside a transaction's), decoded."""
-    return [_kv(kv) for kv in reply.get("kvs", [])]
-
-
-def _kv(kv: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "key": unb64(kv.get("key")),
-        "value": unb64(kv.get("value")),
-        "create_revision": int(kv.get("create_revision", 0)),
-        "mod_revision": int(kv.get("mod_revision", 0)),
-        "lease": int(kv.get("lease", 0)),
-    }
-
-
-def _code(reply: Any) -> int:
-    return int(reply.get("code", 0)) if isinstance(reply, dict) else 0
-
-
-def _error(reply: Any) -> EtcdError:
-    if isinstance(reply, dict):
-        return EtcdError(_code(reply), str(reply.get("message") or reply.get("error") or reply))
-    return EtcdError(0, str(reply))

@@ -62,13 +62,18 @@ class Listener:
     def subscribe(self, name: str) -> None:
         """Return once the client listens (``name``: for errors)."""
         with self._starting:
-            with self._lock:
-                if self._reader is None and not self._closed:
-                    self._reader = spawn(self._read, f"tumbler-{self._label.lower()}-wakeups")
+            self._start_reader()
         if not self._listening.wait(self._patience):
             raise BackendUnavailable(
                 "could not listen for wake-ups in time", lock_name=name, backend=self._url
             )
+
+    def _start_reader(self) -> None:
+        """Start listening in the background, unless it is under way or the listener closed
+        (no waiting: for a backend whose waiters need not wait until the client listens)."""
+        with self._lock:
+            if self._reader is None and not self._closed:
+                self._reader = spawn(self._read, f"tumbler-{self._label.lower()}-wakeups")
 
     def _now_listening(self) -> None:
         """Called by :meth:`_listen` once releases reach the client."""

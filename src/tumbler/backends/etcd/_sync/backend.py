@@ -1,0 +1,615 @@
+# Generated from src/tumbler/backends/etcd/_async/backend.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""The etcd backend (asyncio flavour, the source of the generated blocking twin).
+
+See ``tumbler.backends.etcd.common`` for the URL grammar, the key layout and the guarantees;
+every request goes through the gateway client (``gateway.AsyncGateway``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...._acompat import Event, Mutex
+from ...._clock import SYSTEM_CLOCK, Clock
+from ...._core import WATCH_LINE, check_limits, line_position
+from ....errors import InvalidTimeout, PermitsMismatch
+from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
+from ...kit import HubWatch, InspectEachName, LockStateBuilder
+from ...kit._sync.listener import Listener
+from ...kit.owners import owner_hash
+from ...kit.tls import tls_context
+from .. import CAPABILITIES
+from ..common import (
+    NOTE_GRACE,
+    Contender,
+    EtcdConfig,
+    entry_key,
+    entry_value,
+    lease_gone,
+    line_key,
+    lock_names_of,
+    locks_key,
+    notes_key,
+    parse_line,
+    translate_errors,
+)
+from ..http import HTTPFailure
+from ..wire import OUT_OF_RANGE, EtcdError, WatchRequest, b64, kvs, prefix_end
+from .gateway import Gateway, WatchStream
+
+_log = logging.getLogger("tumbler.etcd")
+
+#: etcd's default limit on the operations of one transaction (``--max-txn-ops``)
+MAX_TXN_OPS = 128
+#: how often a transaction is tried again when the line changed under it
+FORCE_RELEASE_TRIES = 10
+
+
+@dataclass(eq=False)
+class _Lease:
+    """The client's lease, as this client knows it."""
+
+    id: int
+    #: the monotonic time before which etcd cannot end it: the sending of the last grant or
+    #: keep-alive etcd answered, plus the TTL it answered with
+    expires: float
+
+
+@dataclass(eq=False)
+class _OwnEntry:
+    """This client's key for one acquisition."""
+
+    key: bytes
+    create_revision: int
+    lease: int
+    granted: bool = False
+
+
+@dataclass(eq=False)
+class _Interest:
+    """What waiters of this client wait for on one key (or range): a change from
+    ``revision`` on."""
+
+    revision: int
+    #: (lock name, waiter's tag) of each waiter
+    waiters: set[tuple[str, str]] = field(default_factory=set)
+
+
+def _compare(key: bytes, target: str, field_name: str, value: int) -> dict[str, Any]:
+    return {"key": b64(key), "target": target, field_name: str(value), "result": "EQUAL"}
+
+
+def _range(key: bytes, range_end: bytes | None = None) -> dict[str, Any]:
+    request: dict[str, Any] = {"key": b64(key), "sort_order": "ASCEND", "sort_target": "CREATE"}
+    if range_end is not None:
+        request["range_end"] = b64(range_end)
+    return {"request_range": request}
+
+
+def _line(prefix: bytes) -> dict[str, Any]:
+    return _range(prefix, prefix_end(prefix))
+
+
+def _delete(key: bytes) -> dict[str, Any]:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def _ranged(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return kvs(response.get("response_range", {}))
+
+
+def _deleted(response: dict[str, Any]) -> int:
+    return int(response.get("response_delete_range", {}).get("deleted", 0))
+
+
+class KeyWatches(Listener):
+    """The client's one watch stream, carrying the watch of every waiter of the client.
+
+    A waiter found blocked registers what it waits for (:meth:`add`): a key, or a range for
+    the first semaphore waiter, from the revision after the read that found it blocked. The
+    stream watches every registered key from its revision, so a change made before the stream
+    (re)started is still delivered. Registering a key the stream does not carry replaces the
+    stream by one that does (the gateway takes a stream's watches only when it starts); a
+    change to a key wakes the waiters registered on it (``WakeHub.notify`` with their tags)
+    and ends their registration, as a ZooKeeper watch fires once. Without registrations no
+    stream is open. A stream that fails is started again after a backoff, and every waiter
+    is then woken (:class:`AsyncListener`).
+    """
+
+    def __init__(self, backend: EtcdBackend) -> None:
+        super().__init__(
+            backend.clock,
+            backend.hub,
+            backend.url,
+            label="etcd",
+            log=_log,
+            patience=backend.config.request_timeout,
+        )
+        self._gateway = backend.gateway
+        self._interests: dict[tuple[bytes, bytes | None], _Interest] = {}
+        #: the keys the open stream watches
+        self._streamed: set[tuple[bytes, bytes | None]] = set()
+        self._stream: WatchStream | None = None
+        #: set when the stream must be replaced (or opened, or closed)
+        self._changed = Event()
+        #: the watch events this client's stream received (for the bench and tests)
+        self.events_received = 0
+
+    def add(self, name: str, tag: str, key: bytes, range_end: bytes | None, revision: int) -> None:
+        """Wake waiter ``tag`` of ``name`` at the first change of ``key`` (to ``range_end``)
+        from ``revision`` on; a waiter waits for one thing at a time."""
+        slot = (key, range_end)
+        with self._lock:
+            self._drop(name, tag)
+            interest = self._interests.get(slot)
+            if interest is None:
+                interest = self._interests[slot] = _Interest(revision)
+            interest.revision = min(interest.revision, revision)
+            interest.waiters.add((name, tag))
+            stream = None if slot in self._streamed else self._stream
+            restart = slot not in self._streamed
+        if restart:
+            self._changed.set_threadsafe()
+            if stream is not None:
+                stream.interrupt()
+        self._start_reader()
+
+    def drop(self, name: str, tag: str) -> None:
+        """Forget what waiter ``tag`` of ``name`` waited for (it was granted, or withdrew)."""
+        with self._lock:
+            self._drop(name, tag)
+            stream = self._stream if not self._interests else None
+        if stream is not None:
+            # nobody waits any more: the stream is closed rather than kept open for nothing
+            self._changed.set_threadsafe()
+            stream.interrupt()
+
+    def _drop(self, name: str, tag: str) -> None:
+        for slot, interest in list(self._interests.items()):
+            interest.waiters.discard((name, tag))
+            if not interest.waiters:
+                del self._interests[slot]
+
+    def changed(self, key: bytes) -> None:
+        """``key`` changed (this client deleted it): wake its waiters now, not when the
+        stream tells."""
+        self._deliver([key])
+
+    def _deliver(self, keys: list[bytes]) -> None:
+        woken: dict[str, set[str]] = {}
+        with self._lock:
+            for slot, interest in list(self._interests.items()):
+                start, end = slot
+                if any(key == start if end is None else start <= key < end for key in keys):
+                    for name, tag in interest.waiters:
+                        woken.setdefault(name, set()).add(tag)
+                    del self._interests[slot]
+        for name, tags in woken.items():
+            self._hub.notify(name, tags)
+
+    def _listen(self) -> None:
+        with self._lock:
+            self._changed.clear()
+            wanted = {slot: interest.revision for slot, interest in self._interests.items()}
+            self._streamed = set(wanted)
+        if not wanted:
+            self._changed.wait(None)  # until a waiter registers, or the client closes
+            return
+        requests = [WatchRequest(key, end, revision) for (key, end), revision in wanted.items()]
+        try:
+            with self._gateway.watch(requests) as stream:
+                with self._lock:
+                    self._stream = stream
+                if self._changed.is_set():
+                    return  # registered meanwhile: a stream that carries it replaces this one
+                self._now_listening()
+                for batch in stream.events():
+                    self.events_received += len(batch)
+                    self._deliver([event.key for event in batch])
+        except HTTPFailure:
+            if self._changed.is_set() or self._closed:
+                return  # interrupted to be replaced or closed
+            raise
+        except EtcdError as error:
+            if error.code != OUT_OF_RANGE:
+                raise
+            # a revision watched from was compacted away: every waiter reads its line again
+            # and registers from a revision etcd still has
+            self._deliver_all()
+        finally:
+            with self._lock:
+                self._stream = None
+                self._streamed = set()
+
+    def _deliver_all(self) -> None:
+        with self._lock:
+            woken = [waiter for interest in self._interests.values() for waiter in interest.waiters]
+            self._interests.clear()
+        for name, tag in woken:
+            self._hub.notify(name, (tag,))
+
+    def _interrupt(self) -> None:
+        self._changed.set_threadsafe()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.interrupt()
+
+
+class EtcdBackend(InspectEachName):
+    """The etcd backend contract over etcd's JSON gateway: one lease per client, kept alive by
+    its renewals, and one watch stream for its waiters."""
+
+    def __init__(self, config: EtcdConfig) -> None:
+        # first: unusable certificate files are refused before anything is made
+        tls = tls_context(config.tls, config.url) if config.tls is not None else None
+        self.config = config
+        self.url = config.url
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        self.session_events = SessionEvents()
+        ttl = float(config.lease_ttl)
+        self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=ttl, waiter_ttl=ttl)
+        self.gateway = Gateway(
+            config.endpoints,
+            tls=tls,
+            credentials=config.credentials,
+            timeout=config.request_timeout,
+        )
+        self.watches = KeyWatches(self)
+        self._guard = threading.Lock()
+        self._lease: _Lease | None = None
+        self._leasing = Mutex()
+        self._entries: dict[tuple[str, str], _OwnEntry] = {}
+        #: acquisitions whose key may exist although no reply said so (the reply was lost)
+        self._uncertain: set[tuple[str, str]] = set()
+
+    # -- connection ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Reach a member, and check that the prefix may be read (with the URL's user)."""
+        prefix = self.config.prefix
+        with translate_errors(self.url):
+            self.gateway.call(
+                "/v3/kv/range",
+                {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "limit": 1},
+                idempotent=True,
+                timeout=self.config.connect_timeout,
+            )
+
+    def close(self) -> None:
+        """Revoke the client's lease (etcd deletes every key still attached to it), end the
+        watch stream and close the connections."""
+        with self._guard:
+            lease, self._lease = self._lease, None
+            self._entries.clear()
+        try:
+            if lease is not None:
+                try:
+                    self.gateway.revoke(lease.id)
+                except Exception as error:
+                    # it runs out on its own, with every key on it
+                    _log.warning("could not revoke the etcd lease at close: %s", error)
+            self.watches.close()
+        finally:
+            self.gateway.close()
+
+    # -- the lease ---------------------------------------------------------------------------
+
+    def _lease_lost(self, lease: _Lease) -> None:
+        """etcd no longer has ``lease``: every entry on it is gone, every hold lost."""
+        with self._guard:
+            if self._lease is not lease:
+                return  # already known
+            self._lease = None
+            self._entries.clear()
+            self._uncertain.clear()
+        _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
+        self.session_events.notify(SessionEvents.EXPIRED)
+        self.hub.notify_all()
+
+    def _fresh_lease(self, began: float) -> _Lease:
+        """The client's lease, with at least two thirds of its TTL left from ``began``:
+        granted if the client has none, kept alive first if a third has gone."""
+        lease = self._lease
+        fresh = self.config.lease_ttl * 2 / 3
+        if lease is not None and lease.expires - began >= fresh:
+            return lease
+        with self._leasing:
+            lease = self._lease
+            if lease is not None:
+                if lease.expires - time.monotonic() >= fresh:
+                    return lease  # kept alive meanwhile
+                sent = time.monotonic()
+                ttl = self.gateway.keep_alive(lease.id)
+                if ttl > 0:
+                    lease.expires = max(lease.expires, sent + ttl)
+                    return lease
+                self._lease_lost(lease)
+            sent = time.monotonic()
+            lease_id, ttl = self.gateway.grant_lease(self.config.lease_ttl)
+            lease = _Lease(lease_id, sent + ttl)
+            with self._guard:
+                self._lease = lease
+            return lease
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        began = time.monotonic()
+        key = (request.name, request.owner)
+        tag = owner_hash(request.owner)
+        mine_key = entry_key(self.config.prefix, request.name, tag)
+        line_prefix = line_key(self.config.prefix, request.name)
+        with translate_errors(self.url, request.name):
+            for _ in range(3):
+                lease = self._fresh_lease(began)
+                value = entry_value(
+                    request.holder, request.shared, request.limit, self.config.lease_ttl
+                )
+                with self._guard:
+                    self._uncertain.add(key)
+                try:
+                    created, revision, responses = self.gateway.txn(
+                        [_compare(mine_key, "CREATE", "create_revision", 0)],
+                        [
+                            {
+                                "request_put": {
+                                    "key": b64(mine_key),
+                                    "value": b64(value),
+                                    "lease": str(lease.id),
+                                }
+                            },
+                            _line(line_prefix),
+                        ],
+                        [_line(line_prefix)],
+                    )
+                except EtcdError as error:
+                    if lease_gone(error):
+                        self._lease_lost(lease)
+                        continue  # a new lease, and a new place at the end of the line
+                    raise
+                break
+            else:
+                raise EtcdError(0, "the client's lease kept disappearing")
+            line = parse_line(_ranged(responses[-1]))
+            index = next((i for i, c in enumerate(line) if c.key == mine_key), None)
+            if index is None:
+                # a key of that name but not tumbler's (or a race with a deletion of it)
+                raise EtcdError(0, f"the entry {mine_key!r} is not in its line")
+            mine = line[index]
+            entry = _OwnEntry(mine_key, mine.create_revision, mine.lease)
+            with self._guard:
+                self._entries[key] = entry
+                self._uncertain.discard(key)
+            entries = [contender.entry() for contender in line]
+            try:
+                check_limits(entries, tag, request.shared, request.limit)
+            except PermitsMismatch:
+                self._withdraw(key, entry)
+                raise
+            blocker = line_position(entries, index)
+            if blocker is None:
+                if request.shared and request.limit and not created and not entry.granted:
+                    self._announce_grant(entry, request)
+                entry.granted = True
+                self.watches.drop(request.name, tag)
+                # the lease was kept alive (or granted) at ``lease.expires - TTL`` at the
+                # earliest; no grant outlives it
+                ttl = min(request.ttl, self.config.lease_ttl, lease.expires - began)
+                return Grant(request.name, request.owner, mine.create_revision, ttl)
+            if not request.queue:
+                self._withdraw(key, entry)
+                return None
+            if blocker == WATCH_LINE:
+                self.watches.add(
+                    request.name, tag, line_prefix, prefix_end(line_prefix), revision + 1
+                )
+            else:
+                self.watches.add(request.name, tag, line[blocker].key, None, revision + 1)
+            return None
+
+    def _announce_grant(self, entry: _OwnEntry, request: GrantRequest) -> None:
+        """Rewrite a semaphore entry granted after waiting: the waiter behind it watches it."""
+        value = entry_value(
+            request.holder, request.shared, request.limit, self.config.lease_ttl, granted=True
+        )
+        self.gateway.txn(
+            [_compare(entry.key, "CREATE", "create_revision", entry.create_revision)],
+            [{"request_put": {"key": b64(entry.key), "value": b64(value), "ignore_lease": True}}],
+            [],
+        )
+
+    def _withdraw(self, key: tuple[str, str], entry: _OwnEntry) -> bool:
+        """Delete this client's ``entry`` if it is still the one made (the guard of etcd's
+        own mutex lacked: a retried deletion never takes a newer key of the same name)."""
+        with self._guard:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+        self.watches.drop(key[0], owner_hash(key[1]))
+        deleted, _revision, _responses = self.gateway.txn(
+            [_compare(entry.key, "CREATE", "create_revision", entry.create_revision)],
+            [_delete(entry.key)],
+            [],
+        )
+        if deleted:
+            self.watches.changed(entry.key)
+        return deleted
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        (granted,) = self.renew_all([Renewal(name, owner, ttl)], self.config.request_timeout)
+        return granted
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """Keep the client's lease alive, then read every renewed key in one transaction: a
+        grant is renewed when etcd still has the lease and the key with its create revision
+        (an operator's force_release deleted it otherwise). Two round trips however many
+        grants; raises ``BackendUnavailable`` once ``timeout`` (at most the request timeout)
+        has passed without an answer."""
+        if math.isnan(timeout):
+            raise InvalidTimeout("the renewal timeout is NaN", backend=self.url)
+        began = time.monotonic()
+        deadline = began + max(0.0, min(timeout, self.config.request_timeout))
+        with self._guard:
+            mine = [self._entries.get((renewal.name, renewal.owner)) for renewal in renewals]
+            lease = self._lease
+        refused: list[float | None] = [None] * len(renewals)
+        granted = [entry for entry in mine if entry is not None and entry.granted]
+        if lease is None or not granted:
+            return refused  # nothing to confirm: no need to ask the server
+        name = renewals[0].name if len(renewals) == 1 else None
+        with translate_errors(self.url, name):
+            ttl = self.gateway.keep_alive(lease.id, max(0.0, deadline - time.monotonic()))
+            if ttl <= 0:
+                self._lease_lost(lease)
+                return refused
+            lease.expires = max(lease.expires, began + ttl)
+            found: dict[bytes, int] = {}
+            for start in range(0, len(granted), MAX_TXN_OPS):
+                batch = granted[start : start + MAX_TXN_OPS]
+                _succeeded, _revision, responses = self.gateway.txn(
+                    [],
+                    [{"request_range": {"key": b64(entry.key)}} for entry in batch],
+                    [],
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
+                for response in responses:
+                    for kv in _ranged(response):
+                        found[kv["key"]] = kv["create_revision"]
+        return [
+            min(renewal.ttl, float(ttl))
+            if entry is not None
+            and entry.granted
+            and entry.lease == lease.id
+            and found.get(entry.key) == entry.create_revision
+            else None
+            for renewal, entry in zip(renewals, mine, strict=True)
+        ]
+
+    def release(self, name: str, owner: str) -> bool:
+        key = (name, owner)
+        with self._guard:
+            entry = self._entries.get(key)
+            uncertain = key in self._uncertain
+            lease = self._lease
+        tag = owner_hash(owner)
+        with translate_errors(self.url, name):
+            if entry is not None:
+                return self._withdraw(key, entry) and entry.granted
+            self.watches.drop(name, tag)
+            if not uncertain or lease is None:
+                return False  # nothing of this owner was ever created (or its lease is gone)
+            # the create's reply was lost: its key, if made, is attached to this lease
+            mine_key = entry_key(self.config.prefix, name, tag)
+            try:
+                self.gateway.txn(
+                    [_compare(mine_key, "LEASE", "lease", lease.id)], [_delete(mine_key)], []
+                )
+            finally:
+                with self._guard:
+                    self._uncertain.discard(key)
+            return False  # a lost create was never a grant its caller knew of
+
+    def watch(self, name: str, owner: str) -> HubWatch:
+        return HubWatch(self.clock, name, self.hub, owner_hash(owner))
+
+    def _read_line(self, name: str) -> tuple[int, list[Contender]]:
+        prefix = line_key(self.config.prefix, name)
+        revision, found = self.gateway.range(prefix, prefix_end(prefix), by_creation=True)
+        return revision, parse_line(found)
+
+    def inspect(self, name: str) -> LockState:
+        with translate_errors(self.url, name):
+            _revision, line = self._read_line(name)
+        entries = [contender.entry() for contender in line]
+        state = LockStateBuilder(name)
+        for index, contender in enumerate(line):
+            granted = line_position(entries, index) is None
+            # A grant lives as long as its holder's lease, whatever its ttl: how long it
+            # would outlive a dead holder is that lease's TTL, which the entry records.
+            state.add(
+                token=contender.create_revision if granted else None,
+                shared=contender.shared,
+                limit=contender.limit,
+                expires_in=contender.lease_ttl,
+                holder=contender.holder if granted else "",
+                session=granted,
+            )
+        return state.build()
+
+    def lock_names(self) -> list[str]:
+        locks = locks_key(self.config.prefix)
+        with translate_errors(self.url):
+            reply = self.gateway.call(
+                "/v3/kv/range",
+                {"key": b64(locks), "range_end": b64(prefix_end(locks)), "keys_only": True},
+                idempotent=True,
+            )
+        return lock_names_of(self.config.prefix, [kv["key"] for kv in kvs(reply)])
+
+    def force_release(self, name: str, note: str) -> int:
+        """Delete every granted entry of ``name``, leaving ``note`` for each evicted owner.
+
+        The notes and the deletions are one transaction, guarded by each entry's create
+        revision: a holder whose key is gone finds its note at once, and no note is left for
+        an entry that was not removed here. The notes are attached to a lease of their own
+        that outlives the longest evicted lease by ``NOTE_GRACE``. Tried again when the line
+        changed meanwhile.
+        """
+        prefix = self.config.prefix
+        with translate_errors(self.url, name):
+            for _ in range(FORCE_RELEASE_TRIES):
+                _revision, line = self._read_line(name)
+                entries = [contender.entry() for contender in line]
+                holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
+                if not holders:
+                    return 0
+                # every holder's deletion and note in one transaction (two operations each)
+                holders = holders[: MAX_TXN_OPS // 2]
+                longest = max(contender.lease_ttl for contender in holders)
+                note_lease, _ttl = self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
+                value = b64(note)
+                succeeded, _revision, _responses = self.gateway.txn(
+                    [
+                        _compare(c.key, "CREATE", "create_revision", c.create_revision)
+                        for c in holders
+                    ],
+                    [_delete(c.key) for c in holders]
+                    + [
+                        {
+                            "request_put": {
+                                "key": b64(notes_key(prefix, name, c.owner)),
+                                "value": value,
+                                "lease": str(note_lease),
+                            }
+                        }
+                        for c in holders
+                    ],
+                    [],
+                )
+                if succeeded:
+                    for contender in holders:
+                        self.watches.changed(contender.key)
+                    self.hub.notify(name)
+                    return len(holders)
+                self.gateway.revoke(note_lease)
+            raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        """The note ``force_release`` left for ``owner``'s grant of ``name``, if it is kept."""
+        with translate_errors(self.url, name):
+            _revision, found = self.gateway.range(
+                notes_key(self.config.prefix, name, owner_hash(owner))
+            )
+        return found[0]["value"].decode("utf-8", "replace") if found else None
+
+
+__all__ = ["EtcdBackend", "KeyWatches"]

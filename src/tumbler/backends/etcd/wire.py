@@ -1,0 +1,122 @@
+"""etcd's v3 JSON gateway in its own terms, for both flavours of the gateway client: its status
+codes and errors, how it writes keys and numbers, and what a watch asks and tells."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "INVALID_ARGUMENT",
+    "NOT_FOUND",
+    "OUT_OF_RANGE",
+    "PERMISSION_DENIED",
+    "UNAUTHENTICATED",
+    "EtcdError",
+    "GatewayUnavailable",
+    "WatchEvent",
+    "WatchRequest",
+    "b64",
+    "code_of",
+    "error_of",
+    "kv_of",
+    "kvs",
+    "prefix_end",
+    "unb64",
+]
+
+#: gRPC status codes etcd answers with
+UNAUTHENTICATED = 16
+NOT_FOUND = 5
+PERMISSION_DENIED = 7
+INVALID_ARGUMENT = 3
+OUT_OF_RANGE = 11
+
+
+class EtcdError(Exception):
+    """etcd refused a request; ``code`` is its gRPC status code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"etcd: {message} (code {code})")
+        self.code = code
+        self.message = message
+
+
+class GatewayUnavailable(Exception):
+    """No member answered (or the reply to a request that is not idempotent was lost)."""
+
+
+def b64(text: str | bytes) -> str:
+    """A key or value as the gateway takes it."""
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()
+
+
+def unb64(text: str | None) -> bytes:
+    """A key or value as the gateway gave it (an absent one is empty)."""
+    return base64.b64decode(text or "")
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The key just past every key that starts with ``prefix`` (a range's ``range_end``)."""
+    raw = bytearray(prefix)
+    while raw and raw[-1] == 0xFF:
+        raw.pop()
+    if not raw:
+        return b"\x00"  # every key
+    raw[-1] += 1
+    return bytes(raw)
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now)."""
+
+    key: bytes
+    range_end: bytes | None = None
+    start_revision: int = 0
+
+    def message(self) -> dict[str, Any]:
+        request: dict[str, Any] = {"key": b64(self.key)}
+        if self.range_end is not None:
+            request["range_end"] = b64(self.range_end)
+        if self.start_revision:
+            request["start_revision"] = self.start_revision
+        return {"create_request": request}
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change a watch saw: a key put (``deleted`` False) or deleted, at ``revision``."""
+
+    key: bytes
+    deleted: bool
+    revision: int
+    create_revision: int
+    value: bytes
+
+
+def kvs(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The keys of a range's reply (also one inside a transaction's), decoded."""
+    return [kv_of(kv) for kv in reply.get("kvs", [])]
+
+
+def kv_of(kv: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": unb64(kv.get("key")),
+        "value": unb64(kv.get("value")),
+        "create_revision": int(kv.get("create_revision", 0)),
+        "mod_revision": int(kv.get("mod_revision", 0)),
+        "lease": int(kv.get("lease", 0)),
+    }
+
+
+def code_of(reply: Any) -> int:
+    return int(reply.get("code", 0)) if isinstance(reply, dict) else 0
+
+
+def error_of(reply: Any) -> EtcdError:
+    if isinstance(reply, dict):
+        return EtcdError(code_of(reply), str(reply.get("message") or reply.get("error") or reply))
+    return EtcdError(0, str(reply))
