@@ -35,12 +35,15 @@ class _Running:
 
 
 def _plain(directory: Path) -> _Running:
-    return _Running(EtcdServer(directory).start())
+    server = EtcdServer(directory)
+    server.start()
+    return _Running(server)
 
 
 def _tls(directory: Path) -> _Running:
     tls = make_tls_files(directory / "tls")
-    server = EtcdServer(directory / "server", tls=tls).start()
+    server = EtcdServer(directory / "server", tls=tls)
+    server.start()
     server.enable_auth()
     return _Running(server)
 
