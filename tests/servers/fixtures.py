@@ -1,16 +1,18 @@
-"""pytest fixtures with real Redis, ZooKeeper, PostgreSQL and MariaDB servers, built on
+"""pytest fixtures with real Redis, ZooKeeper, PostgreSQL, MariaDB and etcd servers, built on
 :mod:`tumbler.testing.servers`.
 
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
-``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server``, ``postgresql_server`` and
-``mariadb_server`` start once per session (per xdist worker, and only in a worker whose tests
-ask for them) and stop at its end; tests sharing a Redis call :func:`flush_redis` first, tests
-sharing a ZooKeeper server keep to znodes of their own (a chroot of their own, e.g.
-``zookeeper_server.url_for("/" + unique name)``), tests sharing a PostgreSQL server to a
-schema of their own, tests sharing a MariaDB server to tables of their own in its ``tumbler``
-database. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble`` and
-``fresh_mariadb_server`` are the test's own, for tests that kill or restart servers.
+``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server``, ``postgresql_server``,
+``mariadb_server`` and ``etcd_server`` start once per session (per xdist worker, and only in
+a worker whose tests ask for them) and stop at its end; tests sharing a Redis call
+:func:`flush_redis` first, tests sharing a ZooKeeper server keep to znodes of their own (a
+chroot of their own, e.g. ``zookeeper_server.url_for("/" + unique name)``), tests sharing a
+PostgreSQL server to a schema of their own, tests sharing a MariaDB server to tables of
+their own in its ``tumbler`` database, tests sharing an etcd server to a key prefix of their
+own. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble``,
+``fresh_mariadb_server``, ``fresh_etcd_server`` and ``etcd_cluster`` are the test's own, for
+tests that kill or restart servers.
 
 The ZooKeeper servers have a super user: a client adding ``server.super_auth`` passes every
 ACL, so a test can look at znodes that the code under test protected.
@@ -33,6 +35,7 @@ from typing import TypeVar
 
 import pytest
 
+from tumbler.backends.etcd.server import EtcdCluster, EtcdServer
 from tumbler.backends.mysql.server import MariaDBServer
 from tumbler.backends.postgresql.server import PostgreSQLServer
 from tumbler.backends.redis.server import (
@@ -47,6 +50,9 @@ from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError, make_tls_files
 
 __all__ = [
+    "etcd_cluster",
+    "etcd_server",
+    "fresh_etcd_server",
     "flush_redis",
     "fresh_mariadb_server",
     "galera_node",
@@ -71,6 +77,8 @@ Started = TypeVar(
     ZooKeeperEnsemble,
     PostgreSQLServer,
     MariaDBServer,
+    EtcdServer,
+    EtcdCluster,
 )
 
 
@@ -209,3 +217,30 @@ def galera_node(tmp_path: Path) -> Iterator[MariaDBServer]:
     )
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd member for the whole session (keys from other tests: keep to a prefix of the
+    test's own)."""
+    workdir = tmp_path_factory.mktemp("etcd")
+    server = _start("etcd", lambda: EtcdServer(workdir).start())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fresh_etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
+    """An etcd member of this test's own, free to be killed and restarted."""
+    server = _start("etcd", lambda: EtcdServer(tmp_path / "etcd").start())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A 3-member etcd cluster of this test's own, every member serving; the test may kill
+    and restart members."""
+    cluster = _start("an etcd cluster", lambda: EtcdCluster(tmp_path / "etcd").start())
+    yield cluster
+    cluster.close()

@@ -17,8 +17,8 @@ import contextlib
 import json
 import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -95,19 +95,38 @@ def post(
     )
 
 
-@dataclass
 class LineStream:
-    """A long reply being read: its ``lines``, and the connection it comes on (for
-    :func:`interrupt`)."""
+    """A long reply to read (a watch), made before its request is sent, so that
+    :func:`interrupt` ends it at any point from then on: before its connection is made, while
+    the reply's head is awaited, or while its lines are read. ``lines`` is set once the head
+    has come."""
 
-    lines: Any
-    network: Any
+    def __init__(self) -> None:
+        self.lines: Any = None
+        self._network: Any = None
+        self._interrupted = False
+        self._lock = threading.Lock()
+
+    def _connected(self, network: Any) -> None:
+        with self._lock:
+            self._network = network
+            interrupted = self._interrupted
+        if interrupted:
+            _shut_down(network)
 
 
 def interrupt(stream: LineStream) -> None:
-    """End the reading of ``stream`` now, from any thread: its socket is shut down, so the
-    read under way (or the next) fails at once. Never blocks."""
-    sock = stream.network.get_extra_info("socket") if stream.network is not None else None
+    """End ``stream`` now, from any thread: its socket is shut down, so the read under way
+    (or the next, or the connection about to be made) fails at once. Never blocks."""
+    with stream._lock:
+        stream._interrupted = True
+        network = stream._network
+    if network is not None:
+        _shut_down(network)
+
+
+def _shut_down(network: Any) -> None:
+    sock = network.get_extra_info("socket")
     if sock is None:
         return
     with contextlib.suppress(OSError):
@@ -117,6 +136,10 @@ def interrupt(stream: LineStream) -> None:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
         else:
             sock.shutdown(socket.SHUT_RDWR)  # also asyncio's view of its transport's socket
+
+
+#: the connection events of httpcore's "trace" extension whose result is the connection
+_CONNECTED = ("connection.connect_tcp.complete", "connection.start_tls.complete")
 
 
 def _messages(bodies: Sequence[Any]) -> bytes:
@@ -129,38 +152,60 @@ _JSON = {"Content-Type": "application/json"}
 
 @contextlib.asynccontextmanager
 async def astream_lines(
-    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str]
+    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str], stream: LineStream
 ) -> AsyncIterator[LineStream]:
-    """POST ``bodies`` (JSON messages, one after the other) to ``path`` and yield the reply's
-    lines as they come, without a read timeout (a watch waits as long as nothing changes);
-    the request ends with the block."""
+    """POST ``bodies`` (JSON messages, one after the other) to ``path`` and yield ``stream``
+    with the reply's lines as they come, without a read timeout (a watch waits as long as
+    nothing changes); the request ends with the block."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event in _CONNECTED:
+            stream._connected(info["return_value"])
+
     timeout = httpx.Timeout(client.timeout.connect, read=None)
     async with client.stream(
-        "POST", path, content=_messages(bodies), headers={**headers, **_JSON}, timeout=timeout
+        "POST",
+        path,
+        content=_messages(bodies),
+        headers={**headers, **_JSON},
+        timeout=timeout,
+        extensions={"trace": trace},
     ) as reply:
         if reply.status_code != 200:
             await reply.aread()
             raise httpx.HTTPStatusError(
                 f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
             )
-        yield LineStream(reply.aiter_lines(), reply.extensions.get("network_stream"))
+        stream.lines = reply.aiter_lines()
+        yield stream
 
 
 @contextlib.contextmanager
 def stream_lines(
-    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str]
+    client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str], stream: LineStream
 ) -> Iterator[LineStream]:
     """The blocking twin of :func:`astream_lines`."""
+
+    def trace(event: str, info: dict[str, Any]) -> None:
+        if event in _CONNECTED:
+            stream._connected(info["return_value"])
+
     timeout = httpx.Timeout(client.timeout.connect, read=None)
     with client.stream(
-        "POST", path, content=_messages(bodies), headers={**headers, **_JSON}, timeout=timeout
+        "POST",
+        path,
+        content=_messages(bodies),
+        headers={**headers, **_JSON},
+        timeout=timeout,
+        extensions={"trace": trace},
     ) as reply:
         if reply.status_code != 200:
             reply.read()
             raise httpx.HTTPStatusError(
                 f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
             )
-        yield LineStream(reply.iter_lines(), reply.extensions.get("network_stream"))
+        stream.lines = reply.iter_lines()
+        yield stream
 
 
 async def aclose_client(client: Any) -> None:

@@ -29,7 +29,7 @@ import ssl
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -73,6 +73,9 @@ _BIN_ENV = "TUMBLER_ETCD_BIN"
 _DEBIAN = Path("/usr/bin")
 #: how long one readiness probe or set-up request may take
 _PROBE_TIMEOUT = 2.0
+
+
+_Member = TypeVar("_Member", bound="EtcdMember")
 
 
 class EtcdServerError(ServerError):
@@ -297,7 +300,7 @@ class EtcdMember(ProcessLauncher, TLSServerFiles):
             )
         return [str(etcd_program()), *(f"--{name}={value}" for name, value in options.items())]
 
-    def start(self) -> EtcdMember:
+    def start(self: _Member) -> _Member:
         """Start the process and wait until it serves (for a cluster's member: until the
         cluster has a leader)."""
         super().start()

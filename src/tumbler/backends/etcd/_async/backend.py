@@ -40,7 +40,15 @@ from ..common import (
     translate_errors,
 )
 from ..http import HTTPFailure
-from ..wire import OUT_OF_RANGE, EtcdError, WatchRequest, b64, kvs, prefix_end
+from ..wire import (
+    OUT_OF_RANGE,
+    EtcdError,
+    GatewayUnavailable,
+    WatchRequest,
+    b64,
+    kvs,
+    prefix_end,
+)
 from .gateway import AsyncGateway, AsyncWatchStream
 
 _log = logging.getLogger("tumbler.etcd")
@@ -194,24 +202,25 @@ class AsyncKeyWatches(AsyncListener):
             self._hub.notify(name, tags)
 
     async def _listen(self) -> None:
+        stream = self._gateway.watch_stream()
         with self._lock:
             self._changed.clear()
             wanted = {slot: interest.revision for slot, interest in self._interests.items()}
             self._streamed = set(wanted)
+            # from here on a registration the stream lacks interrupts it, even before it opens
+            self._stream = stream if wanted else None
         if not wanted:
             await self._changed.wait(None)  # until a waiter registers, or the client closes
             return
         requests = [WatchRequest(key, end, revision) for (key, end), revision in wanted.items()]
         try:
-            async with self._gateway.watch(requests) as stream:
-                with self._lock:
-                    self._stream = stream
-                if self._changed.is_set():
-                    return  # registered meanwhile: a stream that carries it replaces this one
+            async with stream.open(requests):
                 self._now_listening()
                 async for batch in stream.events():
                     self.events_received += len(batch)
                     self._deliver([event.key for event in batch])
+            if not (self._changed.is_set() or self._closed):
+                raise GatewayUnavailable("etcd ended the watch stream")
         except HTTPFailure:
             if self._changed.is_set() or self._closed:
                 return  # interrupted to be replaced or closed
@@ -269,6 +278,10 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         self._entries: dict[tuple[str, str], _OwnEntry] = {}
         #: acquisitions whose key may exist although no reply said so (the reply was lost)
         self._uncertain: set[tuple[str, str]] = set()
+        #: keys whose deletion did not get through, with the guard to delete them by
+        #: (``_compare``'s target and value): deleted at the client's next call, or they would
+        #: stay in their line for as long as the client keeps its lease alive
+        self._orphans: dict[bytes, tuple[str, str, int]] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -310,6 +323,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             self._lease = None
             self._entries.clear()
             self._uncertain.clear()
+            self._orphans.clear()  # gone with the lease
         _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
         self.session_events.notify(SessionEvents.EXPIRED)
         self.hub.notify_all()
@@ -343,6 +357,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         began = time.monotonic()
+        if self._orphans:
+            await self._tidy()
         key = (request.name, request.owner)
         tag = owner_hash(request.owner)
         mine_key = entry_key(self.config.prefix, request.name, tag)
@@ -429,18 +445,48 @@ class AsyncEtcdBackend(AsyncInspectEachName):
     async def _withdraw(self, key: tuple[str, str], entry: _OwnEntry) -> bool:
         """Delete this client's ``entry`` if it is still the one made (the guard of etcd's
         own mutex lacked: a retried deletion never takes a newer key of the same name)."""
+        self.watches.drop(key[0], owner_hash(key[1]))
+        # kept until etcd has answered: a renewal meanwhile asks etcd rather than guess
+        deleted = await self._delete_guarded(
+            entry.key, ("CREATE", "create_revision", entry.create_revision)
+        )
         with self._guard:
             if self._entries.get(key) is entry:
                 del self._entries[key]
-        self.watches.drop(key[0], owner_hash(key[1]))
-        deleted, _revision, _responses = await self.gateway.txn(
-            [_compare(entry.key, "CREATE", "create_revision", entry.create_revision)],
-            [_delete(entry.key)],
-            [],
-        )
         if deleted:
             self.watches.changed(entry.key)
         return deleted
+
+    async def _delete_guarded(self, key: bytes, guard: tuple[str, str, int]) -> bool:
+        """Delete ``key`` if ``guard`` holds; if etcd cannot be told now (no reply, or the
+        call cancelled), it is told at the client's next call (``_tidy``)."""
+        try:
+            deleted, _revision, _responses = await self.gateway.txn(
+                [_compare(key, *guard)], [_delete(key)], []
+            )
+        except BaseException:
+            with self._guard:
+                self._orphans[key] = guard
+            raise
+        return deleted
+
+    async def _tidy(self, timeout: float | None = None) -> None:
+        """Delete the keys withdrawals could not (within ``timeout``, if given); those etcd
+        still cannot be told of wait for the next call."""
+        with self._guard:
+            orphans = list(self._orphans.items())
+        for key, guard in orphans:
+            try:
+                await self.gateway.txn([_compare(key, *guard)], [_delete(key)], [], timeout=timeout)
+            except (EtcdError, GatewayUnavailable):
+                return  # the call that follows meets the same trouble, and says so
+            with self._guard:
+                if self._orphans.get(key) == guard:
+                    del self._orphans[key]
+                for owner, entry in list(self._entries.items()):
+                    if entry.key == key:
+                        del self._entries[owner]
+            self.watches.changed(key)
 
     async def renew(self, name: str, owner: str, ttl: float) -> float | None:
         (granted,) = await self.renew_all([Renewal(name, owner, ttl)], self.config.request_timeout)
@@ -482,6 +528,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 for response in responses:
                     for kv in _ranged(response):
                         found[kv["key"]] = kv["create_revision"]
+        if self._orphans:
+            await self._tidy(max(0.0, deadline - time.monotonic()))
         return [
             min(renewal.ttl, float(ttl))
             if entry is not None
@@ -493,6 +541,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         ]
 
     async def release(self, name: str, owner: str) -> bool:
+        if self._orphans:
+            await self._tidy()
         key = (name, owner)
         with self._guard:
             entry = self._entries.get(key)
@@ -508,9 +558,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             # the create's reply was lost: its key, if made, is attached to this lease
             mine_key = entry_key(self.config.prefix, name, tag)
             try:
-                await self.gateway.txn(
-                    [_compare(mine_key, "LEASE", "lease", lease.id)], [_delete(mine_key)], []
-                )
+                await self._delete_guarded(mine_key, ("LEASE", "lease", lease.id))
             finally:
                 with self._guard:
                     self._uncertain.discard(key)

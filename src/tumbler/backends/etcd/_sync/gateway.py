@@ -213,21 +213,16 @@ class Gateway:
         reply = self.call("/v3/lease/leases", {}, idempotent=True)
         return [int(lease["ID"]) for lease in reply.get("leases", [])]
 
+    def watch_stream(self) -> WatchStream:
+        """A watch stream, not yet open (no I/O): its ``interrupt()`` works from now on."""
+        return WatchStream(self)
+
     @contextlib.contextmanager
     def watch(self, requests: Sequence[WatchRequest]) -> Iterator[WatchStream]:
-        """Watch every one of ``requests`` on one stream; yields the stream, whose
-        ``events()`` are the batches of events as they come. The watch ends with the block
-        (its connection is closed: the gateway has no other way), or at once from any thread
-        with the stream's ``interrupt()``."""
-        endpoint = self.endpoints[self._current]
-        client = open_client(endpoint, self._tls, self._timeout)
-        try:
-            headers = self._headers(endpoint)
-            messages = [request.message() for request in requests]
-            with stream_lines(client, "/v3/watch", messages, headers) as stream:
-                yield WatchStream(stream)
-        finally:
-            close_client(client)
+        """Watch every one of ``requests`` on one new stream, open for the block."""
+        stream = self.watch_stream()
+        with stream.open(requests):
+            yield stream
 
     def close(self) -> None:
         self._closed = True
@@ -238,16 +233,34 @@ class Gateway:
 
 
 class WatchStream:
-    """One watch stream of :meth:`AsyncGateway.watch`."""
+    """One watch stream of an :class:`AsyncGateway`: several watches on one connection of
+    its own (the gateway cannot cancel a watch but by closing its connection)."""
 
-    def __init__(self, stream: LineStream) -> None:
-        self._stream = stream
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self._stream = LineStream()
         #: how many of its watches etcd has confirmed
         self.created = 0
 
     def interrupt(self) -> None:
-        """End the reading of events now (from any thread): ``events()`` fails at once."""
+        """End the stream now, from any thread, at whatever point it is: opening it or
+        ``events()`` fails at once (``HTTPFailure``)."""
         interrupt(self._stream)
+
+    @contextlib.contextmanager
+    def open(self, requests: Sequence[WatchRequest]) -> Iterator[None]:
+        """Watch every one of ``requests`` from their revisions, for the block (the
+        connection is closed at its end)."""
+        gateway = self._gateway
+        endpoint = gateway.endpoints[gateway._current]
+        client = open_client(endpoint, gateway._tls, gateway._timeout)
+        try:
+            headers = gateway._headers(endpoint)
+            messages = [request.message() for request in requests]
+            with stream_lines(client, "/v3/watch", messages, headers, self._stream):
+                yield
+        finally:
+            close_client(client)
 
     def events(self) -> Iterator[list[WatchEvent]]:
         """The batches of events, as they come (a watch's confirmation and progress notes

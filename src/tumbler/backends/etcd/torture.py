@@ -1,0 +1,151 @@
+"""The etcd backend's deployments for the torture harness: one member, and a cluster of
+three."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ...torture.backends import (
+    HOLDER_FAULTS,
+    NETWORK_FAULT_KINDS,
+    BackendSpec,
+    Deployment,
+    OneServerDeployment,
+    Settings,
+    missing_module,
+    program_version,
+    started,
+)
+from ...torture.faults import ProxyControl, network_faults_missing
+from .common import MIN_LEASE_TTL
+
+
+def _etcd_options(ttl: float) -> str:
+    # The lease is what frees a dead holder's locks here (hold.ttl is capped by it): make it
+    # the TTL (in etcd's whole seconds), so a dead holder frees the lock about as fast as on
+    # the other backends.
+    lease = max(MIN_LEASE_TTL, math.ceil(ttl))
+    request = max(0.2, min(5.0, ttl / 3))
+    return f"lease_ttl={lease}&request_timeout={request:g}&connect_timeout=5"
+
+
+def _etcd_version() -> str:
+    from .server import etcd_program
+
+    return program_version([str(etcd_program()), "--version"], r"etcd Version: (\S+)")
+
+
+def _missing_etcd() -> str | None:
+    missing = missing_module("httpx", "pip install 'tumbler[etcd]'") or missing_module(
+        "mirakuru", "pip install 'tumbler[testing]'"
+    )
+    if missing is not None:
+        return missing
+    try:
+        from .server import etcd_program
+
+        etcd_program()
+    except ImportError as error:
+        return f"the etcd launcher is missing: {error}"
+    except Exception as error:  # the launcher's own "not installed" error
+        return str(error)
+    return None
+
+
+def _start_etcd(directory: Path, settings: Settings) -> Deployment:
+    from .server import EtcdServer
+
+    server = EtcdServer(directory / "etcd")
+    started(server.start)
+    proxy = None
+    if not network_faults_missing():
+        proxy = ProxyControl.start(server.host, server.port)
+    options = _etcd_options(settings.ttl)
+    return OneServerDeployment(
+        server,
+        proxy,
+        f"{server.host}:{server.port}",
+        lambda address: f"etcd://{address}/torture?{options}",
+        lambda: {"etcd": _etcd_version()},
+    )
+
+
+class _EtcdClusterDeployment(Deployment):
+    def __init__(self, cluster: Any, ttl: float) -> None:
+        hosts = ",".join(f"{member.host}:{member.port}" for member in cluster.members)
+        url = f"etcd://{hosts}/torture?{_etcd_options(ttl)}"
+        super().__init__(url, url)
+        self.cluster = cluster
+        self.nodes = len(cluster.members)
+
+    def kill_all(self) -> None:
+        for member in self.cluster.members:
+            member.kill()
+
+    def restart_all(self) -> None:
+        self.cluster.start()
+
+    def kill_node(self, index: int) -> None:
+        self.cluster.members[index].kill()
+
+    def restart_node(self, index: int) -> None:
+        member = self.cluster.members[index]
+        member.stop()
+        member.start()
+
+    def leader(self) -> int | None:
+        try:
+            leader: int = self.cluster.leader(timeout=1.0)
+        except Exception:  # an election is under way
+            return None
+        return leader
+
+    def node_ports(self) -> list[int]:
+        return [int(member.port) for member in self.cluster.members]
+
+    def versions(self) -> dict[str, str]:
+        return {"etcd": _etcd_version()}
+
+    def close(self) -> None:
+        super().close()
+        self.cluster.close()
+
+
+def _start_etcd_cluster(directory: Path, settings: Settings) -> Deployment:
+    from .server import EtcdCluster
+
+    cluster = EtcdCluster(directory / "cluster")
+    started(cluster.start)
+    return _EtcdClusterDeployment(cluster, settings.ttl)
+
+
+DEPLOYMENTS = (
+    BackendSpec(
+        name="etcd",
+        summary="one etcd member",
+        scheme="etcd",
+        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        not_promised={},
+        promise="exclusion and increasing tokens (create revisions) across crashes and "
+        "restarts; a dead holder's lease runs out",
+        recovery_grace=5.0,
+        start=_start_etcd,
+        missing=_missing_etcd,
+    ),
+    BackendSpec(
+        name="etcd-cluster",
+        summary="etcd cluster of 3",
+        scheme="etcd",
+        faults=(*HOLDER_FAULTS, "minority", "leader", "restart"),
+        default_faults=(*HOLDER_FAULTS, "minority", "leader"),
+        not_promised={},
+        promise="exclusion while a majority serves, through the loss of any minority "
+        "including the leader",
+        recovery_grace=8.0,
+        start=_start_etcd_cluster,
+        missing=_missing_etcd,
+    ),
+)

@@ -1,0 +1,473 @@
+"""etcd backend cases beyond the contract suite: the key layout and its lease, herd-free
+wake-ups on one watch stream per client, a lease lost (every hold with it), a waiter whose
+lease ran out while it waited (etcd's own mutex reported a grant then), withdrawals whose
+reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
+authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
+for, and a member cut off from its client.
+
+Every case runs against a real etcd started by the fixtures in tests/servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import tumbler
+import tumbler.aio
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.etcd._sync.gateway import Gateway
+from tumbler.backends.etcd.common import line_key, parse_config
+from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
+from tumbler.backends.etcd.wire import prefix_end
+from tumbler.backends.kit.owners import owner_hash
+from tumbler.errors import BackendUnavailable, ClientClosed, PermissionDenied
+from tumbler.testing.conformance.compat import aeventually, eventually
+from tumbler.torture.proxy import FaultProxy
+
+from .test_postgresql import every_call_gives_up_when_replies_are_dropped
+
+PATIENCE = 30.0
+#: the lease of the cases' clients: a dead one's keys go this long after its last keep-alive
+LEASE_TTL = 3
+
+
+def prefix() -> str:
+    return f"/tumbler/test-{uuid.uuid4().hex[:12]}"
+
+
+def url_of(server: EtcdServer | EtcdCluster, options: str = "") -> str:
+    query = f"lease_ttl={LEASE_TTL}" + (f"&{options}" if options else "")
+    return f"{server.url.rsplit('/', 1)[0]}{prefix()}?{query}"
+
+
+@pytest.fixture
+def url(etcd_server: EtcdServer) -> str:
+    return url_of(etcd_server)
+
+
+@pytest.fixture
+def connect(url: str) -> Iterator[Callable[..., tumbler.Locks]]:
+    clients: list[tumbler.Locks] = []
+
+    def make(target: str = url) -> tumbler.Locks:
+        client = tumbler.connect(target)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def raw(etcd_server: EtcdServer) -> Iterator[Gateway]:
+    """A plain gateway client of the suite's etcd, to look at and change keys as another
+    program would."""
+    gateway = Gateway([etcd_server.client_url])
+    yield gateway
+    gateway.close()
+
+
+def the_prefix(url: str) -> bytes:
+    return parse_config(parse_url(url)).prefix
+
+
+def line_of(raw: Gateway, url: str, name: str) -> list[dict[str, Any]]:
+    key = line_key(the_prefix(url), name)
+    return raw.range(key, prefix_end(key), by_creation=True)[1]
+
+
+def held(lock: tumbler.Lock) -> tumbler.Hold:
+    assert lock.acquire(timeout=PATIENCE)
+    hold = lock.hold
+    assert hold is not None
+    return hold
+
+
+def leases_of(raw: Gateway) -> set[int]:
+    return set(raw.leases())
+
+
+# -- the key layout --------------------------------------------------------------------------
+
+
+def test_an_entry_is_a_key_of_the_line_on_the_clients_lease(connect, url, raw) -> None:
+    before = leases_of(raw)
+    locks = connect()
+    assert leases_of(raw) == before  # a client grants its lease at its first acquisition
+    with locks.lock("layout/a b") as hold:
+        (entry,) = line_of(raw, url, "layout/a b")
+        # one name's line is never inside another's: the name is encoded whole
+        assert entry["key"].startswith(the_prefix(url) + b"lock/layout%2Fa%20b/")
+        assert hold.token == entry["create_revision"]
+        assert entry["lease"] in leases_of(raw) - before
+        assert json.loads(entry["value"])["kind"] == "lock"
+        with locks.semaphore("layout-sem", 3):
+            (permit,) = line_of(raw, url, "layout-sem")
+            assert json.loads(permit["value"])["permits"] == 3
+            assert permit["lease"] == entry["lease"]  # one lease per client
+    assert line_of(raw, url, "layout/a b") == []
+    locks.close()
+    assert leases_of(raw) == before  # revoked at close
+
+
+def test_tokens_are_create_revisions_and_keep_rising(connect) -> None:
+    one, other = connect(), connect()
+    tokens = []
+    for client in (one, other, one):
+        with client.lock("rising") as hold:
+            tokens.append(hold.token)
+    assert tokens == sorted(set(tokens))
+
+
+# -- waking waiters --------------------------------------------------------------------------
+
+
+def test_a_release_wakes_only_the_next_waiter(connect) -> None:
+    holder = connect()
+    lock = holder.lock("herd")
+    assert lock.acquire()
+    waiters = [connect() for _ in range(4)]
+    # what each waiting client's watch stream delivers (re-checks do not count)
+    woken = [0] * len(waiters)
+    for index, client in enumerate(waiters):
+        hub = client._backend.hub
+        original = hub.notify
+
+        def counting(name, tags=None, index=index, original=original):
+            woken[index] += 1
+            original(name, tags)
+
+        hub.notify = counting
+    first_granted, proceed = threading.Event(), threading.Event()
+    order: list[int] = []
+
+    def wait(index: int) -> None:
+        mine = waiters[index].lock("herd")
+        assert mine.acquire(timeout=PATIENCE)
+        order.append(index)
+        if index == 0:
+            first_granted.set()
+            proceed.wait(PATIENCE)
+        mine.release()
+
+    threads = []
+    for index in range(len(waiters)):
+        thread = threading.Thread(target=wait, args=(index,))
+        thread.start()
+        threads.append(thread)
+        eventually(lambda n=index + 1: holder.status("herd").waiters == n, f"{index + 1} waiting")
+    assert woken == [0, 0, 0, 0]
+    lock.release()
+    assert first_granted.wait(PATIENCE)
+    # the next in line was woken, by one event on its stream; nobody behind it was
+    assert woken[0] >= 1
+    assert woken[1:] == [0, 0, 0]
+    assert [client._backend.watches.events_received for client in waiters[1:]] == [0, 0, 0]
+    proceed.set()
+    for thread in threads:
+        thread.join(timeout=PATIENCE)
+    assert order == [0, 1, 2, 3]
+
+
+def test_one_stream_carries_every_waiter_of_a_client(connect) -> None:
+    holders = connect()
+    held = [holders.lock(f"many-{index}") for index in range(3)]
+    for lock in held:
+        assert lock.acquire()
+    waiting = connect()
+    granted: list[int] = []
+
+    def wait(index: int) -> None:
+        mine = waiting.lock(f"many-{index}")
+        assert mine.acquire(timeout=PATIENCE)
+        granted.append(index)
+        mine.release()
+
+    threads = [threading.Thread(target=wait, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    eventually(
+        lambda: all(holders.status(f"many-{index}").waiters == 1 for index in range(3)),
+        "three waiters in line",
+    )
+    watches = waiting._backend.watches
+    eventually(lambda: len(watches._streamed) == 3, "one stream watches the three keys")
+    for lock in reversed(held):
+        lock.release()
+    for thread in threads:
+        thread.join(timeout=PATIENCE)
+    assert sorted(granted) == [0, 1, 2]
+
+
+# -- the lease -------------------------------------------------------------------------------
+
+
+def test_a_lease_revoked_from_outside_loses_every_hold_at_once(connect, raw) -> None:
+    locks = connect()
+    lost: list[str] = []
+    holds = []
+    for name in ("lease-a", "lease-b"):
+        hold = held(locks.lock(name, ttl=LEASE_TTL))
+        hold.on_lost(lambda hold: lost.append(hold.name))
+        holds.append(hold)
+    lease = locks._backend._lease.id
+    assert raw.revoke(lease)  # an operator's revoke, or a lease that ran out unheard
+    # the next renewal (a third into the lease) finds it gone: both holds go, not one
+    for hold in holds:
+        assert hold.wait_lost(timeout=PATIENCE)
+    assert sorted(lost) == ["lease-a", "lease-b"]
+    # the client goes on with a new lease
+    with locks.lock("lease-a") as again:
+        assert again.token > holds[0].token
+    assert locks._backend._lease.id != lease
+
+
+def test_a_waiter_whose_lease_ran_out_never_reports_a_grant(connect, raw) -> None:
+    """etcd-io/etcd#11456: etcd's own mutex reported a grant to a waiter whose key had gone
+    with its lease. Here the waiter takes a new place at the end of the line."""
+    holder, waiter = connect(), connect()
+    hold = held(holder.lock("expired-waiter"))
+    result: list[tumbler.Hold] = []
+
+    def wait() -> None:
+        mine = waiter.lock("expired-waiter")
+        if mine.acquire(timeout=PATIENCE):
+            result.append(mine.hold)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    eventually(lambda: holder.status("expired-waiter").waiters == 1, "the waiter is in line")
+    assert raw.revoke(waiter._backend._lease.id)  # its key goes: a DELETE on nobody's watch
+    # its re-check finds its key gone and queues again, behind the holder
+    eventually(
+        lambda: waiter._backend._lease is not None and holder.status("expired-waiter").waiters,
+        "the waiter queues again on a new lease",
+    )
+    assert not result
+    assert hold.held
+    hold.release()
+    thread.join(timeout=PATIENCE)
+    assert result
+    assert result[0].token > hold.token
+    result[0].release()
+
+
+# -- nothing left behind -----------------------------------------------------------------------
+
+
+def test_a_release_whose_reply_is_lost_is_completed_by_the_next_call(
+    etcd_server: EtcdServer, raw
+) -> None:
+    with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:
+        base = url_of(etcd_server, "request_timeout=1")
+        proxied = base.replace(f":{etcd_server.port}/", f":{proxy.port}/")
+        holder, other = tumbler.connect(proxied), tumbler.connect(base)
+        try:
+            hold = held(holder.lock("lost-release"))
+            proxy.drop("both")  # the release never reaches etcd: the key stays
+            with pytest.raises(BackendUnavailable):
+                hold.release()
+            proxy.heal()
+            assert not other.lock("lost-release").acquire(blocking=False)
+            # the holder's next call of any kind deletes it first
+            with holder.lock("something else"):
+                pass
+            assert other.lock("lost-release").acquire(timeout=PATIENCE)
+        finally:
+            holder.close()
+            other.close()
+
+
+@pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
+def test_every_call_gives_up_when_the_network_drops_replies(etcd_server: EtcdServer) -> None:
+    with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:
+        base = url_of(etcd_server, "request_timeout=1")
+        locks = tumbler.connect(base.replace(f":{etcd_server.port}/", f":{proxy.port}/"))
+        try:
+            every_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
+        finally:
+            locks.close()
+
+
+def test_close_crash_and_cancelled_acquire_leave_no_key_and_no_lease(
+    etcd_server: EtcdServer, raw
+) -> None:
+    url = url_of(etcd_server)
+    before = leases_of(raw)
+    everything = the_prefix(url)
+
+    def keys() -> list[dict[str, Any]]:
+        return raw.range(everything, prefix_end(everything))[1]
+
+    # a clean close, with a hold and a waiter still there
+    holder, waiter = tumbler.connect(url), tumbler.connect(url)
+    holder.lock("left").acquire()
+    ended: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter.lock("left").acquire(timeout=PATIENCE)
+        except ClientClosed as error:
+            ended.append(error)
+
+    pending = threading.Thread(target=wait)
+    pending.start()
+    eventually(lambda: holder.status("left").waiters == 1, "a waiter in line")
+    waiter.close()
+    pending.join(timeout=PATIENCE)
+    assert ended  # the close ended its wait
+    holder.close()
+    assert keys() == []
+    assert leases_of(raw) == before
+
+    # a cancelled acquire (asyncio)
+    async def cancelled() -> None:
+        async with (
+            await tumbler.aio.connect(url) as one,
+            await tumbler.aio.connect(url) as two,
+            one.lock("cancelled"),
+        ):
+            task = asyncio.ensure_future(two.lock("cancelled").acquire())
+
+            async def waiting() -> bool:
+                return (await one.status("cancelled")).waiters == 1
+
+            await aeventually(waiting, "the acquire waits in line")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert (await one.status("cancelled")).waiters == 0
+
+    asyncio.run(cancelled())
+    assert keys() == []
+    assert leases_of(raw) == before
+
+    # a crash: the process dies holding; its lease runs out on the server
+    script = (
+        "import os, tumbler\n"
+        f"tumbler.connect({url!r}).lock('crashed').acquire()\n"
+        "print('held', flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    crashed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert crashed.stdout == "held\n"
+    assert len(leases_of(raw) - before) == 1
+    eventually(lambda: not keys() and leases_of(raw) == before, "the dead client's lease ran out")
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+def test_a_user_confined_to_its_prefix_and_a_wrong_password_are_refused(
+    fresh_etcd_server: EtcdServer,
+) -> None:
+    server = fresh_etcd_server
+    server.enable_auth()
+    with tumbler.connect(url_of(server)) as locks, locks.lock("auth"):
+        pass
+    outside = url_of(server).replace("/tumbler/test-", "/elsewhere/test-")
+    with pytest.raises(PermissionDenied):
+        tumbler.connect(outside)
+    userinfo = f"{TUMBLER_USER}:not-the-password@"
+    wrong = f"etcd://{userinfo}{server.host}:{server.port}{prefix()}"
+    with pytest.raises(PermissionDenied) as refused:
+        tumbler.connect(wrong)
+    assert "not-the-password" not in str(refused.value)
+
+
+# -- a 3-member cluster ----------------------------------------------------------------------
+
+
+def test_killing_the_leader_keeps_the_lock_exclusive_and_waiters_go_on(
+    etcd_cluster: EtcdCluster,
+) -> None:
+    cluster = etcd_cluster
+    url = url_of(cluster).replace(f"lease_ttl={LEASE_TTL}", "lease_ttl=10")
+    holder, waiter, checker = (tumbler.connect(url) for _ in range(3))
+    try:
+        lock = holder.lock("election", ttl=10)
+        assert lock.acquire()
+        hold = lock.hold
+        result: list[tumbler.Hold] = []
+
+        def wait() -> None:
+            mine = waiter.lock("election")
+            if mine.acquire(timeout=60):
+                result.append(mine.hold)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        eventually(lambda: checker.status("election").waiters == 1, "the waiter is in line")
+        leader = cluster.leader()
+        cluster.members[leader].kill()
+        assert cluster.leader() != leader
+        # exclusive throughout: the hold is renewed through the new leader; the waiter waits
+        renewed = time.monotonic()
+        eventually(lambda: hold.expires_in > 10 - (time.monotonic() - renewed) - 4, "renewed")
+        assert hold.held
+        assert not result
+        assert not checker.lock("election").acquire(blocking=False)
+        token = hold.token
+        lock.release()
+        thread.join(timeout=60)
+        assert result
+        assert result[0].token > token
+        result[0].release()
+        # the killed member comes back and the cluster serves on
+        cluster.members[leader].start()
+        assert checker.lock("election").acquire(timeout=PATIENCE)
+    finally:
+        for client in (holder, waiter, checker):
+            client.close()
+
+
+def test_a_member_cut_off_from_its_client_loses_the_holds_on_time_and_leaks_nothing(
+    etcd_server: EtcdServer, raw
+) -> None:
+    with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:
+        base = url_of(etcd_server, "request_timeout=0.5")
+        before = leases_of(raw)
+        locks = tumbler.connect(base.replace(f":{etcd_server.port}/", f":{proxy.port}/"))
+        try:
+            hold = held(locks.lock("cut-off", ttl=LEASE_TTL))
+            proxy.cut()
+            cut_at = time.monotonic()
+            assert hold.wait_lost(timeout=PATIENCE)
+            # lost before etcd may end the lease (it was last kept alive before the cut)
+            assert time.monotonic() - cut_at < LEASE_TTL
+            other = tumbler.connect(base)
+            try:
+                # etcd ends the lease: the key goes and another client takes the lock
+                assert other.lock("cut-off").acquire(timeout=PATIENCE)
+            finally:
+                other.close()
+            eventually(lambda: leases_of(raw) == before, "the cut-off client's lease ran out")
+        finally:
+            proxy.heal()
+            locks.close()
+        assert leases_of(raw) == before
+
+
+def test_grant_request_is_idempotent_after_a_lost_reply(connect) -> None:
+    """A retry of a grant whose reply was lost finds the key the first attempt made."""
+    backend = connect()._backend
+    request = GrantRequest("idempotent", "owner-1", False, 1, False, 30.0, "test")
+    first = backend.try_grant(request)
+    again = backend.try_grant(request)
+    assert first is not None
+    assert again is not None
+    assert again.token == first.token
+    assert owner_hash("owner-1") in repr(backend._entries[("idempotent", "owner-1")].key)
+    assert backend.release("idempotent", "owner-1") is True
