@@ -39,6 +39,8 @@ CI_ROUNDS: dict[str, list[str]] = {
     "postgresql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "etcd-cluster": ["minority", "leader"],
 }
 
 
@@ -173,6 +175,18 @@ def test_postgresql_behind_pgbouncer(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_mysql(tmp_path: Path) -> None:
     _assert_kept_promises(_torture("mysql", CI_ROUNDS["mysql"], tmp_path))
+
+
+@pytest.mark.timeout(120)
+def test_etcd(tmp_path: Path) -> None:
+    _assert_kept_promises(_torture("etcd", CI_ROUNDS["etcd"], tmp_path))
+
+
+@pytest.mark.timeout(240)
+def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
+    primitives = ("lock", "fair", "semaphore", "rwlock")
+    run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster"], tmp_path, primitives=primitives)
+    _assert_kept_promises(run)
 
 
 @pytest.mark.timeout(60)
