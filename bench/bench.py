@@ -303,8 +303,12 @@ CONTENDED: list[Column] = [
     ("Jain", lambda row: _cell(row, "jain", 2, spread=True)),
     ("counter check", _check),
     ("server ops/acq", lambda row: _cell(row, "server_ops_per_acq", 1)),
+    ("server pushes/acq", lambda row: _cell(row, "server_pushes_per_acq", 2)),
+    ("leases left", lambda row: _cell(row, "leases_left", 0, spread=True)),
     ("client CPU ms/acq", lambda row: _cell(row, "client_cpu_ms_per_acq", 2)),
 ]
+#: columns a table leaves out when none of its rows has the figure (few stores count these)
+SPARSE = {"server pushes/acq", "leases left"}
 
 
 def render(
@@ -350,6 +354,11 @@ def render(
     def table(title: str, columns: list[Column], rows: list[Row]) -> None:
         if not rows:
             return
+        columns = [
+            column
+            for column in columns
+            if column[0] not in SPARSE or any(column[1](row) != "-" for row in rows)
+        ]
         grid = Table(
             title=None if markdown else title,
             box=style,

@@ -525,11 +525,14 @@ def contended(
         _Plan(contender, me, lock_name, counter_path, seconds, own_cpu=not threads)
         for me in range(1, workers + 1)
     ]
+    # before any worker connects: a lease a worker's client takes and leaves is the run's
+    leases_before = contender.server_leases()
     with _crew(plans, threads) as crew:
         ready, failed = _collect(crew, "ready", {plan.me for plan in plans}, START_LIMIT)
         # Read once the workers are connected and warmed up: their connection handshakes and
         # untimed first pair are not the run's requests.
         ops_before = contender.server_ops()
+        pushes_before = contender.server_pushes()
         cpu_before = _cpu_seconds()
         start_ns = time.monotonic_ns()
         # After a failed start, a start time long past lets the others finish after one round.
@@ -540,6 +543,8 @@ def contended(
         errors = [f"worker {me}: {text}" for me, text in sorted({**failed, **failed_later}.items())]
         errors += crew.join(FINISH_LIMIT)
     ops_after = contender.server_ops()
+    pushes_after = contender.server_pushes()
+    leases_after = contender.server_leases() if leases_before is not None else None
     with open(counter_path, "rb") as file:
         counter = _STATE.unpack(file.read(_STATE.size))[0]
     os.unlink(counter_path)
@@ -552,6 +557,8 @@ def contended(
         counter,
         cpu_parent,
         (ops_before, ops_after),
+        (pushes_before, pushes_after),
+        None if leases_after is None else len(leases_after - (leases_before or frozenset())),
     )
 
 
@@ -564,6 +571,8 @@ def _summarise(
     counter: int,
     cpu_parent: float,
     server_ops: tuple[int | None, int | None],
+    server_pushes: tuple[int | None, int | None],
+    leases_left: int | None,
 ) -> dict[str, Any]:
     counts = [reports[me]["count"] if me in reports else 0 for me in range(1, workers + 1)]
     total = sum(counts)
@@ -580,7 +589,6 @@ def _summarise(
     elapsed = (end_ns - start_ns) / 1e9
     # threads: the parent's process CPU is the workers'
     cpu = cpu_parent if threads else sum(report["cpu_s"] for report in reports.values())
-    before, after = server_ops
     return {
         "workers": workers,
         "mode": "threads" if threads else "processes",
@@ -603,9 +611,17 @@ def _summarise(
         "counter": counter,
         "overlaps": overlaps,
         "counter_ok": counter == total and overlaps == 0 and not errors,
-        "server_ops_per_acq": (
-            (after - before) / total if before is not None and after is not None and total else None
-        ),
+        "server_ops_per_acq": _per(server_ops, total),
+        # what the server pushed to waiting clients (watch events, say), per acquisition
+        "server_pushes_per_acq": _per(server_pushes, total),
+        # leases the server held after the workers had exited that it did not hold before
+        "leases_left": leases_left,
         "client_cpu_ms_per_acq": cpu / total * 1e3 if total else math.nan,
         "errors": errors,
     }
+
+
+def _per(readings: tuple[int | None, int | None], total: int) -> float | None:
+    """The growth between two readings of a counter, per acquisition; None without both."""
+    before, after = readings
+    return (after - before) / total if before is not None and after is not None and total else None

@@ -19,7 +19,9 @@ opens. The other libraries' locks for a store (its *peers*) come from the store'
 
 The bench then runs it for every URL of those schemes, with the same measurements and the same
 table columns as every other row. A store whose server counts its requests, or can say which
-version it is, overrides :meth:`StoreBench.request_count` and :meth:`StoreBench.version`.
+version it is, overrides :meth:`StoreBench.request_count` and :meth:`StoreBench.version`; one
+that pushes wake-ups to its waiters, or keeps leases for its clients, can say how many
+(:meth:`StoreBench.push_count`, :meth:`StoreBench.leases`).
 """
 
 from __future__ import annotations
@@ -149,6 +151,19 @@ class Contender:
         bench = store_bench(self.url)
         return None if bench is None else bench.request_count(self.url)
 
+    def server_pushes(self) -> int | None:
+        """The server's count of what it has pushed to waiting clients, read from the parent
+        process; None if the backend has none. Its growth over a contended run, per
+        acquisition, is a column."""
+        bench = store_bench(self.url)
+        return None if bench is None else bench.push_count(self.url)
+
+    def server_leases(self) -> frozenset[str] | None:
+        """The leases the server holds now, read from the parent process; None if the
+        backend has none. Those a contended run leaves behind are a column."""
+        bench = store_bench(self.url)
+        return None if bench is None else bench.leases(self.url)
+
 
 class SyncContender(Contender):
     """A contender whose sessions block."""
@@ -258,6 +273,21 @@ class StoreBench:
         ``server req/pair`` column, less what a reading itself adds to the next, measured
         first) and each contended run (``server ops/acq``). Other clients of the server count
         too: the bench's uncontended rows run one client at a time."""
+        return None
+
+    def push_count(self, url: str) -> int | None:
+        """How many notifications the server behind ``url`` has pushed to clients that wait
+        on it (watch events, say); None if it keeps no such count or it cannot be read. Two
+        readings bracket each contended run: a lock that wakes only the next waiter at a
+        release shows about one per acquisition (``server pushes/acq``), one that wakes every
+        waiter about one per waiter."""
+        return None
+
+    def leases(self, url: str) -> frozenset[str] | None:
+        """The leases (or the like: what the server keeps for a client until it is revoked
+        or runs out) that the server behind ``url`` holds now, by id; None if it has none or
+        they cannot be read. Read before each contended run's workers start and after they
+        exit: those there after and not before are the run's leftovers (``leases left``)."""
         return None
 
     def version(self, url: str) -> str | None:
