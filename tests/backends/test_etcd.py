@@ -471,3 +471,19 @@ def test_grant_request_is_idempotent_after_a_lost_reply(connect) -> None:
     assert again.token == first.token
     assert owner_hash("owner-1") in repr(backend._entries[("idempotent", "owner-1")].key)
     assert backend.release("idempotent", "owner-1") is True
+
+
+def test_a_watch_reader_that_comes_to_its_idle_wait_after_the_close_returns(connect) -> None:
+    """The client's close sets the flag an idle reader waits on; a reader that clears that
+    flag afterwards, on its way to the wait, must not wait for ever (found by tumbler
+    torture: a worker's close hung until it was killed)."""
+    watches = connect()._backend.watches
+    watches.close()  # nothing to interrupt yet: no reader runs
+    done = threading.Event()
+
+    def listen() -> None:
+        watches._listen()
+        done.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    assert done.wait(PATIENCE)

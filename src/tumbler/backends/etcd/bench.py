@@ -173,37 +173,29 @@ class _FloorPlan:
         return cls(line + uuid.uuid4().hex.encode(), line)
 
     def acquire(self, lease: int) -> tuple[list[Any], list[Any], list[Any]]:
-        from ._sync.gateway import b64, prefix_end
+        from .wire import compare, put, read_by_creation
 
-        key = b64(self.key)
-        read_line = {
-            "request_range": {
-                "key": b64(self.line),
-                "range_end": b64(prefix_end(self.line)),
-                "sort_order": "ASCEND",
-                "sort_target": "CREATE",
-            }
-        }
-        absent = {"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": 0}
-        put = {"request_put": {"key": key, "value": b64(b"floor"), "lease": lease}}
-        return [absent], [put, read_line], [read_line]
+        read_line = read_by_creation(self.line)
+        return (
+            [compare(self.key, "CREATE", 0)],
+            [put(self.key, b"floor", lease), read_line],
+            [read_line],
+        )
 
     def created(self, responses: list[Any]) -> int:
         """The key's create revision, from the line the acquire read."""
-        from ._sync.gateway import kvs
+        from .wire import ranged
 
         for response in responses:
-            for kv in kvs(response.get("response_range", {})):
+            for kv in ranged(response):
                 if kv["key"] == self.key:
                     return int(kv["create_revision"])
         raise RuntimeError(f"the floor's key {self.key!r} is not in its line")
 
     def release(self, revision: int) -> tuple[list[Any], list[Any], list[Any]]:
-        from ._sync.gateway import b64
+        from .wire import compare, delete
 
-        key = b64(self.key)
-        same = {"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": revision}
-        return [same], [{"request_delete_range": {"key": key}}], []
+        return [compare(self.key, "CREATE", revision)], [delete(self.key)], []
 
 
 def _gateway_options(config: Any) -> dict[str, Any]:

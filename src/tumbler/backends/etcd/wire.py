@@ -19,6 +19,12 @@ __all__ = [
     "WatchRequest",
     "b64",
     "code_of",
+    "compare",
+    "delete",
+    "put",
+    "ranged",
+    "read",
+    "read_by_creation",
     "error_of",
     "kv_of",
     "kvs",
@@ -120,3 +126,49 @@ def error_of(reply: Any) -> EtcdError:
     if isinstance(reply, dict):
         return EtcdError(code_of(reply), str(reply.get("message") or reply.get("error") or reply))
     return EtcdError(0, str(reply))
+
+
+# -- the operations of a transaction, as the gateway takes them ------------------------------
+
+
+def compare(key: bytes, target: str, value: int) -> dict[str, Any]:
+    """A comparison that holds when ``key``'s ``target`` (``"CREATE"``: its create revision,
+    0 for a key that does not exist; ``"LEASE"``: its lease) equals ``value``."""
+    field = {"CREATE": "create_revision", "LEASE": "lease"}[target]
+    return {"key": b64(key), "target": target, field: str(value), "result": "EQUAL"}
+
+
+def put(key: bytes, value: bytes, lease: int | None) -> dict[str, Any]:
+    """Put ``key`` attached to ``lease``; with None, the lease it has (etcd would detach it
+    from its lease otherwise)."""
+    request: dict[str, Any] = {"key": b64(key), "value": b64(value)}
+    if lease is None:
+        request["ignore_lease"] = True
+    else:
+        request["lease"] = str(lease)
+    return {"request_put": request}
+
+
+def read(key: bytes) -> dict[str, Any]:
+    return {"request_range": {"key": b64(key)}}
+
+
+def read_by_creation(prefix: bytes) -> dict[str, Any]:
+    """A read of every key under ``prefix``, by create revision."""
+    return {
+        "request_range": {
+            "key": b64(prefix),
+            "range_end": b64(prefix_end(prefix)),
+            "sort_order": "ASCEND",
+            "sort_target": "CREATE",
+        }
+    }
+
+
+def delete(key: bytes) -> dict[str, Any]:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def ranged(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The keys a transaction's read found, decoded."""
+    return kvs(response.get("response_range", {}))

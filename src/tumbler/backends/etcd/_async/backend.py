@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...._acompat import AsyncEvent, AsyncMutex
 from ...._clock import SYSTEM_CLOCK, Clock
@@ -46,8 +45,14 @@ from ..wire import (
     GatewayUnavailable,
     WatchRequest,
     b64,
+    compare,
+    delete,
     kvs,
     prefix_end,
+    put,
+    ranged,
+    read,
+    read_by_creation,
 )
 from .gateway import AsyncGateway, AsyncWatchStream
 
@@ -87,33 +92,6 @@ class _Interest:
     revision: int
     #: (lock name, waiter's tag) of each waiter
     waiters: set[tuple[str, str]] = field(default_factory=set)
-
-
-def _compare(key: bytes, target: str, field_name: str, value: int) -> dict[str, Any]:
-    return {"key": b64(key), "target": target, field_name: str(value), "result": "EQUAL"}
-
-
-def _range(key: bytes, range_end: bytes | None = None) -> dict[str, Any]:
-    request: dict[str, Any] = {"key": b64(key), "sort_order": "ASCEND", "sort_target": "CREATE"}
-    if range_end is not None:
-        request["range_end"] = b64(range_end)
-    return {"request_range": request}
-
-
-def _line(prefix: bytes) -> dict[str, Any]:
-    return _range(prefix, prefix_end(prefix))
-
-
-def _delete(key: bytes) -> dict[str, Any]:
-    return {"request_delete_range": {"key": b64(key)}}
-
-
-def _ranged(response: dict[str, Any]) -> list[dict[str, Any]]:
-    return kvs(response.get("response_range", {}))
-
-
-def _deleted(response: dict[str, Any]) -> int:
-    return int(response.get("response_delete_range", {}).get("deleted", 0))
 
 
 class AsyncKeyWatches(AsyncListener):
@@ -209,6 +187,8 @@ class AsyncKeyWatches(AsyncListener):
             self._streamed = set(wanted)
             # from here on a registration the stream lacks interrupts it, even before it opens
             self._stream = stream if wanted else None
+        if self._closed:
+            return  # closed before the flag was cleared: the close's wake-up is gone with it
         if not wanted:
             await self._changed.wait(None)  # until a waiter registers, or the client closes
             return
@@ -279,9 +259,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         #: acquisitions whose key may exist although no reply said so (the reply was lost)
         self._uncertain: set[tuple[str, str]] = set()
         #: keys whose deletion did not get through, with the guard to delete them by
-        #: (``_compare``'s target and value): deleted at the client's next call, or they would
+        #: (``wire.compare``'s target and value): deleted at the client's next call, or they would
         #: stay in their line for as long as the client keeps its lease alive
-        self._orphans: dict[bytes, tuple[str, str, int]] = {}
+        self._orphans: dict[bytes, tuple[str, int]] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -373,18 +353,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                     self._uncertain.add(key)
                 try:
                     created, revision, responses = await self.gateway.txn(
-                        [_compare(mine_key, "CREATE", "create_revision", 0)],
-                        [
-                            {
-                                "request_put": {
-                                    "key": b64(mine_key),
-                                    "value": b64(value),
-                                    "lease": str(lease.id),
-                                }
-                            },
-                            _line(line_prefix),
-                        ],
-                        [_line(line_prefix)],
+                        [compare(mine_key, "CREATE", 0)],
+                        [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
+                        [read_by_creation(line_prefix)],
                     )
                 except EtcdError as error:
                     if lease_gone(error):
@@ -394,7 +365,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 break
             else:
                 raise EtcdError(0, "the client's lease kept disappearing")
-            line = parse_line(_ranged(responses[-1]))
+            line = parse_line(ranged(responses[-1]))
             index = next((i for i, c in enumerate(line) if c.key == mine_key), None)
             if index is None:
                 # a key of that name but not tumbler's (or a race with a deletion of it)
@@ -437,8 +408,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             request.holder, request.shared, request.limit, self.config.lease_ttl, granted=True
         )
         await self.gateway.txn(
-            [_compare(entry.key, "CREATE", "create_revision", entry.create_revision)],
-            [{"request_put": {"key": b64(entry.key), "value": b64(value), "ignore_lease": True}}],
+            [compare(entry.key, "CREATE", entry.create_revision)],
+            [put(entry.key, value, None)],
             [],
         )
 
@@ -447,9 +418,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         own mutex lacked: a retried deletion never takes a newer key of the same name)."""
         self.watches.drop(key[0], owner_hash(key[1]))
         # kept until etcd has answered: a renewal meanwhile asks etcd rather than guess
-        deleted = await self._delete_guarded(
-            entry.key, ("CREATE", "create_revision", entry.create_revision)
-        )
+        deleted = await self._delete_guarded(entry.key, ("CREATE", entry.create_revision))
         with self._guard:
             if self._entries.get(key) is entry:
                 del self._entries[key]
@@ -457,12 +426,12 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             self.watches.changed(entry.key)
         return deleted
 
-    async def _delete_guarded(self, key: bytes, guard: tuple[str, str, int]) -> bool:
+    async def _delete_guarded(self, key: bytes, guard: tuple[str, int]) -> bool:
         """Delete ``key`` if ``guard`` holds; if etcd cannot be told now (no reply, or the
         call cancelled), it is told at the client's next call (``_tidy``)."""
         try:
             deleted, _revision, _responses = await self.gateway.txn(
-                [_compare(key, *guard)], [_delete(key)], []
+                [compare(key, *guard)], [delete(key)], []
             )
         except BaseException:
             with self._guard:
@@ -477,7 +446,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             orphans = list(self._orphans.items())
         for key, guard in orphans:
             try:
-                await self.gateway.txn([_compare(key, *guard)], [_delete(key)], [], timeout=timeout)
+                await self.gateway.txn([compare(key, *guard)], [delete(key)], [], timeout=timeout)
             except (EtcdError, GatewayUnavailable):
                 return  # the call that follows meets the same trouble, and says so
             with self._guard:
@@ -521,12 +490,12 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 batch = granted[start : start + MAX_TXN_OPS]
                 _succeeded, _revision, responses = await self.gateway.txn(
                     [],
-                    [{"request_range": {"key": b64(entry.key)}} for entry in batch],
+                    [read(entry.key) for entry in batch],
                     [],
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
                 for response in responses:
-                    for kv in _ranged(response):
+                    for kv in ranged(response):
                         found[kv["key"]] = kv["create_revision"]
         if self._orphans:
             await self._tidy(max(0.0, deadline - time.monotonic()))
@@ -558,7 +527,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             # the create's reply was lost: its key, if made, is attached to this lease
             mine_key = entry_key(self.config.prefix, name, tag)
             try:
-                await self._delete_guarded(mine_key, ("LEASE", "lease", lease.id))
+                await self._delete_guarded(mine_key, ("LEASE", lease.id))
             finally:
                 with self._guard:
                     self._uncertain.discard(key)
@@ -611,43 +580,38 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         changed meanwhile.
         """
         prefix = self.config.prefix
+        removed = 0
+        conflicts = 0
         with translate_errors(self.url, name):
-            for _ in range(FORCE_RELEASE_TRIES):
+            while True:
                 _revision, line = await self._read_line(name)
                 entries = [contender.entry() for contender in line]
                 holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
                 if not holders:
-                    return 0
-                # every holder's deletion and note in one transaction (two operations each)
-                holders = holders[: MAX_TXN_OPS // 2]
-                longest = max(contender.lease_ttl for contender in holders)
+                    return removed
+                # a deletion and a note for each holder, within etcd's limit per transaction
+                batch = holders[: MAX_TXN_OPS // 2]
+                longest = max(contender.lease_ttl for contender in batch)
                 note_lease, _ttl = await self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
-                value = b64(note)
                 succeeded, _revision, _responses = await self.gateway.txn(
-                    [
-                        _compare(c.key, "CREATE", "create_revision", c.create_revision)
-                        for c in holders
-                    ],
-                    [_delete(c.key) for c in holders]
+                    [compare(c.key, "CREATE", c.create_revision) for c in batch],
+                    [delete(c.key) for c in batch]
                     + [
-                        {
-                            "request_put": {
-                                "key": b64(notes_key(prefix, name, c.owner)),
-                                "value": value,
-                                "lease": str(note_lease),
-                            }
-                        }
-                        for c in holders
+                        put(notes_key(prefix, name, c.owner), note.encode(), note_lease)
+                        for c in batch
                     ],
                     [],
                 )
                 if succeeded:
-                    for contender in holders:
+                    removed += len(batch)
+                    for contender in batch:
                         self.watches.changed(contender.key)
                     self.hub.notify(name)
-                    return len(holders)
+                    continue  # a read lock may have had more holders than one batch
                 await self.gateway.revoke(note_lease)
-            raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
+                conflicts += 1
+                if conflicts == FORCE_RELEASE_TRIES:
+                    raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
 
     async def evicted(self, name: str, owner: str) -> str | None:
         """The note ``force_release`` left for ``owner``'s grant of ``name``, if it is kept."""

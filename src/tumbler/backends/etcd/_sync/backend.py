@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...._acompat import Event, Mutex
 from ...._clock import SYSTEM_CLOCK, Clock
@@ -48,8 +47,14 @@ from ..wire import (
     GatewayUnavailable,
     WatchRequest,
     b64,
+    compare,
+    delete,
     kvs,
     prefix_end,
+    put,
+    ranged,
+    read,
+    read_by_creation,
 )
 from .gateway import Gateway, WatchStream
 
@@ -89,33 +94,6 @@ class _Interest:
     revision: int
     #: (lock name, waiter's tag) of each waiter
     waiters: set[tuple[str, str]] = field(default_factory=set)
-
-
-def _compare(key: bytes, target: str, field_name: str, value: int) -> dict[str, Any]:
-    return {"key": b64(key), "target": target, field_name: str(value), "result": "EQUAL"}
-
-
-def _range(key: bytes, range_end: bytes | None = None) -> dict[str, Any]:
-    request: dict[str, Any] = {"key": b64(key), "sort_order": "ASCEND", "sort_target": "CREATE"}
-    if range_end is not None:
-        request["range_end"] = b64(range_end)
-    return {"request_range": request}
-
-
-def _line(prefix: bytes) -> dict[str, Any]:
-    return _range(prefix, prefix_end(prefix))
-
-
-def _delete(key: bytes) -> dict[str, Any]:
-    return {"request_delete_range": {"key": b64(key)}}
-
-
-def _ranged(response: dict[str, Any]) -> list[dict[str, Any]]:
-    return kvs(response.get("response_range", {}))
-
-
-def _deleted(response: dict[str, Any]) -> int:
-    return int(response.get("response_delete_range", {}).get("deleted", 0))
 
 
 class KeyWatches(Listener):
@@ -211,6 +189,8 @@ class KeyWatches(Listener):
             self._streamed = set(wanted)
             # from here on a registration the stream lacks interrupts it, even before it opens
             self._stream = stream if wanted else None
+        if self._closed:
+            return  # closed before the flag was cleared: the close's wake-up is gone with it
         if not wanted:
             self._changed.wait(None)  # until a waiter registers, or the client closes
             return
@@ -281,9 +261,9 @@ class EtcdBackend(InspectEachName):
         #: acquisitions whose key may exist although no reply said so (the reply was lost)
         self._uncertain: set[tuple[str, str]] = set()
         #: keys whose deletion did not get through, with the guard to delete them by
-        #: (``_compare``'s target and value): deleted at the client's next call, or they would
+        #: (``wire.compare``'s target and value): deleted at the client's next call, or they would
         #: stay in their line for as long as the client keeps its lease alive
-        self._orphans: dict[bytes, tuple[str, str, int]] = {}
+        self._orphans: dict[bytes, tuple[str, int]] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -375,18 +355,9 @@ class EtcdBackend(InspectEachName):
                     self._uncertain.add(key)
                 try:
                     created, revision, responses = self.gateway.txn(
-                        [_compare(mine_key, "CREATE", "create_revision", 0)],
-                        [
-                            {
-                                "request_put": {
-                                    "key": b64(mine_key),
-                                    "value": b64(value),
-                                    "lease": str(lease.id),
-                                }
-                            },
-                            _line(line_prefix),
-                        ],
-                        [_line(line_prefix)],
+                        [compare(mine_key, "CREATE", 0)],
+                        [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
+                        [read_by_creation(line_prefix)],
                     )
                 except EtcdError as error:
                     if lease_gone(error):
@@ -396,7 +367,7 @@ class EtcdBackend(InspectEachName):
                 break
             else:
                 raise EtcdError(0, "the client's lease kept disappearing")
-            line = parse_line(_ranged(responses[-1]))
+            line = parse_line(ranged(responses[-1]))
             index = next((i for i, c in enumerate(line) if c.key == mine_key), None)
             if index is None:
                 # a key of that name but not tumbler's (or a race with a deletion of it)
@@ -439,8 +410,8 @@ class EtcdBackend(InspectEachName):
             request.holder, request.shared, request.limit, self.config.lease_ttl, granted=True
         )
         self.gateway.txn(
-            [_compare(entry.key, "CREATE", "create_revision", entry.create_revision)],
-            [{"request_put": {"key": b64(entry.key), "value": b64(value), "ignore_lease": True}}],
+            [compare(entry.key, "CREATE", entry.create_revision)],
+            [put(entry.key, value, None)],
             [],
         )
 
@@ -449,9 +420,7 @@ class EtcdBackend(InspectEachName):
         own mutex lacked: a retried deletion never takes a newer key of the same name)."""
         self.watches.drop(key[0], owner_hash(key[1]))
         # kept until etcd has answered: a renewal meanwhile asks etcd rather than guess
-        deleted = self._delete_guarded(
-            entry.key, ("CREATE", "create_revision", entry.create_revision)
-        )
+        deleted = self._delete_guarded(entry.key, ("CREATE", entry.create_revision))
         with self._guard:
             if self._entries.get(key) is entry:
                 del self._entries[key]
@@ -459,12 +428,12 @@ class EtcdBackend(InspectEachName):
             self.watches.changed(entry.key)
         return deleted
 
-    def _delete_guarded(self, key: bytes, guard: tuple[str, str, int]) -> bool:
+    def _delete_guarded(self, key: bytes, guard: tuple[str, int]) -> bool:
         """Delete ``key`` if ``guard`` holds; if etcd cannot be told now (no reply, or the
         call cancelled), it is told at the client's next call (``_tidy``)."""
         try:
             deleted, _revision, _responses = self.gateway.txn(
-                [_compare(key, *guard)], [_delete(key)], []
+                [compare(key, *guard)], [delete(key)], []
             )
         except BaseException:
             with self._guard:
@@ -479,7 +448,7 @@ class EtcdBackend(InspectEachName):
             orphans = list(self._orphans.items())
         for key, guard in orphans:
             try:
-                self.gateway.txn([_compare(key, *guard)], [_delete(key)], [], timeout=timeout)
+                self.gateway.txn([compare(key, *guard)], [delete(key)], [], timeout=timeout)
             except (EtcdError, GatewayUnavailable):
                 return  # the call that follows meets the same trouble, and says so
             with self._guard:
@@ -523,12 +492,12 @@ class EtcdBackend(InspectEachName):
                 batch = granted[start : start + MAX_TXN_OPS]
                 _succeeded, _revision, responses = self.gateway.txn(
                     [],
-                    [{"request_range": {"key": b64(entry.key)}} for entry in batch],
+                    [read(entry.key) for entry in batch],
                     [],
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
                 for response in responses:
-                    for kv in _ranged(response):
+                    for kv in ranged(response):
                         found[kv["key"]] = kv["create_revision"]
         if self._orphans:
             self._tidy(max(0.0, deadline - time.monotonic()))
@@ -560,7 +529,7 @@ class EtcdBackend(InspectEachName):
             # the create's reply was lost: its key, if made, is attached to this lease
             mine_key = entry_key(self.config.prefix, name, tag)
             try:
-                self._delete_guarded(mine_key, ("LEASE", "lease", lease.id))
+                self._delete_guarded(mine_key, ("LEASE", lease.id))
             finally:
                 with self._guard:
                     self._uncertain.discard(key)
@@ -613,43 +582,38 @@ class EtcdBackend(InspectEachName):
         changed meanwhile.
         """
         prefix = self.config.prefix
+        removed = 0
+        conflicts = 0
         with translate_errors(self.url, name):
-            for _ in range(FORCE_RELEASE_TRIES):
+            while True:
                 _revision, line = self._read_line(name)
                 entries = [contender.entry() for contender in line]
                 holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
                 if not holders:
-                    return 0
-                # every holder's deletion and note in one transaction (two operations each)
-                holders = holders[: MAX_TXN_OPS // 2]
-                longest = max(contender.lease_ttl for contender in holders)
+                    return removed
+                # a deletion and a note for each holder, within etcd's limit per transaction
+                batch = holders[: MAX_TXN_OPS // 2]
+                longest = max(contender.lease_ttl for contender in batch)
                 note_lease, _ttl = self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
-                value = b64(note)
                 succeeded, _revision, _responses = self.gateway.txn(
-                    [
-                        _compare(c.key, "CREATE", "create_revision", c.create_revision)
-                        for c in holders
-                    ],
-                    [_delete(c.key) for c in holders]
+                    [compare(c.key, "CREATE", c.create_revision) for c in batch],
+                    [delete(c.key) for c in batch]
                     + [
-                        {
-                            "request_put": {
-                                "key": b64(notes_key(prefix, name, c.owner)),
-                                "value": value,
-                                "lease": str(note_lease),
-                            }
-                        }
-                        for c in holders
+                        put(notes_key(prefix, name, c.owner), note.encode(), note_lease)
+                        for c in batch
                     ],
                     [],
                 )
                 if succeeded:
-                    for contender in holders:
+                    removed += len(batch)
+                    for contender in batch:
                         self.watches.changed(contender.key)
                     self.hub.notify(name)
-                    return len(holders)
+                    continue  # a read lock may have had more holders than one batch
                 self.gateway.revoke(note_lease)
-            raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
+                conflicts += 1
+                if conflicts == FORCE_RELEASE_TRIES:
+                    raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
 
     def evicted(self, name: str, owner: str) -> str | None:
         """The note ``force_release`` left for ``owner``'s grant of ``name``, if it is kept."""

@@ -10,17 +10,19 @@ reply with an HTTP error status and ``{"error", "message", "code"}``, ``code`` a
 a watch is one long request whose reply is one JSON object per line, and cannot be cancelled
 but by closing its connection (so each watch has a client of its own).
 
-A gateway knows every member's URL. A call goes to the member that answered last; when that
-one cannot be reached the next is tried, and a call the caller marks ``idempotent`` (a read, a
-keep-alive) is tried on the next member also when its reply was lost. With a user and
-password the gateway logs in (``/v3/auth/authenticate``) and sends the token with each call,
-logging in again when etcd says the token is no longer valid.
+A gateway knows every member's URL. A call goes to the member that answered last (at first,
+one picked at random); when that one cannot be reached the next is tried, and a call the
+caller marks ``idempotent`` (a read, a keep-alive) is tried on the next member also when its
+reply was lost. With a user and password the gateway logs in (``/v3/auth/authenticate``)
+and sends the token with each call, logging in again when etcd says the token is no longer
+valid.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import random
 import ssl
 import threading
 import time
@@ -72,7 +74,8 @@ class Gateway:
         self._tls = tls
         self._credentials = credentials
         self._timeout = timeout
-        self._current = 0
+        # clients start on a member picked at random, so that they spread over the cluster
+        self._current = random.randrange(len(self.endpoints))
         self._clients: dict[str, Any] = {}
         self._token: str | None = None
         self._lock = threading.Lock()
