@@ -26,6 +26,7 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.etcd._sync.backend import KeyWatches
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import line_key, parse_config
 from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
@@ -168,7 +169,12 @@ def test_a_release_wakes_only_the_next_waiter(connect) -> None:
         thread.start()
         threads.append(thread)
         eventually(lambda n=index + 1: holder.status("herd").waiters == n, f"{index + 1} waiting")
-    assert woken == [0, 0, 0, 0]
+    for client in waiters:
+        # its watch is made, and the waiter, woken once to read its line again (its read was
+        # older than the watch), waits on it
+        watches = client._backend.watches
+        eventually(lambda w=watches: w._created and w._interests, "the waiter watches")
+    woken = [0] * len(waiters)  # from here on, only the release's wake-ups count
     lock.release()
     assert first_granted.wait(PATIENCE)
     # the next in line was woken, by one event on its stream; nobody behind it was
@@ -487,3 +493,46 @@ def test_a_watch_reader_that_comes_to_its_idle_wait_after_the_close_returns(conn
 
     threading.Thread(target=listen, daemon=True).start()
     assert done.wait(PATIENCE)
+
+
+def test_a_waiter_whose_read_is_older_than_its_watch_is_woken_to_read_again(connect) -> None:
+    """A watch sees the changes after the revision etcd made it at: a waiter that read its
+    line before that might have missed a change in between, and must not wait on it."""
+    backend = connect()._backend
+    watches = KeyWatches(backend)
+    watches.close()  # no stream runs: the case hands the watch's news in itself
+    woken: list[str] = []
+    for tag in ("before", "after", "late"):
+        backend.hub.subscribe("ahead", lambda tag=tag: woken.append(tag), tag)
+    key = b"/the-key-ahead"
+    watches.add("ahead", "before", key, None, 9)
+    watches.add("ahead", "after", key, None, 12)
+    watches._watch_created((key, None), 10)
+    assert woken == ["before"]  # read at 9: revision 10 may have changed the key unseen
+    watches.add("ahead", "late", key, None, 9)  # comes with a read older than the watch
+    assert woken == ["before", "late"]
+    watches._deliver([key])  # the key changes: the waiter that read at 12 goes
+    assert woken == ["before", "late", "after"]
+    assert watches._interests == {}
+
+
+def test_force_release_evicts_more_readers_than_one_transaction_takes(connect, url, raw) -> None:
+    """etcd takes at most 128 operations per transaction, two per evicted holder: the
+    readers go in batches, and the writer waiting behind them, let through by the first
+    batches, is not evicted."""
+    readers = connect()
+    count = 70
+    reads = [readers.rwlock("many-readers").read() for _ in range(count)]
+    for read in reads:
+        assert read.acquire(timeout=PATIENCE)
+    writer = connect()
+    waiting = threading.Thread(
+        target=lambda: writer.rwlock("many-readers").write().acquire(timeout=PATIENCE)
+    )
+    waiting.start()
+    eventually(lambda: readers.status("many-readers").waiters == 1, "the writer waits")
+    assert readers.force_release("many-readers") == count
+    waiting.join(timeout=PATIENCE)
+    (holder,) = readers.status("many-readers").holders
+    assert not holder.shared  # the writer holds it now, and was not evicted
+    assert len(line_of(raw, url, "many-readers")) == 1

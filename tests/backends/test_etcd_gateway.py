@@ -88,8 +88,8 @@ def test_a_watch_sees_the_changes_from_its_revision(gateway: Gateway) -> None:
     watched = WatchRequest(b"/t/watched/", prefix_end(b"/t/watched/"), revision)
     with gateway.watch([watched]) as stream:
         events = []
-        for batch in stream.events():
-            events += batch
+        for news in stream.events():
+            events += news.events
             if len(events) >= 2:
                 break
     assert [(event.key, event.deleted) for event in events] == [
@@ -111,8 +111,8 @@ def test_one_stream_watches_several_keys_and_is_interrupted_from_another_thread(
         gateway.revoke(lease)  # both keys go, in one revision
         seen: set[bytes] = set()
         while len(seen) < 2:  # each watch reports in a message of its own
-            seen |= {event.key for event in next(events)}
-        assert stream.created == 2
+            seen |= {event.key for event in next(events).events}
+        assert stream.created == 2  # each watch's creation came first
         # a read with nothing to come ends at once when interrupted from elsewhere
         interrupter = threading.Timer(0.05, stream.interrupt)
         interrupter.start()
@@ -133,7 +133,10 @@ async def test_asyncio_a_watch_wakes_on_a_deletion_made_after_it_began(
         async with gateway.watch([WatchRequest(b"/t/ahead", None, revision + 1)]) as stream:
             events = stream.events()
             revoked = asyncio.ensure_future(gateway.revoke(lease))
-            batch = await asyncio.wait_for(events.__anext__(), 30)
+            created = await asyncio.wait_for(events.__anext__(), 30)
+            assert created.created
+            assert created.revision >= revision
+            batch = (await asyncio.wait_for(events.__anext__(), 30)).events
             await revoked
             # an interrupt ends a read under way in the loop too
             reading = asyncio.ensure_future(events.__anext__())

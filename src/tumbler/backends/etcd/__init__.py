@@ -29,8 +29,8 @@ CAPABILITIES = Capabilities(
     session_liveness=True,
     # a waiter's entry lives with the lease too: each connection declares its lease_ttl
     waiter_ttl=float(DEFAULT_LEASE_TTL),
-    # watches start at the revision of the read that found the waiter blocked, so none is
-    # missed while the stream lives; the re-check covers a stream being replaced
+    # a waiter whose watch came after its read is woken to read again, so none is missed
+    # while the stream lives; the re-check covers a stream that failed unseen
     recheck_interval=2.0,
     # a renewal is a keep-alive and a read: two round trips
     min_ttl=0.5,

@@ -42,9 +42,12 @@ Fencing tokens
 Waking waiters
     A waiter watches exactly what blocks it: for a mutex or writer the key just ahead of it,
     for a reader the nearest writer ahead, for a semaphore waiter its predecessor (which
-    rewrites its value when granted), and for the first semaphore waiter the line. Each watch
-    starts at the revision after the read that found it blocked, so no change in between is
-    missed. A client's watches all travel on one stream (``_async.backend.AsyncKeyWatches``).
+    rewrites its value when granted), and for the first semaphore waiter the line. A watch sees
+    the changes after the revision etcd created it at; a waiter whose read is older than its
+    watch is woken at once to read its line again, so no change in between is missed (a watch
+    from a past revision would do without that, but etcd serves those from a catch-up loop
+    that runs every 100 ms). A client's watches all travel on one stream
+    (``_async.backend.AsyncKeyWatches``).
 
 The lease
     The client grants its lease at its first acquisition and revokes it when it closes,

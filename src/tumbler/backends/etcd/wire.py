@@ -16,6 +16,7 @@ __all__ = [
     "EtcdError",
     "GatewayUnavailable",
     "WatchEvent",
+    "WatchNews",
     "WatchRequest",
     "b64",
     "code_of",
@@ -101,6 +102,18 @@ class WatchEvent:
     revision: int
     create_revision: int
     value: bytes
+
+
+@dataclass(frozen=True)
+class WatchNews:
+    """A message of a watch stream that tells something: the stream's watch ``watch_id``
+    (numbered from 0 in the order they were asked for) was ``created`` at ``revision``, after
+    which it sees every change, or it saw ``events``."""
+
+    watch_id: int
+    revision: int
+    created: bool
+    events: tuple[WatchEvent, ...] = ()
 
 
 def kvs(reply: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ What the gateway does that a client must know: keys and values are base64; 64-bi
 come back as JSON strings, and fields that are zero or false are left out; an error is a
 reply with an HTTP error status and ``{"error", "message", "code"}``, ``code`` a gRPC status;
 a watch is one long request whose reply is one JSON object per line, and cannot be cancelled
-but by closing its connection (so each watch has a client of its own).
+but by closing its connection (so each watch stream has a connection of its own).
 
 A gateway knows every member's URL. A call goes to the member that answered last (at first,
 one picked at random); when that one cannot be reached the next is tried, and a call the
@@ -44,6 +44,7 @@ from ..wire import (
     EtcdError,
     GatewayUnavailable,
     WatchEvent,
+    WatchNews,
     WatchRequest,
     b64,
     code_of,
@@ -74,18 +75,22 @@ class AsyncGateway:
         self._timeout = timeout
         # clients start on a member picked at random, so that they spread over the cluster
         self._current = random.randrange(len(self.endpoints))
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._token: str | None = None
         self._lock = threading.Lock()
         self._closed = False
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _client(self, endpoint: str) -> Any:
+    def _client(self, endpoint: str, purpose: str = "calls") -> Any:
+        """The client for ``purpose`` (``"calls"``, or ``"watches"``, whose connections
+        each carry one stream and are closed to end it) on ``endpoint``: made once, as
+        making one costs milliseconds (httpx reads the CA certificates)."""
         with self._lock:
-            client = self._clients.get(endpoint)
+            client = self._clients.get((endpoint, purpose))
             if client is None:
-                client = self._clients[endpoint] = aopen_client(endpoint, self._tls, self._timeout)
+                client = aopen_client(endpoint, self._tls, self._timeout)
+                self._clients[(endpoint, purpose)] = client
         return client
 
     async def _headers(
@@ -256,26 +261,21 @@ class AsyncWatchStream:
         connection is closed at its end)."""
         gateway = self._gateway
         endpoint = gateway.endpoints[gateway._current]
-        client = aopen_client(endpoint, gateway._tls, gateway._timeout)
-        try:
-            headers = await gateway._headers(endpoint)
-            messages = [request.message() for request in requests]
-            async with astream_lines(client, "/v3/watch", messages, headers, self._stream):
-                yield
-        finally:
-            await aclose_client(client)
+        client = gateway._client(endpoint, "watches")
+        headers = await gateway._headers(endpoint)
+        messages = [request.message() for request in requests]
+        async with astream_lines(client, "/v3/watch", messages, headers, self._stream):
+            yield
 
-    async def events(self) -> AsyncIterator[list[WatchEvent]]:
-        """The batches of events, as they come (a watch's confirmation and progress notes
-        are counted, not yielded); raises :class:`EtcdError` for a cancelled watch (its
-        start revision was compacted away)."""
-        async for batch in _events(self._stream.lines, self):
-            yield batch
+    async def events(self) -> AsyncIterator[WatchNews]:
+        """What the stream's watches tell, as it comes: each watch's creation, then the
+        batches of events it sees (progress notes are left out); raises :class:`EtcdError`
+        for a cancelled watch (its start revision was compacted away)."""
+        async for news in _events(self._stream.lines, self):
+            yield news
 
 
-async def _events(
-    lines: AsyncIterator[str], stream: AsyncWatchStream
-) -> AsyncIterator[list[WatchEvent]]:
+async def _events(lines: AsyncIterator[str], stream: AsyncWatchStream) -> AsyncIterator[WatchNews]:
     async for line in lines:
         if not line.strip():
             continue
@@ -283,11 +283,15 @@ async def _events(
         if "error" in message:
             raise error_of(message["error"])
         result = message.get("result", {})
-        if result.get("created"):
-            stream.created += 1
         if result.get("canceled"):
             compacted = int(result.get("compact_revision", 0))
             raise EtcdError(OUT_OF_RANGE, f"the watch was cancelled (compacted to {compacted})")
+        watch_id = int(result.get("watch_id", 0))
+        revision = int(result.get("header", {}).get("revision", 0))
+        if result.get("created"):
+            stream.created += 1
+            yield WatchNews(watch_id, revision, created=True)
+            continue
         events = []
         for event in result.get("events", []):
             kv = kv_of(event.get("kv", {}))
@@ -300,5 +304,5 @@ async def _events(
                     value=kv["value"],
                 )
             )
-        if events:  # not the watch's "created" reply, nor a progress note
-            yield events
+        if events:  # not a progress note
+            yield WatchNews(watch_id, revision, created=False, events=tuple(events))

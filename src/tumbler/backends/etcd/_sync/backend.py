@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...._acompat import Event, Mutex
 from ...._clock import SYSTEM_CLOCK, Clock
@@ -42,7 +42,6 @@ from ..common import (
 )
 from ..http import HTTPFailure
 from ..wire import (
-    OUT_OF_RANGE,
     EtcdError,
     GatewayUnavailable,
     WatchRequest,
@@ -86,28 +85,23 @@ class _OwnEntry:
     granted: bool = False
 
 
-@dataclass(eq=False)
-class _Interest:
-    """What waiters of this client wait for on one key (or range): a change from
-    ``revision`` on."""
-
-    revision: int
-    #: (lock name, waiter's tag) of each waiter
-    waiters: set[tuple[str, str]] = field(default_factory=set)
+Slot = tuple[bytes, "bytes | None"]
 
 
 class KeyWatches(Listener):
     """The client's one watch stream, carrying the watch of every waiter of the client.
 
     A waiter found blocked registers what it waits for (:meth:`add`): a key, or a range for
-    the first semaphore waiter, from the revision after the read that found it blocked. The
-    stream watches every registered key from its revision, so a change made before the stream
-    (re)started is still delivered. Registering a key the stream does not carry replaces the
-    stream by one that does (the gateway takes a stream's watches only when it starts); a
-    change to a key wakes the waiters registered on it (``WakeHub.notify`` with their tags)
-    and ends their registration, as a ZooKeeper watch fires once. Without registrations no
-    stream is open. A stream that fails is started again after a backoff, and every waiter
-    is then woken (:class:`AsyncListener`).
+    the first semaphore waiter, with the revision of the read that found it blocked. The
+    stream watches every registered key from the moment etcd creates the watch (a watch from
+    a past revision would be served by etcd's catch-up loop, every 100 ms, not at once); a
+    waiter whose read is older than its key's watch might have missed a change in between,
+    so it is woken to read its line again rather than wait. Registering a key the stream
+    does not carry replaces the stream by one that does (the gateway takes a stream's watches
+    only when it starts). A change to a key wakes the waiters registered on it
+    (``WakeHub.notify`` with their tags) and ends their registration, as a ZooKeeper watch
+    fires once. Without registrations no stream is open. A stream that fails is started
+    again after a backoff, and every waiter is then woken (:class:`AsyncListener`).
     """
 
     def __init__(self, backend: EtcdBackend) -> None:
@@ -120,28 +114,37 @@ class KeyWatches(Listener):
             patience=backend.config.request_timeout,
         )
         self._gateway = backend.gateway
-        self._interests: dict[tuple[bytes, bytes | None], _Interest] = {}
-        #: the keys the open stream watches
-        self._streamed: set[tuple[bytes, bytes | None]] = set()
+        #: for each key (or range) waited for, its waiters, (lock name, tag), each with the
+        #: revision its read had
+        self._interests: dict[Slot, dict[tuple[str, str], int]] = {}
+        #: the keys the open stream watches, in the order it asked for them
+        self._streamed: list[Slot] = []
+        #: the revision each of them was created at, once etcd said
+        self._created: dict[Slot, int] = {}
         self._stream: WatchStream | None = None
         #: set when the stream must be replaced (or opened, or closed)
         self._changed = Event()
         #: the watch events this client's stream received (for the bench and tests)
         self.events_received = 0
 
-    def add(self, name: str, tag: str, key: bytes, range_end: bytes | None, revision: int) -> None:
+    def add(self, name: str, tag: str, key: bytes, range_end: bytes | None, read: int) -> None:
         """Wake waiter ``tag`` of ``name`` at the first change of ``key`` (to ``range_end``)
-        from ``revision`` on; a waiter waits for one thing at a time."""
+        after revision ``read``, at which its line was read; a waiter waits for one thing at
+        a time."""
         slot = (key, range_end)
+        missed = False
         with self._lock:
             self._drop(name, tag)
-            interest = self._interests.get(slot)
-            if interest is None:
-                interest = self._interests[slot] = _Interest(revision)
-            interest.revision = min(interest.revision, revision)
-            interest.waiters.add((name, tag))
+            created = self._created.get(slot)
+            if created is not None and created > read:
+                missed = True  # watched only from after the read: read the line again
+            else:
+                self._interests.setdefault(slot, {})[(name, tag)] = read
             stream = None if slot in self._streamed else self._stream
-            restart = slot not in self._streamed
+            restart = not missed and slot not in self._streamed
+        if missed:
+            self._hub.notify(name, (tag,))
+            return
         if restart:
             self._changed.set_threadsafe()
             if stream is not None:
@@ -159,9 +162,9 @@ class KeyWatches(Listener):
             stream.interrupt()
 
     def _drop(self, name: str, tag: str) -> None:
-        for slot, interest in list(self._interests.items()):
-            interest.waiters.discard((name, tag))
-            if not interest.waiters:
+        for slot, waiters in list(self._interests.items()):
+            waiters.pop((name, tag), None)
+            if not waiters:
                 del self._interests[slot]
 
     def changed(self, key: bytes) -> None:
@@ -172,12 +175,30 @@ class KeyWatches(Listener):
     def _deliver(self, keys: list[bytes]) -> None:
         woken: dict[str, set[str]] = {}
         with self._lock:
-            for slot, interest in list(self._interests.items()):
+            for slot, waiters in list(self._interests.items()):
                 start, end = slot
                 if any(key == start if end is None else start <= key < end for key in keys):
-                    for name, tag in interest.waiters:
+                    for name, tag in waiters:
                         woken.setdefault(name, set()).add(tag)
                     del self._interests[slot]
+        self._wake(woken)
+
+    def _watch_created(self, slot: Slot, revision: int) -> None:
+        """The stream's watch of ``slot`` sees every change after ``revision``: its waiters
+        whose read is older might have missed one in between."""
+        woken: dict[str, set[str]] = {}
+        with self._lock:
+            self._created[slot] = revision
+            waiters = self._interests.get(slot, {})
+            for (name, tag), read in list(waiters.items()):
+                if read < revision:
+                    woken.setdefault(name, set()).add(tag)
+                    del waiters[(name, tag)]
+            if slot in self._interests and not waiters:
+                del self._interests[slot]
+        self._wake(woken)
+
+    def _wake(self, woken: dict[str, set[str]]) -> None:
         for name, tags in woken.items():
             self._hub.notify(name, tags)
 
@@ -185,45 +206,36 @@ class KeyWatches(Listener):
         stream = self._gateway.watch_stream()
         with self._lock:
             self._changed.clear()
-            wanted = {slot: interest.revision for slot, interest in self._interests.items()}
-            self._streamed = set(wanted)
+            slots = list(self._interests)
+            self._streamed = slots
+            self._created = {}
             # from here on a registration the stream lacks interrupts it, even before it opens
-            self._stream = stream if wanted else None
+            self._stream = stream if slots else None
         if self._closed:
             return  # closed before the flag was cleared: the close's wake-up is gone with it
-        if not wanted:
+        if not slots:
             self._changed.wait(None)  # until a waiter registers, or the client closes
             return
-        requests = [WatchRequest(key, end, revision) for (key, end), revision in wanted.items()]
         try:
-            with stream.open(requests):
+            with stream.open([WatchRequest(key, end) for key, end in slots]):
                 self._now_listening()
-                for batch in stream.events():
-                    self.events_received += len(batch)
-                    self._deliver([event.key for event in batch])
+                for news in stream.events():
+                    if news.created:
+                        self._watch_created(slots[news.watch_id], news.revision)
+                    else:
+                        self.events_received += len(news.events)
+                        self._deliver([event.key for event in news.events])
             if not (self._changed.is_set() or self._closed):
                 raise GatewayUnavailable("etcd ended the watch stream")
         except HTTPFailure:
             if self._changed.is_set() or self._closed:
                 return  # interrupted to be replaced or closed
             raise
-        except EtcdError as error:
-            if error.code != OUT_OF_RANGE:
-                raise
-            # a revision watched from was compacted away: every waiter reads its line again
-            # and registers from a revision etcd still has
-            self._deliver_all()
         finally:
             with self._lock:
                 self._stream = None
-                self._streamed = set()
-
-    def _deliver_all(self) -> None:
-        with self._lock:
-            woken = [waiter for interest in self._interests.values() for waiter in interest.waiters]
-            self._interests.clear()
-        for name, tag in woken:
-            self._hub.notify(name, (tag,))
+                self._streamed = []
+                self._created = {}
 
     def _interrupt(self) -> None:
         self._changed.set_threadsafe()
@@ -397,11 +409,9 @@ class EtcdBackend(InspectEachName):
                 self._withdraw(key, entry)
                 return None
             if blocker == WATCH_LINE:
-                self.watches.add(
-                    request.name, tag, line_prefix, prefix_end(line_prefix), revision + 1
-                )
+                self.watches.add(request.name, tag, line_prefix, prefix_end(line_prefix), revision)
             else:
-                self.watches.add(request.name, tag, line[blocker].key, None, revision + 1)
+                self.watches.add(request.name, tag, line[blocker].key, None, revision)
             return None
 
     def _announce_grant(self, entry: _OwnEntry, request: GrantRequest) -> None:
@@ -584,11 +594,16 @@ class EtcdBackend(InspectEachName):
         prefix = self.config.prefix
         removed = 0
         conflicts = 0
+        #: once a batch is removed, the holders found then: the waiters the removal let
+        #: through are not the operator's to evict
+        evicting: set[bytes] | None = None
         with translate_errors(self.url, name):
             while True:
                 _revision, line = self._read_line(name)
                 entries = [contender.entry() for contender in line]
                 holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
+                if evicting is not None:
+                    holders = [c for c in holders if c.key in evicting]
                 if not holders:
                     return removed
                 # a deletion and a note for each holder, within etcd's limit per transaction
@@ -605,6 +620,8 @@ class EtcdBackend(InspectEachName):
                     [],
                 )
                 if succeeded:
+                    if evicting is None:
+                        evicting = {c.key for c in holders}
                     removed += len(batch)
                     for contender in batch:
                         self.watches.changed(contender.key)

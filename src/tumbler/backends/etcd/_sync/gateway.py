@@ -8,7 +8,7 @@ What the gateway does that a client must know: keys and values are base64; 64-bi
 come back as JSON strings, and fields that are zero or false are left out; an error is a
 reply with an HTTP error status and ``{"error", "message", "code"}``, ``code`` a gRPC status;
 a watch is one long request whose reply is one JSON object per line, and cannot be cancelled
-but by closing its connection (so each watch has a client of its own).
+but by closing its connection (so each watch stream has a connection of its own).
 
 A gateway knows every member's URL. A call goes to the member that answered last (at first,
 one picked at random); when that one cannot be reached the next is tried, and a call the
@@ -46,6 +46,7 @@ from ..wire import (
     EtcdError,
     GatewayUnavailable,
     WatchEvent,
+    WatchNews,
     WatchRequest,
     b64,
     code_of,
@@ -76,18 +77,22 @@ class Gateway:
         self._timeout = timeout
         # clients start on a member picked at random, so that they spread over the cluster
         self._current = random.randrange(len(self.endpoints))
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._token: str | None = None
         self._lock = threading.Lock()
         self._closed = False
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _client(self, endpoint: str) -> Any:
+    def _client(self, endpoint: str, purpose: str = "calls") -> Any:
+        """The client for ``purpose`` (``"calls"``, or ``"watches"``, whose connections
+        each carry one stream and are closed to end it) on ``endpoint``: made once, as
+        making one costs milliseconds (httpx reads the CA certificates)."""
         with self._lock:
-            client = self._clients.get(endpoint)
+            client = self._clients.get((endpoint, purpose))
             if client is None:
-                client = self._clients[endpoint] = open_client(endpoint, self._tls, self._timeout)
+                client = open_client(endpoint, self._tls, self._timeout)
+                self._clients[(endpoint, purpose)] = client
         return client
 
     def _headers(
@@ -256,24 +261,21 @@ class WatchStream:
         connection is closed at its end)."""
         gateway = self._gateway
         endpoint = gateway.endpoints[gateway._current]
-        client = open_client(endpoint, gateway._tls, gateway._timeout)
-        try:
-            headers = gateway._headers(endpoint)
-            messages = [request.message() for request in requests]
-            with stream_lines(client, "/v3/watch", messages, headers, self._stream):
-                yield
-        finally:
-            close_client(client)
+        client = gateway._client(endpoint, "watches")
+        headers = gateway._headers(endpoint)
+        messages = [request.message() for request in requests]
+        with stream_lines(client, "/v3/watch", messages, headers, self._stream):
+            yield
 
-    def events(self) -> Iterator[list[WatchEvent]]:
-        """The batches of events, as they come (a watch's confirmation and progress notes
-        are counted, not yielded); raises :class:`EtcdError` for a cancelled watch (its
-        start revision was compacted away)."""
-        for batch in _events(self._stream.lines, self):
-            yield batch
+    def events(self) -> Iterator[WatchNews]:
+        """What the stream's watches tell, as it comes: each watch's creation, then the
+        batches of events it sees (progress notes are left out); raises :class:`EtcdError`
+        for a cancelled watch (its start revision was compacted away)."""
+        for news in _events(self._stream.lines, self):
+            yield news
 
 
-def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEvent]]:
+def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[WatchNews]:
     for line in lines:
         if not line.strip():
             continue
@@ -281,11 +283,15 @@ def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEve
         if "error" in message:
             raise error_of(message["error"])
         result = message.get("result", {})
-        if result.get("created"):
-            stream.created += 1
         if result.get("canceled"):
             compacted = int(result.get("compact_revision", 0))
             raise EtcdError(OUT_OF_RANGE, f"the watch was cancelled (compacted to {compacted})")
+        watch_id = int(result.get("watch_id", 0))
+        revision = int(result.get("header", {}).get("revision", 0))
+        if result.get("created"):
+            stream.created += 1
+            yield WatchNews(watch_id, revision, created=True)
+            continue
         events = []
         for event in result.get("events", []):
             kv = kv_of(event.get("kv", {}))
@@ -298,5 +304,5 @@ def _events(lines: Iterator[str], stream: WatchStream) -> Iterator[list[WatchEve
                     value=kv["value"],
                 )
             )
-        if events:  # not the watch's "created" reply, nor a progress note
-            yield events
+        if events:  # not a progress note
+            yield WatchNews(watch_id, revision, created=False, events=tuple(events))
