@@ -30,7 +30,7 @@ from tumbler.backends.etcd._sync.backend import KeyWatches
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import line_key, parse_config
 from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
-from tumbler.backends.etcd.wire import prefix_end
+from tumbler.backends.etcd.wire import WatchEvent, prefix_end
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.errors import BackendUnavailable, ClientClosed, PermissionDenied
 from tumbler.testing.conformance.compat import aeventually, eventually
@@ -536,3 +536,26 @@ def test_force_release_evicts_more_readers_than_one_transaction_takes(connect, u
     (holder,) = readers.status("many-readers").holders
     assert not holder.shared  # the writer holds it now, and was not evicted
     assert len(line_of(raw, url, "many-readers")) == 1
+
+
+def test_a_waiter_that_registers_after_the_stream_told_of_its_change_reads_again(
+    connect,
+) -> None:
+    """The stream can tell of a change between a waiter's read and its registration (the
+    read's reply and the event race): the waiter must not then wait for a change already
+    told (found by the bench: asyncio hand-offs that waited for the 2 s re-check)."""
+    backend = connect()._backend
+    watches = KeyWatches(backend)
+    watches.close()  # no stream runs: the case hands the watch's news in itself
+    woken: list[str] = []
+    for tag in ("raced", "after"):
+        backend.hub.subscribe("ahead", lambda tag=tag: woken.append(tag), tag)
+    key = b"/the-key-ahead"
+    watches._streamed = [(key, None)]
+    watches._watch_created((key, None), 10)
+    watches._told([WatchEvent(key, deleted=True, revision=12, create_revision=5, value=b"")])
+    watches.add("ahead", "raced", key, None, 11)  # read at 11, before the deletion at 12
+    assert woken == ["raced"]
+    watches.add("ahead", "after", key, None, 12)  # read after it: waits for the next change
+    assert woken == ["raced"]
+    assert list(watches._interests) == [(key, None)]

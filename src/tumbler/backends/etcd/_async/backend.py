@@ -42,6 +42,7 @@ from ..http import HTTPFailure
 from ..wire import (
     EtcdError,
     GatewayUnavailable,
+    WatchEvent,
     WatchRequest,
     b64,
     compare,
@@ -86,6 +87,11 @@ class _OwnEntry:
 Slot = tuple[bytes, "bytes | None"]
 
 
+def _covers(slot: Slot, key: bytes) -> bool:
+    start, end = slot
+    return key == start if end is None else start <= key < end
+
+
 class AsyncKeyWatches(AsyncListener):
     """The client's one watch stream, carrying the watch of every waiter of the client.
 
@@ -119,6 +125,8 @@ class AsyncKeyWatches(AsyncListener):
         self._streamed: list[Slot] = []
         #: the revision each of them was created at, once etcd said
         self._created: dict[Slot, int] = {}
+        #: the revision of the latest change the stream told of each of them
+        self._seen: dict[Slot, int] = {}
         self._stream: AsyncWatchStream | None = None
         #: set when the stream must be replaced (or opened, or closed)
         self._changed = AsyncEvent()
@@ -130,13 +138,13 @@ class AsyncKeyWatches(AsyncListener):
         after revision ``read``, at which its line was read; a waiter waits for one thing at
         a time."""
         slot = (key, range_end)
-        missed = False
         with self._lock:
             self._drop(name, tag)
             created = self._created.get(slot)
-            if created is not None and created > read:
-                missed = True  # watched only from after the read: read the line again
-            else:
+            # watched only from after the read, or changed since it (the stream told before
+            # the waiter came): read the line again
+            missed = (created is not None and created > read) or self._seen.get(slot, 0) > read
+            if not missed:
                 self._interests.setdefault(slot, {})[(name, tag)] = read
             stream = None if slot in self._streamed else self._stream
             restart = not missed and slot not in self._streamed
@@ -174,12 +182,22 @@ class AsyncKeyWatches(AsyncListener):
         woken: dict[str, set[str]] = {}
         with self._lock:
             for slot, waiters in list(self._interests.items()):
-                start, end = slot
-                if any(key == start if end is None else start <= key < end for key in keys):
+                if any(_covers(slot, key) for key in keys):
                     for name, tag in waiters:
                         woken.setdefault(name, set()).add(tag)
                     del self._interests[slot]
         self._wake(woken)
+
+    def _told(self, events: Sequence[WatchEvent]) -> None:
+        """The stream told of ``events``: wake their waiters, and remember when each key
+        changed, for a waiter whose read came before the change but who registers after
+        the stream told of it."""
+        with self._lock:
+            for slot in self._streamed:
+                for event in events:
+                    if _covers(slot, event.key):
+                        self._seen[slot] = max(self._seen.get(slot, 0), event.revision)
+        self._deliver([event.key for event in events])
 
     def _watch_created(self, slot: Slot, revision: int) -> None:
         """The stream's watch of ``slot`` sees every change after ``revision``: its waiters
@@ -207,6 +225,7 @@ class AsyncKeyWatches(AsyncListener):
             slots = list(self._interests)
             self._streamed = slots
             self._created = {}
+            self._seen = {}
             # from here on a registration the stream lacks interrupts it, even before it opens
             self._stream = stream if slots else None
         if self._closed:
@@ -222,7 +241,7 @@ class AsyncKeyWatches(AsyncListener):
                         self._watch_created(slots[news.watch_id], news.revision)
                     else:
                         self.events_received += len(news.events)
-                        self._deliver([event.key for event in news.events])
+                        self._told(news.events)
             if not (self._changed.is_set() or self._closed):
                 raise GatewayUnavailable("etcd ended the watch stream")
         except HTTPFailure:
@@ -234,6 +253,7 @@ class AsyncKeyWatches(AsyncListener):
                 self._stream = None
                 self._streamed = []
                 self._created = {}
+                self._seen = {}
 
     async def _interrupt(self) -> None:
         self._changed.set_threadsafe()
