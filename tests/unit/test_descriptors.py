@@ -146,3 +146,18 @@ def test_the_check_finds_a_backend_named_in_code() -> None:
         text for _, text in _code_strings_and_names(tree) if pattern.search(text.replace("_", " "))
     ]
     assert sorted(hits) == ["sqlite://", "zookeeper_thing"]
+
+
+def test_a_path_isolated_url_and_a_single_host() -> None:
+    from tumbler._url import parse_url
+    from tumbler.backends.descriptor import one_of_hosts, under_path
+
+    isolate = under_path("/tumbler")
+    assert (
+        isolate(parse_url("etcd://h:1/base?lease_ttl=3"), "t1") == "etcd://h:1/base/t1?lease_ttl=3"
+    )
+    assert isolate(parse_url("zookeeper://h:1"), "t2") == "zookeeper://h:1/tumbler/t2"
+    single = one_of_hosts(2379)
+    assert single(parse_url("etcd://h1:1,h2:2/x")) is None
+    assert single(parse_url("etcd://h1/x")) == ("h1", 2379)
+    assert single(parse_url("etcd:///x")) == ("localhost", 2379)

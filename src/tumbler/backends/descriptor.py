@@ -51,6 +51,35 @@ def on_demand(module: str, attribute: str) -> Callable[[], Any]:
     return load
 
 
+def under_path(default: str) -> Callable[[BackendURL, str], str]:
+    """An ``isolate`` for a backend whose URL's path is where everything it makes lives (a
+    ZooKeeper base node, an etcd key prefix; ``default`` without one): a token's URL has a
+    path of its own below it."""
+
+    def isolate(url: BackendURL, token: str) -> str:
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(url.raw)
+        base = parts.path.rstrip("/") or default
+        return urlunsplit(parts._replace(path=f"{base}/{token}"))
+
+    return isolate
+
+
+def one_of_hosts(default_port: int) -> Callable[[BackendURL], tuple[str, int] | None]:
+    """A ``single_server`` for a backend whose URL lists its servers as ``HOST[:PORT],...``
+    (``localhost`` without one): the server, when the URL names just one."""
+
+    def single_server(url: BackendURL) -> tuple[str, int] | None:
+        if "," in url.hosts:
+            return None
+        from .kit.options import host_port
+
+        return host_port(url.hosts or "localhost", url, default_port)
+
+    return single_server
+
+
 class BackendOpener(Protocol):
     """The module ``BackendDescriptor.opener`` names: what ``connect`` calls.
 

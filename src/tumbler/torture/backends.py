@@ -36,6 +36,7 @@ __all__ = [
     "BackendSpec",
     "Deployment",
     "OneServerDeployment",
+    "QuorumDeployment",
     "Settings",
     "SetupError",
     "default_deployment",
@@ -138,6 +139,33 @@ class Deployment:
     def close(self) -> None:
         for proxy in self.proxies:
             proxy.close()
+
+
+class QuorumDeployment(Deployment):
+    """A cluster that serves while a majority of its members does (a ZooKeeper ensemble, an
+    etcd cluster), whose clients each talk to one member, picked at random, and fail over to
+    another when it goes: a subclass says how to name every member but one
+    (:meth:`url_without`)."""
+
+    def url_without(self, index: int) -> str:
+        """The workers' URL with every member but member ``index``."""
+        raise NotImplementedError
+
+    def workers_url(self, kinds: Collection[str]) -> str:
+        """The followers only, in a round of ``minority`` faults (with ``kill`` or ``pause``
+        at most): that fault kills the follower a holder's client is on, and a client picks a
+        member at random, so with the leader in the URL every worker can sit on the leader
+        (one round in 81 with 4 workers; one worker in three on average, more after each
+        fault, as clients of the killed follower fail over), out of the fault's reach. The
+        leader stays the leader in such a round (a majority remains), so the workers stay on
+        followers, failing over to the other one. Faults that can move the leadership get
+        every member."""
+        if "minority" not in kinds or not set(kinds) <= {"minority", "kill", "pause"}:
+            return self.url
+        leader = self.leader()
+        if leader is None:
+            return self.url  # an election is under way: which members follow is not known
+        return self.url_without(leader)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
+from ..descriptor import BackendDescriptor, on_demand, one_of_hosts, under_path
 
 if TYPE_CHECKING:
-    from ..._url import BackendURL
     from ..descriptor import BackendOpener
 
 DEFAULT_PORT = 2379
@@ -41,23 +40,6 @@ CAPABILITIES = Capabilities(
 )
 
 
-def _isolate(url: BackendURL, token: str) -> str:
-    # every key the backend makes is under the prefix
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url.raw)
-    base = parts.path.rstrip("/") or "/tumbler"
-    return urlunsplit(parts._replace(path=f"{base}/{token}"))
-
-
-def _single_server(url: BackendURL) -> tuple[str, int] | None:
-    if "," in url.hosts:
-        return None
-    from ..kit.options import host_port
-
-    return host_port(url.hosts or "localhost", url, DEFAULT_PORT)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="etcd",
     schemes=("etcd", "etcds"),
@@ -68,9 +50,10 @@ DESCRIPTOR = BackendDescriptor(
     extra="etcd",
     system_packages=("etcd-server",),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
-    isolate=_isolate,
+    # every key the backend makes is under the URL's path
+    isolate=under_path("/tumbler"),
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
-    single_server=_single_server,
+    single_server=one_of_hosts(DEFAULT_PORT),
     bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
 

@@ -4,7 +4,6 @@ three."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from ...torture.backends import (
     BackendSpec,
     Deployment,
     OneServerDeployment,
+    QuorumDeployment,
     Settings,
     missing_module,
     program_version,
@@ -73,7 +73,7 @@ def _start_etcd(directory: Path, settings: Settings) -> Deployment:
     )
 
 
-class _EtcdClusterDeployment(Deployment):
+class _EtcdClusterDeployment(QuorumDeployment):
     def __init__(self, cluster: Any, ttl: float) -> None:
         self._options = _etcd_options(ttl)
         url = self._url_at(cluster.members)
@@ -85,20 +85,8 @@ class _EtcdClusterDeployment(Deployment):
         hosts = ",".join(f"{member.host}:{member.port}" for member in members)
         return f"etcd://{hosts}/torture?{self._options}"
 
-    def workers_url(self, kinds: Collection[str]) -> str:
-        """The followers only, in a round of ``minority`` faults (with ``kill`` or ``pause``
-        at most): that fault kills the follower a holder's client is on, and a client starts
-        on a member picked at random, so with the leader in the URL a worker can sit on it,
-        out of the fault's reach. The leader stays the leader in such a round (a majority
-        remains), so the workers stay on followers, failing over to the other one. Faults
-        that can move the leadership get the whole cluster."""
-        if "minority" not in kinds or not set(kinds) <= {"minority", "kill", "pause"}:
-            return self.url
-        leader = self.leader()
-        if leader is None:
-            return self.url  # an election is under way: which members follow is not known
-        members = self.cluster.members
-        return self._url_at([member for index, member in enumerate(members) if index != leader])
+    def url_without(self, index: int) -> str:
+        return self._url_at([m for i, m in enumerate(self.cluster.members) if i != index])
 
     def kill_all(self) -> None:
         for member in self.cluster.members:

@@ -3,7 +3,6 @@ of three."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from ...torture.backends import (
     BackendSpec,
     Deployment,
     OneServerDeployment,
+    QuorumDeployment,
     Settings,
     missing_module,
     program_version,
@@ -70,7 +70,7 @@ def _start_zookeeper(directory: Path, settings: Settings) -> Deployment:
     )
 
 
-class _ZooKeeperEnsembleDeployment(Deployment):
+class _ZooKeeperEnsembleDeployment(QuorumDeployment):
     def __init__(self, ensemble: Any, ttl: float) -> None:
         self._options = _zookeeper_options(ttl)
         url = self._url_at(ensemble.connect_string)
@@ -81,27 +81,11 @@ class _ZooKeeperEnsembleDeployment(Deployment):
     def _url_at(self, hosts: str) -> str:
         return f"zookeeper://{hosts}/torture?{self._options}"
 
-    def workers_url(self, kinds: Collection[str]) -> str:
-        """The followers only, in a round of ``minority`` faults (with ``kill`` or ``pause``
-        at most): that fault kills the follower a holder's session is on, and kazoo picks a
-        member at random, so with the leader in the URL every worker can sit on the leader
-        (one round in 81 with 4 workers; one worker in three on average, more after each
-        fault, as clients of the killed follower fail over), out of the fault's reach. The
-        leader stays the leader in such a round (a quorum remains), so the workers stay on
-        followers, failing over to the other one. Faults that can move the leadership get
-        the whole ensemble."""
-        if "minority" not in kinds or not set(kinds) <= {"minority", "kill", "pause"}:
-            return self.url
-        leader = self.leader()
-        if leader is None:
-            return self.url  # an election is under way: which members follow is not known
-        followers = [
-            host
-            for index, member in enumerate(self.ensemble.members)
-            if index != leader
-            for host in member.hosts
-        ]
-        return self._url_at(",".join(followers))
+    def url_without(self, index: int) -> str:
+        members = self.ensemble.members
+        return self._url_at(
+            ",".join(h for i, m in enumerate(members) if i != index for h in m.hosts)
+        )
 
     def kill_all(self) -> None:
         self.ensemble.kill()
