@@ -15,7 +15,7 @@ import logging
 from ._core import DEFAULT_TTL, validate_ttl
 from ._sync.client import Locks
 from ._sync.hold import Hold
-from ._sync.primitives import Lock, ReadLock, RLock, RWLock, Semaphore
+from ._sync.primitives import Lock, ReadLock, RLock, RWLock, SegmentedLock, Semaphore
 from .backends import known_schemes, register_backend
 from .backends.contract import Capabilities, HolderInfo, LockState
 from .errors import (
@@ -30,6 +30,7 @@ from .errors import (
     InvalidArgument,
     InvalidLockName,
     InvalidPermits,
+    InvalidSegments,
     InvalidTimeout,
     InvalidTTL,
     InvalidURL,
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidLockName",
     "InvalidPermits",
+    "InvalidSegments",
     "InvalidTTL",
     "InvalidTimeout",
     "InvalidURL",
@@ -80,6 +82,7 @@ __all__ = [
     "RLock",
     "RWLock",
     "ReadLock",
+    "SegmentedLock",
     "Semaphore",
     "TooManyWaiters",
     "TumblerError",

@@ -22,6 +22,7 @@ from .errors import (
     InvalidArgument,
     InvalidLockName,
     InvalidPermits,
+    InvalidSegments,
     InvalidTimeout,
     InvalidTTL,
     PermitsMismatch,
@@ -35,6 +36,8 @@ MIN_TTL = 0.01
 MAX_TTL = 365 * 24 * 3600.0
 #: Most permits a semaphore may have.
 MAX_PERMITS = 1_000_000
+#: Most segments of one segmented lock (each is a lock of its own at the backend)
+MAX_SEGMENTS = 1024
 #: Longest finite acquire timeout (same bound as the TTL, for the same reason).
 MAX_TIMEOUT = MAX_TTL
 
@@ -173,6 +176,61 @@ def validate_permits(permits: object) -> int:
     if not 1 <= permits <= MAX_PERMITS:
         raise InvalidPermits(f"permits must be between 1 and {MAX_PERMITS}, not {shown(permits)}")
     return int(permits)  # a plain int, not an IntEnum or other subclass
+
+
+def validate_segments(segments: object) -> int:
+    """Return a segmented lock's segment count, or raise InvalidSegments."""
+    if isinstance(segments, bool) or not isinstance(segments, int):
+        raise InvalidSegments(f"segments must be an int, not {type(segments).__name__}")
+    if not 1 <= segments <= MAX_SEGMENTS:
+        raise InvalidSegments(
+            f"segments must be between 1 and {MAX_SEGMENTS}, not {shown(segments)}"
+        )
+    return int(segments)
+
+
+def segment_names(name: str, segments: int) -> tuple[str, ...]:
+    """The lock names of the segments of the segmented lock ``name`` (canonical), in segment
+    order: ``name#i/K``. The count is part of each name, so that two users who split the
+    resource differently never hold "the same" segment of two different partitions; raises
+    InvalidLockName if ``name`` leaves no room for the suffix."""
+    names = tuple(f"{name}#{index}/{segments}" for index in range(segments))
+    validate_name(names[-1])  # the longest suffix
+    return names
+
+
+def validate_segment_choice(chosen: object, segments: int) -> tuple[int, ...]:
+    """The segments an acquire may take: every one if ``chosen`` is None, else the distinct
+    indexes of ``chosen`` in the order given; raises InvalidSegments for an empty choice, a
+    repeated or out-of-range index, or one that is not an int."""
+    if chosen is None:
+        return tuple(range(segments))
+    if isinstance(chosen, (str, bytes)) or not hasattr(chosen, "__iter__"):
+        raise InvalidSegments(
+            f"segments must be an iterable of segment indexes, not {type(chosen).__name__}"
+        )
+    picked: list[int] = []
+    for index in chosen:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise InvalidSegments(f"a segment index must be an int, not {type(index).__name__}")
+        if not 0 <= index < segments:
+            raise InvalidSegments(
+                f"segment {shown(index)} does not exist: this lock has segments 0 to {segments - 1}"
+            )
+        if index in picked:
+            raise InvalidSegments(f"segment {index} is chosen twice")
+        picked.append(int(index))
+    if not picked:
+        raise InvalidSegments("at least one segment must be chosen")
+    return tuple(picked)
+
+
+def spread(candidates: Sequence[int], rng: random.Random) -> list[int]:
+    """The order in which to try ``candidates``: the same cycle, started at a random place,
+    so that acquirers starting at once mostly try different segments first, and a segment
+    that is taken is never tried again before the others."""
+    start = rng.randrange(len(candidates))
+    return [*candidates[start:], *candidates[:start]]
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from ._async.client import AsyncLocks
 from ._async.hold import AsyncHold
-from ._async.primitives import AsyncLock, AsyncReadLock, AsyncRLock, AsyncRWLock, AsyncSemaphore
+from ._async.primitives import (
+    AsyncLock,
+    AsyncReadLock,
+    AsyncRLock,
+    AsyncRWLock,
+    AsyncSegmentedLock,
+    AsyncSemaphore,
+)
 from ._core import DEFAULT_TTL, validate_ttl
 
 __all__ = [
@@ -23,6 +30,7 @@ __all__ = [
     "AsyncRLock",
     "AsyncRWLock",
     "AsyncReadLock",
+    "AsyncSegmentedLock",
     "AsyncSemaphore",
     "connect",
 ]

@@ -17,6 +17,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     │   ├── InvalidTTL
     │   ├── InvalidTimeout
     │   ├── InvalidPermits
+    │   ├── InvalidSegments
     │   └── InvalidURL
     │       └── UnknownScheme
     ├── PermitsMismatch (ValueError)        a semaphore's permits differ from its live holders'
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidLockName",
     "InvalidPermits",
+    "InvalidSegments",
     "InvalidTTL",
     "InvalidTimeout",
     "InvalidURL",
@@ -161,6 +163,10 @@ class InvalidTimeout(InvalidArgument):
 
 class InvalidPermits(InvalidArgument):
     """A semaphore permit count that is not a whole number in the allowed range."""
+
+
+class InvalidSegments(InvalidArgument):
+    """A segmented lock's segment count, or a choice among its segments, that is not valid."""
 
 
 class InvalidURL(InvalidArgument):

@@ -206,3 +206,20 @@ def test_a_gateway_is_usable_from_threads(gateway: Gateway) -> None:
     for thread in threads:
         thread.join()
     assert len(results) == 8
+
+
+@pytest.mark.asyncio
+async def test_a_closed_gateway_makes_no_client_that_nobody_would_close(
+    server: EtcdServer,
+) -> None:
+    gateway = AsyncGateway([server.client_url])
+    assert (await gateway.range(b"/t/closed"))[1] == []
+    await gateway.close()
+    # a call or a watch that comes after the close (a task the close did not wait for) would
+    # otherwise open a connection that is never closed
+    with pytest.raises(GatewayUnavailable, match="closed"):
+        await gateway.range(b"/t/closed")
+    with pytest.raises(GatewayUnavailable, match="closed"):
+        async with gateway.watch([WatchRequest(b"/t/closed", None, 1)]):
+            pytest.fail("a watch opened on a closed gateway")
+    assert gateway._clients == {}

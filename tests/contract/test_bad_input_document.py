@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tumbler.testing.conformance.bad_input import (
     CASES,
+    CHOICE_CALLS,
+    CHOICES,
     NAME_CALLS,
     NAMES,
     NON_BLOCKING,
@@ -16,6 +18,8 @@ from tumbler.testing.conformance.bad_input import (
     PERMITS,
     PERMITS_CALLS,
     REFUSED,
+    SEGMENTS,
+    SEGMENTS_CALLS,
     TIMEOUT_CALLS,
     TIMEOUTS,
     TTL_CALLS,
@@ -71,10 +75,13 @@ def test_the_document_shows_every_case() -> None:
         ("TTLs", TTLS),
         ("Timeouts", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
         ("Permits", PERMITS),
+        ("Segments", SEGMENTS),
+        ("Chosen segments", CHOICES),
     ):
         check_section(section, {item.id: outcome(item) for item in inputs})
     text = DOCUMENT.read_text(encoding="utf-8")
-    for call in [*NAME_CALLS, *TTL_CALLS, *TIMEOUT_CALLS, NON_BLOCKING, *PERMITS_CALLS]:
+    calls = [*NAME_CALLS, *TTL_CALLS, *TIMEOUT_CALLS, NON_BLOCKING, *PERMITS_CALLS]
+    for call in [*calls, *SEGMENTS_CALLS, *CHOICE_CALLS]:
         assert f"`{call.text}`" in text, f"docs/bad-input.md does not name the call {call.text}"
 
     from tests.backends.test_bad_urls import BAD_URLS, SERVER_REFUSALS

@@ -28,6 +28,7 @@ FLAVOURS = {
     "Hold": "AsyncHold",
     "Locks": "AsyncLocks",
     "Semaphore": "AsyncSemaphore",
+    "SegmentedLock": "AsyncSegmentedLock",
     "RLock": "AsyncRLock",
     "RWLock": "AsyncRWLock",
     "ReadLock": "AsyncReadLock",
@@ -278,6 +279,7 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
         sync["Lock"] = _attributes(locks.lock("a"))
         sync["RLock"] = _attributes(locks.rlock("b"))
         sync["Semaphore"] = _attributes(locks.semaphore("c", 2))
+        sync["SegmentedLock"] = _attributes(locks.segmented("g", 4))
         sync["RWLock"] = _attributes(locks.rwlock("d"))
         sync["ReadLock"] = _attributes(locks.rwlock("e").read())
         with locks.lock("f") as hold:
@@ -290,6 +292,7 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
             found["Lock"] = _attributes(locks.lock("a"))
             found["RLock"] = _attributes(locks.rlock("b"))
             found["Semaphore"] = _attributes(locks.semaphore("c", 2))
+            found["SegmentedLock"] = _attributes(locks.segmented("g", 4))
             found["RWLock"] = _attributes(locks.rwlock("d"))
             found["ReadLock"] = _attributes(locks.rwlock("e").read())
             async with locks.lock("f") as hold:
@@ -300,3 +303,5 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
     assert "token" in sync["Hold"]
     assert {"name", "ttl", "timeout", "fair", "renew"} <= sync["Lock"]
     assert "permits" in sync["Semaphore"]
+    assert {"segments", "segment_names"} <= sync["SegmentedLock"]
+    assert "segment" in sync["Hold"]

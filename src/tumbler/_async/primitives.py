@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -39,6 +40,9 @@ class _Unset:
 
 
 _UNSET: Final = _Unset()
+
+#: where segmented locks draw the segment they try first
+_rng = random.Random()
 
 
 class _AsyncPrimitive:
@@ -73,6 +77,7 @@ class _AsyncPrimitive:
         self.renew: bool = core.validate_flag(renew, "renew")
         self._locks = locks
         self._limit = limit
+        self._own_name = (self.name,)
         self._guard = threading.Lock()
         self._holds: dict[Hashable, list[AsyncHold]] = {}
         self._depth: dict[Hashable, int] = {}
@@ -91,14 +96,18 @@ class _AsyncPrimitive:
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
         ``timeout``; None or -1 waits for ever, 0 tries once.
         """
+        return await self._acquire(self._seconds(blocking, timeout), self._own_name)
+
+    def _seconds(self, blocking: bool, timeout: float | _Unset | None) -> float | None:
+        """How long an acquire waits: 0 for a single try, None for ever."""
         if not blocking:
             if timeout is not _UNSET and timeout is not None and timeout != -1:
                 raise InvalidTimeout("a non-blocking acquire cannot have a timeout")
-            seconds: float | None = 0.0
-        else:
-            seconds = (
-                self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
-            )
+            return 0.0
+        return self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
+
+    async def _acquire(self, seconds: float | None, names: tuple[str, ...]) -> bool:
+        """Acquire one of ``names`` (the lock's own, or segments), waiting ``seconds``."""
         context = acurrent_context()
         current = self._current(context)
         if current is not None and not self._multiple:
@@ -113,7 +122,7 @@ class _AsyncPrimitive:
                 self._depth[context] += 1
             return True
         hold = await self._locks.acquire_hold(
-            self.name,
+            names,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,
@@ -123,11 +132,15 @@ class _AsyncPrimitive:
         )
         if hold is None:
             return False
+        self._mark(hold)
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
         hold.on_finish(functools.partial(self._forget, context))
         return True
+
+    def _mark(self, hold: AsyncHold) -> None:
+        """Note on a new hold what this kind of lock tells about it."""
 
     async def release(self) -> None:
         """Release the calling thread's/task's hold (its latest, for semaphores).
@@ -262,6 +275,80 @@ class AsyncSemaphore(_AsyncPrimitive):
         self.permits: int = core.validate_permits(permits)
         super().__init__(
             locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+        )
+
+
+class AsyncSegmentedLock(_AsyncPrimitive):
+    """A lock split into ``segments`` mutexes: each acquire takes whichever segment is free
+    first, and the hold says which (``hold.segment``, 0 to ``segments - 1``), with that
+    segment's own fencing token.
+
+    For a resource that can be partitioned (a stock kept in K parts, a quota, the shards of a
+    counter): up to ``segments`` holders work at once, each on its own part, where one lock
+    would admit one. The caller must touch only the part of the segment it holds, and every
+    client must split the resource the same way (the count is part of each segment's lock
+    name, ``NAME#i/K``). Not for a resource whose every change needs all of it: use
+    ``lock()``, or ``semaphore()`` when holders need no part of their own.
+
+    An acquire tries the segments in an order that starts at a random one (acquirers that come
+    at once mostly try different ones first) and, if all are taken, waits on all of them at
+    once, woken by the backend when any is released. A thread/task may hold several segments;
+    ``release()`` returns its latest.
+    """
+
+    _multiple = True
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        name: str,
+        segments: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        #: how many segments the lock is split into
+        self.segments: int = core.validate_segments(segments)
+        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        #: the lock name of each segment, in segment order
+        self.segment_names: tuple[str, ...] = core.segment_names(self.name, self.segments)
+        self._segment_of = {name: index for index, name in enumerate(self.segment_names)}
+
+    async def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | _Unset | None = _UNSET,
+        *,
+        segments: Iterable[int] | None = None,
+    ) -> bool:
+        """Acquire a segment; True if acquired, False if the timeout ran out first.
+
+        ``segments``: the segments it may take (default: any), e.g. those whose part of the
+        resource is not used up. ``blocking`` and ``timeout`` as for ``lock().acquire()``.
+        """
+        chosen = core.validate_segment_choice(segments, self.segments)
+        seconds = self._seconds(blocking, timeout)
+        names = self.segment_names
+        return await self._acquire(seconds, tuple(names[i] for i in core.spread(chosen, _rng)))
+
+    def _mark(self, hold: AsyncHold) -> None:
+        hold.segment = self._segment_of[hold.name]
+
+    async def locked(self) -> bool:
+        """Whether an acquire (non-fair) would have to wait now, every segment being held:
+        asks the backend, one segment after the other."""
+        for name in self.segment_names:
+            state = await self._locks.status(name)
+            if not state.holders:
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} segments={self.segments} ttl={self.ttl} "
+            f"fair={self.fair}>"
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import dataclasses
 import functools
 import logging
 import os
@@ -32,6 +33,7 @@ from .._acompat import (
     current_context,
     shield,
 )
+from .._clock import Clock
 from ..backends.contract import (
     Backend,
     Capabilities,
@@ -44,7 +46,7 @@ from ..backends.contract import (
 from ..errors import BackendUnavailable, TumblerError
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
-from .primitives import Lock, RLock, RWLock, Semaphore
+from .primitives import Lock, RLock, RWLock, SegmentedLock, Semaphore
 from .renewal import Renewer
 
 _log = logging.getLogger("tumbler")
@@ -93,6 +95,55 @@ class _Place:
             turn.set_threadsafe()
 
 
+class _AnyWatch:
+    """The watches of several locks as one (a segmented lock's segments): entered together,
+    and a wait returns at a wake-up of any of them.
+
+    It always asks for a retry on entry: a segmented acquisition's first tries leave no waiter
+    entries, and backends wake waiters by their entries.
+    """
+
+    def __init__(self, watches: list[Watch], clock: Clock) -> None:
+        self.retry_needed = True
+        self._watches = watches
+        self._clock = clock
+        self._changed = Event()
+        for watch in watches:
+            watch.add_listener(self._changed.set_threadsafe)
+
+    def wait(self, timeout: float) -> None:
+        self._changed.wait(self._clock.real_timeout(timeout))
+        self._changed.clear()
+
+    def wake(self) -> None:
+        self._changed.set_threadsafe()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        for watch in self._watches:
+            watch.add_listener(listener)
+
+    def close(self) -> None:
+        for watch in self._watches:
+            watch.close()
+
+    def __enter__(self) -> _AnyWatch:
+        try:
+            for watch in self._watches:
+                watch.__enter__()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class Locks:
     """A client of one lock backend: makes lock objects and renews their leases.
 
@@ -124,7 +175,7 @@ class Locks:
         # one of them that began before it
         self._guard = self.gate.guard
         # a client's waiters on one lock queue here, and only the first of them at the backend
-        self._lines: dict[tuple[str, bool, int, bool], collections.deque[_Place]] = {}
+        self._lines: dict[tuple[tuple[str, ...], bool, int, bool], collections.deque[_Place]] = {}
         self._watches: set[Watch] = set()
         if backend.session_events is not None:
             backend.session_events.subscribe(self._on_session_event)
@@ -183,6 +234,24 @@ class Locks:
     ) -> Semaphore:
         """A semaphore admitting ``permits`` holders at once; each permit is its own lease."""
         return Semaphore(self, name, permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def segmented(
+        self,
+        name: str,
+        segments: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> SegmentedLock:
+        """A lock split into ``segments`` mutexes (at most 1024), for a resource kept in that
+        many parts: each acquire takes whichever segment frees first and the hold tells which
+        (``hold.segment``), so up to ``segments`` holders work at once, each on its own part.
+        ``ttl``, ``timeout``, ``fair`` and ``renew`` as for ``lock()``; every client must use
+        the same ``segments`` for a name.
+        """
+        return SegmentedLock(self, name, segments, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
 
     def rwlock(
         self,
@@ -327,7 +396,7 @@ class Locks:
 
     def acquire_hold(
         self,
-        name: str,
+        names: tuple[str, ...],
         *,
         shared: bool,
         limit: int,
@@ -336,12 +405,15 @@ class Locks:
         timeout: float | None,
         renew: bool,
     ) -> Hold | None:
-        """A new grant of ``name`` (canonical), held by a new owner; None if ``timeout`` ran
-        out first. ``renew``: keep the lease renewed while held."""
+        """A new grant of one of ``names`` (canonical; one lock, or the segments a segmented
+        lock may take, tried in this order and waited for all at once), held by a new owner;
+        None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
-        request = self._request(name, shared, limit, fair, ttl, queue=timeout != 0)
-        return self._acquire(request, timeout, renew)
+        requests = tuple(
+            self._request(name, shared, limit, fair, ttl, queue=timeout != 0) for name in names
+        )
+        return self._acquire(requests, timeout, renew)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -375,9 +447,12 @@ class Locks:
             queue=queue,
         )
 
-    def _acquire(self, request: GrantRequest, timeout: float | None, renew: bool) -> Hold | None:
+    def _acquire(
+        self, requests: tuple[GrantRequest, ...], timeout: float | None, renew: bool
+    ) -> Hold | None:
         """Try; if refused, wait for a change and try again, until granted or the timeout runs
-        out.
+        out. ``requests``: one lock's, or one per segment a segmented lock may take (tried in
+        that order; the first granted wins).
 
         The watch is made before the first try (without I/O), so no change after that try goes
         unnoticed, and entered (subscribed, which may take a round trip) only if the first try
@@ -391,22 +466,24 @@ class Locks:
         pool.
         """
         gate = self.gate
-        name = request.name
+        head = requests[0]
+        name = head.name
         if timeout == 0:
             # a single try waits for nothing: neither a place in line nor a watch
+            tried: set[str] = set()
             with gate.operation(name):
                 try:
-                    return self._try(request, renew)
+                    return self._try_each(requests, renew, tried)
                 except BaseException:
                     # a grant whose reply an error or a cancellation cut off
-                    shield(self._withdraw(request))
+                    shield(self._withdraw_all(requests, tried))
                     raise
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
-        key = (name, request.shared, request.limit, request.fair)
+        key = (tuple(request.name for request in requests), head.shared, head.limit, head.fair)
         place = _Place()
         context = current_context()
-        watch = self._backend.watch(name, request.owner)
+        watch = self._watch(requests)
         # One critical section for the usual case: counted in flight (close() waits for the
         # call), placed in line, and the watch made known to close(), which wakes it.
         try:
@@ -432,12 +509,12 @@ class Locks:
                 watch.close()
                 if not self._wait_turn(name, line, place, deadline):
                     return None
-                watch = watched = self._backend.watch(name, request.owner)
+                watch = watched = self._watch(requests)
                 with self._guard:
                     self._watches.add(watch)  # closed below, by finally, if refused here
                     gate.check_usable(name)
             left = None if deadline is None else max(0.0, deadline - clock.now())
-            return self._acquire_or_wait(request, left, renew, watch)
+            return self._acquire_or_wait(requests, left, renew, watch)
         finally:
             with self._guard:
                 if watched is not None:
@@ -452,6 +529,22 @@ class Locks:
                 gate.end(context)
             if watched is not None:
                 watched.close()
+
+    def _watch(self, requests: tuple[GrantRequest, ...]) -> Watch:
+        """The watch for ``requests``: the backend's own for one lock, all of theirs at once
+        for several."""
+        backend = self._backend
+        if len(requests) == 1:
+            return backend.watch(requests[0].name, requests[0].owner)
+        watches: list[Watch] = []
+        try:
+            for request in requests:
+                watches.append(backend.watch(request.name, request.owner))
+        except BaseException:
+            for made in watches:
+                made.close()
+            raise
+        return _AnyWatch(watches, self._clock)
 
     def _wait_turn(
         self,
@@ -486,7 +579,11 @@ class Locks:
             clock.remove_listener(turn.set_threadsafe)
 
     def _acquire_or_wait(
-        self, request: GrantRequest, timeout: float | None, renew: bool, watch: Watch
+        self,
+        requests: tuple[GrantRequest, ...],
+        timeout: float | None,
+        renew: bool,
+        watch: Watch,
     ) -> Hold | None:
         """Try, then wait on ``watch`` (made before the try) and try again until granted or
         ``timeout`` runs out."""
@@ -494,8 +591,18 @@ class Locks:
         caps = backend.capabilities
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
+        #: the names tried so far: those that may have an entry (or a grant cut off) to withdraw
+        tried: set[str] = set()
         try:
-            hold = self._try(request, renew)
+            first_round: tuple[GrantRequest, ...] = requests
+            if len(requests) > 1:
+                # Segments are first tried without waiter entries: most often one is free,
+                # and there would be as many entries to withdraw as segments tried before it.
+                # The watch asks for a retry on entry, which queues the requests.
+                first_round = tuple(
+                    dataclasses.replace(request, queue=False) for request in requests
+                )
+            hold = self._try_each(first_round, renew, tried)
             if hold is not None:
                 return hold
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
@@ -503,8 +610,11 @@ class Locks:
                 retry = watch.retry_needed
                 while True:
                     if retry:
-                        hold = self._try(request, renew)
+                        hold = self._try_each(requests, renew, tried)
                         if hold is not None:
+                            tried.discard(hold.name)
+                            if tried:
+                                shield(self._withdraw_all(requests, tried))
                             return hold
                     retry = True
                     now = clock.now()
@@ -516,11 +626,23 @@ class Locks:
                         pause = min(pause, deadline - now)
                     watch.wait(pause)
                     check_cancelled()
-                    self.gate.check_usable(request.name)
+                    self.gate.check_usable(requests[0].name)
         except BaseException:
-            shield(self._withdraw(request))
+            shield(self._withdraw_all(requests, tried))
             raise
-        shield(self._withdraw(request))
+        shield(self._withdraw_all(requests, tried))
+        return None
+
+    def _try_each(
+        self, requests: tuple[GrantRequest, ...], renew: bool, tried: set[str]
+    ) -> Hold | None:
+        """Try each request in turn, adding its name to ``tried`` first: the first hold
+        granted, or None."""
+        for request in requests:
+            tried.add(request.name)
+            hold = self._try(request, renew)
+            if hold is not None:
+                return hold
         return None
 
     def _try(self, request: GrantRequest, renew: bool) -> Hold | None:
@@ -538,6 +660,15 @@ class Locks:
         shield(self.gate.release_entry(request.name, request.owner))
         self.gate.check_usable(request.name)
         return None
+
+    def _withdraw_all(self, requests: tuple[GrantRequest, ...], names: set[str]) -> bool:
+        """Withdraw the requests of ``names``; False if the backend could not be reached for
+        some."""
+        withdrawn = True
+        for request in requests:
+            if request.name in names and not self._withdraw(request):
+                withdrawn = False
+        return withdrawn
 
     def _withdraw(self, request: GrantRequest) -> bool:
         """Remove the request's entry, if any; False if the backend could not be reached."""

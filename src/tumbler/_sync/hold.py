@@ -106,6 +106,9 @@ class Hold:
         self.token: int = grant.token
         #: the lease the backend granted, in seconds
         self.ttl: float = grant.granted_ttl
+        #: which segment of a segmented lock this hold is on (``name`` is that segment's lock
+        #: name); None for the other locks
+        self.segment: int | None = None
         self._gate = locks.gate
         self._request = request
         self._auto_renew = auto_renew
@@ -303,8 +306,9 @@ class Hold:
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self.lost else _WORDS[self._state])
+        segment = "" if self.segment is None else f" segment={self.segment}"
         return (
-            f"<{type(self).__name__} {self.name!r} token={self.token} {state} "
+            f"<{type(self).__name__} {self.name!r}{segment} token={self.token} {state} "
             f"expires_in={self.expires_in:.3f}>"
         )
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -41,6 +42,9 @@ class _Unset:
 
 
 _UNSET: Final = _Unset()
+
+#: where segmented locks draw the segment they try first
+_rng = random.Random()
 
 
 class _Primitive:
@@ -75,6 +79,7 @@ class _Primitive:
         self.renew: bool = core.validate_flag(renew, "renew")
         self._locks = locks
         self._limit = limit
+        self._own_name = (self.name,)
         self._guard = threading.Lock()
         self._holds: dict[Hashable, list[Hold]] = {}
         self._depth: dict[Hashable, int] = {}
@@ -93,14 +98,18 @@ class _Primitive:
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
         ``timeout``; None or -1 waits for ever, 0 tries once.
         """
+        return self._acquire(self._seconds(blocking, timeout), self._own_name)
+
+    def _seconds(self, blocking: bool, timeout: float | _Unset | None) -> float | None:
+        """How long an acquire waits: 0 for a single try, None for ever."""
         if not blocking:
             if timeout is not _UNSET and timeout is not None and timeout != -1:
                 raise InvalidTimeout("a non-blocking acquire cannot have a timeout")
-            seconds: float | None = 0.0
-        else:
-            seconds = (
-                self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
-            )
+            return 0.0
+        return self.timeout if isinstance(timeout, _Unset) else core.validate_timeout(timeout)
+
+    def _acquire(self, seconds: float | None, names: tuple[str, ...]) -> bool:
+        """Acquire one of ``names`` (the lock's own, or segments), waiting ``seconds``."""
         context = current_context()
         current = self._current(context)
         if current is not None and not self._multiple:
@@ -115,7 +124,7 @@ class _Primitive:
                 self._depth[context] += 1
             return True
         hold = self._locks.acquire_hold(
-            self.name,
+            names,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,
@@ -125,11 +134,15 @@ class _Primitive:
         )
         if hold is None:
             return False
+        self._mark(hold)
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
         hold.on_finish(functools.partial(self._forget, context))
         return True
+
+    def _mark(self, hold: Hold) -> None:
+        """Note on a new hold what this kind of lock tells about it."""
 
     def release(self) -> None:
         """Release the calling thread's/task's hold (its latest, for semaphores).
@@ -264,6 +277,80 @@ class Semaphore(_Primitive):
         self.permits: int = core.validate_permits(permits)
         super().__init__(
             locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+        )
+
+
+class SegmentedLock(_Primitive):
+    """A lock split into ``segments`` mutexes: each acquire takes whichever segment is free
+    first, and the hold says which (``hold.segment``, 0 to ``segments - 1``), with that
+    segment's own fencing token.
+
+    For a resource that can be partitioned (a stock kept in K parts, a quota, the shards of a
+    counter): up to ``segments`` holders work at once, each on its own part, where one lock
+    would admit one. The caller must touch only the part of the segment it holds, and every
+    client must split the resource the same way (the count is part of each segment's lock
+    name, ``NAME#i/K``). Not for a resource whose every change needs all of it: use
+    ``lock()``, or ``semaphore()`` when holders need no part of their own.
+
+    An acquire tries the segments in an order that starts at a random one (acquirers that come
+    at once mostly try different ones first) and, if all are taken, waits on all of them at
+    once, woken by the backend when any is released. A thread/task may hold several segments;
+    ``release()`` returns its latest.
+    """
+
+    _multiple = True
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        segments: int,
+        *,
+        ttl: float | None = None,
+        timeout: float | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        #: how many segments the lock is split into
+        self.segments: int = core.validate_segments(segments)
+        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        #: the lock name of each segment, in segment order
+        self.segment_names: tuple[str, ...] = core.segment_names(self.name, self.segments)
+        self._segment_of = {name: index for index, name in enumerate(self.segment_names)}
+
+    def acquire(
+        self,
+        blocking: bool = True,
+        timeout: float | _Unset | None = _UNSET,
+        *,
+        segments: Iterable[int] | None = None,
+    ) -> bool:
+        """Acquire a segment; True if acquired, False if the timeout ran out first.
+
+        ``segments``: the segments it may take (default: any), e.g. those whose part of the
+        resource is not used up. ``blocking`` and ``timeout`` as for ``lock().acquire()``.
+        """
+        chosen = core.validate_segment_choice(segments, self.segments)
+        seconds = self._seconds(blocking, timeout)
+        names = self.segment_names
+        return self._acquire(seconds, tuple(names[i] for i in core.spread(chosen, _rng)))
+
+    def _mark(self, hold: Hold) -> None:
+        hold.segment = self._segment_of[hold.name]
+
+    def locked(self) -> bool:
+        """Whether an acquire (non-fair) would have to wait now, every segment being held:
+        asks the backend, one segment after the other."""
+        for name in self.segment_names:
+            state = self._locks.status(name)
+            if not state.holders:
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.name!r} segments={self.segments} ttl={self.ttl} "
+            f"fair={self.fair}>"
         )
 
 

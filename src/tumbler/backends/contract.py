@@ -313,6 +313,13 @@ class Watch(Protocol):
         any thread (the client's ``close()`` ends its waits so), never blocks, no I/O."""
         ...
 
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener`` at every wake-up of this watch from now until ``close()``
+        (the wake-ups that make ``wait`` return, ``wake()`` included): from any thread, and
+        it must not block. How a caller waits on several watches at once (a segmented lock
+        waits for whichever of its segments frees first)."""
+        ...
+
     def close(self) -> None:
         """End the watch and drop its subscriptions, on the server and in the backend's
         :class:`WakeHub`; also for a watch never entered. Idempotent."""
@@ -346,6 +353,11 @@ class AsyncWatch(Protocol):
 
     def wake(self) -> None:
         """As :meth:`Watch.wake`: from any thread, also from outside the event loop."""
+        ...
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """As :meth:`Watch.add_listener`: called from any thread, also from outside the event
+        loop."""
         ...
 
     def close(self) -> None:

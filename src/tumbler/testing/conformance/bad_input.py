@@ -29,6 +29,7 @@ from tumbler import (
     InvalidArgument,
     InvalidLockName,
     InvalidPermits,
+    InvalidSegments,
     InvalidTimeout,
     InvalidTTL,
 )
@@ -115,6 +116,7 @@ NAME_CALLS = [
     Call("rlock(name)", lambda s, v: s.locks.rlock(v)),
     Call("semaphore(name)", lambda s, v: s.locks.semaphore(v, 2)),
     Call("rwlock(name)", lambda s, v: s.locks.rwlock(v)),
+    Call("segmented(name)", lambda s, v: s.locks.segmented(v, 4)),
     Call("synchronized(name)", lambda s, v: s.locks.synchronized(v)),
     Call("status(name)", lambda s, v: s.locks.status(v)),
     Call("force_release(name)", lambda s, v: s.locks.force_release(v)),
@@ -127,6 +129,7 @@ TTL_CALLS = [
     Call("rlock(ttl)", lambda s, v: s.locks.rlock("x", ttl=v)),
     Call("semaphore(ttl)", lambda s, v: s.locks.semaphore("x", 2, ttl=v)),
     Call("rwlock(ttl)", lambda s, v: s.locks.rwlock("x", ttl=v)),
+    Call("segmented(ttl)", lambda s, v: s.locks.segmented("x", 4, ttl=v)),
     Call("synchronized(ttl)", lambda s, v: s.locks.synchronized("x", ttl=v)),
     Call("hold.extend(ttl)", lambda s, v: s.hold.extend(v), needs_hold=True),
     Call("connect(default_ttl)", lambda s, v: s.connect(default_ttl=v)),
@@ -137,8 +140,13 @@ TIMEOUT_CALLS = [
     Call("rlock(timeout)", lambda s, v: s.locks.rlock("x", timeout=v)),
     Call("semaphore(timeout)", lambda s, v: s.locks.semaphore("x", 2, timeout=v)),
     Call("rwlock(timeout)", lambda s, v: s.locks.rwlock("x", timeout=v)),
+    Call("segmented(timeout)", lambda s, v: s.locks.segmented("x", 4, timeout=v)),
     Call("synchronized(timeout)", lambda s, v: s.locks.synchronized("x", timeout=v)),
     Call("acquire(timeout)", lambda s, v: s.locks.lock("x").acquire(timeout=v)),
+    Call(
+        "segmented().acquire(timeout)",
+        lambda s, v: s.locks.segmented("x", 4).acquire(timeout=v),
+    ),
     Call("hold.wait_lost(timeout)", lambda s, v: s.hold.wait_lost(timeout=v), needs_hold=True),
 ]
 #: a timeout that is fine by itself but contradicts blocking=False
@@ -148,6 +156,15 @@ NON_BLOCKING = Call(
 )
 
 PERMITS_CALLS = [Call("semaphore(permits)", lambda s, v: s.locks.semaphore("x", v))]
+
+SEGMENTS_CALLS = [Call("segmented(segments)", lambda s, v: s.locks.segmented("x", v))]
+#: the segments an acquire may take, of a lock of 4 segments
+CHOICE_CALLS = [
+    Call(
+        "segmented(4).acquire(segments)",
+        lambda s, v: s.locks.segmented("x", 4).acquire(segments=v),
+    )
+]
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -264,7 +281,28 @@ PERMITS = [
     Input("None", None, InvalidPermits, "not NoneType"),
 ]
 
-#: THE table: every input given to every call that takes it
+SEGMENTS = [
+    Input("zero", 0, InvalidSegments, "segments must be between 1 and 1024, not 0"),
+    Input("negative", -4, InvalidSegments, "not -4"),
+    Input("over-1024", 1025, InvalidSegments, "not 1025"),
+    Input("5000-digits", 10**5000, InvalidSegments, "not <an int of 16610 bits>"),
+    Input("float", 4.0, InvalidSegments, "segments must be an int, not float"),
+    Input("bool", True, InvalidSegments, "not bool"),
+    Input("str", "4", InvalidSegments, "not str"),
+    Input("None", None, InvalidSegments, "not NoneType"),
+]
+
+CHOICES = [
+    Input("empty", [], InvalidSegments, "at least one segment must be chosen"),
+    Input("out-of-range", [4], InvalidSegments, "segment 4 does not exist"),
+    Input("negative", [-1], InvalidSegments, "segment -1 does not exist"),
+    Input("twice", [1, 1], InvalidSegments, "segment 1 is chosen twice"),
+    Input("float", [1.0], InvalidSegments, "a segment index must be an int, not float"),
+    Input("bool", [True], InvalidSegments, "not bool"),
+    Input("str", "12", InvalidSegments, "an iterable of segment indexes, not str"),
+    Input("int", 2, InvalidSegments, "an iterable of segment indexes, not int"),
+]
+
 #: THE table: every input given to every call that takes it
 CASES: list[Case] = [
     *(Case(call, name) for name in NAMES if name.error for call in NAME_CALLS),
@@ -273,6 +311,8 @@ CASES: list[Case] = [
     *(Case(call, timeout) for timeout in TIMEOUTS for call in TIMEOUT_CALLS),
     *(Case(NON_BLOCKING, timeout) for timeout in NON_BLOCKING_TIMEOUTS),
     *(Case(call, permits) for permits in PERMITS for call in PERMITS_CALLS),
+    *(Case(call, segments) for segments in SEGMENTS for call in SEGMENTS_CALLS),
+    *(Case(call, choice) for choice in CHOICES for call in CHOICE_CALLS),
 ]
 VALID = [case for case in CASES if case.input.error is None]
 
@@ -302,6 +342,8 @@ _KINDS = [
     ("ttl", TTLS),
     ("timeout", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
     ("permits", PERMITS),
+    ("segments", SEGMENTS),
+    ("choice", CHOICES),
 ]
 REFUSED = _groups()
 

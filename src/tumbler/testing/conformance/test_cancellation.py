@@ -44,6 +44,32 @@ async def test_a_cancelled_waiter_leaves_no_entry(aconnect: AsyncConnect, fair: 
     assert len((await holder.status("busy")).holders) == 1
 
 
+async def test_a_cancelled_segmented_waiter_leaves_no_entry_on_any_segment(
+    aconnect: AsyncConnect,
+) -> None:
+    holder, waiter = await aconnect(), await aconnect()
+    held = holder.segmented("busy", 2)
+    for _ in range(2):
+        assert await held.acquire()
+    task = asyncio.ensure_future(waiter.segmented("busy", 2).acquire(timeout=30))
+
+    async def waiters() -> list[int]:
+        return [(await holder.status(name)).waiters for name in held.segment_names]
+
+    async def queued() -> bool:
+        return await waiters() == [1, 1]
+
+    await aeventually(queued, "the waiter is in line for both segments")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def withdrawn() -> bool:
+        return await waiters() == [0, 0]
+
+    await aeventually(withdrawn, "the cancelled waiter is gone from both lines")
+
+
 async def test_a_cancelled_release_still_releases(aconnect: AsyncConnect) -> None:
     holder, other = await aconnect(), await aconnect()
     lock = holder.lock("release-me")

@@ -89,6 +89,9 @@ class Gateway:
         each carry one stream and are closed to end it) on ``endpoint``: made once, as
         making one costs milliseconds (httpx reads the CA certificates)."""
         with self._lock:
+            if self._closed:
+                # a client made now would never be closed, nor its connections
+                raise GatewayUnavailable("the client is closed")
             client = self._clients.get((endpoint, purpose))
             if client is None:
                 client = open_client(endpoint, self._tls, self._timeout)
@@ -233,8 +236,8 @@ class Gateway:
             yield stream
 
     def close(self) -> None:
-        self._closed = True
         with self._lock:
+            self._closed = True
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             close_client(client)

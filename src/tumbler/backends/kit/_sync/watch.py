@@ -12,7 +12,8 @@ The contract (``tumbler.backends.contract``, "Watch") asks four things of a watc
 2. **``retry_needed``, read after entry**, says whether a change between construction and
    entry could have been missed: true only when entering had to subscribe somewhere the
    construction could not reach (a server-side subscription made by :meth:`_subscribe`).
-3. **``wake()`` from any thread** ends the current wait, or the next one if none is under way.
+3. **``wake()`` from any thread** ends the current wait, or the next one if none is under way;
+   ``add_listener()`` passes every wake-up on to a caller that waits on several watches.
 4. **``close()``** stops listening; it may be called again, and also on a watch never entered.
    An entry that fails closes the watch before the error goes on.
 
@@ -25,6 +26,7 @@ anything of its own).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 from ...._acompat import Event
@@ -54,6 +56,8 @@ class BaseWatch:
         self._woken = False
         self._closing = threading.Lock()
         self._closed = False
+        #: replaced whole, never changed in place: read without a lock by any waking thread
+        self._listeners: tuple[Callable[[], None], ...] = ()
         #: one bound method, so that the clock and the hub are given back the same one
         self._listener = self._on_change
         clock.add_listener(self._listener)
@@ -67,6 +71,8 @@ class BaseWatch:
         event = self._event
         if event is not None:
             event.set_threadsafe()
+        for listener in self._listeners:
+            listener()
 
     def _subscribe(self) -> bool:
         """Make whatever subscription entry needs beyond the hub (I/O allowed); return whether
@@ -92,12 +98,19 @@ class BaseWatch:
         """End the current wait now, or the next one if none is under way (from any thread)."""
         self._on_change()
 
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Also call ``listener`` (from any thread; it must not block) at every wake-up of
+        this watch until it is closed."""
+        with self._closing:
+            self._listeners = (*self._listeners, listener)
+
     def close(self) -> None:
         """Stop listening (again is harmless; a watch never entered may be closed too)."""
         with self._closing:
             if self._closed:
                 return
             self._closed = True
+            self._listeners = ()
         self._clock.remove_listener(self._listener)
         if self._hub is not None:
             self._hub.unsubscribe(self.name, self._listener)
