@@ -62,10 +62,17 @@ class StockService:
         self.seller = seller or f"pid {os.getpid()}"
         self.timeout = timeout
         self.lock = locks.lock(lock_name, timeout=timeout) if mode == "lock" else None
+        self.segmented = (
+            locks.segmented(lock_name, segments=segments, timeout=timeout)
+            if mode == "segmented"
+            else None
+        )
 
     def buy(self) -> int | None:
         """Sell one item: the segment it came from, None when all is sold. Raises
         ``TimeoutError`` when the lock could not be had within the timeout."""
+        if self.segmented is not None:
+            return self._buy_from_a_segment()
         if self.lock is not None:
             with self.lock:
                 return self._buy_from_the_first_segment()
@@ -78,6 +85,27 @@ class StockService:
         segment, left = found
         self._sell(segment, left)
         return segment
+
+    def _buy_from_a_segment(self) -> int | None:
+        assert self.segmented is not None
+        candidates = list(range(self.segmented.segments))
+        while candidates:
+            if not self.segmented.acquire(timeout=self.timeout, segments=candidates):
+                raise TimeoutError("no segment of the stock's lock came free in time")
+            hold = self.segmented.hold
+            assert hold is not None  # this thread's, taken just now
+            assert hold.segment is not None  # a segmented lock's hold names its segment
+            try:
+                left = self.store.quantity(hold.segment)
+                if left > 0:
+                    self._sell(hold.segment, left)
+                    return hold.segment
+            finally:
+                hold.release()
+            # That segment is sold out: try again among those with stock. Read without a lock,
+            # this is only a hint; what decides is the quantity read under the segment's hold.
+            candidates = self.store.segments_in_stock()
+        return None
 
     def _sell(self, segment: int, left: int) -> None:
         time.sleep(self.think)  # the price lookup, the payment call: another sale can read now
@@ -123,7 +151,7 @@ class StockHandler(BaseHTTPRequestHandler):
         return self._reply(200, {"stock": sum(levels), "segments": levels, "sales": store.sales()})
 
     def _reply(self, status: int, body: dict[str, object]) -> None:
-        data = json.dumps(body).encode()
+        data = json.dumps(body).encode() + b"\n"  # a line, for curl
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -142,7 +170,7 @@ def options(description: str | None = __doc__) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8088, help="0: any free port (default 8088)")
     parser.add_argument("--db", required=True, help="the stock's SQLite file, shared by instances")
     parser.add_argument("--url", help="tumbler's backend (default: $TUMBLER_URL, else sqlite://)")
-    parser.add_argument("--mode", choices=["none", "lock"], default="lock")
+    parser.add_argument("--mode", choices=["none", "lock", "segmented"], default="lock")
     parser.add_argument("--segments", type=int, default=4, help="stock rows and lock segments")
     parser.add_argument("--stock", type=int, help="make the store afresh with this many items")
     parser.add_argument("--think", type=float, default=0.01, help="seconds between read and write")

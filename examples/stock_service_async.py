@@ -55,10 +55,17 @@ class StockService:
         self.seller = seller or f"pid {os.getpid()}"
         self.timeout = timeout
         self.lock = locks.lock(lock_name, timeout=timeout) if mode == "lock" else None
+        self.segmented = (
+            locks.segmented(lock_name, segments=segments, timeout=timeout)
+            if mode == "segmented"
+            else None
+        )
 
     async def buy(self) -> int | None:
         """Sell one item: the segment it came from, None when all is sold. Raises
         ``TimeoutError`` when the lock could not be had within the timeout."""
+        if self.segmented is not None:
+            return await self._buy_from_a_segment()
         if self.lock is not None:
             async with self.lock:
                 return await self._buy_from_the_first_segment()
@@ -71,6 +78,27 @@ class StockService:
         segment, left = found
         await self._sell(segment, left)
         return segment
+
+    async def _buy_from_a_segment(self) -> int | None:
+        assert self.segmented is not None
+        candidates = list(range(self.segmented.segments))
+        while candidates:
+            if not await self.segmented.acquire(timeout=self.timeout, segments=candidates):
+                raise TimeoutError("no segment of the stock's lock came free in time")
+            hold = self.segmented.hold
+            assert hold is not None  # this task's, taken just now
+            assert hold.segment is not None  # a segmented lock's hold names its segment
+            try:
+                left = await asyncio.to_thread(self.store.quantity, hold.segment)
+                if left > 0:
+                    await self._sell(hold.segment, left)
+                    return hold.segment
+            finally:
+                await hold.release()
+            # That segment is sold out: try again among those with stock. Read without a lock,
+            # this is only a hint; what decides is the quantity read under the segment's hold.
+            candidates = await asyncio.to_thread(self.store.segments_in_stock)
+        return None
 
     async def _sell(self, segment: int, left: int) -> None:
         await asyncio.sleep(self.think)  # the price lookup, the payment call
@@ -106,7 +134,7 @@ async def converse(
             await reader.readexactly(int(headers.get("content-length", 0)))
             status, body = await service.answer(method, path)
             log.debug('"%s %s %s" %d', method, path, version, status)
-            data = json.dumps(body).encode()
+            data = json.dumps(body).encode() + b"\n"  # a line, for curl
             head = (
                 f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
