@@ -1092,18 +1092,22 @@ def init(url: str | None) -> int:
     "($TUMBLER_URL is not used)."
 )
 @click.option(
+    "--http",
+    is_flag=True,
+    help="Run the stock service of examples/ as two HTTP instances under concurrent load: "
+    "without a lock, with one, with a segmented lock.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1, 64),
-    default=4,
-    show_default=True,
-    help="Worker processes.",
+    default=None,
+    help="Worker processes.  [default: 4; not with --http]",
 )
 @click.option(
     "--requests",
     type=click.IntRange(1, 100_000),
-    default=30,
-    show_default=True,
-    help="Purchase requests per worker.",
+    default=None,
+    help="Purchase requests: per worker; with --http, in all.  [default: 30; --http: 150]",
 )
 @click.option(
     "--stock",
@@ -1115,17 +1119,53 @@ def init(url: str | None) -> int:
 @click.option(
     "--think",
     type=DURATION,
-    default=0.001,
-    show_default=True,
-    help="Seconds between reading and writing the stock (wider: a surer race).",
+    default=None,
+    help="Seconds between reading and writing the stock (wider: a surer race).  "
+    "[default: 0.001; --http: 0.01]",
 )
-def demo(url: str | None, workers: int, requests: int, stock: int, think: float) -> int:
+@click.option(
+    "--concurrency",
+    # each client keeps a connection to each instance: 256 of them stay well within the
+    # usual limit of 1024 open files
+    type=click.IntRange(1, 256),
+    default=None,
+    help="--http: concurrent clients.  [default: 30]",
+)
+@click.option(
+    "--segments",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="--http: the stock's segments, one per segment of the segmented lock.  [default: 4]",
+)
+@click.option(
+    "--flavour",
+    type=click.Choice(["sync", "asyncio"]),
+    default=None,
+    help="--http: which example service runs, blocking or asyncio.  [default: sync]",
+)
+def demo(
+    url: str | None,
+    http: bool,
+    workers: int | None,
+    requests: int | None,
+    stock: int,
+    think: float | None,
+    concurrency: int | None,
+    segments: int | None,
+    flavour: str | None,
+) -> int:
     """Show a race that a lock prevents: stock deduction by worker processes.
 
     Worker processes sell items from a stock kept in a file: read it, think, write it back
     minus one, record the sale. Run once without a lock (oversold items, lost updates) and
-    once with a tumbler lock around each sale (exactly right). Exits 0 if the locked run is
-    exactly right, 1 otherwise.
+    once with a tumbler lock around each sale (exactly right).
+
+    With --http, two instances of the example stock service (examples/stock_service.py, or
+    stock_service_async.py with --flavour asyncio) serve HTTP on loopback ports, sharing one
+    stock, and concurrent clients send purchase requests to them in turn: without a lock,
+    with one lock, and with a segmented lock (throughput compared).
+
+    Exits 0 if the locked runs are exactly right, 1 otherwise.
     """
     from . import demo as stock_demo
 
@@ -1135,8 +1175,29 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
             "workers are separate processes: use sqlite:// or a server backend",
             param_hint="'--url'",
         )
-    if think > 10:
+    if think is not None and think > 10:
         raise click.BadParameter("at most 10 seconds", param_hint="'--think'")
+    if http:
+        if workers is not None:
+            raise click.BadParameter(
+                "the HTTP demo has two instances and --concurrency clients",
+                param_hint="'--workers'",
+            )
+        return _http_demo(
+            url,
+            flavour=flavour or "sync",
+            requests=requests or 150,
+            concurrency=concurrency or 30,
+            stock=stock,
+            segments=segments or 4,
+            think=0.01 if think is None else think,
+        )
+    for name, value in (("concurrency", concurrency), ("segments", segments), ("flavour", flavour)):
+        if value is not None:
+            raise click.BadParameter("only with --http", param_hint=f"'--{name}'")
+    workers = workers or 4
+    requests = requests or 30
+    think = 0.001 if think is None else think
     console = _console()
     console.print(
         f"Stock-deduction demo: {workers} worker processes x {requests} requests, "
@@ -1174,6 +1235,76 @@ def demo(url: str | None, workers: int, requests: int, stock: int, think: float)
         f"the locked run came out wrong: sold {locked.sold} (expected {locked.expected_sold}), "
         f"{locked.final_stock} left, {locked.oversold} oversold, {locked.lost_updates} lost"
     )
+    return EX_FAILURE
+
+
+def _http_demo(
+    url: str | None,
+    *,
+    flavour: str,
+    requests: int,
+    concurrency: int,
+    stock: int,
+    segments: int,
+    think: float,
+) -> int:
+    from . import demo as stock_demo
+    from . import demo_http
+
+    console = _console()
+    console.print(
+        f"Stock-service demo over HTTP: 2 instances of {demo_http.FLAVOURS[flavour]}, "
+        f"{requests} requests from {concurrency} concurrent clients, stock {stock} in "
+        f"{segments} segments, think {think * 1000:g} ms"
+    )
+    try:
+        with demo_http.TerminalView(console) as view:
+            result = demo_http.run_http_demo(
+                url,
+                flavour=flavour,
+                requests=requests,
+                concurrency=concurrency,
+                stock=stock,
+                segments=segments,
+                think=think,
+                view=view,
+            )
+    except stock_demo.DemoError as error:
+        _complain(str(error))
+        return EX_FAILURE
+    numbers = ("requests", "sold", "final stock", "oversold", "lost updates", "time (s)", "req/s")
+    table = _table("run", *numbers, right=numbers)
+    for run_result in result.runs:
+        table.add_row(
+            run_result.label,
+            str(run_result.requests),
+            str(run_result.sold),
+            str(run_result.final_stock),
+            str(run_result.oversold),
+            str(run_result.lost_updates),
+            f"{run_result.seconds:.2f}",
+            f"{run_result.throughput:.0f}",
+        )
+    console.print(table)
+    console.print(f"backend: {result.url}")
+    locked, segmented = result.locked, result.segmented
+    console.print(
+        f"segmented lock over {segmented.segments} segments: "
+        f"{segmented.throughput:.0f} requests/s, one lock: {locked.throughput:.0f} requests/s "
+        f"({result.speedup:.1f}x)"
+    )
+    if result.ok:
+        console.print(
+            f"with either lock: exactly right: sold {locked.sold} of {locked.initial_stock}, "
+            "none oversold, no lost update"
+        )
+        return EX_OK
+    for wrong in (run for run in (locked, segmented) if not run.exact):
+        _complain(
+            f"the run with {wrong.label} came out wrong: sold {wrong.sold} (expected "
+            f"{wrong.expected_sold}), {wrong.final_stock} left, {wrong.oversold} oversold, "
+            f"{wrong.lost_updates} lost, {wrong.failed} requests failed"
+        )
     return EX_FAILURE
 
 

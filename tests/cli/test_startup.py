@@ -20,7 +20,7 @@ import tumbler._acompat
 from tumbler.cli import cli
 
 #: loaded only by the commands that need them, never by ``import tumbler`` or ``tumbler run``
-COMMAND_ONLY = ("tumbler.torture", "tumbler.demo")
+COMMAND_ONLY = ("tumbler.torture", "tumbler.demo", "tumbler.demo_http")
 
 
 def modules_after(code: str) -> set[str]:
