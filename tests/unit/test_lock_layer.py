@@ -79,3 +79,34 @@ def test_a_client_made_before_a_fork_is_refused_in_the_child(locks):
     assert not locks.gate.forked
     assert hold.held
     lock.release()
+
+
+def test_a_clients_segmented_waiters_wait_in_one_line_whatever_segment_they_start_at(locks):
+    from tumbler.testing.conformance.compat import background, eventually
+
+    other = tumbler.connect("memory://lock-layer")
+    try:
+        held = other.segmented(NAME, 3)
+        holds = []
+        for _ in range(3):
+            assert held.acquire(timeout=0)
+            holds.append(held.hold)
+        crowd = locks.segmented(NAME, 3)
+
+        def take() -> int | None:
+            with crowd as hold:
+                return hold.segment
+
+        # each acquisition tries the segments from a random one on: 12 start at every one
+        waiters = [background(take) for _ in range(12)]
+        eventually(lambda: sum(map(len, locks._lines.values())) == 12, "all 12 are in line")
+        assert len(locks._lines) == 1
+        assert [other.status(name).waiters for name in held.segment_names] == [1, 1, 1]
+        for hold in holds:
+            hold.release()
+        taken = [waiter.result() for waiter in waiters]
+        assert len(taken) == 12
+        assert set(taken) <= {0, 1, 2}
+        assert locks._lines == {}
+    finally:
+        other.close()

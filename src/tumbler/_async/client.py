@@ -482,7 +482,10 @@ class AsyncLocks:
                     raise
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
-        key = (tuple(request.name for request in requests), head.shared, head.limit, head.fair)
+        # the names in a fixed order: a segmented lock's acquisitions each start at their own
+        # segment, and still wait in one line
+        names = tuple(sorted(request.name for request in requests))
+        key = (names, head.shared, head.limit, head.fair)
         place = _Place()
         context = acurrent_context()
         watch = self._watch(requests)
