@@ -110,3 +110,49 @@ def test_a_clients_segmented_waiters_wait_in_one_line_whatever_segment_they_star
         assert locks._lines == {}
     finally:
         other.close()
+
+
+@pytest.mark.asyncio
+async def test_a_segment_granted_to_a_waiter_cancelled_as_it_leaves_the_other_lines_is_freed():
+    import asyncio
+
+    import tumbler.aio
+    from tumbler.testing.conformance.compat import aeventually
+
+    holder = await tumbler.aio.connect("memory://lock-layer-cancel")
+    waiter = await tumbler.aio.connect("memory://lock-layer-cancel")
+    try:
+        held = holder.segmented(NAME, 2)
+        holds = []
+        for _ in range(2):
+            assert await held.acquire(timeout=0)
+            holds.append(held.hold)
+        task = asyncio.ensure_future(waiter.segmented(NAME, 2).acquire())
+
+        async def queued_on_both() -> bool:
+            return [(await holder.status(n)).waiters for n in held.segment_names] == [1, 1]
+
+        await aeventually(queued_on_both, "the waiter is in both lines")
+        leaving = asyncio.Event()
+        go_on = asyncio.Event()
+        release_entry = waiter.gate.release_entry
+
+        async def slow_release_entry(name: str, owner: str) -> bool:
+            leaving.set()  # the first call: the waiter leaves the other segment's line
+            await go_on.wait()
+            return await release_entry(name, owner)
+
+        waiter.gate.release_entry = slow_release_entry  # type: ignore[method-assign]
+        freed = holds[0]
+        await freed.release()
+        await asyncio.wait_for(leaving.wait(), 30)
+        task.cancel()
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # the segment it was granted is not kept by a hold nobody got
+        assert (await holder.status(freed.name)).holders == ()
+        assert waiter._live == {}
+    finally:
+        await waiter.close()
+        await holder.close()

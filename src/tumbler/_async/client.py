@@ -619,7 +619,7 @@ class AsyncLocks:
                         if hold is not None:
                             tried.discard(hold.name)
                             if tried:
-                                await ashield(self._withdraw_all(requests, tried))
+                                await self._leave_other_lines(hold, requests, tried)
                             return hold
                     retry = True
                     now = clock.now()
@@ -637,6 +637,21 @@ class AsyncLocks:
             raise
         await ashield(self._withdraw_all(requests, tried))
         return None
+
+    async def _leave_other_lines(
+        self, hold: AsyncHold, requests: tuple[GrantRequest, ...], tried: set[str]
+    ) -> None:
+        """Withdraw the requests of ``tried`` now that ``hold`` was granted. Interrupted (a
+        cancellation), the caller never gets the hold: it is released too, or it would stay
+        held, and renewed, until the client closes."""
+        try:
+            await ashield(self._withdraw_all(requests, tried))
+        except BaseException:
+            try:
+                await hold.release()  # runs to its end, cancelled or not
+            except TumblerError as error:
+                _log.warning("could not release lock %r: %s", hold.name, error)
+            raise
 
     async def _try_each(
         self, requests: tuple[GrantRequest, ...], renew: bool, tried: set[str]

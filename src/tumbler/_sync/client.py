@@ -617,7 +617,7 @@ class Locks:
                         if hold is not None:
                             tried.discard(hold.name)
                             if tried:
-                                shield(self._withdraw_all(requests, tried))
+                                self._leave_other_lines(hold, requests, tried)
                             return hold
                     retry = True
                     now = clock.now()
@@ -635,6 +635,21 @@ class Locks:
             raise
         shield(self._withdraw_all(requests, tried))
         return None
+
+    def _leave_other_lines(
+        self, hold: Hold, requests: tuple[GrantRequest, ...], tried: set[str]
+    ) -> None:
+        """Withdraw the requests of ``tried`` now that ``hold`` was granted. Interrupted (a
+        cancellation), the caller never gets the hold: it is released too, or it would stay
+        held, and renewed, until the client closes."""
+        try:
+            shield(self._withdraw_all(requests, tried))
+        except BaseException:
+            try:
+                hold.release()  # runs to its end, cancelled or not
+            except TumblerError as error:
+                _log.warning("could not release lock %r: %s", hold.name, error)
+            raise
 
     def _try_each(
         self, requests: tuple[GrantRequest, ...], renew: bool, tried: set[str]
