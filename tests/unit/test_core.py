@@ -26,6 +26,7 @@ from tumbler._core import Backoff, Decision, Entry, decide, would_block
 from tumbler.errors import (
     InvalidLockName,
     InvalidPermits,
+    InvalidSegments,
     InvalidTimeout,
     InvalidTTL,
     PermitsMismatch,
@@ -938,3 +939,37 @@ def test_plan_examples() -> None:
     assert kept.write is core.Write.REFRESH_WAITER
     with pytest.raises(PermitsMismatch):
         core.plan([grant("a", 1, (True, 3))], "b", True, 2, False, True)
+
+
+# -- segmented locks --------------------------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 1023), min_size=1, max_size=50, unique=True), st.integers())
+def test_spread_is_the_same_cycle_from_a_random_start(candidates: list[int], seed: int) -> None:
+    order = core.spread(candidates, random.Random(seed))
+    start = candidates.index(order[0])
+    assert order == candidates[start:] + candidates[:start]
+
+
+def test_spread_starts_anywhere() -> None:
+    rng = random.Random(7)
+    assert {core.spread([0, 1, 2, 3], rng)[0] for _ in range(200)} == {0, 1, 2, 3}
+
+
+@given(st.integers(1, 1024), st.lists(st.integers(-3, 1030), max_size=8))
+def test_a_segment_choice_is_taken_as_given_or_refused(segments: int, chosen: list[int]) -> None:
+    valid = bool(chosen) and len(set(chosen)) == len(chosen)
+    valid = valid and all(0 <= index < segments for index in chosen)
+    if valid:
+        assert core.validate_segment_choice(chosen, segments) == tuple(chosen)
+    else:
+        with pytest.raises(InvalidSegments):
+            core.validate_segment_choice(chosen, segments)
+
+
+def test_segment_names_carry_the_count_and_leave_room_for_it() -> None:
+    assert core.segment_names("stock", 3) == ("stock#0/3", "stock#1/3", "stock#2/3")
+    assert core.validate_segment_choice(None, 3) == (0, 1, 2)
+    core.segment_names("x" * 245, 1024)  # and "#1023/1024": 255 bytes
+    with pytest.raises(InvalidLockName):
+        core.segment_names("x" * 246, 1024)
