@@ -483,8 +483,11 @@ class AsyncLocks:
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         # the names in a fixed order: a segmented lock's acquisitions each start at their own
-        # segment, and still wait in one line
-        names = tuple(sorted(request.name for request in requests))
+        # segment, and still wait in one line (one lock, the usual case, needs no sorting)
+        if len(requests) == 1:
+            names: tuple[str, ...] = (name,)
+        else:
+            names = tuple(sorted(request.name for request in requests))
         key = (names, head.shared, head.limit, head.fair)
         place = _Place()
         context = acurrent_context()
