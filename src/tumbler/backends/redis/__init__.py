@@ -37,7 +37,7 @@ CAPABILITIES = Capabilities(
 DEFAULT_PORT = 6379
 
 
-def _isolate(url: BackendURL, token: str) -> str:
+def isolate_under_prefix(url: BackendURL, token: str) -> str:
     # every key the backend writes is under the prefix
     query = dict(url.query)
     query["prefix"] = f"{query.get('prefix', 'tumbler')}:{token}"
@@ -63,7 +63,7 @@ DESCRIPTOR = BackendDescriptor(
     extra="redis",
     system_packages=("redis-server", "redis-tools"),
     test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
-    isolate=_isolate,
+    isolate=isolate_under_prefix,
     torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
     bench=on_demand(f"{__name__}.bench", "BENCH"),

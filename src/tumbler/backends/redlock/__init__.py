@@ -1,0 +1,54 @@
+"""The Redlock backend (``redlock://``, ``redlocks://``): one lock over N independent Redis
+masters, held while a majority of them grant it. Its URL grammar, the algorithm, how fencing
+tokens stay increasing, what it promises and what it cannot are in :mod:`.common`; the client
+in :mod:`._async.backend` (and its generated blocking twin), which speaks to each master with
+the Redis backend's scripts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract import Capabilities
+from ..descriptor import BackendDescriptor, on_demand
+from ..redis import isolate_under_prefix
+
+if TYPE_CHECKING:
+    from ..descriptor import BackendOpener
+
+DEFAULT_PORT = 6379
+
+CAPABILITIES = Capabilities(
+    push_wakeups=True,
+    # a master restarted without persistence forgets its sequences; the next tokens come from
+    # the clients' clocks (see .common)
+    durable_fencing=False,
+    # each master times its leases on its own clock; the client allows for their drift
+    server_clock=True,
+    # as on one Redis server: each master keeps a waiter's entry alive through its re-checks
+    waiter_ttl=3.0,
+    recheck_interval=1.0,
+    min_ttl=1.0,
+    scope="network",
+)
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="redlock",
+    schemes=("redlock", "redlocks"),
+    opener=f"{__name__}.common",
+    capabilities=CAPABILITIES,
+    summary="Redlock: a majority of N independent Redis masters (7.0 or newer)",
+    url_form="redlock://[[USER]:PASSWORD@]HOST:PORT,HOST:PORT,HOST:PORT[,...][/DB][?OPTIONS]",
+    extra="redis",
+    system_packages=("redis-server", "redis-tools"),
+    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
+    isolate=isolate_under_prefix,
+    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
+    bench=on_demand(f"{__name__}.bench", "BENCH"),
+)
+
+if TYPE_CHECKING:
+    from . import common as _opener
+
+    _checked: BackendOpener = _opener
