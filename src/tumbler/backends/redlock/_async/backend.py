@@ -37,7 +37,13 @@ from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit.handoffs import owner_tag
 from ...redis import lua as redis_lua
 from ...redis._async.backend import AsyncRedisBackend
-from ...redis.common import KEYS_CACHED, RENEWALS_PER_CALL, RedisLockState, tumbler_error
+from ...redis.common import (
+    KEYS_CACHED,
+    RENEWALS_PER_CALL,
+    AsyncTurn,
+    RedisLockState,
+    tumbler_error,
+)
 from .. import CAPABILITIES, lua
 from ..common import (
     BACKOFF_FIRST,
@@ -108,6 +114,8 @@ class _Master:
         # connections are typed loosely by redis-py
         client: Any = backend.client
         self.pool: Any = client.connection_pool
+        self._own: Any = None
+        self._turn = AsyncTurn()
         self.out_until = 0.0
         self._failures = 0
         self.subscriber: AsyncWorker | None = None
@@ -116,6 +124,33 @@ class _Master:
     def address(self) -> str:
         host, port = self.backend.config.nodes[0]
         return f"{host}:{port}"
+
+    async def take(self) -> Any:
+        """A connection for one call: the master's own when no other call has it (no
+        check-out from the pool: its locks, its checks, its bookkeeping), else the pool's."""
+        if self._turn.take():
+            own = self._own
+            if own is None:
+                try:
+                    own = self._own = await self.pool.get_connection()
+                except BaseException:
+                    self._turn.give_back()
+                    raise
+            return own
+        return await self.pool.get_connection()
+
+    async def give_back(self, connection: Any) -> None:
+        if connection is self._own:
+            self._turn.give_back()
+        else:
+            await self.pool.release(connection)
+
+    async def close(self) -> None:
+        """Close the Redis backend, with the master's own connection (back to the pool)."""
+        own, self._own = self._own, None
+        if own is not None:
+            await self.pool.release(own)
+        await self.backend.close()
 
     def answered(self) -> None:
         self._failures = 0
@@ -278,20 +313,24 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         deadline = time.monotonic() + (self.config.node_timeout if timeout is None else timeout)
         results: dict[int, _Replies] = {}
         sent: list[tuple[_Master, Any, int]] = []
+        # the masters are mostly sent the same commands: each is packed once
+        packed: dict[tuple[tuple[Any, ...], ...], list[bytes]] = {}
         connection: Any
         try:
             for index, commands in calls.items():
                 master = self.masters[index]
                 connection = None
                 try:
-                    connection = await master.pool.get_connection()
-                    await connection.send_packed_command(
-                        connection.pack_commands(commands), check_health=False
-                    )
+                    connection = await master.take()
+                    key = tuple(commands)
+                    data = packed.get(key)
+                    if data is None:
+                        data = packed[key] = connection.pack_commands(commands)
+                    await connection.send_packed_command(data, check_health=False)
                 except (redis_errors.RedisError, OSError) as error:
                     if connection is not None:
                         await connection.disconnect()
-                        await master.pool.release(connection)
+                        await master.give_back(connection)
                     master.failed()
                     results[index] = error
                     continue
@@ -315,12 +354,12 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     master.answered()
                     results[master.index] = replies
                 sent.pop(0)
-                await master.pool.release(connection)
+                await master.give_back(connection)
         finally:
             # cancelled part way: the connections still owed replies are closed
             for master, connection, _count in sent:
                 await connection.disconnect()
-                await master.pool.release(connection)
+                await master.give_back(connection)
         return results
 
     def _lock_keys(self, name: str) -> list[bytes]:
@@ -698,7 +737,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         with self._guard:
             self._closed = True
         for master in self.masters:
-            await master.backend.close()
+            await master.close()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:
