@@ -160,6 +160,8 @@ class RedlockConfig:
 
 def parse_config(url: BackendURL) -> RedlockConfig:
     url.allow_options(_REDLOCK_OPTIONS + _MASTER_OPTIONS)
+    if url.scheme != "redlocks" and any(name.startswith("ssl_") for name in url.query):
+        raise InvalidURL("ssl_* options need a redlocks:// URL", backend=url.redacted)
     node_timeout = url.option("node_timeout", seconds, DEFAULT_NODE_TIMEOUT)
     restart_delay = url.option("restart_delay", _delay, DEFAULT_RESTART_DELAY)
     parts = url.hosts.split(",")
