@@ -356,3 +356,17 @@ def test_a_minority_fault_restarts_up_to_two_masters_empty(
     for index in range(5):
         kept = masters.client(index).get("tumbler:before")
         assert kept == (None if index in restarted else b"1"), index
+
+
+def test_only_network_rounds_reach_the_masters_through_the_proxies(redlock: Deployment) -> None:
+    """One proxy per master, named by the workers' URL in rounds that fault the network; the
+    other rounds' workers, and the harness itself, reach the masters directly."""
+    masters = _masters(redlock)
+    direct = ",".join(f"127.0.0.1:{master.port}" for master in masters.masters)
+    proxied = ",".join(f"127.0.0.1:{proxy.port}" for proxy in redlock.proxies)
+    assert len(redlock.proxies) == 5
+    assert redlock.admin_url.startswith(f"redlock://{direct}?")
+    assert redlock.workers_url(["net-cut", "net-drop"]).startswith(f"redlock://{proxied}?")
+    for kinds in (["kill"], ["minority"], ["minority-pause"], ["restart"], []):
+        assert redlock.workers_url(kinds) == redlock.admin_url
+    assert redlock.isolatable() is None  # several addresses: no proxy of each worker's own
