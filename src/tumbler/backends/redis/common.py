@@ -395,7 +395,7 @@ _OPTIONS = (
 )
 
 
-def _check_tls_files(url: BackendURL) -> None:
+def check_tls_files(url: BackendURL) -> None:
     """Refuse unusable certificate files before connecting: redis-py would report them as a
     connection failure, which reads as "try again later" rather than "fix the URL"."""
     for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
@@ -551,7 +551,7 @@ def open_sync(url: BackendURL) -> RedisBackend:
     from ._sync.backend import RedisBackend
 
     config = parse_config(url)
-    _check_tls_files(url)
+    check_tls_files(url)
     backend = RedisBackend(config)
     return start_or_close(backend)
 
@@ -560,6 +560,6 @@ async def open_async(url: BackendURL) -> AsyncRedisBackend:
     from ._async.backend import AsyncRedisBackend
 
     config = parse_config(url)
-    _check_tls_files(url)
+    check_tls_files(url)
     backend = AsyncRedisBackend(config)
     return await astart_or_close(backend)

@@ -136,6 +136,9 @@ end
 local now = call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+-- the least value the name's sequence takes next (see next_value); a script that is given
+-- its own floor sets it before any value is drawn
+local sequence_floor = now_us
 
 -- an entry, or nil if the value is not one these scripts wrote (numbers of at most 16
 -- digits stay exact in Lua's doubles and in sorted-set scores)
@@ -167,7 +170,7 @@ end
 
 -- the name's next fencing token or arrival number (see the sequence key above)
 local function next_value(K)
-    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, now_us)
+    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, sequence_floor)
     call('SET', K.n, string.format('%d', value), 'PX', SEQUENCE_TTL_MS)
     return value
 end
@@ -805,3 +808,18 @@ def parse_entry(owner: str, value: str) -> tuple[int, bool, int, int | None, int
     returned: the script has checked its form)."""
     seq, shared, limit, _fair, token, expires, _client, holder = value.split("|", 7)
     return int(seq), shared == "1", int(limit), int(token) if token else None, int(expires), holder
+
+
+def with_prelude(script: str, prelude: str) -> str:
+    """``script`` (one that starts as every script here does) with ``prelude`` run first, after
+    the common definitions: for a backend that builds on these scripts (Redlock) and must
+    check or set something before the script decides."""
+    if not script.startswith(_BASE):
+        raise ValueError("the script does not start with the common definitions")
+    return _BASE + prelude + script[len(_BASE) :]
+
+
+def script(body: str, *, line: bool = True) -> str:
+    """A script of ``body`` after the common definitions (with the functions that work on a
+    lock's line unless ``line`` is False): for a backend that builds on these scripts."""
+    return (_COMMON if line else _BASE) + body

@@ -126,6 +126,10 @@ class Wakeups:
     def subscribe(self, name: str) -> None:
         """Return once the server confirmed the subscription (``name``: for errors)."""
         with self._sending:
+            if self._closed:  # a connection made now would never be closed
+                raise BackendUnavailable(
+                    "the client is closed", lock_name=name, backend=self._backend.url
+                )
             if self._confirmed is None or self._refused is not None:
                 self._refused = None
                 self._confirmed = confirmed = Event()
@@ -142,10 +146,10 @@ class Wakeups:
             confirmed = self._confirmed
         # a release after this point is heard; the caller tries again after it
         timeout = self._backend.config.client_options["socket_timeout"]
-        if not confirmed.wait(timeout):
+        if not confirmed.wait(timeout) or self._closed:
             self._confirmed = None  # the next wait subscribes anew
             raise BackendUnavailable(
-                "Redis did not confirm a subscription in time",
+                "Redis did not confirm a subscription in time (or the client closed)",
                 lock_name=name,
                 backend=self._backend.url,
             )
@@ -218,6 +222,9 @@ class Wakeups:
         with self._lock:
             self._closed = True
             reader, self._reader = self._reader, None
+        confirmed = self._confirmed
+        if confirmed is not None:
+            confirmed.set_threadsafe()  # a subscribe still waiting gives up now
         if self._pubsub is not None:
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 self._pubsub.close()
@@ -262,14 +269,18 @@ class RedisBackend(InspectEachName):
     capabilities = CAPABILITIES
     session_events: SessionEvents | None = None
 
-    def __init__(self, config: RedisConfig) -> None:
+    def __init__(
+        self, config: RedisConfig, *, hub: WakeHub | None = None, client_id: str | None = None
+    ) -> None:
+        """``hub`` and ``client_id``: shared with other backends of one client (Redlock's
+        masters), so that a wake-up from any of their servers reaches the client's waiters."""
         self.config = config
         self.url = config.url
         self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
+        self.hub = WakeHub() if hub is None else hub
         self.keys = lua.Keys(config.prefix)
         #: names this client's wake-up channel; stored with each of its waiters
-        self.client_id = secrets.token_hex(8)
+        self.client_id = secrets.token_hex(8) if client_id is None else client_id
         wait = config.client_options["socket_timeout"]
         # What redis-py closes without waiting, close() finishes: every connection but the
         # cluster client's own, which its nodes make.

@@ -1,0 +1,720 @@
+# Generated from src/tumbler/backends/redlock/_async/backend.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""The Redlock backend (asyncio flavour, the source of the generated blocking twin).
+
+See ``tumbler.backends.redlock.common`` for the URL grammar, the algorithm and its promises,
+and ``tumbler.backends.redlock.lua`` for what each master runs besides the Redis backend's
+scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import logging
+import random
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis.exceptions as redis_errors
+
+from .... import _core as core
+from ...._acompat import Worker, join, sleep_real, spawn
+from ...._clock import SYSTEM_CLOCK, Clock
+from ....errors import BackendUnavailable, ConfigurationError, TumblerError
+from ...contract import (
+    Grant,
+    GrantRequest,
+    LockState,
+    Renewal,
+    SessionEvents,
+    WakeHub,
+)
+from ...kit import BaseWatch, InspectEachName, LockStateBuilder
+from ...kit.handoffs import owner_tag
+from ...redis import lua as redis_lua
+from ...redis._sync.backend import RedisBackend
+from ...redis.common import KEYS_CACHED, RENEWALS_PER_CALL, RedisLockState, tumbler_error
+from .. import CAPABILITIES, lua
+from ..common import (
+    BACKOFF_FIRST,
+    BACKOFF_LONGEST,
+    ROUNDS,
+    RedlockConfig,
+    quorum,
+)
+
+_log = logging.getLogger("tumbler.redlock")
+
+#: the least time a reply is read for, even after node_timeout: a reply already on its way
+#: is not thrown away because the client itself was slow to read it
+READ_GRACE = 0.005
+#: what a master's GRANT says when it has no marker (see .lua), or may not grant yet
+_NO_MARKER = -1
+_NOT_YET = -2
+
+
+class _Script:
+    """A script's source and SHA-1, sent by SHA-1 and loaded where a master lacks it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def call(
+        self, keys: Sequence[str | bytes], args: Sequence[str | bytes | int]
+    ) -> tuple[Any, ...]:
+        """The EVALSHA command that runs the script."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
+_GRANT = _Script(lua.GRANT)
+_RAISE_TOKEN = _Script(lua.RAISE_TOKEN)
+_MARK = _Script(lua.MARK)
+_RELEASE = _Script(redis_lua.RELEASE)
+_RENEW_ALL = _Script(redis_lua.RENEW_ALL)
+_FORCE_RELEASE = _Script(redis_lua.FORCE_RELEASE)
+_EVICTED = _Script(redis_lua.EVICTED)
+_INSPECT = _Script(redis_lua.INSPECT)
+_SCRIPTS = {
+    script.sha: script
+    for script in (
+        _GRANT,
+        _RAISE_TOKEN,
+        _MARK,
+        _RELEASE,
+        _RENEW_ALL,
+        _FORCE_RELEASE,
+        _EVICTED,
+        _INSPECT,
+    )
+}
+
+#: a master's replies to the commands it was sent, or why it gave none
+_Replies = list[Any] | Exception
+
+
+class _Master:
+    """One master: the Redis backend that speaks to it (connections, wake-ups), and whether it
+    is left out for now after a failure."""
+
+    def __init__(self, index: int, backend: RedisBackend) -> None:
+        self.index = index
+        self.backend = backend
+        # the Redis backend's own pool (a master is one server, never a Redis Cluster): its
+        # connections are typed loosely by redis-py
+        client: Any = backend.client
+        self.pool: Any = client.connection_pool
+        self.out_until = 0.0
+        self._failures = 0
+        self.subscriber: Worker | None = None
+
+    @property
+    def address(self) -> str:
+        host, port = self.backend.config.nodes[0]
+        return f"{host}:{port}"
+
+    def answered(self) -> None:
+        self._failures = 0
+        self.out_until = 0.0
+
+    def failed(self) -> None:
+        self._failures += 1
+        pause = min(BACKOFF_LONGEST, BACKOFF_FIRST * 2 ** (self._failures - 1))
+        self.out_until = time.monotonic() + pause
+
+
+class RedlockWatch(BaseWatch):
+    """A waiter's view of the wake-ups of every master.
+
+    Any master's release wakes it (the masters' wake-up connections share one hub). Entering
+    starts the subscriptions that are not made yet, in the background: a master that does not
+    answer must not hold the waiter up. Until a master's subscription is confirmed, the
+    waiter's entry there names no client, so that master's releases do not wake it; the
+    confirmation wakes every waiter to try again, which names the client in the entry.
+    """
+
+    def __init__(self, backend: RedlockBackend, name: str, owner: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, owner_tag(owner))
+        self._backend = backend
+
+    def _subscribe(self) -> bool:
+        self._backend.subscribe_in_background(self.name)
+        return False
+
+
+class RedlockBackend(InspectEachName):
+    """The backend contract over N Redis masters (see ``.common``)."""
+
+    session_events: SessionEvents | None = None
+
+    def __init__(self, config: RedlockConfig) -> None:
+        self.config = config
+        self.url = config.url
+        self.clock: Clock = SYSTEM_CLOCK
+        self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=config.restart_delay or None)
+        self.hub = WakeHub()
+        self.keys = redis_lua.Keys(config.prefix)
+        self._marker = lua.marker(config.prefix)
+        client_id = secrets.token_hex(8)
+        self.masters = [
+            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
+            for index, master in enumerate(config.masters)
+        ]
+        self._channel_prefix = self.keys.client_channel_prefix().encode()
+        self._client = client_id.encode()
+        first = self.masters[0].backend.config
+        self._waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
+        self._max_waiters = str(first.max_waiters).encode()
+        self._keys_cache: dict[str, list[bytes]] = {}
+        #: the quorum each hold was granted with (a semaphore's is larger), for its renewals
+        self._quorums: dict[tuple[str, str], int] = {}
+        self._guard = threading.Lock()
+        self._closed = False
+
+    # -- connecting ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check every master that answers (a Redis of 7.0 or newer, a master, not a member of
+        a Redis Cluster, a user with the rights tumbler needs, each a server of its own), and
+        that a majority answers."""
+        run_ids: dict[str, str] = {}
+        answered = 0
+        failures: list[str] = []
+        for master in self.masters:
+            try:
+                with _translated(master):
+                    info: Any = master.backend.client.info()
+                master.backend.start()
+            except BackendUnavailable as error:
+                master.failed()
+                failures.append(f"{master.address}: {error.message}")
+                continue
+            answered += 1
+            if info.get("role") != "master":
+                raise ConfigurationError(
+                    f"{master.address} is a replica: Redlock needs independent masters",
+                    backend=self.url,
+                )
+            if info.get("cluster_enabled"):
+                raise ConfigurationError(
+                    f"{master.address} is a Redis Cluster node: Redlock needs independent masters",
+                    backend=self.url,
+                )
+            run_id = str(info.get("run_id"))
+            if run_id in run_ids:
+                raise ConfigurationError(
+                    f"{run_ids[run_id]} and {master.address} are one server: each master must "
+                    "be a server of its own",
+                    backend=self.url,
+                )
+            run_ids[run_id] = master.address
+        needed = len(self.masters) // 2 + 1
+        if answered < needed:
+            raise BackendUnavailable(
+                f"{answered} of {len(self.masters)} Redis masters answered, a majority is "
+                f"{needed}: {'; '.join(failures)}",
+                backend=self.url,
+            )
+
+    # -- calling every master at once ------------------------------------------------------
+
+    def _targets(self, needed: int) -> list[_Master]:
+        """The masters a call goes to: those not left out after a failure, unless too few."""
+        now = time.monotonic()
+        ready = [master for master in self.masters if master.out_until <= now]
+        return ready if len(ready) >= needed else list(self.masters)
+
+    def _fan_out(
+        self, calls: dict[int, list[tuple[Any, ...]]], timeout: float | None = None
+    ) -> dict[int, _Replies]:
+        """Each master's replies to its commands: every master's commands written first, then
+        the replies read, each within ``timeout`` (``node_timeout``) of the start. A master
+        that lacks a script is given it, and its commands that failed for it are sent again."""
+        results = self._send_and_read(calls, timeout)
+        again: dict[int, list[tuple[Any, ...]]] = {}
+        for index, replies in results.items():
+            if isinstance(replies, Exception):
+                continue
+            missing = [
+                position
+                for position, reply in enumerate(replies)
+                if isinstance(reply, redis_errors.NoScriptError)
+            ]
+            if missing:
+                again[index] = [calls[index][position] for position in missing]
+        if not again:
+            return results
+        # a master restarted or flushed its scripts: load what it lacks (SCRIPT LOAD, not
+        # EVAL: the ACL rights the Redis backend asks for)
+        loads = {
+            index: [("SCRIPT", "LOAD", _SCRIPTS[command[1]].source) for command in commands]
+            + commands
+            for index, commands in again.items()
+        }
+        retried = self._send_and_read(loads, timeout)
+        for index, replies in retried.items():
+            if isinstance(replies, Exception):
+                results[index] = replies
+                continue
+            answers = replies[len(again[index]) :]
+            merged = list(results[index])  # type: ignore[arg-type]
+            missing = [
+                position
+                for position, reply in enumerate(merged)
+                if isinstance(reply, redis_errors.NoScriptError)
+            ]
+            for position, answer in zip(missing, answers, strict=True):
+                merged[position] = answer
+            results[index] = merged
+        return results
+
+    def _send_and_read(
+        self, calls: dict[int, list[tuple[Any, ...]]], timeout: float | None
+    ) -> dict[int, _Replies]:
+        deadline = time.monotonic() + (self.config.node_timeout if timeout is None else timeout)
+        results: dict[int, _Replies] = {}
+        sent: list[tuple[_Master, Any, int]] = []
+        connection: Any
+        try:
+            for index, commands in calls.items():
+                master = self.masters[index]
+                connection = None
+                try:
+                    connection = master.pool.get_connection()
+                    connection.send_packed_command(
+                        connection.pack_commands(commands), check_health=False
+                    )
+                except (redis_errors.RedisError, OSError) as error:
+                    if connection is not None:
+                        connection.disconnect()
+                        master.pool.release(connection)
+                    master.failed()
+                    results[index] = error
+                    continue
+                sent.append((master, connection, len(commands)))
+            while sent:
+                master, connection, count = sent[0]
+                replies: list[Any] = []
+                try:
+                    for _ in range(count):
+                        left = max(deadline - time.monotonic(), READ_GRACE)
+                        try:
+                            replies.append(connection.read_response(timeout=left))
+                        except redis_errors.ResponseError as error:  # read whole: in step
+                            replies.append(error)
+                except (redis_errors.RedisError, OSError) as error:
+                    # replies may still come: nobody may read them as theirs
+                    connection.disconnect()
+                    master.failed()
+                    results[master.index] = error
+                else:
+                    master.answered()
+                    results[master.index] = replies
+                sent.pop(0)
+                master.pool.release(connection)
+        finally:
+            # cancelled part way: the connections still owed replies are closed
+            for master, connection, _count in sent:
+                connection.disconnect()
+                master.pool.release(connection)
+        return results
+
+    def _lock_keys(self, name: str) -> list[bytes]:
+        found = self._keys_cache.get(name)
+        if found is None:
+            if len(self._keys_cache) >= KEYS_CACHED:
+                self._keys_cache.clear()
+            found = [key.encode() for key in self.keys.lock_keys(name)]
+            self._keys_cache[name] = found
+        return found
+
+    def _unavailable(
+        self, answered: int, needed: int, results: dict[int, _Replies], name: str | None
+    ) -> BackendUnavailable:
+        reasons = "; ".join(
+            f"{self.masters[index].address}: {tumbler_error(reply, self.url, name).message}"
+            for index, reply in sorted(results.items())
+            if isinstance(reply, redis_errors.RedisError | OSError)
+        )
+        return BackendUnavailable(
+            f"{answered} of {len(self.masters)} Redis masters answered within "
+            f"{self.config.node_timeout:g} s, {needed} are needed"
+            + (f" ({reasons})" if reasons else ""),
+            lock_name=name,
+            backend=self.url,
+        )
+
+    # -- grants ----------------------------------------------------------------------------
+
+    def try_grant(self, request: GrantRequest) -> Grant | None:
+        needed = quorum(len(self.masters), request.shared, request.limit)
+        marked = False
+        rounds = 0
+        while True:
+            outcome = self._grant_once(request, needed)
+            if isinstance(outcome, Grant):
+                with self._guard:
+                    self._quorums[(request.name, request.owner)] = needed
+                return outcome
+            if outcome is None:
+                return None
+            answered, results, new = outcome
+            if new and not marked:
+                marked = True
+                if self._mark(new, needed, request.name):
+                    continue
+            rounds += 1
+            if rounds >= ROUNDS:
+                raise self._unavailable(answered, needed, results, request.name)
+            sleep_real(random.uniform(0, self.config.node_timeout))
+
+    def _grant_once(
+        self, request: GrantRequest, needed: int
+    ) -> Grant | tuple[int, dict[int, _Replies], list[int]] | None:
+        """One grant attempt on every master: the grant, None if a quorum answered without
+        granting, else (how many answered, the replies, the masters that have no marker)."""
+        keys: list[str | bytes] = [*self._lock_keys(request.name), self._marker]
+        ttl_ms = max(1, round(request.ttl * 1000))
+        head: list[str | bytes | int] = [
+            request.owner,
+            b"1" if request.shared else b"0",
+            request.limit,
+            b"1" if request.fair else b"0",
+            ttl_ms,
+            request.holder,
+            b"1" if request.queue else b"0",
+            self._waiter_ttl,
+        ]
+        proposal = time.time_ns() // 1000
+        calls = {}
+        for master in self._targets(needed):
+            # a master's releases wake this client only once it listens to that master
+            client = self._client if master.backend.wakeups.subscribed() else b""
+            args = [*head, client, self._max_waiters, b"", proposal]
+            calls[master.index] = [_GRANT.call(keys, args)]
+        sent_at = self.clock.now()
+        results = self._fan_out(calls)
+        granted: dict[int, int] = {}
+        lease = request.ttl
+        answered = 0
+        new: list[int] = []
+        refusal: TumblerError | None = None
+        for index, replies in results.items():
+            if isinstance(replies, Exception):
+                continue
+            reply = replies[0]
+            if isinstance(reply, redis_errors.ResponseError):
+                refusal = refusal or tumbler_error(reply, self.url, request.name)
+                continue
+            answered += 1
+            status = int(reply[0])
+            if status == 1:
+                granted[index] = int(reply[1])
+                if len(reply) > 2:  # held already: its lease began earlier
+                    lease = min(lease, int(reply[2]) / 1000)
+            elif status == _NO_MARKER:
+                new.append(index)
+        if refusal is not None:
+            self._release_on(request.name, request.owner, list(granted))
+            raise refusal
+        if len(granted) >= needed:
+            token = max(granted.values())
+            holding = self._raise_token(request, granted, token)
+            # the lease counts from before the request went out (the lock layer times the
+            # hold from then, less the same allowance): none may be left already
+            left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
+            if holding >= needed and left > 0:
+                return Grant(request.name, request.owner, token, lease)
+        if granted:
+            self._release_on(request.name, request.owner, list(granted))
+        if answered < needed or new:
+            return answered, results, new
+        if granted:
+            # the masters were split between clients: each tries again after a pause of
+            # its own, so that one of them comes first
+            sleep_real(random.uniform(0, self.config.node_timeout))
+        return None
+
+    def _raise_token(self, request: GrantRequest, granted: dict[int, int], token: int) -> int:
+        """Give ``token`` to the grants that drew less; how many masters hold it then."""
+        lower = [index for index, drawn in granted.items() if drawn < token]
+        holding = len(granted) - len(lower)
+        if not lower:
+            return holding
+        keys = self._lock_keys(request.name)
+        call = _RAISE_TOKEN.call(keys, [request.owner, token])
+        results = self._fan_out({index: [call] for index in lower})
+        for replies in results.values():
+            if not isinstance(replies, Exception) and replies[0] == 1:
+                holding += 1
+        return holding
+
+    def _mark(self, new: list[int], needed: int, name: str) -> bool:
+        """Mark the masters that have no marker (see ``.common``); whether any was marked.
+        Where another master has served for a while, they lost their data: they wait for
+        ``restart_delay``. Where none has, the deployment is new: they serve at once."""
+        read = _MARK.call([self._marker], [b""])
+        results = self._fan_out({master.index: [read] for master in self.masters})
+        answered = 0
+        established = False
+        for replies in results.values():
+            if isinstance(replies, Exception) or isinstance(replies[0], Exception):
+                continue
+            answered += 1
+            exists, serving_in = int(replies[0][0]), int(replies[0][1])
+            if exists and (serving_in > 0 or serving_in < -lua.NEW_DEPLOYMENT_MS):
+                established = True
+        if established:
+            delay = round(self.config.restart_delay * 1000)
+            _log.warning(
+                "Redlock masters %s have lost their data (restarted without persistence?): "
+                "they grant nothing for restart_delay (%g s)",
+                ", ".join(self.masters[index].address for index in new),
+                self.config.restart_delay,
+            )
+        elif answered >= needed:
+            delay = 0
+        else:
+            return False
+        write = _MARK.call([self._marker], [delay])
+        self._fan_out({index: [write] for index in new})
+        return True
+
+    def _release_on(self, name: str, owner: str, indexes: list[int]) -> tuple[int, int]:
+        """Release ``owner``'s entries of ``name`` on the masters ``indexes``: (how many
+        answered, how many removed a live grant)."""
+        if not indexes:
+            return 0, 0
+        call = _RELEASE.call(self._lock_keys(name), [owner, self._channel_prefix, name, 1, 0, 0])
+        results = self._fan_out({index: [call] for index in indexes})
+        answered = removed = 0
+        for replies in results.values():
+            if isinstance(replies, Exception) or isinstance(replies[0], Exception):
+                continue
+            answered += 1
+            removed += int(replies[0])
+        return answered, removed
+
+    def release(self, name: str, owner: str) -> bool:
+        with self._guard:
+            needed = self._quorums.pop((name, owner), len(self.masters) // 2 + 1)
+        targets = [master.index for master in self._targets(needed)]
+        answered, removed = self._release_on(name, owner, targets)
+        if answered < needed:
+            raise BackendUnavailable(
+                f"{answered} of {len(self.masters)} Redis masters answered the release, "
+                f"{needed} are needed to tell whether it held; the others' entries run out",
+                lock_name=name,
+                backend=self.url,
+            )
+        return removed >= needed
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def renew(self, name: str, owner: str, ttl: float) -> float | None:
+        (granted,) = self.renew_all([Renewal(name, owner, ttl)], self.config.node_timeout)
+        return granted
+
+    def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
+        """Every lease on every master at once (one script call per ``RENEWALS_PER_CALL``
+        leases, pipelined); a lease is kept where a quorum renewed it in time."""
+        if not renewals:
+            return []
+        with self._guard:
+            needs = [
+                self._quorums.get((renewal.name, renewal.owner), len(self.masters) // 2 + 1)
+                for renewal in renewals
+            ]
+        commands = []
+        for start in range(0, len(renewals), RENEWALS_PER_CALL):
+            chunk = renewals[start : start + RENEWALS_PER_CALL]
+            keys = [key for renewal in chunk for key in self.keys.renewal_keys(renewal.name)]
+            args: list[str | int] = []
+            for renewal in chunk:
+                args += [renewal.owner, max(1, round(renewal.ttl * 1000))]
+            commands.append(_RENEW_ALL.call(keys, args))
+        least = min(needs)
+        calls = {master.index: commands for master in self._targets(least)}
+        sent_at = self.clock.now()
+        results = self._fan_out(calls, min(timeout, self.config.node_timeout))
+        elapsed = self.clock.now() - sent_at
+        renewed = [0] * len(renewals)
+        answered = 0
+        for replies in results.values():
+            if isinstance(replies, Exception) or any(
+                isinstance(reply, Exception) for reply in replies
+            ):
+                continue
+            answered += 1
+            flags = [flag for reply in replies for flag in reply]
+            for position, flag in enumerate(flags):
+                renewed[position] += int(flag)
+        if answered < least:
+            name = renewals[0].name if len(renewals) == 1 else None
+            raise self._unavailable(answered, least, results, name)
+        return [
+            renewal.ttl
+            if count >= needed and elapsed + core.drift_margin(renewal.ttl) < renewal.ttl
+            else None
+            for renewal, count, needed in zip(renewals, renewed, needs, strict=True)
+        ]
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def watch(self, name: str, owner: str) -> RedlockWatch:
+        return RedlockWatch(self, name, owner)
+
+    def subscribe_in_background(self, name: str) -> None:
+        """Start the wake-up subscriptions not made yet, one worker per master at most."""
+        with self._guard:
+            if self._closed:
+                return
+            for master in self.masters:
+                if master.subscriber is None and not master.backend.wakeups.subscribed():
+                    master.subscriber = spawn(
+                        functools.partial(self._subscribe, master, name),
+                        f"tumbler-redlock-subscribe-{master.index}",
+                    )
+
+    def _subscribe(self, master: _Master, name: str) -> None:
+        try:
+            master.backend.wakeups.subscribe(name)
+        except TumblerError as error:
+            _log.debug("Redlock master %s: no wake-ups for now: %s", master.address, error)
+        else:
+            # the waiters try again, now naming the client in their entries on this master
+            self.hub.notify_all()
+        finally:
+            with self._guard:
+                master.subscriber = None
+
+    # -- operators -------------------------------------------------------------------------
+
+    def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
+        """``call``'s reply from every master that answered, a majority at least."""
+        needed = len(self.masters) // 2 + 1
+        results = self._fan_out(
+            {master.index: [call] for master in self._targets(needed)},
+            self.masters[0].backend.config.client_options["socket_timeout"],
+        )
+        replies = []
+        for answer in results.values():
+            if isinstance(answer, Exception):
+                continue
+            if isinstance(answer[0], redis_errors.ResponseError):
+                raise tumbler_error(answer[0], self.url, name)
+            replies.append(answer[0])
+        if len(replies) < needed:
+            raise self._unavailable(len(replies), needed, results, name)
+        return replies
+
+    def inspect(self, name: str) -> LockState:
+        """The holders a quorum of masters agree on (with the lease a quorum still gives each),
+        and the waiters any master has in line."""
+        replies = self._everywhere(name, _INSPECT.call([self.keys.entries(name)], []))
+        grants: dict[str, list[tuple[int, bool, int, float, str]]] = {}
+        waiting: dict[str, tuple[bool, int]] = {}
+        malformed = 0
+        for raw in replies:
+            now_ms, malformed = int(raw[0]), max(malformed, int(raw[1]))
+            for index in range(2, len(raw), 2):
+                owner = _text(raw[index])
+                _seq, shared, limit, token, expires_ms, holder = redis_lua.parse_entry(
+                    owner, _text(raw[index + 1])
+                )
+                if token is None:
+                    waiting[owner] = (shared, limit)
+                else:
+                    grants.setdefault(owner, []).append(
+                        (token, shared, limit, (expires_ms - now_ms) / 1000, holder)
+                    )
+        state = LockStateBuilder(name)
+        held = []
+        for owner, seen in grants.items():
+            token, shared, limit, _left, holder = max(seen)
+            needed = quorum(len(self.masters), shared, limit)
+            waiting.pop(owner, None)  # a grant on some masters: not a waiter for anyone
+            if len(seen) < needed:
+                continue
+            lefts = sorted((entry[3] for entry in seen), reverse=True)
+            held.append((token, shared, limit, lefts[needed - 1], holder))
+        for token, shared, limit, left, holder in sorted(held):
+            state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
+        for shared, limit in waiting.values():
+            state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
+        return RedisLockState(
+            name=name,
+            holders=state.holders,
+            waiters=state.waiters,
+            limit=state.limit,
+            malformed=malformed,
+        )
+
+    def lock_names(self) -> set[str]:
+        names: set[str] = set()
+        answered = 0
+        for master in self.masters:
+            try:
+                names |= master.backend.lock_names()
+            except BackendUnavailable:
+                continue
+            answered += 1
+        needed = len(self.masters) // 2 + 1
+        if answered < needed:
+            raise BackendUnavailable(
+                f"{answered} of {len(self.masters)} Redis masters answered, {needed} are needed",
+                backend=self.url,
+            )
+        return names
+
+    def force_release(self, name: str, note: str) -> int:
+        """Remove every grant of ``name`` on every master that answers (a majority at least);
+        how many holds that ended, as the master that removed most counts them."""
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        args: list[str | int] = [
+            self.keys.client_channel_prefix(),
+            name,
+            1,
+            0,
+            0,
+            note,
+            redis_lua.EVICTED_GRACE_MS,
+        ]
+        replies = self._everywhere(name, _FORCE_RELEASE.call(keys, args))
+        return max(int(reply) for reply in replies)
+
+    def evicted(self, name: str, owner: str) -> str | None:
+        replies = self._everywhere(name, _EVICTED.call([self.keys.evicted(name)], [owner]))
+        for reply in replies:
+            if reply is not None:
+                return _text(reply)
+        return None
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+        for master in self.masters:
+            master.backend.close()
+        for master in self.masters:
+            subscriber = master.subscriber
+            if subscriber is not None:
+                join(subscriber)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@contextlib.contextmanager
+def _translated(master: _Master) -> Iterator[None]:
+    """redis-py's errors as tumbler's, naming the master."""
+    try:
+        yield
+    except (redis_errors.RedisError, OSError) as error:
+        raise tumbler_error(error, master.backend.url) from error

@@ -1,0 +1,222 @@
+"""``redlock://``, ``redlocks://``: one lock over N independent Redis masters (extra
+``tumbler[redis]``).
+
+URL grammar::
+
+    redlock://[[USER]:PASSWORD@]HOST:PORT,HOST:PORT,HOST:PORT[,...][/DB][?OPTIONS]
+    redlocks://...          TLS to every master; each master's certificate is verified
+
+N is odd and at least 3; the masters are independent servers (no replicas, no Redis
+Cluster), each Redis 7.0 or newer. Every master takes the same credentials, database and TLS
+options. Options: those of ``redis://`` that apply to one server (``prefix``,
+``socket_timeout``, ``connect_timeout``, ``max_connections``, ``max_waiters``, and for
+``redlocks://`` ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname``),
+and ``node_timeout`` (seconds, default 0.1: how long a grant, renewal or release waits for the
+masters' replies; a master that has not answered by then counts as not granting) and
+``restart_delay`` (seconds, default 60, 0 to turn it off: how long a master that lost its data
+stays out; also the longest lease granted). ``socket_timeout`` (default 1) bounds the other
+calls (inspection, force release, the wake-up subscriptions), ``connect_timeout`` (default
+0.5) a connection's setup.
+
+The algorithm (the Redlock of the Redis documentation)
+    A grant is the Redis backend's grant script, sent to every master at once (written to each
+    connection, then the replies read: no thread per master), each reply awaited until
+    ``node_timeout``. It counts if a quorum granted (a majority; for a semaphore of k permits,
+    ``N*k//(k+1) + 1`` masters, so that k+1 holders would need more grants than the masters
+    hold) and time is left: the hold's lease counts from before the request was sent, less the
+    lock layer's drift allowance (1% of the TTL for the masters' clocks, and the delay of
+    acting on a deadline), and a grant with none of it left by the last reply does not count.
+    A grant that does not count is released on every master at once, and the next try comes after a
+    random pause (up to ``node_timeout``), so that two clients that split the masters between
+    them do not split them again. A master that failed is left out for a growing pause (from
+    0.1 s to 2 s) rather than waited for on every call. Renewals go to every master at once
+    and keep a hold only if a quorum renewed it in time; a renewal that no quorum confirms
+    leaves the hold to the lock layer's loss rules (the hold is lost at its deadline unless a
+    retry gets a quorum), and a quorum that answers without the hold makes it lost at once.
+    Waiters queue on every master and are woken by any master's release (pub/sub, one
+    connection per master, as on one Redis server), with a re-check every second. If fewer
+    masters than a quorum answer, the call raises ``BackendUnavailable`` naming how many did,
+    after three tries; it never reports a grant no quorum made.
+
+Fencing tokens
+    Each master keeps a sequence per name, as on one Redis server, but draws from
+    ``max(sequence + 1, proposal)``, where the proposal is the client's clock in microseconds.
+    A grant's token T is the greatest value its granting masters drew; those that drew less
+    are raised to T (the grant's entry and the name's sequence) before the grant counts, and
+    it counts only if a quorum holds it with T. Why T exceeds every earlier token: a grant
+    that counted left T' in the sequences of a quorum Q' while it held there; a later grant
+    needs a quorum Q, and Q and Q' share a master (two quorums always do); on that master the
+    later grant came after the earlier one's entry was gone, so after its raise, and drew more
+    than T'. This holds while no master of Q' loses its data before the later grant: a master
+    restarted without persistence forgets both its grants and its sequences. The marker below
+    keeps such a master out until every lease it could have forgotten has run out; the tokens
+    it then draws come from the clients' clocks, which exceed the forgotten ones unless a
+    client's clock is behind the clocks of the earlier holders' clients by more than the time
+    between the two grants.
+
+Masters restarted empty (``restart_delay``)
+    Each master keeps a marker (no expiry) saying from when it may grant. A master found
+    without one has lost its data, unless no master has one (a new deployment, or a key
+    prefix never used: every master is marked to serve at once). The client marks a master
+    that lost its data to serve ``restart_delay`` from then, and no lease is longer than
+    ``restart_delay``, so every grant it forgot has run out when it grants again. With
+    ``restart_delay=0`` a master restarted empty grants at once: the lock it forgot can be
+    granted again while its holder still holds it on the other masters of its quorum, which
+    makes two holders whenever those others and the restarted master are a quorum together.
+    A restart with ``appendonly yes`` and ``appendfsync always`` keeps the marker and the
+    grants: such a master serves again at once. If every master loses its data at once, the
+    deployment is new again: nothing can tell the earlier grants, whose holders learn of
+    their loss at their next renewal.
+
+What it cannot promise
+    Redlock's safety rests on timing: the masters' clocks must run at about the same rate
+    (the drift allowance covers 1%), and a holder's process must not pause for longer than
+    its lease without noticing (a GC pause, a stopped VM): after the pause, it may still act
+    while the lease it held has gone to another client. Fencing tokens let the protected
+    resource refuse the stale holder; for locks whose safety must not rest on timing, use a
+    consensus backend (ZooKeeper, etcd). Fair locks queue on every master, but each master
+    keeps its own line: a fair waiter is never passed by a later one on a master where both
+    wait, but the masters may choose different waiters, and the grant goes to whichever
+    gathers a quorum first; fairness across the masters is not promised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..._url import BackendURL
+from ...errors import InvalidURL
+from ..kit import astart_or_close, start_or_close
+from ..kit.options import host_port, seconds
+from ..redis import common as redis_common
+from ..redis.common import RedisConfig, check_tls_files
+from . import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from ._async.backend import AsyncRedlockBackend
+    from ._sync.backend import RedlockBackend
+
+#: ``node_timeout`` when the URL does not say
+DEFAULT_NODE_TIMEOUT = 0.1
+#: ``restart_delay`` when the URL does not say: longer than any lease a client asks for by
+#: default, and no lease is granted for longer
+DEFAULT_RESTART_DELAY = 60.0
+#: ``socket_timeout`` and ``connect_timeout`` when the URL does not say: a grant waits only
+#: ``node_timeout`` for replies, but setting up a connection (and the other calls) may take
+#: longer; still short, as a call that waits on a stopped master holds up the others
+DEFAULT_SOCKET_TIMEOUT = 1.0
+DEFAULT_CONNECT_TIMEOUT = 0.5
+#: how many times a call goes out when fewer masters than a quorum answer
+ROUNDS = 3
+#: how long a master that failed is left out: the first pause, and the longest
+BACKOFF_FIRST = 0.1
+BACKOFF_LONGEST = 2.0
+#: the longest restart_delay: a day
+MAX_RESTART_DELAY = 24 * 3600.0
+
+_REDLOCK_OPTIONS = ("node_timeout", "restart_delay")
+_MASTER_OPTIONS = (
+    "prefix",
+    "db",
+    "socket_timeout",
+    "connect_timeout",
+    "max_connections",
+    "max_waiters",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+)
+
+
+def quorum(masters: int, shared: bool, limit: int) -> int:
+    """How many of ``masters`` must grant a request: a majority, and for a semaphore of
+    ``limit`` permits enough that ``limit + 1`` holders would need more grants than the masters
+    have permits (``masters * limit``)."""
+    if shared and limit > 1:
+        return masters * limit // (limit + 1) + 1
+    return masters // 2 + 1
+
+
+def _delay(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= MAX_RESTART_DELAY:
+        raise ValueError(f"expected a number of seconds from 0 to {MAX_RESTART_DELAY:.0f}")
+    return value
+
+
+@dataclass(frozen=True)
+class RedlockConfig:
+    """A parsed ``redlock://`` URL."""
+
+    url: str  # redacted
+    #: each master's connection settings, as for one Redis server
+    masters: tuple[RedisConfig, ...]
+    node_timeout: float
+    restart_delay: float
+    prefix: str
+
+
+def parse_config(url: BackendURL) -> RedlockConfig:
+    url.allow_options(_REDLOCK_OPTIONS + _MASTER_OPTIONS)
+    node_timeout = url.option("node_timeout", seconds, DEFAULT_NODE_TIMEOUT)
+    restart_delay = url.option("restart_delay", _delay, DEFAULT_RESTART_DELAY)
+    parts = url.hosts.split(",")
+    if not url.hosts or any(not part for part in parts):
+        raise InvalidURL(
+            "redlock:// lists its masters as HOST:PORT,HOST:PORT,HOST:PORT", backend=url.redacted
+        )
+    addresses = [host_port(part, url, DEFAULT_PORT) for part in parts]
+    if len(addresses) < 3 or len(addresses) % 2 == 0:
+        raise InvalidURL(
+            f"Redlock needs an odd number of masters, at least 3; the URL lists {len(addresses)}",
+            backend=url.redacted,
+        )
+    seen: set[tuple[str, int]] = set()
+    for host, port in addresses:
+        if (host.lower(), port) in seen:
+            raise InvalidURL(
+                f"the master {host}:{port} is listed twice: each must be its own server",
+                backend=url.redacted,
+            )
+        seen.add((host.lower(), port))
+    query = {key: value for key, value in url.query.items() if key not in _REDLOCK_OPTIONS}
+    query.setdefault("socket_timeout", str(DEFAULT_SOCKET_TIMEOUT))
+    query.setdefault("connect_timeout", str(DEFAULT_CONNECT_TIMEOUT))
+    scheme = "rediss" if url.scheme == "redlocks" else "redis"
+    masters = []
+    for host, port in addresses:
+        shown = f"[{host}]" if ":" in host else host
+        master_url = replace(url, scheme=scheme, hosts=f"{shown}:{port}", query=query)
+        masters.append(parse_config_of_master(master_url, url))
+    return RedlockConfig(
+        url=url.redacted,
+        masters=tuple(masters),
+        node_timeout=node_timeout,
+        restart_delay=restart_delay,
+        prefix=masters[0].prefix,
+    )
+
+
+def parse_config_of_master(master_url: BackendURL, url: BackendURL) -> RedisConfig:
+    """One master's settings (``master_url``: the redlock URL narrowed to it), named in
+    messages by the redlock URL and the master's address."""
+    config = redis_common.parse_config(master_url)
+    return replace(config, url=f"{url.redacted} (master {master_url.hosts})")
+
+
+def open_sync(url: BackendURL) -> RedlockBackend:
+    from ._sync.backend import RedlockBackend
+
+    config = parse_config(url)
+    check_tls_files(url)
+    return start_or_close(RedlockBackend(config))
+
+
+async def open_async(url: BackendURL) -> AsyncRedlockBackend:
+    from ._async.backend import AsyncRedlockBackend
+
+    config = parse_config(url)
+    check_tls_files(url)
+    return await astart_or_close(AsyncRedlockBackend(config))
