@@ -1,4 +1,5 @@
-"""The nemesis's aim: which node a ``minority`` fault kills, and whether a fault hit its hold.
+"""The nemesis's aim: which node a ``minority`` fault kills, and whether a fault hit its hold;
+which Redlock masters a ``minority`` or ``minority-pause`` fault takes out.
 
 The pool's state is built by hand: each worker slot is a real process holding a real kazoo
 session on the ensemble member the test chooses, and its history file says what the harness
@@ -9,17 +10,21 @@ kills and restarts a member.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.servers.fixtures import server_unavailable
+from tumbler.backends.redlock.server import RedlockMasters
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments
 from tumbler.torture.faults import Nemesis
 from tumbler.torture.history import HistoryTail, HistoryWriter
@@ -235,3 +240,133 @@ def test_a_minority_round_places_the_workers_on_the_followers(ensemble: Deployme
     assert ensemble.workers_url(["minority", "kill"]) == ensemble.workers_url(["minority"])
     for kinds in (["leader"], ["minority", "leader"], ["restart"], ["kill"], []):
         assert ensemble.workers_url(kinds) == ensemble.url
+
+
+# -- Redlock: every master keeps its own copy of each grant ----------------------------------
+
+
+@pytest.fixture
+def redlock(tmp_path: Path) -> Iterator[Deployment]:
+    """The harness's 5-master Redlock deployment, every master serving."""
+    spec = deployments()["redlock"]
+    reason = spec.unavailable()
+    if reason is not None:
+        server_unavailable(f"no Redlock masters: {reason}")
+    try:
+        deployment = spec.start(tmp_path / "servers", Settings(ttl=1.0))
+    except SetupError as error:
+        server_unavailable(f"cannot start the Redlock masters: {error}")
+    yield deployment
+    deployment.close()
+
+
+def _holder(pool: _Pool, client: str) -> WorkerSlot:
+    """A slot whose process does nothing (a Redlock fault needs no session to aim at), in a
+    long hold."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    history = pool.directory / f"{client}.jsonl"
+    slot = WorkerSlot(len(pool.pool.slots), 0, client, process, history, HistoryTail(history))
+    pool.pool.slots.append(slot)
+    pool.writers[client] = HistoryWriter(history)
+    pool.event(client, "start", pid=process.pid)
+    pool.long_hold(client, f"{client}.1")
+    return slot
+
+
+def _masters(deployment: Any) -> RedlockMasters:
+    """The deployment's launcher of the masters."""
+    masters: RedlockMasters = deployment.masters
+    return masters
+
+
+def _stopped_meanwhile(deployment: Deployment, run: Callable[[], Any]) -> tuple[Any, set[int]]:
+    """``run()``'s result, and the masters seen stopped (SIGSTOP) while it ran."""
+    masters = _masters(deployment).masters
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for index, master in enumerate(masters):
+                with contextlib.suppress(psutil.Error, TypeError):
+                    if psutil.Process(master.pid).status() == psutil.STATUS_STOPPED:
+                        seen.add(index)
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        return run(), seen
+    finally:
+        done.set()
+        watcher.join()
+
+
+@pytest.mark.timeout(60)
+def test_a_minority_pause_stops_up_to_two_masters_past_the_lease(
+    redlock: Deployment, pool: _Pool
+) -> None:
+    """Up to two of the five masters hang (SIGSTOP) for longer than a lease, then go on;
+    every master keeps the lock's grant, so the fault reaches the hold there is."""
+    _holder(pool, "w0")
+    nemesis = _nemesis(redlock, pool)
+    masters = _masters(redlock)
+    pids = [master.pid for master in masters.masters]
+    stopped_sets = []
+    for _ in range(3):
+        record, stopped = _stopped_meanwhile(redlock, lambda: nemesis.inject("minority-pause"))
+        assert record is not None
+        assert record.kind == "minority-pause"
+        assert (record.client, record.acq) == ("w0", "w0.1")
+        assert nemesis.landed
+        assert 1 <= len(stopped) <= 2, stopped
+        assert record.target == (
+            f"node {min(stopped)}"
+            if len(stopped) == 1
+            else f"nodes {', '.join(map(str, sorted(stopped)))}"
+        )
+        assert (record.t1 - record.t0) / 1e9 >= 1.5 * TTL
+        stopped_sets.append(stopped)
+    # resumed, not restarted: the same processes, every one serving
+    assert [master.pid for master in masters.masters] == pids
+    assert not any(masters.paused(index) for index in range(5))
+    # the faults take turns round the masters
+    assert len(set().union(*stopped_sets)) > max(len(s) for s in stopped_sets)
+
+
+@pytest.mark.timeout(60)
+def test_a_minority_fault_restarts_up_to_two_masters_empty(
+    redlock: Deployment, pool: _Pool
+) -> None:
+    """Up to two masters crash and come back without their keys; the others keep theirs."""
+    _holder(pool, "w0")
+    masters = _masters(redlock)
+    for index in range(5):
+        masters.client(index).set("tumbler:before", "1")
+    pids = [master.pid for master in masters.masters]
+    record = _nemesis(redlock, pool).inject("minority")
+    assert record is not None
+    assert (record.client, record.acq) == ("w0", "w0.1")
+    restarted = [i for i, master in enumerate(masters.masters) if master.pid != pids[i]]
+    assert 1 <= len(restarted) <= 2
+    for index in range(5):
+        kept = masters.client(index).get("tumbler:before")
+        assert kept == (None if index in restarted else b"1"), index
+
+
+def test_only_network_rounds_reach_the_masters_through_the_proxies(redlock: Deployment) -> None:
+    """One proxy per master, named by the workers' URL in rounds that fault the network; the
+    other rounds' workers, and the harness itself, reach the masters directly."""
+    masters = _masters(redlock)
+    direct = ",".join(f"127.0.0.1:{master.port}" for master in masters.masters)
+    proxied = ",".join(f"127.0.0.1:{proxy.port}" for proxy in redlock.proxies)
+    assert len(redlock.proxies) == 5
+    assert redlock.admin_url.startswith(f"redlock://{direct}?")
+    assert redlock.workers_url(["net-cut", "net-drop"]).startswith(f"redlock://{proxied}?")
+    for kinds in (["kill"], ["minority"], ["minority-pause"], ["restart"], []):
+        assert redlock.workers_url(kinds) == redlock.admin_url
+    assert redlock.isolatable() is None  # several addresses: no proxy of each worker's own

@@ -41,6 +41,9 @@ CI_ROUNDS: dict[str, list[str]] = {
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "etcd-cluster": ["minority", "leader"],
+    "redlock": ["kill", "pause", "minority"],
+    # Redlock's other rounds, in a test of their own that runs beside the first one
+    "redlock-hangs": ["minority-pause", "net-cut+net-drop+net-delay+net-reset"],
 }
 
 
@@ -187,6 +190,31 @@ def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
     primitives = ("lock", "fair", "semaphore", "rwlock")
     run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster"], tmp_path, primitives=primitives)
     _assert_kept_promises(run)
+
+
+@pytest.mark.timeout(120)
+def test_redlock(tmp_path: Path) -> None:
+    """Five masters: holders killed and paused, and up to two masters at once killed and
+    restarted empty (each kept out of grants for restart_delay)."""
+    run = _torture("redlock", CI_ROUNDS["redlock"], tmp_path)
+    _assert_kept_promises(run)
+    minority = next(round_ for round_ in run.rounds if round_.fault == "minority")
+    assert minority.not_promised == {}, _describe(minority)
+    # a fault on any master reaches the hold: every one keeps its own copy of the grant
+    assert all(record.acq is not None for record in minority.faults), _describe(minority)
+
+
+@pytest.mark.timeout(120)
+def test_redlock_through_hung_masters_and_network_faults(tmp_path: Path) -> None:
+    """Up to two masters SIGSTOPped past the lease, then the network to every master faulted
+    through a proxy each: nothing promised may break."""
+    run = _torture("redlock", CI_ROUNDS["redlock-hangs"], tmp_path)
+    _assert_kept_promises(run)
+    hung = run.rounds[0]
+    assert {record.kind for record in hung.faults} == {"minority-pause"}, _describe(hung)
+    assert all(record.acq is not None for record in hung.faults), _describe(hung)
+    # every master restarted empty at once is a loss of all of them: not what Redlock promises
+    assert "double-hold" in deployments()["redlock"].not_promised_under("restart")
 
 
 @pytest.mark.timeout(60)

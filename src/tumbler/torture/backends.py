@@ -10,7 +10,7 @@ backend joins by declaring its specs in its own package; nothing here names a ba
 A :class:`Deployment` is the running servers of one entry: the workers' URL (through a
 :class:`~tumbler.torture.faults.ProxyControl` per server where network faults apply), the
 harness's own direct URL, and the handles the server faults need (kill and restart
-everything, one node, the leader).
+everything, one node, the leader; pause and resume one node).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .._url import parse_url
 from ..backends import known_schemes
 from ..errors import TumblerError
-from .faults import NETWORK_FAULTS, ProxyControl, network_faults_missing
+from .faults import MINORITY_FAULTS, NETWORK_FAULTS, ProxyControl, network_faults_missing
 
 __all__ = [
     "HOLDER_FAULTS",
@@ -76,6 +76,10 @@ class Deployment:
         self.proxies: list[ProxyControl] = proxies or []
         #: servers that can be killed one at a time (cluster nodes, ensemble members)
         self.nodes = 0
+        #: whether every node keeps its own copy of each grant (Redlock's masters), so that a
+        #: fault on any of them reaches the hold there is; a minority fault then takes out up
+        #: to a minority of the nodes at once
+        self.holds_on_every_node = False
 
     def kill_all(self) -> None:
         """SIGKILL every server."""
@@ -90,6 +94,14 @@ class Deployment:
 
     def restart_node(self, index: int) -> None:
         raise SetupError("this deployment has no nodes")
+
+    def pause_node(self, index: int) -> None:
+        """SIGSTOP node ``index``: it keeps its connections and answers nothing."""
+        raise SetupError("this deployment has no nodes the harness can pause")
+
+    def resume_node(self, index: int) -> None:
+        """SIGCONT node ``index`` after :meth:`pause_node`."""
+        raise SetupError("this deployment has no nodes the harness can pause")
 
     def leader(self) -> int | None:
         """The node that leads now, for backends with one."""
@@ -152,15 +164,17 @@ class QuorumDeployment(Deployment):
         raise NotImplementedError
 
     def workers_url(self, kinds: Collection[str]) -> str:
-        """The followers only, in a round of ``minority`` faults (with ``kill`` or ``pause``
-        at most): that fault kills the follower a holder's client is on, and a client picks a
+        """The followers only, in a round of ``minority`` or ``minority-pause`` faults (with
+        ``kill`` or ``pause`` at most): that fault takes out the follower a holder's client is
+        on, and a client picks a
         member at random, so with the leader in the URL every worker can sit on the leader
         (one round in 81 with 4 workers; one worker in three on average, more after each
         fault, as clients of the killed follower fail over), out of the fault's reach. The
         leader stays the leader in such a round (a majority remains), so the workers stay on
         followers, failing over to the other one. Faults that can move the leadership get
         every member."""
-        if "minority" not in kinds or not set(kinds) <= {"minority", "kill", "pause"}:
+        spared = {*MINORITY_FAULTS, "kill", "pause"}
+        if not MINORITY_FAULTS.intersection(kinds) or not set(kinds) <= spared:
             return self.url
         leader = self.leader()
         if leader is None:

@@ -16,7 +16,14 @@ Fault kinds (``--faults``):
     SIGKILL one node of a cluster or ensemble, keep it down for 1 to 2 TTL, start it again:
     on a sharded backend (Redis Cluster) the node that stores the lock, on an ensemble the
     follower the session of a worker in a long hold is on (never the leader); with no such
-    holder in time there is nothing to hit, and no node is killed.
+    holder in time there is nothing to hit, and no node is killed. Where every node keeps its
+    own copy of each grant (Redlock's masters), up to a minority of them at once (1 or 2 of
+    5), taking turns round the nodes.
+``minority-pause``
+    The same nodes as ``minority``, SIGSTOPped for 1.5 to 2.5 TTL (longer than the lease),
+    then SIGCONT: nodes that hang rather than crash. Their connections stay open and
+    unanswered, their data stays, and what was sent to them meanwhile is acted on when they
+    resume, after leases have run out.
 ``leader``
     The same for the ensemble's current leader.
 ``net-delay``
@@ -65,6 +72,7 @@ __all__ = [
     "ALL_FAULTS",
     "FAULT_HELP",
     "HOLDER_FAULTS",
+    "MINORITY_FAULTS",
     "NETWORK_FAULTS",
     "SERVER_FAULTS",
     "Nemesis",
@@ -73,14 +81,17 @@ __all__ = [
 ]
 
 HOLDER_FAULTS = frozenset({"kill", "pause"})
-SERVER_FAULTS = frozenset({"restart", "minority", "leader"})
+SERVER_FAULTS = frozenset({"restart", "minority", "minority-pause", "leader"})
 NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset", "net-isolate"})
+#: the faults that take out a minority of the nodes (:meth:`Nemesis._minority_nodes`)
+MINORITY_FAULTS = frozenset({"minority", "minority-pause"})
 ALL_FAULTS = (
     "none",
     "kill",
     "pause",
     "restart",
     "minority",
+    "minority-pause",
     "leader",
     "net-delay",
     "net-cut",
@@ -95,6 +106,8 @@ FAULT_HELP = {
     "restart": "SIGKILL every server, restart it",
     "minority": "SIGKILL one node of a cluster/ensemble (the lock's shard, or the holder's "
     "follower), restart it",
+    "minority-pause": "SIGSTOP a minority of nodes (as minority picks them) for longer than "
+    "the lease, then SIGCONT",
     "leader": "SIGKILL the ensemble's leader, restart it",
     "net-delay": "delay both directions with jitter (proxy)",
     "net-cut": "blackhole both directions, then heal (proxy)",
@@ -201,6 +214,7 @@ class Nemesis:
             "pause": self._pause,
             "restart": self._restart,
             "minority": self._minority,
+            "minority-pause": self._minority_pause,
             "leader": self._leader,
             "net-delay": self._net_delay,
             "net-cut": self._net_cut,
@@ -226,7 +240,7 @@ class Nemesis:
         self._struck = False
         self.landed = False
         if kind not in HOLDER_FAULTS:
-            if kind == "minority" and self.deployment.node_ports():
+            if kind in MINORITY_FAULTS and self.deployment.node_ports():
                 self._target = self._holder_on_a_follower(timeout=3 * self.ttl + 2)
                 if self._target is None:
                     return None  # a follower no holder is on: its loss would prove nothing
@@ -327,7 +341,9 @@ class Nemesis:
             FaultRecord("restart", t0, t1, "every server", detail=f"down {down:.2f} s")
         )
 
-    def _minority(self) -> FaultRecord | None:
+    def _minority_nodes(self) -> tuple[list[int], str, bool] | None:
+        """The nodes a minority fault takes out, how the record names them, and whether the
+        fault certainly reaches the hold it was aimed at; None if there is nothing to hit."""
         nodes = self.deployment.nodes
         if nodes < 3:
             return None
@@ -337,35 +353,73 @@ class Nemesis:
             if self._target is None or self._target.node is None:
                 return None
             node = self._target.node
-            return self._hit_holder(
-                self._node_outage("minority", node, f"node {node} (the holder's)")
-            )
+            return [node], f"node {node} (the holder's)", True
         leader = self.deployment.leader()
         choices = [index for index in range(nodes) if index != leader]
-        index = choices[self._nodes_hit % len(choices)]
-        self._nodes_hit += 1
         # where the lock lives on one node only (a shard), that node is the one to lose
         home = self.deployment.node_of(self.pool.lock)
         if home is not None and home != leader:
-            return self._hit_holder(
-                self._node_outage("minority", home, f"node {home} (the lock's)")
-            )
-        return self._node_outage("minority", index, f"node {index}")
+            self._nodes_hit += 1
+            return [home], f"node {home} (the lock's)", True
+        count = 1
+        if self.deployment.holds_on_every_node:
+            # any minority leaves a majority that decides alone: lose as many as that allows
+            # now and then, the next nodes round the ring each time
+            most = min(len(choices), (nodes - 1) // 2)
+            count = self.rng.randint(1, most) if most > 1 else 1
+        indices = sorted(choices[(self._nodes_hit + step) % len(choices)] for step in range(count))
+        self._nodes_hit += count
+        named = f"node {indices[0]}" if count == 1 else f"nodes {', '.join(map(str, indices))}"
+        return indices, named, self.deployment.holds_on_every_node
+
+    def _minority(self) -> FaultRecord | None:
+        chosen = self._minority_nodes()
+        if chosen is None:
+            return None
+        indices, target, hits_hold = chosen
+        record = self._node_outage("minority", indices, target)
+        return self._hit_holder(record) if hits_hold else record
+
+    def _minority_pause(self) -> FaultRecord | None:
+        chosen = self._minority_nodes()
+        if chosen is None:
+            return None
+        indices, target, hits_hold = chosen
+        stopped = self._between(1.5, 2.5)
+        t0 = time.monotonic_ns()
+        paused: list[int] = []
+        try:
+            for index in indices:
+                self.deployment.pause_node(index)
+                paused.append(index)
+            self._strike()
+            # the fault is the passing of time: nothing to wait on but the clock
+            time.sleep(stopped)
+        finally:
+            for index in paused:
+                self.deployment.resume_node(index)
+        t1 = time.monotonic_ns()
+        record = FaultRecord(
+            "minority-pause", t0, t1, target, detail=f"stopped {(t1 - t0) / _NS:.2f} s"
+        )
+        return self._hit_holder(record) if hits_hold else record
 
     def _leader(self) -> FaultRecord | None:
         leader = self.deployment.leader()
         if leader is None:
             return None
         # every member stops serving until a new leader is elected: every client is hit
-        return self._hit_holder(self._node_outage("leader", leader, f"leader (node {leader})"))
+        return self._hit_holder(self._node_outage("leader", [leader], f"leader (node {leader})"))
 
-    def _node_outage(self, kind: str, index: int, target: str) -> FaultRecord:
+    def _node_outage(self, kind: str, indices: list[int], target: str) -> FaultRecord:
         down = self._between(1.0, 2.0)
         t0 = time.monotonic_ns()
-        self.deployment.kill_node(index)
+        for index in indices:
+            self.deployment.kill_node(index)
         self._strike()
         time.sleep(down)
-        self.deployment.restart_node(index)
+        for index in indices:
+            self.deployment.restart_node(index)
         t1 = time.monotonic_ns()
         return FaultRecord(kind, t0, t1, target, detail=f"down {down:.2f} s")
 

@@ -1,0 +1,48 @@
+"""The Redlock backend's test targets: five plain masters, and three masters that speak only
+TLS whose client is an ACL user with the rights the Redis backend needs (the same user and CA
+on each).
+
+Each runs for the whole session; a test's URL gets a key prefix of its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from ..descriptor import TestTarget
+from .server import RedlockMasters, start_tls_masters
+
+#: the masters of the plain target: five, so that two can be lost and a majority is left
+MASTERS = 5
+
+
+def _prefix() -> str:
+    return f"tumbler:test-{uuid.uuid4().hex[:12]}"
+
+
+class _Running:
+    def __init__(self, masters: RedlockMasters) -> None:
+        self.masters = masters
+
+    def fresh_url(self) -> str:
+        return self.masters.url(_prefix())
+
+    def close(self) -> None:
+        self.masters.close()
+
+
+def _plain(directory: Path) -> _Running:
+    return _Running(RedlockMasters(directory, MASTERS).start())
+
+
+def _tls_acl(directory: Path) -> _Running:
+    return _Running(start_tls_masters(directory, 3))
+
+
+TARGETS = (
+    TestTarget("redlock", _plain),
+    # the same locking as "redlock": what differs is the connection to each master, so the
+    # cases that start other processes need not run on it again
+    TestTarget("redlock-tls", _tls_acl, processes=False),
+)

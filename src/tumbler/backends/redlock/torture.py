@@ -1,0 +1,153 @@
+"""The Redlock backend's deployment for the torture harness: five independent masters without
+persistence, each behind a fault proxy of its own.
+
+The workers reach the masters directly, except in rounds of network faults, where their URL
+names the proxies (one per master, all faulted at once: the whole network between the
+clients and the masters). Server faults: ``minority`` SIGKILLs up to two masters and restarts
+them empty, ``minority-pause`` SIGSTOPs up to two past the lease, ``restart`` kills every
+master at once. The URL's ``restart_delay`` (how long a master that comes back empty stays
+out of grants, and the longest lease the backend grants) is a little more than the round's
+lease, so that a restarted master is back in the vote before the next fault.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from ...torture.backends import (
+    HOLDER_FAULTS,
+    BackendSpec,
+    Deployment,
+    Settings,
+    missing_module,
+    program_version,
+    started,
+)
+from ...torture.check import BELIEF_KINDS, TOKEN_ORDER
+from ...torture.faults import ProxyControl, network_faults_missing
+
+#: the masters of the deployment: two can be lost, three decide
+MASTERS = 5
+#: the network faults that apply: ``net-isolate`` needs one address in the workers' URL
+NETWORK_FAULTS = ("net-delay", "net-cut", "net-drop", "net-reset")
+
+
+def _redlock_options(ttl: float) -> str:
+    # A call gives up well within a lease (as on one Redis server); a master has up to a tenth
+    # of the lease to answer a fanned-out call, so a busy 2-core machine is not a dead master;
+    # a master restarted empty is back in the vote once a lease and a little have passed.
+    timeout = max(0.2, min(5.0, ttl / 3))
+    node_timeout = max(0.05, min(0.5, ttl / 10))
+    return (
+        f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
+        f"&node_timeout={node_timeout:g}&restart_delay={ttl + 0.5:g}"
+    )
+
+
+def _missing_redlock() -> str | None:
+    missing = missing_module("redis", "pip install 'tumbler[redis]'") or missing_module(
+        "mirakuru", "pip install 'tumbler[testing]'"
+    )
+    if missing is None and shutil.which("redis-server") is None:
+        return "redis-server is not installed"
+    return missing
+
+
+def _redis_version() -> str:
+    from ..redis.server import redis_server_binary
+
+    return program_version([redis_server_binary(), "--version"], r"v=(\S+)")
+
+
+class _RedlockDeployment(Deployment):
+    def __init__(self, masters: Any, proxies: list[ProxyControl], ttl: float) -> None:
+        options = _redlock_options(ttl)
+        direct = f"redlock://{masters.hosts}?{options}"
+        through = ",".join(f"127.0.0.1:{proxy.port}" for proxy in proxies)
+        super().__init__(f"redlock://{through}?{options}" if proxies else direct, direct, proxies)
+        self.masters = masters
+        self.nodes = len(masters.masters)
+        self.holds_on_every_node = True
+
+    def workers_url(self, kinds: Collection[str]) -> str:
+        # the proxies cost every call a hop through the harness's process: only rounds that
+        # fault the network need them
+        if any(kind.startswith("net-") for kind in kinds):
+            return self.url
+        return self.admin_url
+
+    def kill_all(self) -> None:
+        for index in range(self.nodes):
+            self.masters.kill(index)
+
+    def restart_all(self) -> None:
+        self.masters.start()
+
+    def kill_node(self, index: int) -> None:
+        self.masters.kill(index)
+
+    def restart_node(self, index: int) -> None:
+        self.masters.restart(index)
+
+    def pause_node(self, index: int) -> None:
+        self.masters.pause(index)
+
+    def resume_node(self, index: int) -> None:
+        self.masters.resume(index)
+
+    def versions(self) -> dict[str, str]:
+        return {"redis-server": _redis_version()}
+
+    def close(self) -> None:
+        super().close()
+        self.masters.close()
+
+
+def _start_redlock(directory: Path, settings: Settings) -> Deployment:
+    from .server import RedlockMasters
+
+    masters = RedlockMasters(directory / "masters", MASTERS)
+    started(masters.start)
+    proxies: list[ProxyControl] = []
+    try:
+        if not network_faults_missing():
+            for master in masters.masters:
+                proxies.append(ProxyControl.start(master.host, master.port))
+    except BaseException:
+        for proxy in proxies:
+            proxy.close()
+        masters.close()
+        raise
+    return _RedlockDeployment(masters, proxies, settings.ttl)
+
+
+_MAJORITY_LOST = (
+    "every master killed at once and restarted empty is the loss of all of them, beyond the "
+    "minority Redlock survives: the masters forget every grant and their token sequences. "
+    "Each stays out of grants for restart_delay (longer than any lease), which should keep "
+    "two holders apart, but the promise is the algorithm's only while a majority keeps its "
+    "grants; the next tokens come from the clients' clocks"
+)
+
+DEPLOYMENTS = (
+    BackendSpec(
+        name="redlock",
+        summary=f"Redlock over {MASTERS} independent Redis masters, no persistence",
+        scheme="redlock",
+        faults=(*HOLDER_FAULTS, "minority", "minority-pause", "restart", *NETWORK_FAULTS),
+        default_faults=(*HOLDER_FAULTS, "minority", "minority-pause", *NETWORK_FAULTS),
+        not_promised={
+            "restart": {kind: _MAJORITY_LOST for kind in (*BELIEF_KINDS, TOKEN_ORDER)},
+        },
+        promise="exclusion while a majority of the masters keeps its grants: through the "
+        "crash (restarted empty, kept out for restart_delay) or the hang of any two of five",
+        # a master restarted empty stays out of grants for restart_delay (TTL + 0.5 s); the
+        # waiters' wake-ups do not survive its connections
+        recovery_grace=5.0,
+        start=_start_redlock,
+        missing=_missing_redlock,
+    ),
+)
