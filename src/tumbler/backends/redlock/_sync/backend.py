@@ -109,13 +109,13 @@ class _Master:
     """One master: the Redis backend that speaks to it (connections, wake-ups), and whether it
     is left out for now after a failure."""
 
-    def __init__(self, index: int, backend: RedisBackend) -> None:
+    def __init__(self, index: int, backend: RedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # the Redis backend's own pool (a master is one server, never a Redis Cluster): its
-        # connections are typed loosely by redis-py
-        client: Any = backend.client
-        self.pool: Any = client.connection_pool
+        # A connection made for a call is made and greeted within node_timeout, as its
+        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
+        # connection but greets it never. Its connections are typed loosely by redis-py.
+        self.pool: Any = backend.quick_pool(node_timeout)
         self._own: Any = None
         self._turn = Turn()
         self.out_until = 0.0
@@ -152,6 +152,8 @@ class _Master:
         own, self._own = self._own, None
         if own is not None:
             self.pool.release(own)
+        with contextlib.suppress(redis_errors.RedisError, OSError):
+            self.pool.disconnect()
         self.backend.close()
 
     def answered(self) -> None:
@@ -198,7 +200,11 @@ class RedlockBackend(InspectEachName):
         self._marker = lua.marker(config.prefix)
         client_id = secrets.token_hex(8)
         self.masters = [
-            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
+            _Master(
+                index,
+                RedisBackend(master, hub=self.hub, client_id=client_id),
+                config.node_timeout,
+            )
             for index, master in enumerate(config.masters)
         ]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
@@ -499,7 +505,7 @@ class RedlockBackend(InspectEachName):
         Where another master has served for a while, they lost their data: they wait for
         ``restart_delay``. Where none has, the deployment is new: they serve at once."""
         read = _MARK.call([self._marker], [b""])
-        results = self._fan_out({master.index: [read] for master in self.masters})
+        results = self._fan_out({master.index: [read] for master in self._targets(needed)})
         answered = 0
         established = False
         for replies in results.values():
