@@ -427,3 +427,35 @@ def test_nothing_is_left_on_the_masters_but_their_markers(
         return True
 
     eventually(only_kept, "every key but the markers and sequences is gone")
+
+
+def test_a_reply_later_than_node_timeout_is_never_read_as_another_calls(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """A master stopped while it has a grant to answer answers it once resumed: the client
+    gave up on it at node_timeout and must not take that reply for the next call's (redis-py's
+    asyncio read with a timeout leaves it on the connection)."""
+    import asyncio
+
+    async def run() -> list[int]:
+        tokens = []
+        async with await tumbler.aio.connect(masters.url(prefix)) as locks:
+            lock = locks.lock("late", ttl=TTL)
+            async with lock as hold:  # every connection made
+                tokens.append(hold.token)
+            masters.pause(0)
+            async with lock as hold:
+                tokens.append(hold.token)
+            masters.resume(0)
+            # calls go to master 0 again once its pause after the failure is over
+            for _ in range(20):
+                async with lock as hold:
+                    tokens.append(hold.token)
+                await asyncio.sleep(0.05)
+        return tokens
+
+    tokens = asyncio.run(run())
+    assert tokens == sorted(set(tokens))
+    # (master 0 may keep the grant it made when resumed, until its lease runs out: its
+    # release went out while master 0 was left out)
+    assert grants_on(masters, prefix, "late")[1:] == [0, 0, 0, 0]

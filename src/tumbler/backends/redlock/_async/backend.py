@@ -49,6 +49,7 @@ from ..common import (
     BACKOFF_FIRST,
     BACKOFF_LONGEST,
     ROUNDS,
+    AsyncReader,
     RedlockConfig,
     quorum,
 )
@@ -348,7 +349,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     for _ in range(count):
                         left = max(deadline - time.monotonic(), READ_GRACE)
                         try:
-                            replies.append(await connection.read_response(timeout=left))
+                            replies.append(await AsyncReader.read(connection, left))
                         except redis_errors.ResponseError as error:  # read whole: in step
                             replies.append(error)
                 except (redis_errors.RedisError, OSError) as error:

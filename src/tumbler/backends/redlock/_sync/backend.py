@@ -51,6 +51,7 @@ from ..common import (
     BACKOFF_FIRST,
     BACKOFF_LONGEST,
     ROUNDS,
+    Reader,
     RedlockConfig,
     quorum,
 )
@@ -350,7 +351,7 @@ class RedlockBackend(InspectEachName):
                     for _ in range(count):
                         left = max(deadline - time.monotonic(), READ_GRACE)
                         try:
-                            replies.append(connection.read_response(timeout=left))
+                            replies.append(Reader.read(connection, left))
                         except redis_errors.ResponseError as error:  # read whole: in step
                             replies.append(error)
                 except (redis_errors.RedisError, OSError) as error:
