@@ -400,8 +400,11 @@ class RedlockBackend(InspectEachName):
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         needed = quorum(len(self.masters), request.shared, request.limit)
-        marked = False
         rounds = 0
+        # a quorum that is slow for a moment (a busy machine) is waited for as long as any
+        # other call to the masters would be: socket_timeout
+        patience = self.masters[0].backend.config.client_options["socket_timeout"]
+        give_up = time.monotonic() + patience
         while True:
             outcome = self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -411,14 +414,20 @@ class RedlockBackend(InspectEachName):
             if outcome is None:
                 return None
             answered, results, new = outcome
-            if new and not marked:
-                marked = True
-                if self._mark(new, needed, request.name):
-                    continue
+            marked = bool(new) and self._mark(new, needed, request.name)
             rounds += 1
-            if rounds >= ROUNDS:
+            if rounds >= ROUNDS and time.monotonic() >= give_up:
+                if new and answered >= needed:
+                    raise BackendUnavailable(
+                        f"{len(new)} of {len(self.masters)} Redis masters have no marker (see "
+                        f"redlock.lua) and could not be marked: {answered} answered within "
+                        f"{self.config.node_timeout:g} s, {needed} are needed",
+                        lock_name=request.name,
+                        backend=self.url,
+                    )
                 raise self._unavailable(answered, needed, results, request.name)
-            sleep_real(random.uniform(0, self.config.node_timeout))
+            if not marked:
+                sleep_real(random.uniform(0, self.config.node_timeout))
 
     def _grant_once(
         self, request: GrantRequest, needed: int
@@ -631,7 +640,7 @@ class RedlockBackend(InspectEachName):
     def _subscribe(self, master: _Master, name: str) -> None:
         try:
             master.backend.wakeups.subscribe(name)
-        except TumblerError as error:
+        except Exception as error:  # a worker's end: whatever went wrong, waiters re-check
             _log.debug("Redlock master %s: no wake-ups for now: %s", master.address, error)
         else:
             # the waiters try again, now naming the client in their entries on this master
@@ -745,12 +754,16 @@ class RedlockBackend(InspectEachName):
     def close(self) -> None:
         with self._guard:
             self._closed = True
+        # the subscriptions under way end before the connections they use are closed: one
+        # that went on after would make a connection that nobody closes
         for master in self.masters:
-            master.close()
+            master.backend.wakeups.stop()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:
                 join(subscriber)
+        for master in self.masters:
+            master.close()
 
 
 def _text(value: Any) -> str:
