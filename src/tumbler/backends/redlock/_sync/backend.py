@@ -83,6 +83,7 @@ class _Script:
 _GRANT = _Script(lua.GRANT)
 _RAISE_TOKEN = _Script(lua.RAISE_TOKEN)
 _MARK = _Script(lua.MARK)
+_REQUEUE = _Script(lua.REQUEUE)
 _RELEASE = _Script(redis_lua.RELEASE)
 _RENEW_ALL = _Script(redis_lua.RENEW_ALL)
 _FORCE_RELEASE = _Script(redis_lua.FORCE_RELEASE)
@@ -94,6 +95,7 @@ _SCRIPTS = {
         _GRANT,
         _RAISE_TOKEN,
         _MARK,
+        _REQUEUE,
         _RELEASE,
         _RENEW_ALL,
         _FORCE_RELEASE,
@@ -486,15 +488,31 @@ class RedlockBackend(InspectEachName):
             left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
             if holding >= needed and left > 0:
                 return Grant(request.name, request.owner, token, lease)
-        if granted:
+        if answered < needed or new or not request.queue:
             self._release_on(request.name, request.owner, list(granted))
-        if answered < needed or new:
-            return answered, results, new
+            return (answered, results, new) if answered < needed or new else None
         if granted:
-            # the masters were split between clients: each tries again after a pause of
-            # its own, so that one of them comes first
+            # The masters were split between clients (or masters ran out of time): the grants
+            # go back in line, keeping their places, and the next try comes after a pause of
+            # its own, so that one of the clients comes first.
+            self._requeue(request, list(granted))
             sleep_real(random.uniform(0, self.config.node_timeout))
         return None
+
+    def _requeue(self, request: GrantRequest, indexes: list[int]) -> None:
+        keys = self._lock_keys(request.name)
+        calls = {}
+        for index in indexes:
+            client = self._client if self.masters[index].backend.wakeups.subscribed() else b""
+            args: list[str | bytes | int] = [
+                request.owner,
+                self._waiter_ttl,
+                client,
+                self._channel_prefix,
+                request.name,
+            ]
+            calls[index] = [_REQUEUE.call(keys, args)]
+        self._fan_out(calls)
 
     def _raise_token(self, request: GrantRequest, granted: dict[int, int], token: int) -> int:
         """Give ``token`` to the grants that drew less; how many masters hold it then."""
