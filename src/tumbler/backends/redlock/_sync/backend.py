@@ -115,9 +115,9 @@ class _Master:
     def __init__(self, index: int, backend: RedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # A connection made for a call is made and greeted within node_timeout, as its
-        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
-        # connection but greets it never. Its connections are typed loosely by redis-py.
+        # A connection made for a call greets the master within node_timeout, as its replies
+        # are read: a master that stopped answering (SIGSTOP, a frozen VM) still takes TCP
+        # connections. Its connections are typed loosely by redis-py.
         self.pool: Any = backend.quick_pool(node_timeout)
         self._own: Any = None
         self._turn = Turn()
