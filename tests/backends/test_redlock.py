@@ -159,7 +159,7 @@ def test_a_majority_lost_fails_an_acquire_with_how_many_answered(
                 masters.kill(index)
             started = time.monotonic()
             with pytest.raises(BackendUnavailable, match=message):
-                locks.lock("gone").acquire(timeout=5)
+                locks.lock("gone").acquire(timeout=1)
             spent = time.monotonic() - started
     else:
         import asyncio
@@ -170,11 +170,12 @@ def test_a_majority_lost_fails_an_acquire_with_how_many_answered(
                     masters.kill(index)
                 started = time.monotonic()
                 with pytest.raises(BackendUnavailable, match=message):
-                    await locks.lock("gone").acquire(timeout=5)
+                    await locks.lock("gone").acquire(timeout=1)
                 return time.monotonic() - started
 
         spent = asyncio.run(run())
-    assert spent < 5
+    # masters that refuse connections are down: no waiting for them beyond three tries
+    assert spent < 1
     # nothing granted anywhere: the two that answered gave their grants back
     assert grants_on(masters, prefix, "gone") == [0, 0, -1, -1, -1]
 

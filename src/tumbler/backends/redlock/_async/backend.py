@@ -401,10 +401,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         needed = quorum(len(self.masters), request.shared, request.limit)
         rounds = 0
-        # a quorum that is slow for a moment (a busy machine) is waited for as long as any
-        # other call to the masters would be: socket_timeout
+        # Masters that refuse connections are down: three tries tell. A quorum that is slow
+        # for a moment (a busy machine) is waited for as long as any other call to the
+        # masters would be: socket_timeout.
         patience = self.masters[0].backend.config.client_options["socket_timeout"]
-        give_up = time.monotonic() + patience
+        give_up = time.monotonic()
         while True:
             outcome = await self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -414,6 +415,8 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             if outcome is None:
                 return None
             answered, results, new = outcome
+            if rounds == 0 and any(_timed_out(reply) for reply in results.values()):
+                give_up += patience
             marked = bool(new) and await self._mark(new, needed, request.name)
             rounds += 1
             if rounds >= ROUNDS and time.monotonic() >= give_up:
@@ -780,6 +783,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 await ajoin(subscriber)
         for master in self.masters:
             await master.close()
+
+
+def _timed_out(reply: _Replies) -> bool:
+    """Whether a master's reply is that it did not answer in time (not that it is down)."""
+    return isinstance(reply, redis_errors.TimeoutError | TimeoutError)
 
 
 def _text(value: Any) -> str:

@@ -403,10 +403,11 @@ class RedlockBackend(InspectEachName):
     def try_grant(self, request: GrantRequest) -> Grant | None:
         needed = quorum(len(self.masters), request.shared, request.limit)
         rounds = 0
-        # a quorum that is slow for a moment (a busy machine) is waited for as long as any
-        # other call to the masters would be: socket_timeout
+        # Masters that refuse connections are down: three tries tell. A quorum that is slow
+        # for a moment (a busy machine) is waited for as long as any other call to the
+        # masters would be: socket_timeout.
         patience = self.masters[0].backend.config.client_options["socket_timeout"]
-        give_up = time.monotonic() + patience
+        give_up = time.monotonic()
         while True:
             outcome = self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -416,6 +417,8 @@ class RedlockBackend(InspectEachName):
             if outcome is None:
                 return None
             answered, results, new = outcome
+            if rounds == 0 and any(_timed_out(reply) for reply in results.values()):
+                give_up += patience
             marked = bool(new) and self._mark(new, needed, request.name)
             rounds += 1
             if rounds >= ROUNDS and time.monotonic() >= give_up:
@@ -782,6 +785,11 @@ class RedlockBackend(InspectEachName):
                 join(subscriber)
         for master in self.masters:
             master.close()
+
+
+def _timed_out(reply: _Replies) -> bool:
+    """Whether a master's reply is that it did not answer in time (not that it is down)."""
+    return isinstance(reply, redis_errors.TimeoutError | TimeoutError)
 
 
 def _text(value: Any) -> str:
