@@ -63,7 +63,7 @@ def master_options(url: str) -> list[dict[str, Any]]:
 
     parsed = parse_url(url)
     common: dict[str, Any] = {}
-    database = parsed.path.strip("/")
+    database = parsed.path.strip("/") or parsed.query.get("db", "")
     if database:
         common["db"] = int(database)
     if parsed.username:
