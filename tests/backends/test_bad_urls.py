@@ -290,6 +290,55 @@ BAD_URLS = [
         InvalidURL,
         "connect_timeout",
     ),
+    # Redlock: port 1 is never tried, every one of these is refused before connecting
+    BadURL(
+        "redlock-two-masters",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2/0",
+        InvalidURL,
+        "an odd number of masters, at least 3",
+    ),
+    BadURL(
+        "redlock-four-masters",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4/0",
+        InvalidURL,
+        "the URL lists 4",
+    ),
+    BadURL(
+        "redlock-master-twice",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:1/0",
+        InvalidURL,
+        "is listed twice",
+    ),
+    BadURL(
+        "redlock-empty-master",
+        "redlock://u:{secret}@127.0.0.1:1,,127.0.0.1:3/0",
+        InvalidURL,
+        "HOST:PORT,HOST:PORT,HOST:PORT",
+    ),
+    BadURL(
+        "redlock-cluster-option",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0?cluster=true",
+        InvalidURL,
+        "unknown URL option(s) cluster",
+    ),
+    BadURL(
+        "redlock-node-timeout-0",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0?node_timeout=0",
+        InvalidURL,
+        "bad value '0' for URL option 'node_timeout'",
+    ),
+    BadURL(
+        "redlock-restart-delay-negative",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0?restart_delay=-1",
+        InvalidURL,
+        "bad value '-1' for URL option 'restart_delay'",
+    ),
+    BadURL(
+        "redlock-ssl-option-in-clear",
+        "redlock://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0?ssl_ca_certs=/{dir}/ca.pem",
+        InvalidURL,
+        "ssl_* options need a redlocks:// URL",
+    ),
     # ZooKeeper: port 1 is never tried, every one of these is refused before connecting
     BadURL(
         "zookeeper-password-without-user",

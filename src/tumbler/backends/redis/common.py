@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import ssl
 import threading
 import time
@@ -82,6 +83,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import redis.connection as redis_connection
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
 from ..._url import BackendURL
@@ -142,6 +144,14 @@ BACKUP_RETRY_MS = 200
 NO_CONNECTION = "No connection available."
 
 MINIMUM_SERVER = (7, 0)
+
+#: the connection options that make redis-py send no CLIENT SETINFO when it connects
+#: (``driver_info`` in the newer redis-py, ``lib_name`` and ``lib_version`` before)
+NO_CLIENT_INFO: dict[str, None] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis_connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
 
 T = TypeVar("T")
 

@@ -82,8 +82,9 @@ What it cannot promise
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._url import BackendURL
 from ...errors import InvalidURL
@@ -130,6 +131,28 @@ _MASTER_OPTIONS = (
 )
 
 
+class AsyncReader:
+    """How a call fanned out to the masters reads one reply within a time (asyncio).
+
+    Not redis-py's own ``read_response(timeout=...)``: when that runs out it returns None
+    and leaves the reply to come on the connection, for the next call to read as its own.
+    Cancelled, a read drops its connection instead.
+    """
+
+    @staticmethod
+    async def read(connection: Any, timeout: float) -> Any:
+        return await asyncio.wait_for(connection.read_response(), timeout)
+
+
+class Reader:
+    """Blocking twin of :class:`AsyncReader`: a read that runs out of time raises
+    ``TimeoutError`` and drops its connection."""
+
+    @staticmethod
+    def read(connection: Any, timeout: float) -> Any:
+        return connection.read_response(timeout=timeout)
+
+
 def quorum(masters: int, shared: bool, limit: int) -> int:
     """How many of ``masters`` must grant a request: a majority, and for a semaphore of
     ``limit`` permits enough that ``limit + 1`` holders would need more grants than the masters
@@ -160,6 +183,8 @@ class RedlockConfig:
 
 def parse_config(url: BackendURL) -> RedlockConfig:
     url.allow_options(_REDLOCK_OPTIONS + _MASTER_OPTIONS)
+    if url.scheme != "redlocks" and any(name.startswith("ssl_") for name in url.query):
+        raise InvalidURL("ssl_* options need a redlocks:// URL", backend=url.redacted)
     node_timeout = url.option("node_timeout", seconds, DEFAULT_NODE_TIMEOUT)
     restart_delay = url.option("restart_delay", _delay, DEFAULT_RESTART_DELAY)
     parts = url.hosts.split(",")

@@ -53,6 +53,7 @@ from ..common import (
     BACKUP_RETRY_MS,
     KEYS_CACHED,
     MINIMUM_SERVER,
+    NO_CLIENT_INFO,
     RENEWALS_PER_CALL,
     Bound,
     Closings,
@@ -377,6 +378,26 @@ class RedisBackend(InspectEachName):
         """A pool of its own, which never waits, for connections to ``address``."""
         connection_class, options = self._connection_options(address)
         pool = ConnectionPool(connection_class=connection_class, **options)
+        self.closings.follow(pool)
+        return pool
+
+    def quick_pool(self, timeout: float) -> BlockingConnectionPool:
+        """A pool of ``max_connections`` to the server whose connections are made and
+        greeted within ``timeout`` (and wait that long for a free one): for calls that read
+        their replies within a timeout of their own and must not be held up longer by a
+        server that stopped answering (Redlock's masters). Closed by its user."""
+        connection_class, options = self._connection_options(None)
+        # Neither CLIENT SETINFO nor HELLO (RESP2: the scripts' replies read the same): a
+        # connection is ready once connected (and authenticated), with no reply to wait for.
+        options.update(
+            socket_timeout=timeout, socket_connect_timeout=timeout, protocol=2, **NO_CLIENT_INFO
+        )
+        pool = BlockingConnectionPool(
+            connection_class=connection_class,
+            max_connections=self.config.max_connections,
+            timeout=self.config.client_options["socket_timeout"],
+            **options,
+        )
         self.closings.follow(pool)
         return pool
 

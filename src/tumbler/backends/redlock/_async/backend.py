@@ -37,12 +37,19 @@ from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit.handoffs import owner_tag
 from ...redis import lua as redis_lua
 from ...redis._async.backend import AsyncRedisBackend
-from ...redis.common import KEYS_CACHED, RENEWALS_PER_CALL, RedisLockState, tumbler_error
+from ...redis.common import (
+    KEYS_CACHED,
+    RENEWALS_PER_CALL,
+    AsyncTurn,
+    RedisLockState,
+    tumbler_error,
+)
 from .. import CAPABILITIES, lua
 from ..common import (
     BACKOFF_FIRST,
     BACKOFF_LONGEST,
     ROUNDS,
+    AsyncReader,
     RedlockConfig,
     quorum,
 )
@@ -101,13 +108,15 @@ class _Master:
     """One master: the Redis backend that speaks to it (connections, wake-ups), and whether it
     is left out for now after a failure."""
 
-    def __init__(self, index: int, backend: AsyncRedisBackend) -> None:
+    def __init__(self, index: int, backend: AsyncRedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # the Redis backend's own pool (a master is one server, never a Redis Cluster): its
-        # connections are typed loosely by redis-py
-        client: Any = backend.client
-        self.pool: Any = client.connection_pool
+        # A connection made for a call is made and greeted within node_timeout, as its
+        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
+        # connection but greets it never. Its connections are typed loosely by redis-py.
+        self.pool: Any = backend.quick_pool(node_timeout)
+        self._own: Any = None
+        self._turn = AsyncTurn()
         self.out_until = 0.0
         self._failures = 0
         self.subscriber: AsyncWorker | None = None
@@ -116,6 +125,35 @@ class _Master:
     def address(self) -> str:
         host, port = self.backend.config.nodes[0]
         return f"{host}:{port}"
+
+    async def take(self) -> Any:
+        """A connection for one call: the master's own when no other call has it (no
+        check-out from the pool: its locks, its checks, its bookkeeping), else the pool's."""
+        if self._turn.take():
+            own = self._own
+            if own is None:
+                try:
+                    own = self._own = await self.pool.get_connection()
+                except BaseException:
+                    self._turn.give_back()
+                    raise
+            return own
+        return await self.pool.get_connection()
+
+    async def give_back(self, connection: Any) -> None:
+        if connection is self._own:
+            self._turn.give_back()
+        else:
+            await self.pool.release(connection)
+
+    async def close(self) -> None:
+        """Close the Redis backend, with the master's own connection (back to the pool)."""
+        own, self._own = self._own, None
+        if own is not None:
+            await self.pool.release(own)
+        with contextlib.suppress(redis_errors.RedisError, OSError):
+            await self.pool.disconnect()
+        await self.backend.close()
 
     def answered(self) -> None:
         self._failures = 0
@@ -161,7 +199,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         self._marker = lua.marker(config.prefix)
         client_id = secrets.token_hex(8)
         self.masters = [
-            _Master(index, AsyncRedisBackend(master, hub=self.hub, client_id=client_id))
+            _Master(
+                index,
+                AsyncRedisBackend(master, hub=self.hub, client_id=client_id),
+                config.node_timeout,
+            )
             for index, master in enumerate(config.masters)
         ]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
@@ -278,20 +320,24 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         deadline = time.monotonic() + (self.config.node_timeout if timeout is None else timeout)
         results: dict[int, _Replies] = {}
         sent: list[tuple[_Master, Any, int]] = []
+        # the masters are mostly sent the same commands: each is packed once
+        packed: dict[tuple[tuple[Any, ...], ...], list[bytes]] = {}
         connection: Any
         try:
             for index, commands in calls.items():
                 master = self.masters[index]
                 connection = None
                 try:
-                    connection = await master.pool.get_connection()
-                    await connection.send_packed_command(
-                        connection.pack_commands(commands), check_health=False
-                    )
+                    connection = await master.take()
+                    key = tuple(commands)
+                    data = packed.get(key)
+                    if data is None:
+                        data = packed[key] = connection.pack_commands(commands)
+                    await connection.send_packed_command(data, check_health=False)
                 except (redis_errors.RedisError, OSError) as error:
                     if connection is not None:
                         await connection.disconnect()
-                        await master.pool.release(connection)
+                        await master.give_back(connection)
                     master.failed()
                     results[index] = error
                     continue
@@ -303,7 +349,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     for _ in range(count):
                         left = max(deadline - time.monotonic(), READ_GRACE)
                         try:
-                            replies.append(await connection.read_response(timeout=left))
+                            replies.append(await AsyncReader.read(connection, left))
                         except redis_errors.ResponseError as error:  # read whole: in step
                             replies.append(error)
                 except (redis_errors.RedisError, OSError) as error:
@@ -315,12 +361,12 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     master.answered()
                     results[master.index] = replies
                 sent.pop(0)
-                await master.pool.release(connection)
+                await master.give_back(connection)
         finally:
             # cancelled part way: the connections still owed replies are closed
             for master, connection, _count in sent:
                 await connection.disconnect()
-                await master.pool.release(connection)
+                await master.give_back(connection)
         return results
 
     def _lock_keys(self, name: str) -> list[bytes]:
@@ -458,7 +504,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         Where another master has served for a while, they lost their data: they wait for
         ``restart_delay``. Where none has, the deployment is new: they serve at once."""
         read = _MARK.call([self._marker], [b""])
-        results = await self._fan_out({master.index: [read] for master in self.masters})
+        results = await self._fan_out({master.index: [read] for master in self._targets(needed)})
         answered = 0
         established = False
         for replies in results.values():
@@ -698,7 +744,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         with self._guard:
             self._closed = True
         for master in self.masters:
-            await master.backend.close()
+            await master.close()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:

@@ -39,12 +39,19 @@ from ...kit import BaseWatch, InspectEachName, LockStateBuilder
 from ...kit.handoffs import owner_tag
 from ...redis import lua as redis_lua
 from ...redis._sync.backend import RedisBackend
-from ...redis.common import KEYS_CACHED, RENEWALS_PER_CALL, RedisLockState, tumbler_error
+from ...redis.common import (
+    KEYS_CACHED,
+    RENEWALS_PER_CALL,
+    RedisLockState,
+    Turn,
+    tumbler_error,
+)
 from .. import CAPABILITIES, lua
 from ..common import (
     BACKOFF_FIRST,
     BACKOFF_LONGEST,
     ROUNDS,
+    Reader,
     RedlockConfig,
     quorum,
 )
@@ -103,13 +110,15 @@ class _Master:
     """One master: the Redis backend that speaks to it (connections, wake-ups), and whether it
     is left out for now after a failure."""
 
-    def __init__(self, index: int, backend: RedisBackend) -> None:
+    def __init__(self, index: int, backend: RedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # the Redis backend's own pool (a master is one server, never a Redis Cluster): its
-        # connections are typed loosely by redis-py
-        client: Any = backend.client
-        self.pool: Any = client.connection_pool
+        # A connection made for a call is made and greeted within node_timeout, as its
+        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
+        # connection but greets it never. Its connections are typed loosely by redis-py.
+        self.pool: Any = backend.quick_pool(node_timeout)
+        self._own: Any = None
+        self._turn = Turn()
         self.out_until = 0.0
         self._failures = 0
         self.subscriber: Worker | None = None
@@ -118,6 +127,35 @@ class _Master:
     def address(self) -> str:
         host, port = self.backend.config.nodes[0]
         return f"{host}:{port}"
+
+    def take(self) -> Any:
+        """A connection for one call: the master's own when no other call has it (no
+        check-out from the pool: its locks, its checks, its bookkeeping), else the pool's."""
+        if self._turn.take():
+            own = self._own
+            if own is None:
+                try:
+                    own = self._own = self.pool.get_connection()
+                except BaseException:
+                    self._turn.give_back()
+                    raise
+            return own
+        return self.pool.get_connection()
+
+    def give_back(self, connection: Any) -> None:
+        if connection is self._own:
+            self._turn.give_back()
+        else:
+            self.pool.release(connection)
+
+    def close(self) -> None:
+        """Close the Redis backend, with the master's own connection (back to the pool)."""
+        own, self._own = self._own, None
+        if own is not None:
+            self.pool.release(own)
+        with contextlib.suppress(redis_errors.RedisError, OSError):
+            self.pool.disconnect()
+        self.backend.close()
 
     def answered(self) -> None:
         self._failures = 0
@@ -163,7 +201,11 @@ class RedlockBackend(InspectEachName):
         self._marker = lua.marker(config.prefix)
         client_id = secrets.token_hex(8)
         self.masters = [
-            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
+            _Master(
+                index,
+                RedisBackend(master, hub=self.hub, client_id=client_id),
+                config.node_timeout,
+            )
             for index, master in enumerate(config.masters)
         ]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
@@ -280,20 +322,24 @@ class RedlockBackend(InspectEachName):
         deadline = time.monotonic() + (self.config.node_timeout if timeout is None else timeout)
         results: dict[int, _Replies] = {}
         sent: list[tuple[_Master, Any, int]] = []
+        # the masters are mostly sent the same commands: each is packed once
+        packed: dict[tuple[tuple[Any, ...], ...], list[bytes]] = {}
         connection: Any
         try:
             for index, commands in calls.items():
                 master = self.masters[index]
                 connection = None
                 try:
-                    connection = master.pool.get_connection()
-                    connection.send_packed_command(
-                        connection.pack_commands(commands), check_health=False
-                    )
+                    connection = master.take()
+                    key = tuple(commands)
+                    data = packed.get(key)
+                    if data is None:
+                        data = packed[key] = connection.pack_commands(commands)
+                    connection.send_packed_command(data, check_health=False)
                 except (redis_errors.RedisError, OSError) as error:
                     if connection is not None:
                         connection.disconnect()
-                        master.pool.release(connection)
+                        master.give_back(connection)
                     master.failed()
                     results[index] = error
                     continue
@@ -305,7 +351,7 @@ class RedlockBackend(InspectEachName):
                     for _ in range(count):
                         left = max(deadline - time.monotonic(), READ_GRACE)
                         try:
-                            replies.append(connection.read_response(timeout=left))
+                            replies.append(Reader.read(connection, left))
                         except redis_errors.ResponseError as error:  # read whole: in step
                             replies.append(error)
                 except (redis_errors.RedisError, OSError) as error:
@@ -317,12 +363,12 @@ class RedlockBackend(InspectEachName):
                     master.answered()
                     results[master.index] = replies
                 sent.pop(0)
-                master.pool.release(connection)
+                master.give_back(connection)
         finally:
             # cancelled part way: the connections still owed replies are closed
             for master, connection, _count in sent:
                 connection.disconnect()
-                master.pool.release(connection)
+                master.give_back(connection)
         return results
 
     def _lock_keys(self, name: str) -> list[bytes]:
@@ -460,7 +506,7 @@ class RedlockBackend(InspectEachName):
         Where another master has served for a while, they lost their data: they wait for
         ``restart_delay``. Where none has, the deployment is new: they serve at once."""
         read = _MARK.call([self._marker], [b""])
-        results = self._fan_out({master.index: [read] for master in self.masters})
+        results = self._fan_out({master.index: [read] for master in self._targets(needed)})
         answered = 0
         established = False
         for replies in results.values():
@@ -700,7 +746,7 @@ class RedlockBackend(InspectEachName):
         with self._guard:
             self._closed = True
         for master in self.masters:
-            master.backend.close()
+            master.close()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:

@@ -1,0 +1,461 @@
+"""Redlock backend cases beyond the contract suite, on real masters (five redis-server
+processes started by ``RedlockMasters``): a minority of masters killed or stopped while locks
+are held and wanted; a majority lost (a typed error naming how many answered, never a false
+grant); a master restarted empty (kept out for ``restart_delay``, and what happens without
+it); fencing tokens raised to the greatest a quorum drew; split grants given back; the quorum
+of a semaphore; renewals that need a quorum; configurations refused at connect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import tumbler
+import tumbler.aio
+from tumbler.backends.redis.lua import Keys
+from tumbler.backends.redlock.common import quorum
+from tumbler.backends.redlock.server import RedlockMasters
+from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost
+from tumbler.testing.conformance.compat import eventually
+
+#: a lease short enough that a case waits for one to run out in a few seconds
+TTL = 2.0
+
+
+@pytest.fixture
+def masters(tmp_path: Any) -> Iterator[RedlockMasters]:
+    with RedlockMasters(tmp_path / "masters", 5) as started:
+        yield started
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"tumbler:test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def connect(masters: RedlockMasters, prefix: str) -> Iterator[Callable[..., tumbler.Locks]]:
+    clients: list[tumbler.Locks] = []
+
+    def make(**options: object) -> tumbler.Locks:
+        client = tumbler.connect(masters.url(prefix, **options))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def grants_on(masters: RedlockMasters, prefix: str, name: str) -> list[int]:
+    """The live grants of ``name`` on each master that runs (-1 for one that does not)."""
+    counts = []
+    entries = Keys(prefix).entries(name)
+    for index, master in enumerate(masters.masters):
+        if not master.running or masters.paused(index):
+            counts.append(-1)
+            continue
+        client = masters.client(index)
+        raw = client.hgetall(entries)
+        counts.append(sum(1 for value in raw.values() if value.split(b"|")[4]))
+    return counts
+
+
+def tokens_on(masters: RedlockMasters, prefix: str, name: str) -> set[int]:
+    """The tokens of ``name``'s grants on every master that runs."""
+    found = set()
+    entries = Keys(prefix).entries(name)
+    for index, master in enumerate(masters.masters):
+        if master.running and not masters.paused(index):
+            for value in masters.client(index).hgetall(entries).values():
+                token = value.split(b"|")[4]
+                if token:
+                    found.add(int(token))
+    return found
+
+
+# -- quorums ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("masters_count", "shared", "limit", "needed"),
+    [
+        (3, False, 1, 2),
+        (5, False, 1, 3),
+        (5, True, 0, 3),  # a read lock: a majority, as the write side
+        (5, True, 1, 3),
+        (5, True, 2, 4),  # 3 holders of a semaphore of 2 would need 12 grants of 10 permits
+        (5, True, 3, 4),
+        (5, True, 4, 5),
+        (7, True, 2, 5),
+    ],
+)
+def test_a_quorum_leaves_no_room_for_one_holder_too_many(
+    masters_count: int, shared: bool, limit: int, needed: int
+) -> None:
+    assert quorum(masters_count, shared, limit) == needed
+    permits = max(1, limit)
+    # limit + 1 holders with this quorum each would take more grants than the masters give
+    assert (permits + 1) * needed > masters_count * permits
+
+
+# -- a minority lost ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_two_masters_lost_while_a_lock_is_held_and_wanted(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str, fault: str
+) -> None:
+    """A minority killed or stopped: the hold is renewed, the waiter gets the lock at the
+    release, never while it is held, with a greater token."""
+    first, second = connect(), connect()
+    lock = first.lock("minority", ttl=TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    assert hold is not None
+    for index in (3, 4):
+        getattr(masters, fault)(index)
+    got: list[int] = []
+    other = second.lock("minority", ttl=TTL)
+
+    def wait() -> None:
+        with other as taken:
+            got.append(taken.token)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    # several leases' worth of renewals on three masters
+    deadline = time.monotonic() + 2.5 * TTL
+    while time.monotonic() < deadline:
+        assert hold.held
+        assert not got
+        time.sleep(0.05)
+    before = hold.token
+    lock.release()
+    waiter.join(10)
+    assert len(got) == 1
+    assert got[0] > before
+    if fault == "pause":
+        for index in (3, 4):
+            masters.resume(index)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_majority_lost_fails_an_acquire_with_how_many_answered(
+    masters: RedlockMasters, prefix: str, flavour: str
+) -> None:
+    url = masters.url(prefix)
+    message = "2 of 5 Redis masters answered within 0.1 s, 3 are needed"
+    if flavour == "sync":
+        with tumbler.connect(url) as locks:
+            for index in (2, 3, 4):
+                masters.kill(index)
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailable, match=message):
+                locks.lock("gone").acquire(timeout=5)
+            spent = time.monotonic() - started
+    else:
+        import asyncio
+
+        async def run() -> float:
+            async with await tumbler.aio.connect(url) as locks:
+                for index in (2, 3, 4):
+                    masters.kill(index)
+                started = time.monotonic()
+                with pytest.raises(BackendUnavailable, match=message):
+                    await locks.lock("gone").acquire(timeout=5)
+                return time.monotonic() - started
+
+        spent = asyncio.run(run())
+    assert spent < 5
+    # nothing granted anywhere: the two that answered gave their grants back
+    assert grants_on(masters, prefix, "gone") == [0, 0, -1, -1, -1]
+
+
+def test_a_connect_with_a_majority_down_names_how_many_answered(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    for index in (0, 1, 2):
+        masters.kill(index)
+    with pytest.raises(BackendUnavailable, match="2 of 5 Redis masters answered"):
+        tumbler.connect(masters.url(prefix))
+
+
+def test_stopped_masters_do_not_hold_up_a_grant_for_longer_than_their_timeout(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
+) -> None:
+    """Two masters that take the request and never answer cost one node_timeout, after
+    which they are left out for a while."""
+    locks = connect(node_timeout=0.2)
+    masters.pause(0)
+    masters.pause(1)
+    lock = locks.lock("stopped", ttl=TTL)
+    spent = []
+    for _ in range(5):
+        started = time.monotonic()
+        with lock:
+            pass
+        spent.append(time.monotonic() - started)
+    assert max(spent) < 1.0  # a connection's set-up (connect_timeout 0.5) at most
+    masters.resume(0)
+    masters.resume(1)
+
+
+# -- a master restarted empty -------------------------------------------------------------
+
+
+def _held_on_three(
+    masters: RedlockMasters,
+    connect: Callable[..., tumbler.Locks],
+    prefix: str,
+    **options: object,
+) -> tuple[tumbler.Lock, tumbler.Locks]:
+    """A lock held on masters 0, 1, 2 only: masters 3 and 4 lose its keys (as if its grant
+    had not reached them)."""
+    first = connect(**options)
+    with first.lock("warm-up"):  # every master is marked (see redlock.lua)
+        pass
+    # ... and has served for a minute: a master without its marker now lost its data (a
+    # deployment younger than a second could still be marking its masters)
+    for index in range(5):
+        client = masters.client(index)
+        seconds, micros = client.time()
+        client.set(f"{prefix}:serving-from", seconds * 1000 + micros // 1000 - 60_000)
+    lock = first.lock("restarted", ttl=10)
+    assert lock.acquire()
+    for index in (3, 4):
+        masters.client(index).delete(*Keys(prefix).lock_keys("restarted"))
+    assert grants_on(masters, prefix, "restarted") == [1, 1, 1, 0, 0]
+    return lock, first
+
+
+def test_a_master_restarted_empty_grants_nothing_for_restart_delay(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    lock, _first = _held_on_three(masters, connect, prefix, restart_delay=3)
+    masters.restart(2)  # empty: it forgot the grant
+    other = connect(restart_delay=3).lock("restarted", ttl=10)
+    # masters 2, 3, 4 would be a quorum: master 2 must stay out
+    assert not other.acquire(timeout=1.0)
+    # the first holder has lost its quorum too (its next renewal says so): the delay keeps
+    # anyone else out while its lease may still run
+    with pytest.raises(LockLost):
+        lock.release()
+    # masters 0, 1, 3, 4 are a quorum without it
+    assert other.acquire(timeout=2.0)
+    assert grants_on(masters, prefix, "restarted") == [1, 1, 0, 1, 1]
+    other.release()
+
+    def rejoined() -> bool:
+        with other:
+            return grants_on(masters, prefix, "restarted") == [1, 1, 1, 1, 1]
+
+    eventually(rejoined, "the restarted master grants again, after restart_delay")
+
+
+def test_without_restart_delay_a_master_restarted_empty_makes_two_holders(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    """What the docs say happens with restart_delay=0: shown, so that the delay is not
+    taken for decoration."""
+    lock, _first = _held_on_three(masters, connect, prefix, restart_delay=0)
+    masters.restart(2)
+    other = connect(restart_delay=0).lock("restarted", ttl=10)
+    assert other.acquire(timeout=2.0)
+    assert lock.hold is not None
+    assert lock.hold.held  # two holders
+    assert other.hold is not None
+    assert other.hold.token > lock.hold.token  # fencing tells them apart
+    other.release()
+    # the first holder learns at the latest at its release: two masters had its grant
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_every_master_new_serves_at_once(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
+) -> None:
+    """A new deployment (no master has a marker) does not wait for restart_delay."""
+    started = time.monotonic()
+    with connect(restart_delay=30).lock("first"):
+        pass
+    assert time.monotonic() - started < 5
+
+
+# -- fencing ------------------------------------------------------------------------------
+
+
+def test_a_grant_takes_the_greatest_token_its_masters_drew_and_gives_it_to_all(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    locks = connect()
+    with locks.lock("fenced") as hold:
+        first = hold.token
+    # one master's sequence is far ahead (it kept a later grant that the others missed)
+    ahead = first + 10**9
+    masters.client(4).set(Keys(prefix).sequence("fenced"), ahead)
+    with locks.lock("fenced", ttl=10) as hold:
+        assert hold.token == ahead + 1
+        # the other masters hold it with that token too, and draw above it next
+        assert tokens_on(masters, prefix, "fenced") == {ahead + 1}
+        for index in range(4):
+            assert int(masters.client(index).get(Keys(prefix).sequence("fenced"))) >= ahead + 1
+    with locks.lock("fenced") as hold:
+        assert hold.token > ahead + 1
+
+
+def test_tokens_keep_increasing_while_masters_are_killed_and_restarted(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
+) -> None:
+    locks = connect(restart_delay=TTL)
+    lock = locks.lock("sequence", ttl=TTL)
+    tokens = []
+    for round_ in range(6):
+        index = round_ % 5
+        masters.kill(index)
+        with lock as hold:
+            tokens.append(hold.token)
+        masters.restart(index)
+        with lock as hold:
+            tokens.append(hold.token)
+    assert tokens == sorted(set(tokens))
+
+
+# -- split grants, renewals ---------------------------------------------------------------
+
+
+def test_a_grant_short_of_a_quorum_is_given_back_on_every_master(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    """A holder has masters 0, 1, 2 of a lock; a try that finds 3 and 4 free gives both
+    back."""
+    holder = connect().lock("split", ttl=10)
+    masters.pause(3)
+    masters.pause(4)
+    assert holder.acquire()
+    masters.resume(3)
+    masters.resume(4)
+    other = connect().lock("split", ttl=10)
+    assert not other.acquire(blocking=False)
+    assert grants_on(masters, prefix, "split") == [1, 1, 1, 0, 0]
+    holder.release()
+
+
+def test_a_hold_whose_quorum_is_lost_is_lost(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
+) -> None:
+    lost = threading.Event()
+    lock = connect().lock("renewed", ttl=TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    assert hold is not None
+    hold.on_lost(lambda _hold: lost.set())
+    for index in (0, 1, 2):
+        masters.kill(index)
+    # lost at its deadline at the latest: no renewal reaches a quorum
+    assert lost.wait(2 * TTL)
+    assert hold.lost
+    assert not hold.held
+
+
+def test_a_semaphore_needs_more_masters_than_a_majority(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
+) -> None:
+    """A semaphore of 2 on five masters needs four: with two lost it is unavailable (a
+    majority of three would let a third holder in), with one lost it works."""
+    locks = connect()
+    masters.kill(4)
+    with locks.semaphore("permits", 2), locks.semaphore("permits", 2):
+        assert not locks.semaphore("permits", 2).acquire(timeout=0.3)
+    masters.kill(3)
+    with pytest.raises(BackendUnavailable, match="4 are needed"):
+        locks.semaphore("permits", 2).acquire(timeout=1)
+    # the mutex on the same masters still works
+    with locks.lock("mutex"):
+        pass
+
+
+# -- configurations refused at connect ----------------------------------------------------
+
+
+def test_one_server_under_two_names_is_refused(masters: RedlockMasters, prefix: str) -> None:
+    first = masters.masters[0]
+    hosts = f"127.0.0.1:{first.port},localhost:{first.port},{masters.masters[1].host}:" + str(
+        masters.masters[1].port
+    )
+    with pytest.raises(ConfigurationError, match="are one server"):
+        tumbler.connect(f"redlock://{hosts}/0?prefix={prefix}")
+
+
+def test_a_replica_is_refused(masters: RedlockMasters, prefix: str) -> None:
+    replica = masters.client(2)
+    primary = masters.masters[0]
+    replica.replicaof(primary.host, primary.port)
+    try:
+        with pytest.raises(ConfigurationError, match="is a replica"):
+            tumbler.connect(masters.url(prefix))
+    finally:
+        replica.replicaof("NO", "ONE")
+
+
+def test_nothing_is_left_on_the_masters_but_their_markers(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    locks = connect()
+    for name in ("a", "b"):
+        with locks.lock(name), locks.semaphore(f"s-{name}", 3):
+            pass
+    locks.close()
+
+    # the names' sequences stay (a day: see the Redis backend's keys), so that their tokens
+    # keep increasing
+    kept = {f"{prefix}:serving-from"} | {
+        Keys(prefix).sequence(name) for name in ("a", "b", "s-a", "s-b")
+    }
+
+    def only_kept() -> bool:
+        for index in range(5):
+            keys = {key.decode() for key in masters.client(index).scan_iter(f"{prefix}:*")}
+            if keys != kept:
+                return False
+        return True
+
+    eventually(only_kept, "every key but the markers and sequences is gone")
+
+
+def test_a_reply_later_than_node_timeout_is_never_read_as_another_calls(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """A master stopped while it has a grant to answer answers it once resumed: the client
+    gave up on it at node_timeout and must not take that reply for the next call's (redis-py's
+    asyncio read with a timeout leaves it on the connection)."""
+    import asyncio
+
+    async def run() -> list[int]:
+        tokens = []
+        async with await tumbler.aio.connect(masters.url(prefix)) as locks:
+            lock = locks.lock("late", ttl=TTL)
+            async with lock as hold:  # every connection made
+                tokens.append(hold.token)
+            masters.pause(0)
+            async with lock as hold:
+                tokens.append(hold.token)
+            masters.resume(0)
+            # calls go to master 0 again once its pause after the failure is over
+            for _ in range(20):
+                async with lock as hold:
+                    tokens.append(hold.token)
+                await asyncio.sleep(0.05)
+        return tokens
+
+    tokens = asyncio.run(run())
+    assert tokens == sorted(set(tokens))
+    # (master 0 may keep the grant it made when resumed, until its lease runs out: its
+    # release went out while master 0 was left out)
+    assert grants_on(masters, prefix, "late")[1:] == [0, 0, 0, 0]
