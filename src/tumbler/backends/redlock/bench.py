@@ -110,10 +110,13 @@ def _sum_over_masters(url: str, read: Any) -> list[Any] | None:
         return None
     try:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         found = []
         for options in master_options(url):
-            client = redis.Redis(**options, **_unannounced())
+            # no retries: a master that does not answer leaves the figure out at once
+            client = redis.Redis(**options, **_unannounced(), retry=Retry(NoBackoff(), 0))
             try:
                 found.append(read(client))
             finally:
