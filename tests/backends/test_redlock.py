@@ -8,6 +8,7 @@ of a semaphore; renewals that need a quorum; configurations refused at connect.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -459,3 +460,42 @@ def test_a_reply_later_than_node_timeout_is_never_read_as_another_calls(
     # (master 0 may keep the grant it made when resumed, until its lease runs out: its
     # release went out while master 0 was left out)
     assert grants_on(masters, prefix, "late")[1:] == [0, 0, 0, 0]
+
+
+def test_a_grant_short_of_a_quorum_goes_back_in_line_where_it_was(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """A fair waiter granted on two masters (the other three held by someone else) keeps its
+    place in line there, as a waiter: a later fair waiter cannot pass it on any master."""
+    from tumbler._url import parse_url
+    from tumbler.backends.contract import GrantRequest
+    from tumbler.backends.redlock.common import open_sync
+
+    def request(owner: str) -> GrantRequest:
+        return GrantRequest("line", owner, False, 1, True, 10.0, holder="case")
+
+    backend = open_sync(parse_url(masters.url(prefix)))
+    try:
+        assert backend.try_grant(request("holder")) is not None
+        for index in (0, 1):  # the holder's grant did not reach masters 0 and 1
+            masters.client(index).delete(*Keys(prefix).lock_keys("line"))
+        assert backend.try_grant(request("first")) is None  # 0 and 1 only: no quorum
+        entries = Keys(prefix).entries("line")
+        first = hashlib.sha1(b"first").hexdigest().encode()
+        places = []
+        for index in range(5):
+            value = masters.client(index).hget(entries, first)
+            assert value is not None, f"master {index} lost the first waiter's place"
+            fields = value.split(b"|")
+            assert fields[4] == b"", f"master {index} still has the first waiter's grant"
+            places.append(int(fields[0]))
+        # one arrival number on every master (drawn from the client's proposal): one order
+        assert len(set(places)) == 1
+        assert backend.try_grant(request("second")) is None
+        assert backend.release("line", "holder")
+        # the second comes first now, but the first is ahead of it on every master
+        assert backend.try_grant(request("second")) is None
+        granted = backend.try_grant(request("first"))
+        assert granted is not None
+    finally:
+        backend.close()

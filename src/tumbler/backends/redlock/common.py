@@ -36,7 +36,7 @@ The algorithm (the Redlock of the Redis documentation)
     Waiters queue on every master and are woken by any master's release (pub/sub, one
     connection per master, as on one Redis server), with a re-check every second. If fewer
     masters than a quorum answer, the call raises ``BackendUnavailable`` naming how many did,
-    after three tries; it never reports a grant no quorum made.
+    after three tries and ``socket_timeout``; it never reports a grant no quorum made.
 
 Fencing tokens
     Each master keeps a sequence per name, as on one Redis server, but draws from
@@ -108,7 +108,8 @@ DEFAULT_RESTART_DELAY = 60.0
 #: longer; still short, as a call that waits on a stopped master holds up the others
 DEFAULT_SOCKET_TIMEOUT = 1.0
 DEFAULT_CONNECT_TIMEOUT = 0.5
-#: how many times a call goes out when fewer masters than a quorum answer
+#: how many times a grant goes out, at least, when fewer masters than a quorum answer (and
+#: until ``socket_timeout`` has passed)
 ROUNDS = 3
 #: how long a master that failed is left out: the first pause, and the longest
 BACKOFF_FIRST = 0.1

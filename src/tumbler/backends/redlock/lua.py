@@ -10,7 +10,10 @@
 
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
 less take it too (``RAISE_TOKEN``) before the grant counts, so that a quorum of masters keeps
-each name's sequence at or above every token granted (the argument is in ``.common``). Each
+each name's sequence at or above every token granted (the argument is in ``.common``).
+A grant that no quorum made goes back in line where it was (``REQUEUE``): the masters draw
+arrival numbers from the client's proposal too, so they keep their lines in the same order,
+and the waiter that was first on them is first again at the next try. Each
 master draws from ``max(sequence + 1, the client's proposal)``, the proposal being the
 client's clock in microseconds: masters with the same history draw the same value, and the
 common grant needs no second round trip.
@@ -53,6 +56,28 @@ end
 if tonumber(call('GET', K.n) or '0') < token then
     call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
 end
+return 1
+"""
+)
+
+#: KEYS: the lock's keys. ARGV: owner, waiter_ttl_ms, client (as GRANT's), the client channel
+#: prefix and the lock name (as RELEASE's). The owner's grant, one that did not count (no
+#: quorum), goes back in line where it was (its arrival number kept) as a waiter entry, and
+#: the waiters that can go now are woken. Returns 1, or 0 (changing nothing) if the owner
+#: holds no grant here.
+REQUEUE = redis_lua.script(
+    """
+local K = lock_keys(1)
+local owner = redis.sha1hex(ARGV[1])
+local e = get(K, owner)
+if not e or not e.token then return 0 end
+remove(K, owner, e)
+e.token = nil
+e.expires = now_ms + tonumber(ARGV[2])
+e.client = ARGV[3]
+put(K, e)
+wake_admissible(K, ARGV[4], ARGV[5], true, 0, 0)
+set_expiry(K)
 return 1
 """
 )

@@ -219,13 +219,19 @@ class Wakeups:
                 else:
                     self.handoffs.deliver(text, hub)
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Make no subscription from now on; a subscribe still waiting for its confirmation
+        gives up now."""
         with self._lock:
             self._closed = True
-            reader, self._reader = self._reader, None
         confirmed = self._confirmed
         if confirmed is not None:
-            confirmed.set_threadsafe()  # a subscribe still waiting gives up now
+            confirmed.set_threadsafe()
+
+    def close(self) -> None:
+        self.stop()
+        with self._lock:
+            reader, self._reader = self._reader, None
         if self._pubsub is not None:
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 self._pubsub.close()
@@ -382,16 +388,14 @@ class RedisBackend(InspectEachName):
         return pool
 
     def quick_pool(self, timeout: float) -> BlockingConnectionPool:
-        """A pool of ``max_connections`` to the server whose connections are made and
-        greeted within ``timeout`` (and wait that long for a free one): for calls that read
-        their replies within a timeout of their own and must not be held up longer by a
-        server that stopped answering (Redlock's masters). Closed by its user."""
+        """A pool of ``max_connections`` to the server for calls that read their replies
+        within a timeout of their own and must not be held up longer by a server that stopped
+        answering (Redlock's masters): a connection greets the server within ``timeout``
+        (after ``connect_timeout`` for its TCP and TLS set-up). Closed by its user."""
         connection_class, options = self._connection_options(None)
         # Neither CLIENT SETINFO nor HELLO (RESP2: the scripts' replies read the same): a
         # connection is ready once connected (and authenticated), with no reply to wait for.
-        options.update(
-            socket_timeout=timeout, socket_connect_timeout=timeout, protocol=2, **NO_CLIENT_INFO
-        )
+        options.update(socket_timeout=timeout, protocol=2, **NO_CLIENT_INFO)
         pool = BlockingConnectionPool(
             connection_class=connection_class,
             max_connections=self.config.max_connections,

@@ -81,6 +81,7 @@ class _Script:
 _GRANT = _Script(lua.GRANT)
 _RAISE_TOKEN = _Script(lua.RAISE_TOKEN)
 _MARK = _Script(lua.MARK)
+_REQUEUE = _Script(lua.REQUEUE)
 _RELEASE = _Script(redis_lua.RELEASE)
 _RENEW_ALL = _Script(redis_lua.RENEW_ALL)
 _FORCE_RELEASE = _Script(redis_lua.FORCE_RELEASE)
@@ -92,6 +93,7 @@ _SCRIPTS = {
         _GRANT,
         _RAISE_TOKEN,
         _MARK,
+        _REQUEUE,
         _RELEASE,
         _RENEW_ALL,
         _FORCE_RELEASE,
@@ -111,9 +113,9 @@ class _Master:
     def __init__(self, index: int, backend: AsyncRedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # A connection made for a call is made and greeted within node_timeout, as its
-        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
-        # connection but greets it never. Its connections are typed loosely by redis-py.
+        # A connection made for a call greets the master within node_timeout, as its replies
+        # are read: a master that stopped answering (SIGSTOP, a frozen VM) still takes TCP
+        # connections. Its connections are typed loosely by redis-py.
         self.pool: Any = backend.quick_pool(node_timeout)
         self._own: Any = None
         self._turn = AsyncTurn()
@@ -398,8 +400,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         needed = quorum(len(self.masters), request.shared, request.limit)
-        marked = False
         rounds = 0
+        # a quorum that is slow for a moment (a busy machine) is waited for as long as any
+        # other call to the masters would be: socket_timeout
+        patience = self.masters[0].backend.config.client_options["socket_timeout"]
+        give_up = time.monotonic() + patience
         while True:
             outcome = await self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -409,14 +414,20 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             if outcome is None:
                 return None
             answered, results, new = outcome
-            if new and not marked:
-                marked = True
-                if await self._mark(new, needed, request.name):
-                    continue
+            marked = bool(new) and await self._mark(new, needed, request.name)
             rounds += 1
-            if rounds >= ROUNDS:
+            if rounds >= ROUNDS and time.monotonic() >= give_up:
+                if new and answered >= needed:
+                    raise BackendUnavailable(
+                        f"{len(new)} of {len(self.masters)} Redis masters have no marker (see "
+                        f"redlock.lua) and could not be marked: {answered} answered within "
+                        f"{self.config.node_timeout:g} s, {needed} are needed",
+                        lock_name=request.name,
+                        backend=self.url,
+                    )
                 raise self._unavailable(answered, needed, results, request.name)
-            await asleep_real(random.uniform(0, self.config.node_timeout))
+            if not marked:
+                await asleep_real(random.uniform(0, self.config.node_timeout))
 
     async def _grant_once(
         self, request: GrantRequest, needed: int
@@ -475,15 +486,31 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
             if holding >= needed and left > 0:
                 return Grant(request.name, request.owner, token, lease)
-        if granted:
+        if answered < needed or new or not request.queue:
             await self._release_on(request.name, request.owner, list(granted))
-        if answered < needed or new:
-            return answered, results, new
+            return (answered, results, new) if answered < needed or new else None
         if granted:
-            # the masters were split between clients: each tries again after a pause of
-            # its own, so that one of them comes first
+            # The masters were split between clients (or masters ran out of time): the grants
+            # go back in line, keeping their places, and the next try comes after a pause of
+            # its own, so that one of the clients comes first.
+            await self._requeue(request, list(granted))
             await asleep_real(random.uniform(0, self.config.node_timeout))
         return None
+
+    async def _requeue(self, request: GrantRequest, indexes: list[int]) -> None:
+        keys = self._lock_keys(request.name)
+        calls = {}
+        for index in indexes:
+            client = self._client if self.masters[index].backend.wakeups.subscribed() else b""
+            args: list[str | bytes | int] = [
+                request.owner,
+                self._waiter_ttl,
+                client,
+                self._channel_prefix,
+                request.name,
+            ]
+            calls[index] = [_REQUEUE.call(keys, args)]
+        await self._fan_out(calls)
 
     async def _raise_token(self, request: GrantRequest, granted: dict[int, int], token: int) -> int:
         """Give ``token`` to the grants that drew less; how many masters hold it then."""
@@ -629,7 +656,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def _subscribe(self, master: _Master, name: str) -> None:
         try:
             await master.backend.wakeups.subscribe(name)
-        except TumblerError as error:
+        except Exception as error:  # a worker's end: whatever went wrong, waiters re-check
             _log.debug("Redlock master %s: no wake-ups for now: %s", master.address, error)
         else:
             # the waiters try again, now naming the client in their entries on this master
@@ -743,12 +770,16 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def close(self) -> None:
         with self._guard:
             self._closed = True
+        # the subscriptions under way end before the connections they use are closed: one
+        # that went on after would make a connection that nobody closes
         for master in self.masters:
-            await master.close()
+            master.backend.wakeups.stop()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:
                 await ajoin(subscriber)
+        for master in self.masters:
+            await master.close()
 
 
 def _text(value: Any) -> str:

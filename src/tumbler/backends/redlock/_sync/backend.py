@@ -83,6 +83,7 @@ class _Script:
 _GRANT = _Script(lua.GRANT)
 _RAISE_TOKEN = _Script(lua.RAISE_TOKEN)
 _MARK = _Script(lua.MARK)
+_REQUEUE = _Script(lua.REQUEUE)
 _RELEASE = _Script(redis_lua.RELEASE)
 _RENEW_ALL = _Script(redis_lua.RENEW_ALL)
 _FORCE_RELEASE = _Script(redis_lua.FORCE_RELEASE)
@@ -94,6 +95,7 @@ _SCRIPTS = {
         _GRANT,
         _RAISE_TOKEN,
         _MARK,
+        _REQUEUE,
         _RELEASE,
         _RENEW_ALL,
         _FORCE_RELEASE,
@@ -113,9 +115,9 @@ class _Master:
     def __init__(self, index: int, backend: RedisBackend, node_timeout: float) -> None:
         self.index = index
         self.backend = backend
-        # A connection made for a call is made and greeted within node_timeout, as its
-        # replies are read: a master that stopped answering (SIGSTOP, a frozen VM) takes a
-        # connection but greets it never. Its connections are typed loosely by redis-py.
+        # A connection made for a call greets the master within node_timeout, as its replies
+        # are read: a master that stopped answering (SIGSTOP, a frozen VM) still takes TCP
+        # connections. Its connections are typed loosely by redis-py.
         self.pool: Any = backend.quick_pool(node_timeout)
         self._own: Any = None
         self._turn = Turn()
@@ -400,8 +402,11 @@ class RedlockBackend(InspectEachName):
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         needed = quorum(len(self.masters), request.shared, request.limit)
-        marked = False
         rounds = 0
+        # a quorum that is slow for a moment (a busy machine) is waited for as long as any
+        # other call to the masters would be: socket_timeout
+        patience = self.masters[0].backend.config.client_options["socket_timeout"]
+        give_up = time.monotonic() + patience
         while True:
             outcome = self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -411,14 +416,20 @@ class RedlockBackend(InspectEachName):
             if outcome is None:
                 return None
             answered, results, new = outcome
-            if new and not marked:
-                marked = True
-                if self._mark(new, needed, request.name):
-                    continue
+            marked = bool(new) and self._mark(new, needed, request.name)
             rounds += 1
-            if rounds >= ROUNDS:
+            if rounds >= ROUNDS and time.monotonic() >= give_up:
+                if new and answered >= needed:
+                    raise BackendUnavailable(
+                        f"{len(new)} of {len(self.masters)} Redis masters have no marker (see "
+                        f"redlock.lua) and could not be marked: {answered} answered within "
+                        f"{self.config.node_timeout:g} s, {needed} are needed",
+                        lock_name=request.name,
+                        backend=self.url,
+                    )
                 raise self._unavailable(answered, needed, results, request.name)
-            sleep_real(random.uniform(0, self.config.node_timeout))
+            if not marked:
+                sleep_real(random.uniform(0, self.config.node_timeout))
 
     def _grant_once(
         self, request: GrantRequest, needed: int
@@ -477,15 +488,31 @@ class RedlockBackend(InspectEachName):
             left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
             if holding >= needed and left > 0:
                 return Grant(request.name, request.owner, token, lease)
-        if granted:
+        if answered < needed or new or not request.queue:
             self._release_on(request.name, request.owner, list(granted))
-        if answered < needed or new:
-            return answered, results, new
+            return (answered, results, new) if answered < needed or new else None
         if granted:
-            # the masters were split between clients: each tries again after a pause of
-            # its own, so that one of them comes first
+            # The masters were split between clients (or masters ran out of time): the grants
+            # go back in line, keeping their places, and the next try comes after a pause of
+            # its own, so that one of the clients comes first.
+            self._requeue(request, list(granted))
             sleep_real(random.uniform(0, self.config.node_timeout))
         return None
+
+    def _requeue(self, request: GrantRequest, indexes: list[int]) -> None:
+        keys = self._lock_keys(request.name)
+        calls = {}
+        for index in indexes:
+            client = self._client if self.masters[index].backend.wakeups.subscribed() else b""
+            args: list[str | bytes | int] = [
+                request.owner,
+                self._waiter_ttl,
+                client,
+                self._channel_prefix,
+                request.name,
+            ]
+            calls[index] = [_REQUEUE.call(keys, args)]
+        self._fan_out(calls)
 
     def _raise_token(self, request: GrantRequest, granted: dict[int, int], token: int) -> int:
         """Give ``token`` to the grants that drew less; how many masters hold it then."""
@@ -631,7 +658,7 @@ class RedlockBackend(InspectEachName):
     def _subscribe(self, master: _Master, name: str) -> None:
         try:
             master.backend.wakeups.subscribe(name)
-        except TumblerError as error:
+        except Exception as error:  # a worker's end: whatever went wrong, waiters re-check
             _log.debug("Redlock master %s: no wake-ups for now: %s", master.address, error)
         else:
             # the waiters try again, now naming the client in their entries on this master
@@ -745,12 +772,16 @@ class RedlockBackend(InspectEachName):
     def close(self) -> None:
         with self._guard:
             self._closed = True
+        # the subscriptions under way end before the connections they use are closed: one
+        # that went on after would make a connection that nobody closes
         for master in self.masters:
-            master.close()
+            master.backend.wakeups.stop()
         for master in self.masters:
             subscriber = master.subscriber
             if subscriber is not None:
                 join(subscriber)
+        for master in self.masters:
+            master.close()
 
 
 def _text(value: Any) -> str:
