@@ -105,7 +105,7 @@ FAULT_HELP = {
     "pause": "SIGSTOP the holder for 2 TTL + 1 s, then SIGCONT",
     "restart": "SIGKILL every server, restart it",
     "minority": "SIGKILL one node of a cluster/ensemble (the lock's shard, or the holder's "
-    "follower), restart it",
+    "follower), or up to a minority where every node keeps each grant, restart them",
     "minority-pause": "SIGSTOP a minority of nodes (as minority picks them) for longer than "
     "the lease, then SIGCONT",
     "leader": "SIGKILL the ensemble's leader, restart it",

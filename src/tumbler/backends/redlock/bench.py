@@ -63,7 +63,7 @@ def master_options(url: str) -> list[dict[str, Any]]:
 
     parsed = parse_url(url)
     common: dict[str, Any] = {}
-    database = parsed.path.strip("/")
+    database = parsed.path.strip("/") or parsed.query.get("db", "")
     if database:
         common["db"] = int(database)
     if parsed.username:
@@ -89,6 +89,18 @@ def master_options(url: str) -> list[dict[str, Any]]:
     return masters
 
 
+def _unannounced() -> dict[str, Any]:
+    """Options for a client that sends no CLIENT SETINFO on connect (nor HELLO: RESP2), so
+    that a reading costs a master's counter its one command: redis-py 8 takes a
+    ``DriverInfo`` without a name or version, older ones ``lib_name`` and ``lib_version``
+    None (which redis-py 8 deprecates)."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:
+        return {"lib_name": None, "lib_version": None, "protocol": 2}
+    return {"driver_info": DriverInfo(name=None, lib_version=None), "protocol": 2}
+
+
 def _sum_over_masters(url: str, read: Any) -> list[Any] | None:
     """``read(client)`` on a plain client of each master of ``url``; None for other URLs, or
     if any master cannot be read (the bench goes on without the figure then)."""
@@ -98,11 +110,13 @@ def _sum_over_masters(url: str, read: Any) -> list[Any] | None:
         return None
     try:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         found = []
         for options in master_options(url):
-            # No CLIENT SETINFO nor HELLO on connect: the reading is the one command it costs
-            client = redis.Redis(**options, lib_name=None, lib_version=None, protocol=2)
+            # no retries: a master that does not answer leaves the figure out at once
+            client = redis.Redis(**options, **_unannounced(), retry=Retry(NoBackoff(), 0))
             try:
                 found.append(read(client))
             finally:
