@@ -66,15 +66,22 @@ def _client(url: str, **options: Any) -> Any:
     return redis.Redis.from_url(peer_url(url), **options)
 
 
+def unannounced() -> dict[str, Any]:
+    """Options for a client that sends no CLIENT SETINFO on connect (nor HELLO: RESP2), so
+    that a reading costs a server's counter its one command."""
+    from .common import NO_CLIENT_INFO
+
+    return {**NO_CLIENT_INFO, "protocol": 2}
+
+
 def _info(url: str, section: str) -> dict[str, Any] | None:
     """One ``INFO section`` of the server behind a Redis ``url``; None for other URLs, or if
     it cannot be read (the bench goes on without the figure then)."""
     if urlsplit(url).scheme.lower() not in PEER_SCHEMES:
         return None
     try:
-        # No CLIENT SETINFO (lib_name/lib_version None) nor HELLO (RESP2) on connect, so that
         # INFO is the one command this costs the server's counter
-        client = _client(url, lib_name=None, lib_version=None, protocol=2)
+        client = _client(url, **unannounced())
         try:
             return dict(client.info(section))
         finally:
@@ -87,7 +94,7 @@ def _persists(url: str) -> bool | None:
     """Whether the server writes its data to disk (RDB snapshots or an AOF); None if its
     configuration cannot be read (a user without CONFIG, say)."""
     try:
-        client = _client(url, lib_name=None, lib_version=None, protocol=2)
+        client = _client(url, **unannounced())
         try:
             save = client.config_get("save").get("save", "")
             appendonly = client.config_get("appendonly").get("appendonly", "no")

@@ -30,7 +30,9 @@ def _redis_options(ttl: float) -> str:
     return f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
 
 
-def _missing_redis() -> str | None:
+def missing_redis() -> str | None:
+    """Why Redis servers cannot be started here (the driver, the launcher, the program), or
+    None."""
     missing = missing_module("redis", "pip install 'tumbler[redis]'") or missing_module(
         "mirakuru", "pip install 'tumbler[testing]'"
     )
@@ -39,7 +41,7 @@ def _missing_redis() -> str | None:
     return missing
 
 
-def _redis_version() -> str:
+def redis_version() -> str:
     from .server import redis_server_binary
 
     return program_version([redis_server_binary(), "--version"], r"v=(\S+)")
@@ -61,7 +63,7 @@ def _redis_starter(appendonly: bool) -> Callable[[Path, Settings], Deployment]:
             proxy,
             f"{server.host}:{server.port}",
             lambda address: f"redis://{address}/0?{options}",
-            lambda: {"redis-server": _redis_version()},
+            lambda: {"redis-server": redis_version()},
         )
 
     return start
@@ -110,7 +112,7 @@ class _RedisClusterDeployment(Deployment):
         self.cluster.wait_healthy()
 
     def versions(self) -> dict[str, str]:
-        return {"redis-server": _redis_version()}
+        return {"redis-server": redis_version()}
 
     def close(self) -> None:
         super().close()
@@ -144,7 +146,7 @@ DEPLOYMENTS = (
         "(server clock); a restart without persistence forgets grants",
         recovery_grace=2.5,
         start=_redis_starter(appendonly=False),
-        missing=_missing_redis,
+        missing=missing_redis,
     ),
     BackendSpec(
         name="redis-aof",
@@ -156,7 +158,7 @@ DEPLOYMENTS = (
         promise="exclusion across server crashes: every grant is on disk before it is acknowledged",
         recovery_grace=2.5,
         start=_redis_starter(appendonly=True),
-        missing=_missing_redis,
+        missing=missing_redis,
     ),
     BackendSpec(
         name="redis-cluster",
@@ -177,6 +179,6 @@ DEPLOYMENTS = (
         # a killed master is noticed after cluster-node-timeout (2 s in the launcher)
         recovery_grace=5.0,
         start=_start_redis_cluster,
-        missing=_missing_redis,
+        missing=missing_redis,
     ),
 )

@@ -36,6 +36,7 @@ from ...testing.bench import (
     SyncSession,
     TimeoutLockSession,
 )
+from ..redis.bench import unannounced
 
 __all__ = [
     "BENCH",
@@ -89,18 +90,6 @@ def master_options(url: str) -> list[dict[str, Any]]:
     return masters
 
 
-def _unannounced() -> dict[str, Any]:
-    """Options for a client that sends no CLIENT SETINFO on connect (nor HELLO: RESP2), so
-    that a reading costs a master's counter its one command: redis-py 8 takes a
-    ``DriverInfo`` without a name or version, older ones ``lib_name`` and ``lib_version``
-    None (which redis-py 8 deprecates)."""
-    try:
-        from redis.driver_info import DriverInfo
-    except ImportError:
-        return {"lib_name": None, "lib_version": None, "protocol": 2}
-    return {"driver_info": DriverInfo(name=None, lib_version=None), "protocol": 2}
-
-
 def _sum_over_masters(url: str, read: Any) -> list[Any] | None:
     """``read(client)`` on a plain client of each master of ``url``; None for other URLs, or
     if any master cannot be read (the bench goes on without the figure then)."""
@@ -116,7 +105,7 @@ def _sum_over_masters(url: str, read: Any) -> list[Any] | None:
         found = []
         for options in master_options(url):
             # no retries: a master that does not answer leaves the figure out at once
-            client = redis.Redis(**options, **_unannounced(), retry=Retry(NoBackoff(), 0))
+            client = redis.Redis(**options, **unannounced(), retry=Retry(NoBackoff(), 0))
             try:
                 found.append(read(client))
             finally:

@@ -12,7 +12,6 @@ lease, so that a restarted master is back in the vote before the next fault.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,11 @@ from ...torture.backends import (
     BackendSpec,
     Deployment,
     Settings,
-    missing_module,
-    program_version,
     started,
 )
 from ...torture.check import BELIEF_KINDS
 from ...torture.faults import ProxyControl, network_faults_missing
+from ..redis.torture import missing_redis, redis_version
 
 #: the masters of the deployment: two can be lost, three decide
 MASTERS = 5
@@ -45,21 +43,6 @@ def _redlock_options(ttl: float) -> str:
         f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
         f"&node_timeout={node_timeout:g}&restart_delay={ttl + 0.5:g}"
     )
-
-
-def _missing_redlock() -> str | None:
-    missing = missing_module("redis", "pip install 'tumbler[redis]'") or missing_module(
-        "mirakuru", "pip install 'tumbler[testing]'"
-    )
-    if missing is None and shutil.which("redis-server") is None:
-        return "redis-server is not installed"
-    return missing
-
-
-def _redis_version() -> str:
-    from ..redis.server import redis_server_binary
-
-    return program_version([redis_server_binary(), "--version"], r"v=(\S+)")
 
 
 class _RedlockDeployment(Deployment):
@@ -99,7 +82,7 @@ class _RedlockDeployment(Deployment):
         self.masters.resume(index)
 
     def versions(self) -> dict[str, str]:
-        return {"redis-server": _redis_version()}
+        return {"redis-server": redis_version()}
 
     def close(self) -> None:
         super().close()
@@ -148,6 +131,6 @@ DEPLOYMENTS = (
         # waiters' wake-ups do not survive its connections
         recovery_grace=5.0,
         start=_start_redlock,
-        missing=_missing_redlock,
+        missing=missing_redis,
     ),
 )
