@@ -217,6 +217,15 @@ def test_redlock_through_hung_masters_and_network_faults(tmp_path: Path) -> None
     assert "double-hold" in deployments()["redlock"].not_promised_under("restart")
 
 
+@pytest.mark.timeout(120)
+def test_redlock_with_every_primitive(tmp_path: Path) -> None:
+    """The other primitives (the lock is above) while up to two masters crash and come back
+    empty: a fair lock, a semaphore (which needs four masters of five), a read/write lock."""
+    run = _torture("redlock", ["minority"], tmp_path, primitives=("fair", "semaphore", "rwlock"))
+    _assert_kept_promises(run)
+    assert {round_.primitive for round_ in run.rounds} == {"fair", "semaphore", "rwlock"}
+
+
 @pytest.mark.timeout(60)
 def test_without_fencing_the_checker_finds_the_paused_holders_write(tmp_path: Path) -> None:
     """The control experiment: the same pauses, a resource that checks nothing."""
