@@ -578,8 +578,10 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def release(self, name: str, owner: str) -> bool:
         with self._guard:
             needed = self._quorums.pop((name, owner), len(self.masters) // 2 + 1)
-        targets = [master.index for master in self._targets(needed)]
-        answered, removed = await self._release_on(name, owner, targets)
+        # every master, those left out after a failure too: one of them may hold the grant,
+        # and a release that did not ask it would report a hold lost that was not
+        everyone = [master.index for master in self.masters]
+        answered, removed = await self._release_on(name, owner, everyone)
         if answered < needed:
             raise BackendUnavailable(
                 f"{answered} of {len(self.masters)} Redis masters answered the release, "
@@ -614,7 +616,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 args += [renewal.owner, max(1, round(renewal.ttl * 1000))]
             commands.append(_RENEW_ALL.call(keys, args))
         least = min(needs)
-        calls = {master.index: commands for master in self._targets(least)}
+        # every master, as for a release: a renewal that left out a master holding the grant
+        # could count too few and report the hold lost
+        calls = {master.index: commands for master in self.masters}
         sent_at = self.clock.now()
         results = await self._fan_out(calls, min(timeout, self.config.node_timeout))
         elapsed = self.clock.now() - sent_at
