@@ -26,17 +26,20 @@ The algorithm (the Redlock of the Redis documentation)
     hold) and time is left: the hold's lease counts from before the request was sent, less the
     lock layer's drift allowance (1% of the TTL for the masters' clocks, and the delay of
     acting on a deadline), and a grant with none of it left by the last reply does not count.
-    A grant that does not count is released on every master at once, and the next try comes after a
-    random pause (up to ``node_timeout``), so that two clients that split the masters between
-    them do not split them again. A master that failed is left out for a growing pause (from
-    0.1 s to 2 s) rather than waited for on every call. Renewals go to every master at once
-    and keep a hold only if a quorum renewed it in time; a renewal that no quorum confirms
-    leaves the hold to the lock layer's loss rules (the hold is lost at its deadline unless a
-    retry gets a quorum), and a quorum that answers without the hold makes it lost at once.
-    Waiters queue on every master and are woken by any master's release (pub/sub, one
-    connection per master, as on one Redis server), with a re-check every second. If fewer
-    masters than a quorum answer, the call raises ``BackendUnavailable`` naming how many did,
-    after three tries and ``socket_timeout``; it never reports a grant no quorum made.
+    A grant that does not count is given back on every master that made it, at once: released,
+    or for a request that waits, put back in line where it was (see ``.lua``); the next try
+    comes after a random pause (up to ``node_timeout``), so that two clients that split the
+    masters between them do not split them again. A master that failed is left out of grants
+    for a growing pause (from 0.1 s to 2 s) rather than waited for on every one. Renewals and
+    releases go to every master at once, those left out too (one may hold the grant); a
+    renewal keeps a hold only if a quorum renewed it in time. One that too few masters answer
+    leaves the hold to the lock layer's loss rules (it is lost at its deadline unless a retry
+    gets a quorum); one that a quorum answers without renewing makes it lost at once. Waiters
+    queue on every master and are woken by any master's release (pub/sub, one connection per
+    master, as on one Redis server), with a re-check every second. If fewer masters than a
+    quorum answer a grant, it raises ``BackendUnavailable`` naming how many did: after three
+    tries when the others refuse connections (they are down), after up to ``socket_timeout``
+    when they answer late. It never reports a grant no quorum made.
 
 Fencing tokens
     Each master keeps a sequence per name, as on one Redis server, but draws from
