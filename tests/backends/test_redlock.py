@@ -2,8 +2,10 @@
 processes started by ``RedlockMasters``): a minority of masters killed or stopped while locks
 are held and wanted; a majority lost (a typed error naming how many answered, never a false
 grant); a master restarted empty (kept out for ``restart_delay``, and what happens without
-it); fencing tokens raised to the greatest a quorum drew; split grants given back; the quorum
-of a semaphore; renewals that need a quorum; configurations refused at connect.
+it); fencing tokens raised to the greatest a quorum drew; split grants given back, or put back
+in line where they were; the quorum of a semaphore; renewals that need a quorum, and that ask
+a master left out after a failure; a reply later than node_timeout never taken for another
+call's; configurations refused at connect.
 """
 
 from __future__ import annotations
