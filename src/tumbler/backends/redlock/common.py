@@ -11,12 +11,13 @@ Cluster), each Redis 7.0 or newer. Every master takes the same credentials, data
 options. Options: those of ``redis://`` that apply to one server (``prefix``,
 ``socket_timeout``, ``connect_timeout``, ``max_connections``, ``max_waiters``, and for
 ``redlocks://`` ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname``),
-and ``node_timeout`` (seconds, default 0.1: how long a grant, renewal or release waits for the
+and ``node_timeout`` (seconds, default 0.1: how long a grant or release waits for the
 masters' replies; a master that has not answered by then counts as not granting) and
 ``restart_delay`` (seconds, default 60, 0 to turn it off: how long a master that lost its data
 stays out; also the longest lease granted). ``socket_timeout`` (default 1) bounds the other
-calls (inspection, force release, the wake-up subscriptions), ``connect_timeout`` (default
-0.5) a connection's setup.
+calls (renewals, within the leases' time; inspection, force release, the wake-up
+subscriptions), ``connect_timeout`` (default 0.5) a connection's set-up (TCP, TLS and the
+login).
 
 The algorithm (the Redlock of the Redis documentation)
     A grant is the Redis backend's grant script, sent to every master at once (written to each
@@ -32,7 +33,8 @@ The algorithm (the Redlock of the Redis documentation)
     masters between them do not split them again. A master that failed is left out of grants
     for a growing pause (from 0.1 s to 2 s) rather than waited for on every one. Renewals and
     releases go to every master at once, those left out too (one may hold the grant); a
-    renewal keeps a hold only if a quorum renewed it in time. One that too few masters answer
+    renewal waits up to ``socket_timeout`` and keeps a hold only if a quorum renewed it in
+    time. One that too few masters answer
     leaves the hold to the lock layer's loss rules (it is lost at its deadline unless a retry
     gets a quorum); one that a quorum answers without renewing makes it lost at once. Waiters
     queue on every master and are woken by any master's release (pub/sub, one connection per

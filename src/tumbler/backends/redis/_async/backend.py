@@ -385,15 +385,16 @@ class AsyncRedisBackend(AsyncInspectEachName):
         self.closings.follow(pool)
         return pool
 
-    def quick_pool(self, timeout: float) -> BlockingConnectionPool:
+    def quick_pool(self) -> BlockingConnectionPool:
         """A pool of ``max_connections`` to the server for calls that read their replies
-        within a timeout of their own and must not be held up longer by a server that stopped
-        answering (Redlock's masters): a connection greets the server within ``timeout``
-        (after ``connect_timeout`` for its TCP and TLS set-up). Closed by its user."""
+        within a timeout of their own (Redlock's masters): a connection is set up (TCP, TLS,
+        authentication) within ``connect_timeout`` and greets the server with nothing more,
+        so that a server that stopped answering costs a new connection no longer. Closed by
+        its user."""
         connection_class, options = self._connection_options(None)
-        # Neither CLIENT SETINFO nor HELLO (RESP2: the scripts' replies read the same): a
-        # connection is ready once connected (and authenticated), with no reply to wait for.
-        options.update(socket_timeout=timeout, protocol=2, **NO_CLIENT_INFO)
+        # Neither CLIENT SETINFO nor HELLO (RESP2: the scripts' replies read the same).
+        setup = self.config.client_options["socket_connect_timeout"]
+        options.update(socket_timeout=setup, protocol=2, **NO_CLIENT_INFO)
         pool = BlockingConnectionPool(
             connection_class=connection_class,
             max_connections=self.config.max_connections,

@@ -112,13 +112,11 @@ class _Master:
     """One master: the Redis backend that speaks to it (connections, wake-ups), and whether it
     is left out for now after a failure."""
 
-    def __init__(self, index: int, backend: RedisBackend, node_timeout: float) -> None:
+    def __init__(self, index: int, backend: RedisBackend) -> None:
         self.index = index
         self.backend = backend
-        # A connection made for a call greets the master within node_timeout, as its replies
-        # are read: a master that stopped answering (SIGSTOP, a frozen VM) still takes TCP
-        # connections. Its connections are typed loosely by redis-py.
-        self.pool: Any = backend.quick_pool(node_timeout)
+        # its connections are typed loosely by redis-py
+        self.pool: Any = backend.quick_pool()
         self._own: Any = None
         self._turn = Turn()
         self.out_until = 0.0
@@ -203,11 +201,7 @@ class RedlockBackend(InspectEachName):
         self._marker = lua.marker(config.prefix)
         client_id = secrets.token_hex(8)
         self.masters = [
-            _Master(
-                index,
-                RedisBackend(master, hub=self.hub, client_id=client_id),
-                config.node_timeout,
-            )
+            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
             for index, master in enumerate(config.masters)
         ]
         self._channel_prefix = self.keys.client_channel_prefix().encode()
@@ -622,7 +616,11 @@ class RedlockBackend(InspectEachName):
         # could count too few and report the hold lost
         calls = {master.index: commands for master in self.masters}
         sent_at = self.clock.now()
-        results = self._fan_out(calls, min(timeout, self.config.node_timeout))
+        # Not node_timeout: a renewal is not waited for by anyone, and one that gave up on a
+        # quorum slow for a moment (a busy machine) would cost the holds; as long as any other
+        # call to the masters waits, and within the leases' time.
+        wait = self.masters[0].backend.config.client_options["socket_timeout"]
+        results = self._fan_out(calls, min(timeout, wait))
         elapsed = self.clock.now() - sent_at
         renewed = [0] * len(renewals)
         answered = 0
