@@ -527,3 +527,29 @@ def test_a_master_left_out_after_a_failure_still_renews_and_releases_the_grant_i
         assert grants_on(masters, prefix, "exact") == [0, 0, 0, 0, 0]
     finally:
         backend.close()
+
+
+def test_a_renewal_waits_for_a_quorum_that_answers_late(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """Three masters that answer 0.3 s late (a busy machine, a stall): the renewal waits for
+    them, within socket_timeout and the lease, rather than giving up at node_timeout."""
+    from tumbler._url import parse_url
+    from tumbler.backends.contract import GrantRequest, Renewal
+    from tumbler.backends.redlock.common import open_sync
+
+    backend = open_sync(parse_url(masters.url(prefix)))
+    try:
+        request = GrantRequest("late-quorum", "holder", False, 1, False, 10.0, holder="case")
+        assert backend.try_grant(request) is not None
+        for index in (0, 1, 2):
+            masters.pause(index)
+        resumed = threading.Timer(0.3, lambda: [masters.resume(i) for i in (0, 1, 2)])
+        resumed.start()
+        try:
+            renewed = backend.renew_all([Renewal("late-quorum", "holder", 10.0)], timeout=5.0)
+        finally:
+            resumed.join()
+        assert renewed == [10.0]
+    finally:
+        backend.close()

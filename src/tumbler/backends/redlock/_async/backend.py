@@ -375,8 +375,15 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         return found
 
     def _unavailable(
-        self, answered: int, needed: int, results: dict[int, _Replies], name: str | None
+        self,
+        answered: int,
+        needed: int,
+        results: dict[int, _Replies],
+        name: str | None,
+        within: float | None = None,
     ) -> BackendUnavailable:
+        """The error for a call that fewer masters than ``needed`` answered within ``within``
+        seconds (``node_timeout`` unless said), naming why each other one did not."""
         reasons = "; ".join(
             f"{self.masters[index].address}: {tumbler_error(reply, self.url, name).message}"
             for index, reply in sorted(results.items())
@@ -384,7 +391,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         )
         return BackendUnavailable(
             f"{answered} of {len(self.masters)} Redis masters answered within "
-            f"{self.config.node_timeout:g} s, {needed} are needed"
+            f"{self.config.node_timeout if within is None else within:g} s, {needed} are needed"
             + (f" ({reasons})" if reasons else ""),
             lock_name=name,
             backend=self.url,
@@ -633,7 +640,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 renewed[position] += int(flag)
         if answered < least:
             name = renewals[0].name if len(renewals) == 1 else None
-            raise self._unavailable(answered, least, results, name)
+            raise self._unavailable(answered, least, results, name, min(timeout, wait))
         return [
             renewal.ttl
             if count >= needed and elapsed + core.drift_margin(renewal.ttl) < renewal.ttl
@@ -675,9 +682,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
         """``call``'s reply from every master that answered, a majority at least."""
         needed = len(self.masters) // 2 + 1
+        wait = self.masters[0].backend.config.client_options["socket_timeout"]
         results = await self._fan_out(
-            {master.index: [call] for master in self._targets(needed)},
-            self.masters[0].backend.config.client_options["socket_timeout"],
+            {master.index: [call] for master in self._targets(needed)}, wait
         )
         replies = []
         for answer in results.values():
@@ -687,7 +694,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 raise tumbler_error(answer[0], self.url, name)
             replies.append(answer[0])
         if len(replies) < needed:
-            raise self._unavailable(len(replies), needed, results, name)
+            raise self._unavailable(len(replies), needed, results, name, wait)
         return replies
 
     async def inspect(self, name: str) -> LockState:

@@ -377,8 +377,15 @@ class RedlockBackend(InspectEachName):
         return found
 
     def _unavailable(
-        self, answered: int, needed: int, results: dict[int, _Replies], name: str | None
+        self,
+        answered: int,
+        needed: int,
+        results: dict[int, _Replies],
+        name: str | None,
+        within: float | None = None,
     ) -> BackendUnavailable:
+        """The error for a call that fewer masters than ``needed`` answered within ``within``
+        seconds (``node_timeout`` unless said), naming why each other one did not."""
         reasons = "; ".join(
             f"{self.masters[index].address}: {tumbler_error(reply, self.url, name).message}"
             for index, reply in sorted(results.items())
@@ -386,7 +393,7 @@ class RedlockBackend(InspectEachName):
         )
         return BackendUnavailable(
             f"{answered} of {len(self.masters)} Redis masters answered within "
-            f"{self.config.node_timeout:g} s, {needed} are needed"
+            f"{self.config.node_timeout if within is None else within:g} s, {needed} are needed"
             + (f" ({reasons})" if reasons else ""),
             lock_name=name,
             backend=self.url,
@@ -635,7 +642,7 @@ class RedlockBackend(InspectEachName):
                 renewed[position] += int(flag)
         if answered < least:
             name = renewals[0].name if len(renewals) == 1 else None
-            raise self._unavailable(answered, least, results, name)
+            raise self._unavailable(answered, least, results, name, min(timeout, wait))
         return [
             renewal.ttl
             if count >= needed and elapsed + core.drift_margin(renewal.ttl) < renewal.ttl
@@ -677,10 +684,8 @@ class RedlockBackend(InspectEachName):
     def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
         """``call``'s reply from every master that answered, a majority at least."""
         needed = len(self.masters) // 2 + 1
-        results = self._fan_out(
-            {master.index: [call] for master in self._targets(needed)},
-            self.masters[0].backend.config.client_options["socket_timeout"],
-        )
+        wait = self.masters[0].backend.config.client_options["socket_timeout"]
+        results = self._fan_out({master.index: [call] for master in self._targets(needed)}, wait)
         replies = []
         for answer in results.values():
             if isinstance(answer, Exception):
@@ -689,7 +694,7 @@ class RedlockBackend(InspectEachName):
                 raise tumbler_error(answer[0], self.url, name)
             replies.append(answer[0])
         if len(replies) < needed:
-            raise self._unavailable(len(replies), needed, results, name)
+            raise self._unavailable(len(replies), needed, results, name, wait)
         return replies
 
     def inspect(self, name: str) -> LockState:
