@@ -619,30 +619,40 @@ class RedlockBackend(InspectEachName):
                 args += [renewal.owner, max(1, round(renewal.ttl * 1000))]
             commands.append(_RENEW_ALL.call(keys, args))
         least = min(needs)
-        # every master, as for a release: a renewal that left out a master holding the grant
-        # could count too few and report the hold lost
-        calls = {master.index: commands for master in self.masters}
+        # Every master, as for a release: a renewal that left out a master holding the grant
+        # could count too few and report the hold lost. Each round waits node_timeout; while
+        # fewer than a quorum answered, those that did not are asked again (a renewal sets the
+        # lease anew: asking twice does no harm), for as long as any other call to the masters
+        # would wait and within the leases' time, as a quorum slow for a moment (a busy
+        # machine) must not cost the holds, nor a stopped master hold every renewal up.
+        wait = min(timeout, self.masters[0].backend.config.client_options["socket_timeout"])
         sent_at = self.clock.now()
-        # Not node_timeout: a renewal is not waited for by anyone, and one that gave up on a
-        # quorum slow for a moment (a busy machine) would cost the holds; as long as any other
-        # call to the masters waits, and within the leases' time.
-        wait = self.masters[0].backend.config.client_options["socket_timeout"]
-        results = self._fan_out(calls, min(timeout, wait))
-        elapsed = self.clock.now() - sent_at
+        pending = [master.index for master in self.masters]
         renewed = [0] * len(renewals)
         answered = 0
-        for replies in results.values():
-            if isinstance(replies, Exception) or any(
-                isinstance(reply, Exception) for reply in replies
-            ):
-                continue
-            answered += 1
-            flags = [flag for reply in replies for flag in reply]
-            for position, flag in enumerate(flags):
-                renewed[position] += int(flag)
+        results: dict[int, _Replies] = {}
+        while True:
+            left = wait - (self.clock.now() - sent_at)
+            rounds = self._fan_out(
+                {index: commands for index in pending}, min(self.config.node_timeout, left)
+            )
+            results.update(rounds)
+            for index, replies in rounds.items():
+                if isinstance(replies, Exception) or any(
+                    isinstance(reply, Exception) for reply in replies
+                ):
+                    continue
+                answered += 1
+                pending.remove(index)
+                flags = [flag for reply in replies for flag in reply]
+                for position, flag in enumerate(flags):
+                    renewed[position] += int(flag)
+            if answered >= least or not pending or self.clock.now() - sent_at >= wait:
+                break
+        elapsed = self.clock.now() - sent_at
         if answered < least:
             name = renewals[0].name if len(renewals) == 1 else None
-            raise self._unavailable(answered, least, results, name, min(timeout, wait))
+            raise self._unavailable(answered, least, results, name, wait)
         return [
             renewal.ttl
             if count >= needed and elapsed + core.drift_margin(renewal.ttl) < renewal.ttl
