@@ -553,3 +553,30 @@ def test_a_renewal_waits_for_a_quorum_that_answers_late(
         assert renewed == [10.0]
     finally:
         backend.close()
+
+
+def test_a_renewal_does_not_ask_again_masters_that_are_down(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """Masters that refuse connections are not asked again and again while the renewal waits
+    for a quorum (each refusal counted as a failure: thousands of them overflowed the pause
+    that leaves a master out)."""
+    from tumbler._url import parse_url
+    from tumbler.backends.contract import GrantRequest, Renewal
+    from tumbler.backends.redlock.common import open_sync
+
+    backend = open_sync(parse_url(masters.url(prefix)))
+    try:
+        request = GrantRequest("down", "holder", False, 1, False, 10.0, holder="case")
+        assert backend.try_grant(request) is not None
+        for index in (0, 1, 2):
+            masters.kill(index)
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="2 of 5 Redis masters answered"):
+            backend.renew_all([Renewal("down", "holder", 10.0)], timeout=5.0)
+        assert time.monotonic() - started < 0.5
+        for _ in range(5000):  # a master down for a long while
+            backend.masters[0].failed()
+        assert backend.masters[0].out_until - time.monotonic() <= 2.0
+    finally:
+        backend.close()

@@ -161,7 +161,7 @@ class _Master:
 
     def failed(self) -> None:
         self._failures += 1
-        pause = min(BACKOFF_LONGEST, BACKOFF_FIRST * 2 ** (self._failures - 1))
+        pause = min(BACKOFF_LONGEST, BACKOFF_FIRST * 2 ** min(self._failures - 1, 16))
         self.out_until = time.monotonic() + pause
 
 
@@ -619,10 +619,10 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         least = min(needs)
         # Every master, as for a release: a renewal that left out a master holding the grant
         # could count too few and report the hold lost. Each round waits node_timeout; while
-        # fewer than a quorum answered, those that did not are asked again (a renewal sets the
-        # lease anew: asking twice does no harm), for as long as any other call to the masters
-        # would wait and within the leases' time, as a quorum slow for a moment (a busy
-        # machine) must not cost the holds, nor a stopped master hold every renewal up.
+        # fewer than a quorum answered, those that answered late are asked again (a renewal
+        # sets the lease anew: asking twice does no harm), for as long as any other call to
+        # the masters would wait and within the leases' time, as a quorum slow for a moment
+        # (a busy machine) must not cost the holds, nor a stopped master hold every renewal up.
         wait = min(timeout, self.masters[0].backend.config.client_options["socket_timeout"])
         sent_at = self.clock.now()
         pending = [master.index for master in self.masters]
@@ -639,6 +639,8 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 if isinstance(replies, Exception) or any(
                     isinstance(reply, Exception) for reply in replies
                 ):
+                    if not _timed_out(replies):
+                        pending.remove(index)  # down (or refusing): asking again is no use
                     continue
                 answered += 1
                 pending.remove(index)
