@@ -204,6 +204,8 @@ class RedlockBackend(InspectEachName):
             _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
             for index, master in enumerate(config.masters)
         ]
+        #: the quorum of a lock, a read lock and a semaphore of one permit
+        self._majority = quorum(len(self.masters), False, 1)
         self._channel_prefix = self.keys.client_channel_prefix().encode()
         self._client = client_id.encode()
         first = self.masters[0].backend.config
@@ -252,7 +254,7 @@ class RedlockBackend(InspectEachName):
                     backend=self.url,
                 )
             run_ids[run_id] = master.address
-        needed = len(self.masters) // 2 + 1
+        needed = self._majority
         if answered < needed:
             raise BackendUnavailable(
                 f"{answered} of {len(self.masters)} Redis masters answered, a majority is "
@@ -367,6 +369,11 @@ class RedlockBackend(InspectEachName):
                 master.give_back(connection)
         return results
 
+    def _client_on(self, master: _Master) -> bytes:
+        """The client a waiter's entry on ``master`` names: none until the client listens to
+        that master, whose releases would otherwise judge the waiter gone."""
+        return self._client if master.backend.wakeups.subscribed() else b""
+
     def _lock_keys(self, name: str) -> list[bytes]:
         found = self._keys_cache.get(name)
         if found is None:
@@ -455,9 +462,7 @@ class RedlockBackend(InspectEachName):
         proposal = time.time_ns() // 1000
         calls = {}
         for master in self._targets(needed):
-            # a master's releases wake this client only once it listens to that master
-            client = self._client if master.backend.wakeups.subscribed() else b""
-            args = [*head, client, self._max_waiters, b"", proposal]
+            args = [*head, self._client_on(master), self._max_waiters, b"", proposal]
             calls[master.index] = [_GRANT.call(keys, args)]
         sent_at = self.clock.now()
         results = self._fan_out(calls)
@@ -507,11 +512,10 @@ class RedlockBackend(InspectEachName):
         keys = self._lock_keys(request.name)
         calls = {}
         for index in indexes:
-            client = self._client if self.masters[index].backend.wakeups.subscribed() else b""
             args: list[str | bytes | int] = [
                 request.owner,
                 self._waiter_ttl,
-                client,
+                self._client_on(self.masters[index]),
                 self._channel_prefix,
                 request.name,
             ]
@@ -580,7 +584,7 @@ class RedlockBackend(InspectEachName):
 
     def release(self, name: str, owner: str) -> bool:
         with self._guard:
-            needed = self._quorums.pop((name, owner), len(self.masters) // 2 + 1)
+            needed = self._quorums.pop((name, owner), self._majority)
         # every master, those left out after a failure too: one of them may hold the grant,
         # and a release that did not ask it would report a hold lost that was not
         everyone = [master.index for master in self.masters]
@@ -607,7 +611,7 @@ class RedlockBackend(InspectEachName):
             return []
         with self._guard:
             needs = [
-                self._quorums.get((renewal.name, renewal.owner), len(self.masters) // 2 + 1)
+                self._quorums.get((renewal.name, renewal.owner), self._majority)
                 for renewal in renewals
             ]
         commands = []
@@ -695,7 +699,7 @@ class RedlockBackend(InspectEachName):
 
     def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
         """``call``'s reply from every master that answered, a majority at least."""
-        needed = len(self.masters) // 2 + 1
+        needed = self._majority
         wait = self.masters[0].backend.config.client_options["socket_timeout"]
         results = self._fan_out({master.index: [call] for master in self._targets(needed)}, wait)
         replies = []
@@ -760,7 +764,7 @@ class RedlockBackend(InspectEachName):
             except BackendUnavailable:
                 continue
             answered += 1
-        needed = len(self.masters) // 2 + 1
+        needed = self._majority
         if answered < needed:
             raise BackendUnavailable(
                 f"{answered} of {len(self.masters)} Redis masters answered, {needed} are needed",
