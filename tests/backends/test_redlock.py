@@ -21,8 +21,11 @@ import pytest
 
 import tumbler
 import tumbler.aio
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.redis.lua import Keys
-from tumbler.backends.redlock.common import quorum
+from tumbler.backends.redlock._sync.backend import RedlockBackend
+from tumbler.backends.redlock.common import open_sync, quorum
 from tumbler.backends.redlock.server import RedlockMasters
 from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost
 from tumbler.testing.conformance.compat import eventually
@@ -54,6 +57,19 @@ def connect(masters: RedlockMasters, prefix: str) -> Iterator[Callable[..., tumb
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def backend(masters: RedlockMasters, prefix: str) -> Iterator[RedlockBackend]:
+    """The backend itself, for the cases that call the contract directly."""
+    opened = open_sync(parse_url(masters.url(prefix)))
+    yield opened
+    opened.close()
+
+
+def request(name: str, owner: str, *, fair: bool = False) -> GrantRequest:
+    """An exclusive request with a 10 s lease."""
+    return GrantRequest(name, owner, False, 1, fair, 10.0, holder="case")
 
 
 def grants_on(masters: RedlockMasters, prefix: str, name: str) -> list[int]:
@@ -466,117 +482,78 @@ def test_a_reply_later_than_node_timeout_is_never_read_as_another_calls(
 
 
 def test_a_grant_short_of_a_quorum_goes_back_in_line_where_it_was(
-    masters: RedlockMasters, prefix: str
+    masters: RedlockMasters, prefix: str, backend: RedlockBackend
 ) -> None:
     """A fair waiter granted on two masters (the other three held by someone else) keeps its
     place in line there, as a waiter: a later fair waiter cannot pass it on any master."""
-    from tumbler._url import parse_url
-    from tumbler.backends.contract import GrantRequest
-    from tumbler.backends.redlock.common import open_sync
-
-    def request(owner: str) -> GrantRequest:
-        return GrantRequest("line", owner, False, 1, True, 10.0, holder="case")
-
-    backend = open_sync(parse_url(masters.url(prefix)))
-    try:
-        assert backend.try_grant(request("holder")) is not None
-        for index in (0, 1):  # the holder's grant did not reach masters 0 and 1
-            masters.client(index).delete(*Keys(prefix).lock_keys("line"))
-        assert backend.try_grant(request("first")) is None  # 0 and 1 only: no quorum
-        entries = Keys(prefix).entries("line")
-        first = hashlib.sha1(b"first").hexdigest().encode()
-        places = []
-        for index in range(5):
-            value = masters.client(index).hget(entries, first)
-            assert value is not None, f"master {index} lost the first waiter's place"
-            fields = value.split(b"|")
-            assert fields[4] == b"", f"master {index} still has the first waiter's grant"
-            places.append(int(fields[0]))
-        # one arrival number on every master (drawn from the client's proposal): one order
-        assert len(set(places)) == 1
-        assert backend.try_grant(request("second")) is None
-        assert backend.release("line", "holder")
-        # the second comes first now, but the first is ahead of it on every master
-        assert backend.try_grant(request("second")) is None
-        granted = backend.try_grant(request("first"))
-        assert granted is not None
-    finally:
-        backend.close()
+    assert backend.try_grant(request("line", "holder", fair=True)) is not None
+    for index in (0, 1):  # the holder's grant did not reach masters 0 and 1
+        masters.client(index).delete(*Keys(prefix).lock_keys("line"))
+    assert backend.try_grant(request("line", "first", fair=True)) is None  # no quorum
+    entries = Keys(prefix).entries("line")
+    first = hashlib.sha1(b"first").hexdigest().encode()
+    places = []
+    for index in range(5):
+        value = masters.client(index).hget(entries, first)
+        assert value is not None, f"master {index} lost the first waiter's place"
+        fields = value.split(b"|")
+        assert fields[4] == b"", f"master {index} still has the first waiter's grant"
+        places.append(int(fields[0]))
+    # one arrival number on every master (drawn from the client's proposal): one order
+    assert len(set(places)) == 1
+    assert backend.try_grant(request("line", "second", fair=True)) is None
+    assert backend.release("line", "holder")
+    # the second comes first now, but the first is ahead of it on every master
+    assert backend.try_grant(request("line", "second", fair=True)) is None
+    assert backend.try_grant(request("line", "first", fair=True)) is not None
 
 
 def test_a_master_left_out_after_a_failure_still_renews_and_releases_the_grant_it_holds(
-    masters: RedlockMasters, prefix: str
+    masters: RedlockMasters, prefix: str, backend: RedlockBackend
 ) -> None:
     """A grant held on exactly a quorum, one of whose masters failed a call a moment ago (and
     is left out of grants for a while): its renewal and its release still ask that master, or
     they would count too few and report the hold lost."""
-    from tumbler._url import parse_url
-    from tumbler.backends.contract import GrantRequest
-    from tumbler.backends.redlock.common import open_sync
-
-    backend = open_sync(parse_url(masters.url(prefix)))
-    try:
-        request = GrantRequest("exact", "holder", False, 1, False, 10.0, holder="case")
-        assert backend.try_grant(request) is not None
-        for index in (3, 4):
-            masters.client(index).delete(*Keys(prefix).lock_keys("exact"))
-        for _ in range(4):  # left out for 0.8 s: the failures of a master that hung a moment
-            backend.masters[2].failed()
-        assert backend.renew("exact", "holder", 10.0) == 10.0
-        assert backend.release("exact", "holder")
-        assert grants_on(masters, prefix, "exact") == [0, 0, 0, 0, 0]
-    finally:
-        backend.close()
+    assert backend.try_grant(request("exact", "holder")) is not None
+    for index in (3, 4):
+        masters.client(index).delete(*Keys(prefix).lock_keys("exact"))
+    for _ in range(4):  # left out for 0.8 s: the failures of a master that hung a moment
+        backend.masters[2].failed()
+    assert backend.renew("exact", "holder", 10.0) == 10.0
+    assert backend.release("exact", "holder")
+    assert grants_on(masters, prefix, "exact") == [0, 0, 0, 0, 0]
 
 
 def test_a_renewal_waits_for_a_quorum_that_answers_late(
-    masters: RedlockMasters, prefix: str
+    masters: RedlockMasters, backend: RedlockBackend
 ) -> None:
     """Three masters that answer 0.3 s late (a busy machine, a stall): the renewal waits for
     them, within socket_timeout and the lease, rather than giving up at node_timeout."""
-    from tumbler._url import parse_url
-    from tumbler.backends.contract import GrantRequest, Renewal
-    from tumbler.backends.redlock.common import open_sync
-
-    backend = open_sync(parse_url(masters.url(prefix)))
+    assert backend.try_grant(request("late-quorum", "holder")) is not None
+    for index in (0, 1, 2):
+        masters.pause(index)
+    resumed = threading.Timer(0.3, lambda: [masters.resume(i) for i in (0, 1, 2)])
+    resumed.start()
     try:
-        request = GrantRequest("late-quorum", "holder", False, 1, False, 10.0, holder="case")
-        assert backend.try_grant(request) is not None
-        for index in (0, 1, 2):
-            masters.pause(index)
-        resumed = threading.Timer(0.3, lambda: [masters.resume(i) for i in (0, 1, 2)])
-        resumed.start()
-        try:
-            renewed = backend.renew_all([Renewal("late-quorum", "holder", 10.0)], timeout=5.0)
-        finally:
-            resumed.join()
-        assert renewed == [10.0]
+        renewed = backend.renew_all([Renewal("late-quorum", "holder", 10.0)], timeout=5.0)
     finally:
-        backend.close()
+        resumed.join()
+    assert renewed == [10.0]
 
 
 def test_a_renewal_does_not_ask_again_masters_that_are_down(
-    masters: RedlockMasters, prefix: str
+    masters: RedlockMasters, backend: RedlockBackend
 ) -> None:
     """Masters that refuse connections are not asked again and again while the renewal waits
     for a quorum (each refusal counted as a failure: thousands of them overflowed the pause
     that leaves a master out)."""
-    from tumbler._url import parse_url
-    from tumbler.backends.contract import GrantRequest, Renewal
-    from tumbler.backends.redlock.common import open_sync
-
-    backend = open_sync(parse_url(masters.url(prefix)))
-    try:
-        request = GrantRequest("down", "holder", False, 1, False, 10.0, holder="case")
-        assert backend.try_grant(request) is not None
-        for index in (0, 1, 2):
-            masters.kill(index)
-        started = time.monotonic()
-        with pytest.raises(BackendUnavailable, match="2 of 5 Redis masters answered"):
-            backend.renew_all([Renewal("down", "holder", 10.0)], timeout=5.0)
-        assert time.monotonic() - started < 0.5
-        for _ in range(5000):  # a master down for a long while
-            backend.masters[0].failed()
-        assert backend.masters[0].out_until - time.monotonic() <= 2.0
-    finally:
-        backend.close()
+    assert backend.try_grant(request("down", "holder")) is not None
+    for index in (0, 1, 2):
+        masters.kill(index)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="2 of 5 Redis masters answered"):
+        backend.renew_all([Renewal("down", "holder", 10.0)], timeout=5.0)
+    assert time.monotonic() - started < 0.5
+    for _ in range(5000):  # a master down for a long while
+        backend.masters[0].failed()
+    assert backend.masters[0].out_until - time.monotonic() <= 2.0
