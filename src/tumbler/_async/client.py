@@ -444,7 +444,7 @@ class AsyncLocks:
             shared=shared,
             limit=limit,
             fair=fair,
-            ttl=ttl,
+            ttl=self.gate.grantable(ttl),
             holder=self._holder,
             queue=queue,
         )

@@ -244,7 +244,11 @@ class AsyncHold:
         Raises ``LockLost`` if the backend no longer has the grant.
         """
         gate = self._gate
-        seconds = self._request.ttl if ttl is None else gate.lease(core.validate_ttl(ttl))
+        seconds = (
+            self._request.ttl
+            if ttl is None
+            else gate.grantable(gate.lease(core.validate_ttl(ttl)))
+        )
         with gate.operation(self.name):
             self.check()
             sent_at = gate.clock.now()

@@ -442,7 +442,7 @@ class Locks:
             shared=shared,
             limit=limit,
             fair=fair,
-            ttl=ttl,
+            ttl=self.gate.grantable(ttl),
             holder=self._holder,
             queue=queue,
         )

@@ -166,6 +166,14 @@ class ClientGate:
             )
         return ttl
 
+    def grantable(self, ttl: float) -> float:
+        """The lease to ask the backend for ``ttl``: cut to the longest it grants
+        (``capabilities.max_ttl``), which it may only learn once connected (a ZooKeeper
+        session's negotiated timeout). A backend whose safety rests on that bound (Redlock's
+        ``restart_delay``) never sees a longer request; a renewed hold does not notice."""
+        longest = self.backend.capabilities.max_ttl
+        return ttl if longest is None or ttl <= longest else longest
+
 
 class _Counted(contextlib.AbstractContextManager[None]):
     """A call counted in flight by a gate (a class, not a generator: every grant and release

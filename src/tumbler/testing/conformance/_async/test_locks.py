@@ -435,6 +435,26 @@ async def test_extend_sets_a_new_lease(aconnect: AsyncConnect) -> None:
     await lock.release()
 
 
+async def test_a_lease_is_what_was_asked_cut_to_the_longest_granted(
+    aconnect: AsyncConnect,
+) -> None:
+    # Redlock's safety rests on the cut: a master restarted empty stays out for max_ttl
+    locks = await aconnect()
+    longest = locks.capabilities.max_ttl
+    asked = 4 * longest if longest is not None else 40.0
+    expected = min(asked, longest or asked)
+    lock = locks.lock("longest-lease", ttl=asked, renew=False)
+    assert lock.ttl == asked  # what was asked for; the grant is cut
+    async with lock as hold:
+        assert hold.ttl == expected
+        for extension in (None, asked):
+            await hold.extend(extension)
+            assert hold.ttl == expected
+            (holder,) = (await locks.status("longest-lease")).holders
+            if not holder.session:
+                assert expected * 0.5 < holder.expires_in <= expected
+
+
 async def test_synchronized_serialises_calls_and_allows_recursion(aconnect: AsyncConnect) -> None:
     locks = await aconnect()
     other = await aconnect()

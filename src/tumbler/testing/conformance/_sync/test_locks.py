@@ -433,6 +433,26 @@ def test_extend_sets_a_new_lease(connect: Connect) -> None:
     lock.release()
 
 
+def test_a_lease_is_what_was_asked_cut_to_the_longest_granted(
+    connect: Connect,
+) -> None:
+    # Redlock's safety rests on the cut: a master restarted empty stays out for max_ttl
+    locks = connect()
+    longest = locks.capabilities.max_ttl
+    asked = 4 * longest if longest is not None else 40.0
+    expected = min(asked, longest or asked)
+    lock = locks.lock("longest-lease", ttl=asked, renew=False)
+    assert lock.ttl == asked  # what was asked for; the grant is cut
+    with lock as hold:
+        assert hold.ttl == expected
+        for extension in (None, asked):
+            hold.extend(extension)
+            assert hold.ttl == expected
+            (holder,) = (locks.status("longest-lease")).holders
+            if not holder.session:
+                assert expected * 0.5 < holder.expires_in <= expected
+
+
 def test_synchronized_serialises_calls_and_allows_recursion(connect: Connect) -> None:
     locks = connect()
     other = connect()
