@@ -245,9 +245,7 @@ class AsyncHold:
         """
         gate = self._gate
         seconds = (
-            self._request.ttl
-            if ttl is None
-            else gate.grantable(gate.lease(core.validate_ttl(ttl)))
+            self._request.ttl if ttl is None else gate.grantable(gate.lease(core.validate_ttl(ttl)))
         )
         with gate.operation(self.name):
             self.check()
