@@ -26,6 +26,7 @@ from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redlock._sync.backend import RedlockBackend
 from tumbler.backends.redlock.common import open_sync, quorum
+from tumbler.backends.redlock.lua import master_keys
 from tumbler.backends.redlock.server import RedlockMasters
 from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost
 from tumbler.testing.conformance.compat import eventually
@@ -298,6 +299,39 @@ def test_without_restart_delay_a_master_restarted_empty_makes_two_holders(
         lock.release()
 
 
+def test_masters_losing_their_data_one_after_another_never_make_two_holders(
+    tmp_path: Any, prefix: str
+) -> None:
+    """Two of three masters restarted empty one after the other, while a lock asked for with a
+    lease far longer than restart_delay is held without renewal: nobody is granted it while the
+    holder's lease may still run, because no lease is longer than restart_delay."""
+    with RedlockMasters(tmp_path / "three", 3) as three:
+        url = three.url(prefix, restart_delay=2)
+        with tumbler.connect(url) as first, tumbler.connect(url) as second:
+            with first.lock("warm-up"):  # every master is marked (see redlock.lua) ...
+                pass
+            for index in range(3):  # ... and has served for a minute
+                client = three.client(index)
+                seconds, micros = client.time()
+                client.set(f"{prefix}:serving-from", seconds * 1000 + micros // 1000 - 60_000)
+            lock = first.lock("lost-twice", ttl=60, renew=False)
+            assert lock.acquire()
+            hold = lock.hold
+            assert hold is not None
+            assert hold.ttl == 2  # cut to restart_delay
+            wanted = second.lock("lost-twice", ttl=60)
+            three.restart(0)
+            assert not wanted.acquire(timeout=0)  # marks master 0: out for restart_delay
+            three.restart(1)
+            assert wanted.acquire(timeout=10)
+            # granted only once the first lease had run out on its holder's clock
+            assert not hold.held
+            assert hold.expires_in <= 0
+            assert wanted.hold is not None
+            assert wanted.hold.token > hold.token
+            wanted.release()
+
+
 def test_every_master_new_serves_at_once(
     masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
 ) -> None:
@@ -345,6 +379,67 @@ def test_tokens_keep_increasing_while_masters_are_killed_and_restarted(
         with lock as hold:
             tokens.append(hold.token)
     assert tokens == sorted(set(tokens))
+
+
+def test_tokens_order_grants_across_changing_quorums_and_lost_masters(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    """The objection that the greatest of independent counters cannot order grants whose
+    quorums change while masters lose their data, replayed with tokens far above every
+    client's clock (so that the clock, which masters that lost everything draw from, would
+    not save them): each later grant still gets a greater token."""
+    locks = connect(restart_delay=1)
+    with locks.lock("warm-up"):  # every master is marked ...
+        pass
+    for index in range(5):  # ... and has served for a minute
+        client = masters.client(index)
+        seconds, micros = client.time()
+        client.set(f"{prefix}:serving-from", seconds * 1000 + micros // 1000 - 60_000)
+    ahead = time.time_ns() // 1000 + 10**12
+    first: dict[str, int] = {}
+    # quorum 0, 1, 2 grants "x" and "y"; masters 3 and 4 never hear of either
+    masters.pause(3)
+    masters.pause(4)
+    try:
+        for offset, name in enumerate(("x", "y"), start=1):
+            for index in (0, 1, 2):
+                masters.client(index).set(Keys(prefix).sequence(name), ahead * offset)
+            with locks.lock(name) as hold:
+                first[name] = hold.token
+    finally:
+        masters.resume(3)
+        masters.resume(4)
+
+    def serving(index: int) -> bool:
+        seconds, micros = masters.client(index).time()
+        served = masters.client(index).get(f"{prefix}:serving-from")
+        return served is not None and int(served) <= seconds * 1000 + micros // 1000
+
+    # master 0 restarts empty; while it is kept out, "x" is granted by 1, 2, 3, 4
+    masters.restart(0)
+    with locks.lock("x") as hold:
+        assert hold.token > first["x"]
+        assert grants_on(masters, prefix, "x") == [0, 1, 1, 1, 1]
+    # master 1 restarts empty too; once both serve again, "y" is granted by 0, 1, 3 alone:
+    # two that lost everything and one that never heard of "y"
+    masters.restart(1)
+
+    def both_serve() -> bool:
+        # a grant that reaches a master without its marker marks it (a master that failed
+        # is left out of grants for a moment)
+        with locks.lock("other"):
+            pass
+        return serving(0) and serving(1)
+
+    eventually(both_serve, "the restarted masters serve again")
+    masters.pause(2)
+    masters.pause(4)
+    try:
+        with locks.lock("y") as hold:
+            assert hold.token > first["y"]
+    finally:
+        masters.resume(2)
+        masters.resume(4)
 
 
 # -- split grants, renewals ---------------------------------------------------------------
@@ -424,7 +519,7 @@ def test_a_replica_is_refused(masters: RedlockMasters, prefix: str) -> None:
         replica.replicaof("NO", "ONE")
 
 
-def test_nothing_is_left_on_the_masters_but_their_markers(
+def test_nothing_is_left_on_the_masters_but_their_own_keys_and_sequences(
     masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
 ) -> None:
     locks = connect()
@@ -434,8 +529,8 @@ def test_nothing_is_left_on_the_masters_but_their_markers(
     locks.close()
 
     # the names' sequences stay (a day: see the Redis backend's keys), so that their tokens
-    # keep increasing
-    kept = {f"{prefix}:serving-from"} | {
+    # keep increasing; each master's marker, token floor and longest lease stay for good
+    kept = set(master_keys(prefix)) | {
         Keys(prefix).sequence(name) for name in ("a", "b", "s-a", "s-b")
     }
 

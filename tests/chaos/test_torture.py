@@ -41,7 +41,7 @@ CI_ROUNDS: dict[str, list[str]] = {
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "etcd-cluster": ["minority", "leader"],
-    "redlock": ["kill", "pause", "minority"],
+    "redlock": ["kill", "pause", "minority", "rolling-loss"],
     # Redlock's other rounds, in a test of their own that runs beside the first one
     "redlock-hangs": ["minority-pause", "net-cut+net-drop+net-delay+net-reset"],
 }
@@ -194,14 +194,16 @@ def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_redlock(tmp_path: Path) -> None:
-    """Five masters: holders killed and paused, and up to two masters at once killed and
-    restarted empty (each kept out of grants for restart_delay)."""
+    """Five masters: holders killed and paused, up to two masters at once killed and
+    restarted empty (each kept out of grants for restart_delay), and three restarted empty one
+    after another while a lease runs."""
     run = _torture("redlock", CI_ROUNDS["redlock"], tmp_path)
     _assert_kept_promises(run)
-    minority = next(round_ for round_ in run.rounds if round_.fault == "minority")
-    assert minority.not_promised == {}, _describe(minority)
-    # a fault on any master reaches the hold: every one keeps its own copy of the grant
-    assert any(record.acq is not None for record in minority.faults), _describe(minority)
+    for kind in ("minority", "rolling-loss"):
+        round_ = next(round_ for round_ in run.rounds if round_.fault == kind)
+        assert round_.not_promised == {}, _describe(round_)
+        # a fault on any master reaches the hold: every one keeps its own copy of the grant
+        assert any(record.acq is not None for record in round_.faults), _describe(round_)
 
 
 @pytest.mark.timeout(120)

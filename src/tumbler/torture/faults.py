@@ -24,6 +24,13 @@ Fault kinds (``--faults``):
     then SIGCONT: nodes that hang rather than crash. Their connections stay open and
     unanswered, their data stays, and what was sent to them meanwhile is acted on when they
     resume, after leases have run out.
+``rolling-loss``
+    Where every node keeps its own copy of each grant in memory (Redlock's masters): SIGKILL
+    a majority of the nodes one after another, each restarted empty at once and the next
+    taken 0.2 to 0.4 TTL later, all within one lease of the holder the fault was aimed at. A
+    majority never stops answering, yet a majority forgets the grant: only what keeps a node
+    restarted empty out of grants (Redlock's ``restart_delay``, at least the longest lease)
+    keeps a second holder out.
 ``leader``
     The same for the ensemble's current leader.
 ``net-delay``
@@ -81,7 +88,7 @@ __all__ = [
 ]
 
 HOLDER_FAULTS = frozenset({"kill", "pause"})
-SERVER_FAULTS = frozenset({"restart", "minority", "minority-pause", "leader"})
+SERVER_FAULTS = frozenset({"restart", "minority", "minority-pause", "rolling-loss", "leader"})
 NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset", "net-isolate"})
 #: the faults that take out a minority of the nodes (:meth:`Nemesis._minority_nodes`)
 MINORITY_FAULTS = frozenset({"minority", "minority-pause"})
@@ -92,6 +99,7 @@ ALL_FAULTS = (
     "restart",
     "minority",
     "minority-pause",
+    "rolling-loss",
     "leader",
     "net-delay",
     "net-cut",
@@ -108,6 +116,8 @@ FAULT_HELP = {
     "follower), or up to a minority where every node keeps each grant, restart them",
     "minority-pause": "SIGSTOP a minority of nodes (as minority picks them) for longer than "
     "the lease, then SIGCONT",
+    "rolling-loss": "SIGKILL a majority of nodes one after another within a lease, each "
+    "restarted empty at once (where every node keeps each grant)",
     "leader": "SIGKILL the ensemble's leader, restart it",
     "net-delay": "delay both directions with jitter (proxy)",
     "net-cut": "blackhole both directions, then heal (proxy)",
@@ -215,6 +225,7 @@ class Nemesis:
             "restart": self._restart,
             "minority": self._minority,
             "minority-pause": self._minority_pause,
+            "rolling-loss": self._rolling_loss,
             "leader": self._leader,
             "net-delay": self._net_delay,
             "net-cut": self._net_cut,
@@ -403,6 +414,29 @@ class Nemesis:
             "minority-pause", t0, t1, target, detail=f"stopped {(t1 - t0) / _NS:.2f} s"
         )
         return self._hit_holder(record) if hits_hold else record
+
+    def _rolling_loss(self) -> FaultRecord | None:
+        nodes = self.deployment.nodes
+        if nodes < 3 or not self.deployment.holds_on_every_node:
+            return None
+        # each time from the next node round the ring, so that every node is lost in turn
+        first = self._nodes_hit % nodes
+        indices = [(first + step) % nodes for step in range(nodes // 2 + 1)]
+        self._nodes_hit += 1
+        t0 = time.monotonic_ns()
+        for position, index in enumerate(indices):
+            if position:
+                # the fault is the passing of time between the losses: nothing to wait on
+                time.sleep(self._between(0.2, 0.4))
+            self.deployment.kill_node(index)
+            self.deployment.restart_node(index)
+            if not position:
+                self._strike()
+        t1 = time.monotonic_ns()
+        named = ", ".join(map(str, indices))
+        return self._hit_holder(
+            FaultRecord("rolling-loss", t0, t1, f"nodes {named}", detail="each restarted empty")
+        )
 
     def _leader(self) -> FaultRecord | None:
         leader = self.deployment.leader()

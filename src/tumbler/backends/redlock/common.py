@@ -14,10 +14,10 @@ options. Options: those of ``redis://`` that apply to one server (``prefix``,
 and ``node_timeout`` (seconds, default 0.1: how long a grant or release waits for the
 masters' replies; a master that has not answered by then counts as not granting) and
 ``restart_delay`` (seconds, default 60, 0 to turn it off: how long a master that lost its data
-stays out; also the longest lease granted). ``socket_timeout`` (default 1) bounds the other
-calls (renewals, within the leases' time; inspection, force release, the wake-up
-subscriptions), ``connect_timeout`` (default 0.5) a connection's set-up (TCP, TLS and the
-login).
+stays out; also the longest lease granted: a longer ``ttl`` is cut to it).
+``socket_timeout`` (default 1) bounds the other calls (renewals, within the leases' time;
+inspection, force release, the wake-up subscriptions), ``connect_timeout`` (default 0.5) a
+connection's set-up (TCP, TLS and the login).
 
 The algorithm (the Redlock of the Redis documentation)
     A grant is the Redis backend's grant script, sent to every master at once (written to each
@@ -45,26 +45,40 @@ The algorithm (the Redlock of the Redis documentation)
 
 Fencing tokens
     Each master keeps a sequence per name, as on one Redis server, but draws from
-    ``max(sequence + 1, proposal)``, where the proposal is the client's clock in microseconds.
-    A grant's token T is the greatest value its granting masters drew; those that drew less
-    are raised to T (the grant's entry and the name's sequence) before the grant counts, and
-    it counts only if a quorum holds it with T. Why T exceeds every earlier token: a grant
-    that counted left T' in the sequences of a quorum Q' while it held there; a later grant
-    needs a quorum Q, and Q and Q' share a master (two quorums always do); on that master the
-    later grant came after the earlier one's entry was gone, so after its raise, and drew more
-    than T'. This holds while no master of Q' loses its data before the later grant: a master
-    restarted without persistence forgets both its grants and its sequences. The marker below
-    keeps such a master out until every lease it could have forgotten has run out; the tokens
-    it then draws come from the clients' clocks, which exceed the forgotten ones unless a
-    client's clock is behind the clocks of the earlier holders' clients by more than the time
-    between the two grants.
+    ``max(sequence + 1, proposal, floor + 1)``, where the proposal is the client's clock in
+    microseconds and the floor is the greatest value the master drew or was raised to for any
+    name (``<prefix>:token-floor``). A grant's token T is the greatest value its granting
+    masters drew; those that drew less are raised to T (the grant's entry, the name's sequence
+    and the floor) before the grant counts, and it counts only if a quorum holds it with T.
+
+    The objection: the greatest of independent counters cannot order grants whose quorums
+    change while masters lose their data (quorum A, B, C grants; A restarts empty; later
+    grants come from B, C, D, E, or from A with masters that never saw the name). The answer,
+    which ``test_tokens_order_grants_across_changing_quorums_and_lost_masters`` replays with
+    tokens far above every clock: a grant that counted left T in the floor of every master of
+    its quorum Q1. A later grant's quorum Q2 shares a master m with Q1 (two quorums always
+    do). If m kept its data, it draws above T. If m lost it, m took no part in any grant until
+    it was marked (below), and marking gives it the greatest floor of the masters with a
+    marker that answer; when those are a majority they include a master of Q1, which kept T
+    in its floor or was itself marked after losing it, with such a floor (by induction on the
+    markings). So m draws above T. A master is marked as soon as a grant meets it without
+    its marker, while the others answer. One marked while fewer than a majority of marked
+    masters answer (a majority lost its data at once, beyond what Redlock survives) is
+    logged, and its tokens then rest on the proposals: the clients' clocks, which exceed the
+    forgotten tokens unless a client's clock is behind the earlier holders' by more than the
+    time between the grants. A name's sequence lapses a day after its last grant, the floor
+    never.
 
 Masters restarted empty (``restart_delay``)
     Each master keeps a marker (no expiry) saying from when it may grant. A master found
     without one has lost its data, unless no master has one (a new deployment, or a key
-    prefix never used: every master is marked to serve at once). The client marks a master
-    that lost its data to serve ``restart_delay`` from then, and no lease is longer than
-    ``restart_delay``, so every grant it forgot has run out when it grants again. With
+    prefix never used: every master is marked to serve at once). No lease is longer than
+    ``restart_delay``: the lock layer cuts a longer ``ttl`` to it (``capabilities.max_ttl``),
+    for grants, renewals and extensions alike. Each master also records the longest
+    ``restart_delay`` of the clients granted a lease on it (``<prefix>:longest-lease``), and
+    the client marks a master that lost its data to serve only after the longest of its own
+    and those the other masters recorded, so every grant it forgot has run out when it
+    grants again, also where the clients of a deployment were given different delays. With
     ``restart_delay=0`` a master restarted empty grants at once: the lock it forgot can be
     granted again while its holder still holds it on the other masters of its quorum, which
     makes two holders whenever those others and the restarted master are a quorum together.

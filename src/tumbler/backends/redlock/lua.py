@@ -8,6 +8,13 @@
     master whose marker is missing or still in the future is refused, so a master restarted
     empty stays out for ``restart_delay``, longer than any lease it could have forgotten.
 
+``<prefix>:token-floor``, ``<prefix>:longest-lease``
+    what a master remembers of the whole deployment (no expiry): the greatest value it drew
+    or was raised to for any name, below which it draws nothing (so a master restarted empty
+    and given the floor of the others draws above every token they hold), and the longest
+    ``restart_delay`` of any client that was granted a lease on it (the longest lease it may
+    have forgotten). ``MARK`` gives a master that lost its data both, as the others have them.
+
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
 less take it too (``RAISE_TOKEN``) before the grant counts, so that a quorum of masters keeps
 each name's sequence at or above every token granted (the argument is in ``.common``).
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 from ..redis import lua as redis_lua
 
-#: GRANT with the marker check first. KEYS: the lock's keys, then the master's marker. ARGV:
-#: as GRANT, then the client's proposal for the sequence (microseconds). Returns as GRANT, or
-#: {-1} if the master has no marker, {-2, ms} if it may grant only in ms milliseconds.
+#: GRANT with the marker check first. KEYS: the lock's keys, then the master's marker, its
+#: token floor and its longest lease. ARGV: as GRANT, then the client's proposal for the
+#: sequence (microseconds) and its restart_delay (ms). Returns as GRANT, or {-1} if the master
+#: has no marker, {-2, ms} if it may grant only in ms milliseconds. Every value drawn, for
+#: any name, is above the floor and becomes it.
 GRANT = redis_lua.with_prelude(
     redis_lua.GRANT,
     """
@@ -33,15 +42,28 @@ local serving_from = call('GET', KEYS[10])
 if not serving_from then return {-1} end
 serving_from = tonumber(serving_from) or 0
 if serving_from > now_ms then return {-2, serving_from - now_ms} end
+local floor = tonumber(call('GET', KEYS[11]) or '0') or 0
 if string.match(ARGV[12], '^%d+$') and #ARGV[12] <= 16 then
-    sequence_floor = tonumber(ARGV[12])
+    sequence_floor = math.max(tonumber(ARGV[12]), floor + 1)
+else
+    sequence_floor = math.max(sequence_floor, floor + 1)
+end
+local draw = next_value
+next_value = function(K)
+    local value = draw(K)
+    call('SET', KEYS[11], string.format('%d', value))
+    return value
+end
+if tonumber(call('GET', KEYS[12]) or '0') < tonumber(ARGV[13]) then
+    call('SET', KEYS[12], ARGV[13])
 end
 """,
 )
 
-#: KEYS: the lock's keys. ARGV: owner, token. If the owner holds a live grant, its token
-#: becomes ``token`` (if that is greater) and the name's sequence at least ``token``: returns
-#: 1. Returns 0 (and changes nothing) if it holds none.
+#: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. If the owner
+#: holds a live grant, its token becomes ``token`` (if that is greater), and the name's
+#: sequence and the master's floor at least ``token``: returns 1. Returns 0 (and changes
+#: nothing) if it holds none.
 RAISE_TOKEN = redis_lua.script(
     """
 local K = lock_keys(1)
@@ -55,6 +77,9 @@ if e.token < token then
 end
 if tonumber(call('GET', K.n) or '0') < token then
     call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
+end
+if tonumber(call('GET', KEYS[10]) or '0') < token then
+    call('SET', KEYS[10], string.format('%d', token))
 end
 return 1
 """
@@ -86,23 +111,31 @@ return 1
 #: whose first clients are marking its masters at this moment (see ``.common``)
 NEW_DEPLOYMENT_MS = 1000
 
-#: KEYS: the master's marker. ARGV: delay_ms, or empty to only read. Sets the marker to the
-#: server's time plus delay_ms unless it has one. Returns {1, ms} if it has a marker (it
-#: serves in ms milliseconds: negative once it serves, as many as it has served), {0, 0} if
-#: it has none.
+#: KEYS: the master's marker, token floor and longest lease. ARGV: delay_ms, floor and
+#: longest lease (ms), or three empty strings to only read. Unless it has a marker, sets it
+#: to the server's time plus delay_ms, and its floor and longest lease to at least those
+#: given. Returns {1, ms, floor, longest} if it has a marker (it serves in ms milliseconds:
+#: negative once it serves, as many as it has served), {0, 0, floor, longest} if it has none.
 MARK = redis_lua.script(
     """
-if ARGV[1] ~= '' then
-    call('SET', KEYS[1], string.format('%d', now_ms + tonumber(ARGV[1])), 'NX')
+if ARGV[1] ~= '' and call('SET', KEYS[1], string.format('%d', now_ms + tonumber(ARGV[1])), 'NX')
+then
+    for i = 2, 3 do
+        if tonumber(call('GET', KEYS[i]) or '0') < tonumber(ARGV[i]) then
+            call('SET', KEYS[i], ARGV[i])
+        end
+    end
 end
+local floor = tonumber(call('GET', KEYS[2]) or '0') or 0
+local longest = tonumber(call('GET', KEYS[3]) or '0') or 0
 local serving_from = call('GET', KEYS[1])
-if not serving_from then return {0, 0} end
-return {1, (tonumber(serving_from) or 0) - now_ms}
+if not serving_from then return {0, 0, floor, longest} end
+return {1, (tonumber(serving_from) or 0) - now_ms, floor, longest}
 """,
     line=False,
 )
 
 
-def marker(prefix: str) -> str:
-    """The master's marker key under ``prefix``."""
-    return f"{prefix}:serving-from"
+def master_keys(prefix: str) -> list[str]:
+    """A master's own keys under ``prefix``: its marker, token floor and longest lease."""
+    return [f"{prefix}:serving-from", f"{prefix}:token-floor", f"{prefix}:longest-lease"]

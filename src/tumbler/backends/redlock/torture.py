@@ -4,10 +4,11 @@ persistence, each behind a fault proxy of its own.
 The workers reach the masters directly, except in rounds of network faults, where their URL
 names the proxies (one per master, all faulted at once: the whole network between the
 clients and the masters). Server faults: ``minority`` SIGKILLs up to two masters and restarts
-them empty, ``minority-pause`` SIGSTOPs up to two past the lease, ``restart`` kills every
-master at once. The URL's ``restart_delay`` (how long a master that comes back empty stays
-out of grants, and the longest lease the backend grants) is a little more than the round's
-lease, so that a restarted master is back in the vote before the next fault.
+them empty, ``minority-pause`` SIGSTOPs up to two past the lease, ``rolling-loss`` SIGKILLs
+three masters one after another within a lease, each restarted empty at once, ``restart``
+kills every master at once. The URL's ``restart_delay`` (how long a master that comes back
+empty stays out of grants, and the longest lease the backend grants) is shorter than the
+lease the workers ask for, so that every round also shows the lease cut to it.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ NETWORK_FAULTS = ("net-delay", "net-cut", "net-drop", "net-reset")
 def _redlock_options(ttl: float) -> str:
     # A call gives up well within a lease (as on one Redis server); a master has up to a tenth
     # of the lease to answer a fanned-out call, so a busy 2-core machine is not a dead master;
-    # a master restarted empty is back in the vote once a lease and a little have passed.
+    # the workers' leases are cut to restart_delay, which a master restarted empty waits out.
     timeout = max(0.2, min(5.0, ttl / 3))
     node_timeout = max(0.05, min(0.5, ttl / 10))
+    restart_delay = max(0.75, 0.75 * ttl)
     return (
         f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
-        f"&node_timeout={node_timeout:g}&restart_delay={ttl + 0.5:g}"
+        f"&node_timeout={node_timeout:g}&restart_delay={restart_delay:g}"
     )
 
 
@@ -120,13 +122,27 @@ DEPLOYMENTS = (
         name="redlock",
         summary=f"Redlock over {MASTERS} independent Redis masters, no persistence",
         scheme="redlock",
-        faults=(*HOLDER_FAULTS, "minority", "minority-pause", "restart", *NETWORK_FAULTS),
-        default_faults=(*HOLDER_FAULTS, "minority", "minority-pause", *NETWORK_FAULTS),
+        faults=(
+            *HOLDER_FAULTS,
+            "minority",
+            "minority-pause",
+            "rolling-loss",
+            "restart",
+            *NETWORK_FAULTS,
+        ),
+        default_faults=(
+            *HOLDER_FAULTS,
+            "minority",
+            "minority-pause",
+            "rolling-loss",
+            *NETWORK_FAULTS,
+        ),
         not_promised={
             "restart": {kind: _MAJORITY_LOST for kind in BELIEF_KINDS},
         },
-        promise="exclusion while a majority of the masters keeps its grants: through the "
-        "crash (restarted empty, kept out for restart_delay) or the hang of any two of five",
+        promise="exclusion while a majority of the masters answers: through the crash "
+        "(restarted empty, kept out for restart_delay) or the hang of any two of five, and "
+        "through three of five restarted empty one after another",
         # a master restarted empty stays out of grants for restart_delay (TTL + 0.5 s); the
         # waiters' wake-ups do not survive its connections
         recovery_grace=5.0,

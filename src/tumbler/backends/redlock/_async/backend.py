@@ -196,7 +196,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=config.restart_delay or None)
         self.hub = WakeHub()
         self.keys = redis_lua.Keys(config.prefix)
-        self._marker = lua.marker(config.prefix)
+        #: the master's own keys: marker, token floor, longest lease (see .lua)
+        self._master_keys = lua.master_keys(config.prefix)
+        self._restart_delay_ms = round(config.restart_delay * 1000)
         client_id = secrets.token_hex(8)
         self.masters = [
             _Master(index, AsyncRedisBackend(master, hub=self.hub, client_id=client_id))
@@ -445,7 +447,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     ) -> Grant | tuple[int, dict[int, _Replies], list[int]] | None:
         """One grant attempt on every master: the grant, None if a quorum answered without
         granting, else (how many answered, the replies, the masters that have no marker)."""
-        keys: list[str | bytes] = [*self._lock_keys(request.name), self._marker]
+        keys: list[str | bytes] = [*self._lock_keys(request.name), *self._master_keys]
         ttl_ms = max(1, round(request.ttl * 1000))
         head: list[str | bytes | int] = [
             request.owner,
@@ -460,7 +462,14 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         proposal = time.time_ns() // 1000
         calls = {}
         for master in self._targets(needed):
-            args = [*head, self._client_on(master), self._max_waiters, b"", proposal]
+            args = [
+                *head,
+                self._client_on(master),
+                self._max_waiters,
+                b"",
+                proposal,
+                self._restart_delay_ms,
+            ]
             calls[master.index] = [_GRANT.call(keys, args)]
         sent_at = self.clock.now()
         results = await self._fan_out(calls)
@@ -494,6 +503,10 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             # hold from then, less the same allowance): none may be left already
             left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
             if holding >= needed and left > 0:
+                if new:
+                    # now, while the masters that kept their data answer: its restart delay
+                    # runs from here, and it takes their token floor (see .common)
+                    await self._mark(new, needed, request.name)
                 return Grant(request.name, request.owner, token, lease)
         if answered < needed or new or not request.queue:
             await self._release_on(request.name, request.owner, list(granted))
@@ -526,7 +539,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         holding = len(granted) - len(lower)
         if not lower:
             return holding
-        keys = self._lock_keys(request.name)
+        keys: list[str | bytes] = [*self._lock_keys(request.name), self._master_keys[1]]
         call = _RAISE_TOKEN.call(keys, [request.owner, token])
         results = await self._fan_out({index: [call] for index in lower})
         for replies in results.values():
@@ -536,32 +549,47 @@ class AsyncRedlockBackend(AsyncInspectEachName):
 
     async def _mark(self, new: list[int], needed: int, name: str) -> bool:
         """Mark the masters that have no marker (see ``.common``); whether any was marked.
-        Where another master has served for a while, they lost their data: they wait for
-        ``restart_delay``. Where none has, the deployment is new: they serve at once."""
-        read = _MARK.call([self._marker], [b""])
+        Where another master has served for a while, they lost their data: they wait for the
+        longest restart_delay any client of the deployment has (the longest lease they may
+        have forgotten), and take the greatest token floor of the others. Where none has, the
+        deployment is new: they serve at once."""
+        read = _MARK.call(self._master_keys, [b"", b"", b""])
         results = await self._fan_out({master.index: [read] for master in self._targets(needed)})
-        answered = 0
+        answered = marked = 0
         established = False
+        floor = 0
+        longest = self._restart_delay_ms
         for replies in results.values():
             if isinstance(replies, Exception) or isinstance(replies[0], Exception):
                 continue
             answered += 1
             exists, serving_in = int(replies[0][0]), int(replies[0][1])
+            marked += exists
             if exists and (serving_in > 0 or serving_in < -lua.NEW_DEPLOYMENT_MS):
                 established = True
+            floor = max(floor, int(replies[0][2]))
+            longest = max(longest, int(replies[0][3]))
         if established:
-            delay = round(self.config.restart_delay * 1000)
+            delay = longest
             _log.warning(
                 "Redlock masters %s have lost their data (restarted without persistence?): "
                 "they grant nothing for restart_delay (%g s)",
                 ", ".join(self.masters[index].address for index in new),
-                self.config.restart_delay,
+                delay / 1000,
             )
+            if marked < self._majority:
+                _log.warning(
+                    "only %d of the %d Redlock masters that kept their data answered: the "
+                    "fencing tokens of the masters that lost theirs now rest on the clients' "
+                    "clocks",
+                    marked,
+                    len(self.masters),
+                )
         elif answered >= needed:
             delay = 0
         else:
             return False
-        write = _MARK.call([self._marker], [delay])
+        write = _MARK.call(self._master_keys, [delay, floor, longest])
         await self._fan_out({index: [write] for index in new})
         return True
 
