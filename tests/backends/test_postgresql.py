@@ -671,6 +671,81 @@ def test_a_role_with_only_the_documented_grants_can_lock(
         assert other.force_release("forced", reason="a test") == 1
 
 
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
+def test_a_role_that_may_create_objects_cannot_plant_a_function_in_a_grant(
+    server: PostgreSQLServer, schema: str, admin: psycopg.Connection[Any], pooler: str
+) -> None:
+    """A schema named like the lock user comes first in the default search path: a function
+    planted there that resolves better than the built-in (``nextval(text)`` beside
+    ``pg_catalog.nextval(regclass)``) would run inside every grant, as the lock user."""
+    suffix = uuid.uuid4().hex[:8]
+    victim, attacker = f"victim_{suffix}", f"attacker_{suffix}"
+    database = sql.Identifier(TUMBLER_DATABASE)
+    for role in (victim, attacker):
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'role-Pa55'").format(sql.Identifier(role))
+        )
+        admin.execute(
+            sql.SQL("GRANT CREATE, CONNECT ON DATABASE {} TO {}").format(
+                database, sql.Identifier(role)
+            )
+        )
+    url = server.url_for(victim, "role-Pa55") + f"?schema={schema}&pooler={pooler}"
+    with tumbler.connect(url) as locks:  # the victim makes its schema
+        with locks.lock("planted") as hold:
+            before = hold.token
+    with psycopg.connect(server.url_for(attacker, "role-Pa55"), autocommit=True) as hostile:
+        planted = sql.Identifier(victim)
+        for statement in (
+            "CREATE SCHEMA {planted}",
+            "GRANT USAGE ON SCHEMA {planted} TO PUBLIC",
+            "CREATE FUNCTION {planted}.nextval(text) RETURNS bigint LANGUAGE sql "
+            "AS 'SELECT 4242::bigint'",
+        ):
+            hostile.execute(sql.SQL(statement).format(planted=planted))
+    with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+        tokens = [before]
+        for _ in range(2):
+            with locks.lock("planted") as hold:
+                tokens.append(hold.token)
+        # a semaphore's line the client decides, and a waiter handed the lock at a release
+        with locks.semaphore("planted-semaphore", 2) as hold:
+            tokens.append(hold.token)
+        waiting = other.lock("planted")
+        with locks.lock("planted") as hold:
+            tokens.append(hold.token)
+
+            def wait_for_it() -> Any:
+                assert waiting.acquire(timeout=PATIENCE)
+                return waiting.hold  # the hold of the thread that took it
+
+            call = background(wait_for_it)
+            eventually(lambda: locks.status("planted").waiters == 1, "it waits")
+        handed = call.result()
+        tokens.append(handed.token)
+        handed.release()
+    assert 4242 not in tokens
+    assert tokens == sorted(set(tokens))
+
+
+def test_functions_made_without_a_pinned_search_path_are_made_again(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A schema made by an earlier version, whose functions run with the caller's path."""
+    tumbler.connect(url).close()
+    function = sql.SQL("{}.tumbler_grant").format(sql.Identifier(schema))
+    admin.execute(sql.SQL("ALTER FUNCTION {} RESET search_path").format(function))
+
+    def pinned() -> Any:
+        query = "SELECT proconfig FROM pg_proc WHERE oid = to_regproc(%s)"
+        row = admin.execute(query, (function.as_string(admin),)).fetchone()
+        return row and row[0]
+
+    assert not pinned()
+    with tumbler.connect(url) as locks, locks.lock("remade"):
+        assert pinned() == ["search_path=pg_catalog, pg_temp"]
+
+
 def test_a_role_that_may_not_make_the_schema_is_told_so(
     server: PostgreSQLServer, schema: str, admin: psycopg.Connection[Any]
 ) -> None:

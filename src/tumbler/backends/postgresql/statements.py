@@ -20,6 +20,14 @@ runs in a transaction that first takes ``pg_advisory_xact_lock`` on the name's 6
 lock ends with the transaction (nothing outlives it: safe behind a transaction-mode pooler).
 Owners are stored as their SHA-1 (``kit.owners.owner_hash``).
 
+Nothing runs with a search path another role can write to: a role that may create objects
+in the database (a schema named like the lock user, which ``"$user"`` puts first in the
+default path) could otherwise plant a function that resolves better than the built-in one
+(``nextval(text)`` beside ``pg_catalog.nextval(regclass)``) and have it run inside every
+grant, with the lock user's rights. So every session (a startup option) and, behind a
+pooler, every transaction sets ``search_path`` to :data:`SEARCH_PATH`, every function is
+made with it pinned (``SET search_path``), and every object of the schema is named with it.
+
 The hot paths are functions in the schema (PL/pgSQL), each called as one statement, so that
 the name's advisory lock is never held across a round trip to the client and a call costs
 one round trip: ``tumbler_grant`` (a request answered where the rule's answer is plain, else
@@ -41,6 +49,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+#: the only search path tumbler's statements and functions run with: the built-ins, then
+#: the session's own temporary objects (searched for tables only, never for functions)
+SEARCH_PATH = "pg_catalog, pg_temp"
 #: how long a force-release note outlives the lease it ended: the evicted holder may learn
 #: of its loss a little after that lease would have run out, and should still be told why
 NOTE_GRACE = 60.0
@@ -104,7 +115,8 @@ _CREATE = (
         is_fair boolean, lease_asked float8, holder_info text, queue boolean,
         waiter_lease float8, waiter_client text, waiter_listener bigint, waiter_stamp bigint,
         OUT granted bigint, OUT lease_left float8, OUT undecided boolean
-    ) LANGUAGE plpgsql AS $$
+    ) LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
     DECLARE
         mine record;
         waiting boolean;
@@ -115,7 +127,7 @@ _CREATE = (
             WHERE name = lock_name AND expires_at <= clock_timestamp();
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
-            SELECT lock_name, lock_owner, is_shared, permits, is_fair, nextval({tokens}),
+            SELECT lock_name, lock_owner, is_shared, permits, is_fair, pg_catalog.nextval({tokens}::regclass),
                 clock_timestamp() + lease_asked * interval '1 second', holder_info
             WHERE NOT EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name)
             RETURNING token INTO granted;
@@ -164,7 +176,8 @@ _CREATE = (
     # server's clock. Whether it handed the lock over. Any other line is left to the grant
     # rule in the client (wake_line).
     """CREATE OR REPLACE FUNCTION {s}.tumbler_hand_off(lock_name text)
-    RETURNS boolean LANGUAGE plpgsql AS $$
+    RETURNS boolean LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
     DECLARE
         first record;
         at timestamptz;
@@ -186,7 +199,7 @@ _CREATE = (
             RETURN false;
         END IF;
         UPDATE {s}.tumbler_entries
-            SET token = nextval({tokens}), expires_at = at + first.lease * interval '1 second'
+            SET token = pg_catalog.nextval({tokens}::regclass), expires_at = at + first.lease * interval '1 second'
             WHERE seq = first.seq RETURNING token INTO granted;
         PERFORM pg_notify(first.client, '=' || granted || ',' || first.stamp || ','
             || floor(extract(epoch FROM at - first.written_at) * 1e6)::bigint || ':'
@@ -199,7 +212,8 @@ _CREATE = (
     """CREATE OR REPLACE FUNCTION {s}.tumbler_release(
         lock_key bigint, lock_name text, lock_owner text,
         OUT removed boolean, OUT others_wait boolean
-    ) LANGUAGE plpgsql AS $$
+    ) LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
     BEGIN
         PERFORM pg_advisory_xact_lock(lock_key);
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
@@ -223,9 +237,14 @@ _STATEMENTS = {
     # -- set-up -------------------------------------------------------------------------------
     "begin": "BEGIN",
     "commit": "COMMIT",
+    # the tables, and the functions as this version makes them: a function made before its
+    # search_path was pinned is made again
     "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
     "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL "
-    "AND to_regprocedure(%(release)s) IS NOT NULL",
+    "AND to_regprocedure(%(release)s) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_proc "
+    "WHERE pronamespace = to_regnamespace(%(schema)s) AND proname IN "
+    "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release') "
+    "AND proconfig IS DISTINCT FROM ARRAY[%(search_path)s])",
     # -- a decision on one name ---------------------------------------------------------------
     "lock_name": "SELECT pg_advisory_xact_lock(%s)",
     # A client's listening connection holds its listener key (62 random bits, as two 31-bit
@@ -245,11 +264,11 @@ _STATEMENTS = {
     "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
     "stamp, written_at) "
     "VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, "
-    "CASE WHEN %(grant)s THEN nextval({tokens}) END, "
+    "CASE WHEN %(grant)s THEN pg_catalog.nextval({tokens}::regclass) END, "
     "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s, %(client)s, "
     "%(listener)s, %(lease)s, %(stamp)s, clock_timestamp()) "
     "RETURNING token",
-    "grant_waiter": "UPDATE {s}.tumbler_entries SET token = nextval({tokens}), "
+    "grant_waiter": "UPDATE {s}.tumbler_entries SET token = pg_catalog.nextval({tokens}::regclass), "
     "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
     "WHERE seq = %(seq)s RETURNING token",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
@@ -282,9 +301,10 @@ _STATEMENTS = {
     "ping": "SELECT 1",
     # behind a pooler, the first statement of every transaction: the client's bounds, for
     # this transaction only (SET LOCAL), since the next one may run on another session
-    "settings": "SELECT set_config('statement_timeout', %s, true), "
-    "set_config('lock_timeout', %s, true), "
-    "set_config('idle_in_transaction_session_timeout', %s, true)",
+    "settings": "SELECT pg_catalog.set_config('search_path', %s, true), "
+    "pg_catalog.set_config('statement_timeout', %s, true), "
+    "pg_catalog.set_config('lock_timeout', %s, true), "
+    "pg_catalog.set_config('idle_in_transaction_session_timeout', %s, true)",
     # -- operators ----------------------------------------------------------------------------
     "force_release": "WITH now AS (SELECT clock_timestamp() AS at), "
     "gone AS (DELETE FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL "
@@ -319,6 +339,8 @@ class Statements:
     identifier): a call sends them as they are."""
 
     schema: str
+    #: the schema as an identifier (quoted), for ``to_regnamespace``
+    schema_identifier: str
     create: tuple[bytes, ...]
     text: dict[str, bytes]
     #: the sequence's qualified name, for ``nextval``
@@ -340,6 +362,7 @@ class Statements:
 
         return cls(
             schema=schema,
+            schema_identifier=qualified,
             create=tuple(compose(text) for text in _CREATE),
             text={key: compose(text) for key, text in _STATEMENTS.items()},
             tokens=f"{qualified}.tumbler_tokens",

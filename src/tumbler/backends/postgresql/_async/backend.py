@@ -36,7 +36,15 @@ from ..common import (
     capabilities_for,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
+from ..statements import (
+    NOTE_GRACE,
+    SEARCH_PATH,
+    SWEEP_EVERY,
+    SWEEP_ROWS,
+    Statements,
+    name_key,
+    schema_key,
+)
 
 _log = logging.getLogger("tumbler.postgresql")
 
@@ -122,6 +130,8 @@ class AsyncPool:
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
         #: idle_in_transaction_session_timeout (in milliseconds)
         self.settings = (milliseconds, str(round(config.lock_timeout * 1000)), milliseconds)
+        #: what behind a pooler every transaction sets first (see ``.statements``)
+        self.transaction_settings = (SEARCH_PATH, *self.settings)
         self._options: dict[str, Any] = {}
         if config.pooled:
             # A pooler refuses startup options or forgets them at the next transaction, and a
@@ -131,7 +141,8 @@ class AsyncPool:
         else:
             names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
             self._options["options"] = " ".join(
-                f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)
+                [f"-c search_path={SEARCH_PATH.replace(' ', '')}"]
+                + [f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)]
             )
 
     async def connect(self, patience: float | None = None) -> AsyncConnection[Any]:
@@ -394,7 +405,7 @@ class AsyncPostgreSQLBackend:
         connection, and would stay behind with whichever client gets this one next."""
         async with connection.transaction():
             if self.config.pooled:
-                await connection.execute(self.sql["settings"], self.pool.settings)
+                await connection.execute(self.sql["settings"], self.pool.transaction_settings)
             yield
 
     @contextlib.asynccontextmanager
@@ -410,7 +421,7 @@ class AsyncPostgreSQLBackend:
         async with connection.pipeline():
             await connection.execute(self.sql["begin"])
             if self.config.pooled:
-                await connection.execute(self.sql["settings"], self.pool.settings)
+                await connection.execute(self.sql["settings"], self.pool.transaction_settings)
             yield
             await connection.execute(self.sql["commit"])
 
@@ -462,6 +473,8 @@ class AsyncPostgreSQLBackend:
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
+                    "schema": self.sql.schema_identifier,
+                    "search_path": f"search_path={SEARCH_PATH}",
                 },
             )
         row = await cursor.fetchone()

@@ -38,7 +38,15 @@ from ..common import (
     capabilities_for,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements, name_key, schema_key
+from ..statements import (
+    NOTE_GRACE,
+    SEARCH_PATH,
+    SWEEP_EVERY,
+    SWEEP_ROWS,
+    Statements,
+    name_key,
+    schema_key,
+)
 
 _log = logging.getLogger("tumbler.postgresql")
 
@@ -124,6 +132,8 @@ class Pool:
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
         #: idle_in_transaction_session_timeout (in milliseconds)
         self.settings = (milliseconds, str(round(config.lock_timeout * 1000)), milliseconds)
+        #: what behind a pooler every transaction sets first (see ``.statements``)
+        self.transaction_settings = (SEARCH_PATH, *self.settings)
         self._options: dict[str, Any] = {}
         if config.pooled:
             # A pooler refuses startup options or forgets them at the next transaction, and a
@@ -133,7 +143,8 @@ class Pool:
         else:
             names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
             self._options["options"] = " ".join(
-                f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)
+                [f"-c search_path={SEARCH_PATH.replace(' ', '')}"]
+                + [f"-c {name}={value}" for name, value in zip(names, self.settings, strict=True)]
             )
 
     def connect(self, patience: float | None = None) -> Connection[Any]:
@@ -396,7 +407,7 @@ class PostgreSQLBackend:
         connection, and would stay behind with whichever client gets this one next."""
         with connection.transaction():
             if self.config.pooled:
-                connection.execute(self.sql["settings"], self.pool.settings)
+                connection.execute(self.sql["settings"], self.pool.transaction_settings)
             yield
 
     @contextlib.contextmanager
@@ -412,7 +423,7 @@ class PostgreSQLBackend:
         with connection.pipeline():
             connection.execute(self.sql["begin"])
             if self.config.pooled:
-                connection.execute(self.sql["settings"], self.pool.settings)
+                connection.execute(self.sql["settings"], self.pool.transaction_settings)
             yield
             connection.execute(self.sql["commit"])
 
@@ -464,6 +475,8 @@ class PostgreSQLBackend:
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
+                    "schema": self.sql.schema_identifier,
+                    "search_path": f"search_path={SEARCH_PATH}",
                 },
             )
         row = cursor.fetchone()
