@@ -691,9 +691,8 @@ def test_a_role_that_may_create_objects_cannot_plant_a_function_in_a_grant(
             )
         )
     url = server.url_for(victim, "role-Pa55") + f"?schema={schema}&pooler={pooler}"
-    with tumbler.connect(url) as locks:  # the victim makes its schema
-        with locks.lock("planted") as hold:
-            before = hold.token
+    with tumbler.connect(url) as locks, locks.lock("planted") as hold:  # the schema is made
+        before = hold.token
     with psycopg.connect(server.url_for(attacker, "role-Pa55"), autocommit=True) as hostile:
         planted = sql.Identifier(victim)
         for statement in (

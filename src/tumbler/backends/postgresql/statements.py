@@ -127,7 +127,7 @@ _CREATE = (
             WHERE name = lock_name AND expires_at <= clock_timestamp();
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
-            SELECT lock_name, lock_owner, is_shared, permits, is_fair, pg_catalog.nextval({tokens}::regclass),
+            SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
                 clock_timestamp() + lease_asked * interval '1 second', holder_info
             WHERE NOT EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name)
             RETURNING token INTO granted;
@@ -199,7 +199,7 @@ _CREATE = (
             RETURN false;
         END IF;
         UPDATE {s}.tumbler_entries
-            SET token = pg_catalog.nextval({tokens}::regclass), expires_at = at + first.lease * interval '1 second'
+            SET token = {next_token}, expires_at = at + first.lease * interval '1 second'
             WHERE seq = first.seq RETURNING token INTO granted;
         PERFORM pg_notify(first.client, '=' || granted || ',' || first.stamp || ','
             || floor(extract(epoch FROM at - first.written_at) * 1e6)::bigint || ':'
@@ -264,11 +264,11 @@ _STATEMENTS = {
     "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
     "stamp, written_at) "
     "VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, "
-    "CASE WHEN %(grant)s THEN pg_catalog.nextval({tokens}::regclass) END, "
+    "CASE WHEN %(grant)s THEN {next_token} END, "
     "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s, %(client)s, "
     "%(listener)s, %(lease)s, %(stamp)s, clock_timestamp()) "
     "RETURNING token",
-    "grant_waiter": "UPDATE {s}.tumbler_entries SET token = pg_catalog.nextval({tokens}::regclass), "
+    "grant_waiter": "UPDATE {s}.tumbler_entries SET token = {next_token}, "
     "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
     "WHERE seq = %(seq)s RETURNING token",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
@@ -358,7 +358,13 @@ class Statements:
         tokens = sql.Literal(f"{qualified}.tumbler_tokens")
 
         def compose(text: str) -> bytes:
-            return sql.SQL(text).format(s=quoted, tokens=tokens).as_bytes(None)
+            return (
+                sql.SQL(text)
+                .format(
+                    s=quoted, next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens)
+                )
+                .as_bytes(None)
+            )
 
         return cls(
             schema=schema,
