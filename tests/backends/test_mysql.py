@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -34,6 +35,7 @@ from tumbler.cli import main
 from tumbler.demo import run_demo
 from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
+from tumbler.testing.servers import make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
@@ -463,3 +465,25 @@ def test_a_listening_connection_that_goes_silent_is_replaced(
             a_silent_listener_is_replaced(locks._backend, proxy)
         finally:
             locks.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_url_that_asks_for_tls_refuses_a_server_that_does_not_offer_it(
+    mariadb_server: MariaDBServer, tmp_path: Path, flavour: str
+) -> None:
+    """With ssl_ca the client takes TLS or nothing: a server (or a man in the middle) that
+    does not offer TLS is refused before the client says anything, its user name included."""
+    ca = make_tls_files(tmp_path / "tls").ca_path
+    with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        url = (
+            f"mysql://{TUMBLER_USER}:{quote(TUMBLER_PASSWORD, safe='')}@127.0.0.1:{proxy.port}/"
+            f"{TUMBLER_DATABASE}?ssl_ca={ca}&table_prefix=notls_"
+        )
+        with pytest.raises(ConfigurationError, match="TLS") as refused:
+            if flavour == "sync":
+                tumbler.connect(url).close()
+            else:
+                await (await tumbler.aio.connect(url)).close()
+        assert refused.value.__cause__ is not None  # the driver's error, kept
+        assert proxy.stats().upstream.forwarded == 0

@@ -7,8 +7,9 @@ URL grammar::
 
 Percent-encode ``@ : / ? #`` in a password. Options: ``table_prefix`` (the tables' and
 procedures' names begin with it, default ``tumbler_``; made on first use), ``ssl_ca`` (a CA
-file: the connection takes TLS and checks the server's certificate and name), ``ssl_cert``
-and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
+file: the connection takes TLS and checks the server's certificate and name; a server that
+does not offer TLS is refused, ``ConfigurationError``, before the client says anything),
+``ssl_cert`` and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
 ``socket_timeout`` (seconds, default 5: the most a call waits for the server's replies; then
 its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
 (seconds, default 2, rounded up to whole seconds, which is what the server takes: how long a
@@ -65,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymysql  # the driver (aiomysql is built on it): without it, MissingDependency
+from pymysql.constants import CLIENT, CR
 
 from ..._url import BackendURL
 from ...errors import (
@@ -239,6 +241,13 @@ def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> Tu
         return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
     if code in _MISCONFIGURED:
         return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
+    if code == _NO_TLS:
+        return ConfigurationError(
+            "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused "
+            "rather than talk in clear",
+            lock_name=name,
+            backend=url,
+        )
     if code == 1205:
         return BackendUnavailable(
             f"another client held the lock's name past lock_timeout: {text}",
@@ -275,17 +284,50 @@ class NoReply(pymysql.err.OperationalError):
     """A call got no reply within ``socket_timeout``; its connection was dropped."""
 
 
+#: the drivers' code for a TLS connection that could not be made as asked
+_NO_TLS = CR.CR_SSL_CONNECTION_ERROR
+
+
+def _refuses_clear_text(connection: Any) -> None:
+    """Refuse a server that does not offer TLS to a client that asks for it: a server set up
+    without it, or a man in the middle that struck TLS from the greeting. Called between the
+    server's greeting and the client's answer, so the client has said nothing yet (its user
+    name, the lock names after it)."""
+    if getattr(connection, "_ssl_context", None) and not connection.server_capabilities & (
+        CLIENT.SSL
+    ):
+        raise pymysql.err.OperationalError(_NO_TLS, "the server does not offer TLS")
+
+
+_strict_connection: type | None = None
+
+
+def _aiomysql_connection() -> type:
+    """aiomysql's connection, made to refuse clear text where TLS is asked for (it falls
+    back to clear text when the server does not offer TLS; PyMySQL refuses, from 1.2)."""
+    global _strict_connection
+    if _strict_connection is None:
+        import aiomysql
+
+        class StrictConnection(aiomysql.Connection):  # type: ignore[misc]
+            async def _request_authentication(self) -> None:
+                _refuses_clear_text(self)
+                await super()._request_authentication()
+
+        _strict_connection = StrictConnection
+    return _strict_connection
+
+
 # -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
 
 
 async def aopen_connection(config: MySQLConfig) -> Any:
     """A new aiomysql connection (autocommit: each call says where its transaction begins)."""
-    import aiomysql
-
-    connection = await asyncio.wait_for(
-        aiomysql.connect(db=config.database, autocommit=True, **config.connect_options),
-        config.connect_timeout + 1,
+    connection = _aiomysql_connection()(
+        db=config.database, autocommit=True, **config.connect_options
     )
+    # aiomysql.connect() makes its own connection class; this is what it does with it
+    await asyncio.wait_for(connection._connect(), config.connect_timeout + 1)
     try:
         async with connection.cursor() as cursor:
             await abounded(cursor.execute(SESSION_ISOLATION), config.socket_timeout)
