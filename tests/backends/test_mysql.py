@@ -4,9 +4,10 @@ The conformance suite runs every generic lock case on the ``mysql`` and ``mysql-
 targets; the procedures are held to the rule in ``test_mysql_statements.py``. Here: tokens
 keep increasing across a crash and restart of the server; a restart while a lock is held and
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
-waiter is handed the lock by the release and takes it without a call; the listener outlives
-a short socket_timeout; names are bytes; a user with only the documented grants; a release
-that a deadlock rolls back is run again.
+waiter is handed the lock by the release and takes it once one read of its entry confirms
+it, and a forged hand-off grants nothing; the listener outlives a short socket_timeout; names
+are bytes; a user with only the documented grants; a release that a deadlock rolls back is
+run again; a URL that asks for TLS refuses a server without it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -61,7 +63,7 @@ def test_tokens_keep_increasing_across_a_crash_of_the_server(
         assert hold.token > before
 
 
-def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
+def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
     mariadb_server: MariaDBServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"{mariadb_server.url}?table_prefix=handoff_"
@@ -86,7 +88,7 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
 
         monkeypatch.setattr(waiter.pool, "run", counted)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls == 0  # taken from the wake-up
+        assert calls == 1  # one read of its own entry, which shows the grant
         assert grant is not None
         assert grant.token == handed.token
         assert 0 < grant.granted_ttl <= 30.0
@@ -487,3 +489,66 @@ async def test_a_url_that_asks_for_tls_refuses_a_server_that_does_not_offer_it(
                 await (await tumbler.aio.connect(url)).close()
         assert refused.value.__cause__ is not None  # the driver's error, kept
         assert proxy.stats().upstream.forwarded == 0
+
+
+def _forge_hand_off(server: MariaDBServer, prefix: str, waiter: Any, name: str, owner: str) -> int:
+    """What a user of the lock's tables can do without holding the lock: leave a wake-up that
+    hands ``name`` to ``owner``'s waiter, with the token of the grant someone else holds, and
+    ring the waiter's client. Returns the token it forged."""
+    stamp = round(waiter.clock.now() * 1e6)
+    with server.connect(TUMBLER_DATABASE) as forger, forger.cursor() as cursor:
+        cursor.execute(
+            f"SELECT token FROM {prefix}entries WHERE name = %s AND token IS NOT NULL", (name,)
+        )
+        (token,) = cursor.fetchone() or (None,)
+        assert token is not None
+        cursor.execute(
+            f"INSERT INTO {prefix}wakeups (client, message) VALUES (%s, %s)",
+            (waiter.wakeups.key, f"={token},{stamp},0:{owner_hash(owner)} {name}"),
+        )
+        cursor.execute(f"CALL {prefix}ring(%s)", (waiter.wakeups.key,))
+    return int(token)
+
+
+def test_a_forged_hand_off_does_not_grant_the_waiter(mariadb_server: MariaDBServer) -> None:
+    """A wake-up is a hint: a grant it carries counts only once the server shows it."""
+    prefix = f"f{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None  # queued
+            assert _forge_hand_off(mariadb_server, prefix, waiter, "stock", "b") == held.token
+            watch.wait(PATIENCE)
+            eventually(lambda: bool(waiter.wakeups.handoffs), "the forged wake-up came")
+            assert waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = one.status("stock").holders
+        assert holding.token == held.token
+        assert holder.renew("stock", "a", 30.0) == 30.0
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_forged_hand_off_does_not_grant_the_waiter(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = await holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        async with waiter.watch("stock", "b") as watch:
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            assert _forge_hand_off(mariadb_server, prefix, waiter, "stock", "b") == held.token
+            await watch.wait(PATIENCE)
+
+            async def delivered() -> bool:
+                return bool(waiter.wakeups.handoffs)
+
+            await aeventually(delivered, "the forged wake-up came")
+            assert await waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = (await one.status("stock")).holders
+        assert holding.token == held.token
+        assert await holder.renew("stock", "a", 30.0) == 30.0

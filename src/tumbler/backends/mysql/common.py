@@ -39,6 +39,10 @@ Waking waiters
     those waiters. ``KILL QUERY`` of another connection is allowed to its own database user
     (or to one with ``CONNECTION ADMIN``): clients of one deployment that log in as different
     users are not woken by each other's releases, and find a release at their next re-check.
+    A wake-up carries no authority (any user who may write the tables may write one): a
+    waiter that a wake-up says was handed the lock takes the grant only once one read of its
+    own entry shows it, with that token, and counts the lease the server says is left;
+    otherwise it asks for the lock as any try does.
 
 What it cannot promise
     Replication is asynchronous by default: a failover to a replica that had not received a

@@ -401,6 +401,11 @@ _STATEMENTS = {
     # the ones delivered, by their seq (one committed meanwhile with a lower seq is kept)
     "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq IN ({seqs})",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
+    # a grant a wake-up says was handed to this owner, as the server has it: the lease left,
+    # if the owner's entry (by its key) is a live grant with that token; no row otherwise
+    "handed": "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 "
+    "FROM {p}entries WHERE name = %s AND owner = %s AND token = %s "
+    "AND expires_at > UTC_TIMESTAMP(6)",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
     "begin": "START TRANSACTION",
     "commit": "COMMIT",

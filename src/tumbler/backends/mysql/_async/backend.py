@@ -454,10 +454,12 @@ class AsyncMySQLBackend:
         }
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
+        owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            return handed
-        owner = owner_hash(request.owner)
+            confirmed = await self._confirm(handed, owner, request.ttl)
+            if confirmed is not None:
+                return confirmed
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -493,6 +495,23 @@ class AsyncMySQLBackend:
             return None
         token, left = granted
         return Grant(request.name, request.owner, token, left)
+
+    async def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` as the server has it, with the lease it has left; None if the server
+        shows no such grant. Whoever may write the wake-up table can leave a wake-up that
+        names any token: it stays a hint, and only the owner's entry says it holds."""
+
+        async def read(connection: Any) -> Any:
+            async with connection.cursor() as cursor:
+                await cursor.execute(self.sql["handed"], (handed.name, owner, handed.token))
+                return await cursor.fetchone()
+
+        with translate_errors(self.url, handed.name):
+            row = await self.pool.run(read, idempotent=True)
+        if row is None:
+            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
+            return None
+        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
 
     async def _sweep(self, connection: Any) -> None:
         await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
