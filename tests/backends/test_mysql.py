@@ -36,7 +36,13 @@ from tumbler.backends.mysql.server import (
 from tumbler.cli import main
 from tumbler.demo import run_demo
 from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
-from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    aeventually,
+    background,
+    eventually,
+    gather,
+)
 from tumbler.testing.servers import make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
@@ -552,3 +558,55 @@ async def test_asyncio_a_forged_hand_off_does_not_grant_the_waiter(
         (holding,) = (await one.status("stock")).holders
         assert holding.token == held.token
         assert await holder.renew("stock", "a", 30.0) == 30.0
+
+
+def _wake_up_rows(server: MariaDBServer, prefix: str) -> int:
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {prefix}wakeups")
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+_CLIENTS = 20
+_TURNS = 5
+
+
+def test_clients_that_closed_leave_no_wake_ups_behind(mariadb_server: MariaDBServer) -> None:
+    """Clients that took turns on one lock (each release handing it to a waiter of another
+    client, and ringing it), then closed: no wake-up row is left, for them or from them."""
+    prefix = f"w{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    clients = [tumbler.connect(url) for _ in range(_CLIENTS)]
+    try:
+
+        def take_turns(locks: tumbler.Locks) -> None:
+            for _ in range(_TURNS):
+                with locks.lock("busy", timeout=PATIENCE):
+                    pass
+
+        gather(*(lambda locks=locks: take_turns(locks) for locks in clients))
+    finally:
+        for locks in clients:
+            locks.close()
+    assert _wake_up_rows(mariadb_server, prefix) == 0
+
+
+@pytest.mark.asyncio
+async def test_asyncio_clients_that_closed_leave_no_wake_ups_behind(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"w{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    clients = [await tumbler.aio.connect(url) for _ in range(_CLIENTS)]
+    try:
+
+        async def take_turns(locks: tumbler.aio.AsyncLocks) -> None:
+            for _ in range(_TURNS):
+                async with locks.lock("busy", timeout=PATIENCE):
+                    pass
+
+        await asyncio.gather(*(take_turns(locks) for locks in clients))
+    finally:
+        for locks in clients:
+            await locks.close()
+    assert _wake_up_rows(mariadb_server, prefix) == 0

@@ -36,9 +36,11 @@ Waking waiters
     interval. A release that hands the lock to a waiter, or lets one through, leaves
     a wake-up row for the waiter's client and interrupts that wait (``KILL QUERY`` of the
     connection that holds the listener lock); the listener reads its wake-ups and wakes just
-    those waiters. ``KILL QUERY`` of another connection is allowed to its own database user
-    (or to one with ``CONNECTION ADMIN``): clients of one deployment that log in as different
-    users are not woken by each other's releases, and find a release at their next re-check.
+    those waiters. Wake-ups go only to a client that listens; one that stops deletes what is
+    left for it, and the sweep deletes the wake-ups of a client that died. ``KILL QUERY`` of
+    another connection is allowed to its own database user (or to one with ``CONNECTION
+    ADMIN``): clients of one deployment that log in as different users are not woken by each
+    other's releases, and find a release at their next re-check.
     A wake-up carries no authority (any user who may write the tables may write one): a
     waiter that a wake-up says was handed the lock takes the grant only once one read of its
     own entry shows it, with that token, and counts the lease the server says is left;

@@ -239,6 +239,21 @@ async def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
     return changed
 
 
+async def _uninterrupted(
+    connection: Any, statement: str, args: Sequence[Any], limit: float
+) -> None:
+    """Run ``statement`` on the listener's connection, again when a ring interrupts it
+    (``KILL QUERY`` ends whatever the listener runs)."""
+    while True:
+        try:
+            await abounded(_execute(connection, statement, args), limit)
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _INTERRUPTED:
+                raise
+            continue
+        return
+
+
 class AsyncWakeups(AsyncListener):
     """The client's one listening connection: it holds the client's listener lock and waits
     for the client's doorbell, which a second connection holds, and a release that wakes one
@@ -300,6 +315,7 @@ class AsyncWakeups(AsyncListener):
                 if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
                     await self._forget(connection, limit, delivered)
                     delivered = []
+            await self._leave(connection, limit)
         finally:
             for opened in (connection, doorbell):
                 if opened is not None:
@@ -324,18 +340,19 @@ class AsyncWakeups(AsyncListener):
         return [int(seq) for seq, _ in rows]
 
     async def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
-        """Delete the wake-ups ``delivered``, run again when a ring interrupts it (a wake-up
-        read twice would hand a grant over twice)."""
+        """Delete the wake-ups ``delivered`` (a wake-up read twice would hand a grant over
+        twice)."""
         statement = _passing(self._backend.sql["read_wakeups"], delivered)
-        while True:
-            try:
-                async with connection.cursor() as cursor:
-                    await abounded(cursor.execute(statement, (self.key, *delivered)), limit)
-            except pymysql.err.OperationalError as error:
-                if _code(error) != _INTERRUPTED:
-                    raise
-                continue
-            return
+        await _uninterrupted(connection, statement, (self.key, *delivered), limit)
+
+    async def _leave(self, connection: Any, limit: float) -> None:
+        """Stop listening, then delete every wake-up left for this client, which nobody will
+        read: a release leaves one only for a client that holds its listener lock, so once
+        the lock is let go, none comes after the delete (and one a release is writing as it
+        goes, the delete waits for)."""
+        sql = self._backend.sql
+        await _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
+        await _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
     async def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
@@ -635,7 +652,9 @@ class AsyncMySQLBackend:
                 for owner, seq, shared, lim, fair, token, client in await cursor.fetchall()
             ]
             for client, tag in to_wake(rows):
-                await cursor.execute(self.sql["wake"], (client, f"{tag} {name}"))
+                await cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
+                if cursor.rowcount != 1:
+                    continue  # its client no longer listens
                 await cursor.execute(self.sql["ring"], (client,))
                 while await cursor.nextset():
                     pass

@@ -241,6 +241,19 @@ def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
     return changed
 
 
+def _uninterrupted(connection: Any, statement: str, args: Sequence[Any], limit: float) -> None:
+    """Run ``statement`` on the listener's connection, again when a ring interrupts it
+    (``KILL QUERY`` ends whatever the listener runs)."""
+    while True:
+        try:
+            bounded(_execute(connection, statement, args), limit)
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _INTERRUPTED:
+                raise
+            continue
+        return
+
+
 class Wakeups(Listener):
     """The client's one listening connection: it holds the client's listener lock and waits
     for the client's doorbell, which a second connection holds, and a release that wakes one
@@ -302,6 +315,7 @@ class Wakeups(Listener):
                 if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
                     self._forget(connection, limit, delivered)
                     delivered = []
+            self._leave(connection, limit)
         finally:
             for opened in (connection, doorbell):
                 if opened is not None:
@@ -326,18 +340,19 @@ class Wakeups(Listener):
         return [int(seq) for seq, _ in rows]
 
     def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
-        """Delete the wake-ups ``delivered``, run again when a ring interrupts it (a wake-up
-        read twice would hand a grant over twice)."""
+        """Delete the wake-ups ``delivered`` (a wake-up read twice would hand a grant over
+        twice)."""
         statement = _passing(self._backend.sql["read_wakeups"], delivered)
-        while True:
-            try:
-                with connection.cursor() as cursor:
-                    bounded(cursor.execute(statement, (self.key, *delivered)), limit)
-            except pymysql.err.OperationalError as error:
-                if _code(error) != _INTERRUPTED:
-                    raise
-                continue
-            return
+        _uninterrupted(connection, statement, (self.key, *delivered), limit)
+
+    def _leave(self, connection: Any, limit: float) -> None:
+        """Stop listening, then delete every wake-up left for this client, which nobody will
+        read: a release leaves one only for a client that holds its listener lock, so once
+        the lock is let go, none comes after the delete (and one a release is writing as it
+        goes, the delete waits for)."""
+        sql = self._backend.sql
+        _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
+        _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
@@ -637,7 +652,9 @@ class MySQLBackend:
                 for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
             ]
             for client, tag in to_wake(rows):
-                cursor.execute(self.sql["wake"], (client, f"{tag} {name}"))
+                cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
+                if cursor.rowcount != 1:
+                    continue  # its client no longer listens
                 cursor.execute(self.sql["ring"], (client,))
                 while cursor.nextset():
                     pass
