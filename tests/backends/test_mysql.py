@@ -25,7 +25,7 @@ import pytest
 
 import tumbler
 import tumbler.aio
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
@@ -33,6 +33,7 @@ from tumbler.backends.mysql.server import (
     TUMBLER_USER,
     MariaDBServer,
 )
+from tumbler.backends.mysql.statements import RENEW_ROWS
 from tumbler.cli import main
 from tumbler.demo import run_demo
 from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
@@ -610,3 +611,57 @@ async def test_asyncio_clients_that_closed_leave_no_wake_ups_behind(
         for locks in clients:
             await locks.close()
     assert _wake_up_rows(mariadb_server, prefix) == 0
+
+
+def _updates(server: MariaDBServer) -> int:
+    """The UPDATE statements the server has run (this test's are the only ones meanwhile)."""
+    with server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Com_update'")
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[1])
+
+
+async def _call(flavour: str, backend: Any, method: str, *args: Any) -> Any:
+    result = getattr(backend, method)(*args)
+    return await result if flavour == "async" else result
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_renew_all_renews_leases_by_the_batch_and_says_which(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """More leases than one statement takes, of two ttls, among them a released grant, a
+    waiter's entry and an owner with none: renewed a statement per RENEW_ROWS leases of one
+    ttl, and each result is that lease's own."""
+    url = f"{mariadb_server.url}?table_prefix=b{uuid.uuid4().hex[:8]}_"
+    if flavour == "sync":
+        locks: Any = tumbler.connect(url)
+    else:
+        locks = await tumbler.aio.connect(url)
+    backend = locks._backend
+    try:
+        names = [f"batch-{index}" for index in range(RENEW_ROWS * 3 // 2 + 30)]
+        for name in names:
+            assert await _call(flavour, backend, "try_grant", _request(name, f"{name}-owner"))
+        assert await _call(flavour, backend, "release", names[7], f"{names[7]}-owner")
+        assert await _call(flavour, backend, "try_grant", _request(names[3], "waiter")) is None
+        renewals = [
+            Renewal(name, f"{name}-owner", 20.0 if index % 3 else 40.0)
+            for index, name in enumerate(names)
+        ]
+        renewals += [Renewal(names[3], "waiter", 20.0), Renewal("nobody", "nobody", 20.0)]
+        updates = _updates(mariadb_server)
+        results = await _call(flavour, backend, "renew_all", renewals, 5.0)
+        # one statement for the leases of 40 s, two for the more than RENEW_ROWS of 20 s
+        assert _updates(mariadb_server) - updates == 3
+        expected = [
+            None if r.name == names[7] or r.owner in ("waiter", "nobody") else r.ttl
+            for r in renewals
+        ]
+        assert results == expected
+        (holder,) = (await _call(flavour, backend, "inspect", names[0])).holders
+        assert 30.0 < holder.expires_in <= 40.0
+    finally:
+        await _call(flavour, locks, "close")

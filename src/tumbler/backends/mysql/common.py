@@ -27,7 +27,10 @@ What it guarantees
     once the name's rows are gone. A release that frees a lock whose first waiter is
     exclusive grants it to that waiter in the same transaction. Grants survive a crash of the
     server when it flushes its log at each commit (``innodb_flush_log_at_trx_commit=1``, the
-    default).
+    default). The client's renewals go in one ``UPDATE`` per 500 leases of one length, and
+    wait for the server no longer than the renewal worker allows them (the least lease time
+    left among them), however long ``socket_timeout`` is: a stalled server costs them that
+    time, not ``socket_timeout``.
 
 Waking waiters
     MySQL has no ``LISTEN``/``NOTIFY``. Each client keeps one listening connection, which
@@ -87,9 +90,11 @@ from ..kit.options import host_port, seconds
 
 __all__ = [
     "DEFAULT_PORT",
+    "AsyncReplies",
     "MySQLConfig",
     "NoConnection",
     "NoReply",
+    "Replies",
     "abounded",
     "aclose_connection",
     "aclosed_by_server",
@@ -327,13 +332,17 @@ def _aiomysql_connection() -> type:
 # -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
 
 
-async def aopen_connection(config: MySQLConfig) -> Any:
-    """A new aiomysql connection (autocommit: each call says where its transaction begins)."""
+async def aopen_connection(config: MySQLConfig, limit: float | None = None) -> Any:
+    """A new aiomysql connection (autocommit: each call says where its transaction begins);
+    ``limit``: a shorter bound than ``connect_timeout`` and ``socket_timeout`` on the whole."""
     connection = _aiomysql_connection()(
         db=config.database, autocommit=True, **config.connect_options
     )
+    connect_timeout = config.connect_timeout + 1
     # aiomysql.connect() makes its own connection class; this is what it does with it
-    await asyncio.wait_for(connection._connect(), config.connect_timeout + 1)
+    await asyncio.wait_for(
+        connection._connect(), connect_timeout if limit is None else min(limit, connect_timeout)
+    )
     try:
         async with connection.cursor() as cursor:
             await abounded(cursor.execute(SESSION_ISOLATION), config.socket_timeout)
@@ -343,14 +352,19 @@ async def aopen_connection(config: MySQLConfig) -> Any:
     return connection
 
 
-def open_connection(config: MySQLConfig) -> Any:
-    """A new PyMySQL connection, its replies waited for at most ``socket_timeout``."""
+def open_connection(config: MySQLConfig, limit: float | None = None) -> Any:
+    """A new PyMySQL connection, its replies waited for at most ``socket_timeout``;
+    ``limit``: a shorter bound on the connect and on each reply, until :class:`Replies`
+    sets another."""
+    connect_timeout, socket_timeout = config.connect_timeout, config.socket_timeout
+    if limit is not None:
+        connect_timeout, socket_timeout = min(limit, connect_timeout), min(limit, socket_timeout)
     connection = pymysql.connect(
         database=config.database,
         autocommit=True,
-        read_timeout=config.socket_timeout,
-        write_timeout=config.socket_timeout,
-        **config.connect_options,
+        read_timeout=socket_timeout,
+        write_timeout=socket_timeout,
+        **{**config.connect_options, "connect_timeout": connect_timeout},
     )
     try:
         with connection.cursor() as cursor:
@@ -410,8 +424,33 @@ async def abounded(call: Awaitable[T], limit: float) -> T:
 
 
 def bounded(call: T, limit: float) -> T:
-    """The blocking twin: PyMySQL's own read and write timeouts bound the call."""
+    """The blocking twin: PyMySQL's own read and write timeouts bound the call (each reply
+    within ``socket_timeout``, or the limit :class:`Replies` set)."""
     return call
+
+
+class AsyncReplies:
+    """How long a connection waits for each of the server's replies (asyncio): aiomysql has
+    no timeout of its own, every call is bounded as a whole (:func:`abounded`), so there is
+    nothing to set."""
+
+    @staticmethod
+    def limit(connection: Any, seconds: float) -> None:
+        """Nothing: see the class."""
+
+
+class Replies:
+    """Blocking twin of :class:`AsyncReplies`: PyMySQL waits for each reply, and for each
+    write to go out, at most its read and write timeouts, which a call with a bound of its
+    own (``renew_all``'s ``timeout``) sets to the time it has left before each statement,
+    and the pool sets back to ``socket_timeout`` after."""
+
+    @staticmethod
+    def limit(connection: Any, seconds: float) -> None:
+        # the connection's own settings, which it applies to the socket at its next read
+        # or write
+        connection._read_timeout = seconds
+        connection._write_timeout = seconds
 
 
 def open_sync(url: BackendURL) -> MySQLBackend:

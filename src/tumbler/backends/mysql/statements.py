@@ -45,6 +45,9 @@ SWEEP_ROWS = 100
 SWEEP_EVERY = 64
 #: how long a force-release note outlives the lease it ended (see the PostgreSQL backend)
 NOTE_GRACE = 60.0
+#: leases one statement of renew_all renews: the statement stays far below the server's
+#: max_allowed_packet (16 MB by default) with names of the longest (255 bytes)
+RENEW_ROWS = 500
 
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
@@ -457,6 +460,16 @@ _STATEMENTS = {
     + _LEASE_END.format(seconds="%s")
     + " WHERE name = %s AND owner = %s AND token IS NOT NULL "
     "AND expires_at > UTC_TIMESTAMP(6)",
+    # Many leases in one statement, all of one ttl: "pairs" is a "(%s, %s)" per (name,
+    # owner), found by the name's unique key. Which were renewed, when not all were: the
+    # live grants among them after the renewal (one it did not renew had run out, and no
+    # lease comes back to life)
+    "renew_many": "UPDATE {p}entries SET expires_at = "
+    + _LEASE_END.format(seconds="%s")
+    + " WHERE (name, owner) IN ({pairs}) AND token IS NOT NULL "
+    "AND expires_at > UTC_TIMESTAMP(6)",
+    "renewed": "SELECT name, owner FROM {p}entries WHERE (name, owner) IN ({pairs}) "
+    "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
     # -- operators ----------------------------------------------------------------------------
     "states": "SELECT name, shared, lim, token, "
     "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder "
