@@ -5,9 +5,10 @@ targets; the procedures are held to the rule in ``test_mysql_statements.py``. He
 keep increasing across a crash and restart of the server; a restart while a lock is held and
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
 waiter is handed the lock by the release and takes it once one read of its entry confirms
-it, and a forged hand-off grants nothing; the listener outlives a short socket_timeout; names
-are bytes; a user with only the documented grants; a release that a deadlock rolls back is
-run again; a URL that asks for TLS refuses a server without it.
+it, and a forged or stale hand-off grants nothing; the listener outlives a short
+socket_timeout; names are bytes; a user with only the documented grants; a release that a
+deadlock rolls back is run again; a URL that asks for TLS refuses a server without it;
+renewals go by the batch; closed clients leave no wake-ups behind.
 """
 
 from __future__ import annotations
@@ -665,3 +666,48 @@ async def test_renew_all_renews_leases_by_the_batch_and_says_which(
         assert 30.0 < holder.expires_in <= 40.0
     finally:
         await _call(flavour, locks, "close")
+
+
+def test_a_hand_off_forced_out_before_the_waiter_took_it_is_not_taken(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """A grant handed over that a forced release removed before the waiter's try: the try
+    asks the server, which grants the free lock anew (a new token), not the one handed."""
+    url = f"{mariadb_server.url}?table_prefix=s{uuid.uuid4().hex[:8]}_"
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+            eventually(lambda: bool(waiter.wakeups.handoffs), "the hand-off came")
+        (handed,) = one.status("stock").holders
+        assert holder.force_release("stock", "test: forced before it was taken") == 1
+        grant = waiter.try_grant(_request("stock", "b"))
+        assert grant is not None
+        assert grant.token > handed.token
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_hand_off_forced_out_before_the_waiter_took_it_is_not_taken(
+    mariadb_server: MariaDBServer,
+) -> None:
+    url = f"{mariadb_server.url}?table_prefix=s{uuid.uuid4().hex[:8]}_"
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert await holder.try_grant(_request("stock", "a")) is not None
+        async with waiter.watch("stock", "b") as watch:
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            assert await holder.release("stock", "a")
+            await watch.wait(PATIENCE)
+
+            async def delivered() -> bool:
+                return bool(waiter.wakeups.handoffs)
+
+            await aeventually(delivered, "the hand-off came")
+        (handed,) = (await one.status("stock")).holders
+        assert await holder.force_release("stock", "test: forced before it was taken") == 1
+        grant = await waiter.try_grant(_request("stock", "b"))
+        assert grant is not None
+        assert grant.token > handed.token
