@@ -4,9 +4,11 @@ The conformance suite runs every generic lock case on the ``mysql`` and ``mysql-
 targets; the procedures are held to the rule in ``test_mysql_statements.py``. Here: tokens
 keep increasing across a crash and restart of the server; a restart while a lock is held and
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
-waiter is handed the lock by the release and takes it without a call; the listener outlives
-a short socket_timeout; names are bytes; a user with only the documented grants; a release
-that a deadlock rolls back is run again.
+waiter is handed the lock by the release and takes it once one read of its entry confirms
+it, and a forged or stale hand-off grants nothing; the listener outlives a short
+socket_timeout; names are bytes; a user with only the documented grants; a release that a
+deadlock rolls back is run again; a URL that asks for TLS refuses a server without it;
+renewals go by the batch; closed clients leave no wake-ups behind.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,17 +26,26 @@ import pytest
 
 import tumbler
 import tumbler.aio
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,
     MariaDBServer,
 )
+from tumbler.backends.mysql.statements import RENEW_ROWS
 from tumbler.cli import main
 from tumbler.demo import run_demo
 from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
-from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    aeventually,
+    background,
+    eventually,
+    gather,
+)
+from tumbler.testing.servers import make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
@@ -59,7 +71,7 @@ def test_tokens_keep_increasing_across_a_crash_of_the_server(
         assert hold.token > before
 
 
-def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
+def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
     mariadb_server: MariaDBServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"{mariadb_server.url}?table_prefix=handoff_"
@@ -84,7 +96,7 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
 
         monkeypatch.setattr(waiter.pool, "run", counted)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls == 0  # taken from the wake-up
+        assert calls == 1  # one read of its own entry, which shows the grant
         assert grant is not None
         assert grant.token == handed.token
         assert 0 < grant.granted_ttl <= 30.0
@@ -463,3 +475,239 @@ def test_a_listening_connection_that_goes_silent_is_replaced(
             a_silent_listener_is_replaced(locks._backend, proxy)
         finally:
             locks.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_url_that_asks_for_tls_refuses_a_server_that_does_not_offer_it(
+    mariadb_server: MariaDBServer, tmp_path: Path, flavour: str
+) -> None:
+    """With ssl_ca the client takes TLS or nothing: a server (or a man in the middle) that
+    does not offer TLS is refused before the client says anything, its user name included."""
+    ca = make_tls_files(tmp_path / "tls").ca_path
+    with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        url = (
+            f"mysql://{TUMBLER_USER}:{quote(TUMBLER_PASSWORD, safe='')}@127.0.0.1:{proxy.port}/"
+            f"{TUMBLER_DATABASE}?ssl_ca={ca}&table_prefix=notls_"
+        )
+        with pytest.raises(ConfigurationError, match="TLS") as refused:
+            if flavour == "sync":
+                tumbler.connect(url).close()
+            else:
+                await (await tumbler.aio.connect(url)).close()
+        assert refused.value.__cause__ is not None  # the driver's error, kept
+        assert proxy.stats().upstream.forwarded == 0
+
+
+def _forge_hand_off(server: MariaDBServer, prefix: str, waiter: Any, name: str, owner: str) -> int:
+    """What a user of the lock's tables can do without holding the lock: leave a wake-up that
+    hands ``name`` to ``owner``'s waiter, with the token of the grant someone else holds, and
+    ring the waiter's client. Returns the token it forged."""
+    stamp = round(waiter.clock.now() * 1e6)
+    with server.connect(TUMBLER_DATABASE) as forger, forger.cursor() as cursor:
+        cursor.execute(
+            f"SELECT token FROM {prefix}entries WHERE name = %s AND token IS NOT NULL", (name,)
+        )
+        (token,) = cursor.fetchone() or (None,)
+        assert token is not None
+        cursor.execute(
+            f"INSERT INTO {prefix}wakeups (client, message) VALUES (%s, %s)",
+            (waiter.wakeups.key, f"={token},{stamp},0:{owner_hash(owner)} {name}"),
+        )
+        cursor.execute(f"CALL {prefix}ring(%s)", (waiter.wakeups.key,))
+    return int(token)
+
+
+def test_a_forged_hand_off_does_not_grant_the_waiter(mariadb_server: MariaDBServer) -> None:
+    """A wake-up is a hint: a grant it carries counts only once the server shows it."""
+    prefix = f"f{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None  # queued
+            assert _forge_hand_off(mariadb_server, prefix, waiter, "stock", "b") == held.token
+            watch.wait(PATIENCE)
+            eventually(lambda: bool(waiter.wakeups.handoffs), "the forged wake-up came")
+            assert waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = one.status("stock").holders
+        assert holding.token == held.token
+        assert holder.renew("stock", "a", 30.0) == 30.0
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_forged_hand_off_does_not_grant_the_waiter(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"f{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = await holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        async with waiter.watch("stock", "b") as watch:
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            assert _forge_hand_off(mariadb_server, prefix, waiter, "stock", "b") == held.token
+            await watch.wait(PATIENCE)
+
+            async def delivered() -> bool:
+                return bool(waiter.wakeups.handoffs)
+
+            await aeventually(delivered, "the forged wake-up came")
+            assert await waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = (await one.status("stock")).holders
+        assert holding.token == held.token
+        assert await holder.renew("stock", "a", 30.0) == 30.0
+
+
+def _wake_up_rows(server: MariaDBServer, prefix: str) -> int:
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {prefix}wakeups")
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+_CLIENTS = 20
+_TURNS = 5
+
+
+def test_clients_that_closed_leave_no_wake_ups_behind(mariadb_server: MariaDBServer) -> None:
+    """Clients that took turns on one lock (each release handing it to a waiter of another
+    client, and ringing it), then closed: no wake-up row is left, for them or from them."""
+    prefix = f"w{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    clients = [tumbler.connect(url) for _ in range(_CLIENTS)]
+    try:
+
+        def take_turns(locks: tumbler.Locks) -> None:
+            for _ in range(_TURNS):
+                with locks.lock("busy", timeout=PATIENCE):
+                    pass
+
+        gather(*(lambda locks=locks: take_turns(locks) for locks in clients))
+    finally:
+        for locks in clients:
+            locks.close()
+    assert _wake_up_rows(mariadb_server, prefix) == 0
+
+
+@pytest.mark.asyncio
+async def test_asyncio_clients_that_closed_leave_no_wake_ups_behind(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"w{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    clients = [await tumbler.aio.connect(url) for _ in range(_CLIENTS)]
+    try:
+
+        async def take_turns(locks: tumbler.aio.AsyncLocks) -> None:
+            for _ in range(_TURNS):
+                async with locks.lock("busy", timeout=PATIENCE):
+                    pass
+
+        await asyncio.gather(*(take_turns(locks) for locks in clients))
+    finally:
+        for locks in clients:
+            await locks.close()
+    assert _wake_up_rows(mariadb_server, prefix) == 0
+
+
+def _updates(server: MariaDBServer) -> int:
+    """The UPDATE statements the server has run (this test's are the only ones meanwhile)."""
+    with server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Com_update'")
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[1])
+
+
+async def _call(flavour: str, backend: Any, method: str, *args: Any) -> Any:
+    result = getattr(backend, method)(*args)
+    return await result if flavour == "async" else result
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_renew_all_renews_leases_by_the_batch_and_says_which(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """More leases than one statement takes, of two ttls, among them a released grant, a
+    waiter's entry and an owner with none: renewed a statement per RENEW_ROWS leases of one
+    ttl, and each result is that lease's own."""
+    url = f"{mariadb_server.url}?table_prefix=b{uuid.uuid4().hex[:8]}_"
+    if flavour == "sync":
+        locks: Any = tumbler.connect(url)
+    else:
+        locks = await tumbler.aio.connect(url)
+    backend = locks._backend
+    try:
+        names = [f"batch-{index}" for index in range(RENEW_ROWS * 3 // 2 + 30)]
+        for name in names:
+            assert await _call(flavour, backend, "try_grant", _request(name, f"{name}-owner"))
+        assert await _call(flavour, backend, "release", names[7], f"{names[7]}-owner")
+        assert await _call(flavour, backend, "try_grant", _request(names[3], "waiter")) is None
+        renewals = [
+            Renewal(name, f"{name}-owner", 20.0 if index % 3 else 40.0)
+            for index, name in enumerate(names)
+        ]
+        renewals += [Renewal(names[3], "waiter", 20.0), Renewal("nobody", "nobody", 20.0)]
+        updates = _updates(mariadb_server)
+        results = await _call(flavour, backend, "renew_all", renewals, 5.0)
+        # one statement for the leases of 40 s, two for the more than RENEW_ROWS of 20 s
+        assert _updates(mariadb_server) - updates == 3
+        expected = [
+            None if r.name == names[7] or r.owner in ("waiter", "nobody") else r.ttl
+            for r in renewals
+        ]
+        assert results == expected
+        (holder,) = (await _call(flavour, backend, "inspect", names[0])).holders
+        assert 30.0 < holder.expires_in <= 40.0
+    finally:
+        await _call(flavour, locks, "close")
+
+
+def test_a_hand_off_forced_out_before_the_waiter_took_it_is_not_taken(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """A grant handed over that a forced release removed before the waiter's try: the try
+    asks the server, which grants the free lock anew (a new token), not the one handed."""
+    url = f"{mariadb_server.url}?table_prefix=s{uuid.uuid4().hex[:8]}_"
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(_request("stock", "b")) is None
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+            eventually(lambda: bool(waiter.wakeups.handoffs), "the hand-off came")
+        (handed,) = one.status("stock").holders
+        assert holder.force_release("stock", "test: forced before it was taken") == 1
+        grant = waiter.try_grant(_request("stock", "b"))
+        assert grant is not None
+        assert grant.token > handed.token
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_hand_off_forced_out_before_the_waiter_took_it_is_not_taken(
+    mariadb_server: MariaDBServer,
+) -> None:
+    url = f"{mariadb_server.url}?table_prefix=s{uuid.uuid4().hex[:8]}_"
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert await holder.try_grant(_request("stock", "a")) is not None
+        async with waiter.watch("stock", "b") as watch:
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            assert await holder.release("stock", "a")
+            await watch.wait(PATIENCE)
+
+            async def delivered() -> bool:
+                return bool(waiter.wakeups.handoffs)
+
+            await aeventually(delivered, "the hand-off came")
+        (handed,) = (await one.status("stock")).holders
+        assert await holder.force_release("stock", "test: forced before it was taken") == 1
+        grant = await waiter.try_grant(_request("stock", "b"))
+        assert grant is not None
+        assert grant.token > handed.token

@@ -420,3 +420,27 @@ def test_the_wait_and_the_read_pass_over_wake_ups_delivered(
         assert listener.wakeups(delivered) == [b"b stock"]
     finally:
         listener.close()
+
+
+def test_a_sweep_deletes_the_wake_ups_of_clients_that_no_longer_listen(
+    mariadb_server: MariaDBServer, fresh_statements: Statements, cursor: Any
+) -> None:
+    """A wake-up for a client that stopped listening (it died, or a release wrote it as the
+    client stopped) is read by nobody: the sweep deletes it, and leaves the listening
+    client's."""
+    statements = fresh_statements
+    listening = Listener(mariadb_server, statements, LISTENER + 6)
+    gone = Listener(mariadb_server, statements, LISTENER + 7)
+    try:
+        for key in (listening.key, gone.key):
+            cursor.execute(
+                f"INSERT INTO {statements.prefix}wakeups (client, message) VALUES (%s, 'x')",
+                (key,),
+            )
+        assert call(gone.cursor, statements["unlisten"], gone.key) == (1,)
+        cursor.execute(statements["sweep"], (100,))
+        cursor.execute(f"SELECT client FROM {statements.prefix}wakeups")
+        assert cursor.fetchall() == ((listening.key,),)
+    finally:
+        listening.close()
+        gone.close()

@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .contract import AsyncBackend, Backend, Capabilities
 
@@ -35,6 +35,7 @@ __all__ = [
     "BackendDescriptor",
     "BackendOpener",
     "RunningTarget",
+    "ServedTarget",
     "TestTarget",
     "on_demand",
 ]
@@ -95,7 +96,8 @@ class BackendOpener(Protocol):
 
 
 class RunningTarget(Protocol):
-    """A test target's servers, started once and shared by the tests of a session."""
+    """A test target's servers, started once and shared by the tests of a session. One whose
+    store is served by processes of its own is also a :class:`ServedTarget`."""
 
     def fresh_url(self) -> str:
         """A URL of this target that no other test uses: a new file, key prefix or path, so
@@ -103,6 +105,17 @@ class RunningTarget(Protocol):
 
     def close(self) -> None:
         """Stop the servers and remove their files."""
+
+
+@runtime_checkable
+class ServedTarget(Protocol):
+    """A running test target whose store is served by processes of its own (not a file, not
+    the test process's memory): what the cases that stall the store stop."""
+
+    def server_pids(self) -> list[int]:
+        """Every process that serves the store now (each server of a cluster, each process
+        of a server that forks): stopping them all (SIGSTOP) stalls the store."""
+        ...
 
 
 @dataclass(frozen=True)

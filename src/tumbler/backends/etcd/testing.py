@@ -30,6 +30,9 @@ class _Running:
         query = "&".join(filter(None, [parts.query, f"lease_ttl={LEASE_TTL}"]))
         return urlunsplit(parts._replace(path=prefix, query=query))
 
+    def server_pids(self) -> list[int]:
+        return self.server.pids()
+
     def close(self) -> None:
         self.server.close()
 

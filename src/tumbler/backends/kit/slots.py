@@ -8,6 +8,7 @@ blocking-only program should not load. Import it from here.
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections.abc import Callable
 
@@ -22,6 +23,13 @@ class AsyncSlots:
         self._semaphore = asyncio.Semaphore(limit) if limit is not None else None
         self._wait = wait
         self._refuse = refuse
+
+    def within(self, wait: float) -> AsyncSlots:
+        """The same places, waited for at most ``wait`` seconds (a call with a shorter
+        bound of its own)."""
+        view = copy.copy(self)
+        view._wait = wait
+        return view
 
     async def __aenter__(self) -> None:
         semaphore = self._semaphore
@@ -55,6 +63,12 @@ class Slots:
         self._semaphore = threading.BoundedSemaphore(limit) if limit is not None else None
         self._wait = wait
         self._refuse = refuse
+
+    def within(self, wait: float) -> Slots:
+        """As :meth:`AsyncSlots.within`."""
+        view = copy.copy(self)
+        view._wait = wait
+        return view
 
     def __enter__(self) -> None:
         if self._semaphore is not None and not self._semaphore.acquire(timeout=self._wait):

@@ -7,8 +7,9 @@ URL grammar::
 
 Percent-encode ``@ : / ? #`` in a password. Options: ``table_prefix`` (the tables' and
 procedures' names begin with it, default ``tumbler_``; made on first use), ``ssl_ca`` (a CA
-file: the connection takes TLS and checks the server's certificate and name), ``ssl_cert``
-and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
+file: the connection takes TLS and checks the server's certificate and name; a server that
+does not offer TLS is refused, ``ConfigurationError``, before the client says anything),
+``ssl_cert`` and ``ssl_key`` (a client certificate), ``connect_timeout`` (seconds, default 5),
 ``socket_timeout`` (seconds, default 5: the most a call waits for the server's replies; then
 its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
 (seconds, default 2, rounded up to whole seconds, which is what the server takes: how long a
@@ -26,7 +27,10 @@ What it guarantees
     once the name's rows are gone. A release that frees a lock whose first waiter is
     exclusive grants it to that waiter in the same transaction. Grants survive a crash of the
     server when it flushes its log at each commit (``innodb_flush_log_at_trx_commit=1``, the
-    default).
+    default). The client's renewals go in one ``UPDATE`` per 500 leases of one length, and
+    wait for the server no longer than the renewal worker allows them (the least lease time
+    left among them), however long ``socket_timeout`` is: a stalled server costs them that
+    time, not ``socket_timeout``.
 
 Waking waiters
     MySQL has no ``LISTEN``/``NOTIFY``. Each client keeps one listening connection, which
@@ -35,9 +39,15 @@ Waking waiters
     interval. A release that hands the lock to a waiter, or lets one through, leaves
     a wake-up row for the waiter's client and interrupts that wait (``KILL QUERY`` of the
     connection that holds the listener lock); the listener reads its wake-ups and wakes just
-    those waiters. ``KILL QUERY`` of another connection is allowed to its own database user
-    (or to one with ``CONNECTION ADMIN``): clients of one deployment that log in as different
-    users are not woken by each other's releases, and find a release at their next re-check.
+    those waiters. Wake-ups go only to a client that listens; one that stops deletes what is
+    left for it, and the sweep deletes the wake-ups of a client that died. ``KILL QUERY`` of
+    another connection is allowed to its own database user (or to one with ``CONNECTION
+    ADMIN``): clients of one deployment that log in as different users are not woken by each
+    other's releases, and find a release at their next re-check.
+    A wake-up carries no authority (any user who may write the tables may write one): a
+    waiter that a wake-up says was handed the lock takes the grant only once one read of its
+    own entry shows it, with that token, and counts the lease the server says is left;
+    otherwise it asks for the lock as any try does.
 
 What it cannot promise
     Replication is asynchronous by default: a failover to a replica that had not received a
@@ -65,6 +75,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymysql  # the driver (aiomysql is built on it): without it, MissingDependency
+from pymysql.constants import CLIENT, CR
 
 from ..._url import BackendURL
 from ...errors import (
@@ -79,9 +90,11 @@ from ..kit.options import host_port, seconds
 
 __all__ = [
     "DEFAULT_PORT",
+    "AsyncReplies",
     "MySQLConfig",
     "NoConnection",
     "NoReply",
+    "Replies",
     "abounded",
     "aclose_connection",
     "aclosed_by_server",
@@ -239,6 +252,13 @@ def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> Tu
         return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
     if code in _MISCONFIGURED:
         return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
+    if code == _NO_TLS:
+        return ConfigurationError(
+            "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused "
+            "rather than talk in clear",
+            lock_name=name,
+            backend=url,
+        )
     if code == 1205:
         return BackendUnavailable(
             f"another client held the lock's name past lock_timeout: {text}",
@@ -275,16 +295,53 @@ class NoReply(pymysql.err.OperationalError):
     """A call got no reply within ``socket_timeout``; its connection was dropped."""
 
 
+#: the drivers' code for a TLS connection that could not be made as asked
+_NO_TLS = CR.CR_SSL_CONNECTION_ERROR
+
+
+def _refuses_clear_text(connection: Any) -> None:
+    """Refuse a server that does not offer TLS to a client that asks for it: a server set up
+    without it, or a man in the middle that struck TLS from the greeting. Called between the
+    server's greeting and the client's answer, so the client has said nothing yet (its user
+    name, the lock names after it)."""
+    if getattr(connection, "_ssl_context", None) and not connection.server_capabilities & (
+        CLIENT.SSL
+    ):
+        raise pymysql.err.OperationalError(_NO_TLS, "the server does not offer TLS")
+
+
+_strict_connection: type | None = None
+
+
+def _aiomysql_connection() -> type:
+    """aiomysql's connection, made to refuse clear text where TLS is asked for (it falls
+    back to clear text when the server does not offer TLS; PyMySQL refuses, from 1.2)."""
+    global _strict_connection
+    if _strict_connection is None:
+        import aiomysql
+
+        class StrictConnection(aiomysql.Connection):  # type: ignore[misc]
+            async def _request_authentication(self) -> None:
+                _refuses_clear_text(self)
+                await super()._request_authentication()
+
+        _strict_connection = StrictConnection
+    return _strict_connection
+
+
 # -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
 
 
-async def aopen_connection(config: MySQLConfig) -> Any:
-    """A new aiomysql connection (autocommit: each call says where its transaction begins)."""
-    import aiomysql
-
-    connection = await asyncio.wait_for(
-        aiomysql.connect(db=config.database, autocommit=True, **config.connect_options),
-        config.connect_timeout + 1,
+async def aopen_connection(config: MySQLConfig, limit: float | None = None) -> Any:
+    """A new aiomysql connection (autocommit: each call says where its transaction begins);
+    ``limit``: a shorter bound than ``connect_timeout`` and ``socket_timeout`` on the whole."""
+    connection = _aiomysql_connection()(
+        db=config.database, autocommit=True, **config.connect_options
+    )
+    connect_timeout = config.connect_timeout + 1
+    # aiomysql.connect() makes its own connection class; this is what it does with it
+    await asyncio.wait_for(
+        connection._connect(), connect_timeout if limit is None else min(limit, connect_timeout)
     )
     try:
         async with connection.cursor() as cursor:
@@ -295,14 +352,19 @@ async def aopen_connection(config: MySQLConfig) -> Any:
     return connection
 
 
-def open_connection(config: MySQLConfig) -> Any:
-    """A new PyMySQL connection, its replies waited for at most ``socket_timeout``."""
+def open_connection(config: MySQLConfig, limit: float | None = None) -> Any:
+    """A new PyMySQL connection, its replies waited for at most ``socket_timeout``;
+    ``limit``: a shorter bound on the connect and on each reply, until :class:`Replies`
+    sets another."""
+    connect_timeout, socket_timeout = config.connect_timeout, config.socket_timeout
+    if limit is not None:
+        connect_timeout, socket_timeout = min(limit, connect_timeout), min(limit, socket_timeout)
     connection = pymysql.connect(
         database=config.database,
         autocommit=True,
-        read_timeout=config.socket_timeout,
-        write_timeout=config.socket_timeout,
-        **config.connect_options,
+        read_timeout=socket_timeout,
+        write_timeout=socket_timeout,
+        **{**config.connect_options, "connect_timeout": connect_timeout},
     )
     try:
         with connection.cursor() as cursor:
@@ -362,8 +424,33 @@ async def abounded(call: Awaitable[T], limit: float) -> T:
 
 
 def bounded(call: T, limit: float) -> T:
-    """The blocking twin: PyMySQL's own read and write timeouts bound the call."""
+    """The blocking twin: PyMySQL's own read and write timeouts bound the call (each reply
+    within ``socket_timeout``, or the limit :class:`Replies` set)."""
     return call
+
+
+class AsyncReplies:
+    """How long a connection waits for each of the server's replies (asyncio): aiomysql has
+    no timeout of its own, every call is bounded as a whole (:func:`abounded`), so there is
+    nothing to set."""
+
+    @staticmethod
+    def limit(connection: Any, seconds: float) -> None:
+        """Nothing: see the class."""
+
+
+class Replies:
+    """Blocking twin of :class:`AsyncReplies`: PyMySQL waits for each reply, and for each
+    write to go out, at most its read and write timeouts, which a call with a bound of its
+    own (``renew_all``'s ``timeout``) sets to the time it has left before each statement,
+    and the pool sets back to ``socket_timeout`` after."""
+
+    @staticmethod
+    def limit(connection: Any, seconds: float) -> None:
+        # the connection's own settings, which it applies to the socket at its next read
+        # or write
+        connection._read_timeout = seconds
+        connection._write_timeout = seconds
 
 
 def open_sync(url: BackendURL) -> MySQLBackend:

@@ -8,6 +8,7 @@ Tables (``{p}`` is the prefix)::
     {p}tokens      the counter every fencing token is drawn from (AUTO_INCREMENT, no rows kept)
     {p}evictions   the notes force_release leaves for the holders it evicted
     {p}wakeups     wake-ups a release leaves for a client's listener, read and deleted by it
+                   (and the rest deleted as it stops listening)
 
 Why a table of names: each decision on a name runs in one short transaction that first locks
 the name's row (``INSERT ... ON DUPLICATE KEY UPDATE``: it is made if missing, and its lock is
@@ -44,6 +45,9 @@ SWEEP_ROWS = 100
 SWEEP_EVERY = 64
 #: how long a force-release note outlives the lease it ended (see the PostgreSQL backend)
 NOTE_GRACE = 60.0
+#: leases one statement of renew_all renews: the statement stays far below the server's
+#: max_allowed_packet (16 MB by default) with names of the longest (255 bytes)
+RENEW_ROWS = 500
 
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
@@ -314,10 +318,13 @@ _CREATE = (
         END IF;
     END""",
     # Upkeep: up to "most" expired entries and eviction notes of any names deleted, oldest
-    # first. It takes only rows no other transaction has locked (SKIP LOCKED), and deletes
-    # each by its primary key: it never waits for a transaction on a name, so none can wait
-    # for it in turn (a deadlock); what it skips, the name's own next grant deletes. The
-    # last object made, so that its presence says every other one is there.
+    # first, and as many wake-ups for clients that no longer listen (a client deletes its
+    # own as it stops listening: these are what a release left for it in that moment, or
+    # for a client that died). It takes only rows no other transaction has locked (SKIP
+    # LOCKED), and deletes each by its primary key: it never waits for a transaction on a
+    # name, so none can wait for it in turn (a deadlock); what it skips, the name's own next
+    # grant deletes. The last object made, so that its presence says every other one is
+    # there.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}sweep(IN most INT)
     SQL SECURITY INVOKER
     BEGIN
@@ -325,12 +332,17 @@ _CREATE = (
         DECLARE expired_seq BIGINT UNSIGNED;
         DECLARE noted_name {_NAME};
         DECLARE noted_owner CHAR(40);
+        DECLARE unheard_seq BIGINT UNSIGNED;
         DECLARE expired_entries CURSOR FOR
             SELECT seq FROM {{p}}entries WHERE expires_at <= UTC_TIMESTAMP(6)
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE expired_notes CURSOR FOR
             SELECT name, owner FROM {{p}}evictions WHERE expires_at <= UTC_TIMESTAMP(6)
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
+        DECLARE unheard CURSOR FOR
+            SELECT seq FROM {{p}}wakeups
+            WHERE IS_USED_LOCK(CONCAT('tumbler-listener-', client)) IS NULL
+            ORDER BY seq LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET done = TRUE;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -350,6 +362,14 @@ _CREATE = (
             DELETE FROM {{p}}evictions WHERE name = noted_name AND owner = noted_owner;
         END LOOP;
         CLOSE expired_notes;
+        SET done = FALSE;
+        OPEN unheard;
+        wakeups: LOOP
+            FETCH unheard INTO unheard_seq;
+            IF done THEN LEAVE wakeups; END IF;
+            DELETE FROM {{p}}wakeups WHERE seq = unheard_seq;
+        END LOOP;
+        CLOSE unheard;
         COMMIT;
     END""",
 )
@@ -401,6 +421,12 @@ _STATEMENTS = {
     # the ones delivered, by their seq (one committed meanwhile with a lower seq is kept)
     "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq IN ({seqs})",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
+    "unlisten": "SELECT RELEASE_LOCK(CONCAT('tumbler-listener-', %s))",
+    # a grant a wake-up says was handed to this owner, as the server has it: the lease left,
+    # if the owner's entry (by its key) is a live grant with that token; no row otherwise
+    "handed": "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 "
+    "FROM {p}entries WHERE name = %s AND owner = %s AND token = %s "
+    "AND expires_at > UTC_TIMESTAMP(6)",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
     "begin": "START TRANSACTION",
     "commit": "COMMIT",
@@ -424,7 +450,9 @@ _STATEMENTS = {
     # what a release that handed nothing over needs to find the waiters it lets through
     "wake_line": "SELECT owner, seq, shared, lim, fair, token, client FROM {p}entries "
     "WHERE name = %s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq",
-    "wake": "INSERT INTO {p}wakeups (client, message) VALUES (%s, %s)",
+    # only for a client that listens (as {p}hand_off): one that closed reads no more
+    "wake": "INSERT INTO {p}wakeups (client, message) SELECT %s, %s FROM DUAL "
+    "WHERE IS_USED_LOCK(CONCAT('tumbler-listener-', %s)) IS NOT NULL",
     "ring": "CALL {p}ring(%s)",
     # -- leases -------------------------------------------------------------------------------
     # "expires_at > UTC_TIMESTAMP(6)" is what keeps an expired lease dead
@@ -432,6 +460,16 @@ _STATEMENTS = {
     + _LEASE_END.format(seconds="%s")
     + " WHERE name = %s AND owner = %s AND token IS NOT NULL "
     "AND expires_at > UTC_TIMESTAMP(6)",
+    # Many leases in one statement, all of one ttl: "pairs" is a "(%s, %s)" per (name,
+    # owner), found by the name's unique key. Which were renewed, when not all were: the
+    # live grants among them after the renewal (one it did not renew had run out, and no
+    # lease comes back to life)
+    "renew_many": "UPDATE {p}entries SET expires_at = "
+    + _LEASE_END.format(seconds="%s")
+    + " WHERE (name, owner) IN ({pairs}) AND token IS NOT NULL "
+    "AND expires_at > UTC_TIMESTAMP(6)",
+    "renewed": "SELECT name, owner FROM {p}entries WHERE (name, owner) IN ({pairs}) "
+    "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
     # -- operators ----------------------------------------------------------------------------
     "states": "SELECT name, shared, lim, token, "
     "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder "

@@ -21,6 +21,9 @@ class _Running:
         separator = "&" if "?" in url else "?"
         return f"{url}{separator}table_prefix=t{uuid.uuid4().hex[:12]}_"
 
+    def server_pids(self) -> list[int]:
+        return self.server.pids()
+
     def close(self) -> None:
         self.server.close()
 

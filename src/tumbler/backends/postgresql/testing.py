@@ -30,6 +30,11 @@ class _Running:
         separator = "&" if "?" in url else "?"
         return f"{url}{separator}schema={_schema()}"
 
+    def server_pids(self) -> list[int]:
+        # the postmaster and the process it forked for each connection
+        pooler = [] if self.pooler is None else self.pooler.pids()
+        return [*self.server.pids(), *pooler]
+
     def close(self) -> None:
         if self.pooler is not None:
             self.pooler.close()

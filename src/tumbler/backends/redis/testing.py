@@ -28,6 +28,11 @@ class _Running:
     def fresh_url(self) -> str:
         return self._url(_prefix())
 
+    def server_pids(self) -> list[int]:
+        servers = self.servers
+        nodes = servers.nodes if isinstance(servers, RedisServerCluster) else [servers]
+        return [pid for node in nodes for pid in node.pids()]
+
     def close(self) -> None:
         self.servers.close()
 

@@ -28,6 +28,9 @@ class _Running:
     def fresh_url(self) -> str:
         return self.masters.url(_prefix())
 
+    def server_pids(self) -> list[int]:
+        return [pid for master in self.masters.masters for pid in master.pids()]
+
     def close(self) -> None:
         self.masters.close()
 

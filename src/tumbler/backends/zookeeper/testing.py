@@ -33,6 +33,9 @@ class _Running:
     def fresh_url(self) -> str:
         return self._url(_base())
 
+    def server_pids(self) -> list[int]:
+        return self.server.pids()
+
     def close(self) -> None:
         self.server.close()
 

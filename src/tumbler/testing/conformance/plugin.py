@@ -29,8 +29,10 @@ the backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends import builtin_descriptors, descriptor_for
 from tumbler.backends.contract import Capabilities
-from tumbler.backends.descriptor import BackendDescriptor, RunningTarget
+from tumbler.backends.descriptor import BackendDescriptor, RunningTarget, ServedTarget
 from tumbler.testing.servers import ServerError
 
 __all__ = [
@@ -279,6 +281,35 @@ def conformance_target(request: pytest.FixtureRequest) -> Target:
 def conformance_url(conformance_target: Target, conformance_running: _Running) -> str:
     """A URL of the target under test that no other test uses: a new file, store or prefix."""
     return conformance_running.get(conformance_target).fresh_url()
+
+
+@pytest.fixture
+def stall_servers(
+    conformance_target: Target, conformance_running: _Running
+) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """``with stall_servers():`` stops every process that serves the target's store
+    (SIGSTOP: a server that hangs, keeping its connections open, as a stalled machine or a
+    long pause does) and lets them run again at its end (SIGCONT). Skips the case on a
+    target whose store has no process of its own (a file, memory, a URL given by hand)."""
+    running = conformance_running.get(conformance_target)
+    if not isinstance(running, ServedTarget) or not running.server_pids():
+        pytest.skip(f"the {conformance_target.name} target has no server process to stop")
+
+    @contextlib.contextmanager
+    def stalled() -> Iterator[None]:
+        pids = running.server_pids()
+        stopped: list[int] = []
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+    return stalled
 
 
 @pytest.fixture

@@ -174,6 +174,21 @@ class ProcessLauncher(Launcher):
         pid: int = self._executor.process.pid
         return pid
 
+    def pids(self) -> list[int]:
+        """The process and its descendants (a server that forks a process per connection,
+        or one launched through a program that switches user): every process that serves,
+        for a test that stops them all (SIGSTOP) to stall the server. Empty when it is down."""
+        import psutil  # mirakuru's own dependency
+
+        pid = self.pid
+        if pid is None or not self.running:
+            return []
+        try:
+            children = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        return [pid, *(child.pid for child in children)]
+
     def start(self: _Process) -> _Process:
         """Start the process and wait until it serves; returns the launcher itself.
 

@@ -27,6 +27,7 @@ from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
+    AsyncReplies,
     MySQLConfig,
     NoConnection,
     NoReply,
@@ -36,7 +37,7 @@ from ..common import (
     aopen_connection,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements
+from ..statements import NOTE_GRACE, RENEW_ROWS, SWEEP_EVERY, SWEEP_ROWS, Statements
 
 _log = logging.getLogger("tumbler.mysql")
 
@@ -109,16 +110,21 @@ class AsyncPool:
         self._abandoned: list[int] = []
         self._closed = False
 
-    async def connect(self) -> Any:
+    async def connect(self, deadline: float | None = None) -> Any:
         """A new connection, tried again for up to ``connect_timeout`` while the server
-        refuses connections for a moment (a restart): a connection that failed ran nothing."""
-        deadline = time.monotonic() + self._config.connect_timeout
+        refuses connections for a moment (a restart): a connection that failed ran nothing.
+        ``deadline`` (``time.monotonic()``): a call's own, which bounds each try too."""
+        until = time.monotonic() + self._config.connect_timeout
+        if deadline is not None:
+            until = min(until, deadline)
         pause = 0.02
         while True:
             try:
-                connection = await aopen_connection(self._config)
+                connection = await aopen_connection(
+                    self._config, None if deadline is None else _left(deadline)
+                )
             except pymysql.err.OperationalError as error:
-                left = deadline - time.monotonic()
+                left = until - time.monotonic()
                 if self._closed or left <= 0 or _code(error) not in _REFUSED_NOW:
                     raise
                 await asleep_real(min(pause, left))
@@ -127,15 +133,22 @@ class AsyncPool:
             return connection
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Any]:
+    async def connection(self, deadline: float | None = None) -> AsyncIterator[Any]:
+        """A connection for one call; ``deadline`` (``time.monotonic()``): the call's own,
+        which bounds its wait for a place and a connection, and for each reply."""
         if self._closed:
             raise pymysql.err.OperationalError(2006, "the client is closed")
+        slots = self._slots
+        if deadline is not None:
+            slots = slots.within(min(_left(deadline), self._config.socket_timeout))
         try:
-            async with self._slots:
+            async with slots:
                 connection = await self._idle_connection()
                 if connection is None:
-                    connection = await self.connect()
+                    connection = await self.connect(deadline)
                 try:
+                    if deadline is not None:
+                        AsyncReplies.limit(connection, _left(deadline))
                     if self._abandoned:
                         await self._kill_abandoned(connection)
                     yield connection
@@ -150,6 +163,8 @@ class AsyncPool:
                 if self._closed:
                     await aclose_connection(connection)
                     return
+                if deadline is not None:
+                    AsyncReplies.limit(connection, self._config.socket_timeout)
                 with self._lock:
                     self._idle.append(connection)
         except NoConnection:
@@ -198,23 +213,43 @@ class AsyncPool:
         for connection in idle:
             await aclose_connection(connection)
 
-    async def run(self, call: Callable[[Any], Awaitable[T]], *, idempotent: bool = False) -> T:
+    async def run(
+        self,
+        call: Callable[[Any], Awaitable[T]],
+        *,
+        idempotent: bool = False,
+        deadline: float | None = None,
+    ) -> T:
         """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
         tried again on a fresh connection for up to ``connect_timeout`` when it is
-        ``idempotent`` and its connection was found gone (an idle one the server closed)."""
-        deadline = time.monotonic() + self._config.connect_timeout
+        ``idempotent`` and its connection was found gone (an idle one the server closed).
+        ``deadline`` (``time.monotonic()``): the call's own, which bounds all of it."""
+        until = time.monotonic() + self._config.connect_timeout
+        if deadline is not None:
+            until = min(until, deadline)
         while True:
             try:
-                async with self.connection() as connection:
-                    return await abounded(call(connection), self._config.socket_timeout)
+                async with self.connection(deadline) as connection:
+                    limit = self._config.socket_timeout
+                    if deadline is not None:
+                        limit = min(limit, _left(deadline))
+                    return await abounded(call(connection), limit)
             except pymysql.err.OperationalError as error:
                 retry = idempotent and _code(error) in _LOST and not isinstance(error, NoReply)
-                if self._closed or time.monotonic() >= deadline or not retry:
+                if self._closed or time.monotonic() >= until or not retry:
                     raise
 
     async def close(self) -> None:
         self._closed = True
         await self._drop_idle()
+
+
+def _left(deadline: float) -> float:
+    """The seconds left before ``deadline`` (``time.monotonic()``); ``NoReply`` if none."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise NoReply(2013, "no reply from MySQL within the call's time")
+    return left
 
 
 async def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any, ...]:
@@ -237,6 +272,21 @@ async def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
         while await cursor.nextset():
             pass
     return changed
+
+
+async def _uninterrupted(
+    connection: Any, statement: str, args: Sequence[Any], limit: float
+) -> None:
+    """Run ``statement`` on the listener's connection, again when a ring interrupts it
+    (``KILL QUERY`` ends whatever the listener runs)."""
+    while True:
+        try:
+            await abounded(_execute(connection, statement, args), limit)
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _INTERRUPTED:
+                raise
+            continue
+        return
 
 
 class AsyncWakeups(AsyncListener):
@@ -300,6 +350,7 @@ class AsyncWakeups(AsyncListener):
                 if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
                     await self._forget(connection, limit, delivered)
                     delivered = []
+            await self._leave(connection, limit)
         finally:
             for opened in (connection, doorbell):
                 if opened is not None:
@@ -324,18 +375,19 @@ class AsyncWakeups(AsyncListener):
         return [int(seq) for seq, _ in rows]
 
     async def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
-        """Delete the wake-ups ``delivered``, run again when a ring interrupts it (a wake-up
-        read twice would hand a grant over twice)."""
+        """Delete the wake-ups ``delivered`` (a wake-up read twice would hand a grant over
+        twice)."""
         statement = _passing(self._backend.sql["read_wakeups"], delivered)
-        while True:
-            try:
-                async with connection.cursor() as cursor:
-                    await abounded(cursor.execute(statement, (self.key, *delivered)), limit)
-            except pymysql.err.OperationalError as error:
-                if _code(error) != _INTERRUPTED:
-                    raise
-                continue
-            return
+        await _uninterrupted(connection, statement, (self.key, *delivered), limit)
+
+    async def _leave(self, connection: Any, limit: float) -> None:
+        """Stop listening, then delete every wake-up left for this client, which nobody will
+        read: a release leaves one only for a client that holds its listener lock, so once
+        the lock is let go, none comes after the delete (and one a release is writing as it
+        goes, the delete waits for)."""
+        sql = self._backend.sql
+        await _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
+        await _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
     async def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
@@ -454,10 +506,12 @@ class AsyncMySQLBackend:
         }
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
+        owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            return handed
-        owner = owner_hash(request.owner)
+            confirmed = await self._confirm(handed, owner, request.ttl)
+            if confirmed is not None:
+                return confirmed
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -493,6 +547,23 @@ class AsyncMySQLBackend:
             return None
         token, left = granted
         return Grant(request.name, request.owner, token, left)
+
+    async def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` as the server has it, with the lease it has left; None if the server
+        shows no such grant. Whoever may write the wake-up table can leave a wake-up that
+        names any token: it stays a hint, and only the owner's entry says it holds."""
+
+        async def read(connection: Any) -> Any:
+            async with connection.cursor() as cursor:
+                await cursor.execute(self.sql["handed"], (handed.name, owner, handed.token))
+                return await cursor.fetchone()
+
+        with translate_errors(self.url, handed.name):
+            row = await self.pool.run(read, idempotent=True)
+        if row is None:
+            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
+            return None
+        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
 
     async def _sweep(self, connection: Any) -> None:
         await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
@@ -570,23 +641,54 @@ class AsyncMySQLBackend:
         return ttl if renewed else None
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """Every renewal on one connection, one statement each, within ``timeout``."""
+        """Every renewal on one connection, up to ``RENEW_ROWS`` leases of one ttl in each
+        statement, all within ``timeout``: each reply is waited for only the time left."""
         if not renewals:
             return []
+        deadline = time.monotonic() + timeout
+        # names go as text, as everywhere (aiomysql cannot pass bytes with PyMySQL 1.2)
+        keys = [(r.name, owner_hash(r.owner)) for r in renewals]
+        by_ttl: dict[float, list[int]] = {}
+        for index, renewal in enumerate(renewals):
+            by_ttl.setdefault(renewal.ttl, []).append(index)
 
-        async def renew(connection: Any) -> list[float | None]:
-            results: list[float | None] = []
-            async with connection.cursor() as cursor:
-                for renewal in renewals:
-                    await cursor.execute(
-                        self.sql["renew"],
-                        (renewal.ttl, renewal.name, owner_hash(renewal.owner)),
-                    )
-                    results.append(renewal.ttl if cursor.rowcount == 1 else None)
-            return results
+        async def renew(connection: Any) -> set[int]:
+            renewed: set[int] = set()
+            for ttl, indexes in by_ttl.items():
+                for start in range(0, len(indexes), RENEW_ROWS):
+                    batch = indexes[start : start + RENEW_ROWS]
+                    renewed |= await self._renew_batch(connection, deadline, ttl, batch, keys)
+            return renewed
 
         with translate_errors(self.url):
-            return await abounded(self.pool.run(renew, idempotent=True), timeout)
+            renewed = await abounded(
+                self.pool.run(renew, idempotent=True, deadline=deadline), timeout
+            )
+        return [r.ttl if index in renewed else None for index, r in enumerate(renewals)]
+
+    async def _renew_batch(
+        self,
+        connection: Any,
+        deadline: float,
+        ttl: float,
+        batch: list[int],
+        keys: list[tuple[str, str]],
+    ) -> set[int]:
+        """Renew the leases ``batch`` (indexes into ``keys``) for ``ttl``; the indexes of those
+        renewed. One statement, and a read of which were renewed only when not all were."""
+        pairs = [value for index in batch for value in keys[index]]
+        marks = ", ".join(["(%s, %s)"] * len(batch))
+        async with connection.cursor() as cursor:
+            AsyncReplies.limit(connection, _left(deadline))
+            await _transaction(
+                lambda: cursor.execute(self.sql["renew_many"].format(pairs=marks), (ttl, *pairs))
+            )
+            if cursor.rowcount == len(batch):
+                return set(batch)
+            AsyncReplies.limit(connection, _left(deadline))
+            await cursor.execute(self.sql["renewed"].format(pairs=marks), pairs)
+            live = {(bytes(name).decode(), owner) for name, owner in await cursor.fetchall()}
+        return {index for index in batch if keys[index] in live}
 
     # -- release ---------------------------------------------------------------------------
 
@@ -616,7 +718,9 @@ class AsyncMySQLBackend:
                 for owner, seq, shared, lim, fair, token, client in await cursor.fetchall()
             ]
             for client, tag in to_wake(rows):
-                await cursor.execute(self.sql["wake"], (client, f"{tag} {name}"))
+                await cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
+                if cursor.rowcount != 1:
+                    continue  # its client no longer listens
                 await cursor.execute(self.sql["ring"], (client,))
                 while await cursor.nextset():
                     pass

@@ -32,13 +32,14 @@ from ..common import (
     MySQLConfig,
     NoConnection,
     NoReply,
+    Replies,
     bounded,
     close_connection,
     closed_by_server,
     open_connection,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, SWEEP_EVERY, SWEEP_ROWS, Statements
+from ..statements import NOTE_GRACE, RENEW_ROWS, SWEEP_EVERY, SWEEP_ROWS, Statements
 
 _log = logging.getLogger("tumbler.mysql")
 
@@ -111,16 +112,21 @@ class Pool:
         self._abandoned: list[int] = []
         self._closed = False
 
-    def connect(self) -> Any:
+    def connect(self, deadline: float | None = None) -> Any:
         """A new connection, tried again for up to ``connect_timeout`` while the server
-        refuses connections for a moment (a restart): a connection that failed ran nothing."""
-        deadline = time.monotonic() + self._config.connect_timeout
+        refuses connections for a moment (a restart): a connection that failed ran nothing.
+        ``deadline`` (``time.monotonic()``): a call's own, which bounds each try too."""
+        until = time.monotonic() + self._config.connect_timeout
+        if deadline is not None:
+            until = min(until, deadline)
         pause = 0.02
         while True:
             try:
-                connection = open_connection(self._config)
+                connection = open_connection(
+                    self._config, None if deadline is None else _left(deadline)
+                )
             except pymysql.err.OperationalError as error:
-                left = deadline - time.monotonic()
+                left = until - time.monotonic()
                 if self._closed or left <= 0 or _code(error) not in _REFUSED_NOW:
                     raise
                 sleep_real(min(pause, left))
@@ -129,15 +135,22 @@ class Pool:
             return connection
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[Any]:
+    def connection(self, deadline: float | None = None) -> Iterator[Any]:
+        """A connection for one call; ``deadline`` (``time.monotonic()``): the call's own,
+        which bounds its wait for a place and a connection, and for each reply."""
         if self._closed:
             raise pymysql.err.OperationalError(2006, "the client is closed")
+        slots = self._slots
+        if deadline is not None:
+            slots = slots.within(min(_left(deadline), self._config.socket_timeout))
         try:
-            with self._slots:
+            with slots:
                 connection = self._idle_connection()
                 if connection is None:
-                    connection = self.connect()
+                    connection = self.connect(deadline)
                 try:
+                    if deadline is not None:
+                        Replies.limit(connection, _left(deadline))
                     if self._abandoned:
                         self._kill_abandoned(connection)
                     yield connection
@@ -152,6 +165,8 @@ class Pool:
                 if self._closed:
                     close_connection(connection)
                     return
+                if deadline is not None:
+                    Replies.limit(connection, self._config.socket_timeout)
                 with self._lock:
                     self._idle.append(connection)
         except NoConnection:
@@ -200,23 +215,43 @@ class Pool:
         for connection in idle:
             close_connection(connection)
 
-    def run(self, call: Callable[[Any], T], *, idempotent: bool = False) -> T:
+    def run(
+        self,
+        call: Callable[[Any], T],
+        *,
+        idempotent: bool = False,
+        deadline: float | None = None,
+    ) -> T:
         """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
         tried again on a fresh connection for up to ``connect_timeout`` when it is
-        ``idempotent`` and its connection was found gone (an idle one the server closed)."""
-        deadline = time.monotonic() + self._config.connect_timeout
+        ``idempotent`` and its connection was found gone (an idle one the server closed).
+        ``deadline`` (``time.monotonic()``): the call's own, which bounds all of it."""
+        until = time.monotonic() + self._config.connect_timeout
+        if deadline is not None:
+            until = min(until, deadline)
         while True:
             try:
-                with self.connection() as connection:
-                    return bounded(call(connection), self._config.socket_timeout)
+                with self.connection(deadline) as connection:
+                    limit = self._config.socket_timeout
+                    if deadline is not None:
+                        limit = min(limit, _left(deadline))
+                    return bounded(call(connection), limit)
             except pymysql.err.OperationalError as error:
                 retry = idempotent and _code(error) in _LOST and not isinstance(error, NoReply)
-                if self._closed or time.monotonic() >= deadline or not retry:
+                if self._closed or time.monotonic() >= until or not retry:
                     raise
 
     def close(self) -> None:
         self._closed = True
         self._drop_idle()
+
+
+def _left(deadline: float) -> float:
+    """The seconds left before ``deadline`` (``time.monotonic()``); ``NoReply`` if none."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise NoReply(2013, "no reply from MySQL within the call's time")
+    return left
 
 
 def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any, ...]:
@@ -239,6 +274,19 @@ def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
         while cursor.nextset():
             pass
     return changed
+
+
+def _uninterrupted(connection: Any, statement: str, args: Sequence[Any], limit: float) -> None:
+    """Run ``statement`` on the listener's connection, again when a ring interrupts it
+    (``KILL QUERY`` ends whatever the listener runs)."""
+    while True:
+        try:
+            bounded(_execute(connection, statement, args), limit)
+        except pymysql.err.OperationalError as error:
+            if _code(error) != _INTERRUPTED:
+                raise
+            continue
+        return
 
 
 class Wakeups(Listener):
@@ -302,6 +350,7 @@ class Wakeups(Listener):
                 if delivered and (len(delivered) >= _WAKEUPS_KEPT or waited == 0):
                     self._forget(connection, limit, delivered)
                     delivered = []
+            self._leave(connection, limit)
         finally:
             for opened in (connection, doorbell):
                 if opened is not None:
@@ -326,18 +375,19 @@ class Wakeups(Listener):
         return [int(seq) for seq, _ in rows]
 
     def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
-        """Delete the wake-ups ``delivered``, run again when a ring interrupts it (a wake-up
-        read twice would hand a grant over twice)."""
+        """Delete the wake-ups ``delivered`` (a wake-up read twice would hand a grant over
+        twice)."""
         statement = _passing(self._backend.sql["read_wakeups"], delivered)
-        while True:
-            try:
-                with connection.cursor() as cursor:
-                    bounded(cursor.execute(statement, (self.key, *delivered)), limit)
-            except pymysql.err.OperationalError as error:
-                if _code(error) != _INTERRUPTED:
-                    raise
-                continue
-            return
+        _uninterrupted(connection, statement, (self.key, *delivered), limit)
+
+    def _leave(self, connection: Any, limit: float) -> None:
+        """Stop listening, then delete every wake-up left for this client, which nobody will
+        read: a release leaves one only for a client that holds its listener lock, so once
+        the lock is let go, none comes after the delete (and one a release is writing as it
+        goes, the delete waits for)."""
+        sql = self._backend.sql
+        _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
+        _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
@@ -456,10 +506,12 @@ class MySQLBackend:
         }
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
+        owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            return handed
-        owner = owner_hash(request.owner)
+            confirmed = self._confirm(handed, owner, request.ttl)
+            if confirmed is not None:
+                return confirmed
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -495,6 +547,23 @@ class MySQLBackend:
             return None
         token, left = granted
         return Grant(request.name, request.owner, token, left)
+
+    def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` as the server has it, with the lease it has left; None if the server
+        shows no such grant. Whoever may write the wake-up table can leave a wake-up that
+        names any token: it stays a hint, and only the owner's entry says it holds."""
+
+        def read(connection: Any) -> Any:
+            with connection.cursor() as cursor:
+                cursor.execute(self.sql["handed"], (handed.name, owner, handed.token))
+                return cursor.fetchone()
+
+        with translate_errors(self.url, handed.name):
+            row = self.pool.run(read, idempotent=True)
+        if row is None:
+            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
+            return None
+        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
 
     def _sweep(self, connection: Any) -> None:
         _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
@@ -572,23 +641,52 @@ class MySQLBackend:
         return ttl if renewed else None
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
-        """Every renewal on one connection, one statement each, within ``timeout``."""
+        """Every renewal on one connection, up to ``RENEW_ROWS`` leases of one ttl in each
+        statement, all within ``timeout``: each reply is waited for only the time left."""
         if not renewals:
             return []
+        deadline = time.monotonic() + timeout
+        # names go as text, as everywhere (aiomysql cannot pass bytes with PyMySQL 1.2)
+        keys = [(r.name, owner_hash(r.owner)) for r in renewals]
+        by_ttl: dict[float, list[int]] = {}
+        for index, renewal in enumerate(renewals):
+            by_ttl.setdefault(renewal.ttl, []).append(index)
 
-        def renew(connection: Any) -> list[float | None]:
-            results: list[float | None] = []
-            with connection.cursor() as cursor:
-                for renewal in renewals:
-                    cursor.execute(
-                        self.sql["renew"],
-                        (renewal.ttl, renewal.name, owner_hash(renewal.owner)),
-                    )
-                    results.append(renewal.ttl if cursor.rowcount == 1 else None)
-            return results
+        def renew(connection: Any) -> set[int]:
+            renewed: set[int] = set()
+            for ttl, indexes in by_ttl.items():
+                for start in range(0, len(indexes), RENEW_ROWS):
+                    batch = indexes[start : start + RENEW_ROWS]
+                    renewed |= self._renew_batch(connection, deadline, ttl, batch, keys)
+            return renewed
 
         with translate_errors(self.url):
-            return bounded(self.pool.run(renew, idempotent=True), timeout)
+            renewed = bounded(self.pool.run(renew, idempotent=True, deadline=deadline), timeout)
+        return [r.ttl if index in renewed else None for index, r in enumerate(renewals)]
+
+    def _renew_batch(
+        self,
+        connection: Any,
+        deadline: float,
+        ttl: float,
+        batch: list[int],
+        keys: list[tuple[str, str]],
+    ) -> set[int]:
+        """Renew the leases ``batch`` (indexes into ``keys``) for ``ttl``; the indexes of those
+        renewed. One statement, and a read of which were renewed only when not all were."""
+        pairs = [value for index in batch for value in keys[index]]
+        marks = ", ".join(["(%s, %s)"] * len(batch))
+        with connection.cursor() as cursor:
+            Replies.limit(connection, _left(deadline))
+            _transaction(
+                lambda: cursor.execute(self.sql["renew_many"].format(pairs=marks), (ttl, *pairs))
+            )
+            if cursor.rowcount == len(batch):
+                return set(batch)
+            Replies.limit(connection, _left(deadline))
+            cursor.execute(self.sql["renewed"].format(pairs=marks), pairs)
+            live = {(bytes(name).decode(), owner) for name, owner in cursor.fetchall()}
+        return {index for index in batch if keys[index] in live}
 
     # -- release ---------------------------------------------------------------------------
 
@@ -618,7 +716,9 @@ class MySQLBackend:
                 for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
             ]
             for client, tag in to_wake(rows):
-                cursor.execute(self.sql["wake"], (client, f"{tag} {name}"))
+                cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
+                if cursor.rowcount != 1:
+                    continue  # its client no longer listens
                 cursor.execute(self.sql["ring"], (client,))
                 while cursor.nextset():
                     pass

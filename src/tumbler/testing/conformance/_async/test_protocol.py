@@ -14,12 +14,16 @@ that a late refresh lost is not a broken backend.
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from tumbler.backends.contract import AsyncBackend, Grant, GrantRequest, LockState, Renewal
+from tumbler.errors import BackendUnavailable
 
 from ..protocol import AsyncBackends
 
@@ -197,6 +201,37 @@ async def test_renew_never_revives_a_released_or_force_released_grant(backend_ur
         assert await backend.renew(name, forced.owner, LONG_TTL) is None
         assert len((await backend.inspect(name)).holders) == 1
         assert await backend.release(name, taker.owner) is True
+
+
+#: the bound a renewal is given while the store stalls: well under every backend's default
+#: socket and session timeouts, which are what a renewal without a bound of its own waits
+STALLED_TIMEOUT = 1.0
+#: how far past its timeout "about timeout" lets a renewal return: the time to give up on
+#: its connection and for a loaded machine to run the caller again, a second at most
+ABOUT = 1.0
+
+
+async def test_renew_all_returns_within_its_timeout_when_the_server_stalls(
+    backend_url: str, stall_servers: Callable[[], contextlib.AbstractContextManager[None]]
+) -> None:
+    """A renewal that outlived the leases it renews would keep the client's renewal worker
+    from every other hold: whatever the store does, ``renew_all`` answers or raises
+    ``BackendUnavailable`` within about its timeout."""
+    async with AsyncBackends(backend_url) as backends:
+        backend = await backends.open()
+        asked = [request(unique("stalled"), owner()) for _ in range(3)]
+        for each in asked:
+            await granted(backend, each)
+        renewals = [Renewal(each.name, each.owner, LONG_TTL) for each in asked]
+        # the store's connections are made, as a client's are when a renewal falls due
+        assert len(await backend.renew_all(renewals, 5.0)) == len(renewals)
+        with stall_servers():
+            began = time.monotonic()
+            with contextlib.suppress(BackendUnavailable):
+                renewed = await backend.renew_all(renewals, STALLED_TIMEOUT)
+                assert len(renewed) == len(renewals)
+            took = time.monotonic() - began
+        assert took < STALLED_TIMEOUT + ABOUT, f"renew_all took {took:.2f} s"
 
 
 async def test_renew_of_a_waiter_grants_nothing(backend_url: str) -> None:
