@@ -219,7 +219,7 @@ def _handed_over(holder: Any, waiter: Any) -> Any:
     return first
 
 
-def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
+def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
@@ -230,7 +230,7 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
         assert handed.token > first.token
         calls = CountedCalls(waiter, monkeypatch)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls.count == 0  # taken from the wake-up
+        assert calls.count == 1  # one read of its own entry: the wake-up is a hint
         assert grant is not None
         assert grant.token == handed.token
         # its lease never outlasts the server's, counted from the release
@@ -240,7 +240,7 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call(
 
 
 @pytest.mark.asyncio
-async def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call_asyncio(
+async def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it_asyncio(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
@@ -262,10 +262,92 @@ async def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_call_async
 
         monkeypatch.setattr(waiter.pool, "run", counted)
         grant = await waiter.try_grant(_request("stock", "b"))
-        assert calls == 0
+        assert calls == 1
         assert grant is not None
         assert grant.token > first.token
         assert 0 < grant.granted_ttl <= 30.0
+        assert await waiter.release("stock", "b")
+
+
+@pytest.fixture
+def reader(server: PostgreSQLServer, url: str, admin: psycopg.Connection[Any]) -> Iterator[Any]:
+    """A role that may only read the schema's tables, connected."""
+    tumbler.connect(url).close()  # the schema is made
+    schema = parse_config(parse_url(url)).schema
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    admin.execute(
+        sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'reader-Pa55'").format(sql.Identifier(role))
+    )
+    for statement in (
+        "GRANT CONNECT ON DATABASE {db} TO {role}",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+    ):
+        admin.execute(
+            sql.SQL(statement).format(
+                db=sql.Identifier(TUMBLER_DATABASE),
+                role=sql.Identifier(role),
+                schema=sql.Identifier(schema),
+            )
+        )
+    with psycopg.connect(server.url_for(role, "reader-Pa55"), autocommit=True) as connection:
+        yield connection, schema
+
+
+def _forge_hand_off(reader: Any, name: str, owner: str) -> None:
+    """As a role that may only read: find the waiter's channel, owner hash and stamp, and
+    NOTIFY it that a release handed it the lock with a token far above the holder's."""
+    connection, schema = reader
+    query = sql.SQL("SELECT client, stamp FROM {}.tumbler_entries WHERE name = %s AND owner = %s")
+    row = connection.execute(
+        query.format(sql.Identifier(schema)), (name, owner_hash(owner))
+    ).fetchone()
+    assert row is not None
+    channel, stamp = row
+    payload = f"=999999999999,{stamp},0:{owner_hash(owner)} {name}"
+    connection.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+def test_a_forged_hand_off_does_not_grant_the_waiter(url: str, reader: Any) -> None:
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        with waiter.watch("stock", "b"):
+            assert waiter.try_grant(_request("stock", "b")) is None  # queued
+            _forge_hand_off(reader, "stock", "b")
+            eventually(lambda: bool(waiter.wakeups.handoffs), "the forged wake-up came")
+        assert waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = one.status("stock").holders
+        assert holding.token == held.token
+        assert holder.release("stock", "a")
+        granted = waiter.try_grant(_request("stock", "b"))
+        assert granted is not None
+        assert held.token < granted.token < 999999999999
+        assert waiter.release("stock", "b")
+
+
+@pytest.mark.asyncio
+async def test_a_forged_hand_off_does_not_grant_the_waiter_asyncio(url: str, reader: Any) -> None:
+    async with await tumbler.aio.connect(url) as one, await tumbler.aio.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        held = await holder.try_grant(_request("stock", "a"))
+        assert held is not None
+        async with waiter.watch("stock", "b"):
+            assert await waiter.try_grant(_request("stock", "b")) is None
+            await asyncio.to_thread(_forge_hand_off, reader, "stock", "b")
+
+            async def came() -> bool:
+                return bool(waiter.wakeups.handoffs)
+
+            await aeventually(came, "the forged wake-up came")
+        assert await waiter.try_grant(_request("stock", "b")) is None
+        (holding,) = (await one.status("stock")).holders
+        assert holding.token == held.token
+        assert await holder.release("stock", "a")
+        granted = await waiter.try_grant(_request("stock", "b"))
+        assert granted is not None
+        assert held.token < granted.token < 999999999999
         assert await waiter.release("stock", "b")
 
 

@@ -271,6 +271,11 @@ _STATEMENTS = {
     "grant_waiter": "UPDATE {s}.tumbler_entries SET token = {next_token}, "
     "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
     "WHERE seq = %(seq)s RETURNING token",
+    # a grant a wake-up says was handed to this owner, as the server has it: the lease left,
+    # if the owner's entry is a live grant with that token; no row otherwise
+    "handed": "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 "
+    "FROM {s}.tumbler_entries WHERE name = %s AND owner = %s AND token = %s "
+    "AND expires_at > clock_timestamp()",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
     "SET expires_at = clock_timestamp() + %(ttl)s * interval '1 second', client = %(client)s, "
     "listener = %(listener)s, lease = %(lease)s, stamp = %(stamp)s, "

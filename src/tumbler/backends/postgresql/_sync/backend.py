@@ -485,10 +485,12 @@ class PostgreSQLBackend:
     # -- grants ----------------------------------------------------------------------------
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
+        owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            return handed
-        owner = owner_hash(request.owner)
+            confirmed = self._confirm(handed, owner, request.ttl)
+            if confirmed is not None:
+                return confirmed
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -714,6 +716,24 @@ class PostgreSQLBackend:
 
         with translate_errors(self.url, name):
             return self.pool.run(force)
+
+    def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` as the server has it, with the lease it has left; None if the server
+        shows no such grant. Any role that may connect can send a ``NOTIFY`` on a waiter's
+        channel (no privilege is needed) naming any token: it stays a hint, and only the
+        owner's entry, which only the lock's writers can change, says it holds."""
+
+        def read(connection: Connection[Any]) -> Any:
+            with self.alone(connection):
+                cursor = connection.execute(self.sql["handed"], (handed.name, owner, handed.token))
+            return cursor.fetchone()
+
+        with translate_errors(self.url, handed.name):
+            row = self.pool.run(read, idempotent=True)
+        if row is None:
+            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
+            return None
+        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
 
     def evicted(self, name: str, owner: str) -> str | None:
         def read(connection: Connection[Any]) -> Any:
