@@ -16,14 +16,17 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 import tumbler
 import tumbler.aio
 from tumbler import PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.kit.handoffs import owner_tag
 from tumbler.backends.redis import common as redis_backend
 from tumbler.backends.redis.common import ACL_RULES
+from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redis.server import RedisServer, RedisUser
 from tumbler.testing.conformance.compat import (
     PATIENCE,
@@ -61,6 +64,8 @@ NO_CHANNELS = RedisUser(
     "no-channels", "no-channels-pw", DOCUMENTED_RULES.replace("&tumbler:* ", "")
 )
 LATER = RedisUser("later", "later-pw", DOCUMENTED_RULES)
+#: a user that may read the prefix's keys, and nothing more
+READER = RedisUser("reader", "reader-pw", "~tumbler:* +@read +@connection")
 #: every key of a lock but its evicted notes (``<prefix>:{<name>}:evicted``)
 LOCK_KEYS_ONLY = RedisUser(
     "lock-keys-only",
@@ -79,6 +84,7 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer
         EXACT,
         NO_CHANNELS,
         LATER,
+        READER,
         LOCK_KEYS_ONLY,
         *(without(command) for command in DOCUMENTED_COMMANDS),
     ]
@@ -204,6 +210,33 @@ async def test_the_documented_rights_are_enough_for_everything_asyncio(
         await lock.release()
         assert await waiter.result() is True
         assert await locks.force_release("orders:42") == 1
+
+
+def test_a_reader_cannot_hand_a_waiter_a_grant(acl_server: RedisServer) -> None:
+    """A release that grants a waiter says so in its wake-up, which the waiter takes without
+    asking the server: only who may write the lock may publish one. A user that may read the
+    prefix's keys finds the waiter's channel there, and is refused the PUBLISH."""
+    prefix = f"tumbler:test-{uuid.uuid4().hex[:12]}"
+    url = url_for(acl_server, EXACT.name, prefix=prefix)
+
+    def request(owner: str) -> GrantRequest:
+        return GrantRequest("stock", owner, False, 1, False, 30.0, holder="case")
+
+    with tumbler.connect(url) as holding, tumbler.connect(url) as waiting:
+        held = holding._backend.try_grant(request("a"))
+        assert held is not None
+        waiter = waiting._backend
+        with waiter.watch("stock", "b"):
+            assert waiter.try_grant(request("b")) is None  # queued, listening
+            reader = acl_server.client(READER.name)
+            entries = reader.hvals(Keys(prefix).entries("stock"))
+            (client,) = [value.split(b"|")[6] for value in entries if not value.split(b"|")[4]]
+            forged = f"=999999999999,0,0:{owner_tag('b')} stock"
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                reader.publish(Keys(prefix).client_channel(client.decode()), forged)
+        assert waiter.try_grant(request("b")) is None
+        (holder,) = holding.status("stock").holders
+        assert holder.token == held.token
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -23,6 +23,7 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.kit.handoffs import owner_tag
 from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redlock._sync.backend import RedlockBackend
 from tumbler.backends.redlock.common import open_sync, quorum
@@ -440,6 +441,35 @@ def test_tokens_order_grants_across_changing_quorums_and_lost_masters(
     finally:
         masters.resume(2)
         masters.resume(4)
+
+
+def test_a_wake_up_never_grants_a_waiter(
+    masters: RedlockMasters, backend: RedlockBackend, prefix: str
+) -> None:
+    """A grant counts only where a quorum made it: a wake-up that says a release handed the
+    waiter the lock (as one Redis server's does), published on every master by whoever may,
+    is a hint that makes the waiter ask the masters, which refuse while the holder holds."""
+    holder = open_sync(parse_url(masters.url(prefix)))
+    try:
+        held = holder.try_grant(request("stock", "a"))
+        assert held is not None
+        with backend.watch("stock", "b"):
+            assert backend.try_grant(request("stock", "b")) is None  # queued on every master
+            channel = Keys(prefix).client_channel(backend._client.decode())
+
+            def subscribed() -> bool:
+                return all(
+                    masters.client(index).pubsub_numsub(channel)[0][1] > 0 for index in range(5)
+                )
+
+            eventually(subscribed, "the waiter listens on every master")
+            forged = f"=999999999999,0,0:{owner_tag('b')} stock"
+            for index in range(5):
+                masters.client(index).publish(channel, forged)
+            assert backend.try_grant(request("stock", "b")) is None
+        assert tokens_on(masters, prefix, "stock") == {held.token}
+    finally:
+        holder.close()
 
 
 # -- split grants, renewals ---------------------------------------------------------------
