@@ -35,6 +35,7 @@ from tumbler.backends.postgresql.server import (
     TUMBLER_USER,
     PostgreSQLServer,
 )
+from tumbler.backends.postgresql.statements import name_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
@@ -349,6 +350,33 @@ async def test_a_forged_hand_off_does_not_grant_the_waiter_asyncio(url: str, rea
         assert granted is not None
         assert held.token < granted.token < 999999999999
         assert await waiter.release("stock", "b")
+
+
+def test_a_role_that_may_only_read_cannot_hold_grants_releases_or_force_release_up(
+    url: str, reader: Any
+) -> None:
+    """Any role may take any advisory lock, on a key anyone can compute from the name; and a
+    role with SELECT may try to lock the rows it reads. Neither holds a lock's name up."""
+    connection, schema = reader
+    connection.execute(
+        "SELECT pg_advisory_lock(%s)", (name_key(parse_config(parse_url(url)).schema, "held-up"),)
+    )
+    for table in ("tumbler_names", "tumbler_entries"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), connection.transaction():
+            connection.execute(
+                sql.SQL("SELECT FROM {}.{} FOR UPDATE").format(
+                    sql.Identifier(schema), sql.Identifier(table)
+                )
+            )
+    with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+        lock = locks.lock("held-up")
+        assert lock.acquire(timeout=0)
+        waiting = other.lock("held-up", fair=True)
+        call = background(lambda: waiting.acquire(timeout=PATIENCE))
+        eventually(lambda: locks.status("held-up").waiters == 1, "it waits")
+        lock.release()
+        assert call.result()
+        assert locks.force_release("held-up", reason="a test") == 1
 
 
 def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(

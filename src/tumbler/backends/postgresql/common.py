@@ -33,8 +33,8 @@ Behind a transaction-mode pooler (``pooler=transaction``)
     statements are never prepared on the server (psycopg's ``prepare_threshold=None``: a
     prepared statement lives in one server session), and waiters poll (``wakeups=poll`` is
     implied: ``LISTEN`` would listen on a server connection the pooler gives to others;
-    ``wakeups=listen`` with it is refused). The advisory locks are transaction-scoped
-    already. What polling costs: a waiter learns of a release up to ``poll_cap`` (0.1 s)
+    ``wakeups=listen`` with it is refused). The locks on the names' rows end with their
+    transactions already. What polling costs: a waiter learns of a release up to ``poll_cap`` (0.1 s)
     late, and each poll is a transaction on the server.
 
 The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
@@ -44,10 +44,11 @@ another role, ``USAGE`` on the schema, ``SELECT, INSERT, UPDATE, DELETE`` on its
 the database revoked it from ``PUBLIC``).
 
 What it guarantees
-    Every grant, release and forced release is one short transaction that first takes a
-    transaction-scoped advisory lock on the lock name (``pg_advisory_xact_lock``: it ends with
-    the transaction, so it is safe behind a transaction-mode pooler, and no session state
-    outlives a transaction), reads the name's live entries and decides by tumbler's grant rule.
+    Every grant, release and forced release is one short transaction that first locks the
+    name's row (``SELECT ... FOR UPDATE`` in ``tumbler_names``: it ends with the transaction,
+    so it is safe behind a transaction-mode pooler, and it needs the UPDATE privilege, so a
+    role that may only read cannot hold a name up, as it could an advisory lock), reads the
+    name's live entries and decides by tumbler's grant rule.
     Leases are timed on the server's clock (``clock_timestamp()``), never the client's: every
     expiry is written and compared by the server. Fencing tokens come from one sequence per
     schema, so they strictly increase for every name, also after the name's rows are gone,

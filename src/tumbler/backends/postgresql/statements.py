@@ -5,6 +5,7 @@ Tables (``{s}`` is the quoted schema)::
     {s}.tumbler_entries     one row per live grant or waiter of a lock name
     {s}.tumbler_evictions   the notes force_release leaves for the holders it evicted
     {s}.tumbler_tokens      the sequence every fencing token is drawn from
+    {s}.tumbler_names       one row per name in use, which decisions on the name lock
 
 Why one sequence for every name, rather than a counter per name: a sequence never goes back
 (not on rollback, not after a crash: it is logged ahead of use), so a token is above every
@@ -15,9 +16,11 @@ waits for.
 
 Every expiry is ``clock_timestamp()`` plus a lease, and every comparison is against
 ``clock_timestamp()``: the server's clock decides, never a client's. Each decision on a name
-runs in a transaction that first takes ``pg_advisory_xact_lock`` on the name's 64-bit key
-(:func:`name_key`): transactions on one name take turns, others run side by side, and the
-lock ends with the transaction (nothing outlives it: safe behind a transaction-mode pooler).
+runs in a transaction that first locks the name's row in ``{s}.tumbler_names`` (by its
+64-bit key, :func:`name_key`; ``tumbler_take_name``): transactions on one name take turns,
+others run side by side, and the lock ends with the transaction (nothing outlives it: safe
+behind a transaction-mode pooler). A row lock, not an advisory lock: it needs the UPDATE
+privilege on the table, so a role that may only read cannot take it and hold grants up.
 Owners are stored as their SHA-1 (``kit.owners.owner_hash``).
 
 Nothing runs with a search path another role can write to: a role that may create objects
@@ -102,6 +105,28 @@ _CREATE = (
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_evictions_expiry ON {s}.tumbler_evictions (expires_at)",
     "CREATE SEQUENCE IF NOT EXISTS {s}.tumbler_tokens AS bigint",
+    # One row per name in use, locked (FOR UPDATE) by every transaction that decides on the
+    # name, so that they take turns. A row lock needs the UPDATE privilege, which a role that
+    # may only read (or only connect) lacks: such a role cannot hold up grants, releases or
+    # a forced release, as it could by taking the name's advisory lock (which every role may
+    # take, on a key anyone can compute).
+    """CREATE TABLE IF NOT EXISTS {s}.tumbler_names (
+        key        bigint PRIMARY KEY,    -- statements.name_key
+        name       text NOT NULL
+    )""",
+    # The name's row, locked till the commit; made if missing, and made again if a sweep
+    # deleted it meanwhile (a lock that then finds no row did not lock it).
+    """CREATE OR REPLACE FUNCTION {s}.tumbler_take_name(lock_key bigint, lock_name text)
+    RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
+    BEGIN
+        LOOP
+            PERFORM FROM {s}.tumbler_names WHERE key = lock_key FOR UPDATE;
+            EXIT WHEN FOUND;
+            INSERT INTO {s}.tumbler_names (key, name) VALUES (lock_key, lock_name)
+                ON CONFLICT DO NOTHING;
+        END LOOP;
+    END $$""",
     # A grant request, answered here where the grant rule's answer needs no more than the
     # request and a glance at the line (tumbler._core.decide): a name with no live entry
     # grants any request; an owner with a live grant holds it already (the lease left is
@@ -122,7 +147,7 @@ _CREATE = (
         waiting boolean;
     BEGIN
         undecided := false;
-        PERFORM pg_advisory_xact_lock(lock_key);
+        PERFORM {s}.tumbler_take_name(lock_key, lock_name);
         DELETE FROM {s}.tumbler_entries
             WHERE name = lock_name AND expires_at <= clock_timestamp();
         INSERT INTO {s}.tumbler_entries
@@ -215,7 +240,7 @@ _CREATE = (
     ) LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
     BEGIN
-        PERFORM pg_advisory_xact_lock(lock_key);
+        PERFORM {s}.tumbler_take_name(lock_key, lock_name);
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
             RETURNING token IS NOT NULL AND expires_at > clock_timestamp() INTO removed;
         removed := coalesce(removed, false);
@@ -240,13 +265,15 @@ _STATEMENTS = {
     # the tables, and the functions as this version makes them: a function made before its
     # search_path was pinned is made again
     "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
-    "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL "
+    "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL AND to_regclass(%(names)s) IS NOT NULL "
     "AND to_regprocedure(%(release)s) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_proc "
     "WHERE pronamespace = to_regnamespace(%(schema)s) AND proname IN "
-    "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release') "
+    "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release', 'tumbler_take_name') "
     "AND proconfig IS DISTINCT FROM ARRAY[%(search_path)s])",
     # -- a decision on one name ---------------------------------------------------------------
-    "lock_name": "SELECT pg_advisory_xact_lock(%s)",
+    "lock_name": "SELECT {s}.tumbler_take_name(%s, %s)",
+    # clients racing to make the schema take turns (no name's row exists yet)
+    "lock_schema": "SELECT pg_advisory_xact_lock(%s)",
     # A client's listening connection holds its listener key (62 random bits, as two 31-bit
     # halves: the two-integer advisory locks are apart from the names' 64-bit ones) for as
     # long as it listens, so a release can tell whether a waiter's client still does.
@@ -332,6 +359,10 @@ _STATEMENTS = {
     "sweep_entries": "DELETE FROM {s}.tumbler_entries WHERE seq IN (SELECT seq FROM "
     "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() LIMIT %s "
     "FOR UPDATE SKIP LOCKED)",
+    # names no entry uses; a transaction about to lock one makes it again (tumbler_take_name)
+    "sweep_names": "DELETE FROM {s}.tumbler_names WHERE key IN (SELECT key FROM "
+    "{s}.tumbler_names AS n WHERE NOT EXISTS (SELECT FROM {s}.tumbler_entries AS e "
+    "WHERE e.name = n.name) LIMIT %s FOR UPDATE SKIP LOCKED)",
     "sweep_evictions": "DELETE FROM {s}.tumbler_evictions WHERE (name, owner) IN "
     "(SELECT name, owner FROM {s}.tumbler_evictions "
     "WHERE expires_at <= clock_timestamp() LIMIT %s FOR UPDATE SKIP LOCKED)",
@@ -352,6 +383,7 @@ class Statements:
     tokens: str
     entries: str
     evictions: str
+    names: str
     #: the release function's signature, for ``to_regprocedure``
     release: str
 
@@ -379,6 +411,7 @@ class Statements:
             tokens=f"{qualified}.tumbler_tokens",
             entries=f"{qualified}.tumbler_entries",
             evictions=f"{qualified}.tumbler_evictions",
+            names=f"{qualified}.tumbler_names",
             release=f"{qualified}.tumbler_release(bigint,text,text)",
         )
 

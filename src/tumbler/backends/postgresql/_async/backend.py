@@ -451,7 +451,7 @@ class AsyncPostgreSQLBackend:
             return False
         try:
             async with self.transaction(connection):
-                await connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+                await connection.execute(self.sql["lock_schema"], (schema_key(self.sql.schema),))
                 for statement in self.sql.create:
                     await connection.execute(statement)
         except psycopg.Error as error:
@@ -473,6 +473,7 @@ class AsyncPostgreSQLBackend:
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
+                    "names": self.sql.names,
                     "schema": self.sql.schema_identifier,
                     "search_path": f"search_path={SEARCH_PATH}",
                 },
@@ -527,6 +528,8 @@ class AsyncPostgreSQLBackend:
             await connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+        async with self.alone(connection):
+            await connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
@@ -548,7 +551,7 @@ class AsyncPostgreSQLBackend:
         the write and the commit."""
         async with self.batch(connection):
             await connection.execute(
-                self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
+                self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
             )
             cursor = await connection.execute(self.sql["line"], (request.name,))
             rows = await cursor.fetchall()
@@ -704,7 +707,9 @@ class AsyncPostgreSQLBackend:
     async def force_release(self, name: str, note: str) -> int:
         async def force(connection: AsyncConnection[Any]) -> int:
             async with self.batch(connection):
-                await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                await connection.execute(
+                    self.sql["lock_name"], (name_key(self.sql.schema, name), name)
+                )
                 await connection.execute(self.sql["drop_expired"], (name,))
                 counted = await connection.execute(
                     self.sql["force_release"],

@@ -453,7 +453,7 @@ class PostgreSQLBackend:
             return False
         try:
             with self.transaction(connection):
-                connection.execute(self.sql["lock_name"], (schema_key(self.sql.schema),))
+                connection.execute(self.sql["lock_schema"], (schema_key(self.sql.schema),))
                 for statement in self.sql.create:
                     connection.execute(statement)
         except psycopg.Error as error:
@@ -475,6 +475,7 @@ class PostgreSQLBackend:
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
+                    "names": self.sql.names,
                     "schema": self.sql.schema_identifier,
                     "search_path": f"search_path={SEARCH_PATH}",
                 },
@@ -529,6 +530,8 @@ class PostgreSQLBackend:
             connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
         with self.alone(connection):
             connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+        with self.alone(connection):
+            connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
@@ -549,7 +552,9 @@ class PostgreSQLBackend:
         token and the lease left of a grant; None if none. Two round trips: the line, then
         the write and the commit."""
         with self.batch(connection):
-            connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, request.name),))
+            connection.execute(
+                self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
+            )
             cursor = connection.execute(self.sql["line"], (request.name,))
             rows = cursor.fetchall()
             line = [
@@ -702,7 +707,7 @@ class PostgreSQLBackend:
     def force_release(self, name: str, note: str) -> int:
         def force(connection: Connection[Any]) -> int:
             with self.batch(connection):
-                connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name),))
+                connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
                 connection.execute(self.sql["drop_expired"], (name,))
                 counted = connection.execute(
                     self.sql["force_release"],
