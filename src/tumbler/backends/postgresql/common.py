@@ -34,8 +34,8 @@ Behind a transaction-mode pooler (``pooler=transaction``)
     prepared statement lives in one server session), and waiters poll (``wakeups=poll`` is
     implied: ``LISTEN`` would listen on a server connection the pooler gives to others;
     ``wakeups=listen`` with it is refused). The locks on the names' rows end with their
-    transactions already. What polling costs: a waiter learns of a release up to ``poll_cap`` (0.1 s)
-    late, and each poll is a transaction on the server.
+    transactions already. What polling costs: a waiter learns of a release up to
+    ``poll_cap`` (0.1 s) late, and each poll is a transaction on the server.
 
 The grants a database user needs: ``CONNECT`` on the database, and either ``CREATE`` on the
 database (the schema is made on first use) or, once ``tumbler init URL`` made the schema as
