@@ -18,6 +18,22 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\Z")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_UTF8 = "the URL's {part} percent-encodes bytes that are not UTF-8"
+# query options whose values are shown as *** (libpq's, redis-py's and PyMySQL's spellings of
+# a password among them): a secret given as an option is as secret as one in the user info
+_SECRET_OPTION = re.compile(r"pass|pwd|secret|token|credential|auth", re.IGNORECASE)
+_QUERY_PAIR = re.compile(r"([^&=]*)=([^&]*)")
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether the query option ``name`` may carry a secret, whose value is never shown."""
+    return _SECRET_OPTION.search(name) is not None
+
+
+def _redacted_query(query: str) -> str:
+    def hide(pair: re.Match[str]) -> str:
+        return f"{pair[1]}=***" if is_secret_option(unquote(pair[1])) else pair[0]
+
+    return _QUERY_PAIR.sub(hide, query)
 
 
 @dataclass(frozen=True)
@@ -46,8 +62,10 @@ class BackendURL:
         try:
             return convert(value)
         except (TypeError, ValueError) as error:
+            shown = "***" if is_secret_option(name) else repr(value)
+            said = "" if is_secret_option(name) else f": {error}"
             raise InvalidURL(
-                f"bad value {value!r} for URL option {name!r}: {error}", backend=self.redacted
+                f"bad value {shown} for URL option {name!r}{said}", backend=self.redacted
             ) from None
 
     def allow_options(self, allowed: Iterable[str]) -> None:
@@ -56,9 +74,12 @@ class BackendURL:
         unknown = sorted(set(self.query) - known)
         if unknown:
             listed = ", ".join(sorted(known)) or "none"
+            hint = ""
+            if any(is_secret_option(name) for name in unknown):
+                hint = " (a password goes in the URL's user info: SCHEME://USER:PASSWORD@HOST)"
             raise InvalidURL(
                 f"unknown URL option(s) {', '.join(unknown)} for {self.scheme}://; "
-                f"known options: {listed}",
+                f"known options: {listed}{hint}",
                 backend=self.redacted,
             )
 
@@ -91,6 +112,9 @@ def parse_url(url: str) -> BackendURL:
     redacted = url.partition("#")[0]
     if has_password:
         redacted = redacted.replace(parts.netloc, f"{user}:***@{hosts}", 1)
+    if parts.query:
+        head, _, query_text = redacted.partition("?")
+        redacted = f"{head}?{_redacted_query(query_text)}"
     username = _decoded(user, "user name", redacted) or None
     password = _decoded(secret, "password", redacted) if has_password else None
     path = _decoded(parts.path, "path", redacted)

@@ -85,6 +85,18 @@ BAD_URLS = [
     BadURL("non-utf8-password", "redis://u:%FF{secret}@127.0.0.1:1/0", InvalidURL, "password"),
     BadURL("unencoded-slash-in-password", "redis://u:a/{secret}@h/0", InvalidURL, "%2F"),
     BadURL("unknown-option", "sqlite:///{dir}/locks.db?busy_timeuot=1", InvalidURL, "busy_timeuot"),
+    # a password given the way libpq, redis-py or PyMySQL spell it: refused, never shown
+    *(
+        BadURL(f"password-option-{scheme}", url, InvalidURL, "user info")
+        for scheme, url in (
+            ("postgresql", "postgresql://u@127.0.0.1:1/db?password={secret}"),
+            ("mysql", "mysql://u@127.0.0.1:1/db?passwd={secret}"),
+            ("redis", "redis://u@127.0.0.1:1/0?password={secret}"),
+            ("redlock", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?password={secret}"),
+            ("etcd", "etcd://127.0.0.1:1?password={secret}"),
+            ("zookeeper", "zookeeper://127.0.0.1:1?auth=u:{secret}"),
+        )
+    ),
     BadURL(
         "option-twice",
         "sqlite:///{dir}/locks.db?busy_timeout=1&busy_timeout=2",
