@@ -379,6 +379,40 @@ def test_a_role_that_may_only_read_cannot_hold_grants_releases_or_force_release_
         assert locks.force_release("held-up", reason="a test") == 1
 
 
+@pytest.mark.parametrize("expires_at", ["infinity", "200000-01-01"])
+@pytest.mark.parametrize("kind", ["waiter", "holder"])
+def test_an_entry_tumbler_did_not_write_blocks_nothing(
+    url: str, schema: str, admin: psycopg.Connection[Any], kind: str, expires_at: str
+) -> None:
+    """A row whose lease ends at ``infinity`` (which no arithmetic takes) or after any lease
+    tumbler grants: skipped and counted by ``status``, dropped by the next decision."""
+    with tumbler.connect(url) as locks:
+        locks.lock("stock").acquire(timeout=0)  # the schema is made
+        locks.force_release("stock")
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {}.tumbler_entries (name, owner, shared, lim, fair, token, "
+                "expires_at, holder) VALUES ('stock', 'x', false, 1, true, %s, %s, 'by hand')"
+            ).format(sql.Identifier(schema)),
+            (7 if kind == "holder" else None, expires_at),
+        )
+        (state,) = locks.status_all()
+        assert (state.malformed, state.holders, state.waiters) == (1, (), 0)
+        with locks.lock("stock", fair=True) as hold:
+            assert hold.token > 0
+            assert locks.status("stock").malformed == 0
+        assert rows_of(admin, schema, "stock") == 0
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {}.tumbler_entries (name, owner, shared, lim, fair, token, "
+                "expires_at, holder) VALUES ('stock', 'x', false, 1, true, %s, %s, 'by hand')"
+            ).format(sql.Identifier(schema)),
+            (7 if kind == "holder" else None, expires_at),
+        )
+        assert locks.force_release("stock") == 0  # nothing live; the row is gone
+        assert rows_of(admin, schema, "stock") == 0
+
+
 def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
@@ -844,6 +878,7 @@ def test_functions_made_without_a_pinned_search_path_are_made_again(
     tumbler.connect(url).close()
     function = sql.SQL("{}.tumbler_grant").format(sql.Identifier(schema))
     admin.execute(sql.SQL("ALTER FUNCTION {} RESET search_path").format(function))
+    admin.execute(sql.SQL("COMMENT ON SCHEMA {} IS NULL").format(sql.Identifier(schema)))
 
     def pinned() -> Any:
         query = "SELECT proconfig FROM pg_proc WHERE oid = to_regproc(%s)"

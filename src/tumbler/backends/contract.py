@@ -175,6 +175,10 @@ class LockState:
     waiters: int
     #: permits of a semaphore (0 for read locks) while shared holders or waiters exist
     limit: int | None = None
+    #: entries of the name the backend cannot read (written by hand, by another program, by
+    #: a bug: a lease past any the backend grants, a token that is no number): every decision
+    #: skips them, the name's next grant, release or force release removes them
+    malformed: int = 0
 
     @property
     def locked(self) -> bool:

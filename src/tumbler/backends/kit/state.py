@@ -21,6 +21,8 @@ class LockStateBuilder:
         self._holders: list[HolderInfo] = []
         self._waiters = 0
         self._limits: set[int] = set()
+        #: entries the backend could not read (see ``LockState.malformed``)
+        self.malformed = 0
 
     def add(
         self,
@@ -59,4 +61,4 @@ class LockStateBuilder:
         return next(iter(self._limits)) if len(self._limits) == 1 else None
 
     def build(self) -> LockState:
-        return LockState(self.name, self.holders, self.waiters, self.limit)
+        return LockState(self.name, self.holders, self.waiters, self.limit, self.malformed)

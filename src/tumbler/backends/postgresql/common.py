@@ -481,8 +481,8 @@ def prepare(url: BackendURL) -> str:
     finally:
         backend.close()
     what = (
-        f"{backend.sql.entries}, {backend.sql.evictions}, the sequence {backend.sql.tokens} "
-        "and the functions"
+        f"{backend.sql.entries}, {backend.sql.evictions}, {backend.sql.names}, the sequence "
+        f"{backend.sql.tokens} and the functions"
     )
     if made:
         return f"made {what}"

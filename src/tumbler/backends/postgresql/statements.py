@@ -52,6 +52,12 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from ..._core import MAX_TTL
+
+#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day) was
+#: not written by tumbler: ``infinity``, which no arithmetic takes, or a far future that
+#: would hold the name for ever. Decisions drop it as if expired; ``inspect`` counts it.
+_UNREADABLE = f"expires_at > clock_timestamp() + interval '{round(MAX_TTL + 86400)} seconds'"
 #: the only search path tumbler's statements and functions run with: the built-ins, then
 #: the session's own temporary objects (searched for tables only, never for functions)
 SEARCH_PATH = "pg_catalog, pg_temp"
@@ -61,6 +67,11 @@ NOTE_GRACE = 60.0
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
 SWEEP_ROWS = 100
 SWEEP_EVERY = 64
+
+
+def _version(statements: tuple[str, ...]) -> str:
+    """What a schema's comment says once these statements made it."""
+    return "tumbler " + hashlib.sha1("\0".join(statements).encode()).hexdigest()[:16]
 
 
 def name_key(schema: str, name: str) -> int:
@@ -149,7 +160,7 @@ _CREATE = (
         undecided := false;
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
         DELETE FROM {s}.tumbler_entries
-            WHERE name = lock_name AND expires_at <= clock_timestamp();
+            WHERE name = lock_name AND (expires_at <= clock_timestamp() OR {unreadable});
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
@@ -241,6 +252,7 @@ _CREATE = (
     SET search_path = pg_catalog, pg_temp AS $$
     BEGIN
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
+        DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND {unreadable};
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
             RETURNING token IS NOT NULL AND expires_at > clock_timestamp() INTO removed;
         removed := coalesce(removed, false);
@@ -256,20 +268,19 @@ _CREATE = (
                 AND client IS NOT NULL AND expires_at > clock_timestamp());
         END IF;
     END $$""",
+    # last: the schema is as this version makes it only once everything above is made
+    "COMMENT ON SCHEMA {s} IS {version}",
 )
 
 _STATEMENTS = {
     # -- set-up -------------------------------------------------------------------------------
     "begin": "BEGIN",
     "commit": "COMMIT",
-    # the tables, and the functions as this version makes them: a function made before its
-    # search_path was pinned is made again
-    "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
-    "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL AND to_regclass(%(names)s) IS NOT NULL "
-    "AND to_regprocedure(%(release)s) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_proc "
-    "WHERE pronamespace = to_regnamespace(%(schema)s) AND proname IN "
-    "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release', 'tumbler_take_name') "
-    "AND proconfig IS DISTINCT FROM ARRAY[%(search_path)s])",
+    # whether the schema is as this version makes it (its comment names the version of its
+    # tables and functions): a schema made by another version is made again, its tables
+    # kept and its functions replaced
+    "exists": "SELECT obj_description(to_regnamespace(%(schema)s), 'pg_namespace') "
+    "IS NOT DISTINCT FROM %(version)s",
     # -- a decision on one name ---------------------------------------------------------------
     "lock_name": "SELECT {s}.tumbler_take_name(%s, %s)",
     # clients racing to make the schema take turns (no name's row exists yet)
@@ -280,7 +291,7 @@ _STATEMENTS = {
     "hold_listener": "SELECT pg_advisory_lock_shared((%(key)s >> 32)::integer, "
     "(%(key)s & 2147483647)::integer)",
     "drop_expired": "DELETE FROM {s}.tumbler_entries "
-    "WHERE name = %s AND expires_at <= clock_timestamp()",
+    "WHERE name = %s AND (expires_at <= clock_timestamp() OR {unreadable})",
     "grant": "SELECT granted, lease_left, undecided FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
     "%(ttl)s, %(client)s, %(listener)s, %(stamp)s)",
@@ -349,15 +360,15 @@ _STATEMENTS = {
     "SELECT count(*) FROM gone, now WHERE expires_at > now.at",
     "evicted": "SELECT note FROM {s}.tumbler_evictions "
     "WHERE name = %s AND owner = %s AND expires_at > clock_timestamp()",
-    "states": "SELECT name, shared, lim, token, "
-    "extract(epoch FROM expires_at - clock_timestamp())::float8, holder "
+    "states": "SELECT name, shared, lim, token, CASE WHEN {unreadable} THEN NULL "
+    "ELSE extract(epoch FROM expires_at - clock_timestamp())::float8 END, holder "
     "FROM {s}.tumbler_entries WHERE expires_at > clock_timestamp() "
     "AND (%(name)s::text IS NULL OR name = %(name)s) ORDER BY name, seq",
     # -- upkeep -------------------------------------------------------------------------------
     # only rows no other transaction has locked: a sweep never waits for a transaction on a
     # name, so none can wait for it in turn (a deadlock); the name's next grant deletes the rest
     "sweep_entries": "DELETE FROM {s}.tumbler_entries WHERE seq IN (SELECT seq FROM "
-    "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() LIMIT %s "
+    "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() OR {unreadable} LIMIT %s "
     "FOR UPDATE SKIP LOCKED)",
     # names no entry uses; a transaction about to lock one makes it again (tumbler_take_name)
     "sweep_names": "DELETE FROM {s}.tumbler_names WHERE key IN (SELECT key FROM "
@@ -384,8 +395,8 @@ class Statements:
     entries: str
     evictions: str
     names: str
-    #: the release function's signature, for ``to_regprocedure``
-    release: str
+    #: what the schema's comment says once this version made it
+    version: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -393,12 +404,16 @@ class Statements:
 
         qualified = quoted.as_string()
         tokens = sql.Literal(f"{qualified}.tumbler_tokens")
+        version = _version(_CREATE)
 
         def compose(text: str) -> bytes:
             return (
                 sql.SQL(text)
                 .format(
-                    s=quoted, next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens)
+                    s=quoted,
+                    next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens),
+                    unreadable=sql.SQL(_UNREADABLE),
+                    version=sql.Literal(version),
                 )
                 .as_bytes(None)
             )
@@ -412,7 +427,7 @@ class Statements:
             entries=f"{qualified}.tumbler_entries",
             evictions=f"{qualified}.tumbler_evictions",
             names=f"{qualified}.tumbler_names",
-            release=f"{qualified}.tumbler_release(bigint,text,text)",
+            version=version,
         )
 
     def __getitem__(self, key: str) -> bytes:

@@ -41,7 +41,7 @@ What it guarantees
     costs the server the same however long the lock's line is (the line is kept in sorted
     sets, see ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
     do not parse block nothing: the scripts skip and drop them (``status`` counts them:
-    ``RedisLockState.malformed``). A release that wakes a waiter whose client no longer
+    ``LockState.malformed``). A release that wakes a waiter whose client no longer
     listens (its process died, and the server closed its connections) drops that waiter and
     wakes the next at once, on a single server. On Redis Cluster, where a
     release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
@@ -96,7 +96,6 @@ from ...errors import (
     TooManyWaiters,
     TumblerError,
 )
-from ..contract import LockState
 from ..kit import astart_or_close, start_or_close
 from ..kit.options import flag, host_port, seconds
 from . import DEFAULT_PORT
@@ -437,14 +436,6 @@ def waiter_count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_WAITERS:
         raise ValueError(f"expected a whole number of waiters from 1 to {MAX_WAITERS}")
     return int(text)
-
-
-@dataclass(frozen=True)
-class RedisLockState(LockState):
-    """``LockState`` with what only Redis reports: entries of the lock's hash that do not
-    parse (written by hand, by another program, by a bug), which the scripts skip and drop."""
-
-    malformed: int = 0
 
 
 @dataclass(frozen=True)

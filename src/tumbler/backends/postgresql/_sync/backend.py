@@ -470,15 +470,7 @@ class PostgreSQLBackend:
         with self.alone(connection):
             cursor = connection.execute(
                 self.sql["exists"],
-                {
-                    "entries": self.sql.entries,
-                    "evictions": self.sql.evictions,
-                    "tokens": self.sql.tokens,
-                    "release": self.sql.release,
-                    "names": self.sql.names,
-                    "schema": self.sql.schema_identifier,
-                    "search_path": f"search_path={SEARCH_PATH}",
-                },
+                {"schema": self.sql.schema_identifier, "version": self.sql.version},
             )
         row = cursor.fetchone()
         return bool(row and row[0])
@@ -699,6 +691,9 @@ class PostgreSQLBackend:
         for entry_name, shared, lim, token, expires_in, holder in rows:
             if entry_name not in builders:
                 builders[entry_name] = LockStateBuilder(entry_name)
+            if expires_in is None:  # not written by tumbler (statements._UNREADABLE)
+                builders[entry_name].malformed += 1
+                continue
             builders[entry_name].add(
                 token=token, shared=shared, limit=lim, expires_in=expires_in, holder=holder
             )

@@ -57,7 +57,6 @@ from ..common import (
     AsyncClosings,
     AsyncTurn,
     RedisConfig,
-    RedisLockState,
     no_connection,
     translate_errors,
 )
@@ -732,7 +731,7 @@ class AsyncRedisBackend(AsyncInspectEachName):
                 expires_in=(expires_ms - now_ms) / 1000,
                 holder=holder,
             )
-        return RedisLockState(
+        return LockState(
             name=name,
             holders=state.holders,
             waiters=state.waiters,

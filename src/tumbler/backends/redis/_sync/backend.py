@@ -58,7 +58,6 @@ from ..common import (
     Bound,
     Closings,
     RedisConfig,
-    RedisLockState,
     Turn,
     no_connection,
     translate_errors,
@@ -732,7 +731,7 @@ class RedisBackend(InspectEachName):
                 expires_in=(expires_ms - now_ms) / 1000,
                 holder=holder,
             )
-        return RedisLockState(
+        return LockState(
             name=name,
             holders=state.holders,
             waiters=state.waiters,

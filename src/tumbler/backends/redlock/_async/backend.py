@@ -41,7 +41,6 @@ from ...redis.common import (
     KEYS_CACHED,
     RENEWALS_PER_CALL,
     AsyncTurn,
-    RedisLockState,
     tumbler_error,
 )
 from .. import CAPABILITIES, lua
@@ -775,7 +774,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
         for shared, limit in waiting.values():
             state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
-        return RedisLockState(
+        return LockState(
             name=name,
             holders=state.holders,
             waiters=state.waiters,

@@ -42,7 +42,6 @@ from ...redis._sync.backend import RedisBackend
 from ...redis.common import (
     KEYS_CACHED,
     RENEWALS_PER_CALL,
-    RedisLockState,
     Turn,
     tumbler_error,
 )
@@ -775,7 +774,7 @@ class RedlockBackend(InspectEachName):
             state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
         for shared, limit in waiting.values():
             state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
-        return RedisLockState(
+        return LockState(
             name=name,
             holders=state.holders,
             waiters=state.waiters,
