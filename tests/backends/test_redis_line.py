@@ -6,7 +6,9 @@
 - Malformed entries in a lock's hash (written by hand, by another program, by a bug) are
   skipped by every script and counted by ``status`` (``LockState.malformed``); the lock
   keeps working, ``status`` and ``status_all`` keep working, ``force_release`` works, and the
-  next grant or release drops them, so that no key is left without an expiry.
+  next grant or release drops them, so that no key is left without an expiry. A token
+  counter set by hand to what is no number, or past the integers a double holds, and a key
+  of the lock holding another type, block nothing either.
 
 Real redis-server processes only; the malformed entries are written with redis-py.
 """
@@ -221,3 +223,77 @@ def test_entries_without_indexes_are_respected(redis_server: RedisServer) -> Non
         assert lock.acquire(blocking=False)
         assert lock.hold.token > token
         lock.release()
+
+
+def sequence_key(prefix: str, name: str) -> str:
+    return f"{prefix}:{{{name}}}:n"
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    [
+        "abc",  # no number
+        "9223372036854775807",  # 2**63 - 1: past the integers a double holds exactly
+        "9007199254740992",  # 2**53: one past them
+        "-5",
+    ],
+)
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_sequence_tumbler_did_not_write_blocks_nothing(
+    redis_server: RedisServer, sequence: str, flavour: str
+) -> None:
+    """The name's token counter set by hand: the next grant draws from the server's clock
+    instead, each grant's token is one the scripts can read back, and only one holder is
+    granted (an unreadable token would make the grant an entry that does not parse)."""
+    prefix = new_prefix()
+    url = f"{redis_server.url}?prefix={prefix}"
+    admin = redis_server.client()
+    admin.set(sequence_key(prefix, "ledger"), sequence)
+
+    if flavour == "sync":
+        with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+            with locks.lock("ledger") as hold:
+                assert 0 < hold.token <= 2**53
+                assert not other.lock("ledger").acquire(blocking=False)
+                assert [h.token for h in locks.status("ledger").holders] == [hold.token]
+            admin.set(sequence_key(prefix, "ledger"), sequence)
+            assert other.lock("ledger").acquire(blocking=False)
+            assert locks.force_release("ledger") == 1
+        return
+
+    async def main() -> None:
+        async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as other:
+            async with locks.lock("ledger") as hold:
+                assert 0 < hold.token <= 2**53
+                assert not await other.lock("ledger").acquire(blocking=False)
+            assert await other.lock("ledger").acquire(blocking=False)
+            assert await locks.force_release("ledger") == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("key", ["e", "n", "t", "h", "w", "g"])
+def test_a_key_of_the_lock_holding_another_type_blocks_nothing(
+    redis_server: RedisServer, key: str
+) -> None:
+    """A key of the lock that holds another type than tumbler keeps there (written by hand,
+    by another program): it goes as an entry that does not parse does, and force_release
+    always clears the lock."""
+    prefix = new_prefix()
+    url = f"{redis_server.url}?prefix={prefix}"
+    admin = redis_server.client()
+    with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+        lock = locks.lock("ledger")
+        assert lock.acquire()
+        wrong = f"{prefix}:{{ledger}}:{key}"
+        admin.delete(wrong)
+        admin.rpush(wrong, "not", "tumbler's")  # a list, where no key of a lock is one
+        state = locks.status("ledger")
+        if key == "e":
+            assert state.malformed == 1
+        # the grant is gone with a hash that is no hash; an index is rebuilt from the hash
+        assert locks.force_release("ledger") == (0 if key == "e" else 1)
+        assert other.lock("ledger").acquire(blocking=False)
+        assert admin.type(wrong) != b"list"
+        assert locks.force_release("ledger") == 1
+        assert locks.status_all() == []

@@ -472,6 +472,21 @@ def test_a_wake_up_never_grants_a_waiter(
         holder.close()
 
 
+def test_a_masters_own_keys_set_by_hand_block_nothing(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    locks = connect()
+    with locks.lock("warm-up") as hold:
+        first = hold.token
+    for index in range(5):
+        client = masters.client(index)
+        client.set(f"{prefix}:token-floor", "abc")
+        client.set(f"{prefix}:longest-lease", "9223372036854775807")
+        client.set(Keys(prefix).sequence("warm-up"), "-1")
+    with locks.lock("warm-up") as hold:
+        assert first < hold.token <= 2**53
+
+
 # -- split grants, renewals ---------------------------------------------------------------
 
 

@@ -65,7 +65,11 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
 
 Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
 is ignored by every script and dropped by the next grant, release or force release of its
-lock; ``INSPECT`` counts them. A lock holding nothing but such entries has its keys deleted,
+lock; ``INSPECT`` counts them. So is a key of the lock that holds another type than tumbler
+keeps there (``call`` deletes it and runs the command again, on no key; ``INSPECT`` counts
+it as one), and a sequence that is no number of at most 2**53 - 1 counts as none (the next
+token comes from the server's clock): no arithmetic leaves the integers a double holds.
+A lock holding nothing but such entries has its keys deleted,
 so they never outlive the lock. A well-formed entry that no index knows, or whose lease was
 extended without its index (as tumbler before the indexes wrote them, so both can run side
 by side during an upgrade), is indexed anew when found: the hash is the truth, the indexes
@@ -121,16 +125,40 @@ SCRIPT_COMMANDS = (
 _BASE = (
     f"local WAKE_SCAN = {WAKE_SCAN}\nlocal SEQUENCE_TTL_MS = {SEQUENCE_TTL_MS}\n"
     + """
--- redis.call that names the command when the ACL refuses it (Redis's own error does not)
+-- whether a key of the lock that holds another type than tumbler writes there goes (see
+-- call); INSPECT, which changes nothing, counts it instead
+local replace_wrong_types = true
+
+-- redis.call that names the command when the ACL refuses it (Redis's own error does not),
+-- and that treats a key of the lock holding another type than tumbler writes there (which
+-- tumbler did not write) as an entry that does not parse: it goes, and the command, which
+-- changed nothing, runs again on no key
 local function call(command, ...)
     local reply = redis.pcall(command, ...)
     if type(reply) == 'table' and reply.err then
         if string.find(reply.err, 'The user executing the script', 1, true) then
             error({err = 'NOPERM ' .. string.upper(command) .. ': ' .. reply.err})
         end
+        if replace_wrong_types and string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
+            redis.call('DEL', (...))
+            return call(command, ...)
+        end
         error(reply)
     end
     return reply
+end
+
+-- a counter as tumbler stores it (a sequence, a floor), or nil: one that is no decimal
+-- number, or one past the integers a double holds exactly (which counting up from the
+-- clock in microseconds reaches in the year 2255), was not written by tumbler
+local MAX_COUNTER = 9007199254740991
+local function counter(value)
+    if type(value) ~= 'string' or not string.match(value, '^%d+$') or #value > 16 then
+        return nil
+    end
+    local number = tonumber(value)
+    if number > MAX_COUNTER then return nil end
+    return number
 end
 
 local now = call('TIME')
@@ -170,7 +198,8 @@ end
 
 -- the name's next fencing token or arrival number (see the sequence key above)
 local function next_value(K)
-    local value = math.max(tonumber(call('GET', K.n) or '0') + 1, sequence_floor)
+    -- a sequence tumbler did not write counts as none: the floor (the clock) decides
+    local value = math.max((counter(call('GET', K.n)) or 0) + 1, sequence_floor)
     call('SET', K.n, string.format('%d', value), 'PX', SEQUENCE_TTL_MS)
     return value
 end
@@ -682,7 +711,9 @@ return note
 INSPECT = (
     _COMMON
     + """
-local raw = call('HGETALL', KEYS[1])
+replace_wrong_types = false
+local read, raw = pcall(call, 'HGETALL', KEYS[1])
+if not read then return {now_ms, 1} end  -- another type than a hash: one thing unreadable
 local result = {now_ms, 0}
 for i = 1, #raw, 2 do
     local e = decode(raw[i], raw[i + 1])

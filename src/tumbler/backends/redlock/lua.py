@@ -42,9 +42,9 @@ local serving_from = call('GET', KEYS[10])
 if not serving_from then return {-1} end
 serving_from = tonumber(serving_from) or 0
 if serving_from > now_ms then return {-2, serving_from - now_ms} end
-local floor = tonumber(call('GET', KEYS[11]) or '0') or 0
-if string.match(ARGV[12], '^%d+$') and #ARGV[12] <= 16 then
-    sequence_floor = math.max(tonumber(ARGV[12]), floor + 1)
+local floor = counter(call('GET', KEYS[11])) or 0
+if counter(ARGV[12]) then
+    sequence_floor = math.max(counter(ARGV[12]), floor + 1)
 else
     sequence_floor = math.max(sequence_floor, floor + 1)
 end
@@ -54,7 +54,7 @@ next_value = function(K)
     call('SET', KEYS[11], string.format('%d', value))
     return value
 end
-if tonumber(call('GET', KEYS[12]) or '0') < tonumber(ARGV[13]) then
+if (counter(call('GET', KEYS[12])) or 0) < tonumber(ARGV[13]) then
     call('SET', KEYS[12], ARGV[13])
 end
 """,
@@ -75,10 +75,10 @@ if e.token < token then
     e.token = token
     put(K, e)
 end
-if tonumber(call('GET', K.n) or '0') < token then
+if (counter(call('GET', K.n)) or 0) < token then
     call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
 end
-if tonumber(call('GET', KEYS[10]) or '0') < token then
+if (counter(call('GET', KEYS[10])) or 0) < token then
     call('SET', KEYS[10], string.format('%d', token))
 end
 return 1
@@ -121,13 +121,13 @@ MARK = redis_lua.script(
 if ARGV[1] ~= '' and call('SET', KEYS[1], string.format('%d', now_ms + tonumber(ARGV[1])), 'NX')
 then
     for i = 2, 3 do
-        if tonumber(call('GET', KEYS[i]) or '0') < tonumber(ARGV[i]) then
+        if (counter(call('GET', KEYS[i])) or 0) < tonumber(ARGV[i]) then
             call('SET', KEYS[i], ARGV[i])
         end
     end
 end
-local floor = tonumber(call('GET', KEYS[2]) or '0') or 0
-local longest = tonumber(call('GET', KEYS[3]) or '0') or 0
+local floor = counter(call('GET', KEYS[2])) or 0
+local longest = counter(call('GET', KEYS[3])) or 0
 local serving_from = call('GET', KEYS[1])
 if not serving_from then return {0, 0, floor, longest} end
 return {1, (tonumber(serving_from) or 0) - now_ms, floor, longest}
