@@ -909,6 +909,7 @@ def _state_json(state: LockState) -> dict[str, Any]:
         "holders": [_holder_json(holder) for holder in state.holders],
         "waiters": state.waiters,
         "limit": state.limit,
+        "malformed": state.malformed,
     }
 
 
@@ -977,8 +978,9 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     long as its holder's session (ZooKeeper), "with session" and the session's timeout (how
     long the grant outlives a holder that died). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
-    "session_timeout"}], "waiters", "limit"}), or a list of them without NAME; expires_in is
-    null for a session's grant, session_timeout null for the others. Characters that a
+    "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
+    expires_in is null for a session's grant, session_timeout null for the others; malformed
+    counts entries tumbler did not write, which block nothing. Characters that a
     terminal would act on (escape sequences in a holder's description) are shown escaped.
     """
     if name is not None:
@@ -998,6 +1000,12 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
         console.print("no lock has holders or waiters")
     else:
         console.print(_status_table(states))
+    for state in states:
+        if state.malformed:
+            console.print(
+                f"lock {_printable(state.name)!r}: {state.malformed} entries tumbler did not "
+                "write (skipped; its next grant, release or force release removes them)"
+            )
     return EX_OK
 
 

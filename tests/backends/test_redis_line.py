@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import uuid
 
 import pytest
@@ -26,6 +27,7 @@ import tumbler
 import tumbler.aio
 from tumbler import TooManyWaiters
 from tumbler.backends.redis.server import RedisServer
+from tumbler.cli import main
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     abackground,
@@ -297,3 +299,16 @@ def test_a_key_of_the_lock_holding_another_type_blocks_nothing(
         assert admin.type(wrong) != b"list"
         assert locks.force_release("ledger") == 1
         assert locks.status_all() == []
+
+
+def test_status_says_how_many_entries_tumbler_did_not_write(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = new_prefix()
+    url = f"{redis_server.url}?prefix={prefix}"
+    write_junk(redis_server.client(), prefix, "ledger")
+    assert main(["status", "--url", url, "ledger"]) == 0
+    said = capsys.readouterr().out
+    assert f"lock 'ledger': {len(JUNK)} entries tumbler did not write" in said
+    assert main(["status", "--url", url, "--json", "ledger"]) == 0
+    assert json.loads(capsys.readouterr().out)["malformed"] == len(JUNK)
