@@ -212,6 +212,8 @@ class RedlockBackend(InspectEachName):
         first = self.masters[0].backend.config
         self._waiter_ttl = str(round(self.capabilities.waiter_ttl * 1000)).encode()
         self._max_waiters = str(first.max_waiters).encode()
+        #: how long setting up a master's connection may take (see _Master.pool)
+        self._connect_timeout: float = first.client_options["socket_connect_timeout"]
         self._keys_cache: dict[str, list[bytes]] = {}
         #: the quorum each hold was granted with (a semaphore's is larger), for its renewals
         self._quorums: dict[tuple[str, str], int] = {}
@@ -319,6 +321,7 @@ class RedlockBackend(InspectEachName):
         self, calls: dict[int, list[tuple[Any, ...]]], timeout: float | None
     ) -> dict[int, _Replies]:
         deadline = time.monotonic() + (self.config.node_timeout if timeout is None else timeout)
+        setup = self._connect_timeout
         results: dict[int, _Replies] = {}
         sent: list[tuple[_Master, Any, int]] = []
         # the masters are mostly sent the same commands: each is packed once
@@ -334,7 +337,15 @@ class RedlockBackend(InspectEachName):
                     data = packed.get(key)
                     if data is None:
                         data = packed[key] = connection.pack_commands(commands)
-                    connection.send_packed_command(data, check_health=False)
+                    # A connection that a failure closed is set up again by this send (TCP,
+                    # TLS, the login): within what the call has left, not connect_timeout
+                    # each, or stopped masters would hold the call up one after another.
+                    bound = min(setup, max(deadline - time.monotonic(), READ_GRACE))
+                    connection.socket_connect_timeout = connection.socket_timeout = bound
+                    try:
+                        connection.send_packed_command(data, check_health=False)
+                    finally:
+                        connection.socket_connect_timeout = connection.socket_timeout = setup
                 except (redis_errors.RedisError, OSError) as error:
                     if connection is not None:
                         connection.disconnect()
