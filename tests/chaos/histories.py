@@ -48,6 +48,8 @@ class Built:
     t_end: int = 0
     free_after_stop: float | None = 0.01
     primitive: str = "lock"
+    #: fault kind -> what the deployment promises to keep through it
+    available: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def round(self) -> RoundHistory:
         return RoundHistory(
@@ -62,6 +64,7 @@ class Built:
             recovery_bound=BOUND,
             t_end=self.t_end,
             free_after_stop=self.free_after_stop,
+            available=dict(self.available),
         )
 
 
@@ -383,6 +386,24 @@ def break_fairness(built: Built, pick: int) -> str:
     return "unfair"
 
 
+def break_availability(built: Built, pick: int) -> str:
+    """Where the deployment rides a fault out (a minority of its nodes lost), an acquire that
+    fails with BackendUnavailable, or a hold lost, while the fault lasts."""
+    acq, client, _token, t_grant = built.grants[pick % len(built.grants)]
+    # the plan's own faults (a holder paused, killed) promise it too: none excuses it
+    for kind in {fault.kind for fault in built.faults} | {"minority"}:
+        built.available[kind] = ("acquire", "hold")
+    built.faults.append(FaultRecord("minority", t_grant - 50 * MS, t_grant + 50 * MS, "node 1"))
+    if pick % 2:
+        event = {"ev": "lost", "t": t_grant + MS, "acq": acq, "reason": "renewal failed"}
+    else:
+        event = {"ev": "no_grant", "t": t_grant + MS, "acq": f"{client}.x",
+                 "why": "BackendUnavailable: the reply was lost"}  # fmt: skip
+    built.workers[client].append(event)
+    built.workers[client].sort(key=lambda e: e["t"])
+    return "unavailable"
+
+
 MUTATIONS = (
     break_exclusion,
     break_fencing,
@@ -395,4 +416,5 @@ MUTATIONS = (
     break_liveness,
     break_worker,
     break_fairness,
+    break_availability,
 )

@@ -23,13 +23,14 @@ from tumbler.torture.check import (
     CheckResult,
     FaultRecord,
     RoundHistory,
+    Violation,
     check_round,
     hazard_exercised,
 )
 from tumbler.torture.history import HistoryTail, HistoryWriter, read_history
 from tumbler.torture.resource import FencedCounter
 
-from .histories import LOCK, MS, MUTATIONS, Built, Step, build
+from .histories import LOCK, MS, MUTATIONS, Built, S, Step, build
 
 steps = st.builds(
     Step,
@@ -684,3 +685,48 @@ def test_fairness_is_not_judged_where_arrival_order_is_uncertain() -> None:
     assert "unfair" not in _fair(b_invoke=100, b_grant=301, a_end=320).by_kind()
     # and on a lock that is not fair, the same overtaking is no violation
     assert _fair(b_invoke=100, b_grant=301, a_end=340, primitive="lock").violations == []
+
+
+# -- availability (issue 29) ---------------------------------------------------------------
+
+
+def _with_fault(
+    kind: str, available: dict[str, tuple[str, ...]], event: dict[str, Any], after_ms: int = 2000
+) -> list[Violation]:
+    """The unavailability found in a round with one fault of ``kind`` around a grant and
+    ``event`` ``after_ms`` after that grant (the recovery bound is 2.5 s from the fault's end,
+    0.1 s after the grant)."""
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)])
+    acq, client, _token, t_grant = built.grants[1]
+    built.available = available
+    built.t_end = t_grant + 5 * S  # the workers went on until then
+    built.faults.append(FaultRecord(kind, t_grant - 100 * MS, t_grant + 100 * MS, "node 2"))
+    built.workers[client].append({**event, "t": t_grant + after_ms * MS, "acq": acq})
+    built.workers[client].sort(key=lambda e: e["t"])
+    return [v for v in check_round(built.round()).violations if v.kind == "unavailable"]
+
+
+FAILED = {"ev": "no_grant", "why": "BackendUnavailable: reply was lost (ReadTimeout)"}
+LOST = {"ev": "lost", "reason": "the renewals failed"}
+
+
+@pytest.mark.parametrize("event", [FAILED, LOST], ids=["acquire", "hold"])
+def test_a_failure_within_a_fault_the_deployment_rides_out_is_unavailability(
+    event: dict[str, Any],
+) -> None:
+    (found,) = _with_fault("minority", {"minority": ("acquire", "hold")}, event)
+    assert "into minority of node 2" in found.detail
+
+
+def test_what_a_fault_does_not_promise_is_not_unavailability() -> None:
+    # the leader's loss may cost holds (an election can outlast a lease), never waiters
+    promises = {"leader": ("acquire",)}
+    assert _with_fault("leader", promises, LOST) == []
+    assert [v.kind for v in _with_fault("leader", promises, FAILED)] == ["unavailable"]
+    # past the recovery bound after the fault, and under faults that promise nothing
+    assert _with_fault("minority", {"minority": ("acquire",)}, FAILED, after_ms=3000) == []
+    assert _with_fault("restart", {"minority": ("acquire",)}, FAILED) == []
+    assert _with_fault("minority", {}, FAILED) == []
+    # an acquire that ran out of time waited as it was asked to
+    timeout = {"ev": "no_grant", "why": "timeout"}
+    assert _with_fault("minority", {"minority": ("acquire",)}, timeout) == []

@@ -205,6 +205,10 @@ class BackendSpec:
     start: Callable[[Path, Settings], Deployment] = field(repr=False)
     #: why it cannot run here (missing program or module), or None
     missing: Callable[[], str | None] = field(repr=False, default=lambda: None)
+    #: fault -> what the backend's docs promise users keep through it (``acquire``: no
+    #: acquire fails with ``BackendUnavailable``; ``hold``: no hold is lost), checked as
+    #: ``unavailable``
+    available: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def unavailable(self) -> str | None:
         """Why this backend cannot be tortured here, or None."""

@@ -47,6 +47,14 @@ Properties (each violation kind names one):
     plus the backend's grace), and after the workers stop it is free again.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
+``unavailable``
+    What users feel, where the deployment promises to ride a fault out
+    (``RoundHistory.available``: fault kind -> ``acquire`` and/or ``hold``): from a fault's
+    start until the recovery bound after its end, no acquire fails with
+    ``BackendUnavailable`` (``acquire``: a waiter keeps waiting, as its timeout allows) and no
+    hold is lost (``hold``: its ``on_lost`` runs, or its release raises ``LockLost``). A
+    moment that is also within the window of a fault whose kind does not promise it (a
+    holder killed, a round of several kinds) is excused.
 
 Per primitive (``RoundHistory.primitive``), "another grant" means one the grant excludes. A
 read/write lock's write side excludes every grant, a read side only writers: ``overlap``,
@@ -101,6 +109,9 @@ UNACCOUNTED = "unaccounted"
 UNFAIR = "unfair"
 NO_RECOVERY = "no-recovery"
 WORKER_ERROR = "worker-error"
+UNAVAILABLE = "unavailable"
+#: what a deployment may promise to keep through a fault (``RoundHistory.available``)
+AVAILABILITY = ("acquire", "hold")
 
 #: what the resource's fencing protects: these need fencing, not the lock alone
 FENCED_KINDS = (OVERLAP, STALE_ACCEPTED, LOST_UPDATE)
@@ -118,6 +129,7 @@ ALL_KINDS = (
     UNFAIR,
     NO_RECOVERY,
     WORKER_ERROR,
+    UNAVAILABLE,
 )
 
 #: faults aimed at the current holder (the harness names its client and grant)
@@ -193,6 +205,8 @@ class RoundHistory:
     #: ``fair``: seconds after a server or network fault during which a waiter's entry may
     #: still have been lost (a restart that forgot it, a retry that could not refresh it)
     fair_lapse: float = 6.0
+    #: fault kind -> what the deployment promises to keep through it (``AVAILABILITY``)
+    available: Mapping[str, Iterable[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -365,6 +379,7 @@ def check_round(history: RoundHistory) -> CheckResult:
     if history.primitive == "fair":
         _check_fair(history, lives, result)
     _check_liveness(history, grants, result)
+    _check_availability(history, result)
     _count_hazards(history, lives, grants, result)
     return result
 
@@ -1024,6 +1039,55 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
                 f"{history.recovery_bound:.2f} s later",
             )
         )
+
+
+def _check_availability(history: RoundHistory, result: CheckResult) -> None:
+    """``unavailable``: see the module docstring."""
+    if not history.available:
+        return
+    bound_ns = int(history.recovery_bound * _NS)
+
+    def promised(t: int, what: str) -> FaultRecord | None:
+        """The fault that promised ``what`` at ``t``, unless another one excuses it."""
+        during = [f for f in history.faults if f.t0 <= t <= f.t1 + bound_ns]
+        if any(what not in history.available.get(f.kind, ()) for f in during):
+            return None
+        return during[-1] if during else None
+
+    lost: set[str] = set()  # a hold's loss counts once (on_lost, then its release)
+    for client, events in history.workers.items():
+        for event in events:
+            ev, t = event.get("ev"), int(event["t"])
+            if history.t_end and t > history.t_end:
+                break  # the workers were told to stop
+            if ev in ("lost", "release"):
+                acq = str(event.get("acq"))
+                if acq in lost:
+                    continue
+            if ev == "no_grant" and str(event.get("why", "")).startswith("BackendUnavailable"):
+                what, detail = "acquire", f"an acquire of {client} failed: {event['why']}"
+            elif ev == "lost":
+                what, detail = (
+                    "hold",
+                    f"the hold {event.get('acq')} was lost: {event.get('reason')}",
+                )
+            elif ev == "release" and event.get("outcome") == "lost":
+                what, detail = "hold", f"the hold {event.get('acq')} was found lost at release"
+            else:
+                continue
+            fault = promised(t, what)
+            if fault is not None:
+                if what == "hold":
+                    lost.add(str(event.get("acq")))
+                after = (t - fault.t0) / _NS
+                result.violations.append(
+                    Violation(
+                        UNAVAILABLE,
+                        f"{detail} ({after:.2f} s into {fault.kind} of {fault.target}, "
+                        f"which the deployment rides out)",
+                        t,
+                    )
+                )
 
 
 def _count_hazards(

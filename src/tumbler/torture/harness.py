@@ -441,6 +441,7 @@ def run_round(
         recovery_bound=bound,
         t_end=t_end,
         free_after_stop=free,
+        available=spec.available,
     )
     result = check_round(history)
     not_promised = spec.not_promised_under(fault)
