@@ -466,6 +466,10 @@ class Backoff:
             self._last = min(self.cap, self.rng.uniform(self.base, self._last * 3))
         return self._last
 
+    def reset(self) -> None:
+        """Start again from ``base``."""
+        self._last = 0.0
+
 
 # --------------------------------------------------------------------------------------------
 # Operators

@@ -11,6 +11,7 @@ docs list; the URL grammar. A real ``postgres`` from Debian's packages, one per 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -608,6 +609,60 @@ def test_every_call_gives_up_when_the_network_drops_replies(
             every_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
         finally:
             locks.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_waiter_rides_out_a_network_that_drops_replies_for_a_while(
+    server: PostgreSQLServer, url: str, schema: str, flavour: str
+) -> None:
+    """A waiter whose grant request (or subscription) gets no reply within socket_timeout
+    asks again until its own timeout rather than failing the acquire, and gets the lock when
+    the holder lets go."""
+    with FaultProxy((server.host, server.port)) as proxy, tumbler.connect(url) as holding:
+        held = holding.lock("blip")
+        assert held.acquire()
+        proxied = _proxied_url(server, proxy, schema)
+
+        def drop_replies_until_a_request_failed() -> None:
+            eventually(lambda: holding.status("blip").waiters == 1, "it waits")
+            failed = threading.Event()
+            handler = _Failures(failed)
+            logging.getLogger("tumbler").addHandler(handler)
+            proxy.drop()
+            try:
+                assert failed.wait(PATIENCE), "no grant request failed"
+            finally:
+                logging.getLogger("tumbler").removeHandler(handler)
+                proxy.heal()
+
+        if flavour == "sync":
+            with tumbler.connect(proxied) as other:
+                call = background(lambda: other.lock("blip").acquire(timeout=PATIENCE))
+                drop_replies_until_a_request_failed()
+                held.release()
+                assert call.result() is True
+            return
+
+        async def main() -> None:
+            async with await tumbler.aio.connect(proxied) as other:
+                waiting = asyncio.ensure_future(other.lock("blip").acquire(timeout=PATIENCE))
+                await asyncio.to_thread(drop_replies_until_a_request_failed)
+                held.release()  # the holder's own thread: a moment's block of the loop
+                assert await waiting is True
+
+        asyncio.run(main())
+
+
+class _Failures(logging.Handler):
+    """Sets ``failed`` when the lock layer says a grant request got no answer."""
+
+    def __init__(self, failed: threading.Event) -> None:
+        super().__init__(logging.DEBUG)
+        self.failed = failed
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "did not answer a grant request" in record.getMessage():
+            self.failed.set()
 
 
 def every_call_gives_up_when_replies_are_dropped(backend: Any, proxy: FaultProxy) -> None:

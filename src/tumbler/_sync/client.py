@@ -32,6 +32,7 @@ from .._acompat import (
     check_synchronizable,
     current_context,
     shield,
+    sleep_real,
 )
 from .._clock import Clock
 from ..backends.contract import (
@@ -50,6 +51,8 @@ from .primitives import Lock, RLock, RWLock, SegmentedLock, Semaphore
 from .renewal import Renewer
 
 _log = logging.getLogger("tumbler")
+#: the longest pause between grant requests of a waiter whose backend is not answering
+UNAVAILABLE_RETRY_CAP = 0.5
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -608,15 +611,44 @@ class Locks:
                 first_round = tuple(
                     dataclasses.replace(request, queue=False) for request in requests
                 )
-            hold = self._try_each(first_round, renew, tried)
+            # A waiter rides out a backend that stops answering for a while (a leader change,
+            # a blip, a member that hangs): a grant request is idempotent by its owner, so it
+            # is asked again, soon, until the caller's deadline; only then does the last
+            # error reach the caller, who learns that the backend, not the lock, was the
+            # obstacle. With no deadline it waits for the backend as it would for the lock,
+            # once the backend answered it (one that never did fails the acquire at once).
+            unavailable: BackendUnavailable | None = None
+            answered = False
+            try:
+                hold = self._try_each(first_round, renew, tried)
+            except BackendUnavailable as error:
+                hold, unavailable = None, self._unavailable(error, deadline, None, answered)
+            else:
+                answered = True
             if hold is not None:
                 return hold
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
-            with watch:
-                retry = watch.retry_needed
+            failing = core.Backoff(
+                min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, self._rng
+            )
+            entered = False
+            try:
+                watch.__enter__()
+                entered = True
+            except BackendUnavailable as error:
+                # the subscription failed (and the watch was closed): the waiter polls instead
+                unavailable = self._unavailable(error, deadline, unavailable, answered)
+            try:
+                retry = unavailable is not None or watch.retry_needed
                 while True:
                     if retry:
-                        hold = self._try_each(requests, renew, tried)
+                        try:
+                            hold = self._try_each(requests, renew, tried)
+                        except BackendUnavailable as error:
+                            hold = None
+                            unavailable = self._unavailable(error, deadline, unavailable, answered)
+                        else:
+                            unavailable, answered = None, True
                         if hold is not None:
                             tried.discard(hold.name)
                             if tried:
@@ -625,19 +657,54 @@ class Locks:
                     retry = True
                     now = clock.now()
                     if deadline is not None and now >= deadline:
+                        if unavailable is not None:
+                            raise unavailable
                         break
-                    pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
-                    pause = min(pause, caps.waiter_ttl / 3)
+                    if unavailable is not None:
+                        pause = failing.next()
+                    else:
+                        failing.reset()
+                        pause = caps.recheck_interval if caps.push_wakeups else backoff.next()
+                        pause = min(pause, caps.waiter_ttl / 3)
                     if deadline is not None:
                         pause = min(pause, deadline - now)
-                    watch.wait(pause)
+                    if entered:
+                        watch.wait(pause)
+                    else:
+                        sleep_real(clock.real_timeout(pause) or pause)
                     check_cancelled()
                     self.gate.check_usable(requests[0].name)
+            finally:
+                if entered:
+                    watch.__exit__(None, None, None)
         except BaseException:
             shield(self._withdraw_all(requests, tried))
             raise
         shield(self._withdraw_all(requests, tried))
         return None
+
+    def _unavailable(
+        self,
+        error: BackendUnavailable,
+        deadline: float | None,
+        before: BackendUnavailable | None,
+        answered: bool,
+    ) -> BackendUnavailable:
+        """``error`` of a grant request made while waiting, to be asked again (see
+        ``_acquire_or_wait``); raised at once when no time is left to ask again, or with no
+        deadline when the backend never ``answered`` this acquire. ``before``: the error of
+        the request before, if it failed too (said once, not at every retry)."""
+        if deadline is None and not answered:
+            raise error
+        if deadline is not None and self._clock.now() >= deadline:
+            raise error
+        _log.log(
+            logging.DEBUG if before is not None else logging.WARNING,
+            "lock %r: the backend did not answer a grant request (%s); asking again",
+            error.lock_name,
+            error.message,
+        )
+        return error
 
     def _leave_other_lines(
         self, hold: Hold, requests: tuple[GrantRequest, ...], tried: set[str]

@@ -96,7 +96,10 @@ class _Primitive:
         """Acquire the lock; True if acquired, False if the timeout ran out first.
 
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
-        ``timeout``; None or -1 waits for ever, 0 tries once.
+        ``timeout``; None or -1 waits for ever, 0 tries once. A wait rides out a backend
+        that stops answering: it asks again until the timeout, then raises the last
+        ``BackendUnavailable`` (without a timeout, once the backend has answered it, it waits
+        for the backend too).
         """
         return self._acquire(self._seconds(blocking, timeout), self._own_name)
 

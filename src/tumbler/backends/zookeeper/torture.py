@@ -146,9 +146,12 @@ DEPLOYMENTS = (
         default_faults=(*HOLDER_FAULTS, "minority", "leader"),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
-        "including the leader",
+        "including the leader; with a follower lost no acquire fails and no hold is lost, "
+        "with the leader lost no acquire fails (a hold whose session cannot move within its "
+        "lease is lost, visibly)",
         recovery_grace=8.0,
         start=_start_zookeeper_ensemble,
         missing=_missing_zookeeper,
+        available={"minority": ("acquire", "hold"), "leader": ("acquire",)},
     ),
 )
