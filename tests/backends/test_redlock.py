@@ -236,10 +236,12 @@ def _held_on_three(
     masters: RedlockMasters,
     connect: Callable[..., tumbler.Locks],
     prefix: str,
+    renew: bool = False,
     **options: object,
 ) -> tuple[tumbler.Lock, tumbler.Locks]:
     """A lock held on masters 0, 1, 2 only: masters 3 and 4 lose its keys (as if its grant
-    had not reached them)."""
+    had not reached them). Not renewed unless ``renew``: a renewal would grant it anew on
+    the masters that lack it."""
     first = connect(**options)
     with first.lock("warm-up"):  # every master is marked (see redlock.lua)
         pass
@@ -249,7 +251,7 @@ def _held_on_three(
         client = masters.client(index)
         seconds, micros = client.time()
         client.set(f"{prefix}:serving-from", seconds * 1000 + micros // 1000 - 60_000)
-    lock = first.lock("restarted", ttl=10)
+    lock = first.lock("restarted", ttl=10, renew=renew)
     assert lock.acquire()
     for index in (3, 4):
         masters.client(index).delete(*Keys(prefix).lock_keys("restarted"))
@@ -331,6 +333,26 @@ def test_masters_losing_their_data_one_after_another_never_make_two_holders(
             assert wanted.hold is not None
             assert wanted.hold.token > hold.token
             wanted.release()
+
+
+def test_a_hold_on_a_bare_quorum_survives_the_loss_of_one_of_its_masters(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    """Granted by masters 0, 1, 2 only (3 and 4 missed it); master 0 dies: a majority still
+    answers, and the renewal grants the lease anew on 3 and 4, so the hold goes on."""
+    lock, _first = _held_on_three(masters, connect, prefix, renew=True, restart_delay=3)
+    hold = lock.hold
+    assert hold is not None
+    masters.kill(0)
+    eventually(
+        lambda: grants_on(masters, prefix, "restarted") == [-1, 1, 1, 1, 1],
+        "the renewal granted the lease on the masters that had missed it",
+    )
+    assert hold.held
+    other = connect(restart_delay=3).lock("restarted")
+    assert not other.acquire(timeout=0)
+    lock.release()
+    assert grants_on(masters, prefix, "restarted") == [-1, 0, 0, 0, 0]
 
 
 def test_every_master_new_serves_at_once(

@@ -215,8 +215,9 @@ class RedlockBackend(InspectEachName):
         #: how long setting up a master's connection may take (see _Master.pool)
         self._connect_timeout: float = first.client_options["socket_connect_timeout"]
         self._keys_cache: dict[str, list[bytes]] = {}
-        #: the quorum each hold was granted with (a semaphore's is larger), for its renewals
-        self._quorums: dict[tuple[str, str], int] = {}
+        #: the request of each hold, for its renewals: the quorum it needs (a semaphore's is
+        #: larger), and what to grant where a master lost it
+        self._held: dict[tuple[str, str], GrantRequest] = {}
         self._guard = threading.Lock()
         self._closed = False
 
@@ -432,7 +433,7 @@ class RedlockBackend(InspectEachName):
             outcome = self._grant_once(request, needed)
             if isinstance(outcome, Grant):
                 with self._guard:
-                    self._quorums[(request.name, request.owner)] = needed
+                    self._held[(request.name, request.owner)] = request
                 return outcome
             if outcome is None:
                 return None
@@ -622,7 +623,8 @@ class RedlockBackend(InspectEachName):
 
     def release(self, name: str, owner: str) -> bool:
         with self._guard:
-            needed = self._quorums.pop((name, owner), self._majority)
+            request = self._held.pop((name, owner), None)
+        needed = self._majority if request is None else self._quorum_of(request)
         # every master, those left out after a failure too: one of them may hold the grant,
         # and a release that did not ask it would report a hold lost that was not
         everyone = [master.index for master in self.masters]
@@ -648,10 +650,10 @@ class RedlockBackend(InspectEachName):
         if not renewals:
             return []
         with self._guard:
-            needs = [
-                self._quorums.get((renewal.name, renewal.owner), self._majority)
-                for renewal in renewals
-            ]
+            held = [self._held.get((renewal.name, renewal.owner)) for renewal in renewals]
+        needs = [
+            self._majority if request is None else self._quorum_of(request) for request in held
+        ]
         commands = []
         for start in range(0, len(renewals), RENEWALS_PER_CALL):
             chunk = renewals[start : start + RENEWALS_PER_CALL]
@@ -671,6 +673,8 @@ class RedlockBackend(InspectEachName):
         sent_at = self.clock.now()
         pending = [master.index for master in self.masters]
         renewed = [0] * len(renewals)
+        #: per lease, the masters that answered without renewing it
+        lacking: list[list[int]] = [[] for _ in renewals]
         answered = 0
         results: dict[int, _Replies] = {}
         while True:
@@ -690,19 +694,87 @@ class RedlockBackend(InspectEachName):
                 pending.remove(index)
                 flags = [flag for reply in replies for flag in reply]
                 for position, flag in enumerate(flags):
-                    renewed[position] += int(flag)
+                    if int(flag):
+                        renewed[position] += 1
+                    else:
+                        lacking[position].append(index)
             if answered >= least or not pending or self.clock.now() - sent_at >= wait:
                 break
-        elapsed = self.clock.now() - sent_at
         if answered < least:
             name = renewals[0].name if len(renewals) == 1 else None
             raise self._unavailable(answered, least, results, name, wait)
+        short = [
+            position
+            for position, request in enumerate(held)
+            if request is not None and 0 < renewed[position] < needs[position]
+        ]
+        if short:
+            regranted = self._grant_again(
+                [(renewals[position], held[position], lacking[position]) for position in short]
+            )
+            for position, count in zip(short, regranted, strict=True):
+                renewed[position] += count
+        elapsed = self.clock.now() - sent_at
         return [
             renewal.ttl
             if count >= needed and elapsed + core.drift_margin(renewal.ttl) < renewal.ttl
             else None
             for renewal, count, needed in zip(renewals, renewed, needs, strict=True)
         ]
+
+    def _quorum_of(self, request: GrantRequest) -> int:
+        return quorum(len(self.masters), request.shared, request.limit)
+
+    def _grant_again(
+        self, leases: Sequence[tuple[Renewal, GrantRequest | None, list[int]]]
+    ) -> list[int]:
+        """For each lease a quorum no longer holds (a master that granted it was lost, or
+        resumed after its lease ran out there) but some master still does: grant it anew on
+        the masters that answered without it, where each can (the name is free there, the
+        master serves), so that the loss of one master of a bare quorum does not cost the hold
+        while a majority answers. How many masters granted each. A master grants only what its
+        own grant rule allows, so this never makes a second holder; the token it draws is its
+        own, above the hold's, which keeps later grants above both."""
+        calls: dict[int, list[tuple[Any, ...]]] = {}
+        asked: list[list[int]] = []
+        proposal = time.time_ns() // 1000
+        for renewal, request, masters in leases:
+            assert request is not None
+            keys: list[str | bytes] = [*self._lock_keys(renewal.name), *self._master_keys]
+            asked.append(masters)
+            for index in masters:
+                args: list[str | bytes | int] = [
+                    renewal.owner,
+                    b"1" if request.shared else b"0",
+                    request.limit,
+                    b"1" if request.fair else b"0",
+                    max(1, round(renewal.ttl * 1000)),
+                    request.holder,
+                    b"0",  # no place in line: granted now or not at all
+                    self._waiter_ttl,
+                    self._client_on(self.masters[index]),
+                    self._max_waiters,
+                    b"",
+                    proposal,
+                    self._restart_delay_ms,
+                ]
+                calls.setdefault(index, []).append(_GRANT.call(keys, args))
+        results = self._fan_out(calls)
+        sent = {index: 0 for index in calls}
+        counts = []
+        for masters in asked:
+            count = 0
+            for index in masters:
+                replies = results.get(index)
+                position = sent[index]
+                sent[index] += 1
+                if replies is None or isinstance(replies, Exception):
+                    continue
+                reply = replies[position]
+                if not isinstance(reply, Exception) and int(reply[0]) == 1:
+                    count += 1
+            counts.append(count)
+        return counts
 
     # -- waiting ---------------------------------------------------------------------------
 
