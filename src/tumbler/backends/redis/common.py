@@ -438,6 +438,10 @@ def waiter_count(text: str) -> int:
     return int(text)
 
 
+#: the prefix of every key when the URL names none
+DEFAULT_PREFIX = "tumbler"
+
+
 @dataclass(frozen=True)
 class RedisConfig:
     """A parsed ``redis://`` URL: what both flavours need to connect."""
@@ -464,7 +468,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
     unix = url.scheme == "redis+unix"
     if not tls and any(name.startswith("ssl_") for name in url.query):
         raise InvalidURL("ssl_* options need a rediss:// URL", backend=url.redacted)
-    prefix = url.option("prefix", str, "tumbler")
+    prefix = url.option("prefix", str, DEFAULT_PREFIX)
     if not prefix or any(ch in prefix for ch in "{}") or len(prefix) > 100:
         raise InvalidURL("prefix must be 1 to 100 characters without braces", backend=url.redacted)
     cluster = url.option("cluster", flag, False)

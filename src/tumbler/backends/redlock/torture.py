@@ -13,6 +13,7 @@ lease the workers ask for, so that every round also shows the lease cut to it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,21 @@ from ...torture.backends import (
 )
 from ...torture.check import BELIEF_KINDS
 from ...torture.faults import ProxyControl, network_faults_missing
+from ..redis.common import DEFAULT_PREFIX
 from ..redis.torture import missing_redis, redis_version
+from .lua import master_keys
 
 #: the masters of the deployment: two can be lost, three decide
 MASTERS = 5
+#: how long past its restart delay a restarted master may take to serve again (the workers'
+#: next grant marks it)
+SERVING_PATIENCE = 5.0
 #: the network faults that apply: ``net-isolate`` needs one address in the workers' URL
 NETWORK_FAULTS = ("net-delay", "net-cut", "net-drop", "net-reset")
+
+
+def _restart_delay(ttl: float) -> float:
+    return max(0.75, 0.75 * ttl)
 
 
 def _redlock_options(ttl: float) -> str:
@@ -40,7 +50,7 @@ def _redlock_options(ttl: float) -> str:
     # the workers' leases are cut to restart_delay, which a master restarted empty waits out.
     timeout = max(0.2, min(5.0, ttl / 3))
     node_timeout = max(0.05, min(0.5, ttl / 10))
-    restart_delay = max(0.75, 0.75 * ttl)
+    restart_delay = _restart_delay(ttl)
     return (
         f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
         f"&node_timeout={node_timeout:g}&restart_delay={restart_delay:g}"
@@ -50,6 +60,7 @@ def _redlock_options(ttl: float) -> str:
 class _RedlockDeployment(Deployment):
     def __init__(self, masters: Any, proxies: list[ProxyControl], ttl: float) -> None:
         options = _redlock_options(ttl)
+        self.restart_delay = _restart_delay(ttl)
         direct = f"redlock://{masters.hosts}?{options}"
         through = ",".join(f"127.0.0.1:{proxy.port}" for proxy in proxies)
         super().__init__(f"redlock://{through}?{options}" if proxies else direct, direct, proxies)
@@ -75,7 +86,19 @@ class _RedlockDeployment(Deployment):
         self.masters.kill(index)
 
     def restart_node(self, index: int) -> None:
+        # A master restarted empty is out of the vote until the clients mark it and its
+        # restart delay passes: the outage lasts until it serves again, which the workers'
+        # grants bring about (each marks a master it meets without its marker).
         self.masters.restart(index)
+        client = self.masters.client(index)
+        marker = master_keys(DEFAULT_PREFIX)[0]
+        give_up = time.monotonic() + self.restart_delay + SERVING_PATIENCE
+        while time.monotonic() < give_up:
+            seconds, micros = client.time()
+            serving_from = client.get(marker)
+            if serving_from is not None and int(serving_from) <= seconds * 1000 + micros // 1000:
+                return
+            time.sleep(0.02)  # the clients' grants mark it: nothing here to wait on
 
     def pause_node(self, index: int) -> None:
         self.masters.pause(index)
