@@ -701,10 +701,13 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         if answered < least:
             name = renewals[0].name if len(renewals) == 1 else None
             raise self._unavailable(answered, least, results, name, wait)
+        # a lease some master that answered lacks is granted there anew (where its rule
+        # allows): a hold granted by a bare quorum (the others left out after a failure, or
+        # back from one) spreads to every master that serves, and survives the next loss
         short = [
             position
             for position, request in enumerate(held)
-            if request is not None and 0 < renewed[position] < needs[position]
+            if request is not None and renewed[position] and lacking[position]
         ]
         if short:
             regranted = await self._grant_again(
@@ -726,11 +729,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def _grant_again(
         self, leases: Sequence[tuple[Renewal, GrantRequest | None, list[int]]]
     ) -> list[int]:
-        """For each lease a quorum no longer holds (a master that granted it was lost, or
-        resumed after its lease ran out there) but some master still does: grant it anew on
-        the masters that answered without it, where each can (the name is free there, the
-        master serves), so that the loss of one master of a bare quorum does not cost the hold
-        while a majority answers. How many masters granted each. A master grants only what its
+        """For each lease some masters answered without (they missed its grant, were left out
+        after a failure, lost it, or resumed after it ran out there) while others still hold
+        it: grant it anew on those masters, where each can (the name is free there, the master
+        serves), so that the loss of one master of a bare quorum does not cost the hold while
+        a majority answers. How many masters granted each. A master grants only what its
         own grant rule allows, so this never makes a second holder; the token it draws is its
         own, above the hold's, which keeps later grants above both."""
         calls: dict[int, list[tuple[Any, ...]]] = {}
