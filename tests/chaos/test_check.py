@@ -8,6 +8,7 @@ name it. No servers: these run in milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -727,6 +728,24 @@ def test_what_a_fault_does_not_promise_is_not_unavailability() -> None:
     assert _with_fault("minority", {"minority": ("acquire",)}, FAILED, after_ms=3000) == []
     assert _with_fault("restart", {"minority": ("acquire",)}, FAILED) == []
     assert _with_fault("minority", {}, FAILED) == []
-    # an acquire that ran out of time waited as it was asked to
+    # an acquire that ran out of time waited as it was asked to, whatever it then says
     timeout = {"ev": "no_grant", "why": "timeout"}
     assert _with_fault("minority", {"minority": ("acquire",)}, timeout) == []
+
+
+def test_an_acquire_that_failed_when_its_time_was_up_waited_as_asked() -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)])
+    _acq, client, _token, t_grant = built.grants[1]
+    built.available = {"minority": ("acquire",)}
+    built.t_end = t_grant + 10 * S
+    built.faults.append(FaultRecord("minority", t_grant, t_grant + 100 * MS, "node 2"))
+    for acq, waited_ms in (("w9.1", 4000), ("w9.2", 1000)):
+        start = t_grant + 50 * MS
+        built.workers[client] += [
+            {"ev": "acquire", "t": start, "acq": acq},
+            {**FAILED, "t": start + waited_ms * MS, "acq": acq},
+        ]
+    built.workers[client].sort(key=lambda e: e["t"])
+    history = dataclasses.replace(built.round(), acquire_timeout=4.0)
+    found = [v for v in check_round(history).violations if v.kind == "unavailable"]
+    assert len(found) == 1  # w9.2's, after 1 s of its 4

@@ -31,14 +31,16 @@ SECONDS = 3.0
 #: the rounds CI runs per backend; network kinds share rounds to save time
 CI_ROUNDS: dict[str, list[str]] = {
     "sqlite": ["kill", "pause"],
-    "redis": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "redis": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "redis-aof": ["restart"],
     "redis-cluster": ["kill", "minority"],
-    "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
-    "zookeeper-ensemble": ["minority", "leader"],
-    "postgresql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
+    "zookeeper-ensemble": ["minority", "leader", "minority-pause+leader-pause"],
+    "postgresql": [
+        *("kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip")
+    ],
     "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
-    "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
+    "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
     "etcd-cluster": ["minority", "leader"],
     "redlock": ["kill", "pause", "minority", "rolling-loss"],

@@ -51,7 +51,7 @@ __all__ = [
 #: faults on the clients: every deployment survives them
 HOLDER_FAULTS = ("kill", "pause")
 #: faults on the network between the workers and a server (through the fault proxy)
-NETWORK_FAULT_KINDS = ("net-delay", "net-cut", "net-drop", "net-reset", "net-isolate")
+NETWORK_FAULT_KINDS = ("net-delay", "net-cut", "net-drop", "net-blip", "net-reset", "net-isolate")
 
 
 class SetupError(Exception):

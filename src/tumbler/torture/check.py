@@ -51,8 +51,9 @@ Properties (each violation kind names one):
     What users feel, where the deployment promises to ride a fault out
     (``RoundHistory.available``: fault kind -> ``acquire`` and/or ``hold``): from a fault's
     start until the recovery bound after its end, no acquire fails with
-    ``BackendUnavailable`` (``acquire``: a waiter keeps waiting, as its timeout allows) and no
-    hold is lost (``hold``: its ``on_lost`` runs, or its release raises ``LockLost``). A
+    ``BackendUnavailable`` before its timeout ran out (``acquire``: a waiter keeps waiting, as
+    its timeout allows; one whose time ran out during the fault says why it got nothing) and
+    no hold is lost (``hold``: its ``on_lost`` runs, or its release raises ``LockLost``). A
     moment that is also within the window of a fault whose kind does not promise it (a
     holder killed, a round of several kinds) is excused.
 
@@ -207,6 +208,8 @@ class RoundHistory:
     fair_lapse: float = 6.0
     #: fault kind -> what the deployment promises to keep through it (``AVAILABILITY``)
     available: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    #: seconds each acquire of the workers waits at most (0: not known)
+    acquire_timeout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -1055,16 +1058,24 @@ def _check_availability(history: RoundHistory, result: CheckResult) -> None:
         return during[-1] if during else None
 
     lost: set[str] = set()  # a hold's loss counts once (on_lost, then its release)
+    # an acquire that failed when its time was up (a little before: the harness's clock)
+    patience_ns = int(history.acquire_timeout * 0.95 * _NS)
     for client, events in history.workers.items():
+        invoked: dict[str, int] = {}
         for event in events:
             ev, t = event.get("ev"), int(event["t"])
             if history.t_end and t > history.t_end:
                 break  # the workers were told to stop
+            if ev == "acquire":
+                invoked[str(event.get("acq"))] = t
             if ev in ("lost", "release"):
                 acq = str(event.get("acq"))
                 if acq in lost:
                     continue
             if ev == "no_grant" and str(event.get("why", "")).startswith("BackendUnavailable"):
+                waited = t - invoked.get(str(event.get("acq")), t)
+                if patience_ns and waited >= patience_ns:
+                    continue
                 what, detail = "acquire", f"an acquire of {client} failed: {event['why']}"
             elif ev == "lost":
                 what, detail = (

@@ -33,6 +33,10 @@ Fault kinds (``--faults``):
     keeps a second holder out.
 ``leader``
     The same for the ensemble's current leader.
+``leader-pause``
+    SIGSTOP the ensemble's current leader for 1.5 to 2.5 TTL, then SIGCONT: a leader that
+    hangs rather than crashes, its followers' connections to it open and unanswered, until
+    they elect another.
 ``net-delay``
     Through the proxy: delay every chunk in both directions by 0.05 to 0.25 TTL, with 50 %
     jitter, for 2 TTL.
@@ -41,6 +45,9 @@ Fault kinds (``--faults``):
 ``net-drop``
     Through the proxy: pass requests, drop replies (the server acts, the client never hears)
     for 0.5 to 2.5 TTL, then heal.
+``net-blip``
+    Through the proxy: blackhole both directions for 0.1 to 0.3 TTL, well within a lease, then
+    heal (what was held is delivered, late): the moment a switch or a route flaps.
 ``net-reset``
     Through the proxy: reset every connection (RST) three times, 0.1 TTL apart.
 ``net-isolate``
@@ -88,8 +95,12 @@ __all__ = [
 ]
 
 HOLDER_FAULTS = frozenset({"kill", "pause"})
-SERVER_FAULTS = frozenset({"restart", "minority", "minority-pause", "rolling-loss", "leader"})
-NETWORK_FAULTS = frozenset({"net-delay", "net-cut", "net-drop", "net-reset", "net-isolate"})
+SERVER_FAULTS = frozenset(
+    {"restart", "minority", "minority-pause", "rolling-loss", "leader", "leader-pause"}
+)
+NETWORK_FAULTS = frozenset(
+    {"net-delay", "net-cut", "net-drop", "net-blip", "net-reset", "net-isolate"}
+)
 #: the faults that take out a minority of the nodes (:meth:`Nemesis._minority_nodes`)
 MINORITY_FAULTS = frozenset({"minority", "minority-pause"})
 ALL_FAULTS = (
@@ -101,9 +112,11 @@ ALL_FAULTS = (
     "minority-pause",
     "rolling-loss",
     "leader",
+    "leader-pause",
     "net-delay",
     "net-cut",
     "net-drop",
+    "net-blip",
     "net-reset",
     "net-isolate",
 )
@@ -119,9 +132,11 @@ FAULT_HELP = {
     "rolling-loss": "SIGKILL a majority of nodes one after another within a lease, each "
     "restarted empty at once (where every node keeps each grant)",
     "leader": "SIGKILL the ensemble's leader, restart it",
+    "leader-pause": "SIGSTOP the ensemble's leader past the lease, then SIGCONT",
     "net-delay": "delay both directions with jitter (proxy)",
     "net-cut": "blackhole both directions, then heal (proxy)",
     "net-drop": "pass requests, drop replies, then heal (proxy)",
+    "net-blip": "blackhole both directions well within a lease, then heal (proxy)",
     "net-reset": "reset every connection (proxy)",
     "net-isolate": "blackhole the holder's connections only, then heal (its own proxy)",
 }
@@ -227,9 +242,11 @@ class Nemesis:
             "minority-pause": self._minority_pause,
             "rolling-loss": self._rolling_loss,
             "leader": self._leader,
+            "leader-pause": self._leader_pause,
             "net-delay": self._net_delay,
             "net-cut": self._net_cut,
             "net-drop": self._net_drop,
+            "net-blip": self._net_blip,
             "net-reset": self._net_reset,
             "net-isolate": self._net_isolate,
         }
@@ -445,6 +462,25 @@ class Nemesis:
         # every member stops serving until a new leader is elected: every client is hit
         return self._hit_holder(self._node_outage("leader", [leader], f"leader (node {leader})"))
 
+    def _leader_pause(self) -> FaultRecord | None:
+        leader = self.deployment.leader()
+        if leader is None:
+            return None
+        stopped = self._between(1.5, 2.5)
+        t0 = time.monotonic_ns()
+        self.deployment.pause_node(leader)
+        try:
+            self._strike()
+            # the fault is the passing of time: nothing to wait on but the clock
+            time.sleep(stopped)
+        finally:
+            self.deployment.resume_node(leader)
+        t1 = time.monotonic_ns()
+        record = FaultRecord(
+            "leader-pause", t0, t1, f"leader (node {leader})", detail=f"stopped {stopped:.2f} s"
+        )
+        return self._hit_holder(record)
+
     def _node_outage(self, kind: str, indices: list[int], target: str) -> FaultRecord:
         down = self._between(1.0, 2.0)
         t0 = time.monotonic_ns()
@@ -532,6 +568,16 @@ class Nemesis:
             seconds,
             f"replies dropped {seconds:.2f} s",
             hits=lambda totals: totals.dropped,
+        )
+
+    def _net_blip(self) -> FaultRecord | None:
+        seconds = self._between(0.1, 0.3)
+        return self._network(
+            "net-blip",
+            ProxyControl.cut,
+            seconds,
+            f"cut {seconds:.2f} s",
+            hits=lambda totals: totals.pending,
         )
 
     def _net_isolate(self) -> FaultRecord | None:

@@ -442,6 +442,7 @@ def run_round(
         t_end=t_end,
         free_after_stop=free,
         available=spec.available,
+        acquire_timeout=options.acquire_timeout,
     )
     result = check_round(history)
     not_promised = spec.not_promised_under(fault)

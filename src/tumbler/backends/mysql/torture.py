@@ -94,5 +94,7 @@ DEPLOYMENTS = (
         recovery_grace=3.0,
         start=_start,
         missing=_missing,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
 )

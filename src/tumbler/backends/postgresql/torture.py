@@ -146,6 +146,8 @@ DEPLOYMENTS = (
         recovery_grace=3.0,
         start=_start,
         missing=_missing,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
     BackendSpec(
         name="postgresql-pgbouncer",
@@ -158,5 +160,7 @@ DEPLOYMENTS = (
         recovery_grace=3.0,
         start=_start_pooled,
         missing=_missing_pgbouncer,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
 )

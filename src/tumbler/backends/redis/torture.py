@@ -147,6 +147,8 @@ DEPLOYMENTS = (
         recovery_grace=2.5,
         start=_redis_starter(appendonly=False),
         missing=missing_redis,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
     BackendSpec(
         name="redis-aof",
@@ -159,6 +161,8 @@ DEPLOYMENTS = (
         recovery_grace=2.5,
         start=_redis_starter(appendonly=True),
         missing=missing_redis,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
     BackendSpec(
         name="redis-cluster",

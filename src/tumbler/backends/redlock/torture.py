@@ -37,7 +37,7 @@ MASTERS = 5
 #: next grant marks it)
 SERVING_PATIENCE = 5.0
 #: the network faults that apply: ``net-isolate`` needs one address in the workers' URL
-NETWORK_FAULTS = ("net-delay", "net-cut", "net-drop", "net-reset")
+NETWORK_FAULTS = ("net-delay", "net-cut", "net-drop", "net-blip", "net-reset")
 
 
 def _restart_delay(ttl: float) -> float:
@@ -174,6 +174,10 @@ DEPLOYMENTS = (
         missing=missing_redis,
         # a quorum answers throughout: no acquire fails, no hold is lost (rolling-loss makes
         # a majority forget the holds, which are then lost at once, visibly)
-        available={"minority": ("acquire", "hold"), "minority-pause": ("acquire", "hold")},
+        available={
+            "net-blip": ("acquire", "hold"),
+            "minority": ("acquire", "hold"),
+            "minority-pause": ("acquire", "hold"),
+        },
     ),
 )

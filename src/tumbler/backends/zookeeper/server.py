@@ -780,6 +780,22 @@ class ZooKeeperEnsemble(Launcher):
         for member in self._chosen(index):
             member.kill()
 
+    def pause(self, index: int) -> None:
+        """SIGSTOP member ``index``: its connections stay open and nothing answers on them,
+        clients' and the other members' alike, until :meth:`resume`."""
+        self._signal(index, signal.SIGSTOP)
+
+    def resume(self, index: int) -> None:
+        """SIGCONT member ``index`` after :meth:`pause`."""
+        self._signal(index, signal.SIGCONT)
+
+    def _signal(self, index: int, signum: int) -> None:
+        member = self.members[index]
+        pid = member.pid
+        if pid is None:
+            raise ZooKeeperServerError(f"member {member.myid} is not running")
+        os.kill(pid, signum)
+
     def stop(self, index: int | None = None) -> None:
         """SIGTERM member ``index`` (every member if ``None``), as an orderly shutdown."""
         for member in self._chosen(index):
