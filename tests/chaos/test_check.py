@@ -749,3 +749,15 @@ def test_an_acquire_that_failed_when_its_time_was_up_waited_as_asked() -> None:
     history = dataclasses.replace(built.round(), acquire_timeout=4.0)
     found = [v for v in check_round(history).violations if v.kind == "unavailable"]
     assert len(found) == 1  # w9.2's, after 1 s of its 4
+
+
+@pytest.mark.parametrize(("gap_ms", "stalled"), [(100, False), (3000, True)])
+def test_a_dead_waiter_may_hold_the_line_up_for_the_bound_only(gap_ms: int, stalled: bool) -> None:
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", gap_ms, 1)])
+    _acq, _client, _token, t_grant = built.grants[0]
+    built.faults.append(FaultRecord("kill-waiter", t_grant + MS, t_grant + MS, "worker w9"))
+    history = dataclasses.replace(built.round(), dead_waiter_bound=1.5)
+    found = [
+        v for v in check_round(history).violations if "was killed, the next release" in v.detail
+    ]
+    assert bool(found) is stalled, found

@@ -301,3 +301,18 @@ def _worker_processes(directory: Path) -> list[int]:
         for process in psutil.process_iter(["cmdline"])
         if any(str(directory) in part for part in process.info["cmdline"] or ())
     ]
+
+
+#: the deployments whose fair lines CI checks with a waiter killed in them
+DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper"]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("backend", DEAD_WAITER_DEPLOYMENTS)
+def test_a_dead_fair_waiter_stalls_no_line(backend: str, tmp_path: Path) -> None:
+    """A waiter killed in a fair lock's line: its entry must not hold the next grant up for
+    longer than the dead-waiter bound after the holder lets go (nobody may pass it)."""
+    run = _torture(backend, ["kill-waiter"], tmp_path, primitives=("fair",))
+    _assert_kept_promises(run)
+    (round_,) = run.rounds
+    assert {record.kind for record in round_.faults} == {"kill-waiter"}, _describe(round_)

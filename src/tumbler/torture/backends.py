@@ -31,7 +31,7 @@ from ..errors import TumblerError
 from .faults import MINORITY_FAULTS, NETWORK_FAULTS, ProxyControl, network_faults_missing
 
 __all__ = [
-    "HOLDER_FAULTS",
+    "WORKER_FAULTS",
     "NETWORK_FAULT_KINDS",
     "BackendSpec",
     "Deployment",
@@ -48,8 +48,11 @@ __all__ = [
     "with_netloc",
 ]
 
+#: how long a dead waiter may hold a line up: at most a second (SQLite's and Redis's bound),
+#: and half a second for a busy 2-core machine to run the next waiter
+DEAD_WAITER_BOUND = 1.5
 #: faults on the clients: every deployment survives them
-HOLDER_FAULTS = ("kill", "pause")
+WORKER_FAULTS = ("kill", "pause", "kill-waiter")
 #: faults on the network between the workers and a server (through the fault proxy)
 NETWORK_FAULT_KINDS = ("net-delay", "net-cut", "net-drop", "net-blip", "net-reset", "net-isolate")
 
@@ -209,6 +212,8 @@ class BackendSpec:
     #: acquire fails with ``BackendUnavailable``; ``hold``: no hold is lost), checked as
     #: ``unavailable``
     available: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: seconds a waiter killed in its line may hold the next grant up after a release
+    dead_waiter_bound: float = DEAD_WAITER_BOUND
 
     def unavailable(self) -> str | None:
         """Why this backend cannot be tortured here, or None."""
@@ -363,7 +368,7 @@ def spec_for_url(url: str) -> BackendSpec:
     Redis or ZooKeeper server, network faults through a proxy the harness puts in front."""
     scheme = urlsplit(url).scheme.lower() or "unknown"
     target = _proxied(url)
-    faults = HOLDER_FAULTS + (NETWORK_FAULT_KINDS if target else ())
+    faults = WORKER_FAULTS + (NETWORK_FAULT_KINDS if target else ())
 
     def start(directory: Path, settings: Settings) -> Deployment:
         if target is None or network_faults_missing():

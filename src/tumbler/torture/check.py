@@ -44,7 +44,9 @@ Properties (each violation kind names one):
     pair of waiters is judged (certainly queued in a known order, no fault in between).
 ``no-recovery``
     Liveness: after each fault ends the lock is granted again within the recovery bound (TTL
-    plus the backend's grace), and after the workers stop it is free again.
+    plus the backend's grace), and after the workers stop it is free again. After a waiter
+    is killed (``kill-waiter``), the first release that follows lets the next waiter in
+    within ``RoundHistory.dead_waiter_bound``: a dead waiter's entry does not stall the line.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
 ``unavailable``
@@ -135,6 +137,8 @@ ALL_KINDS = (
 
 #: faults aimed at the current holder (the harness names its client and grant)
 HOLDER_FAULTS = frozenset({"kill", "pause"})
+#: faults on the workers that do not aim at the holder (a waiter killed)
+CLIENT_FAULTS = frozenset({"kill-waiter"})
 #: the network fault that cuts one holder off while the others go on
 ISOLATE = "net-isolate"
 
@@ -210,6 +214,8 @@ class RoundHistory:
     available: Mapping[str, Iterable[str]] = field(default_factory=dict)
     #: seconds each acquire of the workers waits at most (0: not known)
     acquire_timeout: float = 0.0
+    #: seconds a killed waiter may hold the line up after the next release (0: not checked)
+    dead_waiter_bound: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -382,6 +388,7 @@ def check_round(history: RoundHistory) -> CheckResult:
     if history.primitive == "fair":
         _check_fair(history, lives, result)
     _check_liveness(history, grants, result)
+    _check_dead_waiters(history, lives, grants, result)
     _check_availability(history, result)
     _count_hazards(history, lives, grants, result)
     return result
@@ -1044,6 +1051,44 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
         )
 
 
+def _check_dead_waiters(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    grants: Sequence[_Grant],
+    result: CheckResult,
+) -> None:
+    """``no-recovery`` after ``kill-waiter``: see the module docstring."""
+    if not history.dead_waiter_bound:
+        return
+    bound_ns = int(history.dead_waiter_bound * _NS)
+    releases = sorted(
+        life.release_t0
+        for life in lives.values()
+        if life.release_t0 is not None and life.release_outcome == "ok"
+    )
+    done_times = [grant.t_done for grant in grants]
+    for fault in history.faults:
+        if fault.kind != "kill-waiter":
+            continue
+        index = bisect.bisect_right(releases, fault.t1)
+        if index == len(releases):
+            continue  # nobody released after it: the round's end
+        released = releases[index]
+        after = bisect.bisect_right(done_times, released)
+        if after == len(done_times):
+            continue  # nobody waited any more: liveness says the rest
+        waited = done_times[after] - released
+        if waited > bound_ns:
+            result.violations.append(
+                Violation(
+                    NO_RECOVERY,
+                    f"after {fault.target} was killed, the next release let the next waiter "
+                    f"in only {waited / _NS:.2f} s later (bound {history.dead_waiter_bound:g} s)",
+                    released,
+                )
+            )
+
+
 def _check_availability(history: RoundHistory, result: CheckResult) -> None:
     """``unavailable``: see the module docstring."""
     if not history.available:
@@ -1190,7 +1235,9 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
             shown.append(f"{result.grants_during_isolation} grants while a holder was cut off")
         else:
             missing.append("no grant while a holder was cut off")
-    others = kinds - HOLDER_FAULTS
+    if CLIENT_FAULTS & kinds:
+        shown.append(f"{result.faults} waiters killed")
+    others = kinds - HOLDER_FAULTS - CLIENT_FAULTS
     if others:
         network = any(kind.startswith("net-") for kind in others)
         if result.disruptions or result.holds_hit or (network and result.fault_hits):

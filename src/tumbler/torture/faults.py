@@ -10,6 +10,10 @@ Fault kinds (``--faults``):
     (``2 * TTL + 1 s``), then SIGCONT. Meanwhile another worker should be granted the lock; the
     resumed holder sends its write with the old token, which the resource must refuse, and it
     must learn that its hold was lost.
+``kill-waiter``
+    SIGKILL a worker that has waited in its acquire for a while (its request is in the line)
+    while another holds the lock: its entry stays until its own short lease runs out, and the
+    line must not stall for longer (on a fair lock, nobody behind it may pass it).
 ``restart``
     SIGKILL every server of the backend, keep them down for 0.1 to 1.5 TTL, start them again.
 ``minority``
@@ -84,6 +88,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_FAULTS",
+    "CLIENT_FAULTS",
     "FAULT_HELP",
     "HOLDER_FAULTS",
     "MINORITY_FAULTS",
@@ -95,6 +100,8 @@ __all__ = [
 ]
 
 HOLDER_FAULTS = frozenset({"kill", "pause"})
+#: faults on the workers that do not aim at the holder
+CLIENT_FAULTS = frozenset({"kill-waiter"})
 SERVER_FAULTS = frozenset(
     {"restart", "minority", "minority-pause", "rolling-loss", "leader", "leader-pause"}
 )
@@ -107,6 +114,7 @@ ALL_FAULTS = (
     "none",
     "kill",
     "pause",
+    "kill-waiter",
     "restart",
     "minority",
     "minority-pause",
@@ -124,6 +132,7 @@ FAULT_HELP = {
     "none": "no fault (a baseline)",
     "kill": "SIGKILL the holder inside its critical section",
     "pause": "SIGSTOP the holder for 2 TTL + 1 s, then SIGCONT",
+    "kill-waiter": "SIGKILL a worker queued in its acquire while another holds the lock",
     "restart": "SIGKILL every server, restart it",
     "minority": "SIGKILL one node of a cluster/ensemble (the lock's shard, or the holder's "
     "follower), or up to a minority where every node keeps each grant, restart them",
@@ -237,6 +246,7 @@ class Nemesis:
         self._inject: dict[str, Callable[[], FaultRecord | None]] = {
             "kill": self._kill,
             "pause": self._pause,
+            "kill-waiter": self._kill_waiter,
             "restart": self._restart,
             "minority": self._minority,
             "minority-pause": self._minority_pause,
@@ -267,7 +277,7 @@ class Nemesis:
         self._target = None
         self._struck = False
         self.landed = False
-        if kind not in HOLDER_FAULTS:
+        if kind not in HOLDER_FAULTS and kind not in CLIENT_FAULTS:
             if kind in MINORITY_FAULTS and self.deployment.node_ports():
                 self._target = self._holder_on_a_follower(timeout=3 * self.ttl + 2)
                 if self._target is None:
@@ -280,6 +290,8 @@ class Nemesis:
         if record is not None:
             if kind in HOLDER_FAULTS:
                 self.landed = record.acq is not None
+            elif kind in CLIENT_FAULTS:
+                self.landed = True  # a waiter killed is a waiter killed
             else:
                 self.landed = self._struck or record.hits > 0
         return record
@@ -331,6 +343,16 @@ class Nemesis:
         acq = self.pool.kill(slot)
         self.pool.replace(slot)
         return FaultRecord("kill", t, t, f"worker {client} pid {pid}", client, acq)
+
+    def _kill_waiter(self) -> FaultRecord | None:
+        slot = self.pool.find_waiter(timeout=5 * self.ttl + 5, queued_for=0.1 * self.ttl)
+        if slot is None:
+            return None
+        client, pid = slot.client, slot.process.pid
+        t = time.monotonic_ns()
+        self.pool.kill(slot)
+        self.pool.replace(slot)
+        return FaultRecord("kill-waiter", t, t, f"worker {client} pid {pid} (waiting)", client)
 
     def _pause(self) -> FaultRecord | None:
         slot = self.pool.find_holder(timeout=5 * self.ttl + 5)

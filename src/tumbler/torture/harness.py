@@ -45,7 +45,7 @@ from .check import (
     check_round,
     hazard_exercised,
 )
-from .faults import HOLDER_FAULTS, Nemesis
+from .faults import CLIENT_FAULTS, HOLDER_FAULTS, Nemesis
 from .history import HistoryWriter
 from .pool import PoolError, ResourceProcess, WorkerPool
 
@@ -443,6 +443,7 @@ def run_round(
         free_after_stop=free,
         available=spec.available,
         acquire_timeout=options.acquire_timeout,
+        dead_waiter_bound=spec.dead_waiter_bound,
     )
     result = check_round(history)
     not_promised = spec.not_promised_under(fault)
@@ -590,7 +591,7 @@ def _round_shares(
 
 
 def _holder_faults_only(fault: str) -> bool:
-    return all(kind in HOLDER_FAULTS for kind in fault.split("+"))
+    return all(kind in HOLDER_FAULTS or kind in CLIENT_FAULTS for kind in fault.split("+"))
 
 
 def run_torture(

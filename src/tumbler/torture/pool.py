@@ -146,6 +146,8 @@ class WorkerSlot:
     writes_at: int = 0
     #: the proxy of its own it reaches the server through, if the pool gives it one
     proxy: ProxyControl | None = None
+    #: when its current acquire began (ns), while it waits
+    waiting_since: int = 0
 
 
 @dataclass
@@ -284,6 +286,7 @@ class WorkerPool:
                 slot.state = "idle"
             elif ev == "acquire":
                 slot.state, slot.acq, slot.token = "waiting", event.get("acq"), None
+                slot.waiting_since = int(event["t"])
             elif ev == "grant":
                 slot.state, slot.token = "holding", event.get("token")
                 self.grant_times.append(int(event["t"]))
@@ -336,6 +339,25 @@ class WorkerPool:
                     and (slot.long or not long)
                     and now < (slot.read_at + slot.writes_at) // 2
                     and accept(slot)
+                ):
+                    return slot
+            time.sleep(_POLL)
+        return None
+
+    def find_waiter(self, timeout: float, queued_for: float) -> WorkerSlot | None:
+        """A worker that has waited in its acquire for at least ``queued_for`` seconds (so
+        its request is in the line), while another holds the lock, within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            now = time.monotonic_ns()
+            held = any(slot.state in ("holding", "critical") for slot in self.slots)
+            for slot in self.slots:
+                if (
+                    held
+                    and slot.state == "waiting"
+                    and not slot.paused
+                    and now - slot.waiting_since >= queued_for * 1e9
                 ):
                     return slot
             time.sleep(_POLL)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
     NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     OneServerDeployment,
@@ -134,8 +134,8 @@ DEPLOYMENTS = (
         name="etcd",
         summary="one etcd member",
         scheme="etcd",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={},
         promise="exclusion and increasing tokens (create revisions) across crashes and "
         "restarts; a dead holder's lease runs out",
@@ -147,8 +147,8 @@ DEPLOYMENTS = (
         name="etcd-cluster",
         summary="etcd cluster of 3",
         scheme="etcd",
-        faults=(*HOLDER_FAULTS, "minority", "leader", "restart"),
-        default_faults=(*HOLDER_FAULTS, "minority", "leader"),
+        faults=(*WORKER_FAULTS, "minority", "leader", "restart"),
+        default_faults=(*WORKER_FAULTS, "minority", "leader"),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
         "including the leader",

@@ -8,8 +8,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
     NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     OneServerDeployment,
@@ -83,8 +83,8 @@ DEPLOYMENTS = (
         name="mysql",
         summary="one MariaDB server, waiters woken by a release that interrupts their listener",
         scheme="mysql",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={},
         promise=(
             "exclusion and increasing tokens (an AUTO_INCREMENT counter) across crashes and "

@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
     NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     OneServerDeployment,
@@ -139,8 +139,8 @@ DEPLOYMENTS = (
         name="postgresql",
         summary="one PostgreSQL server, waiters woken by LISTEN/NOTIFY",
         scheme="postgresql",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={},
         promise=_PROMISE,
         recovery_grace=3.0,
@@ -153,8 +153,8 @@ DEPLOYMENTS = (
         name="postgresql-pgbouncer",
         summary="one PostgreSQL server behind PgBouncer in transaction mode, waiters polling",
         scheme="postgresql",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={},
         promise=_PROMISE + "; behind the pooler, no session outlives a transaction",
         recovery_grace=3.0,

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
     NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     OneServerDeployment,
@@ -139,8 +139,8 @@ DEPLOYMENTS = (
         name="redis",
         summary="one Redis server, no persistence",
         scheme="redis",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={"restart": {kind: _FORGETS for kind in BELIEF_KINDS}},
         promise="exclusion while the server lives; tokens keep increasing across restarts "
         "(server clock); a restart without persistence forgets grants",
@@ -154,7 +154,7 @@ DEPLOYMENTS = (
         name="redis-aof",
         summary="one Redis server, appendonly with appendfsync always",
         scheme="redis",
-        faults=(*HOLDER_FAULTS, "restart"),
+        faults=(*WORKER_FAULTS, "restart"),
         default_faults=("restart",),
         not_promised={},
         promise="exclusion across server crashes: every grant is on disk before it is acknowledged",
@@ -168,8 +168,8 @@ DEPLOYMENTS = (
         name="redis-cluster",
         summary="Redis Cluster, 3 masters, no replicas, no persistence",
         scheme="redis",
-        faults=(*HOLDER_FAULTS, "minority", "restart"),
-        default_faults=(*HOLDER_FAULTS, "minority"),
+        faults=(*WORKER_FAULTS, "minority", "restart"),
+        default_faults=(*WORKER_FAULTS, "minority"),
         not_promised={
             "minority": {
                 kind: "a master restarted without persistence (and without replicas) "

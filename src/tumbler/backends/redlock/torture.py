@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     Settings,
@@ -146,7 +146,7 @@ DEPLOYMENTS = (
         summary=f"Redlock over {MASTERS} independent Redis masters, no persistence",
         scheme="redlock",
         faults=(
-            *HOLDER_FAULTS,
+            *WORKER_FAULTS,
             "minority",
             "minority-pause",
             "rolling-loss",
@@ -154,7 +154,7 @@ DEPLOYMENTS = (
             *NETWORK_FAULTS,
         ),
         default_faults=(
-            *HOLDER_FAULTS,
+            *WORKER_FAULTS,
             "minority",
             "minority-pause",
             "rolling-loss",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ...torture.backends import HOLDER_FAULTS, BackendSpec, Deployment, Settings
+from ...torture.backends import WORKER_FAULTS, BackendSpec, Deployment, Settings
 
 
 class _SQLiteDeployment(Deployment):
@@ -24,8 +24,8 @@ DEPLOYMENTS = (
         name="sqlite",
         summary="SQLite file (no server)",
         scheme="sqlite",
-        faults=HOLDER_FAULTS,
-        default_faults=HOLDER_FAULTS,
+        faults=WORKER_FAULTS,
+        default_faults=WORKER_FAULTS,
         not_promised={},
         promise="exclusion and increasing tokens between processes of one machine; a "
         "dead holder's lease runs out",

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ...torture.backends import (
-    HOLDER_FAULTS,
     NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
     BackendSpec,
     Deployment,
     OneServerDeployment,
@@ -135,8 +135,8 @@ DEPLOYMENTS = (
         name="zookeeper",
         summary="one ZooKeeper server",
         scheme="zookeeper",
-        faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
-        default_faults=(*HOLDER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
         not_promised={},
         promise="exclusion and increasing tokens (czxid) across crashes and restarts; a "
         "dead holder's session expires",
@@ -150,8 +150,8 @@ DEPLOYMENTS = (
         name="zookeeper-ensemble",
         summary="ZooKeeper ensemble of 3",
         scheme="zookeeper",
-        faults=(*HOLDER_FAULTS, "minority", "minority-pause", "leader", "leader-pause", "restart"),
-        default_faults=(*HOLDER_FAULTS, "minority", "minority-pause", "leader", "leader-pause"),
+        faults=(*WORKER_FAULTS, "minority", "minority-pause", "leader", "leader-pause", "restart"),
+        default_faults=(*WORKER_FAULTS, "minority", "minority-pause", "leader", "leader-pause"),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
         "including the leader; with a follower lost no acquire fails and no hold is lost, "
