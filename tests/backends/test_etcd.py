@@ -3,7 +3,8 @@ wake-ups on one watch stream per client, a lease lost (every hold with it), a wa
 lease ran out while it waited (etcd's own mutex reported a grant then), withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
-for, and a member cut off from its client.
+for, or whose member in use stops answering (both flavours), and a member cut off from its
+client.
 
 Every case runs against a real etcd started by the fixtures in tests/servers.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -559,3 +562,103 @@ def test_a_waiter_that_registers_after_the_stream_told_of_its_change_reads_again
     watches.add("ahead", "after", key, None, 12)  # read after it: waits for the next change
     assert woken == ["raced"]
     assert list(watches._interests) == [(key, None)]
+
+
+def _pin(backend: Any, member: int) -> None:
+    """Make ``backend``'s next calls start on ``member`` (clients start on a random one)."""
+    backend.gateway._current = member
+
+
+def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdCluster) -> None:
+    """A member that takes requests and never answers (SIGSTOP: a hung process, a blackhole)
+    while the other two serve: a renewal and a waiter's grant sent to it go on to another
+    member within their budget, in both flavours. The lease (3 s) is shorter than the
+    request timeout (5 s): a renewal that waited for its whole budget on the silent member
+    would lose the hold."""
+    cluster = etcd_cluster
+    leader = cluster.leader()
+    silent = next(index for index in range(len(cluster.members)) if index != leader)
+    serving = next(index for index in range(len(cluster.members)) if index not in (silent,))
+    url = url_of(cluster)
+    pid = cluster.members[silent].pid
+    assert pid is not None
+
+    def blocking() -> None:
+        holder, waiter, checker = (tumbler.connect(url) for _ in range(3))
+        try:
+            for client in (holder, waiter):
+                _pin(client._backend, silent)
+            _pin(checker._backend, serving)
+            hold = held(holder.lock("silent", ttl=LEASE_TTL))
+            outcome: list[object] = []
+
+            def wait() -> None:
+                mine = waiter.lock("silent")
+                try:
+                    outcome.append(mine.acquire(timeout=60) and mine.hold)
+                except BackendUnavailable as error:
+                    outcome.append(error)
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            eventually(lambda: checker.status("silent").waiters == 1, "the waiter is in line")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                before = hold.deadline
+                # renewed through a serving member before its deadline (and the waiter's
+                # re-checks, every lease/3, meanwhile reach one too)
+                eventually(lambda: hold.lost or hold.deadline > before + 0.5, "renewed")
+                assert not hold.lost, hold.lost_reason
+                hold.release()
+                thread.join(timeout=PATIENCE)
+                (granted,) = outcome
+                assert isinstance(granted, tumbler.Hold), granted
+                granted.release()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            for client in (holder, waiter, checker):
+                client.close()
+
+    async def asynchronous() -> None:
+        holder, waiter, checker = [await tumbler.aio.connect(url) for _ in range(3)]
+        try:
+            for client in (holder, waiter):
+                _pin(client._backend, silent)
+            _pin(checker._backend, serving)
+            lock = holder.lock("silent-aio", ttl=LEASE_TTL)
+            assert await lock.acquire(timeout=PATIENCE)
+            hold = lock.hold
+            assert hold is not None
+
+            async def wait() -> tumbler.aio.AsyncHold | None:
+                waiting = waiter.lock("silent-aio")
+                return waiting.hold if await waiting.acquire(timeout=60) else None
+
+            task = asyncio.ensure_future(wait())
+
+            async def in_line() -> bool:
+                return (await checker.status("silent-aio")).waiters == 1
+
+            await aeventually(in_line, "the waiter is in line")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                before = hold.deadline
+
+                async def renewed() -> bool:
+                    return hold.lost or hold.deadline > before + 0.5
+
+                await aeventually(renewed, "renewed")
+                assert not hold.lost, hold.lost_reason
+                await hold.release()
+                granted = await asyncio.wait_for(task, PATIENCE)
+                assert granted is not None
+                await granted.release()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            for client in (holder, waiter, checker):
+                await client.close()
+
+    blocking()
+    asyncio.run(asynchronous())

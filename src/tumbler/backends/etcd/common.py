@@ -12,7 +12,18 @@ URL
 Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
     it makes is attached to; ``connect_timeout`` (5 s): how long a client tries the members
-    when it starts; ``request_timeout`` (5 s): how long one request waits for its reply.
+    when it starts; ``request_timeout`` (5 s): how long one request may take, over every
+    attempt it makes.
+
+Members
+    A client sends each request to the member that answered it last. An attempt that gets no
+    answer within a third of the request's time (a member stopped, cut off, or waiting for a
+    leader that died) goes on to the next member, and the members are tried in turn until the
+    request's time is spent: a request that could not be sent, always; a read, a keep-alive,
+    a grant and a renewal's read, also after a lost reply or etcd's "no leader" (each is the
+    same done twice); a deletion never (a second run could not say whether the first
+    deleted). So one silent member of a cluster with a serving majority costs a renewal or a
+    waiter's grant a third of the request time, and a leader's failure the election.
 
 Key layout
     Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,

@@ -13,6 +13,7 @@ __all__ = [
     "OUT_OF_RANGE",
     "PERMISSION_DENIED",
     "UNAUTHENTICATED",
+    "UNAVAILABLE",
     "EtcdError",
     "GatewayUnavailable",
     "WatchEvent",
@@ -39,6 +40,8 @@ NOT_FOUND = 5
 PERMISSION_DENIED = 7
 INVALID_ARGUMENT = 3
 OUT_OF_RANGE = 11
+#: no leader, a leader change, a proposal that timed out: what may go through on a retry
+UNAVAILABLE = 14
 
 
 class EtcdError(Exception):

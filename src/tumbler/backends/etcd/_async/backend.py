@@ -384,10 +384,13 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 with self._guard:
                     self._uncertain.add(key)
                 try:
+                    # a second run after a lost reply finds the key the first made, by its
+                    # name, and reads the same line: it may go to another member
                     created, revision, responses = await self.gateway.txn(
                         [compare(mine_key, "CREATE", 0)],
                         [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
                         [read_by_creation(line_prefix)],
+                        idempotent=True,
                     )
                 except EtcdError as error:
                     if lease_gone(error):
@@ -441,6 +444,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             [compare(entry.key, "CREATE", entry.create_revision)],
             [put(entry.key, value, None)],
             [],
+            idempotent=True,  # the same value again
         )
 
     async def _withdraw(self, key: tuple[str, str], entry: _OwnEntry) -> bool:
@@ -522,6 +526,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                     [],
                     [read(entry.key) for entry in batch],
                     [],
+                    idempotent=True,
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
                 for response in responses:

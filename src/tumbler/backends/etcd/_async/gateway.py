@@ -9,10 +9,16 @@ a watch is one long request whose reply is one JSON object per line, and cannot 
 but by closing its connection (so each watch stream has a connection of its own).
 
 A gateway knows every member's URL. A call goes to the member that answered last (at first,
-one picked at random); when that one cannot be reached the next is tried, and a call the
-caller marks ``idempotent`` (a read, a keep-alive) is tried on the next member also when its
-reply was lost. With a user and password the gateway logs in (``/v3/auth/authenticate``)
-and sends the token with each call, logging in again when etcd says the token is no longer
+one picked at random) and has a budget (the client's request timeout, or the caller's); each
+attempt gets a share of it (:func:`attempt_bound`), so that a member that takes a request and
+never answers (stopped, cut off, or waiting for a leader that died) costs a part of the
+budget, not all of it. A member that failed is left for the next (also by the calls that
+follow), and the members are tried in turn, again and again after a short pause, until the
+budget is spent: a call that could not be sent (its connection refused) always, and one the
+caller marks ``idempotent`` (a read, a keep-alive, a transaction guarded so that doing it
+twice is doing it once) also when its reply was lost or etcd answered that it has no leader
+or timed out. With a user and password the gateway logs in (``/v3/auth/authenticate``) and
+sends the token with each call, logging in again when etcd says the token is no longer
 valid.
 """
 
@@ -27,6 +33,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ...._acompat import asleep_real
 from ..http import (
     HTTPFailure,
     LineStream,
@@ -41,6 +48,7 @@ from ..wire import (
     NOT_FOUND,
     OUT_OF_RANGE,
     UNAUTHENTICATED,
+    UNAVAILABLE,
     EtcdError,
     GatewayUnavailable,
     WatchEvent,
@@ -53,7 +61,20 @@ from ..wire import (
     kvs,
 )
 
-__all__ = ["AsyncGateway", "AsyncWatchStream"]
+__all__ = ["AsyncGateway", "AsyncWatchStream", "attempt_bound"]
+
+#: the shares of a call's budget one attempt may take: a silent member leaves two thirds of
+#: the budget to the others (or to the same member, once it answers again)
+ATTEMPTS_PER_BUDGET = 3
+#: the pause after a round in which no member answered, doubled each round up to the last
+ROUND_PAUSES = (0.05, 0.1, 0.2, 0.4)
+
+
+def attempt_bound(budget: float, members: int) -> float:
+    """How long one attempt of a call with ``budget`` seconds may wait for its reply: a
+    share that leaves time for another attempt, on each of the ``members`` or, with fewer
+    than three, on one of them again."""
+    return budget / max(members, ATTEMPTS_PER_BUDGET)
 
 
 class AsyncGateway:
@@ -119,31 +140,55 @@ class AsyncGateway:
         self, path: str, body: Any, *, idempotent: bool = False, timeout: float | None = None
     ) -> Any:
         """POST ``body`` to ``path`` on a member; etcd's reply, or :class:`EtcdError`.
-        Tried on the next member when this one cannot be reached (and, for an
-        ``idempotent`` call, when its reply was lost); ``timeout`` bounds the whole call
-        (the client's request timeout bounds each attempt otherwise)."""
+        ``timeout`` (the client's request timeout if None) bounds the whole call; tried on
+        the members in turn while it lasts, when the attempt could not be sent or, for an
+        ``idempotent`` call, when its reply was lost or etcd could not serve it then."""
         if self._closed:
             raise GatewayUnavailable("the client is closed")
+        budget = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        bound = attempt_bound(budget, len(self.endpoints))
         failures: list[str] = []
-        start = self._current
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for step in range(len(self.endpoints)):
-            index = (start + step) % len(self.endpoints)
-            endpoint = self.endpoints[index]
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                failures.append(f"{endpoint}: not tried, the call's {timeout:g} s had passed")
+        index = self._current
+        pauses = iter(ROUND_PAUSES)
+        pause = ROUND_PAUSES[0]
+        tried = 0
+        while True:
+            if tried and tried % len(self.endpoints) == 0:
+                # a whole round without an answer: the members may be electing a leader
+                pause = next(pauses, pause)
+                if deadline - time.monotonic() <= pause:
+                    break
+                await asleep_real(pause)
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
+            endpoint = self.endpoints[index]
+            tried += 1
             try:
-                reply = await self._call_once(endpoint, path, body, left)
+                reply = await self._call_once(endpoint, path, body, min(left, bound))
             except HTTPFailure as failure:
                 failures.append(f"{endpoint}: {failure!r}")
+                self._leave(index)
                 if not (idempotent or not_sent(failure)):
                     raise GatewayUnavailable(f"{path}: the reply was lost ({failure!r})") from None
-                continue
-            self._current = index
-            return reply
-        raise GatewayUnavailable(f"{path}: no member answered: {'; '.join(failures)}")
+            except EtcdError as error:
+                if not (idempotent and error.code == UNAVAILABLE):
+                    raise
+                failures.append(f"{endpoint}: {error.message}")
+                self._leave(index)
+            else:
+                self._current = index
+                return reply
+            index = (index + 1) % len(self.endpoints)
+        raise GatewayUnavailable(
+            f"{path}: no member answered within {budget:g} s: {'; '.join(failures[-6:])}"
+        )
+
+    def _leave(self, index: int) -> None:
+        """Member ``index`` failed: the calls that follow start on the next one."""
+        if self._current == index:
+            self._current = (index + 1) % len(self.endpoints)
 
     async def _call_once(self, endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
         client = self._client(endpoint)
@@ -179,14 +224,18 @@ class AsyncGateway:
         success: list[dict[str, Any]],
         failure: list[dict[str, Any]],
         *,
+        idempotent: bool = False,
         timeout: float | None = None,
     ) -> tuple[bool, int, list[dict[str, Any]]]:
         """One transaction: whether ``compare`` held, the revision after it, and the
-        responses of the branch that ran (as the gateway gives them). Never moved to another
-        member after a lost reply: it may have been applied."""
+        responses of the branch that ran (as the gateway gives them). Tried again after a
+        lost reply only if ``idempotent``: the caller's guards make a second run of it give
+        the answer the first would have (a read; a put only if the key does not exist, with
+        a read of what is there either way)."""
         reply = await self.call(
             "/v3/kv/txn",
             {"compare": compare, "success": success, "failure": failure},
+            idempotent=idempotent,
             timeout=timeout,
         )
         return (
@@ -196,8 +245,9 @@ class AsyncGateway:
         )
 
     async def grant_lease(self, ttl: int) -> tuple[int, int]:
-        """A new lease of ``ttl`` seconds: its id and the TTL etcd granted."""
-        reply = await self.call("/v3/lease/grant", {"TTL": ttl})
+        """A new lease of ``ttl`` seconds: its id and the TTL etcd granted. Tried again after
+        a lost reply: a lease granted unheard has nothing attached and runs out by itself."""
+        reply = await self.call("/v3/lease/grant", {"TTL": ttl}, idempotent=True)
         if reply.get("error"):
             raise EtcdError(0, str(reply["error"]))
         return int(reply["ID"]), int(reply["TTL"])

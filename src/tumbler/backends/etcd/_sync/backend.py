@@ -386,10 +386,13 @@ class EtcdBackend(InspectEachName):
                 with self._guard:
                     self._uncertain.add(key)
                 try:
+                    # a second run after a lost reply finds the key the first made, by its
+                    # name, and reads the same line: it may go to another member
                     created, revision, responses = self.gateway.txn(
                         [compare(mine_key, "CREATE", 0)],
                         [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
                         [read_by_creation(line_prefix)],
+                        idempotent=True,
                     )
                 except EtcdError as error:
                     if lease_gone(error):
@@ -443,6 +446,7 @@ class EtcdBackend(InspectEachName):
             [compare(entry.key, "CREATE", entry.create_revision)],
             [put(entry.key, value, None)],
             [],
+            idempotent=True,  # the same value again
         )
 
     def _withdraw(self, key: tuple[str, str], entry: _OwnEntry) -> bool:
@@ -524,6 +528,7 @@ class EtcdBackend(InspectEachName):
                     [],
                     [read(entry.key) for entry in batch],
                     [],
+                    idempotent=True,
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
                 for response in responses:
