@@ -29,6 +29,7 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.etcd import http as etcd_http
 from tumbler.backends.etcd._sync.backend import KeyWatches
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import line_key, parse_config
@@ -662,3 +663,58 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
 
     blocking()
     asyncio.run(asynchronous())
+
+
+#: the waiters of one client in the cases of many watches: the gateway makes all of a
+#: stream's watches only some of the time at this size (and more rarely the more there are)
+MANY = 100
+
+
+def _register_many(watches: Any, prefix: bytes, rounds: int) -> Iterator[None]:
+    """Register ``MANY`` waiters a round, each on a key of its own (which need not exist: a
+    watch waits for its creation too), with a read no watch is newer than; yields after
+    each round for the caller to wait until the client's stream watches every key."""
+    for round_ in range(rounds):
+        for index in range(MANY):
+            key = prefix + f"many/{round_}/{index}".encode()
+            watches.add("many", f"waiter-{round_}-{index}", key, None, 2**62)
+        yield
+
+
+def _every_watch_made(watches: Any, count: int) -> bool:
+    with watches._lock:
+        streamed = list(watches._streamed)
+        created = dict(watches._created)
+    return len(streamed) == count and all(slot in created for slot in streamed)
+
+
+def test_every_watch_of_a_stream_is_made(connect, url) -> None:
+    """The gateway makes only some of a stream's watches (measured raw: 49 of 100), and says
+    so only of those it made: those it did not are asked for again until etcd made all."""
+    watches = connect()._backend.watches
+    for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+        eventually(lambda n=done: _every_watch_made(watches, n * MANY), f"{done * MANY} made")
+
+
+@pytest.mark.asyncio
+async def test_every_watch_of_a_stream_is_made_asyncio(url) -> None:
+    async with await tumbler.aio.connect(url) as locks:
+        watches = locks._backend.watches
+        for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+
+            async def made(n: int = done) -> bool:
+                return _every_watch_made(watches, n * MANY)
+
+            await aeventually(made, f"{done * MANY} made")
+
+
+def test_the_watches_etcd_did_not_make_are_asked_for_again(
+    connect, url, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the padding that has the gateway read a stream's whole body, it makes only
+    the first watches of most streams this long: the stream's watchdog asks again for the
+    others, first, until every one is made."""
+    monkeypatch.setattr(etcd_http, "UNREAD_BODY", 0)
+    watches = connect()._backend.watches
+    for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+        eventually(lambda n=done: _every_watch_made(watches, n * MANY), f"{done * MANY} made")

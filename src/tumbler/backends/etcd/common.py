@@ -58,7 +58,9 @@ Waking waiters
     watch is woken at once to read its line again, so no change in between is missed (a watch
     from a past revision would do without that, but etcd serves those from a catch-up loop
     that runs every 100 ms). A client's watches all travel on one stream
-    (``_async.backend.AsyncKeyWatches``).
+    (``_async.backend.AsyncKeyWatches``), whose request body is padded so that the gateway
+    reads all of it (``http.UNREAD_BODY``: it dropped the watches asked for after its first
+    answer); a watch etcd sends no creation notice for is asked for again.
 
 The lease
     The client grants its lease at its first acquisition and revokes it when it closes,

@@ -81,11 +81,14 @@ def prefix_end(prefix: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class WatchRequest:
-    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now)."""
+    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now).
+    ``watch_id`` (above 0) is the id the stream's news of this watch carry, the creation
+    notice included (etcd 3.4 and later); 0 lets etcd number the stream's watches."""
 
     key: bytes
     range_end: bytes | None = None
     start_revision: int = 0
+    watch_id: int = 0
 
     def message(self) -> dict[str, Any]:
         request: dict[str, Any] = {"key": b64(self.key)}
@@ -93,6 +96,8 @@ class WatchRequest:
             request["range_end"] = b64(self.range_end)
         if self.start_revision:
             request["start_revision"] = self.start_revision
+        if self.watch_id:
+            request["watch_id"] = self.watch_id
         return {"create_request": request}
 
 
@@ -110,8 +115,10 @@ class WatchEvent:
 @dataclass(frozen=True)
 class WatchNews:
     """A message of a watch stream that tells something: the stream's watch ``watch_id``
-    (numbered from 0 in the order they were asked for) was ``created`` at ``revision``, after
-    which it sees every change, or it saw ``events``."""
+    (the request's, or numbered from 0 in the order they were asked for) was ``created`` at
+    ``revision``, after which it sees every change, or it saw ``events``. The gateway does
+    not make every watch a stream asks for (of 100, as few as 9): only a creation notice says
+    a watch is made."""
 
     watch_id: int
     revision: int

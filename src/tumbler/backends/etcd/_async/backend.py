@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...._acompat import AsyncEvent, AsyncMutex
+from ...._acompat import AsyncEvent, AsyncMutex, ajoin, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
@@ -54,7 +54,7 @@ from ..wire import (
     read,
     read_by_creation,
 )
-from .gateway import AsyncGateway, AsyncWatchStream
+from .gateway import AsyncGateway, AsyncWatchStream, attempt_bound
 
 _log = logging.getLogger("tumbler.etcd")
 
@@ -62,6 +62,9 @@ _log = logging.getLogger("tumbler.etcd")
 MAX_TXN_OPS = 128
 #: how often a transaction is tried again when the line changed under it
 FORCE_RELEASE_TRIES = 10
+#: how long a stream waits for the next of its watches' creation notices once one came:
+#: the gateway sends a hundred within about 10 ms when it makes them all
+CREATION_PATIENCE = 0.25
 
 
 @dataclass(eq=False)
@@ -106,6 +109,13 @@ class AsyncKeyWatches(AsyncListener):
     (``WakeHub.notify`` with their tags) and ends their registration, as a ZooKeeper watch
     fires once. Without registrations no stream is open. A stream that fails is started
     again after a backoff, and every waiter is then woken (:class:`AsyncListener`).
+
+    The gateway does not make every watch a stream asks for (of a hundred, often only the
+    first few dozen) and says nothing of the others; each watch carries an id of its own, so
+    that its creation notice names it, and a stream whose notices stop coming
+    (:data:`CREATION_PATIENCE`) before every watch is made is replaced by one that asks for
+    the missing ones first. A stream of which no watch is made is on a member that does not
+    answer: the next one opens on another member.
     """
 
     def __init__(self, backend: AsyncEtcdBackend) -> None:
@@ -118,6 +128,7 @@ class AsyncKeyWatches(AsyncListener):
             patience=backend.config.request_timeout,
         )
         self._gateway = backend.gateway
+        self._request_timeout = backend.config.request_timeout
         #: for each key (or range) waited for, its waiters, (lock name, tag), each with the
         #: revision its read had
         self._interests: dict[Slot, dict[tuple[str, str], int]] = {}
@@ -127,6 +138,10 @@ class AsyncKeyWatches(AsyncListener):
         self._created: dict[Slot, int] = {}
         #: the revision of the latest change the stream told of each of them
         self._seen: dict[Slot, int] = {}
+        #: the keys the last stream asked for and etcd did not watch: the next asks first
+        self._unmade: set[Slot] = set()
+        #: set at each creation notice, for the watchdog of the stream's creations
+        self._made = AsyncEvent()
         self._stream: AsyncWatchStream | None = None
         #: set when the stream must be replaced (or opened, or closed)
         self._changed = AsyncEvent()
@@ -222,7 +237,10 @@ class AsyncKeyWatches(AsyncListener):
         stream = self._gateway.watch_stream()
         with self._lock:
             self._changed.clear()
-            slots = list(self._interests)
+            # the gateway drops the last watches of a stream, never the first: those it
+            # dropped last time go first (a stable sort keeps the others' order)
+            slots = sorted(self._interests, key=lambda slot: slot not in self._unmade)
+            self._unmade = set()
             self._streamed = slots
             self._created = {}
             self._seen = {}
@@ -233,12 +251,16 @@ class AsyncKeyWatches(AsyncListener):
         if not slots:
             await self._changed.wait(None)  # until a waiter registers, or the client closes
             return
+        requests = [WatchRequest(key, end, watch_id=i + 1) for i, (key, end) in enumerate(slots)]
+        watchdog = aspawn(lambda: self._await_creations(stream, slots), "tumbler-etcd-creations")
         try:
-            async with stream.open([WatchRequest(key, end) for key, end in slots]):
+            async with stream.open(requests):
                 self._now_listening()
                 async for news in stream.events():
                     if news.created:
-                        self._watch_created(slots[news.watch_id], news.revision)
+                        if 0 < news.watch_id <= len(slots):
+                            self._watch_created(slots[news.watch_id - 1], news.revision)
+                            self._made.set_threadsafe()
                     else:
                         self.events_received += len(news.events)
                         self._told(news.events)
@@ -247,6 +269,8 @@ class AsyncKeyWatches(AsyncListener):
         except HTTPFailure:
             if self._changed.is_set() or self._closed:
                 return  # interrupted to be replaced or closed
+            if stream.member is not None:
+                self._gateway.leave(stream.member)
             raise
         finally:
             with self._lock:
@@ -254,6 +278,38 @@ class AsyncKeyWatches(AsyncListener):
                 self._streamed = []
                 self._created = {}
                 self._seen = {}
+            self._made.set_threadsafe()  # the watchdog sees the stream is gone
+            await ajoin(watchdog)
+
+    async def _await_creations(self, stream: AsyncWatchStream, slots: list[Slot]) -> None:
+        """Replace ``stream`` when etcd's notices of its watches' creations stop coming
+        before every one of ``slots`` is made: the first within a request's attempt (the
+        stream is opened then), each next within :data:`CREATION_PATIENCE`."""
+        made = -1
+        patience = attempt_bound(self._request_timeout, len(self._gateway.endpoints))
+        while True:
+            with self._lock:
+                if self._stream is not stream:
+                    return  # ended, or being replaced
+                now_made = sum(slot in self._created for slot in slots)
+            if now_made == len(slots):
+                return
+            if now_made == made:
+                break  # no notice for a whole patience: the others will not come
+            if now_made:
+                patience = CREATION_PATIENCE
+            made = now_made
+            self._made.clear()  # a notice between the count and here is counted next turn
+            await self._made.wait(patience)
+        with self._lock:
+            if self._stream is not stream:
+                return
+            self._unmade = {slot for slot in slots if slot not in self._created}
+        if not made and stream.member is not None:
+            self._gateway.leave(stream.member)  # it does not answer: open on the next one
+        _log.debug("etcd made %d of the %d watches of a stream: asking again", made, len(slots))
+        self._changed.set_threadsafe()
+        stream.interrupt()
 
     async def _interrupt(self) -> None:
         self._changed.set_threadsafe()

@@ -169,14 +169,14 @@ class AsyncGateway:
                 reply = await self._call_once(endpoint, path, body, min(left, bound))
             except HTTPFailure as failure:
                 failures.append(f"{endpoint}: {failure!r}")
-                self._leave(index)
+                self.leave(index)
                 if not (idempotent or not_sent(failure)):
                     raise GatewayUnavailable(f"{path}: the reply was lost ({failure!r})") from None
             except EtcdError as error:
                 if not (idempotent and error.code == UNAVAILABLE):
                     raise
                 failures.append(f"{endpoint}: {error.message}")
-                self._leave(index)
+                self.leave(index)
             else:
                 self._current = index
                 return reply
@@ -185,7 +185,7 @@ class AsyncGateway:
             f"{path}: no member answered within {budget:g} s: {'; '.join(failures[-6:])}"
         )
 
-    def _leave(self, index: int) -> None:
+    def leave(self, index: int) -> None:
         """Member ``index`` failed: the calls that follow start on the next one."""
         if self._current == index:
             self._current = (index + 1) % len(self.endpoints)
@@ -302,6 +302,8 @@ class AsyncWatchStream:
         self._stream = LineStream()
         #: how many of its watches etcd has confirmed
         self.created = 0
+        #: the index of the member it is opened on (once :meth:`open` has begun)
+        self.member: int | None = None
 
     def interrupt(self) -> None:
         """End the stream now, from any thread, at whatever point it is: opening it or
@@ -313,7 +315,8 @@ class AsyncWatchStream:
         """Watch every one of ``requests`` from their revisions, for the block (the
         connection is closed at its end)."""
         gateway = self._gateway
-        endpoint = gateway.endpoints[gateway._current]
+        self.member = gateway._current
+        endpoint = gateway.endpoints[self.member]
         client = gateway._client(endpoint, "watches")
         headers = await gateway._headers(endpoint)
         messages = [request.message() for request in requests]
