@@ -1,6 +1,7 @@
 """etcd backend cases beyond the contract suite: the key layout and its lease, herd-free
 wake-ups on one watch stream per client, a lease lost (every hold with it), a waiter whose
-lease ran out while it waited (etcd's own mutex reported a grant then), withdrawals whose
+lease ran out while it waited (etcd's own mutex reported a grant then), a killed waiter that
+leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
 for, or whose member in use stops answering (both flavours), and a member cut off from its
@@ -21,12 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tumbler
 import tumbler.aio
+import tumbler.testing.conformance as conformance
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd import http as etcd_http
@@ -259,10 +262,16 @@ def test_a_waiter_whose_lease_ran_out_never_reports_a_grant(connect, raw) -> Non
     thread = threading.Thread(target=wait)
     thread.start()
     eventually(lambda: holder.status("expired-waiter").waiters == 1, "the waiter is in line")
-    assert raw.revoke(waiter._backend._lease.id)  # its key goes: a DELETE on nobody's watch
-    # its re-check finds its key gone and queues again, behind the holder
+    eventually(lambda: waiter._backend._waiter_lease is not None, "the waiter's entry is moved")
+    lease = waiter._backend._waiter_lease.id
+    assert raw.revoke(lease)  # its key goes: a DELETE on nobody's watch
+    # its client finds the lease gone and queues again, behind the holder, on a new one
     eventually(
-        lambda: waiter._backend._lease is not None and holder.status("expired-waiter").waiters,
+        lambda: (
+            waiter._backend._waiter_lease not in (None,)
+            and waiter._backend._waiter_lease.id != lease
+            and holder.status("expired-waiter").waiters
+        ),
         "the waiter queues again on a new lease",
     )
     assert not result
@@ -511,7 +520,7 @@ def test_a_waiter_whose_read_is_older_than_its_watch_is_woken_to_read_again(conn
     key = b"/the-key-ahead"
     watches.add("ahead", "before", key, None, 9)
     watches.add("ahead", "after", key, None, 12)
-    watches._watch_created((key, None), 10)
+    watches._watch_created((key, None, True), 10)
     assert woken == ["before"]  # read at 9: revision 10 may have changed the key unseen
     watches.add("ahead", "late", key, None, 9)  # comes with a read older than the watch
     assert woken == ["before", "late"]
@@ -555,14 +564,14 @@ def test_a_waiter_that_registers_after_the_stream_told_of_its_change_reads_again
     for tag in ("raced", "after"):
         backend.hub.subscribe("ahead", lambda tag=tag: woken.append(tag), tag)
     key = b"/the-key-ahead"
-    watches._streamed = [(key, None)]
-    watches._watch_created((key, None), 10)
+    watches._streamed = [(key, None, True)]
+    watches._watch_created((key, None, True), 10)
     watches._told([WatchEvent(key, deleted=True, revision=12, create_revision=5, value=b"")])
     watches.add("ahead", "raced", key, None, 11)  # read at 11, before the deletion at 12
     assert woken == ["raced"]
     watches.add("ahead", "after", key, None, 12)  # read after it: waits for the next change
     assert woken == ["raced"]
-    assert list(watches._interests) == [(key, None)]
+    assert list(watches._interests) == [(key, None, True)]
 
 
 def _pin(backend: Any, member: int) -> None:
@@ -718,3 +727,53 @@ def test_the_watches_etcd_did_not_make_are_asked_for_again(
     watches = connect()._backend.watches
     for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
         eventually(lambda n=done: _every_watch_made(watches, n * MANY), f"{done * MANY} made")
+
+
+WORKER = str(Path(conformance.__file__).with_name("worker.py"))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_waiter_leaves_the_line_with_the_waiters_lease(
+    etcd_server: EtcdServer, raw: Gateway, tmp_path: Path, flavour: str
+) -> None:
+    """A waiter's entry lives with its client's short waiters' lease, not the client's lease
+    (10 s here, kept alive by its re-checks: it would hold the line up for 6.7 to 10 s after
+    the kill): the line moves on once etcd ends the waiters' lease (its TTL, etcd's floor, 1 s
+    on these servers and 2 s with etcd's defaults, and etcd's sweep of ended leases, every
+    0.5 s), well within half the client's lease."""
+    url = url_of(etcd_server).replace(f"lease_ttl={LEASE_TTL}", "lease_ttl=10")
+    marker = tmp_path / "never"
+    before = leases_of(raw)
+    with tumbler.connect(url) as locks, tumbler.connect(url) as behind:
+        first = locks.lock("killed-waiter", fair=True)
+        assert first.acquire()
+        dead = subprocess.Popen(
+            [sys.executable, WORKER, "hold", url, "killed-waiter", str(marker), "30", flavour]
+        )
+        try:
+            eventually(lambda: locks.status("killed-waiter").waiters == 1, "the child waits")
+            # its entry moves to the waiters' lease once it is in line
+            eventually(
+                lambda: _granted_ttl(locks, _line(locks, "killed-waiter")[-1]["lease"]) < 10,
+                "the child's entry is on the waiters' lease",
+            )
+        finally:
+            dead.kill()
+            dead.wait()
+        first.release()
+        assert behind.lock("killed-waiter", fair=True).acquire(timeout=10 / 2)
+    assert not marker.exists()
+    # the dead client's own lease would outlive the case, and trip the next one's count
+    for lease in leases_of(raw) - before:
+        raw.revoke(lease)
+
+
+def _line(locks: tumbler.Locks, name: str) -> list[dict[str, Any]]:
+    backend = locks._backend
+    key = line_key(backend.config.prefix, name)
+    return backend.gateway.range(key, prefix_end(key), by_creation=True)[1]
+
+
+def _granted_ttl(locks: tumbler.Locks, lease: int) -> int:
+    reply = locks._backend.gateway.call("/v3/lease/timetolive", {"ID": lease})
+    return int(reply.get("grantedTTL", 0))

@@ -30,8 +30,9 @@ Key layout
     one per acquisition (the owner hash is ``kit.owners.owner_hash``: the owner id itself is
     never stored). A key's value is JSON: the holder's description, the kind of entry (a
     mutex or write lock, a read lock, a semaphore and its permits), the client's lease TTL,
-    and, for a semaphore entry granted after waiting, that it was granted. Every key is
-    attached to its client's lease. ``force_release`` leaves its note for an evicted owner in
+    and, for a semaphore entry granted after waiting, that it was granted. A granted key is
+    attached to its client's lease, a waiting one to its client's waiters' lease (below).
+    ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
     that outlives the evicted grant's by ``NOTE_GRACE``.
 
@@ -62,7 +63,7 @@ Waking waiters
     reads all of it (``http.UNREAD_BODY``: it dropped the watches asked for after its first
     answer); a watch etcd sends no creation notice for is asked for again.
 
-The lease
+The leases
     The client grants its lease at its first acquisition and revokes it when it closes,
     which deletes every key still attached. The lease is kept alive by the client's
     renewals (``renew_all``: one keep-alive, and one read of the renewed keys, so that a
@@ -71,6 +72,18 @@ The lease
     first, so a grant's lease (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed
     from a keep-alive etcd has answered. A holder that dies frees its locks after
     ``lease_ttl``, whatever their ``ttl``.
+
+    A waiter's key is moved, once it is found waiting, to the client's waiters' lease: the
+    shortest etcd grants (its floor: 1.5 election timeouts rounded up to whole seconds, 2 s
+    with etcd's defaults), which the client keeps alive every third of its TTL while any of
+    its keys waits on it. A waiter whose client dies leaves the line when etcd ends that
+    lease (its TTL and etcd's sweep of ended leases, every 0.5 s: ``capabilities.waiter_ttl``,
+    3 s with etcd's defaults) rather than after ``lease_ttl``; one killed between its
+    first write and that move leaves after ``lease_ttl``. A waiter found first in line moves
+    its key back to the client's lease, guarded by its create revision, before the grant is
+    reported: the grant is a hold only once its key lives with the lease renewals keep alive.
+    A waiters' lease found gone (it ran out unheard) sends its waiters to new places at the
+    end of their lines.
 
 How a hold is lost here
     A lease etcd no longer knows (a keep-alive answered with no TTL, a put refused because

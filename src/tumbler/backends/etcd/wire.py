@@ -83,12 +83,14 @@ def prefix_end(prefix: bytes) -> bytes:
 class WatchRequest:
     """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now).
     ``watch_id`` (above 0) is the id the stream's news of this watch carry, the creation
-    notice included (etcd 3.4 and later); 0 lets etcd number the stream's watches."""
+    notice included (etcd 3.4 and later); 0 lets etcd number the stream's watches. With
+    ``deletions_only``, etcd leaves out the puts."""
 
     key: bytes
     range_end: bytes | None = None
     start_revision: int = 0
     watch_id: int = 0
+    deletions_only: bool = False
 
     def message(self) -> dict[str, Any]:
         request: dict[str, Any] = {"key": b64(self.key)}
@@ -98,6 +100,8 @@ class WatchRequest:
             request["start_revision"] = self.start_revision
         if self.watch_id:
             request["watch_id"] = self.watch_id
+        if self.deletions_only:
+            request["filters"] = ["NOPUT"]
         return {"create_request": request}
 
 

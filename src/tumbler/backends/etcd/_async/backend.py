@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...._acompat import AsyncEvent, AsyncMutex, ajoin, aspawn
+from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
@@ -23,7 +23,7 @@ from ...kit import AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit._async.listener import AsyncListener
 from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
-from .. import CAPABILITIES
+from .. import CAPABILITIES, LEASE_SWEEP, WAITER_TTL
 from ..common import (
     NOTE_GRACE,
     Contender,
@@ -62,6 +62,9 @@ _log = logging.getLogger("tumbler.etcd")
 MAX_TXN_OPS = 128
 #: how often a transaction is tried again when the line changed under it
 FORCE_RELEASE_TRIES = 10
+#: the TTL the client asks for its waiters' lease: etcd grants at least its own floor,
+#: 1.5 election timeouts rounded up to whole seconds (2 s with etcd's defaults)
+WAITER_LEASE_TTL = 1
 #: how long a stream waits for the next of its watches' creation notices once one came:
 #: the gateway sends a hundred within about 10 ms when it makes them all
 CREATION_PATIENCE = 0.25
@@ -87,11 +90,14 @@ class _OwnEntry:
     granted: bool = False
 
 
-Slot = tuple[bytes, "bytes | None"]
+#: what a waiter waits for: a key (to a range end, if not None), and whether a put of it
+#: matters (a semaphore waiter's predecessor rewrites its key when granted) or only its
+#: deletion (every other waiter: a put is then only a key moved between leases)
+Slot = tuple[bytes, "bytes | None", bool]
 
 
 def _covers(slot: Slot, key: bytes) -> bool:
-    start, end = slot
+    start, end, _puts = slot
     return key == start if end is None else start <= key < end
 
 
@@ -148,11 +154,19 @@ class AsyncKeyWatches(AsyncListener):
         #: the watch events this client's stream received (for the bench and tests)
         self.events_received = 0
 
-    def add(self, name: str, tag: str, key: bytes, range_end: bytes | None, read: int) -> None:
+    def add(
+        self,
+        name: str,
+        tag: str,
+        key: bytes,
+        range_end: bytes | None,
+        read: int,
+        puts: bool = True,
+    ) -> None:
         """Wake waiter ``tag`` of ``name`` at the first change of ``key`` (to ``range_end``)
-        after revision ``read``, at which its line was read; a waiter waits for one thing at
-        a time."""
-        slot = (key, range_end)
+        after revision ``read``, at which its line was read (without ``puts``, at its first
+        deletion); a waiter waits for one thing at a time."""
+        slot = (key, range_end, puts)
         with self._lock:
             self._drop(name, tag)
             created = self._created.get(slot)
@@ -193,11 +207,12 @@ class AsyncKeyWatches(AsyncListener):
         stream tells."""
         self._deliver([key])
 
-    def _deliver(self, keys: list[bytes]) -> None:
+    def _deliver(self, keys: list[bytes], puts: bool = False) -> None:
+        """``keys`` were deleted (or, with ``puts``, put): wake the waiters they concern."""
         woken: dict[str, set[str]] = {}
         with self._lock:
             for slot, waiters in list(self._interests.items()):
-                if any(_covers(slot, key) for key in keys):
+                if (slot[2] or not puts) and any(_covers(slot, key) for key in keys):
                     for name, tag in waiters:
                         woken.setdefault(name, set()).add(tag)
                     del self._interests[slot]
@@ -210,9 +225,10 @@ class AsyncKeyWatches(AsyncListener):
         with self._lock:
             for slot in self._streamed:
                 for event in events:
-                    if _covers(slot, event.key):
+                    if (slot[2] or event.deleted) and _covers(slot, event.key):
                         self._seen[slot] = max(self._seen.get(slot, 0), event.revision)
-        self._deliver([event.key for event in events])
+        self._deliver([event.key for event in events if event.deleted])
+        self._deliver([event.key for event in events if not event.deleted], puts=True)
 
     def _watch_created(self, slot: Slot, revision: int) -> None:
         """The stream's watch of ``slot`` sees every change after ``revision``: its waiters
@@ -251,7 +267,10 @@ class AsyncKeyWatches(AsyncListener):
         if not slots:
             await self._changed.wait(None)  # until a waiter registers, or the client closes
             return
-        requests = [WatchRequest(key, end, watch_id=i + 1) for i, (key, end) in enumerate(slots)]
+        requests = [
+            WatchRequest(key, end, watch_id=i + 1, deletions_only=not puts)
+            for i, (key, end, puts) in enumerate(slots)
+        ]
         watchdog = aspawn(lambda: self._await_creations(stream, slots), "tumbler-etcd-creations")
         try:
             async with stream.open(requests):
@@ -332,7 +351,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         self.hub = WakeHub()
         self.session_events = SessionEvents()
         ttl = float(config.lease_ttl)
-        self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=ttl, waiter_ttl=ttl)
+        self.capabilities = dataclasses.replace(
+            CAPABILITIES, max_ttl=ttl, waiter_ttl=min(ttl, WAITER_TTL)
+        )
         self.gateway = AsyncGateway(
             config.endpoints,
             tls=tls,
@@ -343,6 +364,13 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         self._guard = threading.Lock()
         self._lease: _Lease | None = None
         self._leasing = AsyncMutex()
+        #: the short lease of the client's waiters' entries, and its TTL as etcd granted it
+        self._waiter_lease: _Lease | None = None
+        self._waiter_ttl = 0
+        self._waiter_leasing = AsyncMutex()
+        #: keeps the waiters' lease alive while any entry of the client waits on it
+        self._keeper: AsyncWorker | None = None
+        self._keeper_stop = AsyncEvent()
         self._entries: dict[tuple[str, str], _OwnEntry] = {}
         #: acquisitions whose key may exist although no reply said so (the reply was lost)
         self._uncertain: set[tuple[str, str]] = set()
@@ -369,14 +397,21 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         watch stream and close the connections."""
         with self._guard:
             lease, self._lease = self._lease, None
+            waiting, self._waiter_lease = self._waiter_lease, None
+            keeper, self._keeper = self._keeper, None
             self._entries.clear()
+        self._keeper_stop.set_threadsafe()
         try:
-            if lease is not None:
+            if keeper is not None:
+                await ajoin(keeper)
+            for ending in (lease, waiting):
+                if ending is None:
+                    continue
                 try:
-                    await self.gateway.revoke(lease.id)
+                    await self.gateway.revoke(ending.id)
                 except Exception as error:
                     # it runs out on its own, with every key on it
-                    _log.warning("could not revoke the etcd lease at close: %s", error)
+                    _log.warning("could not revoke an etcd lease at close: %s", error)
             await self.watches.close()
         finally:
             await self.gateway.close()
@@ -420,6 +455,104 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             with self._guard:
                 self._lease = lease
             return lease
+
+    async def _fresh_waiter_lease(self) -> _Lease:
+        """The waiters' lease, granted if the client has none (or it ran out)."""
+        lease = self._waiter_lease
+        if lease is not None and lease.expires > time.monotonic():
+            return lease
+        async with self._waiter_leasing:
+            lease = self._waiter_lease
+            if lease is not None and lease.expires > time.monotonic():
+                return lease
+            sent = time.monotonic()
+            lease_id, ttl = await self.gateway.grant_lease(WAITER_LEASE_TTL)
+            lease = _Lease(lease_id, sent + ttl)
+            with self._guard:
+                self._waiter_lease, self._waiter_ttl = lease, ttl
+            if ttl + LEASE_SWEEP > self.capabilities.waiter_ttl:
+                # a cluster whose floor is above etcd's default one
+                self.capabilities = dataclasses.replace(
+                    self.capabilities,
+                    waiter_ttl=min(float(self.config.lease_ttl), ttl + LEASE_SWEEP),
+                )
+            return lease
+
+    def _keep_waiting(self) -> None:
+        """Keep the waiters' lease alive from now on, for as long as an entry waits on it."""
+        with self._guard:
+            if self._keeper is not None or self._keeper_stop.is_set():
+                return
+            self._keeper = aspawn(self._keep_waiter_lease, "tumbler-etcd-waiters-lease")
+
+    async def _keep_waiter_lease(self) -> None:
+        """Keep the waiters' lease alive every third of its TTL while an entry waits on it: a
+        client that dies stops, and its waiters' entries leave the line with the lease."""
+        while True:
+            with self._guard:
+                lease = self._waiter_lease
+                waiting = lease is not None and any(
+                    entry.lease == lease.id and not entry.granted
+                    for entry in self._entries.values()
+                )
+                if not waiting or lease is None:
+                    self._keeper = None
+                    return
+                every = self._waiter_ttl / 3
+            if await self._keeper_stop.wait(every):
+                return
+            sent = time.monotonic()
+            try:
+                ttl = await self.gateway.keep_alive(lease.id, max(every, lease.expires - sent))
+            except (EtcdError, GatewayUnavailable) as error:
+                _log.warning("could not keep the etcd waiters' lease alive: %s", error)
+                continue
+            if ttl > 0:
+                lease.expires = max(lease.expires, sent + ttl)
+                continue
+            # gone (it ran out unheard): the waiters on it take new places in line
+            with self._guard:
+                if self._waiter_lease is lease:
+                    self._waiter_lease = None
+                for owner, entry in list(self._entries.items()):
+                    if entry.lease == lease.id:
+                        del self._entries[owner]
+            self.hub.notify_all()
+
+    async def _to_waiters_lease(self, entry: _OwnEntry, value: bytes) -> bool:
+        """Attach a waiter's ``entry`` to the waiters' lease, if it is not yet: a waiter whose
+        client dies then leaves the line when that lease runs out, not the client's (which
+        outlives it by ``lease_ttl``). False if the key is gone."""
+        for _ in range(2):
+            waiting = await self._fresh_waiter_lease()
+            if entry.lease == waiting.id:
+                return True
+            try:
+                moved = await self._move(entry, value, waiting.id)
+            except EtcdError as error:
+                if not lease_gone(error):
+                    raise
+                # revoked, or it ran out unheard: a new one
+                with self._guard:
+                    if self._waiter_lease is waiting:
+                        self._waiter_lease = None
+                continue
+            if moved:
+                self._keep_waiting()
+            return moved
+        return True  # it waits on the client's lease: a dead client's entry goes later
+
+    async def _move(self, entry: _OwnEntry, value: bytes, lease: int) -> bool:
+        """Attach ``entry``'s key to ``lease``, writing ``value``; False if the key is gone."""
+        moved, _revision, _responses = await self.gateway.txn(
+            [compare(entry.key, "CREATE", entry.create_revision)],
+            [put(entry.key, value, lease)],
+            [],
+            idempotent=True,  # the same key, lease and value again
+        )
+        if moved:
+            entry.lease = lease
+        return moved
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -474,7 +607,33 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 raise
             blocker = line_position(entries, index)
             if blocker is None:
-                if request.shared and request.limit and not created and not entry.granted:
+                if entry.lease != lease.id:
+                    # a waiter's entry lives with the waiters' short lease: a grant lives
+                    # with the client's (the waiter behind a semaphore entry learns of the
+                    # grant by the same write)
+                    granted_value = entry_value(
+                        request.holder,
+                        request.shared,
+                        request.limit,
+                        self.config.lease_ttl,
+                        granted=bool(request.shared and request.limit),
+                    )
+                    try:
+                        moved = await self._move(entry, granted_value, lease.id)
+                    except EtcdError as error:
+                        if not lease_gone(error):
+                            raise
+                        self._lease_lost(lease)
+                        moved = False
+                    if not moved:
+                        # the waiters' lease ran out (a new place at the end of the line),
+                        # or the client's did (a new lease first)
+                        with self._guard:
+                            if self._entries.get(key) is entry:
+                                del self._entries[key]
+                        self.hub.notify(request.name, (tag,))
+                        return None
+                elif request.shared and request.limit and not created and not entry.granted:
                     await self._announce_grant(entry, request)
                 entry.granted = True
                 self.watches.drop(request.name, tag)
@@ -485,10 +644,19 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             if not request.queue:
                 await self._withdraw(key, entry)
                 return None
+            if not await self._to_waiters_lease(entry, value):
+                with self._guard:
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
+                self.hub.notify(request.name, (tag,))  # its key is gone: ask again now
+                return None
             if blocker == WATCH_LINE:
                 self.watches.add(request.name, tag, line_prefix, prefix_end(line_prefix), revision)
             else:
-                self.watches.add(request.name, tag, line[blocker].key, None, revision)
+                semaphore = bool(request.shared and request.limit)
+                self.watches.add(
+                    request.name, tag, line[blocker].key, None, revision, puts=semaphore
+                )
             return None
 
     async def _announce_grant(self, entry: _OwnEntry, request: GrantRequest) -> None:
