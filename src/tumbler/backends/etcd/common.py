@@ -77,8 +77,8 @@ The leases
     shortest etcd grants (its floor: 1.5 election timeouts rounded up to whole seconds, 2 s
     with etcd's defaults), which the client keeps alive every third of its TTL while any of
     its keys waits on it. A waiter whose client dies leaves the line when etcd ends that
-    lease (its TTL and etcd's sweep of ended leases, every 0.5 s: ``capabilities.waiter_ttl``,
-    3 s with etcd's defaults) rather than after ``lease_ttl``; one killed between its
+    lease (its TTL and etcd's sweep of ended leases, every 0.5 s; ``capabilities.waiter_ttl``,
+    at most 6 s, bounds it) rather than after ``lease_ttl``; one killed between its
     first write and that move leaves after ``lease_ttl``. A waiter found first in line moves
     its key back to the client's lease, guarded by its create revision, before the grant is
     reported: the grant is a hold only once its key lives with the lease renewals keep alive.
