@@ -504,7 +504,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             sent = time.monotonic()
             try:
                 ttl = await self.gateway.keep_alive(lease.id, max(every, lease.expires - sent))
-            except (EtcdError, GatewayUnavailable) as error:
+            except Exception as error:  # the keeper must outlive any failure but close()
                 _log.warning("could not keep the etcd waiters' lease alive: %s", error)
                 continue
             if ttl > 0:
@@ -526,6 +526,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         for _ in range(2):
             waiting = await self._fresh_waiter_lease()
             if entry.lease == waiting.id:
+                # the keeper may have stopped (the client's lease was lost, which forgets
+                # every entry): it keeps this one again
+                self._keep_waiting()
                 return True
             try:
                 moved = await self._move(entry, value, waiting.id)
