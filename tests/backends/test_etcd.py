@@ -574,6 +574,12 @@ def test_a_waiter_that_registers_after_the_stream_told_of_its_change_reads_again
     assert list(watches._interests) == [(key, None, True)]
 
 
+def _streamed_on(locks: Any, member: int) -> bool | None:
+    """Whether the client's watch stream is open on ``member`` (None: no stream)."""
+    stream = locks._backend.watches._stream
+    return None if stream is None or stream.member is None else stream.member == member
+
+
 def _pin(backend: Any, member: int) -> None:
     """Make ``backend``'s next calls start on ``member`` (clients start on a random one)."""
     backend.gateway._current = member
@@ -612,6 +618,8 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
             thread = threading.Thread(target=wait)
             thread.start()
             eventually(lambda: checker.status("silent").waiters == 1, "the waiter is in line")
+            watches = waiter._backend.watches
+            eventually(lambda: _every_watch_made(watches, 1), "the waiter watches")
             os.kill(pid, signal.SIGSTOP)
             try:
                 before = hold.deadline
@@ -619,6 +627,8 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
                 # re-checks, every lease/3, meanwhile reach one too)
                 eventually(lambda: hold.lost or hold.deadline > before + 0.5, "renewed")
                 assert not hold.lost, hold.lost_reason
+                # the waiter's watch stream leaves the member its re-checks found silent
+                eventually(lambda: _streamed_on(waiter, silent) is False, "the stream moved")
                 hold.release()
                 thread.join(timeout=PATIENCE)
                 (granted,) = outcome
@@ -651,6 +661,11 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
                 return (await checker.status("silent-aio")).waiters == 1
 
             await aeventually(in_line, "the waiter is in line")
+
+            async def watching() -> bool:
+                return _every_watch_made(waiter._backend.watches, 1)
+
+            await aeventually(watching, "the waiter watches")
             os.kill(pid, signal.SIGSTOP)
             try:
                 before = hold.deadline
@@ -660,6 +675,11 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
 
                 await aeventually(renewed, "renewed")
                 assert not hold.lost, hold.lost_reason
+
+                async def moved() -> bool:
+                    return _streamed_on(waiter, silent) is False
+
+                await aeventually(moved, "the stream moved")
                 await hold.release()
                 granted = await asyncio.wait_for(task, PATIENCE)
                 assert granted is not None

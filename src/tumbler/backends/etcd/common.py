@@ -23,7 +23,8 @@ Members
     a grant and a renewal's read, also after a lost reply or etcd's "no leader" (each is the
     same done twice); a deletion never (a second run could not say whether the first
     deleted). So one silent member of a cluster with a serving majority costs a renewal or a
-    waiter's grant a third of the request time, and a leader's failure the election.
+    waiter's grant a third of the request time, and a leader's failure the election. The
+    client's watch stream leaves a member as soon as a call finds it failing.
 
 Key layout
     Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,

@@ -30,7 +30,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ...._acompat import asleep_real
@@ -100,6 +100,8 @@ class AsyncGateway:
         self._token: str | None = None
         self._lock = threading.Lock()
         self._closed = False
+        #: called with a member's index when a call finds it failing (from any thread)
+        self._leaving: list[Callable[[int], None]] = []
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -186,9 +188,17 @@ class AsyncGateway:
         )
 
     def leave(self, index: int) -> None:
-        """Member ``index`` failed: the calls that follow start on the next one."""
+        """Member ``index`` failed: the calls that follow start on the next one, and what
+        :meth:`on_leave` registered learns of it."""
         if self._current == index:
             self._current = (index + 1) % len(self.endpoints)
+        for listener in list(self._leaving):
+            listener(index)
+
+    def on_leave(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener`` with a member's index whenever a call finds that member failing
+        (a watch stream on it may be as silent as the call was); it must not block."""
+        self._leaving.append(listener)
 
     async def _call_once(self, endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
         client = self._client(endpoint)

@@ -136,6 +136,7 @@ class KeyWatches(Listener):
             patience=backend.config.request_timeout,
         )
         self._gateway = backend.gateway
+        self._gateway.on_leave(self._member_failed)
         self._request_timeout = backend.config.request_timeout
         #: for each key (or range) waited for, its waiters, (lock name, tag), each with the
         #: revision its read had
@@ -301,6 +302,17 @@ class KeyWatches(Listener):
                 self._seen = {}
             self._made.set_threadsafe()  # the watchdog sees the stream is gone
             join(watchdog)
+
+    def _member_failed(self, member: int) -> None:
+        """A call found ``member`` failing: a stream on it is opened on another one, since
+        a member that stopped answering calls (stopped, cut off) sends no events either."""
+        if len(self._gateway.endpoints) == 1:
+            return  # no other member to open it on
+        with self._lock:
+            stream = self._stream
+        if stream is not None and stream.member == member:
+            self._changed.set_threadsafe()
+            stream.interrupt()
 
     def _await_creations(self, stream: WatchStream, slots: list[Slot]) -> None:
         """Replace ``stream`` when etcd's notices of its watches' creations stop coming

@@ -32,7 +32,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ...._acompat import sleep_real
@@ -102,6 +102,8 @@ class Gateway:
         self._token: str | None = None
         self._lock = threading.Lock()
         self._closed = False
+        #: called with a member's index when a call finds it failing (from any thread)
+        self._leaving: list[Callable[[int], None]] = []
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -188,9 +190,17 @@ class Gateway:
         )
 
     def leave(self, index: int) -> None:
-        """Member ``index`` failed: the calls that follow start on the next one."""
+        """Member ``index`` failed: the calls that follow start on the next one, and what
+        :meth:`on_leave` registered learns of it."""
         if self._current == index:
             self._current = (index + 1) % len(self.endpoints)
+        for listener in list(self._leaving):
+            listener(index)
+
+    def on_leave(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener`` with a member's index whenever a call finds that member failing
+        (a watch stream on it may be as silent as the call was); it must not block."""
+        self._leaving.append(listener)
 
     def _call_once(self, endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
         client = self._client(endpoint)
