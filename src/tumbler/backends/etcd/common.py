@@ -16,15 +16,15 @@ Options
     attempt it makes.
 
 Members
-    A client sends each request to the member that answered it last. An attempt that gets no
-    answer within a third of the request's time (a member stopped, cut off, or waiting for a
-    leader that died) goes on to the next member, and the members are tried in turn until the
-    request's time is spent: a request that could not be sent, always; a read, a keep-alive,
-    a grant and a renewal's read, also after a lost reply or etcd's "no leader" (each is the
-    same done twice); a deletion never (a second run could not say whether the first
-    deleted). So one silent member of a cluster with a serving majority costs a renewal or a
-    waiter's grant a third of the request time, and a leader's failure the election. The
-    client's watch stream leaves a member as soon as a call finds it failing.
+    A client sends each request to the member that answered it last, and tries the members in
+    turn until the request's time is spent: a request that could not be sent, always; a read,
+    a keep-alive, a grant and a renewal's read also after a lost reply or etcd's "no leader"
+    (each is the same done twice), and these move on from a member that gives no answer
+    within a third of the request's time (half with two members: a member stopped, cut off,
+    or waiting for a leader that died); a deletion never (a second run could not say whether
+    the first deleted). So one silent member of a cluster with a serving majority costs a
+    renewal or a waiter's grant a third of the request time, and a leader's failure the
+    election. The client's watch stream leaves a member as soon as a call finds it failing.
 
 Key layout
     Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,

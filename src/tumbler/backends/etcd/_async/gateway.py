@@ -10,16 +10,16 @@ but by closing its connection (so each watch stream has a connection of its own)
 
 A gateway knows every member's URL. A call goes to the member that answered last (at first,
 one picked at random) and has a budget (the client's request timeout, or the caller's); each
-attempt gets a share of it (:func:`attempt_bound`), so that a member that takes a request and
-never answers (stopped, cut off, or waiting for a leader that died) costs a part of the
-budget, not all of it. A member that failed is left for the next (also by the calls that
-follow), and the members are tried in turn, again and again after a short pause, until the
-budget is spent: a call that could not be sent (its connection refused) always, and one the
-caller marks ``idempotent`` (a read, a keep-alive, a transaction guarded so that doing it
-twice is doing it once) also when its reply was lost or etcd answered that it has no leader
-or timed out. With a user and password the gateway logs in (``/v3/auth/authenticate``) and
-sends the token with each call, logging in again when etcd says the token is no longer
-valid.
+attempt of a call that may be tried again gets a share of it (:func:`attempt_bound`), so
+that a member that takes a request and never answers (stopped, cut off, or waiting for a
+leader that died) costs a part of the budget, not all of it. A member that failed is left
+for the next (also by the calls that follow), and the members are tried in turn, again and
+again after a short pause, until the budget is spent: a call that could not be sent (its
+connection refused) always, and one the caller marks ``idempotent`` (a read, a keep-alive,
+a transaction guarded so that doing it twice is doing it once) also when its reply was lost
+or etcd answered that it has no leader or timed out. With a user and password the gateway
+logs in (``/v3/auth/authenticate``) and sends the token with each call, logging in again
+when etcd says the token is no longer valid.
 """
 
 from __future__ import annotations
@@ -63,18 +63,19 @@ from ..wire import (
 
 __all__ = ["AsyncGateway", "AsyncWatchStream", "attempt_bound"]
 
-#: the shares of a call's budget one attempt may take: a silent member leaves two thirds of
-#: the budget to the others (or to the same member, once it answers again)
+#: the most attempts a call's budget is shared among: with three members or more, a silent
+#: member leaves two thirds of the budget to the others
 ATTEMPTS_PER_BUDGET = 3
 #: the pause after a round in which no member answered, doubled each round up to the last
 ROUND_PAUSES = (0.05, 0.1, 0.2, 0.4)
 
 
 def attempt_bound(budget: float, members: int) -> float:
-    """How long one attempt of a call with ``budget`` seconds may wait for its reply: a
-    share that leaves time for another attempt, on each of the ``members`` or, with fewer
-    than three, on one of them again."""
-    return budget / max(members, ATTEMPTS_PER_BUDGET)
+    """How long one attempt of a call that may be tried again, with ``budget`` seconds, may
+    wait for its reply: a share that leaves time for an attempt on another of the
+    ``members``; the whole budget with one member (its reply is as likely to come late as an
+    answer to the same request sent again, which would only add to its load)."""
+    return budget / min(members, ATTEMPTS_PER_BUDGET)
 
 
 class AsyncGateway:
@@ -149,7 +150,9 @@ class AsyncGateway:
             raise GatewayUnavailable("the client is closed")
         budget = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + budget
-        bound = attempt_bound(budget, len(self.endpoints))
+        # a call that cannot be tried again after a lost reply waits for its reply as long
+        # as the budget allows: moving on early would only fail it sooner
+        bound = attempt_bound(budget, len(self.endpoints)) if idempotent else budget
         failures: list[str] = []
         index = self._current
         pauses = iter(ROUND_PAUSES)
