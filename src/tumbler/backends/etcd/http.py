@@ -154,8 +154,10 @@ UNREAD_BODY = 320 * 1024
 def _messages(bodies: Sequence[Any]) -> bytes:
     # the gateway reads a streaming call's body as a sequence of JSON messages, with any
     # whitespace between them: the padding keeps the messages after the first from being
-    # discarded once the first is answered
+    # discarded once the first is answered (a body of one message has none to lose)
     text = "\n".join(json.dumps(body) for body in bodies).encode()
+    if len(bodies) < 2:
+        return text
     return text + b" " * max(0, UNREAD_BODY - len(text))
 
 
