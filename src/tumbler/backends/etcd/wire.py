@@ -30,6 +30,8 @@ __all__ = [
     "error_of",
     "kv_of",
     "kvs",
+    "nested",
+    "none_older",
     "prefix_end",
     "unb64",
 ]
@@ -163,6 +165,25 @@ def compare(key: bytes, target: str, value: int) -> dict[str, Any]:
     0 for a key that does not exist; ``"LEASE"``: its lease) equals ``value``."""
     field = {"CREATE": "create_revision", "LEASE": "lease"}[target]
     return {"key": b64(key), "target": target, field: str(value), "result": "EQUAL"}
+
+
+def none_older(prefix: bytes, revision: int) -> dict[str, Any]:
+    """A comparison that holds when no key under ``prefix`` was created before ``revision``
+    (etcd compares every key of a range)."""
+    return {
+        "key": b64(prefix),
+        "range_end": b64(prefix_end(prefix)),
+        "target": "CREATE",
+        "create_revision": str(revision - 1),
+        "result": "GREATER",
+    }
+
+
+def nested(
+    compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A transaction run as one operation of another."""
+    return {"request_txn": {"compare": compare, "success": success, "failure": failure}}
 
 
 def put(key: bytes, value: bytes, lease: int | None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...._acompat import Event, Mutex, Worker, join, spawn
+from ...._acompat import Event, Mutex, Worker, join, shield, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
@@ -50,6 +50,8 @@ from ..wire import (
     compare,
     delete,
     kvs,
+    nested,
+    none_older,
     prefix_end,
     put,
     ranged,
@@ -479,18 +481,23 @@ class EtcdBackend(InspectEachName):
             lease = self._waiter_lease
             if lease is not None and lease.expires > time.monotonic():
                 return lease
-            sent = time.monotonic()
-            lease_id, ttl = self.gateway.grant_lease(WAITER_LEASE_TTL)
-            lease = _Lease(lease_id, sent + ttl)
-            with self._guard:
-                self._waiter_lease, self._waiter_ttl = lease, ttl
-            if ttl + LEASE_SWEEP > self.capabilities.waiter_ttl:
-                # a cluster whose floor is above etcd's default one
-                self.capabilities = dataclasses.replace(
-                    self.capabilities,
-                    waiter_ttl=min(float(self.config.lease_ttl), ttl + LEASE_SWEEP),
-                )
-            return lease
+            # a waiter cancelled meanwhile must not leave a lease its client does not know of
+            # (close() would not revoke it): the grant is seen through and recorded
+            return shield(self._grant_waiter_lease())
+
+    def _grant_waiter_lease(self) -> _Lease:
+        sent = time.monotonic()
+        lease_id, ttl = self.gateway.grant_lease(WAITER_LEASE_TTL)
+        lease = _Lease(lease_id, sent + ttl)
+        with self._guard:
+            self._waiter_lease, self._waiter_ttl = lease, ttl
+        if ttl + LEASE_SWEEP > self.capabilities.waiter_ttl:
+            # a cluster whose floor is above etcd's default one
+            self.capabilities = dataclasses.replace(
+                self.capabilities,
+                waiter_ttl=min(float(self.config.lease_ttl), ttl + LEASE_SWEEP),
+            )
+        return lease
 
     def _keep_waiting(self) -> None:
         """Keep the waiters' lease alive from now on, for as long as an entry waits on it."""
@@ -589,13 +596,29 @@ class EtcdBackend(InspectEachName):
                 )
                 with self._guard:
                     self._uncertain.add(key)
+                    known = self._entries.get(key)
+                claim = []
+                if known is not None and not request.shared and known.lease != lease.id:
+                    # an exclusive waiter found first in line takes its key back to the
+                    # client's lease in the same transaction (the read after it sees that),
+                    # rather than in one more after it: a hand-off costs one round trip
+                    claim = [
+                        nested(
+                            [
+                                compare(mine_key, "CREATE", known.create_revision),
+                                none_older(line_prefix, known.create_revision),
+                            ],
+                            [put(mine_key, value, lease.id)],
+                            [],
+                        )
+                    ]
                 try:
                     # a second run after a lost reply finds the key the first made, by its
                     # name, and reads the same line: it may go to another member
                     created, revision, responses = self.gateway.txn(
                         [compare(mine_key, "CREATE", 0)],
                         [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
-                        [read_by_creation(line_prefix)],
+                        [*claim, read_by_creation(line_prefix)],
                         idempotent=True,
                     )
                 except EtcdError as error:
