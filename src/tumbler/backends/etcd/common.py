@@ -82,7 +82,9 @@ The leases
     at most 6 s, bounds it) rather than after ``lease_ttl``; one killed between its
     first write and that move leaves after ``lease_ttl``. A waiter found first in line moves
     its key back to the client's lease, guarded by its create revision, before the grant is
-    reported: the grant is a hold only once its key lives with the lease renewals keep alive.
+    reported (an exclusive one within its grant's transaction, guarded also by no key of the
+    line being older): the grant is a hold only once its key lives with the lease renewals
+    keep alive.
     A waiters' lease found gone (it ran out unheard) sends its waiters to new places at the
     end of their lines.
 
