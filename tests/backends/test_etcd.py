@@ -1,9 +1,11 @@
 """etcd backend cases beyond the contract suite: the key layout and its lease, herd-free
 wake-ups on one watch stream per client, a lease lost (every hold with it), a waiter whose
-lease ran out while it waited (etcd's own mutex reported a grant then), withdrawals whose
+lease ran out while it waited (etcd's own mutex reported a grant then), a killed waiter that
+leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
-for, and a member cut off from its client.
+for, or whose member in use stops answering (both flavours), and a member cut off from its
+client.
 
 Every case runs against a real etcd started by the fixtures in tests/servers.
 """
@@ -12,20 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tumbler
 import tumbler.aio
+import tumbler.testing.conformance as conformance
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.etcd import http as etcd_http
 from tumbler.backends.etcd._sync.backend import KeyWatches
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import line_key, parse_config
@@ -255,10 +262,16 @@ def test_a_waiter_whose_lease_ran_out_never_reports_a_grant(connect, raw) -> Non
     thread = threading.Thread(target=wait)
     thread.start()
     eventually(lambda: holder.status("expired-waiter").waiters == 1, "the waiter is in line")
-    assert raw.revoke(waiter._backend._lease.id)  # its key goes: a DELETE on nobody's watch
-    # its re-check finds its key gone and queues again, behind the holder
+    eventually(lambda: waiter._backend._waiter_lease is not None, "the waiter's entry is moved")
+    lease = waiter._backend._waiter_lease.id
+    assert raw.revoke(lease)  # its key goes: a DELETE on nobody's watch
+    # its client finds the lease gone and queues again, behind the holder, on a new one
     eventually(
-        lambda: waiter._backend._lease is not None and holder.status("expired-waiter").waiters,
+        lambda: (
+            waiter._backend._waiter_lease not in (None,)
+            and waiter._backend._waiter_lease.id != lease
+            and holder.status("expired-waiter").waiters
+        ),
         "the waiter queues again on a new lease",
     )
     assert not result
@@ -507,7 +520,7 @@ def test_a_waiter_whose_read_is_older_than_its_watch_is_woken_to_read_again(conn
     key = b"/the-key-ahead"
     watches.add("ahead", "before", key, None, 9)
     watches.add("ahead", "after", key, None, 12)
-    watches._watch_created((key, None), 10)
+    watches._watch_created((key, None, True), 10)
     assert woken == ["before"]  # read at 9: revision 10 may have changed the key unseen
     watches.add("ahead", "late", key, None, 9)  # comes with a read older than the watch
     assert woken == ["before", "late"]
@@ -551,11 +564,236 @@ def test_a_waiter_that_registers_after_the_stream_told_of_its_change_reads_again
     for tag in ("raced", "after"):
         backend.hub.subscribe("ahead", lambda tag=tag: woken.append(tag), tag)
     key = b"/the-key-ahead"
-    watches._streamed = [(key, None)]
-    watches._watch_created((key, None), 10)
+    watches._streamed = [(key, None, True)]
+    watches._watch_created((key, None, True), 10)
     watches._told([WatchEvent(key, deleted=True, revision=12, create_revision=5, value=b"")])
     watches.add("ahead", "raced", key, None, 11)  # read at 11, before the deletion at 12
     assert woken == ["raced"]
     watches.add("ahead", "after", key, None, 12)  # read after it: waits for the next change
     assert woken == ["raced"]
-    assert list(watches._interests) == [(key, None)]
+    assert list(watches._interests) == [(key, None, True)]
+
+
+def _streamed_on(locks: Any, member: int) -> bool | None:
+    """Whether the client's watch stream is open on ``member`` (None: no stream)."""
+    stream = locks._backend.watches._stream
+    return None if stream is None or stream.member is None else stream.member == member
+
+
+def _pin(backend: Any, member: int) -> None:
+    """Make ``backend``'s next calls start on ``member`` (clients start on a random one)."""
+    backend.gateway._current = member
+
+
+def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdCluster) -> None:
+    """A member that takes requests and never answers (SIGSTOP: a hung process, a blackhole)
+    while the other two serve: a renewal and a waiter's grant sent to it go on to another
+    member within their budget, in both flavours. The lease (3 s) is shorter than the
+    request timeout (5 s): a renewal that waited for its whole budget on the silent member
+    would lose the hold."""
+    cluster = etcd_cluster
+    leader = cluster.leader()
+    silent = next(index for index in range(len(cluster.members)) if index != leader)
+    serving = next(index for index in range(len(cluster.members)) if index not in (silent,))
+    url = url_of(cluster)
+    pid = cluster.members[silent].pid
+    assert pid is not None
+
+    def blocking() -> None:
+        holder, waiter, checker = (tumbler.connect(url) for _ in range(3))
+        try:
+            for client in (holder, waiter):
+                _pin(client._backend, silent)
+            _pin(checker._backend, serving)
+            hold = held(holder.lock("silent", ttl=LEASE_TTL))
+            outcome: list[object] = []
+
+            def wait() -> None:
+                mine = waiter.lock("silent")
+                try:
+                    outcome.append(mine.acquire(timeout=60) and mine.hold)
+                except BackendUnavailable as error:
+                    outcome.append(error)
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            eventually(lambda: checker.status("silent").waiters == 1, "the waiter is in line")
+            watches = waiter._backend.watches
+            eventually(lambda: _every_watch_made(watches, 1), "the waiter watches")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                before = hold.deadline
+                # renewed through a serving member before its deadline (and the waiter's
+                # re-checks, every lease/3, meanwhile reach one too)
+                eventually(lambda: hold.lost or hold.deadline > before + 0.5, "renewed")
+                assert not hold.lost, hold.lost_reason
+                # the waiter's watch stream leaves the member its re-checks found silent
+                eventually(lambda: _streamed_on(waiter, silent) is False, "the stream moved")
+                hold.release()
+                thread.join(timeout=PATIENCE)
+                (granted,) = outcome
+                assert isinstance(granted, tumbler.Hold), granted
+                granted.release()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            for client in (holder, waiter, checker):
+                client.close()
+
+    async def asynchronous() -> None:
+        holder, waiter, checker = [await tumbler.aio.connect(url) for _ in range(3)]
+        try:
+            for client in (holder, waiter):
+                _pin(client._backend, silent)
+            _pin(checker._backend, serving)
+            lock = holder.lock("silent-aio", ttl=LEASE_TTL)
+            assert await lock.acquire(timeout=PATIENCE)
+            hold = lock.hold
+            assert hold is not None
+
+            async def wait() -> tumbler.aio.AsyncHold | None:
+                waiting = waiter.lock("silent-aio")
+                return waiting.hold if await waiting.acquire(timeout=60) else None
+
+            task = asyncio.ensure_future(wait())
+
+            async def in_line() -> bool:
+                return (await checker.status("silent-aio")).waiters == 1
+
+            await aeventually(in_line, "the waiter is in line")
+
+            async def watching() -> bool:
+                return _every_watch_made(waiter._backend.watches, 1)
+
+            await aeventually(watching, "the waiter watches")
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                before = hold.deadline
+
+                async def renewed() -> bool:
+                    return hold.lost or hold.deadline > before + 0.5
+
+                await aeventually(renewed, "renewed")
+                assert not hold.lost, hold.lost_reason
+
+                async def moved() -> bool:
+                    return _streamed_on(waiter, silent) is False
+
+                await aeventually(moved, "the stream moved")
+                await hold.release()
+                granted = await asyncio.wait_for(task, PATIENCE)
+                assert granted is not None
+                await granted.release()
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            for client in (holder, waiter, checker):
+                await client.close()
+
+    blocking()
+    asyncio.run(asynchronous())
+
+
+#: the waiters of one client in the cases of many watches: the gateway makes all of a
+#: stream's watches only some of the time at this size (and more rarely the more there are)
+MANY = 100
+
+
+def _register_many(watches: Any, prefix: bytes, rounds: int) -> Iterator[None]:
+    """Register ``MANY`` waiters a round, each on a key of its own (which need not exist: a
+    watch waits for its creation too), with a read no watch is newer than; yields after
+    each round for the caller to wait until the client's stream watches every key."""
+    for round_ in range(rounds):
+        for index in range(MANY):
+            key = prefix + f"many/{round_}/{index}".encode()
+            watches.add("many", f"waiter-{round_}-{index}", key, None, 2**62)
+        yield
+
+
+def _every_watch_made(watches: Any, count: int) -> bool:
+    with watches._lock:
+        streamed = list(watches._streamed)
+        created = dict(watches._created)
+    return len(streamed) == count and all(slot in created for slot in streamed)
+
+
+def test_every_watch_of_a_stream_is_made(connect, url) -> None:
+    """The gateway makes only some of a stream's watches (measured raw: 49 of 100), and says
+    so only of those it made: those it did not are asked for again until etcd made all."""
+    watches = connect()._backend.watches
+    for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+        eventually(lambda n=done: _every_watch_made(watches, n * MANY), f"{done * MANY} made")
+
+
+@pytest.mark.asyncio
+async def test_every_watch_of_a_stream_is_made_asyncio(url) -> None:
+    async with await tumbler.aio.connect(url) as locks:
+        watches = locks._backend.watches
+        for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+
+            async def made(n: int = done) -> bool:
+                return _every_watch_made(watches, n * MANY)
+
+            await aeventually(made, f"{done * MANY} made")
+
+
+def test_the_watches_etcd_did_not_make_are_asked_for_again(
+    connect, url, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the padding that has the gateway read a stream's whole body, it makes only
+    the first watches of most streams this long: the stream's watchdog asks again for the
+    others, first, until every one is made."""
+    monkeypatch.setattr(etcd_http, "UNREAD_BODY", 0)
+    watches = connect()._backend.watches
+    for done, _ in enumerate(_register_many(watches, the_prefix(url), rounds=5), start=1):
+        eventually(lambda n=done: _every_watch_made(watches, n * MANY), f"{done * MANY} made")
+
+
+WORKER = str(Path(conformance.__file__).with_name("worker.py"))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_waiter_leaves_the_line_with_the_waiters_lease(
+    etcd_server: EtcdServer, raw: Gateway, tmp_path: Path, flavour: str
+) -> None:
+    """A waiter's entry lives with its client's short waiters' lease, not the client's lease
+    (10 s here, kept alive by its re-checks: it would hold the line up for 6.7 to 10 s after
+    the kill): the line moves on once etcd ends the waiters' lease (its TTL, etcd's floor, 1 s
+    on these servers and 2 s with etcd's defaults, and etcd's sweep of ended leases, every
+    0.5 s), well within half the client's lease."""
+    url = url_of(etcd_server).replace(f"lease_ttl={LEASE_TTL}", "lease_ttl=10")
+    marker = tmp_path / "never"
+    before = leases_of(raw)
+    with tumbler.connect(url) as locks, tumbler.connect(url) as behind:
+        first = locks.lock("killed-waiter", fair=True)
+        assert first.acquire()
+        dead = subprocess.Popen(
+            [sys.executable, WORKER, "hold", url, "killed-waiter", str(marker), "30", flavour]
+        )
+        try:
+            eventually(lambda: locks.status("killed-waiter").waiters == 1, "the child waits")
+            # its entry moves to the waiters' lease once it is in line
+            eventually(
+                lambda: _granted_ttl(locks, _line(locks, "killed-waiter")[-1]["lease"]) < 10,
+                "the child's entry is on the waiters' lease",
+            )
+        finally:
+            dead.kill()
+            dead.wait()
+        first.release()
+        assert behind.lock("killed-waiter", fair=True).acquire(timeout=10 / 2)
+    assert not marker.exists()
+    # the dead client's own lease would outlive the case, and trip the next one's count
+    for lease in leases_of(raw) - before:
+        raw.revoke(lease)
+
+
+def _line(locks: tumbler.Locks, name: str) -> list[dict[str, Any]]:
+    backend = locks._backend
+    key = line_key(backend.config.prefix, name)
+    return backend.gateway.range(key, prefix_end(key), by_creation=True)[1]
+
+
+def _granted_ttl(locks: tumbler.Locks, lease: int) -> int:
+    reply = locks._backend.gateway.call("/v3/lease/timetolive", {"ID": lease})
+    return int(reply.get("grantedTTL", 0))

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 2379
 #: the ``lease_ttl`` a URL gets unless it names one
 DEFAULT_LEASE_TTL = 10
+#: how long a vanished waiter's entry may stay in line: more than the waiters' lease as etcd
+#: grants it with its default election timeout (2 s) and etcd's sweep of ended leases
+#: (0.5 s). The client keeps that lease alive itself, so its waiters' re-checks need not come
+#: more often than the recheck_interval (2 s), which the lock layer's third of it is.
+WAITER_TTL = 6.0
+#: how late etcd may end a lease after its TTL: it sweeps ended leases every 500 ms
+LEASE_SWEEP = 0.5
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -26,8 +33,10 @@ CAPABILITIES = Capabilities(
     server_clock=True,
     # an entry lives as long as its client's lease, which the client keeps alive
     session_liveness=True,
-    # a waiter's entry lives with the lease too: each connection declares its lease_ttl
-    waiter_ttl=float(DEFAULT_LEASE_TTL),
+    # a waiter's entry lives with the client's short waiters' lease: etcd's floor (2 s with
+    # its defaults) and its sweep of ended leases (every 0.5 s) are within it; a connection
+    # whose cluster grants longer (or whose lease_ttl is shorter) declares its own
+    waiter_ttl=WAITER_TTL,
     # a waiter whose watch came after its read is woken to read again, so none is missed
     # while the stream lives; the re-check covers a stream that failed unseen
     recheck_interval=2.0,

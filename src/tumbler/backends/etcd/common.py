@@ -12,15 +12,28 @@ URL
 Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
     it makes is attached to; ``connect_timeout`` (5 s): how long a client tries the members
-    when it starts; ``request_timeout`` (5 s): how long one request waits for its reply.
+    when it starts; ``request_timeout`` (5 s): how long one request may take, over every
+    attempt it makes.
+
+Members
+    A client sends each request to the member that answered it last, and tries the members in
+    turn until the request's time is spent: a request that could not be sent, always; a read,
+    a keep-alive, a grant and a renewal's read also after a lost reply or etcd's "no leader"
+    (each is the same done twice), and these move on from a member that gives no answer
+    within a third of the request's time (half with two members: a member stopped, cut off,
+    or waiting for a leader that died); a deletion never (a second run could not say whether
+    the first deleted). So one silent member of a cluster with a serving majority costs a
+    renewal or a waiter's grant a third of the request time, and a leader's failure the
+    election. The client's watch stream leaves a member as soon as a call finds it failing.
 
 Key layout
     Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,
     one per acquisition (the owner hash is ``kit.owners.owner_hash``: the owner id itself is
     never stored). A key's value is JSON: the holder's description, the kind of entry (a
     mutex or write lock, a read lock, a semaphore and its permits), the client's lease TTL,
-    and, for a semaphore entry granted after waiting, that it was granted. Every key is
-    attached to its client's lease. ``force_release`` leaves its note for an evicted owner in
+    and, for a semaphore entry granted after waiting, that it was granted. A granted key is
+    attached to its client's lease, a waiting one to its client's waiters' lease (below).
+    ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
     that outlives the evicted grant's by ``NOTE_GRACE``.
 
@@ -47,9 +60,11 @@ Waking waiters
     watch is woken at once to read its line again, so no change in between is missed (a watch
     from a past revision would do without that, but etcd serves those from a catch-up loop
     that runs every 100 ms). A client's watches all travel on one stream
-    (``_async.backend.AsyncKeyWatches``).
+    (``_async.backend.AsyncKeyWatches``), whose request body is padded so that the gateway
+    reads all of it (``http.UNREAD_BODY``: it dropped the watches asked for after its first
+    answer); a watch etcd sends no creation notice for is asked for again.
 
-The lease
+The leases
     The client grants its lease at its first acquisition and revokes it when it closes,
     which deletes every key still attached. The lease is kept alive by the client's
     renewals (``renew_all``: one keep-alive, and one read of the renewed keys, so that a
@@ -58,6 +73,20 @@ The lease
     first, so a grant's lease (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed
     from a keep-alive etcd has answered. A holder that dies frees its locks after
     ``lease_ttl``, whatever their ``ttl``.
+
+    A waiter's key is moved, once it is found waiting, to the client's waiters' lease: the
+    shortest etcd grants (its floor: 1.5 election timeouts rounded up to whole seconds, 2 s
+    with etcd's defaults), which the client keeps alive every third of its TTL while any of
+    its keys waits on it. A waiter whose client dies leaves the line when etcd ends that
+    lease (its TTL and etcd's sweep of ended leases, every 0.5 s; ``capabilities.waiter_ttl``,
+    at most 6 s, bounds it) rather than after ``lease_ttl``; one killed between its
+    first write and that move leaves after ``lease_ttl``. A waiter found first in line moves
+    its key back to the client's lease, guarded by its create revision, before the grant is
+    reported (an exclusive one within its grant's transaction, guarded also by no key of the
+    line being older): the grant is a hold only once its key lives with the lease renewals
+    keep alive.
+    A waiters' lease found gone (it ran out unheard) sends its waiters to new places at the
+    end of their lines.
 
 How a hold is lost here
     A lease etcd no longer knows (a keep-alive answered with no TTL, a put refused because

@@ -7,8 +7,9 @@ send one JSON request and return the status and the decoded reply; ``astream_lin
 ``stream_lines`` open a long request (a watch) whose body is one or more JSON messages and
 whose reply is read line by line, and close it when the block ends (the gateway cannot cancel
 a watch: closing its connection does); ``interrupt`` ends such a read from any thread;
-``aclose_client``/``close_client`` close a client. The generator of the blocking twin renames
-each ``a`` name to the other (tools/generate_sync.py).
+``aclose_client``/``close_client`` close a client. A streaming body is sent whole, padded so
+that the gateway reads all of it (:data:`UNREAD_BODY`). The generator of the blocking twin
+renames each ``a`` name to the other (tools/generate_sync.py).
 """
 
 from __future__ import annotations
@@ -142,9 +143,22 @@ def _shut_down(network: Any) -> None:
 _CONNECTED = ("connection.connect_tcp.complete", "connection.start_tls.complete")
 
 
+#: how much of a streaming call's body must be left unread when the gateway first answers:
+#: Go's HTTP/1 server (etcd's gateway) then discards a shorter rest of the request body
+#: unread, so the watches asked for in it are never made (maxPostHandlerReadBytes, 256 KiB),
+#: but leaves a longer one for the handler to read; 64 KiB more than that limit covers what
+#: the gateway has read ahead by then (a few KiB)
+UNREAD_BODY = 320 * 1024
+
+
 def _messages(bodies: Sequence[Any]) -> bytes:
-    # the gateway reads a streaming call's body as a sequence of JSON messages
-    return "\n".join(json.dumps(body) for body in bodies).encode()
+    # the gateway reads a streaming call's body as a sequence of JSON messages, with any
+    # whitespace between them: the padding keeps the messages after the first from being
+    # discarded once the first is answered (a body of one message has none to lose)
+    text = "\n".join(json.dumps(body) for body in bodies).encode()
+    if len(bodies) < 2:
+        return text
+    return text + b" " * max(0, UNREAD_BODY - len(text))
 
 
 _JSON = {"Content-Type": "application/json"}

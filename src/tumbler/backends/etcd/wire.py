@@ -13,6 +13,7 @@ __all__ = [
     "OUT_OF_RANGE",
     "PERMISSION_DENIED",
     "UNAUTHENTICATED",
+    "UNAVAILABLE",
     "EtcdError",
     "GatewayUnavailable",
     "WatchEvent",
@@ -29,6 +30,8 @@ __all__ = [
     "error_of",
     "kv_of",
     "kvs",
+    "nested",
+    "none_older",
     "prefix_end",
     "unb64",
 ]
@@ -39,6 +42,8 @@ NOT_FOUND = 5
 PERMISSION_DENIED = 7
 INVALID_ARGUMENT = 3
 OUT_OF_RANGE = 11
+#: no leader, a leader change, a proposal that timed out: what may go through on a retry
+UNAVAILABLE = 14
 
 
 class EtcdError(Exception):
@@ -78,11 +83,16 @@ def prefix_end(prefix: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class WatchRequest:
-    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now)."""
+    """One key (to ``range_end``, if given) to watch, from ``start_revision`` on (0: from now).
+    ``watch_id`` (above 0) is the id the stream's news of this watch carry, the creation
+    notice included (etcd 3.4 and later); 0 lets etcd number the stream's watches. With
+    ``deletions_only``, etcd leaves out the puts."""
 
     key: bytes
     range_end: bytes | None = None
     start_revision: int = 0
+    watch_id: int = 0
+    deletions_only: bool = False
 
     def message(self) -> dict[str, Any]:
         request: dict[str, Any] = {"key": b64(self.key)}
@@ -90,6 +100,10 @@ class WatchRequest:
             request["range_end"] = b64(self.range_end)
         if self.start_revision:
             request["start_revision"] = self.start_revision
+        if self.watch_id:
+            request["watch_id"] = self.watch_id
+        if self.deletions_only:
+            request["filters"] = ["NOPUT"]
         return {"create_request": request}
 
 
@@ -107,8 +121,10 @@ class WatchEvent:
 @dataclass(frozen=True)
 class WatchNews:
     """A message of a watch stream that tells something: the stream's watch ``watch_id``
-    (numbered from 0 in the order they were asked for) was ``created`` at ``revision``, after
-    which it sees every change, or it saw ``events``."""
+    (the request's, or numbered from 0 in the order they were asked for) was ``created`` at
+    ``revision``, after which it sees every change, or it saw ``events``. The gateway does
+    not make every watch a stream asks for (of 100, as few as 9): only a creation notice says
+    a watch is made."""
 
     watch_id: int
     revision: int
@@ -149,6 +165,25 @@ def compare(key: bytes, target: str, value: int) -> dict[str, Any]:
     0 for a key that does not exist; ``"LEASE"``: its lease) equals ``value``."""
     field = {"CREATE": "create_revision", "LEASE": "lease"}[target]
     return {"key": b64(key), "target": target, field: str(value), "result": "EQUAL"}
+
+
+def none_older(prefix: bytes, revision: int) -> dict[str, Any]:
+    """A comparison that holds when no key under ``prefix`` was created before ``revision``
+    (etcd compares every key of a range)."""
+    return {
+        "key": b64(prefix),
+        "range_end": b64(prefix_end(prefix)),
+        "target": "CREATE",
+        "create_revision": str(revision - 1),
+        "result": "GREATER",
+    }
+
+
+def nested(
+    compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A transaction run as one operation of another."""
+    return {"request_txn": {"compare": compare, "success": success, "failure": failure}}
 
 
 def put(key: bytes, value: bytes, lease: int | None) -> dict[str, Any]:

@@ -11,11 +11,17 @@ a watch is one long request whose reply is one JSON object per line, and cannot 
 but by closing its connection (so each watch stream has a connection of its own).
 
 A gateway knows every member's URL. A call goes to the member that answered last (at first,
-one picked at random); when that one cannot be reached the next is tried, and a call the
-caller marks ``idempotent`` (a read, a keep-alive) is tried on the next member also when its
-reply was lost. With a user and password the gateway logs in (``/v3/auth/authenticate``)
-and sends the token with each call, logging in again when etcd says the token is no longer
-valid.
+one picked at random) and has a budget (the client's request timeout, or the caller's); each
+attempt of a call that may be tried again gets a share of it (:func:`attempt_bound`), so
+that a member that takes a request and never answers (stopped, cut off, or waiting for a
+leader that died) costs a part of the budget, not all of it. A member that failed is left
+for the next (also by the calls that follow), and the members are tried in turn, again and
+again after a short pause, until the budget is spent: a call that could not be sent (its
+connection refused) always, and one the caller marks ``idempotent`` (a read, a keep-alive,
+a transaction guarded so that doing it twice is doing it once) also when its reply was lost
+or etcd answered that it has no leader or timed out. With a user and password the gateway
+logs in (``/v3/auth/authenticate``) and sends the token with each call, logging in again
+when etcd says the token is no longer valid.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...._acompat import sleep_real
 from ..http import (
     HTTPFailure,
     LineStream,
@@ -43,6 +50,7 @@ from ..wire import (
     NOT_FOUND,
     OUT_OF_RANGE,
     UNAUTHENTICATED,
+    UNAVAILABLE,
     EtcdError,
     GatewayUnavailable,
     WatchEvent,
@@ -55,7 +63,21 @@ from ..wire import (
     kvs,
 )
 
-__all__ = ["Gateway", "WatchStream"]
+__all__ = ["Gateway", "WatchStream", "attempt_bound"]
+
+#: the most attempts a call's budget is shared among: with three members or more, a silent
+#: member leaves two thirds of the budget to the others
+ATTEMPTS_PER_BUDGET = 3
+#: the pause after a round in which no member answered, doubled each round up to the last
+ROUND_PAUSES = (0.05, 0.1, 0.2, 0.4)
+
+
+def attempt_bound(budget: float, members: int) -> float:
+    """How long one attempt of a call that may be tried again, with ``budget`` seconds, may
+    wait for its reply: a share that leaves time for an attempt on another of the
+    ``members``; the whole budget with one member (its reply is as likely to come late as an
+    answer to the same request sent again, which would only add to its load)."""
+    return budget / min(members, ATTEMPTS_PER_BUDGET)
 
 
 class Gateway:
@@ -81,6 +103,8 @@ class Gateway:
         self._token: str | None = None
         self._lock = threading.Lock()
         self._closed = False
+        #: called with a member's index when a call finds it failing (from any thread)
+        self._leaving: list[Callable[[int], None]] = []
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -121,31 +145,65 @@ class Gateway:
         self, path: str, body: Any, *, idempotent: bool = False, timeout: float | None = None
     ) -> Any:
         """POST ``body`` to ``path`` on a member; etcd's reply, or :class:`EtcdError`.
-        Tried on the next member when this one cannot be reached (and, for an
-        ``idempotent`` call, when its reply was lost); ``timeout`` bounds the whole call
-        (the client's request timeout bounds each attempt otherwise)."""
+        ``timeout`` (the client's request timeout if None) bounds the whole call; tried on
+        the members in turn while it lasts, when the attempt could not be sent or, for an
+        ``idempotent`` call, when its reply was lost or etcd could not serve it then."""
         if self._closed:
             raise GatewayUnavailable("the client is closed")
+        budget = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        # a call that cannot be tried again after a lost reply waits for its reply as long
+        # as the budget allows: moving on early would only fail it sooner
+        bound = attempt_bound(budget, len(self.endpoints)) if idempotent else budget
         failures: list[str] = []
-        start = self._current
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for step in range(len(self.endpoints)):
-            index = (start + step) % len(self.endpoints)
-            endpoint = self.endpoints[index]
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                failures.append(f"{endpoint}: not tried, the call's {timeout:g} s had passed")
+        index = self._current
+        pauses = iter(ROUND_PAUSES)
+        pause = ROUND_PAUSES[0]
+        tried = 0
+        while True:
+            if tried and tried % len(self.endpoints) == 0:
+                # a whole round without an answer: the members may be electing a leader
+                pause = next(pauses, pause)
+                if deadline - time.monotonic() <= pause:
+                    break
+                sleep_real(pause)
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
+            endpoint = self.endpoints[index]
+            tried += 1
             try:
-                reply = self._call_once(endpoint, path, body, left)
+                reply = self._call_once(endpoint, path, body, min(left, bound))
             except HTTPFailure as failure:
                 failures.append(f"{endpoint}: {failure!r}")
+                self.leave(index)
                 if not (idempotent or not_sent(failure)):
                     raise GatewayUnavailable(f"{path}: the reply was lost ({failure!r})") from None
-                continue
-            self._current = index
-            return reply
-        raise GatewayUnavailable(f"{path}: no member answered: {'; '.join(failures)}")
+            except EtcdError as error:
+                if not (idempotent and error.code == UNAVAILABLE):
+                    raise
+                failures.append(f"{endpoint}: {error.message}")
+                self.leave(index)
+            else:
+                self._current = index
+                return reply
+            index = (index + 1) % len(self.endpoints)
+        raise GatewayUnavailable(
+            f"{path}: no member answered within {budget:g} s: {'; '.join(failures[-6:])}"
+        )
+
+    def leave(self, index: int) -> None:
+        """Member ``index`` failed: the calls that follow start on the next one, and what
+        :meth:`on_leave` registered learns of it."""
+        if self._current == index:
+            self._current = (index + 1) % len(self.endpoints)
+        for listener in list(self._leaving):
+            listener(index)
+
+    def on_leave(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener`` with a member's index whenever a call finds that member failing
+        (a watch stream on it may be as silent as the call was); it must not block."""
+        self._leaving.append(listener)
 
     def _call_once(self, endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
         client = self._client(endpoint)
@@ -181,14 +239,18 @@ class Gateway:
         success: list[dict[str, Any]],
         failure: list[dict[str, Any]],
         *,
+        idempotent: bool = False,
         timeout: float | None = None,
     ) -> tuple[bool, int, list[dict[str, Any]]]:
         """One transaction: whether ``compare`` held, the revision after it, and the
-        responses of the branch that ran (as the gateway gives them). Never moved to another
-        member after a lost reply: it may have been applied."""
+        responses of the branch that ran (as the gateway gives them). Tried again after a
+        lost reply only if ``idempotent``: the caller's guards make a second run of it give
+        the answer the first would have (a read; a put only if the key does not exist, with
+        a read of what is there either way)."""
         reply = self.call(
             "/v3/kv/txn",
             {"compare": compare, "success": success, "failure": failure},
+            idempotent=idempotent,
             timeout=timeout,
         )
         return (
@@ -198,8 +260,9 @@ class Gateway:
         )
 
     def grant_lease(self, ttl: int) -> tuple[int, int]:
-        """A new lease of ``ttl`` seconds: its id and the TTL etcd granted."""
-        reply = self.call("/v3/lease/grant", {"TTL": ttl})
+        """A new lease of ``ttl`` seconds: its id and the TTL etcd granted. Tried again after
+        a lost reply: a lease granted unheard has nothing attached and runs out by itself."""
+        reply = self.call("/v3/lease/grant", {"TTL": ttl}, idempotent=True)
         if reply.get("error"):
             raise EtcdError(0, str(reply["error"]))
         return int(reply["ID"]), int(reply["TTL"])
@@ -252,6 +315,8 @@ class WatchStream:
         self._stream = LineStream()
         #: how many of its watches etcd has confirmed
         self.created = 0
+        #: the index of the member it is opened on (once :meth:`open` has begun)
+        self.member: int | None = None
 
     def interrupt(self) -> None:
         """End the stream now, from any thread, at whatever point it is: opening it or
@@ -263,7 +328,8 @@ class WatchStream:
         """Watch every one of ``requests`` from their revisions, for the block (the
         connection is closed at its end)."""
         gateway = self._gateway
-        endpoint = gateway.endpoints[gateway._current]
+        self.member = gateway._current
+        endpoint = gateway.endpoints[self.member]
         client = gateway._client(endpoint, "watches")
         headers = gateway._headers(endpoint)
         messages = [request.message() for request in requests]
