@@ -86,7 +86,11 @@ def test_each_floor_pair_is_two_transactions_and_leaves_no_lease(url: str, measu
     for run in runs:
         assert "errors" not in run, run
         assert run["server_requests_per_pair"] == 2.0
-    assert BENCH.leases(url) == before
+    after = BENCH.leases(url)
+    assert before is not None
+    assert after is not None
+    # none of their own: the module's other cases' leases may run out meanwhile
+    assert after <= before, after - before
 
 
 @pytest.mark.slow
