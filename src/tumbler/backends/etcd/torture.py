@@ -4,6 +4,8 @@ three."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,17 @@ class _EtcdClusterDeployment(QuorumDeployment):
         member.stop()
         member.start()
 
+    def pause_node(self, index: int) -> None:
+        self._signal(index, signal.SIGSTOP)
+
+    def resume_node(self, index: int) -> None:
+        self._signal(index, signal.SIGCONT)
+
+    def _signal(self, index: int, signum: int) -> None:
+        pid = self.cluster.members[index].pid
+        if pid is not None:
+            os.kill(pid, signum)
+
     def leader(self) -> int | None:
         try:
             leader: int = self.cluster.leader(timeout=1.0)
@@ -142,18 +155,33 @@ DEPLOYMENTS = (
         recovery_grace=5.0,
         start=_start_etcd,
         missing=_missing_etcd,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
     ),
     BackendSpec(
         name="etcd-cluster",
         summary="etcd cluster of 3",
         scheme="etcd",
-        faults=(*WORKER_FAULTS, "minority", "leader", "restart"),
-        default_faults=(*WORKER_FAULTS, "minority", "leader"),
+        faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause", "restart"),
+        ),
+        default_faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause"),
+        ),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
-        "including the leader",
+        "including the leader; while a majority serves no acquire fails and no hold is lost, "
+        "and through a leader's loss no acquire fails",
         recovery_grace=8.0,
         start=_start_etcd_cluster,
         missing=_missing_etcd,
+        available={
+            "minority": ("acquire", "hold"),
+            "minority-pause": ("acquire", "hold"),
+            "leader": ("acquire",),
+            "leader-pause": ("acquire",),
+        },
     ),
 )
