@@ -41,8 +41,8 @@ CI_ROUNDS: dict[str, list[str]] = {
     ],
     "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
-    "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset"],
-    "etcd-cluster": ["minority", "leader"],
+    "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
+    "etcd-cluster": ["minority+minority-pause", "leader"],
     "redlock": ["kill", "pause", "minority", "rolling-loss"],
     # Redlock's other rounds, in a test of their own that runs beside the first one
     "redlock-hangs": ["minority-pause", "net-cut+net-drop+net-delay+net-reset"],
@@ -304,7 +304,7 @@ def _worker_processes(directory: Path) -> list[int]:
 
 
 #: the deployments whose fair lines CI checks with a waiter killed in them
-DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper"]
+DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd"]
 
 
 @pytest.mark.timeout(90)
