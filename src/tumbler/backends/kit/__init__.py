@@ -34,8 +34,9 @@ rest from here. Each piece is for:
   :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
 - :func:`~tumbler.backends.kit.owners.owner_hash`: an owner as a store keeps it (its SHA-1),
   so that reading the store gives nobody an owner id to act with. Imported from there.
-- :func:`to_wake`: the waiters of a freed line that the rule lets through now, for a backend
-  whose release tells each waiter's client (PostgreSQL, MySQL).
+- :func:`to_wake`: the waiters of a freed line that the rule lets through now
+  (``_core.let_through``: one pass over the head of the line), for a backend whose release
+  tells each waiter's client (PostgreSQL, MySQL).
 - :mod:`tumbler.backends.kit._async.listener` (``AsyncListener``, and ``Listener`` in its
   ``_sync`` twin): the life of a client's one listening connection (started at the first
   wait, connected again after a failure, every waiter woken once it listens again), for a

@@ -93,6 +93,21 @@ _CREATE = (
         UNIQUE (name, owner)
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON {s}.tumbler_entries (expires_at)",
+    # What a decision and a release read of a name, each found without passing over the rest
+    # of its line: its expired entries (each decision deletes them first); its grants; its
+    # waiters in arrival order (the head of the line); its fair exclusive waiters (one ahead
+    # keeps every fair request waiting); its shared entries by permit count (one with another
+    # count refuses a shared request).
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_name_expiry ON {s}.tumbler_entries "
+    "(name, expires_at)",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_grants ON {s}.tumbler_entries (name) "
+    "WHERE token IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_line ON {s}.tumbler_entries (name, seq) "
+    "WHERE token IS NULL",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_fair_writers ON {s}.tumbler_entries "
+    "(name, seq) WHERE token IS NULL AND fair AND NOT shared",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_limits ON {s}.tumbler_entries (name, lim) "
+    "WHERE shared",
     """CREATE TABLE IF NOT EXISTS {s}.tumbler_evictions (
         name       text NOT NULL,
         owner      text NOT NULL,         -- SHA-1 of the evicted grant's owner id
@@ -120,11 +135,14 @@ _CREATE = (
     DECLARE
         mine record;
         waiting boolean;
+        at timestamptz;
     BEGIN
         undecided := false;
         PERFORM pg_advisory_xact_lock(lock_key);
-        DELETE FROM {s}.tumbler_entries
-            WHERE name = lock_name AND expires_at <= clock_timestamp();
+        -- a value, not clock_timestamp() itself, so that the index on (name, expires_at)
+        -- finds the expired entries: a volatile call is no index bound
+        at := clock_timestamp();
+        DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND expires_at <= at;
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
@@ -189,8 +207,8 @@ _CREATE = (
             RETURN false;
         END IF;
         SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
-            FROM {s}.tumbler_entries WHERE name = lock_name AND expires_at > at
-            ORDER BY seq LIMIT 1;
+            FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
+            AND expires_at > at ORDER BY seq LIMIT 1;
         IF NOT FOUND OR first.shared OR first.client IS NULL OR first.listener IS NULL
            OR first.stamp IS NULL
            -- free: no listening connection holds it (taken till the commit, harmlessly)
@@ -208,7 +226,7 @@ _CREATE = (
     END $$""",
     # A release: the owner's entry deleted, the lock handed to the next waiter where
     # tumbler_hand_off can; "removed" says whether the entry was a live grant, "others_wait"
-    # whether waiters the client must decide for are left (wake_line).
+    # whether waiters are left, whom the client then finds by the rule (wake_line).
     """CREATE OR REPLACE FUNCTION {s}.tumbler_release(
         lock_key bigint, lock_name text, lock_owner text,
         OUT removed boolean, OUT others_wait boolean
@@ -228,7 +246,7 @@ _CREATE = (
             PERFORM set_config('synchronous_commit', 'off', true);
             others_wait := EXISTS (
                 SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
-                AND client IS NOT NULL AND expires_at > clock_timestamp());
+                AND expires_at > clock_timestamp());
         END IF;
     END $$""",
 )
@@ -237,10 +255,12 @@ _STATEMENTS = {
     # -- set-up -------------------------------------------------------------------------------
     "begin": "BEGIN",
     "commit": "COMMIT",
-    # the tables, and the functions as this version makes them: a function made before its
-    # search_path was pinned is made again
+    # the tables with the indexes this version reads by (the last one made, which an earlier
+    # version lacked), and the functions as this version makes them: a function made before
+    # its search_path was pinned is made again
     "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
     "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL "
+    "AND to_regclass(%(limits)s) IS NOT NULL "
     "AND to_regprocedure(%(release)s) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_proc "
     "WHERE pronamespace = to_regnamespace(%(schema)s) AND proname IN "
     "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release') "
@@ -252,14 +272,39 @@ _STATEMENTS = {
     # long as it listens, so a release can tell whether a waiter's client still does.
     "hold_listener": "SELECT pg_advisory_lock_shared((%(key)s >> 32)::integer, "
     "(%(key)s & 2147483647)::integer)",
-    "drop_expired": "DELETE FROM {s}.tumbler_entries "
-    "WHERE name = %s AND expires_at <= clock_timestamp()",
+    # now() (the transaction's start) rather than clock_timestamp(), which is no index bound:
+    # the name's expired entries are found by the index on (name, expires_at)
+    "drop_expired": "DELETE FROM {s}.tumbler_entries WHERE name = %s AND expires_at <= now()",
     "grant": "SELECT granted, lease_left, undecided FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
     "%(ttl)s, %(client)s, %(listener)s, %(stamp)s)",
-    "line": "SELECT owner, seq, shared, lim, fair, token, "
-    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM {s}.tumbler_entries "
-    "WHERE name = %s AND expires_at > clock_timestamp() ORDER BY seq",
+    # The part of a name's live line the grant rule looks at for one request (``plan`` gives
+    # the same answer on it as on the whole line): every grant; the owner's own entry; for a
+    # fair request, the first fair waiters ahead of it (as many as the request's permits,
+    # or one: more than that changes no answer) and the first fair exclusive one ahead (any
+    # keeps a fair request waiting); for a shared one, an entry of another permit count (any
+    # refuses it). Each found by an index, whatever the length of the line. "before": the
+    # owner's place in line, read first in the same transaction.
+    "line": "WITH mine AS (SELECT coalesce((SELECT seq FROM {s}.tumbler_entries "
+    "WHERE name = %(name)s AND owner = %(owner)s), 9223372036854775807) AS before) "
+    "SELECT DISTINCT ON (seq) owner, seq, shared, lim, fair, token, "
+    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM (("
+    "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL"
+    ") UNION ALL ("
+    "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND owner = %(owner)s"
+    ") UNION ALL ("
+    "SELECT entry.* FROM {s}.tumbler_entries AS entry, mine WHERE %(fair)s "
+    "AND name = %(name)s AND token IS NULL AND fair AND seq < mine.before "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT greatest(%(lim)s, 1)"
+    ") UNION ALL ("
+    "SELECT entry.* FROM {s}.tumbler_entries AS entry, mine WHERE %(fair)s "
+    "AND name = %(name)s AND token IS NULL AND fair AND NOT shared AND seq < mine.before "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT 1"
+    ") UNION ALL ("
+    "SELECT * FROM {s}.tumbler_entries WHERE %(shared)s "
+    "AND name = %(name)s AND shared AND (lim < %(lim)s OR lim > %(lim)s) "
+    "AND owner <> %(owner)s AND expires_at > clock_timestamp() LIMIT 1"
+    ")) AS relevant WHERE expires_at > clock_timestamp() ORDER BY seq",
     "add": "INSERT INTO {s}.tumbler_entries "
     "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
     "stamp, written_at) "
@@ -283,12 +328,15 @@ _STATEMENTS = {
     # -- release -------------------------------------------------------------------------------
     "release": "SELECT removed, others_wait FROM {s}.tumbler_release(%s, %s, %s)",
     "hand_off": "SELECT {s}.tumbler_hand_off(%s)",
-    # what a release needs to find the waiters it lets through: the live line, read only if
-    # someone waits with a channel to notify
-    "wake_line": "SELECT owner, seq, shared, lim, fair, token, client "
-    "FROM {s}.tumbler_entries WHERE name = %(name)s AND expires_at > clock_timestamp() "
-    "AND EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = %(name)s "
-    "AND token IS NULL AND client IS NOT NULL) ORDER BY seq",
+    # what a release needs to find the waiters it lets through (kit.to_wake): the name's live
+    # grants and the head of its line, "count" waiters from the one after "after" (a seq) on,
+    # each part found by an index
+    "wake_line": "(SELECT owner, seq, shared, lim, fair, token, client FROM {s}.tumbler_entries "
+    "WHERE %(grants)s AND name = %(name)s AND token IS NOT NULL "
+    "AND expires_at > clock_timestamp()) "
+    "UNION ALL (SELECT owner, seq, shared, lim, fair, token, client FROM {s}.tumbler_entries "
+    "WHERE name = %(name)s AND token IS NULL AND seq > %(after)s "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT %(count)s) ORDER BY seq",
     "notify": "SELECT pg_notify(channel, payload) "
     "FROM unnest(%s::text[], %s::text[]) AS wake (channel, payload)",
     # -- leases -------------------------------------------------------------------------------
@@ -354,6 +402,8 @@ class Statements:
     evictions: str
     #: the release function's signature, for ``to_regprocedure``
     release: str
+    #: the index made last, for ``to_regclass``: a schema an earlier version made lacks it
+    limits: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -380,6 +430,7 @@ class Statements:
             entries=f"{qualified}.tumbler_entries",
             evictions=f"{qualified}.tumbler_evictions",
             release=f"{qualified}.tumbler_release(bigint,text,text)",
+            limits=f"{qualified}.tumbler_entries_limits",
         )
 
     def __getitem__(self, key: str) -> bytes:

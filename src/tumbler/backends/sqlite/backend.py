@@ -757,27 +757,16 @@ def _ring(address: str, payload: bytes) -> None:
 
 
 def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | None]]) -> set[str]:
-    """The doorbells of the waiters the grant rule lets through now, in arrival order: each
-    such waiter counts as granted for those behind it, so a mutex wakes one waiter, not the
-    herd. ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)``
-    by seq."""
+    """The doorbells of the waiters the grant rule lets through now (``core.let_through``:
+    each counts as granted for those behind it, so a mutex wakes one waiter, not the herd).
+    ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)`` by
+    seq."""
     line = [
         core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
         for owner, seq, shared, lim, fair, token, _ in rows
     ]
-    doorbells: set[str] = set()
-    for index, (owner, _, shared, lim, fair, token, wake) in enumerate(rows):
-        if token is not None:
-            continue
-        try:
-            decision = core.decide(line, owner, bool(shared), lim, bool(fair))
-        except PermitsMismatch:
-            continue
-        if decision is core.Decision.GRANT:
-            line[index] = dataclasses.replace(line[index], token=0)
-            if wake is not None:
-                doorbells.add(wake)
-    return doorbells
+    through, _ = core.let_through(line)
+    return {wake for i in through if (wake := rows[i][6]) is not None}
 
 
 class _Busy(Exception):

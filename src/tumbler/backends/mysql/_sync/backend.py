@@ -39,7 +39,15 @@ from ..common import (
     open_connection,
     translate_errors,
 )
-from ..statements import NOTE_GRACE, RENEW_ROWS, SWEEP_EVERY, SWEEP_ROWS, Statements
+from ..statements import (
+    INDEXES,
+    NOTE_GRACE,
+    PROCEDURES,
+    RENEW_ROWS,
+    SWEEP_EVERY,
+    SWEEP_ROWS,
+    Statements,
+)
 
 _log = logging.getLogger("tumbler.mysql")
 
@@ -66,6 +74,11 @@ def _code(error: BaseException) -> int:
 
 #: delivered wake-ups a listener keeps before it deletes them, in one statement
 _WAKEUPS_KEPT = 32
+#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
+#: many each time) only while every one read goes through (a run of readers)
+WAKE_HEAD = 16
+#: a seq after every entry's: the place in line of an owner with no entry
+_LAST_SEQ = 2**64 - 1
 
 
 def _passing(statement: str, seqs: Sequence[int]) -> str:
@@ -472,7 +485,9 @@ class MySQLBackend:
         return self.make_tables(connection)
 
     def make_tables(self, connection: Any) -> bool:
-        """Make the tables and procedures if one is missing; whether it did."""
+        """Make the tables and procedures if one is missing, and bring those an earlier
+        version made up to this one's (its indexes added, its procedures made again);
+        whether it did."""
         if self._tables_exist(connection):
             return False
         lock = f"tumbler-schema-{self.config.prefix}"
@@ -483,24 +498,46 @@ class MySQLBackend:
             if self._tables_exist(connection):
                 return False
             with connection.cursor() as cursor:
+                made = self._indexes(cursor)
+                if made is not None:
+                    # tables of an earlier version: what this one reads by, and its procedures
+                    for key, columns in INDEXES.items():
+                        if key not in made:
+                            add = self.sql["add_index"].format(key=key, columns=columns)
+                            cursor.execute(add)
+                    for procedure in PROCEDURES:
+                        cursor.execute(self.sql["drop_procedure"].format(procedure=procedure))
                 for statement in self.sql.create:
                     cursor.execute(statement)
         finally:
             _one_row(connection, self.sql["schema_unlock"], (lock,))
         return True
 
+    def _indexes(self, cursor: Any) -> set[str] | None:
+        """The names of the entries table's indexes; None if there is no such table."""
+        cursor.execute(self.sql["indexes"], (f"{self.config.prefix}entries",))
+        names = {str(name) for (name,) in cursor.fetchall()}
+        return names or None
+
     def _tables_exist(self, connection: Any) -> bool:
+        """Whether the tables and procedures are there, as this version makes them (the
+        index made last is there, and the procedure made last)."""
         row = _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
-        return bool(row[0])
+        if not row[0]:
+            return False
+        with connection.cursor() as cursor:
+            made = self._indexes(cursor)
+        return made is not None and "limits" in made
 
     # -- grants ----------------------------------------------------------------------------
 
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock and wake it."""
+        listening = self.config.ring
         return {
             "ttl": self.capabilities.waiter_ttl,
-            "client": self.wakeups.key if self.config.ring else None,
+            "client": self.wakeups.key if listening else None,
             "lease": request.ttl,
             "stamp": stamp,
         }
@@ -578,7 +615,20 @@ class MySQLBackend:
             cursor.execute(sql["begin"])
             try:
                 cursor.execute(sql["lock_name"], (request.name,))
-                cursor.execute(sql["line"], (request.name,))
+                cursor.execute(sql["place"], (request.name, owner))
+                place = cursor.fetchone()
+                cursor.execute(
+                    sql["line"],
+                    {
+                        "name": request.name,
+                        "owner": owner,
+                        "fair": request.fair,
+                        "shared": request.shared,
+                        "lim": request.limit,
+                        "count": max(1, request.limit),
+                        "before": _LAST_SEQ if place is None else place[0],
+                    },
+                )
                 rows = list(cursor.fetchall())
                 line = [
                     Entry(entry_owner, seq, bool(shared), lim, bool(fair), token)
@@ -707,15 +757,26 @@ class MySQLBackend:
 
     def _wake(self, connection: Any, name: str) -> None:
         """Wake the waiters of ``name`` that the grant rule lets through now (after a
-        release that handed nothing over). A wake-up is a hint: one lost here costs the
-        waiter a re-check."""
+        release that handed nothing over), reading the name's grants and the head of its
+        line, and more of the line only while every waiter read goes through. A wake-up is a
+        hint: one lost here costs the waiter a re-check."""
         with connection.cursor() as cursor:
-            cursor.execute(self.sql["wake_line"], (name,))
-            rows = [
-                (owner, seq, bool(shared), lim, bool(fair), token, client)
-                for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
-            ]
-            for client, tag in to_wake(rows):
+            rows: list[Any] = []
+            after, count = -1, WAKE_HEAD
+            while True:
+                arguments = {"name": name, "grants": after < 0, "after": after, "count": count}
+                cursor.execute(self.sql["wake_line"], arguments)
+                read = [
+                    (owner, seq, bool(shared), lim, bool(fair), token, client)
+                    for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
+                ]
+                rows = sorted([*rows, *read], key=lambda row: row[1])
+                woken, complete = to_wake(rows)
+                waiters = [row for row in read if row[5] is None]
+                if complete or len(waiters) < count:
+                    break
+                after, count = waiters[-1][1], count * 2
+            for client, tag in woken:
                 cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
                 if cursor.rowcount != 1:
                     continue  # its client no longer listens

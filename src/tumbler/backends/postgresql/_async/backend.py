@@ -48,6 +48,10 @@ from ..statements import (
 
 _log = logging.getLogger("tumbler.postgresql")
 
+#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
+#: many each time) only while every one read goes through (a run of readers)
+WAKE_HEAD = 16
+
 T = TypeVar("T")
 
 
@@ -473,6 +477,7 @@ class AsyncPostgreSQLBackend:
                     "evictions": self.sql.evictions,
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
+                    "limits": self.sql.limits,
                     "schema": self.sql.schema_identifier,
                     "search_path": f"search_path={SEARCH_PATH}",
                 },
@@ -550,7 +555,16 @@ class AsyncPostgreSQLBackend:
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
             )
-            cursor = await connection.execute(self.sql["line"], (request.name,))
+            cursor = await connection.execute(
+                self.sql["line"],
+                {
+                    "name": request.name,
+                    "owner": owner,
+                    "fair": request.fair,
+                    "shared": request.shared,
+                    "lim": request.limit,
+                },
+            )
             rows = await cursor.fetchall()
             line = [
                 Entry(entry_owner, seq, shared, lim, fair, token)
@@ -652,20 +666,39 @@ class AsyncPostgreSQLBackend:
             row = await cursor.fetchone()
             assert row is not None
             removed, others_wait = row
-            if others_wait:  # not handed over: the grant rule says whom to wake
-                async with self.alone(connection):
-                    line = await connection.execute(self.sql["wake_line"], {"name": name})
-                await self._notify(connection, name, await line.fetchall())
+            if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
+                await self._wake(connection, name)
             return bool(removed)
 
         with translate_errors(self.url, name):
             return await self.pool.run(remove)
 
-    async def _notify(self, connection: AsyncConnection[Any], name: str, rows: list[Any]) -> None:
-        """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
-        commit that let them: a woken waiter tries at once). A wake-up is a hint: one lost
-        here costs the waiter a re-check."""
-        woken = to_wake(rows)
+    async def _wake(self, connection: AsyncConnection[Any], name: str) -> None:
+        """Notify the waiters of ``name`` that the grant rule lets through now (after the
+        commit that let them: a woken waiter tries at once), reading the name's grants and
+        the head of its line, and more of the line only while every waiter read goes
+        through. A wake-up is a hint: one lost here costs the waiter a re-check."""
+        rows: list[Any] = []
+        after, count = -1, WAKE_HEAD
+        while True:
+            async with self.alone(connection):
+                cursor = await connection.execute(
+                    self.sql["wake_line"],
+                    {"name": name, "grants": after < 0, "after": after, "count": count},
+                )
+            read = await cursor.fetchall()
+            rows = sorted([*rows, *read], key=lambda row: row[1])
+            woken, complete = to_wake(rows)
+            waiters = [row for row in read if row[5] is None]
+            if complete or len(waiters) < count:
+                break
+            after, count = waiters[-1][1], count * 2
+        await self._notify(connection, name, woken)
+
+    async def _notify(
+        self, connection: AsyncConnection[Any], name: str, woken: list[tuple[str, str]]
+    ) -> None:
+        """Send each of ``woken`` (``(channel, owner)``) its wake-up."""
         if woken:
             await connection.execute(
                 self.sql["notify"],
@@ -711,9 +744,9 @@ class AsyncPostgreSQLBackend:
                     {"name": name, "note": note, "grace": NOTE_GRACE},
                 )
                 await connection.execute(self.sql["hand_off"], (name,))
-                line = await connection.execute(self.sql["wake_line"], {"name": name})
             row = await counted.fetchone()
-            await self._notify(connection, name, await line.fetchall())
+            if self.config.listen:
+                await self._wake(connection, name)
             return int(row[0]) if row else 0
 
         with translate_errors(self.url, name):
