@@ -26,8 +26,10 @@ import pytest
 
 import tumbler
 import tumbler.aio
+from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.backends.mysql.common import open_async, open_sync
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -711,3 +713,90 @@ async def test_asyncio_a_hand_off_forced_out_before_the_waiter_took_it_is_not_ta
         grant = await waiter.try_grant(_request("stock", "b"))
         assert grant is not None
         assert grant.token > handed.token
+
+
+# -- a waiter's entry that runs out between the two transactions of a decision --------------
+
+
+def _waiting_for_name(admin: Any, prefix: str) -> int:
+    """How many statements are under way that take a name's row (each waits: a transaction
+    holds it). MariaDB's INNODB_TRX leaves out some transactions that wait for a row: the
+    process list has them all."""
+    with admin.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' "
+            "AND INFO LIKE %s",
+            (f"INSERT INTO {prefix}names %",),
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case: a request the grant procedure sends back (a semaphore's) is
+    decided in a second transaction, and the waiter's entry ran out in between: missing from
+    the live line, still in the table, and written anew it broke the by_name key ("Duplicate
+    entry ... for key 'by_name'", which 80 clients on MariaDB met once). A transaction that
+    holds the name's row keeps the retry waiting, a second one queues behind it and, once
+    the procedure is done, ends the entry's lease before the decision goes on."""
+    prefix = f"dup_{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=4&socket_timeout=8"
+    holder = GrantRequest("crowd", "h", True, 1, True, 30.0, "test")
+    waiter = GrantRequest("crowd", "w", True, 1, True, 30.0, "test")
+    backend = open_sync(parse_url(url))
+    admin = mariadb_server.connect(TUMBLER_DATABASE)
+    first = mariadb_server.connect(TUMBLER_DATABASE)
+    second = mariadb_server.connect(TUMBLER_DATABASE)
+    lock_name = (
+        f"INSERT INTO {prefix}names (name) VALUES ('crowd') ON DUPLICATE KEY UPDATE name = name"
+    )
+    try:
+        assert backend.try_grant(holder) is not None
+        assert backend.try_grant(waiter) is None  # its entry, in line
+        with first.cursor() as cursor:
+            cursor.execute("START TRANSACTION")
+            cursor.execute(lock_name)
+
+        async def retry() -> Any:
+            other = await open_async(parse_url(url))
+            try:
+                return await other.try_grant(waiter)
+            finally:
+                await other.close()
+
+        if flavour == "sync":
+            call = background(lambda: backend.try_grant(waiter))
+        else:
+            call = background(lambda: asyncio.run(retry()))
+        eventually(
+            lambda: call.done() or _waiting_for_name(admin, prefix) == 1,
+            "the retry waits for the name",
+        )
+        assert not call.done(), call.result()
+
+        def expire() -> None:
+            with second.cursor() as cursor:
+                cursor.execute("START TRANSACTION")
+                cursor.execute(lock_name)
+                cursor.execute(
+                    f"UPDATE {prefix}entries SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 "
+                    "SECOND WHERE name = 'crowd' AND owner = %s",
+                    (owner_hash("w"),),
+                )
+                cursor.execute("COMMIT")
+
+        expiring = background(expire)
+        eventually(lambda: _waiting_for_name(admin, prefix) == 2, "the expiry queues behind it")
+        with first.cursor() as cursor:
+            cursor.execute("COMMIT")
+        expiring.result()
+        assert call.result() is None  # in line again, not granted
+        with admin.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {prefix}entries WHERE name = 'crowd'")
+            assert cursor.fetchone() == (2,)
+    finally:
+        for connection in (admin, first, second):
+            connection.close()
+        backend.close()

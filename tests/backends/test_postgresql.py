@@ -28,13 +28,14 @@ from tumbler import ConfigurationError, InvalidURL, PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.postgresql.common import open_sync, parse_config
+from tumbler.backends.postgresql.common import open_async, open_sync, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,
     PostgreSQLServer,
 )
+from tumbler.backends.postgresql.statements import name_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
@@ -930,3 +931,82 @@ def test_a_transaction_pooler_polls_and_keeps_no_session_state() -> None:
     assert explicit.pooled
     assert not explicit.listen
     assert parse_config(parse_url("postgresql://u@h/db?pooler=none")).listen
+
+
+# -- a waiter's entry that runs out between the two transactions of a decision --------------
+
+
+def _waiting_for_names(admin: psycopg.Connection[Any]) -> int:
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
+    server: PostgreSQLServer,
+    url: str,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    flavour: str,
+) -> None:
+    """A request the grant function sends back (a semaphore's) is decided in a second
+    transaction, which reads the live line: the waiter's own entry could run out in between,
+    be missing from that line yet still in the table, and writing it anew broke the (name,
+    owner) key, an internal error ("duplicate key value violates unique constraint")
+    raised from an acquire. Here the entry runs out in that gap for certain: a transaction
+    that holds the name's lock keeps the retry waiting, a second one queues behind it and,
+    once the grant function is done, ends the entry's lease before the decision goes on."""
+    url = f"{url}&lock_timeout=4&statement_timeout=8"
+    holder = GrantRequest("crowd", "h", True, 1, True, 30.0, "test")
+    waiter = GrantRequest("crowd", "w", True, 1, True, 30.0, "test")
+    key = name_key(schema, "crowd")
+    backend = open_sync(parse_url(url))
+    try:
+        assert backend.try_grant(holder) is not None
+        assert backend.try_grant(waiter) is None  # its entry, in line
+        with (
+            server.connect(TUMBLER_DATABASE) as first,
+            server.connect(TUMBLER_DATABASE) as second,
+        ):
+            first.execute("BEGIN")
+            first.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+
+            async def retry() -> Any:
+                other = await open_async(parse_url(url))
+                try:
+                    return await other.try_grant(waiter)
+                finally:
+                    await other.close()
+
+            if flavour == "sync":
+                call = background(lambda: backend.try_grant(waiter))
+            else:
+                call = background(lambda: asyncio.run(retry()))
+            eventually(
+                lambda: call.done() or _waiting_for_names(admin) == 1,
+                "the retry waits for the name",
+            )
+            assert not call.done()
+
+            def expire() -> None:
+                with second.transaction():
+                    second.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+                    second.execute(
+                        sql.SQL(
+                            "UPDATE {}.tumbler_entries SET expires_at = clock_timestamp() "
+                            "- interval '1 second' WHERE name = 'crowd' AND owner = %s"
+                        ).format(sql.Identifier(schema)),
+                        (owner_hash("w"),),
+                    )
+
+            expiring = background(expire)
+            eventually(lambda: _waiting_for_names(admin) == 2, "the expiry queues behind it")
+            first.execute("COMMIT")
+            expiring.result()
+            assert call.result() is None  # in line again, not granted
+        assert rows_of(admin, schema, "crowd") == 2
+    finally:
+        backend.close()

@@ -479,6 +479,7 @@ _STATEMENTS = {
     "AND (lim < %(lim)s OR lim > %(lim)s) "
     "AND owner <> %(owner)s AND expires_at > UTC_TIMESTAMP(6) LIMIT 1) ORDER BY seq",
     "place": "SELECT seq FROM {p}entries WHERE name = %s AND owner = %s",
+    "drop_expired": "CALL {p}drop_expired(%s)",
     "new_token": "INSERT INTO {p}tokens () VALUES ()",
     "drop_token": "DELETE FROM {p}tokens WHERE token = LAST_INSERT_ID()",
     "add": "INSERT INTO {p}entries (name, owner, shared, lim, fair, token, expires_at, holder, "

@@ -615,6 +615,10 @@ class AsyncMySQLBackend:
             await cursor.execute(sql["begin"])
             try:
                 await cursor.execute(sql["lock_name"], (request.name,))
+                # The owner's own entry may have run out since {p}grant deleted the expired
+                # ones: missing from the live line read below yet still in the table, where
+                # writing it anew would break the by_name key. Deleted first, as there.
+                await cursor.execute(sql["drop_expired"], (request.name,))
                 await cursor.execute(sql["place"], (request.name, owner))
                 place = await cursor.fetchone()
                 await cursor.execute(

@@ -615,6 +615,10 @@ class MySQLBackend:
             cursor.execute(sql["begin"])
             try:
                 cursor.execute(sql["lock_name"], (request.name,))
+                # The owner's own entry may have run out since {p}grant deleted the expired
+                # ones: missing from the live line read below yet still in the table, where
+                # writing it anew would break the by_name key. Deleted first, as there.
+                cursor.execute(sql["drop_expired"], (request.name,))
                 cursor.execute(sql["place"], (request.name, owner))
                 place = cursor.fetchone()
                 cursor.execute(

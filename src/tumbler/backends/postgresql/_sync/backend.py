@@ -555,6 +555,10 @@ class PostgreSQLBackend:
         the write and the commit."""
         with self.batch(connection):
             connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, request.name),))
+            # The owner's own entry may have run out since tumbler_grant deleted the expired
+            # ones: missing from the live line read below yet still in the table, where
+            # writing it anew would break the (name, owner) key. Deleted first, as there.
+            connection.execute(self.sql["drop_expired"], (request.name,))
             cursor = connection.execute(
                 self.sql["line"],
                 {
