@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pymysql
 import pytest
 
 import tumbler
@@ -29,7 +30,7 @@ import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.mysql.common import open_async, open_sync
+from tumbler.backends.mysql.common import open_async, open_connection, open_sync, parse_config
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -47,7 +48,8 @@ from tumbler.testing.conformance.compat import (
     eventually,
     gather,
 )
-from tumbler.testing.servers import make_tls_files
+from tumbler.testing.conformance.plugin import server_unavailable
+from tumbler.testing.servers import ServerError, make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
@@ -800,3 +802,64 @@ def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
         for connection in (admin, first, second):
             connection.close()
         backend.close()
+
+
+# -- a server out of connections -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_server_out_of_connections_is_named_at_once(tmp_path: Path, flavour: str) -> None:
+    """As PostgreSQL's case: a waiter whose client cannot open its listening connections
+    (the doorbell's and the listener's), the server having every connection it allows in
+    use, is told so at once, typed (``OutOfConnections``, a ``BackendUnavailable``) and with
+    the server's refusal ("Too many connections") for its cause; it used to wait out the
+    listener's patience (10 s) and raise "could not listen for wake-ups in time"."""
+    try:
+        started = MariaDBServer(tmp_path / "small", max_connections=6).start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start mariadbd: {error}")
+    url = f"{started.url}?table_prefix=crowded_"
+    filled: list[Any] = []
+    try:
+        with tumbler.connect(url) as holder:
+            assert holder.lock("busy").acquire()
+            if flavour == "sync":
+                waiter = tumbler.connect(url)
+            else:
+                loop = asyncio.new_event_loop()
+                waiter_aio = loop.run_until_complete(tumbler.aio.connect(url))
+            # every connection the server allows, taken (the holder's and the waiter's call
+            # connections among them)
+            config = parse_config(parse_url(url))
+            with pytest.raises(pymysql.err.OperationalError, match="Too many connections"):
+                while True:
+                    filled.append(open_connection(config))
+            with pytest.raises(tumbler.OutOfConnections) as refused:
+                if flavour == "sync":
+                    try:
+                        waiter.lock("busy").acquire(timeout=PATIENCE)
+                    finally:
+                        waiter.close()
+                else:
+
+                    async def wait() -> None:
+                        try:
+                            await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
+                        finally:
+                            await waiter_aio.close()
+
+                    try:
+                        loop.run_until_complete(wait())
+                    finally:
+                        loop.close()
+            assert isinstance(refused.value, BackendUnavailable)
+            assert isinstance(refused.value.__cause__, pymysql.err.OperationalError)
+            assert "refused a connection" in str(refused.value)
+            assert refused.value.lock_name == "busy"
+            for connection in filled:
+                connection.close()
+            filled.clear()
+    finally:
+        for connection in filled:
+            connection.close()
+        started.close()

@@ -1010,3 +1010,71 @@ def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
         assert rows_of(admin, schema, "crowd") == 2
     finally:
         backend.close()
+
+
+# -- a server out of connections -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_server_out_of_connections_is_named_at_once(tmp_path: Path, flavour: str) -> None:
+    """A waiter whose client cannot open its listening connection, because the server has
+    every connection it allows in use, is told so at once, typed (``OutOfConnections``, a
+    ``BackendUnavailable``) and with the server's refusal for its cause: it used to wait out
+    the listener's patience (10 s) and raise "could not listen for wake-ups in time"."""
+    try:
+        started = PostgreSQLServer(tmp_path / "small", max_connections=8).start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start postgres: {error}")
+    url = f"{started.url}?schema=crowded"
+    filled: list[psycopg.Connection[Any]] = []
+    with started.connect() as admin:
+        row = admin.execute(
+            "SELECT current_setting('max_connections')::int "
+            "- current_setting('superuser_reserved_connections')::int"
+        ).fetchone()
+        assert row is not None
+    # the two clients' connections (a call's, and the holder's listening one, once it waits:
+    # it never does here) and every other one the server gives this user
+    free = int(row[0]) - 2
+    try:
+        with tumbler.connect(url) as holder:
+            assert holder.lock("busy").acquire()
+            if flavour == "sync":
+                waiter = tumbler.connect(url)
+            else:
+                loop = asyncio.new_event_loop()
+                waiter_aio = loop.run_until_complete(tumbler.aio.connect(url))
+            # every connection the server allows this user, taken
+            options = parse_config(parse_url(url)).connect_options
+            filled.extend(psycopg.connect(**options) for _ in range(free))
+            with pytest.raises(psycopg.OperationalError, match="connection slots are reserved"):
+                psycopg.connect(**options)
+            with pytest.raises(tumbler.OutOfConnections) as refused:
+                if flavour == "sync":
+                    try:
+                        waiter.lock("busy").acquire(timeout=PATIENCE)
+                    finally:
+                        waiter.close()
+                else:
+
+                    async def wait() -> None:
+                        try:
+                            await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
+                        finally:
+                            await waiter_aio.close()
+
+                    try:
+                        loop.run_until_complete(wait())
+                    finally:
+                        loop.close()
+            assert isinstance(refused.value, BackendUnavailable)
+            assert isinstance(refused.value.__cause__, psycopg.OperationalError)
+            assert "refused a connection" in str(refused.value)
+            assert refused.value.lock_name == "busy"
+            for connection in filled:
+                connection.close()
+            filled.clear()
+    finally:
+        for connection in filled:
+            connection.close()
+        started.close()

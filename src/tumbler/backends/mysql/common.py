@@ -49,6 +49,14 @@ Waking waiters
     own entry shows it, with that token, and counts the lease the server says is left;
     otherwise it asks for the lock as any try does.
 
+A server out of connections
+    A client uses up to ``max_connections`` connections for calls and, once one of its
+    waiters waits, two more (the doorbell's and the listener's). A server that refuses a
+    connection because it has every one it allows in use ("Too many connections") fails the
+    call that needed it at once with ``OutOfConnections`` (a ``BackendUnavailable``), the
+    server's refusal for its cause (it is not tried again as a restart is): a waiter whose
+    client cannot listen is told so, not left to wait.
+
 What it cannot promise
     Replication is asynchronous by default: a failover to a replica that had not received a
     grant forgets it. A Galera node (``wsrep_on``) is refused at connect: a node grants on
@@ -82,6 +90,7 @@ from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
+    OutOfConnections,
     PermissionDenied,
     TumblerError,
 )
@@ -143,6 +152,9 @@ _OPTIONS = frozenset(
 _REFUSED = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
 #: the database or a table is missing, or the server is not set up for us
 _MISCONFIGURED = frozenset({1049, 1146, 3159})
+#: the server has all the connections it allows: max_connections (1040), or the account's
+#: max_user_connections (1203)
+_NO_ROOM = frozenset({1040, 1203})
 
 
 def _prefix(text: str) -> str:
@@ -252,6 +264,14 @@ def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> Tu
         return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
     if code in _MISCONFIGURED:
         return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
+    if code in _NO_ROOM:
+        return OutOfConnections(
+            "MySQL refused a connection: it has as many as it allows (its max_connections, "
+            "or the account's max_user_connections); each client uses up to max_connections "
+            f"(in the URL) for calls and two more to listen for releases: {text}",
+            lock_name=name,
+            backend=url,
+        )
     if code == _NO_TLS:
         return ConfigurationError(
             "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused "

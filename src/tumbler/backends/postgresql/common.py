@@ -71,6 +71,13 @@ What it cannot promise
     wait): a crash of the server in the moment after a release may forget it, and the lock is
     then held to the end of its lease, as after a crash of its holder. No grant is forgotten.
 
+A server out of connections
+    A client uses up to ``max_connections`` connections for calls and, once one of its
+    waiters waits, one more to listen. A server (or pooler) that refuses a connection
+    because it has every one it allows in use fails the call that needed it at once with
+    ``OutOfConnections`` (a ``BackendUnavailable``), the server's refusal for its cause: a
+    waiter whose client cannot listen is told so, not left to wait.
+
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused, or could not
     reach PostgreSQL for the whole lease); an operator force-released it (the note is kept
@@ -102,6 +109,7 @@ from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
+    OutOfConnections,
     PermissionDenied,
     TumblerError,
 )
@@ -118,6 +126,11 @@ DEFAULT_SCHEMA = "tumbler"
 #: ``max_connections`` when the URL does not say: calls are one short transaction each
 DEFAULT_MAX_CONNECTIONS = 10
 MAX_CONNECTIONS = 1000
+#: what to do about a server out of connections
+CONNECTIONS_ADVICE = (
+    "each client uses up to max_connections (in the URL) for calls and one more to listen "
+    "for releases"
+)
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 #: PostgreSQL's identifiers are at most 63 bytes (NAMEDATALEN - 1)
 MAX_IDENTIFIER = 63
@@ -154,6 +167,16 @@ _AUTH_FAILED = re.compile(
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
 #: what PgBouncer says of the startup options a direct connection sets its bounds with
 _POOLER_REFUSED = re.compile(r"unsupported startup parameter")
+#: SQLSTATE too_many_connections: the server has max_connections (or a role's or a
+#: database's connection limit) in use already
+_NO_ROOM = "53300"
+#: ... what libpq reports of it at connect, where no SQLSTATE reaches the client (the slots
+#: reserved for superusers being the last ones free, or none free), and what PgBouncer says
+#: when it has max_client_conn clients already
+_FULL = re.compile(
+    r"too many clients already|remaining connection slots are reserved|too many connections "
+    r"for|no more connections allowed"
+)
 
 
 def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:
@@ -171,6 +194,13 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
         )
     if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
         return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
+    if state == _NO_ROOM or (state in ("", "08P01") and _FULL.search(text)):
+        return OutOfConnections(
+            "PostgreSQL refused a connection: it has as many as it allows (its "
+            f"max_connections, or a pooler's max_client_conn); {CONNECTIONS_ADVICE}: {text}",
+            lock_name=name,
+            backend=url,
+        )
     if state == "57014":
         return BackendUnavailable(
             f"PostgreSQL cancelled a statement that ran past statement_timeout: {text}",

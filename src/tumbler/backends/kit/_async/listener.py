@@ -17,7 +17,7 @@ import threading
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
 from ...._clock import Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, TumblerError
 from ...contract import WakeHub
 from ..handoffs import HandOffs
 
@@ -49,6 +49,10 @@ class AsyncListener:
         self._lock = threading.Lock()
         self._starting = AsyncMutex()
         self._listening = AsyncEvent()
+        #: set when the reader's attempt to listen succeeds or fails, and replaced by a new
+        #: one after a failure: a first wait learns at once that the client could not listen
+        self._attempt = AsyncEvent()
+        self._failure: Exception | None = None
         self._stop = AsyncEvent()
         self._closed = False
         self._failures = 0
@@ -58,13 +62,31 @@ class AsyncListener:
         return self._listening.is_set()
 
     async def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors)."""
+        """Return once the client listens (``name``: for errors). An attempt to listen that
+        fails (after the retries the connect makes of its own) fails this at once, with the
+        backend's error for its cause: a server that refuses the connection says why now,
+        not when ``patience`` has run out. The reader keeps trying in the background."""
         async with self._starting:
             self._start_reader()
-        if not await self._listening.wait(self._patience):
-            raise BackendUnavailable(
-                "could not listen for wake-ups in time", lock_name=name, backend=self._url
-            )
+        if self._listening.is_set():
+            return
+        attempt = self._attempt
+        settled = await attempt.wait(self._patience)
+        if self._listening.is_set():
+            return
+        failure = self._failure
+        if settled and failure is not None:
+            raise self._refused(failure, name) from failure
+        raise BackendUnavailable(
+            "could not listen for wake-ups in time", lock_name=name, backend=self._url
+        )
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError:
+        """The error a wait raises for an attempt to listen that failed with ``failure``
+        (a backend names its driver's errors)."""
+        return BackendUnavailable(
+            f"could not listen for wake-ups: {failure}", lock_name=name, backend=self._url
+        )
 
     def _start_reader(self) -> None:
         """Start listening in the background, unless it is under way or the listener closed
@@ -76,6 +98,7 @@ class AsyncListener:
     def _now_listening(self) -> None:
         """Called by :meth:`_listen` once releases reach the client."""
         self._listening.set_threadsafe()
+        self._attempt.set_threadsafe()
         if self._failures:
             self._hub.notify_all()  # something may have changed unheard
         self._failures = 0
@@ -97,6 +120,9 @@ class AsyncListener:
                 self._listening.clear()
                 if self._closed:
                     break
+                self._failure = error
+                failed, self._attempt = self._attempt, AsyncEvent()
+                failed.set_threadsafe()
                 self._failures += 1
                 self._log.warning(
                     "%s wake-up connection failed (waiters re-check): %s", self._label, error

@@ -19,7 +19,7 @@ import threading
 
 from ...._acompat import Event, Mutex, Worker, join, spawn
 from ...._clock import Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, TumblerError
 from ...contract import WakeHub
 from ..handoffs import HandOffs
 
@@ -51,6 +51,10 @@ class Listener:
         self._lock = threading.Lock()
         self._starting = Mutex()
         self._listening = Event()
+        #: set when the reader's attempt to listen succeeds or fails, and replaced by a new
+        #: one after a failure: a first wait learns at once that the client could not listen
+        self._attempt = Event()
+        self._failure: Exception | None = None
         self._stop = Event()
         self._closed = False
         self._failures = 0
@@ -60,13 +64,31 @@ class Listener:
         return self._listening.is_set()
 
     def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors)."""
+        """Return once the client listens (``name``: for errors). An attempt to listen that
+        fails (after the retries the connect makes of its own) fails this at once, with the
+        backend's error for its cause: a server that refuses the connection says why now,
+        not when ``patience`` has run out. The reader keeps trying in the background."""
         with self._starting:
             self._start_reader()
-        if not self._listening.wait(self._patience):
-            raise BackendUnavailable(
-                "could not listen for wake-ups in time", lock_name=name, backend=self._url
-            )
+        if self._listening.is_set():
+            return
+        attempt = self._attempt
+        settled = attempt.wait(self._patience)
+        if self._listening.is_set():
+            return
+        failure = self._failure
+        if settled and failure is not None:
+            raise self._refused(failure, name) from failure
+        raise BackendUnavailable(
+            "could not listen for wake-ups in time", lock_name=name, backend=self._url
+        )
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError:
+        """The error a wait raises for an attempt to listen that failed with ``failure``
+        (a backend names its driver's errors)."""
+        return BackendUnavailable(
+            f"could not listen for wake-ups: {failure}", lock_name=name, backend=self._url
+        )
 
     def _start_reader(self) -> None:
         """Start listening in the background, unless it is under way or the listener closed
@@ -78,6 +100,7 @@ class Listener:
     def _now_listening(self) -> None:
         """Called by :meth:`_listen` once releases reach the client."""
         self._listening.set_threadsafe()
+        self._attempt.set_threadsafe()
         if self._failures:
             self._hub.notify_all()  # something may have changed unheard
         self._failures = 0
@@ -99,6 +122,9 @@ class Listener:
                 self._listening.clear()
                 if self._closed:
                     break
+                self._failure = error
+                failed, self._attempt = self._attempt, Event()
+                failed.set_threadsafe()
                 self._failures += 1
                 self._log.warning(
                     "%s wake-up connection failed (waiters re-check): %s", self._label, error

@@ -21,7 +21,7 @@ import pymysql
 
 from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable, ConfigurationError
+from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
@@ -38,6 +38,7 @@ from ..common import (
     closed_by_server,
     open_connection,
     translate_errors,
+    tumbler_error,
 )
 from ..statements import (
     INDEXES,
@@ -57,8 +58,9 @@ T = TypeVar("T")
 _LOST = frozenset({2006, 2013, 2055, 1927})
 #: "query execution was interrupted": a KILL QUERY, which is how a release rings a listener
 _INTERRUPTED = 1317
-#: a server that refuses connections for a moment (starting, shutting down)
-_REFUSED_NOW = frozenset({2002, 2003, 1040, 1053})
+#: a server that refuses connections for a moment (starting, shutting down); not one that
+#: has all the connections it allows (1040), which says so at once (OutOfConnections)
+_REFUSED_NOW = frozenset({2002, 2003, 1053})
 
 
 #: InnoDB rolled the statement's transaction back to break a deadlock
@@ -401,6 +403,11 @@ class Wakeups(Listener):
         sql = self._backend.sql
         _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
         _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError:
+        if isinstance(failure, pymysql.Error):
+            return tumbler_error(failure, self._backend.url, name)
+        return super()._refused(failure, name)
 
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end

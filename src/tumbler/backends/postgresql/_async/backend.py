@@ -21,7 +21,7 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
@@ -35,6 +35,7 @@ from ..common import (
     PostgreSQLConfig,
     capabilities_for,
     translate_errors,
+    tumbler_error,
 )
 from ..statements import (
     NOTE_GRACE,
@@ -353,6 +354,11 @@ class AsyncWakeups(AsyncListener):
             fired = deadline.disarm()
         if fired:
             raise deadline.no_reply()
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError:
+        if isinstance(failure, psycopg.Error):
+            return tumbler_error(failure, self._backend.url, name)
+        return super()._refused(failure, name)
 
     async def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout

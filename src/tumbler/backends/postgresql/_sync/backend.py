@@ -23,7 +23,7 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
@@ -37,6 +37,7 @@ from ..common import (
     PostgreSQLConfig,
     capabilities_for,
     translate_errors,
+    tumbler_error,
 )
 from ..statements import (
     NOTE_GRACE,
@@ -355,6 +356,11 @@ class Wakeups(Listener):
             fired = deadline.disarm()
         if fired:
             raise deadline.no_reply()
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError:
+        if isinstance(failure, psycopg.Error):
+            return tumbler_error(failure, self._backend.url, name)
+        return super()._refused(failure, name)
 
     def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
