@@ -56,6 +56,7 @@ from .test_postgresql import (
     a_silent_listener_is_replaced,
     every_call_gives_up_when_replies_are_dropped,
     held_across_restart,
+    killed_fair_waiter_holds_nothing_up,
 )
 
 
@@ -863,3 +864,37 @@ def test_a_server_out_of_connections_is_named_at_once(tmp_path: Path, flavour: s
         for connection in filled:
             connection.close()
         started.close()
+
+
+# -- a fair waiter killed while it waits -------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case (``killed_fair_waiter_holds_nothing_up``): the waiter's client is
+    gone once nobody holds its listener lock."""
+    prefix = f"killed_{uuid.uuid4().hex[:8]}_"
+    admin = mariadb_server.connect(TUMBLER_DATABASE)
+
+    def first_waiters_listener() -> Any:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                f"SELECT client FROM {prefix}entries WHERE name = 'line' AND token IS NULL "
+                "ORDER BY seq LIMIT 1"
+            )
+            row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    def listens(key: Any) -> bool:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-listener-', %s))", (key,))
+            return cursor.fetchone()[0] is not None
+
+    try:
+        killed_fair_waiter_holds_nothing_up(
+            f"{mariadb_server.url}?table_prefix={prefix}", flavour, first_waiters_listener, listens
+        )
+    finally:
+        admin.close()

@@ -11,6 +11,10 @@ docs list; the URL grammar. A real ``postgres`` from Debian's packages, one per 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,6 +42,7 @@ from tumbler.backends.postgresql.server import (
 from tumbler.backends.postgresql.statements import name_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
+from tumbler.testing.conformance import worker as conformance_worker
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
@@ -403,8 +408,9 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
     url: str, admin: psycopg.Connection[Any]
 ) -> None:
     """A release hands the lock only to a waiter whose client still listens: one whose
-    client is gone (closed, its process killed) would hold the lock for a whole lease. Its
-    entry stays until it expires, and the lock stays free meanwhile."""
+    client is gone (closed, its process killed) would hold the lock for a whole lease. The
+    release deletes its entry (it would hold a fair line up until it ran out), and the lock
+    stays free."""
     with tumbler.connect(url) as one:
         holder = one._backend
         waiter = open_sync(parse_url(url))
@@ -420,6 +426,7 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
         assert one.status("stock").waiters == 1  # its entry is still there
         assert holder.release("stock", "a")
         assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
         assert holder.try_grant(_request("stock", "c")) is not None
 
 
@@ -1078,3 +1085,79 @@ def test_a_server_out_of_connections_is_named_at_once(tmp_path: Path, flavour: s
         for connection in filled:
             connection.close()
         started.close()
+
+
+# -- a fair waiter killed while it waits -------------------------------------------------------
+
+WORKER = str(Path(conformance_worker.__file__))
+
+
+def killed_fair_waiter_holds_nothing_up(
+    url: str,
+    flavour: str,
+    first_waiters_listener: Callable[[], Any],
+    listens: Callable[[Any], bool],
+) -> None:
+    """A fair waiter's process is killed (SIGKILL: it says nothing) while it waits first in
+    line; once the server has seen its connections close (``listens`` of its listener is
+    false), the holder releases, and the next fair waiter must have the lock within the
+    re-check interval (1 s), the bound a release that skips the dead waiter keeps: before,
+    the dead waiter's entry held the line up until its lease ran out (waiter_ttl, 3 s)."""
+    recheck = 1.0
+    with tumbler.connect(url) as locks:
+        first = locks.lock("line", fair=True)
+        assert first.acquire()
+        child = subprocess.Popen(
+            [sys.executable, WORKER, "hold", url, "line", os.devnull, "30", flavour, "--fair"]
+        )
+        try:
+            key: list[Any] = []
+
+            def child_listens() -> bool:
+                found = first_waiters_listener()
+                if found is None or not listens(found):
+                    return False
+                key[:] = [found]
+                return True
+
+            eventually(child_listens, "the child waits first in line, and listens")
+
+            async def wait_async() -> bool:
+                async with await tumbler.aio.connect(url) as others:
+                    return bool(await others.lock("line", fair=True).acquire(timeout=PATIENCE))
+
+            def wait_sync() -> bool:
+                with tumbler.connect(url) as others:
+                    return bool(others.lock("line", fair=True).acquire(timeout=PATIENCE))
+
+            call = background(wait_sync if flavour == "sync" else lambda: asyncio.run(wait_async()))
+            eventually(lambda: locks.status("line").waiters == 2, "the next waiter waits behind")
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            eventually(lambda: not listens(key[0]), "the server sees the child's connections go")
+            released_at = time.monotonic()
+            first.release()
+            assert call.result() is True
+            assert time.monotonic() - released_at < recheck
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
+    url: str, schema: str, admin: psycopg.Connection[Any], flavour: str
+) -> None:
+    def first_waiters_listener() -> Any:
+        row = admin.execute(
+            sql.SQL(
+                "SELECT listener FROM {}.tumbler_entries WHERE name = 'line' AND token IS NULL "
+                "ORDER BY seq LIMIT 1"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+        return None if row is None else row[0]
+
+    killed_fair_waiter_holds_nothing_up(
+        url, flavour, first_waiters_listener, lambda key: _listener_held(admin, key)
+    )

@@ -44,6 +44,14 @@ Waking waiters
     another connection is allowed to its own database user (or to one with ``CONNECTION
     ADMIN``): clients of one deployment that log in as different users are not woken by each
     other's releases, and find a release at their next re-check.
+    A release deletes the waiters at the head of the line whose client no longer listens
+    (nobody holds its listener lock: its process died, its connection closed), so a waiter
+    killed while it waits holds a fair line up for no longer than the server takes to see its
+    connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter names its
+    client only once the client listens; one whose client polls cannot be told dead.
+    A release reads the name's grants and the head of its line, each by an index, and a
+    decision in the client the part of the line the rule looks at: neither costs more with
+    a longer line.
     A wake-up carries no authority (any user who may write the tables may write one): a
     waiter that a wake-up says was handed the lock takes the grant only once one read of its
     own entry shows it, with that token, and counts the lease the server says is left;

@@ -208,15 +208,20 @@ _CREATE = (
         COMMIT;
         SELECT NULL, NULL, FALSE;
     END""",
-    # In a transaction that holds the name's lock and may have freed it: if the name has no
-    # live grant left and its first live entry is an exclusive waiter whose client still
-    # listens, the lock is granted to that waiter here, and the waiter is told in a wake-up
-    # row for its client's listener, with the terms it counts its lease by
-    # (tumbler.backends.kit.handoffs): "=<token>,<stamp>,<elapsed µs>:<owner> <name>",
-    # elapsed from its request's write to the grant, on the server's clock. Its caller rings
-    # "handed_to" after the commit. "others_wait": waiters are left, whom the client finds by
-    # the rule (reading the head of the line). A name left with no entry loses its row. Each
-    # read is of the head of the line, by an index: none passes over the line.
+    # In a transaction that holds the name's lock and may have freed it. First, the waiters
+    # at the head of the line whose client no longer listens (nobody holds its listener lock:
+    # the process died, or its connection closed) are deleted: each would hold up every fair
+    # waiter behind it until its entry ran out, and one handed the lock would hold it for a
+    # whole lease. A waiter with no client (one that polls, or whose client did not listen
+    # yet when it wrote its entry) cannot be told dead, and stays. Then, if the name has no
+    # live grant left and its first waiter is exclusive and listens, the lock is granted to
+    # that waiter here, and the waiter is told in a wake-up row for its client's listener,
+    # with the terms it counts its lease by (tumbler.backends.kit.handoffs):
+    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
+    # grant, on the server's clock. Its caller rings "handed_to" after the commit.
+    # "others_wait": waiters are left, whom the client finds by the rule (reading the head of
+    # the line). A name left with no entry loses its row. Each read is of the head of the
+    # line, by an index: none passes over the line.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}hand_off(
         IN lock_name {_NAME}, OUT handed_to BIGINT UNSIGNED, OUT others_wait BOOLEAN
     ) SQL SECURITY INVOKER
@@ -232,17 +237,24 @@ _CREATE = (
         DECLARE at DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         SET handed_to = NULL, others_wait = FALSE;
-        SELECT seq, shared, owner, client, lease, stamp,
-               TIMESTAMPDIFF(MICROSECOND, written_at, at)
-            INTO first_seq, first_shared, first_owner, first_client, first_lease,
-                 first_stamp, waited
-            FROM {{p}}entries FORCE INDEX (line)
-            WHERE name = lock_name AND token IS NULL AND expires_at > at
-            ORDER BY seq LIMIT 1;
+        head: LOOP
+            -- a SELECT ... INTO that finds no row leaves its variables as they were
+            SET first_seq = NULL;
+            SELECT seq, shared, owner, client, lease, stamp,
+                   TIMESTAMPDIFF(MICROSECOND, written_at, at)
+                INTO first_seq, first_shared, first_owner, first_client, first_lease,
+                     first_stamp, waited
+                FROM {{p}}entries FORCE INDEX (line)
+                WHERE name = lock_name AND token IS NULL AND expires_at > at
+                ORDER BY seq LIMIT 1;
+            IF first_seq IS NULL OR first_client IS NULL
+               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
+                LEAVE head;
+            END IF;
+            DELETE FROM {{p}}entries WHERE seq = first_seq;
+        END LOOP;
         IF first_seq IS NOT NULL AND NOT first_shared AND first_client IS NOT NULL
-           AND first_stamp IS NOT NULL
-           AND IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL
-           AND NOT EXISTS (
+           AND first_stamp IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM {{p}}entries FORCE INDEX (line)
                WHERE name = lock_name AND token IS NOT NULL AND expires_at > at) THEN
             INSERT INTO {{p}}tokens () VALUES ();

@@ -59,6 +59,15 @@ What it guarantees
     Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
     release lets through, with the waiter's owner hash, so only that waiter wakes; each client
     listens on one connection, and re-checks every second in case a notification is lost.
+    A release deletes the waiters at the head of the line whose client no longer listens (its
+    process died, its connection closed: the key its listening connection holds is free), so
+    a waiter killed while it waits holds a fair line up for no longer than the server takes
+    to see its connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter
+    names its client only once the client listens, and one whose client polls cannot be told
+    dead: its entry runs out.
+    A release reads the name's grants and the head of its line, each by an index, and a
+    decision in the client the part of the line the rule looks at: neither costs more with
+    a longer line.
 
 What it cannot promise
     PostgreSQL's streaming replication is asynchronous by default: a failover to a replica

@@ -187,12 +187,16 @@ _CREATE = (
     END $$""",
     # A release hands the lock to the first waiter of a line left with no live grant, if that
     # waiter is exclusive (the grant rule grants it then, fair or not) and its client still
-    # listens (one whose client is gone would hold the lock for a whole lease): the grant is
-    # written here, and the waiter is told in a NOTIFY that goes with the commit, with the
-    # terms it counts its lease by (tumbler.backends.kit.handoffs): "=<token>,<stamp>,
-    # <elapsed µs>:<owner> <name>", elapsed from its request's write to the grant, on the
-    # server's clock. Whether it handed the lock over. Any other line is left to the grant
-    # rule in the client (wake_line).
+    # listens: the grant is written here, and the waiter is told in a NOTIFY that goes with
+    # the commit, with the terms it counts its lease by (tumbler.backends.kit.handoffs):
+    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
+    # grant, on the server's clock. Whether it handed the lock over. Any other line is left
+    # to the grant rule in the client (wake_line).
+    # First, the waiters at the head of the line whose client no longer listens (its
+    # listener key is free: the process died, or its connection closed) are deleted: each
+    # would hold up every fair waiter behind it until its entry ran out, and one handed the
+    # lock would hold it for a whole lease. A waiter with no listener key (its client polls,
+    # or did not listen yet when it wrote its entry) cannot be told dead, and stays.
     """CREATE OR REPLACE FUNCTION {s}.tumbler_hand_off(lock_name text)
     RETURNS boolean LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
@@ -202,18 +206,23 @@ _CREATE = (
         granted bigint;
     BEGIN
         at := clock_timestamp();
-        IF EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
-                   AND token IS NOT NULL AND expires_at > at) THEN
-            RETURN false;
-        END IF;
-        SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
-            FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
-            AND expires_at > at ORDER BY seq LIMIT 1;
-        IF NOT FOUND OR first.shared OR first.client IS NULL OR first.listener IS NULL
-           OR first.stamp IS NULL
-           -- free: no listening connection holds it (taken till the commit, harmlessly)
-           OR pg_try_advisory_xact_lock((first.listener >> 32)::integer,
-                                        (first.listener & 2147483647)::integer) THEN
+        LOOP
+            SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
+                FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
+                AND expires_at > at ORDER BY seq LIMIT 1;
+            IF NOT FOUND THEN
+                RETURN false;
+            END IF;
+            -- taken till the commit when free, harmlessly: a client that begins to listen
+            -- meanwhile waits for the commit
+            EXIT WHEN first.listener IS NULL
+                OR NOT pg_try_advisory_xact_lock((first.listener >> 32)::integer,
+                                                 (first.listener & 2147483647)::integer);
+            DELETE FROM {s}.tumbler_entries WHERE seq = first.seq;
+        END LOOP;
+        IF first.shared OR first.client IS NULL OR first.stamp IS NULL
+           OR EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
+                      AND token IS NOT NULL AND expires_at > at) THEN
             RETURN false;
         END IF;
         UPDATE {s}.tumbler_entries

@@ -541,7 +541,9 @@ class MySQLBackend:
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock and wake it."""
-        listening = self.config.ring
+        # Only once the client listens: a release takes a waiter whose client's listener lock
+        # nobody holds for one whose client is gone, and deletes its entry ({p}hand_off).
+        listening = self.config.ring and self.wakeups.subscribed()
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.wakeups.key if listening else None,

@@ -544,7 +544,9 @@ class PostgreSQLBackend:
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        listen = self.config.listen
+        # Only once the client listens: a release takes a waiter whose listener key nobody
+        # holds for one whose client is gone, and deletes its entry (tumbler_hand_off).
+        listen = self.config.listen and self.wakeups.subscribed()
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
