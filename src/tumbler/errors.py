@@ -193,9 +193,9 @@ class PermitsMismatch(TumblerError, ValueError):
 class TooManyWaiters(TumblerError):
     """An acquire would have queued behind as many waiters as the backend allows for one lock.
 
-    The backend keeps each lock's line bounded (Redis: the ``max_waiters`` URL option), so
-    that one crowded lock cannot slow the server for every other lock. Nothing was queued:
-    try again later, or take fewer waits at once.
+    The backend keeps each lock's line bounded (the ``max_waiters`` URL option, on every
+    backend but etcd), so that one crowded lock cannot slow the server for every other lock.
+    Nothing was queued: try again later, or take fewer waits at once.
     """
 
 

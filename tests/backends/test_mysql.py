@@ -40,7 +40,7 @@ from tumbler.backends.mysql.server import (
 from tumbler.backends.mysql.statements import RENEW_ROWS
 from tumbler.cli import main
 from tumbler.demo import run_demo
-from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
+from tumbler.errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     aeventually,
@@ -55,6 +55,7 @@ from tumbler.torture.proxy import FaultProxy
 from .test_postgresql import (
     a_silent_listener_is_replaced,
     every_call_gives_up_when_replies_are_dropped,
+    full_line_refuses_a_waiter_decided_in_the_client,
     held_across_restart,
     killed_fair_waiter_holds_nothing_up,
 )
@@ -898,3 +899,23 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
         )
     finally:
         admin.close()
+
+
+# -- max_waiters ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_full_line_refuses_a_waiter_decided_in_the_client(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    full_line_refuses_a_waiter_decided_in_the_client(
+        f"{mariadb_server.url}?table_prefix=full_{uuid.uuid4().hex[:8]}_", flavour
+    )
+
+
+def test_max_waiters_defaults_to_ten_thousand_and_is_checked(
+    mariadb_server: MariaDBServer,
+) -> None:
+    assert parse_config(parse_url(mariadb_server.url)).max_waiters == 10_000
+    with pytest.raises(InvalidURL, match="max_waiters"):
+        parse_config(parse_url(f"{mariadb_server.url}?max_waiters=0"))

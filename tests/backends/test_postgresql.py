@@ -28,8 +28,9 @@ from psycopg import sql
 
 import tumbler
 import tumbler.aio
-from tumbler import ConfigurationError, InvalidURL, PermissionDenied
+from tumbler import ConfigurationError, InvalidURL, PermissionDenied, TooManyWaiters
 from tumbler._url import parse_url
+from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.postgresql.common import open_async, open_sync, parse_config
@@ -1161,3 +1162,59 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
     killed_fair_waiter_holds_nothing_up(
         url, flavour, first_waiters_listener, lambda key: _listener_held(admin, key)
     )
+
+
+# -- max_waiters ---------------------------------------------------------------------------
+
+
+def full_line_refuses_a_waiter_decided_in_the_client(url: str, flavour: str) -> None:
+    """A semaphore's request is decided in the client (the grant routine sends it back): a
+    new waiter there is refused too once ``max_waiters`` wait, and writes nothing; the
+    waiter already in line keeps its place, and a single try still answers."""
+    holder = GrantRequest("sem", "h", True, 1, True, 30.0, "test")
+    first = GrantRequest("sem", "w1", True, 1, True, 30.0, "test")
+    second = GrantRequest("sem", "w2", True, 1, True, 30.0, "test")
+    single = GrantRequest("sem", "w3", True, 1, True, 30.0, "test", queue=False)
+    url = f"{url}{'&' if '?' in url else '?'}max_waiters=1"
+    backend_of = load_backend(parse_url(url))
+
+    async def calls() -> list[Any]:
+        backend = await backend_of.open_async(parse_url(url))
+        try:
+            answers: list[Any] = [await backend.try_grant(r) for r in (holder, first)]
+            with pytest.raises(TooManyWaiters, match="max_waiters") as refused:
+                await backend.try_grant(second)
+            assert refused.value.lock_name == "sem"
+            answers += [await backend.try_grant(single), await backend.try_grant(first)]
+            answers.append((await backend.inspect("sem")).waiters)
+            return answers
+        finally:
+            await backend.close()
+
+    def blocking_calls() -> list[Any]:
+        backend = backend_of.open_sync(parse_url(url))
+        try:
+            answers: list[Any] = [backend.try_grant(r) for r in (holder, first)]
+            with pytest.raises(TooManyWaiters, match="max_waiters") as refused:
+                backend.try_grant(second)
+            assert refused.value.lock_name == "sem"
+            answers += [backend.try_grant(single), backend.try_grant(first)]
+            answers.append(backend.inspect("sem").waiters)
+            return answers
+        finally:
+            backend.close()
+
+    granted, *rest = blocking_calls() if flavour == "sync" else asyncio.run(calls())
+    assert granted is not None
+    assert rest == [None, None, None, 1]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_full_line_refuses_a_waiter_decided_in_the_client(url: str, flavour: str) -> None:
+    full_line_refuses_a_waiter_decided_in_the_client(url, flavour)
+
+
+def test_max_waiters_defaults_to_ten_thousand_and_is_checked(url: str) -> None:
+    assert parse_config(parse_url(url)).max_waiters == 10_000
+    with pytest.raises(InvalidURL, match="max_waiters"):
+        parse_config(parse_url(f"{url}&max_waiters=0"))

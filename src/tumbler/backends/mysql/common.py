@@ -14,9 +14,11 @@ does not offer TLS is refused, ``ConfigurationError``, before the client says an
 its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
 (seconds, default 2, rounded up to whole seconds, which is what the server takes: how long a
 call waits for another client's transaction on the same name, then ``BackendUnavailable``),
-``max_connections`` (default 10: the most calls one client has under way at once) and
-``wakeups`` (``ring``, the default: a release wakes the waiters it lets through, see below;
-``poll``: waiters poll with a short bounded backoff).
+``max_connections`` (default 10: the most calls one client has under way at once),
+``max_waiters`` (default 10000: the most waiters one lock queues; one more acquire that would
+wait gets ``TooManyWaiters``, and leaves nothing behind) and ``wakeups`` (``ring``, the
+default: a release wakes the waiters it lets through, see below; ``poll``: waiters poll with
+a short bounded backoff).
 
 What it guarantees
     Every grant, release and forced release is one short InnoDB transaction that first locks
@@ -103,7 +105,7 @@ from ...errors import (
     TumblerError,
 )
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 __all__ = [
     "DEFAULT_PORT",
@@ -151,6 +153,7 @@ _OPTIONS = frozenset(
         "socket_timeout",
         "lock_timeout",
         "max_connections",
+        "max_waiters",
         "wakeups",
     }
 )
@@ -194,6 +197,8 @@ class MySQLConfig:
     database: str
     ring: bool
     max_connections: int
+    #: the most waiters one lock queues
+    max_waiters: int
     connect_timeout: float
     socket_timeout: float
     lock_timeout: float
@@ -257,6 +262,7 @@ def parse_config(url: BackendURL) -> MySQLConfig:
         database=database,
         ring=url.option("wakeups", _wakeups, "ring") == "ring",
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
         connect_timeout=connect_timeout,
         socket_timeout=socket_timeout,
         lock_timeout=lock_timeout,

@@ -144,14 +144,15 @@ _CREATE = (
     # grants any request; an owner with a live grant holds it already (the lease left is
     # returned); an exclusive request waits while another owner holds a live grant (its
     # waiter entry written or refreshed). Any other request comes back undecided, for the
-    # client to decide by the rule on the whole line. The answer is one row: (token, lease
-    # left, undecided).
+    # client to decide by the rule on the part of the line it looks at. A new waiter is not
+    # written where "max_waiters" wait already. The answer is one row: (token, lease left,
+    # undecided, full).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
         IN lock_name {_NAME}, IN lock_owner {_OWNER}, IN is_shared BOOLEAN,
         IN permits INT,
         IN is_fair BOOLEAN, IN lease_asked DOUBLE, IN holder_info VARCHAR(255),
         IN queue BOOLEAN, IN waiter_lease DOUBLE, IN waiter_client BIGINT UNSIGNED,
-        IN waiter_stamp BIGINT
+        IN waiter_stamp BIGINT, IN max_waiters INT
     ) SQL SECURITY INVOKER
     body: BEGIN
         DECLARE granted BIGINT UNSIGNED DEFAULT NULL;
@@ -173,7 +174,7 @@ _CREATE = (
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, granted,
                         {_LEASE_END.format(seconds="lease_asked")}, holder_info);
             COMMIT;
-            SELECT granted, lease_asked, FALSE;
+            SELECT granted, lease_asked, FALSE, FALSE;
             LEAVE body;
         END IF;
         SELECT seq, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6
@@ -181,7 +182,7 @@ _CREATE = (
             FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
         IF mine_token IS NOT NULL THEN
             COMMIT;
-            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE;
+            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE, FALSE;
             LEAVE body;
         END IF;
         IF is_shared OR NOT EXISTS (
@@ -189,7 +190,7 @@ _CREATE = (
             AND token IS NOT NULL AND owner <> lock_owner
         ) THEN
             COMMIT;
-            SELECT NULL, NULL, TRUE;
+            SELECT NULL, NULL, TRUE, FALSE;
             LEAVE body;
         END IF;
         IF mine_seq IS NOT NULL THEN
@@ -199,6 +200,15 @@ _CREATE = (
                     written_at = UTC_TIMESTAMP(6)
                 WHERE seq = mine_seq;
         ELSEIF queue THEN
+            -- every waiter left is live (the expired ones were deleted above): counted by
+            -- the index of the line alone, up to the cap
+            IF (SELECT COUNT(*) FROM (SELECT 1 FROM {{p}}entries FORCE INDEX (line)
+                WHERE name = lock_name AND token IS NULL LIMIT max_waiters) AS line)
+                >= max_waiters THEN
+                COMMIT;
+                SELECT NULL, NULL, FALSE, TRUE;
+                LEAVE body;
+            END IF;
             INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder,
                                       client, lease, stamp, written_at)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
@@ -206,7 +216,7 @@ _CREATE = (
                         waiter_client, lease_asked, waiter_stamp, UTC_TIMESTAMP(6));
         END IF;
         COMMIT;
-        SELECT NULL, NULL, FALSE;
+        SELECT NULL, NULL, FALSE, FALSE;
     END""",
     # In a transaction that holds the name's lock and may have freed it. First, the waiters
     # at the head of the line whose client no longer listens (nobody holds its listener lock:
@@ -434,7 +444,7 @@ class Statements:
 
 
 _STATEMENTS = {
-    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "release": "CALL {p}release(%s, %s)",
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
@@ -492,6 +502,10 @@ _STATEMENTS = {
     "AND owner <> %(owner)s AND expires_at > UTC_TIMESTAMP(6) LIMIT 1) ORDER BY seq",
     "place": "SELECT seq FROM {p}entries WHERE name = %s AND owner = %s",
     "drop_expired": "CALL {p}drop_expired(%s)",
+    # the live waiters of a name, up to a cap (the expired ones deleted before, in the same
+    # transaction): counted by the index of the line alone
+    "waiting": "SELECT COUNT(*) FROM (SELECT 1 FROM {p}entries FORCE INDEX (line) "
+    "WHERE name = %s AND token IS NULL LIMIT %s) AS line",
     "new_token": "INSERT INTO {p}tokens () VALUES ()",
     "drop_token": "DELETE FROM {p}tokens WHERE token = LAST_INSERT_ID()",
     "add": "INSERT INTO {p}entries (name, owner, shared, lim, fair, token, expires_at, holder, "

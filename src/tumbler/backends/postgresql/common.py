@@ -17,7 +17,9 @@ shuts that connection down and the call raises ``BackendUnavailable``, also when
 drops replies while the connection looks alive), ``lock_timeout`` (seconds, default 2: how long
 a grant waits for another client's transaction on the same name before it gives up with
 ``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
-way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
+way at once; more wait for a free connection up to ``statement_timeout``), ``max_waiters``
+(default 10000: the most waiters one lock queues; one more acquire that would wait gets
+``TooManyWaiters``, and leaves nothing behind), ``wakeups``
 (``listen``, the default: waiters are woken by ``LISTEN``/``NOTIFY``; ``poll``: waiters poll
 with a short bounded backoff, for a pooler that cannot carry ``LISTEN``), ``pooler``
 (``none``, the default, or ``transaction``: the URL names a pooler in transaction mode, such
@@ -124,7 +126,7 @@ from ...errors import (
 )
 from ..contract import Capabilities
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 if TYPE_CHECKING:
     from ._async.backend import AsyncPostgreSQLBackend
@@ -155,6 +157,7 @@ _OPTIONS = (
     "socket_timeout",
     "lock_timeout",
     "max_connections",
+    "max_waiters",
     "wakeups",
     "pooler",
     "host",
@@ -392,6 +395,8 @@ class PostgreSQLConfig:
     #: behind a transaction-mode pooler: no session state (settings, prepared statements)
     pooled: bool
     max_connections: int
+    #: the most waiters one lock queues
+    max_waiters: int
     connect_timeout: float
     statement_timeout: float
     #: the most a call waits for the server's replies on its connection (client side)
@@ -491,6 +496,7 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
         listen=wakeups == "listen",
         pooled=pooled,
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,
         socket_timeout=socket_timeout,

@@ -123,13 +123,18 @@ _CREATE = (
     # returned); an exclusive request waits while another owner holds a live grant (its
     # waiter entry written or refreshed, a commit that need not wait for the disk: a crash
     # that forgets it costs its waiter a re-check). Any other request comes back
-    # "undecided", for the client to decide by the rule on the whole line. One statement:
-    # the name's advisory lock is held for no client round trip.
+    # "undecided", for the client to decide by the rule on the part of the line it looks at.
+    # A new waiter is not written where "max_waiters" wait already: "line_full" says so. One
+    # statement: the name's advisory lock is held for no client round trip.
+    # (An earlier version's function, without max_waiters, is dropped.)
+    "DROP FUNCTION IF EXISTS {s}.tumbler_grant(bigint, text, text, boolean, integer, boolean, "
+    "float8, text, boolean, float8, text, bigint, bigint)",
     """CREATE OR REPLACE FUNCTION {s}.tumbler_grant(
         lock_key bigint, lock_name text, lock_owner text, is_shared boolean, permits integer,
         is_fair boolean, lease_asked float8, holder_info text, queue boolean,
         waiter_lease float8, waiter_client text, waiter_listener bigint, waiter_stamp bigint,
-        OUT granted bigint, OUT lease_left float8, OUT undecided boolean
+        max_waiters integer,
+        OUT granted bigint, OUT lease_left float8, OUT undecided boolean, OUT line_full boolean
     ) LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
     DECLARE
@@ -138,6 +143,7 @@ _CREATE = (
         at timestamptz;
     BEGIN
         undecided := false;
+        line_full := false;
         PERFORM pg_advisory_xact_lock(lock_key);
         -- a value, not clock_timestamp() itself, so that the index on (name, expires_at)
         -- finds the expired entries: a volatile call is no index bound
@@ -175,6 +181,14 @@ _CREATE = (
                 stamp = waiter_stamp, written_at = clock_timestamp()
                 WHERE seq = mine.seq;
         ELSIF queue THEN
+            -- every waiter left is live (the expired ones were deleted above): counted by the
+            -- index of the line alone, up to the cap
+            IF (SELECT count(*) FROM (SELECT 1 FROM {s}.tumbler_entries
+                WHERE name = lock_name AND token IS NULL LIMIT max_waiters) AS line)
+                >= max_waiters THEN
+                line_full := true;
+                RETURN;
+            END IF;
             INSERT INTO {s}.tumbler_entries (name, owner, shared, lim, fair, token,
                 expires_at, holder, client, listener, lease, stamp, written_at)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
@@ -269,7 +283,7 @@ _STATEMENTS = {
     # its search_path was pinned is made again
     "exists": "SELECT to_regclass(%(entries)s) IS NOT NULL AND to_regclass(%(evictions)s) "
     "IS NOT NULL AND to_regclass(%(tokens)s) IS NOT NULL "
-    "AND to_regclass(%(limits)s) IS NOT NULL "
+    "AND to_regclass(%(limits)s) IS NOT NULL AND to_regprocedure(%(grant)s) IS NOT NULL "
     "AND to_regprocedure(%(release)s) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_proc "
     "WHERE pronamespace = to_regnamespace(%(schema)s) AND proname IN "
     "('tumbler_grant', 'tumbler_hand_off', 'tumbler_release') "
@@ -284,9 +298,13 @@ _STATEMENTS = {
     # now() (the transaction's start) rather than clock_timestamp(), which is no index bound:
     # the name's expired entries are found by the index on (name, expires_at)
     "drop_expired": "DELETE FROM {s}.tumbler_entries WHERE name = %s AND expires_at <= now()",
-    "grant": "SELECT granted, lease_left, undecided FROM {s}.tumbler_grant(%(key)s, "
+    "grant": "SELECT granted, lease_left, undecided, line_full FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
-    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s)",
+    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s, %(max_waiters)s)",
+    # the live waiters of a name, up to a cap (the expired ones deleted before, in the same
+    # transaction): counted by the index of the line alone
+    "waiting": "SELECT count(*) FROM (SELECT 1 FROM {s}.tumbler_entries "
+    "WHERE name = %s AND token IS NULL LIMIT %s) AS line",
     # The part of a name's live line the grant rule looks at for one request (``plan`` gives
     # the same answer on it as on the whole line): every grant; the owner's own entry; for a
     # fair request, the first fair waiters ahead of it (as many as the request's permits,
@@ -413,6 +431,8 @@ class Statements:
     release: str
     #: the index made last, for ``to_regclass``: a schema an earlier version made lacks it
     limits: str
+    #: the grant function's signature, for ``to_regprocedure``
+    grant: str
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -440,6 +460,8 @@ class Statements:
             evictions=f"{qualified}.tumbler_evictions",
             release=f"{qualified}.tumbler_release(bigint,text,text)",
             limits=f"{qualified}.tumbler_entries_limits",
+            grant=f"{qualified}.tumbler_grant(bigint,text,text,boolean,integer,boolean,float8,"
+            "text,boolean,float8,text,bigint,bigint,integer)",
         )
 
     def __getitem__(self, key: str) -> bytes:

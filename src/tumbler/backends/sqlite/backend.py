@@ -5,11 +5,12 @@ URL grammar::
     sqlite://                          the default file: <user cache dir>/tumbler/locks.db
     sqlite:///absolute/path/locks.db
     sqlite:relative/path/locks.db      resolved against the working directory at connect()
-    ...?busy_timeout=5&synchronous=normal
+    ...?busy_timeout=5&synchronous=normal&max_waiters=10000
 
 Options: ``busy_timeout`` (seconds a transaction waits for another process's write lock
 before ``BackendUnavailable``; default 5), ``synchronous`` (``normal``, the default, or
-``full``: see durability below).
+``full``: see durability below), ``max_waiters`` (default 10000: the most waiters one lock
+queues; one more acquire that would wait gets ``TooManyWaiters``, and leaves nothing behind).
 
 What it guarantees
     Mutual exclusion between every process and thread on this machine that opens the same
@@ -146,6 +147,7 @@ from ...errors import (
     InvalidURL,
     PermissionDenied,
     PermitsMismatch,
+    TooManyWaiters,
     TumblerError,
 )
 from ..contract import (
@@ -158,6 +160,7 @@ from ..contract import (
 )
 from ..kit import HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
+from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -781,8 +784,9 @@ class SQLiteBackend:
     clock: Clock = SYSTEM_CLOCK
 
     def __init__(self, url: BackendURL) -> None:
-        url.allow_options(("busy_timeout", "synchronous"))
+        url.allow_options(("busy_timeout", "synchronous", "max_waiters"))
         self.url = url.redacted
+        self.max_waiters = url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS)
         self.busy_timeout = url.option("busy_timeout", float, 5.0)
         if not 0 <= self.busy_timeout <= 3600:
             raise InvalidURL("busy_timeout must be between 0 and 3600 seconds", backend=self.url)
@@ -1028,7 +1032,7 @@ class SQLiteBackend:
             for request in requests:
                 try:
                     results.append(self._decide(db, request, now, lines[request.name], refresh))
-                except PermitsMismatch as error:
+                except (PermitsMismatch, TooManyWaiters) as error:
                     results.append(error)
             self._refresh_waiters(db, now, refresh)
             self._sweep(db, now)
@@ -1097,6 +1101,15 @@ class SQLiteBackend:
             )
             line.granted(mine, token)
         else:  # ADD_GRANT or ADD_WAITER
+            if token is None:
+                # every waiter of the name left is live (_line deleted the expired ones)
+                (waiting,) = db.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM tumbler_entries "
+                    "WHERE name = ? AND token IS NULL LIMIT ?)",
+                    (request.name, self.max_waiters),
+                ).fetchone()
+                if waiting >= self.max_waiters:
+                    raise line_full(self.max_waiters, request.name, self.url)
             doorbell = None
             if token is None and self._doorbell is not None:
                 # a waiter: rings for it reach this client from now on

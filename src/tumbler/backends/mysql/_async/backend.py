@@ -23,6 +23,7 @@ from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
@@ -576,10 +577,13 @@ class AsyncMySQLBackend:
                 waiter["ttl"],
                 waiter["client"],
                 stamp,
+                self.config.max_waiters,
             )
-            token, left, undecided = await _transaction(
+            token, left, undecided, full = await _transaction(
                 lambda: _one_row(connection, self.sql["grant"], arguments)
             )
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return await _transaction(lambda: self._decide(connection, request, owner, waiter))
             return None if token is None else (int(token), float(left))
@@ -651,6 +655,7 @@ class AsyncMySQLBackend:
                     line, owner, request.shared, request.limit, request.fair, request.queue
                 )
                 answer: tuple[int, float] | None = None
+                full = False  # a new waiter refused: the line has max_waiters already
                 write = decided.write
                 if decided.decision is Decision.HELD:
                     left = next(float(x) for o, *_, x in rows if o == owner)
@@ -682,14 +687,20 @@ class AsyncMySQLBackend:
                         )
                     answer = token, request.ttl
                 elif write is Write.ADD_WAITER:
-                    await cursor.execute(
-                        sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
-                    )
+                    await cursor.execute(sql["waiting"], (request.name, self.config.max_waiters))
+                    counted = await cursor.fetchone()
+                    full = counted is not None and counted[0] >= self.config.max_waiters
+                    if not full:
+                        await cursor.execute(
+                            sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
+                        )
                 await cursor.execute(sql["commit"])
             except BaseException:
                 with contextlib.suppress(pymysql.Error):
                     await connection.rollback()
                 raise
+        if full:
+            raise line_full(self.config.max_waiters, request.name, self.url)
         return answer
 
     # -- leases ----------------------------------------------------------------------------

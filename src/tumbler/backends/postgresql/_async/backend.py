@@ -25,6 +25,7 @@ from ....errors import BackendUnavailable, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
@@ -48,6 +49,13 @@ from ..statements import (
 )
 
 _log = logging.getLogger("tumbler.postgresql")
+
+
+class _Full:
+    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
+
+
+FULL = _Full()
 
 #: waiters a release reads at the head of a line to find whom it lets through; more (twice as
 #: many each time) only while every one read goes through (a run of readers)
@@ -484,6 +492,7 @@ class AsyncPostgreSQLBackend:
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
                     "limits": self.sql.limits,
+                    "grant": self.sql.grant,
                     "schema": self.sql.schema_identifier,
                     "search_path": f"search_path={SEARCH_PATH}",
                 },
@@ -512,13 +521,16 @@ class AsyncPostgreSQLBackend:
                     {
                         "key": name_key(self.sql.schema, request.name),
                         "queue": request.queue,
+                        "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
             row = await cursor.fetchone()
             assert row is not None
-            token, left, undecided = row
+            token, left, undecided, full = row
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return await self._decide(connection, request, owner, stamp)
             return None if token is None else (int(token), float(left))
@@ -557,8 +569,18 @@ class AsyncPostgreSQLBackend:
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none. Two round trips: the line, then
-        the write and the commit."""
+        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
+        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
+        write and the commit (three for a new waiter, counted first)."""
+        decided = await self._decided(connection, request, owner, stamp)
+        if decided is FULL:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        assert not isinstance(decided, _Full)
+        return decided
+
+    async def _decided(
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | _Full | None:
         async with self.batch(connection):
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name),)
@@ -589,6 +611,13 @@ class AsyncPostgreSQLBackend:
                 left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
                 return decided.held_token, min(request.ttl, left)
             write = decided.write
+            if write is Write.ADD_WAITER:
+                cursor = await connection.execute(
+                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                )
+                counted = await cursor.fetchone()
+                if counted is not None and counted[0] >= self.config.max_waiters:
+                    return FULL  # nothing written: the transaction commits empty
             if write is Write.NOTHING:
                 return None
             waiter = self._waiter_terms(request, stamp)

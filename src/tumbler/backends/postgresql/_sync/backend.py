@@ -27,6 +27,7 @@ from ....errors import BackendUnavailable, TumblerError
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import Slots
 from .. import CAPABILITIES
@@ -50,6 +51,13 @@ from ..statements import (
 )
 
 _log = logging.getLogger("tumbler.postgresql")
+
+
+class _Full:
+    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
+
+
+FULL = _Full()
 
 #: waiters a release reads at the head of a line to find whom it lets through; more (twice as
 #: many each time) only while every one read goes through (a run of readers)
@@ -486,6 +494,7 @@ class PostgreSQLBackend:
                     "tokens": self.sql.tokens,
                     "release": self.sql.release,
                     "limits": self.sql.limits,
+                    "grant": self.sql.grant,
                     "schema": self.sql.schema_identifier,
                     "search_path": f"search_path={SEARCH_PATH}",
                 },
@@ -514,13 +523,16 @@ class PostgreSQLBackend:
                     {
                         "key": name_key(self.sql.schema, request.name),
                         "queue": request.queue,
+                        "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
             row = cursor.fetchone()
             assert row is not None
-            token, left, undecided = row
+            token, left, undecided, full = row
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return self._decide(connection, request, owner, stamp)
             return None if token is None else (int(token), float(left))
@@ -559,8 +571,18 @@ class PostgreSQLBackend:
         self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none. Two round trips: the line, then
-        the write and the commit."""
+        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
+        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
+        write and the commit (three for a new waiter, counted first)."""
+        decided = self._decided(connection, request, owner, stamp)
+        if decided is FULL:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        assert not isinstance(decided, _Full)
+        return decided
+
+    def _decided(
+        self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | _Full | None:
         with self.batch(connection):
             connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, request.name),))
             # The owner's own entry may have run out since tumbler_grant deleted the expired
@@ -589,6 +611,13 @@ class PostgreSQLBackend:
                 left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
                 return decided.held_token, min(request.ttl, left)
             write = decided.write
+            if write is Write.ADD_WAITER:
+                cursor = connection.execute(
+                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                )
+                counted = cursor.fetchone()
+                if counted is not None and counted[0] >= self.config.max_waiters:
+                    return FULL  # nothing written: the transaction commits empty
             if write is Write.NOTHING:
                 return None
             waiter = self._waiter_terms(request, stamp)
