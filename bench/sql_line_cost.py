@@ -12,7 +12,9 @@ backend's own calls (``try_grant``, ``release``), measured one call at a time:
   waiters it lets through (none: the first writer still waits);
 - grant (mutex): a single try of a writer, refused (the server answers it alone);
 - grant (read): a single try of a fair reader, which waits behind the writers (the client
-  decides it on the line the server sends back).
+  decides it on the line the server sends back);
+- new waiter: a writer's first try that queues (its entry added: where the line is capped,
+  after the waiters are counted).
 
 Printed as the median and the maximum in milliseconds. Throwaway servers on free loopback
 ports (Debian's postgres and mariadbd). Nothing is asserted (see bench/README.md). To compare
@@ -40,8 +42,8 @@ NAME = "crowded"
 LISTENER = 42
 
 
-def _request(owner: str, shared: bool) -> GrantRequest:
-    return GrantRequest(NAME, owner, shared, 0 if shared else 1, True, 30.0, "bench", False)
+def _request(owner: str, shared: bool, queue: bool = False) -> GrantRequest:
+    return GrantRequest(NAME, owner, shared, 0 if shared else 1, True, 30.0, "bench", queue)
 
 
 @contextlib.contextmanager
@@ -86,6 +88,9 @@ def _postgresql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]
                     ),
                     "grant (read)": _summary(
                         _calls(lambda i: backend.try_grant(_request(f"q{i}", True)), repeat)
+                    ),
+                    "new waiter": _summary(
+                        _calls(lambda i: backend.try_grant(_request(f"n{i}", False, True)), repeat)
                     ),
                 }
             finally:
@@ -137,6 +142,9 @@ def _mysql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]]]:
                     ),
                     "grant (read)": _summary(
                         _calls(lambda i: backend.try_grant(_request(f"q{i}", True)), repeat)
+                    ),
+                    "new waiter": _summary(
+                        _calls(lambda i: backend.try_grant(_request(f"n{i}", False, True)), repeat)
                     ),
                 }
             finally:

@@ -327,7 +327,9 @@ def let_through(line: Sequence[Entry]) -> tuple[list[int], bool]:
     non-fair one that could overtake is left to its own re-check. Also whether the pass is
     complete: it met a waiter that cannot go, or the grants it counts leave room for none
     (``False``: it let every waiter given through, and a longer head of the line may let
-    more). The work is one step per waiter looked at, whatever the length of the line.
+    more). One step per entry given, each a few comparisons (``decide`` for every waiter in
+    turn took a pass over the line each): a backend gives it the grants and the head of the
+    line, and reads more only while the answer is not complete.
     """
     exclusive = shared = 0  # grants, those let through counted
     limits: set[int] = set()
