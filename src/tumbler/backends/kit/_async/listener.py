@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
 from ...._clock import Clock
@@ -62,31 +63,39 @@ class AsyncListener:
         return self._listening.is_set()
 
     async def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors). An attempt to listen that
-        fails (after the retries the connect makes of its own) fails this at once, with the
-        backend's error for its cause: a server that refuses the connection says why now,
-        not when ``patience`` has run out. The reader keeps trying in the background."""
+        """Return once the client listens (``name``: for errors), waiting through the
+        reader's attempts for up to ``patience`` seconds (a server restarting refuses
+        connections for a moment). An attempt that fails for a reason no later attempt will
+        mend soon (``_refused``: a server out of connections, refused credentials) fails
+        this at once, with the backend's error for its cause; past ``patience``, the last
+        failure is the cause. The reader keeps trying in the background."""
         async with self._starting:
             self._start_reader()
-        if self._listening.is_set():
-            return
-        attempt = self._attempt
-        settled = await attempt.wait(self._patience)
-        if self._listening.is_set():
-            return
-        failure = self._failure
-        if settled and failure is not None:
-            raise self._refused(failure, name) from failure
-        raise BackendUnavailable(
-            "could not listen for wake-ups in time", lock_name=name, backend=self._url
-        )
+        deadline = time.monotonic() + self._patience
+        while not self._listening.is_set():
+            attempt = self._attempt
+            left = deadline - time.monotonic()
+            settled = left > 0 and await attempt.wait(left)
+            if self._listening.is_set():
+                return
+            failure = self._failure
+            if not settled:
+                raise BackendUnavailable(
+                    "could not listen for wake-ups in time"
+                    + ("" if failure is None else f": {failure}"),
+                    lock_name=name,
+                    backend=self._url,
+                ) from failure
+            if failure is not None:
+                refused = self._refused(failure, name)
+                if refused is not None:
+                    raise refused from failure
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError:
-        """The error a wait raises for an attempt to listen that failed with ``failure``
-        (a backend names its driver's errors)."""
-        return BackendUnavailable(
-            f"could not listen for wake-ups: {failure}", lock_name=name, backend=self._url
-        )
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        """The error a wait raises at once for an attempt to listen that failed with
+        ``failure``, or None if a later attempt may well succeed (a backend names its
+        driver's errors, and which of them last)."""
+        return None
 
     def _start_reader(self) -> None:
         """Start listening in the background, unless it is under way or the listener closed

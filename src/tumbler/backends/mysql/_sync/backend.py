@@ -21,7 +21,13 @@ import pymysql
 
 from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable, ConfigurationError, TumblerError
+from ....errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    OutOfConnections,
+    PermissionDenied,
+    TumblerError,
+)
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
@@ -405,10 +411,14 @@ class Wakeups(Listener):
         _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
         _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError:
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        # what waiting for the next attempt will not mend soon: a server out of connections,
+        # refused credentials, a database or schema that is not there
         if isinstance(failure, pymysql.Error):
-            return tumbler_error(failure, self._backend.url, name)
-        return super()._refused(failure, name)
+            error = tumbler_error(failure, self._backend.url, name)
+            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
+                return error
+        return None
 
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end

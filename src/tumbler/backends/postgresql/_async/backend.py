@@ -21,7 +21,13 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable, TumblerError
+from ....errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    OutOfConnections,
+    PermissionDenied,
+    TumblerError,
+)
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
@@ -363,10 +369,14 @@ class AsyncWakeups(AsyncListener):
         if fired:
             raise deadline.no_reply()
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError:
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        # what waiting for the next attempt will not mend soon: a server out of connections,
+        # refused credentials, a database or schema that is not there
         if isinstance(failure, psycopg.Error):
-            return tumbler_error(failure, self._backend.url, name)
-        return super()._refused(failure, name)
+            error = tumbler_error(failure, self._backend.url, name)
+            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
+                return error
+        return None
 
     async def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
