@@ -836,6 +836,44 @@ def test_functions_made_without_a_pinned_search_path_are_made_again(
         assert pinned() == ["search_path=pg_catalog, pg_temp"]
 
 
+def test_a_schema_an_earlier_version_made_gets_its_indexes_and_grant_function(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """An earlier version's schema lacked the indexes a release and a decision read the head
+    of a line by, and its grant function took no max_waiters: a client of this version makes
+    them, and drops the earlier function."""
+    tumbler.connect(url).close()
+    old = (
+        "{}.tumbler_grant(bigint, text, text, boolean, integer, boolean, float8, text, "
+        "boolean, float8, text, bigint, bigint)"
+    )
+    admin.execute(sql.SQL("DROP INDEX {}.tumbler_entries_limits").format(sql.Identifier(schema)))
+    admin.execute(
+        sql.SQL("CREATE FUNCTION " + old + " RETURNS void LANGUAGE sql AS ''").format(
+            sql.Identifier(schema)
+        )
+    )
+
+    def found(name: str) -> bool:
+        row = admin.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def overloads() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = to_regnamespace(%s) "
+            "AND proname = 'tumbler_grant'",
+            (sql.Identifier(schema).as_string(admin),),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    assert not found(f'"{schema}".tumbler_entries_limits')
+    assert overloads() == 2
+    with tumbler.connect(url) as locks, locks.lock("remade"):
+        assert found(f'"{schema}".tumbler_entries_limits')
+        assert overloads() == 1
+
+
 def test_a_role_that_may_not_make_the_schema_is_told_so(
     server: PostgreSQLServer, schema: str, admin: psycopg.Connection[Any]
 ) -> None:

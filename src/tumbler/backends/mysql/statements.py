@@ -28,6 +28,11 @@ trailing spaces); owners are stored as their SHA-1 (``kit.owners.owner_hash``). 
 ``UTC_TIMESTAMP(6)`` plus a lease, and every comparison is against ``UTC_TIMESTAMP(6)``: the
 server's clock decides, never a client's, and the session's time zone plays no part.
 
+Every read of a name's line goes by an index and reads only what the rule looks at: the
+name's grants, the head of its line, its first fair waiters, an entry of another permit count
+(the entries' keys below); ``{p}drop_expired`` deletes a name's expired entries. A table an
+earlier version made lacks the keys: a client adds them and makes every procedure again.
+
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
 client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
