@@ -315,6 +315,62 @@ def decide(entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair:
     return Decision.GRANT if admits(ahead, shared, limit) else Decision.WAIT
 
 
+def let_through(line: Sequence[Entry]) -> tuple[list[int], bool]:
+    """Whom a change to a lock's line lets through now: the indexes of the waiters of ``line``
+    (the name's live entries, every grant among them, the waiters by arrival) that the grant
+    rule grants if each one granted counts as a grant for those behind it, in one pass that
+    stops at the first waiter that cannot go. A mutex lets one waiter through, a read lock
+    the run of readers at the head, a semaphore as many waiters as it has free permits.
+
+    Up to that waiter the answer is :func:`decide`'s for each waiter in turn; behind it, a
+    waiter of a fair line cannot go either (it would have that waiter ahead of it), while a
+    non-fair one that could overtake is left to its own re-check. Also whether the pass is
+    complete: it met a waiter that cannot go, or the grants it counts leave room for none
+    (``False``: it let every waiter given through, and a longer head of the line may let
+    more). One step per entry given, each a few comparisons (``decide`` for every waiter in
+    turn took a pass over the line each): a backend gives it the grants and the head of the
+    line, and reads more only while the answer is not complete.
+    """
+    exclusive = shared = 0  # grants, those let through counted
+    limits: set[int] = set()
+    for entry in line:
+        if entry.shared:
+            limits.add(entry.limit)
+        if entry.granted:
+            if entry.shared:
+                shared += 1
+            else:
+                exclusive += 1
+    # two permit counts among the shared entries: every shared request is refused
+    # (check_limits), whichever count it has
+    mixed = len(limits) > 1
+    limit = next(iter(limits)) if len(limits) == 1 else 0
+
+    def full() -> bool:
+        return exclusive > 0 or (shared > 0 and (mixed or 0 < limit <= shared))
+
+    # Every waiter the pass passes over goes, and counts as a grant from then on: no waiter
+    # it looks at has a fair waiter ahead of it that does not go, so fair and non-fair
+    # waiters are counted alike.
+    through: list[int] = []
+    for index, entry in enumerate(line):
+        if entry.granted:
+            continue
+        if full():
+            return through, True
+        # not full: a shared waiter has no exclusive grant ahead and fewer shared ones than
+        # its limit, unless the permit counts clash
+        goes = not mixed if entry.shared else exclusive == shared == 0
+        if not goes:
+            return through, True
+        through.append(index)
+        if entry.shared:
+            shared += 1
+        else:
+            exclusive += 1
+    return through, full()
+
+
 class Write(enum.Enum):
     """What a backend that stores rows must write for one grant request (see :func:`plan`)."""
 

@@ -27,6 +27,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     │   └── BrokenBackend                   an installed package's backend cannot be loaded
     ├── PermissionDenied (PermissionError)  the backend refused us access
     └── BackendUnavailable (ConnectionError) the backend cannot be reached or is not answering
+        └── OutOfConnections                the server refused a connection: it has all it allows
 
 Errors about one lock carry its ``lock_name``; errors about a backend carry ``backend``, the
 backend's URL with any password removed.
@@ -53,6 +54,7 @@ __all__ = [
     "LockLost",
     "MissingDependency",
     "NotHeld",
+    "OutOfConnections",
     "PermissionDenied",
     "PermitsMismatch",
     "TooManyWaiters",
@@ -191,9 +193,9 @@ class PermitsMismatch(TumblerError, ValueError):
 class TooManyWaiters(TumblerError):
     """An acquire would have queued behind as many waiters as the backend allows for one lock.
 
-    The backend keeps each lock's line bounded (Redis: the ``max_waiters`` URL option), so
-    that one crowded lock cannot slow the server for every other lock. Nothing was queued:
-    try again later, or take fewer waits at once.
+    The backend keeps each lock's line bounded (the ``max_waiters`` URL option, on every
+    backend but etcd), so that one crowded lock cannot slow the server for every other lock.
+    Nothing was queued: try again later, or take fewer waits at once.
     """
 
 
@@ -223,3 +225,10 @@ class PermissionDenied(TumblerError, PermissionError):
 
 class BackendUnavailable(TumblerError, ConnectionError):
     """The backend cannot be reached, or did not answer in time."""
+
+
+class OutOfConnections(BackendUnavailable):
+    """The server refused a new connection because it has as many as it allows (PostgreSQL's
+    and MySQL's ``max_connections``, a pooler's client limit). Each client of a SQL backend
+    keeps up to its own ``max_connections`` (in the URL) for calls, and one or two more to
+    learn of releases: lower that, or raise the server's limit."""

@@ -147,3 +147,52 @@ def check_answer(
         else:
             assert expected.write is Write.NOTHING
             assert after == before
+
+
+#: longer lines for the part of a line a decision reads (``line`` statements): more waiters
+#: ahead of a request than it has permits, and now and then a shared entry whose permit
+#: count clashes with the others'
+@st.composite
+def long_lines(draw: st.DrawFn) -> tuple[list[tuple[str, bool, int, bool, bool]], Request]:
+    """``(owner, shared, limit, fair, granted)`` rows in arrival order, and a request."""
+    limit = draw(st.sampled_from((0, 1, 2, 3)))
+    count = draw(st.integers(0, 12))
+    # a line of one kind (a semaphore's, or a read lock's readers) or mixed; of fair entries
+    # or mixed; with grants, or none (a line freed, whose waiters are left)
+    kinds = draw(st.sampled_from(("shared", "mixed")))
+    fairness = draw(st.sampled_from(("fair", "mixed")))
+    granting = draw(st.sampled_from((0, 4)))
+    rows = []
+    for index in range(count):
+        shared = kinds == "shared" or draw(st.booleans())
+        lim = limit if shared else 1
+        if shared and draw(st.integers(0, 15)) == 0:
+            lim = limit + 1
+        fair = fairness == "fair" or draw(st.booleans())
+        granted = granting > 0 and draw(st.integers(1, granting)) == 1
+        rows.append((f"o{index}", shared, lim, fair, granted))
+    owner = draw(st.sampled_from([f"o{index}" for index in range(count + 1)]))
+    request = Request(
+        owner,
+        shared=draw(st.booleans()),
+        limit=draw(st.sampled_from((0, 1, 2, 3))),
+        fair=draw(st.booleans()),
+        queue=draw(st.booleans()),
+    )
+    return rows, request
+
+
+def same_plan(full: Sequence[Entry], part: Sequence[Entry], owner: str, request: Request) -> None:
+    """``plan`` gives the same answer on the part of the line a decision read as on the
+    whole line (or refuses both with ``PermitsMismatch``)."""
+    outcomes = []
+    for line in (full, part):
+        try:
+            made = plan(
+                line, owner, request.shared, request.asked_limit, request.fair, request.queue
+            )
+        except PermitsMismatch:
+            outcomes.append(None)
+            continue
+        outcomes.append((made.decision, made.write, made.mine))
+    assert outcomes[0] == outcomes[1]

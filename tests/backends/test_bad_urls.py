@@ -109,6 +109,18 @@ BAD_URLS = [
     BadURL("option-not-a-number", "sqlite:///{dir}/locks.db?busy_timeout=soon", InvalidURL, "soon"),
     BadURL("option-nan", "sqlite:///{dir}/locks.db?busy_timeout=nan", InvalidURL, "busy_timeout"),
     BadURL("option-bad-word", "sqlite:///{dir}/locks.db?synchronous=off", InvalidURL, "normal"),
+    BadURL(
+        "sqlite-max-waiters-0",
+        "sqlite:///{dir}/locks.db?max_waiters=0",
+        InvalidURL,
+        "bad value '0' for URL option 'max_waiters'",
+    ),
+    BadURL(
+        "memory-max-waiters-too-many",
+        "memory://bad?max_waiters=1000001",
+        InvalidURL,
+        "a whole number of waiters from 1 to 1000000",
+    ),
     BadURL("sqlite-with-host", "sqlite://host.example/{dir}/locks.db", InvalidURL, "not a host"),
     BadURL("sqlite-in-memory", "sqlite:///:memory:", InvalidURL, "in-memory"),
     BadURL(
@@ -357,6 +369,12 @@ BAD_URLS = [
         "zookeeper://:{secret}@127.0.0.1:1/x",
         InvalidURL,
         "a password needs a user name",
+    ),
+    BadURL(
+        "zookeeper-max-waiters-not-whole",
+        "zookeeper://u:{secret}@127.0.0.1:1/x?max_waiters=1e4",
+        InvalidURL,
+        "a whole number of waiters",
     ),
     BadURL(
         "zookeeper-session-timeout-below-min-ttl",

@@ -14,6 +14,7 @@ renewals go by the batch; closed clients leave no wake-ups behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,12 +23,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pymysql
 import pytest
 
 import tumbler
 import tumbler.aio
+from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.backends.mysql.common import open_async, open_connection, open_sync, parse_config
 from tumbler.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -37,7 +41,7 @@ from tumbler.backends.mysql.server import (
 from tumbler.backends.mysql.statements import RENEW_ROWS
 from tumbler.cli import main
 from tumbler.demo import run_demo
-from tumbler.errors import BackendUnavailable, ConfigurationError, PermissionDenied
+from tumbler.errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     aeventually,
@@ -45,13 +49,16 @@ from tumbler.testing.conformance.compat import (
     eventually,
     gather,
 )
-from tumbler.testing.servers import make_tls_files
+from tumbler.testing.conformance.plugin import server_unavailable
+from tumbler.testing.servers import ServerError, make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
     a_silent_listener_is_replaced,
     every_call_gives_up_when_replies_are_dropped,
+    full_line_refuses_a_waiter_decided_in_the_client,
     held_across_restart,
+    killed_fair_waiter_holds_nothing_up,
 )
 
 
@@ -711,3 +718,215 @@ async def test_asyncio_a_hand_off_forced_out_before_the_waiter_took_it_is_not_ta
         grant = await waiter.try_grant(_request("stock", "b"))
         assert grant is not None
         assert grant.token > handed.token
+
+
+# -- a waiter's entry that runs out between the two transactions of a decision --------------
+
+
+def _waiting_for_name(admin: Any, prefix: str) -> int:
+    """How many statements are under way that take a name's row (each waits: a transaction
+    holds it). MariaDB's INNODB_TRX leaves out some transactions that wait for a row: the
+    process list has them all."""
+    with admin.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' "
+            "AND INFO LIKE %s",
+            (f"INSERT INTO {prefix}names %",),
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case: a request the grant procedure sends back (a semaphore's) is
+    decided in a second transaction, and the waiter's entry ran out in between: missing from
+    the live line, still in the table, and written anew it broke the by_name key ("Duplicate
+    entry ... for key 'by_name'", which 80 clients on MariaDB met once). A transaction that
+    holds the name's row keeps the retry waiting, a second one queues behind it and, once
+    the procedure is done, ends the entry's lease before the decision goes on."""
+    prefix = f"dup_{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=4&socket_timeout=8"
+    holder = GrantRequest("crowd", "h", True, 1, True, 30.0, "test")
+    waiter = GrantRequest("crowd", "w", True, 1, True, 30.0, "test")
+    backend = open_sync(parse_url(url))
+    admin = mariadb_server.connect(TUMBLER_DATABASE)
+    first = mariadb_server.connect(TUMBLER_DATABASE)
+    second = mariadb_server.connect(TUMBLER_DATABASE)
+    lock_name = (
+        f"INSERT INTO {prefix}names (name) VALUES ('crowd') ON DUPLICATE KEY UPDATE name = name"
+    )
+    try:
+        assert backend.try_grant(holder) is not None
+        assert backend.try_grant(waiter) is None  # its entry, in line
+        with first.cursor() as cursor:
+            cursor.execute("START TRANSACTION")
+            cursor.execute(lock_name)
+
+        async def retry() -> Any:
+            other = await open_async(parse_url(url))
+            try:
+                return await other.try_grant(waiter)
+            finally:
+                await other.close()
+
+        if flavour == "sync":
+            call = background(lambda: backend.try_grant(waiter))
+        else:
+            call = background(lambda: asyncio.run(retry()))
+        eventually(
+            lambda: call.done() or _waiting_for_name(admin, prefix) == 1,
+            "the retry waits for the name",
+        )
+        assert not call.done(), call.result()
+
+        def expire() -> None:
+            with second.cursor() as cursor:
+                cursor.execute("START TRANSACTION")
+                cursor.execute(lock_name)
+                cursor.execute(
+                    f"UPDATE {prefix}entries SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 "
+                    "SECOND WHERE name = 'crowd' AND owner = %s",
+                    (owner_hash("w"),),
+                )
+                cursor.execute("COMMIT")
+
+        expiring = background(expire)
+        eventually(lambda: _waiting_for_name(admin, prefix) == 2, "the expiry queues behind it")
+        with first.cursor() as cursor:
+            cursor.execute("COMMIT")
+        expiring.result()
+        assert call.result() is None  # in line again, not granted
+        with admin.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {prefix}entries WHERE name = 'crowd'")
+            assert cursor.fetchone() == (2,)
+    finally:
+        for connection in (admin, first, second):
+            connection.close()
+        backend.close()
+
+
+# -- a server out of connections -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_server_out_of_connections_is_named_and_ridden_out(
+    tmp_path: Path, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A waiter whose client cannot open its listening connection, because the server has
+    every connection it allows in use, is told why at once, typed (``OutOfConnections``, a
+    ``BackendUnavailable``, with the server's refusal): it used to wait out the listener's
+    patience (10 s) and fail with "could not listen for wake-ups in time". It then waits by
+    polling, and gets the lock when the holder lets go."""
+    try:
+        started = MariaDBServer(tmp_path / "small", max_connections=6).start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start mariadbd: {error}")
+    url = f"{started.url}?table_prefix=crowded_"
+    filled: list[Any] = []
+    try:
+        with tumbler.connect(url) as holder:
+            holder_lock = holder.lock("busy")
+            assert holder_lock.acquire()
+            if flavour == "sync":
+                waiter = tumbler.connect(url)
+            else:
+                loop = asyncio.new_event_loop()
+                waiter_aio = loop.run_until_complete(tumbler.aio.connect(url))
+            # every connection the server allows, taken (the holder's and the waiter's call
+            # connections among them)
+            config = parse_config(parse_url(url))
+            with pytest.raises(pymysql.err.OperationalError, match="Too many connections"):
+                while True:
+                    filled.append(open_connection(config))
+            # it cannot listen, so it polls, and says why (typed, with the server's refusal)
+            with caplog.at_level(logging.WARNING, logger="tumbler"):
+                if flavour == "sync":
+                    call = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
+                else:
+
+                    async def wait() -> bool:
+                        return await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
+
+                    call = background(lambda: loop.run_until_complete(wait()))
+
+                def told() -> bool:
+                    return any(
+                        "OutOfConnections" in record.getMessage()
+                        and "refused a connection" in record.getMessage()
+                        and "'busy'" in record.getMessage()
+                        for record in caplog.records
+                    )
+
+                eventually(told, "the waiter was told why it cannot listen")
+                for connection in filled:
+                    connection.close()
+                filled.clear()
+                holder_lock.release()
+                try:
+                    assert call.result() is True  # the polling waiter got the lock
+                finally:
+                    if flavour == "sync":
+                        waiter.close()
+                    else:
+                        loop.run_until_complete(waiter_aio.close())
+                        loop.close()
+    finally:
+        for connection in filled:
+            connection.close()
+        started.close()
+
+
+# -- a fair waiter killed while it waits -------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case (``killed_fair_waiter_holds_nothing_up``): the waiter's client is
+    gone once nobody holds its listener lock."""
+    prefix = f"killed_{uuid.uuid4().hex[:8]}_"
+    admin = mariadb_server.connect(TUMBLER_DATABASE)
+
+    def first_waiters_listener() -> Any:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                f"SELECT client FROM {prefix}entries WHERE name = 'line' AND token IS NULL "
+                "ORDER BY seq LIMIT 1"
+            )
+            row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    def listens(key: Any) -> bool:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-listener-', %s))", (key,))
+            return cursor.fetchone()[0] is not None
+
+    try:
+        killed_fair_waiter_holds_nothing_up(
+            f"{mariadb_server.url}?table_prefix={prefix}", flavour, first_waiters_listener, listens
+        )
+    finally:
+        admin.close()
+
+
+# -- max_waiters ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_full_line_refuses_a_waiter_decided_in_the_client(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    full_line_refuses_a_waiter_decided_in_the_client(
+        f"{mariadb_server.url}?table_prefix=full_{uuid.uuid4().hex[:8]}_", flavour
+    )
+
+
+def test_max_waiters_defaults_to_ten_thousand_and_is_checked(
+    mariadb_server: MariaDBServer,
+) -> None:
+    assert parse_config(parse_url(mariadb_server.url)).max_waiters == 10_000
+    with pytest.raises(InvalidURL, match="max_waiters"):
+        parse_config(parse_url(f"{mariadb_server.url}?max_waiters=0"))

@@ -31,12 +31,24 @@ import pymysql
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tumbler._core import Entry
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.mysql.server import MariaDBServer
 from tumbler.backends.mysql.statements import Statements
 from tumbler.testing.conformance.compat import PATIENCE
 
-from .grant_oracle import LEASE, Request, Row, check_answer, entries_of, limits, lines, requests
+from .grant_oracle import (
+    LEASE,
+    Request,
+    Row,
+    check_answer,
+    entries_of,
+    limits,
+    lines,
+    long_lines,
+    requests,
+    same_plan,
+)
 
 #: the listener key of the tests' one listening client
 LISTENER = 4242
@@ -105,6 +117,7 @@ def grant(
         3.0,
         client,
         1,
+        10_000,  # max_waiters: a line never fills here
     )
 
 
@@ -158,11 +171,63 @@ def test_the_grant_procedure_answers_as_the_rule_or_not_at_all(
     )
     after = _entries(cursor, statements, name)
     entries = entries_of(line, limit, before, owner_hash)
-    check_answer(entries, owner_hash(request.owner), request, answer, before, after)
+    *answered, full = answer
+    assert not full  # a line never fills here
+    check_answer(entries, owner_hash(request.owner), request, tuple(answered), before, after)
 
 
 #: tokens for hand-written grants, far above any the counter gives in these tests
 _TOKENS = iter(range(10**12, 10**13))
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(case=long_lines())
+def test_a_decision_reads_the_part_of_the_line_the_rule_looks_at(
+    cursor: Any, statements: Statements, case: tuple[list[Any], Request]
+) -> None:
+    """The client decides a request the procedure sends back on the part of the line its
+    ``line`` statement reads (each part found by an index, whatever the line's length):
+    ``plan`` must answer on it as on the whole line."""
+    rows, request = case
+    name = uuid.uuid4().hex.encode()
+    for owner, shared, lim, fair, granted in rows:
+        cursor.execute(
+            f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
+            "expires_at, holder) VALUES (%s, %s, %s, %s, %s, %s, "
+            "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'test')",
+            (name, owner_hash(owner), shared, lim, fair, next(_TOKENS) if granted else None),
+        )
+    cursor.execute(
+        f"SELECT owner, seq, shared, lim, fair, token FROM {statements.prefix}entries "
+        "WHERE name = %s ORDER BY seq",
+        (name,),
+    )
+    full = cursor.fetchall()
+    owner = owner_hash(request.owner)
+    cursor.execute(statements["place"], (name, owner))
+    place = cursor.fetchone()
+    cursor.execute(
+        statements["line"],
+        {
+            "name": name,
+            "owner": owner,
+            "fair": request.fair,
+            "shared": request.shared,
+            "lim": request.asked_limit,
+            "count": max(1, request.asked_limit),
+            "before": 2**64 - 1 if place is None else place[0],
+        },
+    )
+    part = cursor.fetchall()
+
+    def entries(found: Any) -> list[Entry]:
+        return [Entry(row[0], row[1], bool(row[2]), row[3], bool(row[4]), row[5]) for row in found]
+
+    same_plan(entries(full), entries(part), owner, request)
 
 
 # -- release, hand-off and the listener ------------------------------------------------------
@@ -213,7 +278,7 @@ def test_a_release_hands_the_lock_over_and_wakes_the_waiters_listener(
     try:
         first = grant(cursor, statements, b"stock", "a")
         assert first[0] is not None
-        assert grant(cursor, statements, b"stock", "b", client=listener.key) == (None, None, 0)
+        assert grant(cursor, statements, b"stock", "b", client=listener.key) == (None, None, 0, 0)
         outcome: list[str] = []
         started = threading.Event()
 
@@ -279,13 +344,15 @@ def test_a_waiter_whose_client_does_not_listen_is_not_handed_the_lock(
 ) -> None:
     assert grant(cursor, statements, b"deaf", "a")[0] is not None
     assert grant(cursor, statements, b"deaf", "b", client=LISTENER + 3)[0] is None
-    # nothing holds that client's listener lock: the release leaves the lock free, and says
-    # that a waiter is left for the client to decide for
+    assert grant(cursor, statements, b"deaf", "c", client=LISTENER + 4)[0] is None
+    assert grant(cursor, statements, b"deaf", "d")[0] is None  # a client that polls
+    # nothing holds those clients' listener locks: the release deletes the entries of the
+    # waiters at the head of the line whose client is gone (each would hold a fair line up
+    # until it ran out), hands the lock to nobody, and says that a waiter is left (the one
+    # whose client polls: nothing tells whether it is gone)
     assert call(cursor, statements["release"], b"deaf", owner_hash("a")) == (1, 1)
-    cursor.execute(
-        f"SELECT COUNT(*) FROM {statements.prefix}entries WHERE name = 'deaf' AND token IS NOT NULL"
-    )
-    assert cursor.fetchone() == (0,)
+    cursor.execute(f"SELECT owner, token FROM {statements.prefix}entries WHERE name = 'deaf'")
+    assert cursor.fetchall() == ((owner_hash("d"), None),)
 
 
 def test_tokens_keep_increasing_after_every_row_is_gone(
@@ -381,7 +448,7 @@ def test_a_grant_deletes_its_names_expired_rows_without_waiting_on_other_names(
     _expired_entry(cursor, statements, mine, "a")
     held = _expired_entry(cursor, statements, other, "b")
     with row_locked(mariadb_server, statements, held):
-        token, _, undecided = grant(impatient, statements, mine, "c")
+        token, _, undecided, _ = grant(impatient, statements, mine, "c")
     assert token is not None
     assert not undecided
     assert len(_seqs(cursor, statements, mine)) == 1  # the grant's own; the expired one gone
@@ -444,3 +511,38 @@ def test_a_sweep_deletes_the_wake_ups_of_clients_that_no_longer_listen(
     finally:
         listening.close()
         gone.close()
+
+
+# -- tables an earlier version made ----------------------------------------------------------
+
+
+def test_tables_an_earlier_version_made_get_its_indexes_and_procedures(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """An earlier version's entries table lacked the indexes a release and a decision read
+    the head of a line by, and its procedures read the whole line: a client of this version
+    adds the indexes and makes every procedure again."""
+    from tumbler._url import parse_url
+    from tumbler.backends.mysql.common import open_sync
+    from tumbler.backends.mysql.statements import INDEXES
+
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    open_sync(parse_url(url)).close()
+    with connect(mariadb_server) as connection, connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {prefix}entries DROP KEY limits, DROP KEY line")
+        cursor.execute(f"DROP PROCEDURE {prefix}hand_off")
+        cursor.execute(f"CREATE PROCEDURE {prefix}hand_off() BEGIN END")
+        open_sync(parse_url(url)).close()
+        cursor.execute(
+            "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+            (f"{prefix}entries",),
+        )
+        assert set(INDEXES) <= {name for (name,) in cursor.fetchall()}
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PARAMETERS WHERE SPECIFIC_SCHEMA = "
+            "DATABASE() AND SPECIFIC_NAME = %s",
+            (f"{prefix}hand_off",),
+        )
+        assert cursor.fetchone() == (3,)  # made again, as this version makes it

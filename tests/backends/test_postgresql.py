@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,11 +29,12 @@ from psycopg import sql
 
 import tumbler
 import tumbler.aio
-from tumbler import ConfigurationError, InvalidURL, PermissionDenied
+from tumbler import ConfigurationError, InvalidURL, PermissionDenied, TooManyWaiters
 from tumbler._url import parse_url
+from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.postgresql.common import open_sync, parse_config
+from tumbler.backends.postgresql.common import open_async, open_sync, parse_config
 from tumbler.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
@@ -39,6 +44,7 @@ from tumbler.backends.postgresql.server import (
 from tumbler.backends.postgresql.statements import name_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
+from tumbler.testing.conformance import worker as conformance_worker
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
@@ -465,8 +471,9 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
     url: str, admin: psycopg.Connection[Any]
 ) -> None:
     """A release hands the lock only to a waiter whose client still listens: one whose
-    client is gone (closed, its process killed) would hold the lock for a whole lease. Its
-    entry stays until it expires, and the lock stays free meanwhile."""
+    client is gone (closed, its process killed) would hold the lock for a whole lease. The
+    release deletes its entry (it would hold a fair line up until it ran out), and the lock
+    stays free."""
     with tumbler.connect(url) as one:
         holder = one._backend
         waiter = open_sync(parse_url(url))
@@ -482,6 +489,7 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
         assert one.status("stock").waiters == 1  # its entry is still there
         assert holder.release("stock", "a")
         assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
         assert holder.try_grant(_request("stock", "c")) is not None
 
 
@@ -945,6 +953,45 @@ def test_functions_made_without_a_pinned_search_path_are_made_again(
         assert pinned() == ["search_path=pg_catalog, pg_temp"]
 
 
+def test_a_schema_an_earlier_version_made_gets_its_indexes_and_grant_function(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """An earlier version's schema lacked the indexes a release and a decision read the head
+    of a line by, and its grant function took no max_waiters: a client of this version makes
+    them, and drops the earlier function."""
+    tumbler.connect(url).close()
+    old = (
+        "{}.tumbler_grant(bigint, text, text, boolean, integer, boolean, float8, text, "
+        "boolean, float8, text, bigint, bigint)"
+    )
+    admin.execute(sql.SQL("DROP INDEX {}.tumbler_entries_limits").format(sql.Identifier(schema)))
+    admin.execute(sql.SQL("COMMENT ON SCHEMA {} IS NULL").format(sql.Identifier(schema)))
+    admin.execute(
+        sql.SQL("CREATE FUNCTION " + old + " RETURNS void LANGUAGE sql AS ''").format(
+            sql.Identifier(schema)
+        )
+    )
+
+    def found(name: str) -> bool:
+        row = admin.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def overloads() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = to_regnamespace(%s) "
+            "AND proname = 'tumbler_grant'",
+            (sql.Identifier(schema).as_string(admin),),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    assert not found(f'"{schema}".tumbler_entries_limits')
+    assert overloads() == 2
+    with tumbler.connect(url) as locks, locks.lock("remade"):
+        assert found(f'"{schema}".tumbler_entries_limits')
+        assert overloads() == 1
+
+
 def test_a_role_that_may_not_make_the_schema_is_told_so(
     server: PostgreSQLServer, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
@@ -1048,3 +1095,302 @@ def test_a_transaction_pooler_polls_and_keeps_no_session_state() -> None:
     assert explicit.pooled
     assert not explicit.listen
     assert parse_config(parse_url("postgresql://u@h/db?pooler=none")).listen
+
+
+# -- a waiter's entry that runs out between the two transactions of a decision --------------
+
+
+def _waiting_for_names(admin: psycopg.Connection[Any]) -> int:
+    """How many sessions wait for a lock (a name's row, which another transaction holds)."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_waiters_entry_that_runs_out_before_its_decision_is_written_anew(
+    server: PostgreSQLServer,
+    url: str,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    flavour: str,
+) -> None:
+    """A request the grant function sends back (a semaphore's) is decided in a second
+    transaction, which reads the live line: the waiter's own entry could run out in between,
+    be missing from that line yet still in the table, and writing it anew broke the (name,
+    owner) key, an internal error ("duplicate key value violates unique constraint")
+    raised from an acquire. Here the entry runs out in that gap for certain: a transaction
+    that holds the name's lock keeps the retry waiting, a second one queues behind it and,
+    once the grant function is done, ends the entry's lease before the decision goes on."""
+    url = f"{url}&lock_timeout=4&statement_timeout=8"
+    holder = GrantRequest("crowd", "h", True, 1, True, 30.0, "test")
+    waiter = GrantRequest("crowd", "w", True, 1, True, 30.0, "test")
+    key = name_key(schema, "crowd")
+    backend = open_sync(parse_url(url))
+    try:
+        assert backend.try_grant(holder) is not None
+        assert backend.try_grant(waiter) is None  # its entry, in line
+        with (
+            server.connect(TUMBLER_DATABASE) as first,
+            server.connect(TUMBLER_DATABASE) as second,
+        ):
+            first.execute("BEGIN")
+            first.execute(
+                sql.SQL("SELECT {}.tumbler_take_name(%s, %s)").format(sql.Identifier(schema)),
+                (key, "crowd"),
+            )
+
+            async def retry() -> Any:
+                other = await open_async(parse_url(url))
+                try:
+                    return await other.try_grant(waiter)
+                finally:
+                    await other.close()
+
+            if flavour == "sync":
+                call = background(lambda: backend.try_grant(waiter))
+            else:
+                call = background(lambda: asyncio.run(retry()))
+            eventually(
+                lambda: call.done() or _waiting_for_names(admin) == 1,
+                "the retry waits for the name",
+            )
+            assert not call.done()
+
+            def expire() -> None:
+                with second.transaction():
+                    second.execute(
+                        sql.SQL("SELECT {}.tumbler_take_name(%s, %s)").format(
+                            sql.Identifier(schema)
+                        ),
+                        (key, "crowd"),
+                    )
+                    second.execute(
+                        sql.SQL(
+                            "UPDATE {}.tumbler_entries SET expires_at = clock_timestamp() "
+                            "- interval '1 second' WHERE name = 'crowd' AND owner = %s"
+                        ).format(sql.Identifier(schema)),
+                        (owner_hash("w"),),
+                    )
+
+            expiring = background(expire)
+            eventually(lambda: _waiting_for_names(admin) == 2, "the expiry queues behind it")
+            first.execute("COMMIT")
+            expiring.result()
+            assert call.result() is None  # in line again, not granted
+        assert rows_of(admin, schema, "crowd") == 2
+    finally:
+        backend.close()
+
+
+# -- a server out of connections -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_server_out_of_connections_is_named_and_ridden_out(
+    tmp_path: Path, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A waiter whose client cannot open its listening connection, because the server has
+    every connection it allows in use, is told why at once, typed (``OutOfConnections``, a
+    ``BackendUnavailable``, with the server's refusal): it used to wait out the listener's
+    patience (10 s) and fail with "could not listen for wake-ups in time". It then waits by
+    polling, and gets the lock when the holder lets go."""
+    try:
+        started = PostgreSQLServer(tmp_path / "small", max_connections=8).start()
+    except (ServerError, OSError) as error:
+        server_unavailable(f"cannot start postgres: {error}")
+    url = f"{started.url}?schema=crowded"
+    filled: list[psycopg.Connection[Any]] = []
+    with started.connect() as admin:
+        row = admin.execute(
+            "SELECT current_setting('max_connections')::int "
+            "- current_setting('superuser_reserved_connections')::int"
+        ).fetchone()
+        assert row is not None
+    # the two clients' connections (a call's, and the holder's listening one, once it waits:
+    # it never does here) and every other one the server gives this user
+    free = int(row[0]) - 2
+    try:
+        with tumbler.connect(url) as holder:
+            holder_lock = holder.lock("busy")
+            assert holder_lock.acquire()
+            if flavour == "sync":
+                waiter = tumbler.connect(url)
+            else:
+                loop = asyncio.new_event_loop()
+                waiter_aio = loop.run_until_complete(tumbler.aio.connect(url))
+            # every connection the server allows this user, taken
+            options = parse_config(parse_url(url)).connect_options
+            filled.extend(psycopg.connect(**options) for _ in range(free))
+            with pytest.raises(psycopg.OperationalError, match="connection slots are reserved"):
+                psycopg.connect(**options)
+            # it cannot listen, so it polls, and says why (typed, with the server's refusal)
+            with caplog.at_level(logging.WARNING, logger="tumbler"):
+                if flavour == "sync":
+                    call = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
+                else:
+
+                    async def wait() -> bool:
+                        return await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
+
+                    call = background(lambda: loop.run_until_complete(wait()))
+
+                def told() -> bool:
+                    return any(
+                        "OutOfConnections" in record.getMessage()
+                        and "refused a connection" in record.getMessage()
+                        and "'busy'" in record.getMessage()
+                        for record in caplog.records
+                    )
+
+                eventually(told, "the waiter was told why it cannot listen")
+                for connection in filled:
+                    connection.close()
+                filled.clear()
+                holder_lock.release()
+                try:
+                    assert call.result() is True  # the polling waiter got the lock
+                finally:
+                    if flavour == "sync":
+                        waiter.close()
+                    else:
+                        loop.run_until_complete(waiter_aio.close())
+                        loop.close()
+    finally:
+        for connection in filled:
+            connection.close()
+        started.close()
+
+
+# -- a fair waiter killed while it waits -------------------------------------------------------
+
+WORKER = str(Path(conformance_worker.__file__))
+
+
+def killed_fair_waiter_holds_nothing_up(
+    url: str,
+    flavour: str,
+    first_waiters_listener: Callable[[], Any],
+    listens: Callable[[Any], bool],
+) -> None:
+    """A fair waiter's process is killed (SIGKILL: it says nothing) while it waits first in
+    line; once the server has seen its connections close (``listens`` of its listener is
+    false), the holder releases, and the next fair waiter must have the lock within the
+    re-check interval (1 s), the bound a release that skips the dead waiter keeps: before,
+    the dead waiter's entry held the line up until its lease ran out (waiter_ttl, 3 s)."""
+    recheck = 1.0
+    with tumbler.connect(url) as locks:
+        first = locks.lock("line", fair=True)
+        assert first.acquire()
+        child = subprocess.Popen(
+            [sys.executable, WORKER, "hold", url, "line", os.devnull, "30", flavour, "--fair"]
+        )
+        try:
+            key: list[Any] = []
+
+            def child_listens() -> bool:
+                found = first_waiters_listener()
+                if found is None or not listens(found):
+                    return False
+                key[:] = [found]
+                return True
+
+            eventually(child_listens, "the child waits first in line, and listens")
+
+            async def wait_async() -> bool:
+                async with await tumbler.aio.connect(url) as others:
+                    return bool(await others.lock("line", fair=True).acquire(timeout=PATIENCE))
+
+            def wait_sync() -> bool:
+                with tumbler.connect(url) as others:
+                    return bool(others.lock("line", fair=True).acquire(timeout=PATIENCE))
+
+            call = background(wait_sync if flavour == "sync" else lambda: asyncio.run(wait_async()))
+            eventually(lambda: locks.status("line").waiters == 2, "the next waiter waits behind")
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            eventually(lambda: not listens(key[0]), "the server sees the child's connections go")
+            released_at = time.monotonic()
+            first.release()
+            assert call.result() is True
+            assert time.monotonic() - released_at < recheck
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
+    url: str, schema: str, admin: psycopg.Connection[Any], flavour: str
+) -> None:
+    def first_waiters_listener() -> Any:
+        row = admin.execute(
+            sql.SQL(
+                "SELECT listener FROM {}.tumbler_entries WHERE name = 'line' AND token IS NULL "
+                "ORDER BY seq LIMIT 1"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+        return None if row is None else row[0]
+
+    killed_fair_waiter_holds_nothing_up(
+        url, flavour, first_waiters_listener, lambda key: _listener_held(admin, key)
+    )
+
+
+# -- max_waiters ---------------------------------------------------------------------------
+
+
+def full_line_refuses_a_waiter_decided_in_the_client(url: str, flavour: str) -> None:
+    """A semaphore's request is decided in the client (the grant routine sends it back): a
+    new waiter there is refused too once ``max_waiters`` wait, and writes nothing; the
+    waiter already in line keeps its place, and a single try still answers."""
+    holder = GrantRequest("sem", "h", True, 1, True, 30.0, "test")
+    first = GrantRequest("sem", "w1", True, 1, True, 30.0, "test")
+    second = GrantRequest("sem", "w2", True, 1, True, 30.0, "test")
+    single = GrantRequest("sem", "w3", True, 1, True, 30.0, "test", queue=False)
+    url = f"{url}{'&' if '?' in url else '?'}max_waiters=1"
+    backend_of = load_backend(parse_url(url))
+
+    async def calls() -> list[Any]:
+        backend = await backend_of.open_async(parse_url(url))
+        try:
+            answers: list[Any] = [await backend.try_grant(r) for r in (holder, first)]
+            with pytest.raises(TooManyWaiters, match="max_waiters") as refused:
+                await backend.try_grant(second)
+            assert refused.value.lock_name == "sem"
+            answers += [await backend.try_grant(single), await backend.try_grant(first)]
+            answers.append((await backend.inspect("sem")).waiters)
+            return answers
+        finally:
+            await backend.close()
+
+    def blocking_calls() -> list[Any]:
+        backend = backend_of.open_sync(parse_url(url))
+        try:
+            answers: list[Any] = [backend.try_grant(r) for r in (holder, first)]
+            with pytest.raises(TooManyWaiters, match="max_waiters") as refused:
+                backend.try_grant(second)
+            assert refused.value.lock_name == "sem"
+            answers += [backend.try_grant(single), backend.try_grant(first)]
+            answers.append(backend.inspect("sem").waiters)
+            return answers
+        finally:
+            backend.close()
+
+    granted, *rest = blocking_calls() if flavour == "sync" else asyncio.run(calls())
+    assert granted is not None
+    assert rest == [None, None, None, 1]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_full_line_refuses_a_waiter_decided_in_the_client(url: str, flavour: str) -> None:
+    full_line_refuses_a_waiter_decided_in_the_client(url, flavour)
+
+
+def test_max_waiters_defaults_to_ten_thousand_and_is_checked(url: str) -> None:
+    assert parse_config(parse_url(url)).max_waiters == 10_000
+    with pytest.raises(InvalidURL, match="max_waiters"):
+        parse_config(parse_url(f"{url}&max_waiters=0"))

@@ -26,12 +26,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from psycopg import sql
 
+from tumbler._core import Entry
 from tumbler._url import parse_url
 from tumbler.backends.postgresql.common import open_sync
 from tumbler.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
 from tumbler.backends.postgresql.statements import Statements
 
-from .grant_oracle import LEASE, Request, Row, check_answer, entries_of, limits, lines, requests
+from .grant_oracle import (
+    LEASE,
+    Request,
+    Row,
+    check_answer,
+    entries_of,
+    limits,
+    lines,
+    long_lines,
+    requests,
+    same_plan,
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +107,61 @@ def test_the_grant_function_answers_as_the_rule_or_not_at_all(
                 "client": "channel",
                 "listener": 7,
                 "stamp": 1,
+                "max_waiters": 10_000,
             },
         ).fetchone()
         assert answer is not None
         after = _entries(admin, schema)
+    *answered, full = answer
+    assert not full  # a line never fills here
     entries = entries_of(line, limit, before, lambda owner: owner)
-    check_answer(entries, request.owner, request, tuple(answer), before, after)
+    check_answer(entries, request.owner, request, tuple(answered), before, after)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(case=long_lines())
+def test_a_decision_reads_the_part_of_the_line_the_rule_looks_at(
+    admin: psycopg.Connection[Any], schema: str, case: tuple[list[Any], Request]
+) -> None:
+    """The client decides a request the function sends back on the part of the line its
+    ``line`` statement reads (each part found by an index, whatever the line's length):
+    ``plan`` must answer on it as on the whole line."""
+    rows, request = case
+    statements = Statements.of(schema)
+    with admin.transaction(force_rollback=True):
+        for owner, shared, lim, fair, granted in rows:
+            admin.execute(
+                sql.SQL(
+                    "INSERT INTO {}.tumbler_entries (name, owner, shared, lim, fair, token, "
+                    "expires_at, holder) VALUES ('n', %s, %s, %s, %s, "
+                    "CASE WHEN %s THEN nextval({}) END, "
+                    "clock_timestamp() + interval '1 hour', 'test')"
+                ).format(sql.Identifier(schema), sql.Literal(statements.tokens)),
+                (owner, shared, lim, fair, granted),
+            )
+        full = admin.execute(
+            sql.SQL(
+                "SELECT owner, seq, shared, lim, fair, token FROM {}.tumbler_entries "
+                "WHERE name = 'n' ORDER BY seq"
+            ).format(sql.Identifier(schema))
+        ).fetchall()
+        part = admin.execute(
+            statements["line"],
+            {
+                "name": "n",
+                "owner": request.owner,
+                "fair": request.fair,
+                "shared": request.shared,
+                "lim": request.asked_limit,
+            },
+        ).fetchall()
+    same_plan(
+        [Entry(*row) for row in full],
+        [Entry(*row[:6]) for row in part],
+        request.owner,
+        request,
+    )

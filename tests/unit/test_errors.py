@@ -47,6 +47,7 @@ PARENTS: dict[type[TumblerError], type[TumblerError]] = {
     errors.UnknownScheme: errors.InvalidURL,
     errors.MissingDependency: errors.ConfigurationError,
     errors.HoldInDoubt: errors.LockLost,
+    errors.OutOfConnections: errors.BackendUnavailable,
 }
 
 

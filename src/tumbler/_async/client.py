@@ -702,8 +702,9 @@ class AsyncLocks:
             raise error
         _log.log(
             logging.DEBUG if before is not None else logging.WARNING,
-            "lock %r: the backend did not answer a grant request (%s); asking again",
+            "lock %r: the backend did not answer a grant request (%s: %s); asking again",
             error.lock_name,
+            type(error).__name__,
             error.message,
         )
         return error

@@ -700,8 +700,9 @@ class Locks:
             raise error
         _log.log(
             logging.DEBUG if before is not None else logging.WARNING,
-            "lock %r: the backend did not answer a grant request (%s); asking again",
+            "lock %r: the backend did not answer a grant request (%s: %s); asking again",
             error.lock_name,
+            type(error).__name__,
             error.message,
         )
         return error

@@ -211,6 +211,10 @@ class Capabilities:
     #: who the locks exclude: ``"process"`` (threads and tasks of one process only),
     #: ``"host"`` (processes of one machine) or ``"network"`` (processes on any machine)
     scope: str = "network"
+    #: a lock's line is bounded: the URL option ``max_waiters`` (default 10,000) is the most
+    #: waiters one lock queues, and an acquire that would queue behind that many gets
+    #: ``TooManyWaiters`` and leaves nothing behind (a try that does not wait still answers)
+    line_cap: bool = False
 
 
 class WakeHub:

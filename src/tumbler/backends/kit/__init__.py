@@ -21,8 +21,10 @@ rest from here. Each piece is for:
 - :class:`AsyncAdapter`: the asyncio flavour of a backend whose driver only blocks (SQLite's
   stdlib module): every call on one worker thread, releases and renewals ahead of polls.
   Imported on first use, so that a blocking-only program never loads asyncio.
-- :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``): the URL query
-  options several backends parse alike, with the same wording in their errors.
+- :mod:`tumbler.backends.kit.options` (``flag``, ``seconds``, ``host_port``,
+  ``waiter_count``): the URL query options several backends parse alike, with the same
+  wording in their errors; ``line_full``, the ``TooManyWaiters`` of a line at its
+  ``max_waiters``.
 - :mod:`tumbler.backends.kit.slots` (``Slots``, ``AsyncSlots``): at most so many calls under
   way at once, the others waiting a bounded time, for a backend whose connection pool fails
   a call at once when full. Imported from there (it needs asyncio).
@@ -31,11 +33,13 @@ rest from here. Each piece is for:
   :class:`Write` to make), so that a backend storing rows only stores. :func:`decide` is the
   rule alone, for a backend that decides elsewhere but must agree with it; a backend whose
   store keeps entries in one arrival line (sequential nodes, a list) asks
-  :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line).
+  :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line);
+  :func:`let_through` says whom a change to a line lets through (one pass over its head).
 - :func:`~tumbler.backends.kit.owners.owner_hash`: an owner as a store keeps it (its SHA-1),
   so that reading the store gives nobody an owner id to act with. Imported from there.
-- :func:`to_wake`: the waiters of a freed line that the rule lets through now, for a backend
-  whose release tells each waiter's client (PostgreSQL, MySQL).
+- :func:`to_wake`: the waiters of a freed line that the rule lets through now
+  (``_core.let_through``: one pass over the head of the line), for a backend whose release
+  tells each waiter's client (PostgreSQL, MySQL).
 - :mod:`tumbler.backends.kit._async.listener` (``AsyncListener``, and ``Listener`` in its
   ``_sync`` twin): the life of a client's one listening connection (started at the first
   wait, connected again after a failure, every waiter woken once it listens again), for a
@@ -58,6 +62,7 @@ from ..._core import (
     WritePlan,
     check_limits,
     decide,
+    let_through,
     line_position,
     plan,
 )
@@ -68,7 +73,15 @@ from ._async.watch import AsyncBaseWatch, AsyncHubWatch
 from ._sync.inspection import InspectEachName
 from ._sync.opening import Startable, start_or_close
 from ._sync.watch import BaseWatch, HubWatch
-from .options import MAX_SECONDS, flag, host_port, seconds
+from .options import (
+    DEFAULT_MAX_WAITERS,
+    MAX_SECONDS,
+    flag,
+    host_port,
+    line_full,
+    seconds,
+    waiter_count,
+)
 from .state import LockStateBuilder
 from .wake import to_wake
 
@@ -84,6 +97,7 @@ __all__ = [
     "AsyncInspectEachName",
     "AsyncStartable",
     "BaseWatch",
+    "DEFAULT_MAX_WAITERS",
     "Decision",
     "Entry",
     "HubWatch",
@@ -97,11 +111,14 @@ __all__ = [
     "decide",
     "flag",
     "host_port",
+    "let_through",
+    "line_full",
     "line_position",
     "plan",
     "seconds",
     "start_or_close",
     "to_wake",
+    "waiter_count",
 ]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..._url import BackendURL
-from ...errors import InvalidURL
+from ...errors import InvalidURL, TooManyWaiters
 
 
 def flag(text: str) -> bool:
@@ -26,6 +26,30 @@ def seconds(text: str) -> float:
     if not 0 < value <= MAX_SECONDS:
         raise ValueError(f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
     return value
+
+
+#: ``max_waiters`` when the URL does not say: the most waiters one lock queues. Each waiter
+#: re-checks about once a second, so 10,000 waiters on one lock are 10,000 tries a second.
+DEFAULT_MAX_WAITERS = 10_000
+#: the most ``max_waiters`` may be
+MAX_WAITERS = 1_000_000
+
+
+def waiter_count(text: str) -> int:
+    """``max_waiters``: a whole number of waiters, 1 to MAX_WAITERS."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_WAITERS:
+        raise ValueError(f"expected a whole number of waiters from 1 to {MAX_WAITERS}")
+    return int(text)
+
+
+def line_full(limit: int, lock_name: str | None, backend: str) -> TooManyWaiters:
+    """The error of an acquire that would queue behind ``limit`` waiters, ``max_waiters``."""
+    return TooManyWaiters(
+        f"{limit} waiters are queued for the lock already, the most it takes "
+        "(max_waiters in the URL)",
+        lock_name=lock_name,
+        backend=backend,
+    )
 
 
 def host_port(text: str, url: BackendURL, default_port: int) -> tuple[str, int]:

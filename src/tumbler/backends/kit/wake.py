@@ -1,14 +1,13 @@
-"""Whom a release wakes, for a backend that reads the line of a name it freed and tells each
-waiter's client in a message of its own (PostgreSQL's NOTIFY, MySQL's wake-up rows)."""
+"""Whom a release wakes, for a backend that reads the head of the line of a name it freed
+and tells each waiter's client in a message of its own (PostgreSQL's NOTIFY, MySQL's wake-up
+rows)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TypeVar
 
-from ..._core import Decision, Entry, decide
-from ...errors import PermitsMismatch
+from ..._core import Entry, let_through
 
 __all__ = ["to_wake"]
 
@@ -19,24 +18,16 @@ Client = TypeVar("Client")
 Row = tuple[str, int, bool, int, bool, "int | None", "Client | None"]
 
 
-def to_wake(rows: Sequence[Row[Client]]) -> list[tuple[Client, str]]:
-    """The waiters of a line that the grant rule lets through now, as ``(client, owner)``,
-    in arrival order: each such waiter counts as granted for those behind it, so a mutex
-    wakes one waiter, not the herd."""
+def to_wake(rows: Sequence[Row[Client]]) -> tuple[list[tuple[Client, str]], bool]:
+    """The waiters of ``rows`` that the grant rule lets through now, as ``(client, owner)``,
+    in arrival order (``_core.let_through``: each counts as granted for those behind it, so a
+    mutex wakes one waiter, not the herd), and whether that is all a longer head of the line
+    could let through. ``rows``: every live grant of the name, and its waiters by arrival from
+    the head of the line on (as many as the caller read)."""
     line = [
         Entry(owner, seq, shared, lim, fair, token)
         for owner, seq, shared, lim, fair, token, _ in rows
     ]
-    woken: list[tuple[Client, str]] = []
-    for index, (owner, _, shared, lim, fair, token, client) in enumerate(rows):
-        if token is not None:
-            continue
-        try:
-            decision = decide(line, owner, shared, lim, fair)
-        except PermitsMismatch:
-            continue
-        if decision is Decision.GRANT:
-            line[index] = dataclasses.replace(line[index], token=0)
-            if client is not None:
-                woken.append((client, owner))
-    return woken
+    through, complete = let_through(line)
+    woken = [(client, rows[i][0]) for i in through if (client := rows[i][6]) is not None]
+    return woken, complete

@@ -26,6 +26,7 @@ CAPABILITIES = Capabilities(
     # tens of ms). On a ManualClock the test moves time itself, so any lease will do.
     min_ttl=0.2,
     scope="process",
+    line_cap=True,
 )
 
 

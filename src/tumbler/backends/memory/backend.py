@@ -2,7 +2,10 @@
 
 URL grammar::
 
-    memory://[STORE]
+    memory://[STORE][?max_waiters=N]
+
+Option: ``max_waiters`` (default 10000: the most waiters one lock queues; one more acquire of
+this client that would wait gets ``TooManyWaiters``, and leaves nothing behind).
 
 Clients in one process that name the same ``STORE`` (the empty name included) share its locks,
 so a test can play several clients; a store lives while any client of it is open. Nothing is
@@ -45,6 +48,7 @@ from ..contract import (
     WakeHub,
 )
 from ..kit import HubWatch, LockStateBuilder
+from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -105,6 +109,7 @@ class MemoryBackend:
             self.capabilities = MANUAL_CLOCK_CAPABILITIES
         self.hub = store.hub
         self._store = store
+        self.max_waiters = url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS)
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         store = self._store
@@ -144,6 +149,8 @@ class MemoryBackend:
                 assert mine is not None
                 mine.expires_at = now + self.capabilities.waiter_ttl
             elif write is core.Write.ADD_WAITER:
+                if sum(not row.entry.granted for row in rows) >= self.max_waiters:
+                    raise line_full(self.max_waiters, request.name, self.url)
                 entry = core.Entry(
                     request.owner,
                     next(store.order),
@@ -259,7 +266,7 @@ class MemoryBackend:
 
 
 def _open(url: BackendURL, clock: Clock | None) -> MemoryBackend:
-    url.allow_options(())
+    url.allow_options(("max_waiters",))
     if url.path not in ("", "/"):
         raise InvalidURL("memory:// takes a store name, not a path: memory://NAME")
     name = url.hosts

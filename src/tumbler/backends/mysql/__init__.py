@@ -31,6 +31,7 @@ CAPABILITIES = Capabilities(
     poll_cap=0.1,
     min_ttl=1.0,
     scope="network",
+    line_cap=True,
 )
 
 DEFAULT_PORT = 3306

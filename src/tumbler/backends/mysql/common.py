@@ -14,9 +14,11 @@ does not offer TLS is refused, ``ConfigurationError``, before the client says an
 its connection is dropped and the call raises ``BackendUnavailable``), ``lock_timeout``
 (seconds, default 2, rounded up to whole seconds, which is what the server takes: how long a
 call waits for another client's transaction on the same name, then ``BackendUnavailable``),
-``max_connections`` (default 10: the most calls one client has under way at once) and
-``wakeups`` (``ring``, the default: a release wakes the waiters it lets through, see below;
-``poll``: waiters poll with a short bounded backoff).
+``max_connections`` (default 10: the most calls one client has under way at once),
+``max_waiters`` (default 10000: the most waiters one lock queues; one more acquire that would
+wait gets ``TooManyWaiters``, and leaves nothing behind) and ``wakeups`` (``ring``, the
+default: a release wakes the waiters it lets through, see below; ``poll``: waiters poll with
+a short bounded backoff).
 
 What it guarantees
     Every grant, release and forced release is one short InnoDB transaction that first locks
@@ -44,10 +46,26 @@ Waking waiters
     another connection is allowed to its own database user (or to one with ``CONNECTION
     ADMIN``): clients of one deployment that log in as different users are not woken by each
     other's releases, and find a release at their next re-check.
+    A release deletes the waiters at the head of the line whose client no longer listens
+    (nobody holds its listener lock: its process died, its connection closed), so a waiter
+    killed while it waits holds a fair line up for no longer than the server takes to see its
+    connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter names its
+    client only once the client listens; one whose client polls cannot be told dead.
+    A release reads the name's grants and the head of its line, each by an index, and a
+    decision in the client the part of the line the rule looks at: neither costs more with
+    a longer line.
     A wake-up carries no authority (any user who may write the tables may write one): a
     waiter that a wake-up says was handed the lock takes the grant only once one read of its
     own entry shows it, with that token, and counts the lease the server says is left;
     otherwise it asks for the lock as any try does.
+
+A server out of connections
+    A client uses up to ``max_connections`` connections for calls and, once one of its
+    waiters waits, two more (the doorbell's and the listener's). A server that refuses a
+    connection because it has every one it allows in use ("Too many connections") fails the
+    call that needed it at once with ``OutOfConnections`` (a ``BackendUnavailable``), the
+    server's refusal for its cause (it is not tried again as a restart is): a waiter whose
+    client cannot listen is told so, not left to wait.
 
 What it cannot promise
     Replication is asynchronous by default: a failover to a replica that had not received a
@@ -82,11 +100,12 @@ from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
+    OutOfConnections,
     PermissionDenied,
     TumblerError,
 )
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 __all__ = [
     "DEFAULT_PORT",
@@ -134,6 +153,7 @@ _OPTIONS = frozenset(
         "socket_timeout",
         "lock_timeout",
         "max_connections",
+        "max_waiters",
         "wakeups",
     }
 )
@@ -143,6 +163,9 @@ _OPTIONS = frozenset(
 _REFUSED = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
 #: the database or a table is missing, or the server is not set up for us
 _MISCONFIGURED = frozenset({1049, 1146, 3159})
+#: the server has all the connections it allows: max_connections (1040), or the account's
+#: max_user_connections (1203)
+_NO_ROOM = frozenset({1040, 1203})
 
 
 def _prefix(text: str) -> str:
@@ -174,6 +197,8 @@ class MySQLConfig:
     database: str
     ring: bool
     max_connections: int
+    #: the most waiters one lock queues
+    max_waiters: int
     connect_timeout: float
     socket_timeout: float
     lock_timeout: float
@@ -237,6 +262,7 @@ def parse_config(url: BackendURL) -> MySQLConfig:
         database=database,
         ring=url.option("wakeups", _wakeups, "ring") == "ring",
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
         connect_timeout=connect_timeout,
         socket_timeout=socket_timeout,
         lock_timeout=lock_timeout,
@@ -252,6 +278,14 @@ def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> Tu
         return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
     if code in _MISCONFIGURED:
         return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
+    if code in _NO_ROOM:
+        return OutOfConnections(
+            "MySQL refused a connection: it has as many as it allows (its max_connections, "
+            "or the account's max_user_connections); each client uses up to max_connections "
+            f"(in the URL) for calls and two more to listen for releases: {text}",
+            lock_name=name,
+            backend=url,
+        )
     if code == _NO_TLS:
         return ConfigurationError(
             "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused "

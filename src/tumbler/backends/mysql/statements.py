@@ -28,6 +28,11 @@ trailing spaces); owners are stored as their SHA-1 (``kit.owners.owner_hash``). 
 ``UTC_TIMESTAMP(6)`` plus a lease, and every comparison is against ``UTC_TIMESTAMP(6)``: the
 server's clock decides, never a client's, and the session's time zone plays no part.
 
+Every read of a name's line goes by an index and reads only what the rule looks at: the
+name's grants, the head of its line, its first fair waiters, an entry of another permit count
+(the entries' keys below); ``{p}drop_expired`` deletes a name's expired entries. A table an
+earlier version made lacks the keys: a client adds them and makes every procedure again.
+
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
 client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
@@ -49,17 +54,31 @@ NOTE_GRACE = 60.0
 #: max_allowed_packet (16 MB by default) with names of the longest (255 bytes)
 RENEW_ROWS = 500
 
+# What a decision and a release read of a name, each found without passing over the rest of
+# its line (InnoDB ends each key with the primary key, seq: the arrival order): its expired
+# entries (each decision deletes them first); its grants, and its waiters in arrival order
+# (the head of the line); its fair exclusive waiters in arrival order (one ahead keeps every
+# fair request waiting); its shared entries by permit count (one with another count refuses a
+# shared request). "limits" is made last: a table an earlier version made lacks it.
+INDEXES = {
+    "name_expiry": "(name, expires_at)",
+    "line": "(name, token)",
+    "fair_writers": "(name, token, fair, shared)",
+    "limits": "(name, shared, lim)",
+}
+_INDEXES = ",\n        ".join(f"KEY {key} {columns}" for key, columns in INDEXES.items())
+#: the procedures, each made again by a version that changes one (see ``make_tables``)
+PROCEDURES = ("drop_expired", "grant", "hand_off", "release", "force_release", "ring", "sweep")
+
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
+# the column's type, also for a procedure's parameter or variable: one of another character
+# set or collation is compared after a conversion, which no index on the column serves
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
-
-# The expired entries of one name, found by the name's index: by the index on expires_at
-# (which a range "<= now" can make the optimizer's choice) the statement would lock, and wait
-# for, other names' expired rows, and so deadlock with the transactions on those names.
-_DELETE_EXPIRED = (
-    "DELETE entry FROM {p}entries AS entry FORCE INDEX (by_name) "
-    "WHERE entry.name = lock_name AND entry.expires_at <= UTC_TIMESTAMP(6);"
+_LINE_COLUMNS = (
+    "owner, seq, shared, lim, fair, token, "
+    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6"
 )
 
 _CREATE = (
@@ -82,7 +101,8 @@ _CREATE = (
         stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
         written_at DATETIME(6) NULL,             -- when the server wrote that request
         UNIQUE KEY by_name (name, owner),
-        KEY (expires_at)
+        KEY (expires_at),
+        {_INDEXES}
     ) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS {p}tokens (
         token BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY
@@ -101,39 +121,57 @@ _CREATE = (
         message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>"
         KEY (client)
     ) ENGINE=InnoDB""",
+    # The expired entries of one name, in a transaction that holds the name's row: found by
+    # the name's index on expiry in a read that locks nothing, and each deleted by its seq.
+    # A DELETE by a range of that index would lock the first entry past the range too, which
+    # may be another name's, and wait for (or deadlock with) a transaction on that name; one
+    # by the index on expires_at alone would lock other names' expired entries; one by the
+    # name's unique key would pass over its whole line.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}drop_expired(IN lock_name {_NAME})
+    SQL SECURITY INVOKER
+    BEGIN
+        DECLARE gone BIGINT UNSIGNED;
+        DECLARE ended BOOLEAN DEFAULT FALSE;
+        DECLARE expired CURSOR FOR
+            SELECT seq FROM {{p}}entries FORCE INDEX (name_expiry)
+            WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET ended = TRUE;
+        OPEN expired;
+        entries: LOOP
+            FETCH expired INTO gone;
+            IF ended THEN LEAVE entries; END IF;
+            DELETE FROM {{p}}entries WHERE seq = gone;
+        END LOOP;
+        CLOSE expired;
+    END""",
     # A grant request, answered here where the grant rule's answer needs no more than the
     # request and a glance at the line (tumbler._core.decide): a name with no live entry
     # grants any request; an owner with a live grant holds it already (the lease left is
     # returned); an exclusive request waits while another owner holds a live grant (its
     # waiter entry written or refreshed). Any other request comes back undecided, for the
-    # client to decide by the rule on the whole line. The answer is one row: (token, lease
-    # left, undecided).
+    # client to decide by the rule on the part of the line it looks at. A new waiter is not
+    # written where "max_waiters" wait already. The answer is one row: (token, lease left,
+    # undecided, full).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
-        IN lock_name {_NAME}, IN lock_owner CHAR(40), IN is_shared BOOLEAN, IN permits INT,
+        IN lock_name {_NAME}, IN lock_owner {_OWNER}, IN is_shared BOOLEAN,
+        IN permits INT,
         IN is_fair BOOLEAN, IN lease_asked DOUBLE, IN holder_info VARCHAR(255),
         IN queue BOOLEAN, IN waiter_lease DOUBLE, IN waiter_client BIGINT UNSIGNED,
-        IN waiter_stamp BIGINT
+        IN waiter_stamp BIGINT, IN max_waiters INT
     ) SQL SECURITY INVOKER
     body: BEGIN
         DECLARE granted BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_seq BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_left DOUBLE DEFAULT NULL;
-        DECLARE live INT DEFAULT 0;
-        DECLARE expired INT DEFAULT 0;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
-        SELECT COUNT(*), COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) INTO live, expired
-            FROM {{p}}entries WHERE name = lock_name;
-        IF expired > 0 THEN
-            {_DELETE_EXPIRED}
-            SET live = live - ROW_COUNT();
-        END IF;
-        IF live = 0 THEN
+        CALL {{p}}drop_expired(lock_name);
+        IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
             INSERT INTO {{p}}tokens () VALUES ();
             SET granted = LAST_INSERT_ID();
             DELETE FROM {{p}}tokens WHERE token = granted;
@@ -141,7 +179,7 @@ _CREATE = (
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, granted,
                         {_LEASE_END.format(seconds="lease_asked")}, holder_info);
             COMMIT;
-            SELECT granted, lease_asked, FALSE;
+            SELECT granted, lease_asked, FALSE, FALSE;
             LEAVE body;
         END IF;
         SELECT seq, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6
@@ -149,15 +187,15 @@ _CREATE = (
             FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
         IF mine_token IS NOT NULL THEN
             COMMIT;
-            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE;
+            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE, FALSE;
             LEAVE body;
         END IF;
         IF is_shared OR NOT EXISTS (
-            SELECT 1 FROM {{p}}entries WHERE name = lock_name AND owner <> lock_owner
-            AND token IS NOT NULL
+            SELECT 1 FROM {{p}}entries FORCE INDEX (line) WHERE name = lock_name
+            AND token IS NOT NULL AND owner <> lock_owner
         ) THEN
             COMMIT;
-            SELECT NULL, NULL, TRUE;
+            SELECT NULL, NULL, TRUE, FALSE;
             LEAVE body;
         END IF;
         IF mine_seq IS NOT NULL THEN
@@ -167,6 +205,15 @@ _CREATE = (
                     written_at = UTC_TIMESTAMP(6)
                 WHERE seq = mine_seq;
         ELSEIF queue THEN
+            -- every waiter left is live (the expired ones were deleted above): counted by
+            -- the index of the line alone, up to the cap
+            IF (SELECT COUNT(*) FROM (SELECT 1 FROM {{p}}entries FORCE INDEX (line)
+                WHERE name = lock_name AND token IS NULL LIMIT max_waiters) AS line)
+                >= max_waiters THEN
+                COMMIT;
+                SELECT NULL, NULL, FALSE, TRUE;
+                LEAVE body;
+            END IF;
             INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder,
                                       client, lease, stamp, written_at)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
@@ -174,16 +221,22 @@ _CREATE = (
                         waiter_client, lease_asked, waiter_stamp, UTC_TIMESTAMP(6));
         END IF;
         COMMIT;
-        SELECT NULL, NULL, FALSE;
+        SELECT NULL, NULL, FALSE, FALSE;
     END""",
-    # In a transaction that holds the name's lock and may have freed it: if the name has no
-    # live grant left and its first live entry is an exclusive waiter whose client still
-    # listens, the lock is granted to that waiter here, and the waiter is told in a wake-up
-    # row for its client's listener, with the terms it counts its lease by
-    # (tumbler.backends.kit.handoffs): "=<token>,<stamp>,<elapsed µs>:<owner> <name>",
-    # elapsed from its request's write to the grant, on the server's clock. Its caller rings
-    # "handed_to" after the commit. "others_wait": waiters are left that the client must
-    # decide for (the grant rule on the whole line). A name left with no entry loses its row.
+    # In a transaction that holds the name's lock and may have freed it. First, the waiters
+    # at the head of the line whose client no longer listens (nobody holds its listener lock:
+    # the process died, or its connection closed) are deleted: each would hold up every fair
+    # waiter behind it until its entry ran out, and one handed the lock would hold it for a
+    # whole lease. A waiter with no client (one that polls, or whose client did not listen
+    # yet when it wrote its entry) cannot be told dead, and stays. Then, if the name has no
+    # live grant left and its first waiter is exclusive and listens, the lock is granted to
+    # that waiter here, and the waiter is told in a wake-up row for its client's listener,
+    # with the terms it counts its lease by (tumbler.backends.kit.handoffs):
+    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
+    # grant, on the server's clock. Its caller rings "handed_to" after the commit.
+    # "others_wait": waiters are left, whom the client finds by the rule (reading the head of
+    # the line). A name left with no entry loses its row. Each read is of the head of the
+    # line, by an index: none passes over the line.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}hand_off(
         IN lock_name {_NAME}, OUT handed_to BIGINT UNSIGNED, OUT others_wait BOOLEAN
     ) SQL SECURITY INVOKER
@@ -191,49 +244,49 @@ _CREATE = (
         DECLARE handed BIGINT UNSIGNED DEFAULT NULL;
         DECLARE first_seq BIGINT UNSIGNED DEFAULT NULL;
         DECLARE first_shared BOOLEAN;
-        DECLARE first_owner CHAR(40);
+        DECLARE first_owner {_OWNER};
         DECLARE first_client BIGINT UNSIGNED;
         DECLARE first_lease DOUBLE;
         DECLARE first_stamp BIGINT;
         DECLARE waited BIGINT;
-        DECLARE entries_left INT DEFAULT 0;
-        DECLARE live_grants INT DEFAULT 0;
-        DECLARE live_waiters INT DEFAULT 0;
         DECLARE at DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         SET handed_to = NULL, others_wait = FALSE;
-        -- the line in one read, by the name's index (conditions with subqueries cost more)
-        SELECT COUNT(*), COALESCE(SUM(token IS NOT NULL AND expires_at > at), 0),
-               COALESCE(SUM(token IS NULL AND client IS NOT NULL AND expires_at > at), 0)
-            INTO entries_left, live_grants, live_waiters
-            FROM {{p}}entries FORCE INDEX (by_name) WHERE name = lock_name;
-        IF live_grants = 0 AND live_waiters > 0 THEN
+        head: LOOP
+            -- a SELECT ... INTO that finds no row leaves its variables as they were
+            SET first_seq = NULL;
             SELECT seq, shared, owner, client, lease, stamp,
                    TIMESTAMPDIFF(MICROSECOND, written_at, at)
                 INTO first_seq, first_shared, first_owner, first_client, first_lease,
                      first_stamp, waited
-                FROM {{p}}entries FORCE INDEX (by_name)
-                WHERE name = lock_name AND expires_at > at
+                FROM {{p}}entries FORCE INDEX (line)
+                WHERE name = lock_name AND token IS NULL AND expires_at > at
                 ORDER BY seq LIMIT 1;
-            IF first_seq IS NOT NULL AND NOT first_shared AND first_client IS NOT NULL
-               AND first_stamp IS NOT NULL
-               AND IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
-                INSERT INTO {{p}}tokens () VALUES ();
-                SET handed = LAST_INSERT_ID();
-                DELETE FROM {{p}}tokens WHERE token = handed;
-                UPDATE {{p}}entries
-                    SET token = handed,
-                        expires_at = at + INTERVAL ROUND(first_lease * 1000000) MICROSECOND
-                    WHERE seq = first_seq;
-                INSERT INTO {{p}}wakeups (client, message) VALUES (first_client, CONCAT(
-                    '=', handed, ',', first_stamp, ',', waited, ':', first_owner, ' ',
-                    lock_name));
-                SET handed_to = first_client;
+            IF first_seq IS NULL OR first_client IS NULL
+               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
+                LEAVE head;
             END IF;
+            DELETE FROM {{p}}entries WHERE seq = first_seq;
+        END LOOP;
+        IF first_seq IS NOT NULL AND NOT first_shared AND first_client IS NOT NULL
+           AND first_stamp IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM {{p}}entries FORCE INDEX (line)
+               WHERE name = lock_name AND token IS NOT NULL AND expires_at > at) THEN
+            INSERT INTO {{p}}tokens () VALUES ();
+            SET handed = LAST_INSERT_ID();
+            DELETE FROM {{p}}tokens WHERE token = handed;
+            UPDATE {{p}}entries
+                SET token = handed,
+                    expires_at = at + INTERVAL ROUND(first_lease * 1000000) MICROSECOND
+                WHERE seq = first_seq;
+            INSERT INTO {{p}}wakeups (client, message) VALUES (first_client, CONCAT(
+                '=', handed, ',', first_stamp, ',', waited, ':', first_owner, ' ',
+                lock_name));
+            SET handed_to = first_client;
         END IF;
         IF handed IS NULL THEN
-            SET others_wait = live_waiters > 0;
-            IF entries_left = 0 THEN
+            SET others_wait = first_seq IS NOT NULL;
+            IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
                 DELETE FROM {{p}}names WHERE name = lock_name;
             END IF;
         END IF;
@@ -241,7 +294,7 @@ _CREATE = (
     # A release: the owner's entry deleted, the lock handed over where {p}hand_off can. The
     # answer is one row: (removed, others_wait), "removed": the entry was a live grant.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}release(
-        IN lock_name {_NAME}, IN lock_owner CHAR(40)
+        IN lock_name {_NAME}, IN lock_owner {_OWNER}
     ) SQL SECURITY INVOKER
     BEGIN
         DECLARE removed BOOLEAN DEFAULT FALSE;
@@ -287,7 +340,7 @@ _CREATE = (
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
-        {_DELETE_EXPIRED}
+        CALL {{p}}drop_expired(lock_name);
         SELECT COUNT(*) INTO evicted FROM {{p}}entries
             WHERE name = lock_name AND token IS NOT NULL;
         INSERT INTO {{p}}evictions (name, owner, note, expires_at)
@@ -331,7 +384,7 @@ _CREATE = (
         DECLARE done BOOLEAN DEFAULT FALSE;
         DECLARE expired_seq BIGINT UNSIGNED;
         DECLARE noted_name {_NAME};
-        DECLARE noted_owner CHAR(40);
+        DECLARE noted_owner {_OWNER};
         DECLARE unheard_seq BIGINT UNSIGNED;
         DECLARE expired_entries CURSOR FOR
             SELECT seq FROM {{p}}entries WHERE expires_at <= UTC_TIMESTAMP(6)
@@ -396,7 +449,7 @@ class Statements:
 
 
 _STATEMENTS = {
-    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "release": "CALL {p}release(%s, %s)",
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
@@ -431,9 +484,33 @@ _STATEMENTS = {
     "begin": "START TRANSACTION",
     "commit": "COMMIT",
     "lock_name": "INSERT INTO {p}names (name) VALUES (%s) ON DUPLICATE KEY UPDATE name = name",
-    "line": "SELECT owner, seq, shared, lim, fair, token, "
-    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 FROM {p}entries "
-    "WHERE name = %s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq",
+    # The part of a name's live line the grant rule looks at for one request (``plan`` gives
+    # the same answer on it as on the whole line): every grant; the owner's own entry; for a
+    # fair request, the first fair waiters ahead of it ("count": as many as the request's
+    # permits, or one: more change no answer) and the first fair exclusive one ahead (any
+    # keeps a fair request waiting); for a shared one, an entry of another permit count (any
+    # refuses it). Each found by an index, whatever the length of the line; "before": the
+    # owner's place in line.
+    "line": "SELECT " + _LINE_COLUMNS + " FROM {p}entries FORCE INDEX (line) "
+    "WHERE name = %(name)s AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6) "
+    "UNION SELECT " + _LINE_COLUMNS + " FROM {p}entries "
+    "WHERE name = %(name)s AND owner = %(owner)s AND expires_at > UTC_TIMESTAMP(6) "
+    "UNION (SELECT " + _LINE_COLUMNS + " FROM {p}entries FORCE INDEX (line) "
+    "WHERE %(fair)s AND name = %(name)s AND token IS NULL AND fair AND seq < %(before)s "
+    "AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq LIMIT %(count)s) "
+    "UNION (SELECT " + _LINE_COLUMNS + " FROM {p}entries FORCE INDEX (fair_writers) "
+    "WHERE %(fair)s AND name = %(name)s AND token IS NULL AND fair = TRUE AND shared = FALSE "
+    "AND seq < %(before)s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq LIMIT 1) "
+    "UNION (SELECT " + _LINE_COLUMNS + " FROM {p}entries FORCE INDEX (limits) "
+    "WHERE %(shared)s AND name = %(name)s AND shared = TRUE "
+    "AND (lim < %(lim)s OR lim > %(lim)s) "
+    "AND owner <> %(owner)s AND expires_at > UTC_TIMESTAMP(6) LIMIT 1) ORDER BY seq",
+    "place": "SELECT seq FROM {p}entries WHERE name = %s AND owner = %s",
+    "drop_expired": "CALL {p}drop_expired(%s)",
+    # the live waiters of a name, up to a cap (the expired ones deleted before, in the same
+    # transaction): counted by the index of the line alone
+    "waiting": "SELECT COUNT(*) FROM (SELECT 1 FROM {p}entries FORCE INDEX (line) "
+    "WHERE name = %s AND token IS NULL LIMIT %s) AS line",
     "new_token": "INSERT INTO {p}tokens () VALUES ()",
     "drop_token": "DELETE FROM {p}tokens WHERE token = LAST_INSERT_ID()",
     "add": "INSERT INTO {p}entries (name, owner, shared, lim, fair, token, expires_at, holder, "
@@ -448,8 +525,15 @@ _STATEMENTS = {
     + ", client = %(client)s, lease = %(lease)s, stamp = %(stamp)s, "
     "written_at = UTC_TIMESTAMP(6) WHERE seq = %(seq)s",
     # what a release that handed nothing over needs to find the waiters it lets through
-    "wake_line": "SELECT owner, seq, shared, lim, fair, token, client FROM {p}entries "
-    "WHERE name = %s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq",
+    # (kit.to_wake): the name's live grants and the head of its line, "count" waiters from
+    # the one after "after" (a seq) on, each part found by an index
+    "wake_line": "(SELECT owner, seq, shared, lim, fair, token, client "
+    "FROM {p}entries FORCE INDEX (line) WHERE %(grants)s AND name = %(name)s "
+    "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)) "
+    "UNION ALL (SELECT owner, seq, shared, lim, fair, token, client "
+    "FROM {p}entries FORCE INDEX (line) WHERE name = %(name)s AND token IS NULL "
+    "AND seq > %(after)s AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq LIMIT %(count)s) "
+    "ORDER BY seq",
     # only for a client that listens (as {p}hand_off): one that closed reads no more
     "wake": "INSERT INTO {p}wakeups (client, message) SELECT %s, %s FROM DUAL "
     "WHERE IS_USED_LOCK(CONCAT('tumbler-listener-', %s)) IS NOT NULL",
@@ -488,4 +572,9 @@ _STATEMENTS = {
     "'.', %s))), 64))",
     "exists": "SELECT COUNT(*) FROM information_schema.ROUTINES "
     "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = %s",
+    # the entries' indexes, by name
+    "indexes": "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+    "add_index": "ALTER TABLE {p}entries ADD KEY {key} {columns}",
+    "drop_procedure": "DROP PROCEDURE IF EXISTS {p}{procedure}",
 }

@@ -34,6 +34,7 @@ CAPABILITIES = Capabilities(
     # after a failed try, a second one, within the rest.
     min_ttl=1.0,
     scope="network",
+    line_cap=True,
 )
 
 DEFAULT_PORT = 5432

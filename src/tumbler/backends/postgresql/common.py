@@ -17,7 +17,9 @@ shuts that connection down and the call raises ``BackendUnavailable``, also when
 drops replies while the connection looks alive), ``lock_timeout`` (seconds, default 2: how long
 a grant waits for another client's transaction on the same name before it gives up with
 ``BackendUnavailable``), ``max_connections`` (default 10: the most calls one client has under
-way at once; more wait for a free connection up to ``statement_timeout``), ``wakeups``
+way at once; more wait for a free connection up to ``statement_timeout``), ``max_waiters``
+(default 10000: the most waiters one lock queues; one more acquire that would wait gets
+``TooManyWaiters``, and leaves nothing behind), ``wakeups``
 (``listen``, the default: waiters are woken by ``LISTEN``/``NOTIFY``; ``poll``: waiters poll
 with a short bounded backoff, for a pooler that cannot carry ``LISTEN``), ``pooler``
 (``none``, the default, or ``transaction``: the URL names a pooler in transaction mode, such
@@ -60,6 +62,15 @@ What it guarantees
     Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
     release lets through, with the waiter's owner hash, so only that waiter wakes; each client
     listens on one connection, and re-checks every second in case a notification is lost.
+    A release deletes the waiters at the head of the line whose client no longer listens (its
+    process died, its connection closed: the key its listening connection holds is free), so
+    a waiter killed while it waits holds a fair line up for no longer than the server takes
+    to see its connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter
+    names its client only once the client listens, and one whose client polls cannot be told
+    dead: its entry runs out.
+    A release reads the name's grants and the head of its line, each by an index, and a
+    decision in the client the part of the line the rule looks at: neither costs more with
+    a longer line.
 
 What it cannot promise
     PostgreSQL's streaming replication is asynchronous by default: a failover to a replica
@@ -71,6 +82,13 @@ What it cannot promise
     the disk (``synchronous_commit`` off for that transaction; grants, renewals and hand-offs
     wait): a crash of the server in the moment after a release may forget it, and the lock is
     then held to the end of its lease, as after a crash of its holder. No grant is forgotten.
+
+A server out of connections
+    A client uses up to ``max_connections`` connections for calls and, once one of its
+    waiters waits, one more to listen. A server (or pooler) that refuses a connection
+    because it has every one it allows in use fails the call that needed it at once with
+    ``OutOfConnections`` (a ``BackendUnavailable``), the server's refusal for its cause: a
+    waiter whose client cannot listen is told so, not left to wait.
 
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused, or could not
@@ -103,12 +121,13 @@ from ...errors import (
     BackendUnavailable,
     ConfigurationError,
     InvalidURL,
+    OutOfConnections,
     PermissionDenied,
     TumblerError,
 )
 from ..contract import Capabilities
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 if TYPE_CHECKING:
     from ._async.backend import AsyncPostgreSQLBackend
@@ -119,6 +138,11 @@ DEFAULT_SCHEMA = "tumbler"
 #: ``max_connections`` when the URL does not say: calls are one short transaction each
 DEFAULT_MAX_CONNECTIONS = 10
 MAX_CONNECTIONS = 1000
+#: what to do about a server out of connections
+CONNECTIONS_ADVICE = (
+    "each client uses up to max_connections (in the URL) for calls and one more to listen "
+    "for releases"
+)
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 #: PostgreSQL's identifiers are at most 63 bytes (NAMEDATALEN - 1)
 MAX_IDENTIFIER = 63
@@ -134,6 +158,7 @@ _OPTIONS = (
     "socket_timeout",
     "lock_timeout",
     "max_connections",
+    "max_waiters",
     "wakeups",
     "pooler",
     "host",
@@ -155,6 +180,16 @@ _AUTH_FAILED = re.compile(
 _NO_DATABASE = re.compile(r"database \".*\" does not exist")
 #: what PgBouncer says of the startup options a direct connection sets its bounds with
 _POOLER_REFUSED = re.compile(r"unsupported startup parameter")
+#: SQLSTATE too_many_connections: the server has max_connections (or a role's or a
+#: database's connection limit) in use already
+_NO_ROOM = "53300"
+#: ... what libpq reports of it at connect, where no SQLSTATE reaches the client (the slots
+#: reserved for superusers being the last ones free, or none free), and what PgBouncer says
+#: when it has max_client_conn clients already
+_FULL = re.compile(
+    r"too many clients already|remaining connection slots are reserved|too many connections "
+    r"for|no more connections allowed"
+)
 
 
 def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:
@@ -172,6 +207,13 @@ def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> Tu
         )
     if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
         return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
+    if state == _NO_ROOM or (state in ("", "08P01") and _FULL.search(text)):
+        return OutOfConnections(
+            "PostgreSQL refused a connection: it has as many as it allows (its "
+            f"max_connections, or a pooler's max_client_conn); {CONNECTIONS_ADVICE}: {text}",
+            lock_name=name,
+            backend=url,
+        )
     if state == "57014":
         return BackendUnavailable(
             f"PostgreSQL cancelled a statement that ran past statement_timeout: {text}",
@@ -354,6 +396,8 @@ class PostgreSQLConfig:
     #: behind a transaction-mode pooler: no session state (settings, prepared statements)
     pooled: bool
     max_connections: int
+    #: the most waiters one lock queues
+    max_waiters: int
     connect_timeout: float
     statement_timeout: float
     #: the most a call waits for the server's replies on its connection (client side)
@@ -453,6 +497,7 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
         listen=wakeups == "listen",
         pooled=pooled,
         max_connections=url.option("max_connections", _connection_count, DEFAULT_MAX_CONNECTIONS),
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,
         socket_timeout=socket_timeout,

@@ -107,6 +107,21 @@ _CREATE = (
         UNIQUE (name, owner)
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON {s}.tumbler_entries (expires_at)",
+    # What a decision and a release read of a name, each found without passing over the rest
+    # of its line: its expired entries (each decision deletes them first); its grants; its
+    # waiters in arrival order (the head of the line); its fair exclusive waiters (one ahead
+    # keeps every fair request waiting); its shared entries by permit count (one with another
+    # count refuses a shared request).
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_name_expiry ON {s}.tumbler_entries "
+    "(name, expires_at)",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_grants ON {s}.tumbler_entries (name) "
+    "WHERE token IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_line ON {s}.tumbler_entries (name, seq) "
+    "WHERE token IS NULL",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_fair_writers ON {s}.tumbler_entries "
+    "(name, seq) WHERE token IS NULL AND fair AND NOT shared",
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_limits ON {s}.tumbler_entries (name, lim) "
+    "WHERE shared",
     """CREATE TABLE IF NOT EXISTS {s}.tumbler_evictions (
         name       text NOT NULL,
         owner      text NOT NULL,         -- SHA-1 of the evicted grant's owner id
@@ -144,23 +159,33 @@ _CREATE = (
     # returned); an exclusive request waits while another owner holds a live grant (its
     # waiter entry written or refreshed, a commit that need not wait for the disk: a crash
     # that forgets it costs its waiter a re-check). Any other request comes back
-    # "undecided", for the client to decide by the rule on the whole line. One statement:
-    # the name's advisory lock is held for no client round trip.
+    # "undecided", for the client to decide by the rule on the part of the line it looks at.
+    # A new waiter is not written where "max_waiters" wait already: "line_full" says so. One
+    # statement: the name's advisory lock is held for no client round trip.
+    # (An earlier version's function, without max_waiters, is dropped.)
+    "DROP FUNCTION IF EXISTS {s}.tumbler_grant(bigint, text, text, boolean, integer, boolean, "
+    "float8, text, boolean, float8, text, bigint, bigint)",
     """CREATE OR REPLACE FUNCTION {s}.tumbler_grant(
         lock_key bigint, lock_name text, lock_owner text, is_shared boolean, permits integer,
         is_fair boolean, lease_asked float8, holder_info text, queue boolean,
         waiter_lease float8, waiter_client text, waiter_listener bigint, waiter_stamp bigint,
-        OUT granted bigint, OUT lease_left float8, OUT undecided boolean
+        max_waiters integer,
+        OUT granted bigint, OUT lease_left float8, OUT undecided boolean, OUT line_full boolean
     ) LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
     DECLARE
         mine record;
         waiting boolean;
+        at timestamptz;
     BEGIN
         undecided := false;
+        line_full := false;
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
+        -- a value, not clock_timestamp() itself, so that the index on (name, expires_at)
+        -- finds the expired entries: a volatile call is no index bound
+        at := clock_timestamp();
         DELETE FROM {s}.tumbler_entries
-            WHERE name = lock_name AND (expires_at <= clock_timestamp() OR {unreadable});
+            WHERE name = lock_name AND (expires_at <= at OR {unreadable});
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
@@ -193,6 +218,14 @@ _CREATE = (
                 stamp = waiter_stamp, written_at = clock_timestamp()
                 WHERE seq = mine.seq;
         ELSIF queue THEN
+            -- every waiter left is live (the expired ones were deleted above): counted by the
+            -- index of the line alone, up to the cap
+            IF (SELECT count(*) FROM (SELECT 1 FROM {s}.tumbler_entries
+                WHERE name = lock_name AND token IS NULL LIMIT max_waiters) AS line)
+                >= max_waiters THEN
+                line_full := true;
+                RETURN;
+            END IF;
             INSERT INTO {s}.tumbler_entries (name, owner, shared, lim, fair, token,
                 expires_at, holder, client, listener, lease, stamp, written_at)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
@@ -205,12 +238,16 @@ _CREATE = (
     END $$""",
     # A release hands the lock to the first waiter of a line left with no live grant, if that
     # waiter is exclusive (the grant rule grants it then, fair or not) and its client still
-    # listens (one whose client is gone would hold the lock for a whole lease): the grant is
-    # written here, and the waiter is told in a NOTIFY that goes with the commit, with the
-    # terms it counts its lease by (tumbler.backends.kit.handoffs): "=<token>,<stamp>,
-    # <elapsed µs>:<owner> <name>", elapsed from its request's write to the grant, on the
-    # server's clock. Whether it handed the lock over. Any other line is left to the grant
-    # rule in the client (wake_line).
+    # listens: the grant is written here, and the waiter is told in a NOTIFY that goes with
+    # the commit, with the terms it counts its lease by (tumbler.backends.kit.handoffs):
+    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
+    # grant, on the server's clock. Whether it handed the lock over. Any other line is left
+    # to the grant rule in the client (wake_line).
+    # First, the waiters at the head of the line whose client no longer listens (its
+    # listener key is free: the process died, or its connection closed) are deleted: each
+    # would hold up every fair waiter behind it until its entry ran out, and one handed the
+    # lock would hold it for a whole lease. A waiter with no listener key (its client polls,
+    # or did not listen yet when it wrote its entry) cannot be told dead, and stays.
     """CREATE OR REPLACE FUNCTION {s}.tumbler_hand_off(lock_name text)
     RETURNS boolean LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
@@ -220,18 +257,23 @@ _CREATE = (
         granted bigint;
     BEGIN
         at := clock_timestamp();
-        IF EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
-                   AND token IS NOT NULL AND expires_at > at) THEN
-            RETURN false;
-        END IF;
-        SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
-            FROM {s}.tumbler_entries WHERE name = lock_name AND expires_at > at
-            ORDER BY seq LIMIT 1;
-        IF NOT FOUND OR first.shared OR first.client IS NULL OR first.listener IS NULL
-           OR first.stamp IS NULL
-           -- free: no listening connection holds it (taken till the commit, harmlessly)
-           OR pg_try_advisory_xact_lock((first.listener >> 32)::integer,
-                                        (first.listener & 2147483647)::integer) THEN
+        LOOP
+            SELECT seq, shared, owner, client, listener, lease, stamp, written_at INTO first
+                FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
+                AND expires_at > at ORDER BY seq LIMIT 1;
+            IF NOT FOUND THEN
+                RETURN false;
+            END IF;
+            -- taken till the commit when free, harmlessly: a client that begins to listen
+            -- meanwhile waits for the commit
+            EXIT WHEN first.listener IS NULL
+                OR NOT pg_try_advisory_xact_lock((first.listener >> 32)::integer,
+                                                 (first.listener & 2147483647)::integer);
+            DELETE FROM {s}.tumbler_entries WHERE seq = first.seq;
+        END LOOP;
+        IF first.shared OR first.client IS NULL OR first.stamp IS NULL
+           OR EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
+                      AND token IS NOT NULL AND expires_at > at) THEN
             RETURN false;
         END IF;
         UPDATE {s}.tumbler_entries
@@ -244,7 +286,7 @@ _CREATE = (
     END $$""",
     # A release: the owner's entry deleted, the lock handed to the next waiter where
     # tumbler_hand_off can; "removed" says whether the entry was a live grant, "others_wait"
-    # whether waiters the client must decide for are left (wake_line).
+    # whether waiters are left, whom the client then finds by the rule (wake_line).
     """CREATE OR REPLACE FUNCTION {s}.tumbler_release(
         lock_key bigint, lock_name text, lock_owner text,
         OUT removed boolean, OUT others_wait boolean
@@ -265,7 +307,7 @@ _CREATE = (
             PERFORM set_config('synchronous_commit', 'off', true);
             others_wait := EXISTS (
                 SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
-                AND client IS NOT NULL AND expires_at > clock_timestamp());
+                AND expires_at > clock_timestamp());
         END IF;
     END $$""",
     # last: the schema is as this version makes it only once everything above is made
@@ -290,14 +332,44 @@ _STATEMENTS = {
     # long as it listens, so a release can tell whether a waiter's client still does.
     "hold_listener": "SELECT pg_advisory_lock_shared((%(key)s >> 32)::integer, "
     "(%(key)s & 2147483647)::integer)",
+    # now() (the transaction's start) rather than clock_timestamp(), which is no index bound:
+    # the name's expired entries are found by the index on (name, expires_at)
     "drop_expired": "DELETE FROM {s}.tumbler_entries "
-    "WHERE name = %s AND (expires_at <= clock_timestamp() OR {unreadable})",
-    "grant": "SELECT granted, lease_left, undecided FROM {s}.tumbler_grant(%(key)s, "
+    "WHERE name = %s AND (expires_at <= now() OR {unreadable})",
+    "grant": "SELECT granted, lease_left, undecided, line_full FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
-    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s)",
-    "line": "SELECT owner, seq, shared, lim, fair, token, "
-    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM {s}.tumbler_entries "
-    "WHERE name = %s AND expires_at > clock_timestamp() ORDER BY seq",
+    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s, %(max_waiters)s)",
+    # the live waiters of a name, up to a cap (the expired ones deleted before, in the same
+    # transaction): counted by the index of the line alone
+    "waiting": "SELECT count(*) FROM (SELECT 1 FROM {s}.tumbler_entries "
+    "WHERE name = %s AND token IS NULL LIMIT %s) AS line",
+    # The part of a name's live line the grant rule looks at for one request (``plan`` gives
+    # the same answer on it as on the whole line): every grant; the owner's own entry; for a
+    # fair request, the first fair waiters ahead of it (as many as the request's permits,
+    # or one: more than that changes no answer) and the first fair exclusive one ahead (any
+    # keeps a fair request waiting); for a shared one, an entry of another permit count (any
+    # refuses it). Each found by an index, whatever the length of the line. "before": the
+    # owner's place in line, read first in the same transaction.
+    "line": "WITH mine AS (SELECT coalesce((SELECT seq FROM {s}.tumbler_entries "
+    "WHERE name = %(name)s AND owner = %(owner)s), 9223372036854775807) AS before) "
+    "SELECT DISTINCT ON (seq) owner, seq, shared, lim, fair, token, "
+    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM (("
+    "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL"
+    ") UNION ALL ("
+    "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND owner = %(owner)s"
+    ") UNION ALL ("
+    "SELECT entry.* FROM {s}.tumbler_entries AS entry, mine WHERE %(fair)s "
+    "AND name = %(name)s AND token IS NULL AND fair AND seq < mine.before "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT greatest(%(lim)s, 1)"
+    ") UNION ALL ("
+    "SELECT entry.* FROM {s}.tumbler_entries AS entry, mine WHERE %(fair)s "
+    "AND name = %(name)s AND token IS NULL AND fair AND NOT shared AND seq < mine.before "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT 1"
+    ") UNION ALL ("
+    "SELECT * FROM {s}.tumbler_entries WHERE %(shared)s "
+    "AND name = %(name)s AND shared AND (lim < %(lim)s OR lim > %(lim)s) "
+    "AND owner <> %(owner)s AND expires_at > clock_timestamp() LIMIT 1"
+    ")) AS relevant WHERE expires_at > clock_timestamp() ORDER BY seq",
     "add": "INSERT INTO {s}.tumbler_entries "
     "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
     "stamp, written_at) "
@@ -321,12 +393,15 @@ _STATEMENTS = {
     # -- release -------------------------------------------------------------------------------
     "release": "SELECT removed, others_wait FROM {s}.tumbler_release(%s, %s, %s)",
     "hand_off": "SELECT {s}.tumbler_hand_off(%s)",
-    # what a release needs to find the waiters it lets through: the live line, read only if
-    # someone waits with a channel to notify
-    "wake_line": "SELECT owner, seq, shared, lim, fair, token, client "
-    "FROM {s}.tumbler_entries WHERE name = %(name)s AND expires_at > clock_timestamp() "
-    "AND EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = %(name)s "
-    "AND token IS NULL AND client IS NOT NULL) ORDER BY seq",
+    # what a release needs to find the waiters it lets through (kit.to_wake): the name's live
+    # grants and the head of its line, "count" waiters from the one after "after" (a seq) on,
+    # each part found by an index
+    "wake_line": "(SELECT owner, seq, shared, lim, fair, token, client FROM {s}.tumbler_entries "
+    "WHERE %(grants)s AND name = %(name)s AND token IS NOT NULL "
+    "AND expires_at > clock_timestamp()) "
+    "UNION ALL (SELECT owner, seq, shared, lim, fair, token, client FROM {s}.tumbler_entries "
+    "WHERE name = %(name)s AND token IS NULL AND seq > %(after)s "
+    "AND expires_at > clock_timestamp() ORDER BY seq LIMIT %(count)s) ORDER BY seq",
     "notify": "SELECT pg_notify(channel, payload) "
     "FROM unnest(%s::text[], %s::text[]) AS wake (channel, payload)",
     # -- leases -------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ CAPABILITIES = Capabilities(
     # leaves 667 ms for that; shorter leases would be lost to an ordinary hiccup.
     min_ttl=1.0,
     scope="network",
+    line_cap=True,
 )
 
 DEFAULT_PORT = 6379

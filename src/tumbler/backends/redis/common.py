@@ -93,11 +93,17 @@ from ...errors import (
     InvalidURL,
     PermissionDenied,
     PermitsMismatch,
-    TooManyWaiters,
     TumblerError,
 )
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import flag, host_port, seconds
+from ..kit.options import (
+    DEFAULT_MAX_WAITERS,
+    flag,
+    host_port,
+    line_full,
+    seconds,
+    waiter_count,
+)
 from . import DEFAULT_PORT
 from .lua import SCRIPT_COMMANDS
 
@@ -114,12 +120,9 @@ ACL_RULES = "~tumbler:* &tumbler:* " + " ".join(
     "+" + command for command in CLIENT_COMMANDS + SCRIPT_COMMANDS
 )
 
-#: ``max_waiters`` when the URL does not say. A grant attempt's cost does not grow with the
-#: line, but each waiter re-checks about once a second: 10,000 waiters on one lock are
-#: 10,000 script calls a second, a fair share of one Redis core.
-DEFAULT_MAX_WAITERS = 10_000
-#: the most ``max_waiters`` may be
-MAX_WAITERS = 1_000_000
+# ``max_waiters`` (kit.options): a grant attempt's cost does not grow with the line, but
+# each waiter re-checks about once a second: 10,000 waiters on one lock are 10,000 script
+# calls a second, a fair share of one Redis core.
 
 #: ``max_connections`` when the URL does not say: redis-py's own default pool size
 DEFAULT_MAX_CONNECTIONS = 100
@@ -192,13 +195,7 @@ def tumbler_error(
         if "DB index is out of range" in text:
             return ConfigurationError(f"the Redis server has fewer databases: {text}", backend=url)
         if text.startswith("TOO_MANY_WAITERS "):
-            limit = int(text.split()[1])
-            return TooManyWaiters(
-                f"{limit} waiters are queued for the lock already, the most it takes "
-                "(max_waiters in the URL)",
-                lock_name=name,
-                backend=url,
-            )
+            return line_full(int(text.split()[1]), name, url)
         if "PERMITS_MISMATCH" in text:
             limit = int(text.rsplit(" ", 1)[-1])
             kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
@@ -428,13 +425,6 @@ def connection_count(text: str) -> int:
     # read as the number
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_CONNECTIONS:
         raise ValueError(f"expected a whole number of connections from 1 to {MAX_CONNECTIONS}")
-    return int(text)
-
-
-def waiter_count(text: str) -> int:
-    """``max_waiters``: a whole number of waiters, 1 to MAX_WAITERS."""
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_WAITERS:
-        raise ValueError(f"expected a whole number of waiters from 1 to {MAX_WAITERS}")
     return int(text)
 
 

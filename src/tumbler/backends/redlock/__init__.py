@@ -30,6 +30,7 @@ CAPABILITIES = Capabilities(
     recheck_interval=1.0,
     min_ttl=1.0,
     scope="network",
+    line_cap=True,
 )
 
 

@@ -40,6 +40,7 @@ CAPABILITIES = Capabilities(
     # client gives the hold up at about ttl: at 0.5 s, 0.33 s is left for such waits.
     min_ttl=0.5,
     scope="host",
+    line_cap=True,
 )
 
 

@@ -5,11 +5,12 @@ URL grammar::
     sqlite://                          the default file: <user cache dir>/tumbler/locks.db
     sqlite:///absolute/path/locks.db
     sqlite:relative/path/locks.db      resolved against the working directory at connect()
-    ...?busy_timeout=5&synchronous=normal
+    ...?busy_timeout=5&synchronous=normal&max_waiters=10000
 
 Options: ``busy_timeout`` (seconds a transaction waits for another process's write lock
 before ``BackendUnavailable``; default 5), ``synchronous`` (``normal``, the default, or
-``full``: see durability below).
+``full``: see durability below), ``max_waiters`` (default 10000: the most waiters one lock
+queues; one more acquire that would wait gets ``TooManyWaiters``, and leaves nothing behind).
 
 What it guarantees
     Mutual exclusion between every process and thread on this machine that opens the same
@@ -146,6 +147,7 @@ from ...errors import (
     InvalidURL,
     PermissionDenied,
     PermitsMismatch,
+    TooManyWaiters,
     TumblerError,
 )
 from ..contract import (
@@ -158,6 +160,7 @@ from ..contract import (
 )
 from ..kit import HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
+from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
@@ -757,27 +760,16 @@ def _ring(address: str, payload: bytes) -> None:
 
 
 def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | None]]) -> set[str]:
-    """The doorbells of the waiters the grant rule lets through now, in arrival order: each
-    such waiter counts as granted for those behind it, so a mutex wakes one waiter, not the
-    herd. ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)``
-    by seq."""
+    """The doorbells of the waiters the grant rule lets through now (``core.let_through``:
+    each counts as granted for those behind it, so a mutex wakes one waiter, not the herd).
+    ``rows``: the name's live entries, ``(owner, seq, shared, lim, fair, token, wake)`` by
+    seq."""
     line = [
         core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
         for owner, seq, shared, lim, fair, token, _ in rows
     ]
-    doorbells: set[str] = set()
-    for index, (owner, _, shared, lim, fair, token, wake) in enumerate(rows):
-        if token is not None:
-            continue
-        try:
-            decision = core.decide(line, owner, bool(shared), lim, bool(fair))
-        except PermitsMismatch:
-            continue
-        if decision is core.Decision.GRANT:
-            line[index] = dataclasses.replace(line[index], token=0)
-            if wake is not None:
-                doorbells.add(wake)
-    return doorbells
+    through, _ = core.let_through(line)
+    return {wake for i in through if (wake := rows[i][6]) is not None}
 
 
 class _Busy(Exception):
@@ -792,8 +784,9 @@ class SQLiteBackend:
     clock: Clock = SYSTEM_CLOCK
 
     def __init__(self, url: BackendURL) -> None:
-        url.allow_options(("busy_timeout", "synchronous"))
+        url.allow_options(("busy_timeout", "synchronous", "max_waiters"))
         self.url = url.redacted
+        self.max_waiters = url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS)
         self.busy_timeout = url.option("busy_timeout", float, 5.0)
         if not 0 <= self.busy_timeout <= 3600:
             raise InvalidURL("busy_timeout must be between 0 and 3600 seconds", backend=self.url)
@@ -1039,7 +1032,7 @@ class SQLiteBackend:
             for request in requests:
                 try:
                     results.append(self._decide(db, request, now, lines[request.name], refresh))
-                except PermitsMismatch as error:
+                except (PermitsMismatch, TooManyWaiters) as error:
                     results.append(error)
             self._refresh_waiters(db, now, refresh)
             self._sweep(db, now)
@@ -1108,6 +1101,15 @@ class SQLiteBackend:
             )
             line.granted(mine, token)
         else:  # ADD_GRANT or ADD_WAITER
+            if token is None:
+                # every waiter of the name left is live (_line deleted the expired ones)
+                (waiting,) = db.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM tumbler_entries "
+                    "WHERE name = ? AND token IS NULL LIMIT ?)",
+                    (request.name, self.max_waiters),
+                ).fetchone()
+                if waiting >= self.max_waiters:
+                    raise line_full(self.max_waiters, request.name, self.url)
             doorbell = None
             if token is None and self._doorbell is not None:
                 # a waiter: rings for it reach this client from now on

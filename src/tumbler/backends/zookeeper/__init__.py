@@ -35,6 +35,7 @@ CAPABILITIES = Capabilities(
     max_ttl=DEFAULT_SESSION_TIMEOUT,
     # an ensemble serves clients on any machine that reaches it
     scope="network",
+    line_cap=True,
 )
 
 

@@ -7,8 +7,11 @@ URL grammar::
 
 The hosts are the ensemble's members (port 2181 by default); the path is the node under which
 lock nodes live (default ``/tumbler``). Options: ``session_timeout`` (seconds, default 10),
-``connect_timeout`` (seconds to wait for the first connection, default 10) and
-``request_timeout`` (seconds any one call may wait for the server, default 5), and for
+``connect_timeout`` (seconds to wait for the first connection, default 10),
+``request_timeout`` (seconds any one call may wait for the server, default 5) and
+``max_waiters`` (default 10000: the most waiters one lock queues; an acquire whose entry finds
+that many waiting ahead of it deletes it and gets ``TooManyWaiters``: each entry counts the
+ones created before it, so entries that arrive together are counted too), and for
 ``zookeepers://``: ``ssl_ca_certs`` (the CA file that signed the servers' certificates; the
 system's CAs otherwise), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate, for servers
 with ``ssl.clientAuth=need``; the key may be in the certificate's file), ``ssl_check_hostname``
@@ -158,7 +161,7 @@ from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from ..kit.tls import tls_context as kit_tls_context
 from . import DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, MIN_TTL
@@ -170,7 +173,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_BASE = "/tumbler"
-_OPTIONS = ("session_timeout", "connect_timeout", "request_timeout")
+_OPTIONS = ("session_timeout", "connect_timeout", "request_timeout", "max_waiters")
 TLS_SCHEME = "zookeepers"
 
 
@@ -216,6 +219,8 @@ class ZooKeeperConfig:
     digest: str | None = field(repr=False)
     #: how to speak TLS to the secure client port; None: in clear
     tls: TLSConfig | None = None
+    #: the most waiters one lock queues
+    max_waiters: int = DEFAULT_MAX_WAITERS
 
     @property
     def connect_string(self) -> str:
@@ -254,6 +259,7 @@ def parse_config(url: BackendURL) -> ZooKeeperConfig:
         request_timeout=request_timeout,
         digest=digest,
         tls=tls,
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
     )
 
 

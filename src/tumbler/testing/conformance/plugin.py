@@ -94,6 +94,10 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[BackendDescriptor], bool]]] = {
         "a shortest lease above tumbler's own floor (min_ttl)",
         lambda descriptor: _raises_the_ttl_floor(descriptor.capabilities),
     ),
+    "line_cap": (
+        "a bounded line (line_cap: the URL option max_waiters)",
+        lambda descriptor: descriptor.capabilities.line_cap,
+    ),
     "single_server": (
         "URLs that name one TCP server (single_server)",
         lambda descriptor: descriptor.single_server is not None,
@@ -312,6 +316,13 @@ def stall_servers(
     return stalled
 
 
+def with_query(url: str, query: str | None) -> str:
+    """``url`` with the URL options ``query`` (``name=value&...``) added."""
+    if not query:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
 @pytest.fixture
 def backend_url(conformance_url: str) -> str:
     """A fresh URL of the backend under test."""
@@ -330,8 +341,9 @@ def connect(backend_url: str) -> Iterator[Callable[..., tumbler.Locks]]:
     """Make clients of the backend under test; each is closed after the test."""
     clients: list[tumbler.Locks] = []
 
-    def make(**options: object) -> tumbler.Locks:
-        client = tumbler.connect(backend_url, **options)  # type: ignore[arg-type]
+    def make(*, query: str | None = None, **options: object) -> tumbler.Locks:
+        """A client; ``query``: URL options added to the backend's URL (``max_waiters=1``)."""
+        client = tumbler.connect(with_query(backend_url, query), **options)  # type: ignore[arg-type]
         clients.append(client)
         return client
 
@@ -347,8 +359,10 @@ async def aconnect(
     """Make asyncio clients of the backend under test; each is closed after the test."""
     clients: list[tumbler.aio.AsyncLocks] = []
 
-    async def make(**options: object) -> tumbler.aio.AsyncLocks:
-        client = await tumbler.aio.connect(backend_url, **options)  # type: ignore[arg-type]
+    async def make(*, query: str | None = None, **options: object) -> tumbler.aio.AsyncLocks:
+        """As ``connect``'s."""
+        url = with_query(backend_url, query)
+        client = await tumbler.aio.connect(url, **options)  # type: ignore[arg-type]
         clients.append(client)
         return client
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
 from ...._clock import Clock
-from ....errors import BackendUnavailable
+from ....errors import BackendUnavailable, TumblerError
 from ...contract import WakeHub
 from ..handoffs import HandOffs
 
@@ -49,6 +50,10 @@ class AsyncListener:
         self._lock = threading.Lock()
         self._starting = AsyncMutex()
         self._listening = AsyncEvent()
+        #: set when the reader's attempt to listen succeeds or fails, and replaced by a new
+        #: one after a failure: a first wait learns at once that the client could not listen
+        self._attempt = AsyncEvent()
+        self._failure: Exception | None = None
         self._stop = AsyncEvent()
         self._closed = False
         self._failures = 0
@@ -58,13 +63,39 @@ class AsyncListener:
         return self._listening.is_set()
 
     async def subscribe(self, name: str) -> None:
-        """Return once the client listens (``name``: for errors)."""
+        """Return once the client listens (``name``: for errors), waiting through the
+        reader's attempts for up to ``patience`` seconds (a server restarting refuses
+        connections for a moment). An attempt that fails for a reason no later attempt will
+        mend soon (``_refused``: a server out of connections, refused credentials) fails
+        this at once, with the backend's error for its cause; past ``patience``, the last
+        failure is the cause. The reader keeps trying in the background."""
         async with self._starting:
             self._start_reader()
-        if not await self._listening.wait(self._patience):
-            raise BackendUnavailable(
-                "could not listen for wake-ups in time", lock_name=name, backend=self._url
-            )
+        deadline = time.monotonic() + self._patience
+        while not self._listening.is_set():
+            attempt = self._attempt
+            left = deadline - time.monotonic()
+            settled = left > 0 and await attempt.wait(left)
+            if self._listening.is_set():
+                return
+            failure = self._failure
+            if not settled:
+                raise BackendUnavailable(
+                    "could not listen for wake-ups in time"
+                    + ("" if failure is None else f": {failure}"),
+                    lock_name=name,
+                    backend=self._url,
+                ) from failure
+            if failure is not None:
+                refused = self._refused(failure, name)
+                if refused is not None:
+                    raise refused from failure
+
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        """The error a wait raises at once for an attempt to listen that failed with
+        ``failure``, or None if a later attempt may well succeed (a backend names its
+        driver's errors, and which of them last)."""
+        return None
 
     def _start_reader(self) -> None:
         """Start listening in the background, unless it is under way or the listener closed
@@ -76,6 +107,7 @@ class AsyncListener:
     def _now_listening(self) -> None:
         """Called by :meth:`_listen` once releases reach the client."""
         self._listening.set_threadsafe()
+        self._attempt.set_threadsafe()
         if self._failures:
             self._hub.notify_all()  # something may have changed unheard
         self._failures = 0
@@ -97,6 +129,9 @@ class AsyncListener:
                 self._listening.clear()
                 if self._closed:
                     break
+                self._failure = error
+                failed, self._attempt = self._attempt, AsyncEvent()
+                failed.set_threadsafe()
                 self._failures += 1
                 self._log.warning(
                     "%s wake-up connection failed (waiters re-check): %s", self._label, error

@@ -19,10 +19,17 @@ import pymysql
 
 from ...._acompat import asleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable, ConfigurationError
+from ....errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    OutOfConnections,
+    PermissionDenied,
+    TumblerError,
+)
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
@@ -36,8 +43,17 @@ from ..common import (
     aclosed_by_server,
     aopen_connection,
     translate_errors,
+    tumbler_error,
 )
-from ..statements import NOTE_GRACE, RENEW_ROWS, SWEEP_EVERY, SWEEP_ROWS, Statements
+from ..statements import (
+    INDEXES,
+    NOTE_GRACE,
+    PROCEDURES,
+    RENEW_ROWS,
+    SWEEP_EVERY,
+    SWEEP_ROWS,
+    Statements,
+)
 
 _log = logging.getLogger("tumbler.mysql")
 
@@ -47,8 +63,9 @@ T = TypeVar("T")
 _LOST = frozenset({2006, 2013, 2055, 1927})
 #: "query execution was interrupted": a KILL QUERY, which is how a release rings a listener
 _INTERRUPTED = 1317
-#: a server that refuses connections for a moment (starting, shutting down)
-_REFUSED_NOW = frozenset({2002, 2003, 1040, 1053})
+#: a server that refuses connections for a moment (starting, shutting down); not one that
+#: has all the connections it allows (1040), which says so at once (OutOfConnections)
+_REFUSED_NOW = frozenset({2002, 2003, 1053})
 
 
 #: InnoDB rolled the statement's transaction back to break a deadlock
@@ -64,6 +81,11 @@ def _code(error: BaseException) -> int:
 
 #: delivered wake-ups a listener keeps before it deletes them, in one statement
 _WAKEUPS_KEPT = 32
+#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
+#: many each time) only while every one read goes through (a run of readers)
+WAKE_HEAD = 16
+#: a seq after every entry's: the place in line of an owner with no entry
+_LAST_SEQ = 2**64 - 1
 
 
 def _passing(statement: str, seqs: Sequence[int]) -> str:
@@ -389,6 +411,15 @@ class AsyncWakeups(AsyncListener):
         await _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
         await _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        # what waiting for the next attempt will not mend soon: a server out of connections,
+        # refused credentials, a database or schema that is not there
+        if isinstance(failure, pymysql.Error):
+            error = tumbler_error(failure, self._backend.url, name)
+            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
+                return error
+        return None
+
     async def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
         with contextlib.suppress(pymysql.Error, BackendUnavailable, OSError):
@@ -472,7 +503,9 @@ class AsyncMySQLBackend:
         return await self.make_tables(connection)
 
     async def make_tables(self, connection: Any) -> bool:
-        """Make the tables and procedures if one is missing; whether it did."""
+        """Make the tables and procedures if one is missing, and bring those an earlier
+        version made up to this one's (its indexes added, its procedures made again);
+        whether it did."""
         if await self._tables_exist(connection):
             return False
         lock = f"tumbler-schema-{self.config.prefix}"
@@ -483,24 +516,48 @@ class AsyncMySQLBackend:
             if await self._tables_exist(connection):
                 return False
             async with connection.cursor() as cursor:
+                made = await self._indexes(cursor)
+                if made is not None:
+                    # tables of an earlier version: what this one reads by, and its procedures
+                    for key, columns in INDEXES.items():
+                        if key not in made:
+                            add = self.sql["add_index"].format(key=key, columns=columns)
+                            await cursor.execute(add)
+                    for procedure in PROCEDURES:
+                        await cursor.execute(self.sql["drop_procedure"].format(procedure=procedure))
                 for statement in self.sql.create:
                     await cursor.execute(statement)
         finally:
             await _one_row(connection, self.sql["schema_unlock"], (lock,))
         return True
 
+    async def _indexes(self, cursor: Any) -> set[str] | None:
+        """The names of the entries table's indexes; None if there is no such table."""
+        await cursor.execute(self.sql["indexes"], (f"{self.config.prefix}entries",))
+        names = {str(name) for (name,) in await cursor.fetchall()}
+        return names or None
+
     async def _tables_exist(self, connection: Any) -> bool:
+        """Whether the tables and procedures are there, as this version makes them (the
+        index made last is there, and the procedure made last)."""
         row = await _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
-        return bool(row[0])
+        if not row[0]:
+            return False
+        async with connection.cursor() as cursor:
+            made = await self._indexes(cursor)
+        return made is not None and "limits" in made
 
     # -- grants ----------------------------------------------------------------------------
 
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock and wake it."""
+        # Only once the client listens: a release takes a waiter whose client's listener lock
+        # nobody holds for one whose client is gone, and deletes its entry ({p}hand_off).
+        listening = self.config.ring and self.wakeups.subscribed()
         return {
             "ttl": self.capabilities.waiter_ttl,
-            "client": self.wakeups.key if self.config.ring else None,
+            "client": self.wakeups.key if listening else None,
             "lease": request.ttl,
             "stamp": stamp,
         }
@@ -530,10 +587,13 @@ class AsyncMySQLBackend:
                 waiter["ttl"],
                 waiter["client"],
                 stamp,
+                self.config.max_waiters,
             )
-            token, left, undecided = await _transaction(
+            token, left, undecided, full = await _transaction(
                 lambda: _one_row(connection, self.sql["grant"], arguments)
             )
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return await _transaction(lambda: self._decide(connection, request, owner, waiter))
             return None if token is None else (int(token), float(left))
@@ -578,7 +638,24 @@ class AsyncMySQLBackend:
             await cursor.execute(sql["begin"])
             try:
                 await cursor.execute(sql["lock_name"], (request.name,))
-                await cursor.execute(sql["line"], (request.name,))
+                # The owner's own entry may have run out since {p}grant deleted the expired
+                # ones: missing from the live line read below yet still in the table, where
+                # writing it anew would break the by_name key. Deleted first, as there.
+                await cursor.execute(sql["drop_expired"], (request.name,))
+                await cursor.execute(sql["place"], (request.name, owner))
+                place = await cursor.fetchone()
+                await cursor.execute(
+                    sql["line"],
+                    {
+                        "name": request.name,
+                        "owner": owner,
+                        "fair": request.fair,
+                        "shared": request.shared,
+                        "lim": request.limit,
+                        "count": max(1, request.limit),
+                        "before": _LAST_SEQ if place is None else place[0],
+                    },
+                )
                 rows = list(await cursor.fetchall())
                 line = [
                     Entry(entry_owner, seq, bool(shared), lim, bool(fair), token)
@@ -588,6 +665,7 @@ class AsyncMySQLBackend:
                     line, owner, request.shared, request.limit, request.fair, request.queue
                 )
                 answer: tuple[int, float] | None = None
+                full = False  # a new waiter refused: the line has max_waiters already
                 write = decided.write
                 if decided.decision is Decision.HELD:
                     left = next(float(x) for o, *_, x in rows if o == owner)
@@ -619,14 +697,20 @@ class AsyncMySQLBackend:
                         )
                     answer = token, request.ttl
                 elif write is Write.ADD_WAITER:
-                    await cursor.execute(
-                        sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
-                    )
+                    await cursor.execute(sql["waiting"], (request.name, self.config.max_waiters))
+                    counted = await cursor.fetchone()
+                    full = counted is not None and counted[0] >= self.config.max_waiters
+                    if not full:
+                        await cursor.execute(
+                            sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
+                        )
                 await cursor.execute(sql["commit"])
             except BaseException:
                 with contextlib.suppress(pymysql.Error):
                     await connection.rollback()
                 raise
+        if full:
+            raise line_full(self.config.max_waiters, request.name, self.url)
         return answer
 
     # -- leases ----------------------------------------------------------------------------
@@ -709,15 +793,26 @@ class AsyncMySQLBackend:
 
     async def _wake(self, connection: Any, name: str) -> None:
         """Wake the waiters of ``name`` that the grant rule lets through now (after a
-        release that handed nothing over). A wake-up is a hint: one lost here costs the
-        waiter a re-check."""
+        release that handed nothing over), reading the name's grants and the head of its
+        line, and more of the line only while every waiter read goes through. A wake-up is a
+        hint: one lost here costs the waiter a re-check."""
         async with connection.cursor() as cursor:
-            await cursor.execute(self.sql["wake_line"], (name,))
-            rows = [
-                (owner, seq, bool(shared), lim, bool(fair), token, client)
-                for owner, seq, shared, lim, fair, token, client in await cursor.fetchall()
-            ]
-            for client, tag in to_wake(rows):
+            rows: list[Any] = []
+            after, count = -1, WAKE_HEAD
+            while True:
+                arguments = {"name": name, "grants": after < 0, "after": after, "count": count}
+                await cursor.execute(self.sql["wake_line"], arguments)
+                read = [
+                    (owner, seq, bool(shared), lim, bool(fair), token, client)
+                    for owner, seq, shared, lim, fair, token, client in await cursor.fetchall()
+                ]
+                rows = sorted([*rows, *read], key=lambda row: row[1])
+                woken, complete = to_wake(rows)
+                waiters = [row for row in read if row[5] is None]
+                if complete or len(waiters) < count:
+                    break
+                after, count = waiters[-1][1], count * 2
+            for client, tag in woken:
                 await cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
                 if cursor.rowcount != 1:
                     continue  # its client no longer listens

@@ -21,10 +21,17 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable
+from ....errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    OutOfConnections,
+    PermissionDenied,
+    TumblerError,
+)
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._async.listener import AsyncListener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
@@ -35,6 +42,7 @@ from ..common import (
     PostgreSQLConfig,
     capabilities_for,
     translate_errors,
+    tumbler_error,
 )
 from ..statements import (
     NOTE_GRACE,
@@ -47,6 +55,17 @@ from ..statements import (
 )
 
 _log = logging.getLogger("tumbler.postgresql")
+
+
+class _Full:
+    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
+
+
+FULL = _Full()
+
+#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
+#: many each time) only while every one read goes through (a run of readers)
+WAKE_HEAD = 16
 
 T = TypeVar("T")
 
@@ -350,6 +369,15 @@ class AsyncWakeups(AsyncListener):
         if fired:
             raise deadline.no_reply()
 
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        # what waiting for the next attempt will not mend soon: a server out of connections,
+        # refused credentials, a database or schema that is not there
+        if isinstance(failure, psycopg.Error):
+            error = tumbler_error(failure, self._backend.url, name)
+            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
+                return error
+        return None
+
     async def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
         with contextlib.suppress(psycopg.Error, BackendUnavailable):
@@ -494,13 +522,16 @@ class AsyncPostgreSQLBackend:
                     {
                         "key": name_key(self.sql.schema, request.name),
                         "queue": request.queue,
+                        "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
             row = await cursor.fetchone()
             assert row is not None
-            token, left, undecided = row
+            token, left, undecided, full = row
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return await self._decide(connection, request, owner, stamp)
             return None if token is None else (int(token), float(left))
@@ -526,7 +557,9 @@ class AsyncPostgreSQLBackend:
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        listen = self.config.listen
+        # Only once the client listens: a release takes a waiter whose listener key nobody
+        # holds for one whose client is gone, and deletes its entry (tumbler_hand_off).
+        listen = self.config.listen and self.wakeups.subscribed()
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
@@ -539,13 +572,36 @@ class AsyncPostgreSQLBackend:
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none. Two round trips: the line, then
-        the write and the commit."""
+        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
+        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
+        write and the commit (three for a new waiter, counted first)."""
+        decided = await self._decided(connection, request, owner, stamp)
+        if decided is FULL:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        assert not isinstance(decided, _Full)
+        return decided
+
+    async def _decided(
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | _Full | None:
         async with self.batch(connection):
             await connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
             )
-            cursor = await connection.execute(self.sql["line"], (request.name,))
+            # The owner's own entry may have run out since tumbler_grant deleted the expired
+            # ones: missing from the live line read below yet still in the table, where
+            # writing it anew would break the (name, owner) key. Deleted first, as there.
+            await connection.execute(self.sql["drop_expired"], (request.name,))
+            cursor = await connection.execute(
+                self.sql["line"],
+                {
+                    "name": request.name,
+                    "owner": owner,
+                    "fair": request.fair,
+                    "shared": request.shared,
+                    "lim": request.limit,
+                },
+            )
             rows = await cursor.fetchall()
             line = [
                 Entry(entry_owner, seq, shared, lim, fair, token)
@@ -558,6 +614,13 @@ class AsyncPostgreSQLBackend:
                 left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
                 return decided.held_token, min(request.ttl, left)
             write = decided.write
+            if write is Write.ADD_WAITER:
+                cursor = await connection.execute(
+                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                )
+                counted = await cursor.fetchone()
+                if counted is not None and counted[0] >= self.config.max_waiters:
+                    return FULL  # nothing written: the transaction commits empty
             if write is Write.NOTHING:
                 return None
             waiter = self._waiter_terms(request, stamp)
@@ -647,20 +710,39 @@ class AsyncPostgreSQLBackend:
             row = await cursor.fetchone()
             assert row is not None
             removed, others_wait = row
-            if others_wait:  # not handed over: the grant rule says whom to wake
-                async with self.alone(connection):
-                    line = await connection.execute(self.sql["wake_line"], {"name": name})
-                await self._notify(connection, name, await line.fetchall())
+            if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
+                await self._wake(connection, name)
             return bool(removed)
 
         with translate_errors(self.url, name):
             return await self.pool.run(remove)
 
-    async def _notify(self, connection: AsyncConnection[Any], name: str, rows: list[Any]) -> None:
-        """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
-        commit that let them: a woken waiter tries at once). A wake-up is a hint: one lost
-        here costs the waiter a re-check."""
-        woken = to_wake(rows)
+    async def _wake(self, connection: AsyncConnection[Any], name: str) -> None:
+        """Notify the waiters of ``name`` that the grant rule lets through now (after the
+        commit that let them: a woken waiter tries at once), reading the name's grants and
+        the head of its line, and more of the line only while every waiter read goes
+        through. A wake-up is a hint: one lost here costs the waiter a re-check."""
+        rows: list[Any] = []
+        after, count = -1, WAKE_HEAD
+        while True:
+            async with self.alone(connection):
+                cursor = await connection.execute(
+                    self.sql["wake_line"],
+                    {"name": name, "grants": after < 0, "after": after, "count": count},
+                )
+            read = await cursor.fetchall()
+            rows = sorted([*rows, *read], key=lambda row: row[1])
+            woken, complete = to_wake(rows)
+            waiters = [row for row in read if row[5] is None]
+            if complete or len(waiters) < count:
+                break
+            after, count = waiters[-1][1], count * 2
+        await self._notify(connection, name, woken)
+
+    async def _notify(
+        self, connection: AsyncConnection[Any], name: str, woken: list[tuple[str, str]]
+    ) -> None:
+        """Send each of ``woken`` (``(channel, owner)``) its wake-up."""
         if woken:
             await connection.execute(
                 self.sql["notify"],
@@ -711,9 +793,9 @@ class AsyncPostgreSQLBackend:
                     {"name": name, "note": note, "grace": NOTE_GRACE},
                 )
                 await connection.execute(self.sql["hand_off"], (name,))
-                line = await connection.execute(self.sql["wake_line"], {"name": name})
             row = await counted.fetchone()
-            await self._notify(connection, name, await line.fetchall())
+            if self.config.listen:
+                await self._wake(connection, name)
             return int(row[0]) if row else 0
 
         with translate_errors(self.url, name):

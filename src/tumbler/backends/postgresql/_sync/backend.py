@@ -23,10 +23,17 @@ from psycopg.pq import TransactionStatus
 
 from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import BackendUnavailable
+from ....errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    OutOfConnections,
+    PermissionDenied,
+    TumblerError,
+)
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
 from ...kit._sync.listener import Listener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.slots import Slots
 from .. import CAPABILITIES
@@ -37,6 +44,7 @@ from ..common import (
     PostgreSQLConfig,
     capabilities_for,
     translate_errors,
+    tumbler_error,
 )
 from ..statements import (
     NOTE_GRACE,
@@ -49,6 +57,17 @@ from ..statements import (
 )
 
 _log = logging.getLogger("tumbler.postgresql")
+
+
+class _Full:
+    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
+
+
+FULL = _Full()
+
+#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
+#: many each time) only while every one read goes through (a run of readers)
+WAKE_HEAD = 16
 
 T = TypeVar("T")
 
@@ -352,6 +371,15 @@ class Wakeups(Listener):
         if fired:
             raise deadline.no_reply()
 
+    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
+        # what waiting for the next attempt will not mend soon: a server out of connections,
+        # refused credentials, a database or schema that is not there
+        if isinstance(failure, psycopg.Error):
+            error = tumbler_error(failure, self._backend.url, name)
+            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
+                return error
+        return None
+
     def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
         with contextlib.suppress(psycopg.Error, BackendUnavailable):
@@ -496,13 +524,16 @@ class PostgreSQLBackend:
                     {
                         "key": name_key(self.sql.schema, request.name),
                         "queue": request.queue,
+                        "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
                         **self._waiter_terms(request, stamp),
                     },
                 )
             row = cursor.fetchone()
             assert row is not None
-            token, left, undecided = row
+            token, left, undecided, full = row
+            if full:
+                raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
                 return self._decide(connection, request, owner, stamp)
             return None if token is None else (int(token), float(left))
@@ -528,7 +559,9 @@ class PostgreSQLBackend:
     def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        listen = self.config.listen
+        # Only once the client listens: a release takes a waiter whose listener key nobody
+        # holds for one whose client is gone, and deletes its entry (tumbler_hand_off).
+        listen = self.config.listen and self.wakeups.subscribed()
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
@@ -541,13 +574,36 @@ class PostgreSQLBackend:
         self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none. Two round trips: the line, then
-        the write and the commit."""
+        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
+        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
+        write and the commit (three for a new waiter, counted first)."""
+        decided = self._decided(connection, request, owner, stamp)
+        if decided is FULL:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        assert not isinstance(decided, _Full)
+        return decided
+
+    def _decided(
+        self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | _Full | None:
         with self.batch(connection):
             connection.execute(
                 self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
             )
-            cursor = connection.execute(self.sql["line"], (request.name,))
+            # The owner's own entry may have run out since tumbler_grant deleted the expired
+            # ones: missing from the live line read below yet still in the table, where
+            # writing it anew would break the (name, owner) key. Deleted first, as there.
+            connection.execute(self.sql["drop_expired"], (request.name,))
+            cursor = connection.execute(
+                self.sql["line"],
+                {
+                    "name": request.name,
+                    "owner": owner,
+                    "fair": request.fair,
+                    "shared": request.shared,
+                    "lim": request.limit,
+                },
+            )
             rows = cursor.fetchall()
             line = [
                 Entry(entry_owner, seq, shared, lim, fair, token)
@@ -560,6 +616,13 @@ class PostgreSQLBackend:
                 left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
                 return decided.held_token, min(request.ttl, left)
             write = decided.write
+            if write is Write.ADD_WAITER:
+                cursor = connection.execute(
+                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                )
+                counted = cursor.fetchone()
+                if counted is not None and counted[0] >= self.config.max_waiters:
+                    return FULL  # nothing written: the transaction commits empty
             if write is Write.NOTHING:
                 return None
             waiter = self._waiter_terms(request, stamp)
@@ -647,20 +710,37 @@ class PostgreSQLBackend:
             row = cursor.fetchone()
             assert row is not None
             removed, others_wait = row
-            if others_wait:  # not handed over: the grant rule says whom to wake
-                with self.alone(connection):
-                    line = connection.execute(self.sql["wake_line"], {"name": name})
-                self._notify(connection, name, line.fetchall())
+            if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
+                self._wake(connection, name)
             return bool(removed)
 
         with translate_errors(self.url, name):
             return self.pool.run(remove)
 
-    def _notify(self, connection: Connection[Any], name: str, rows: list[Any]) -> None:
-        """Notify the waiters of ``name`` that the line ``rows`` lets through (after the
-        commit that let them: a woken waiter tries at once). A wake-up is a hint: one lost
-        here costs the waiter a re-check."""
-        woken = to_wake(rows)
+    def _wake(self, connection: Connection[Any], name: str) -> None:
+        """Notify the waiters of ``name`` that the grant rule lets through now (after the
+        commit that let them: a woken waiter tries at once), reading the name's grants and
+        the head of its line, and more of the line only while every waiter read goes
+        through. A wake-up is a hint: one lost here costs the waiter a re-check."""
+        rows: list[Any] = []
+        after, count = -1, WAKE_HEAD
+        while True:
+            with self.alone(connection):
+                cursor = connection.execute(
+                    self.sql["wake_line"],
+                    {"name": name, "grants": after < 0, "after": after, "count": count},
+                )
+            read = cursor.fetchall()
+            rows = sorted([*rows, *read], key=lambda row: row[1])
+            woken, complete = to_wake(rows)
+            waiters = [row for row in read if row[5] is None]
+            if complete or len(waiters) < count:
+                break
+            after, count = waiters[-1][1], count * 2
+        self._notify(connection, name, woken)
+
+    def _notify(self, connection: Connection[Any], name: str, woken: list[tuple[str, str]]) -> None:
+        """Send each of ``woken`` (``(channel, owner)``) its wake-up."""
         if woken:
             connection.execute(
                 self.sql["notify"],
@@ -709,9 +789,9 @@ class PostgreSQLBackend:
                     {"name": name, "note": note, "grace": NOTE_GRACE},
                 )
                 connection.execute(self.sql["hand_off"], (name,))
-                line = connection.execute(self.sql["wake_line"], {"name": name})
             row = counted.fetchone()
-            self._notify(connection, name, line.fetchall())
+            if self.config.listen:
+                self._wake(connection, name)
             return int(row[0]) if row else 0
 
         with translate_errors(self.url, name):

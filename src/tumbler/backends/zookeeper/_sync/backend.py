@@ -26,7 +26,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._core import WATCH_LINE, check_limits, line_position
+from ...._core import WATCH_LINE, check_limits, let_through, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     Grant,
@@ -37,6 +37,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import HubWatch, InspectEachName, LockStateBuilder
+from ...kit.options import line_full
 from .. import CAPABILITIES
 from ..common import (
     CONTAINER_FLAG,
@@ -91,6 +92,7 @@ class ZooKeeperBackend(InspectEachName):
         self.session_events = SessionEvents()
         #: the session timeout the ensemble agreed to (learnt at each connection)
         self.session_timeout = config.session_timeout
+        self.max_waiters = config.max_waiters
         self.capabilities = dataclasses.replace(CAPABILITIES, max_ttl=config.session_timeout)
         acl = None
         auth = None
@@ -363,6 +365,14 @@ class ZooKeeperBackend(InspectEachName):
                     self._forget(key, path, mine)
                     raise
                 blocker = line_position(entries, index)
+                if blocker is not None and created and request.queue:
+                    # A new waiter: every entry ahead of it was created before it, and is in
+                    # the children read after its creation. Those that hold the lock are the
+                    # head that the rule lets through (all entries are fair, in order).
+                    holding, _ = let_through(entries[:index])
+                    if index - len(holding) >= self.max_waiters:
+                        self._forget(key, path, mine)
+                        raise line_full(self.max_waiters, request.name, self.url)
                 if blocker is None:
                     if request.shared and request.limit and not created:
                         self._announce_grant(mine, request)

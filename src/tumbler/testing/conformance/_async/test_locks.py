@@ -22,6 +22,7 @@ from tumbler import (
     LockLost,
     NotHeld,
     PermitsMismatch,
+    TooManyWaiters,
 )
 from tumbler._async.client import AsyncLocks
 from tumbler._async.hold import AsyncHold
@@ -716,6 +717,36 @@ async def test_a_clients_waiters_on_one_lock_wait_at_the_backend_as_one(
     assert len(granted) == 20
     assert granted == sorted(granted)
     assert (await holder.status("busy")).waiters == 0
+
+
+@pytest.mark.tumbler_requires("line_cap")
+async def test_a_full_line_refuses_one_more_waiter(aconnect: AsyncConnect) -> None:
+    """A lock queues at most ``max_waiters`` waiters (a URL option): one more acquire that
+    would wait gets ``TooManyWaiters`` at once and leaves nothing behind, while a try that
+    does not wait still answers; once the line moves, a new waiter queues again."""
+    holder, first, second = [await aconnect(query="max_waiters=1") for _ in range(3)]
+    held = holder.lock("crowded")
+    assert await held.acquire()
+
+    async def take() -> bool:
+        return await first.lock("crowded").acquire(timeout=PATIENCE)
+
+    pending = abackground(take)
+
+    async def queued() -> bool:
+        return (await holder.status("crowded")).waiters == 1
+
+    await aeventually(queued, "one waiter is in line")
+    refused = second.lock("crowded")
+    with pytest.raises(TooManyWaiters) as full:
+        await refused.acquire(timeout=PATIENCE)
+    assert full.value.lock_name == "crowded"
+    assert "max_waiters" in str(full.value)
+    assert not await refused.acquire(blocking=False)
+    assert await queued()  # the refused acquire left nothing
+    await held.release()
+    assert await pending.result() is True
+    assert not await refused.acquire(timeout=0.2)  # queues behind the holder, and times out
 
 
 async def test_overlapping_readers_do_not_starve_a_writer(aconnect: AsyncConnect) -> None:

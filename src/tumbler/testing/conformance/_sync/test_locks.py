@@ -24,6 +24,7 @@ from tumbler import (
     LockLost,
     NotHeld,
     PermitsMismatch,
+    TooManyWaiters,
 )
 from tumbler._sync.client import Locks
 from tumbler._sync.hold import Hold
@@ -708,6 +709,36 @@ def test_a_clients_waiters_on_one_lock_wait_at_the_backend_as_one(
     assert len(granted) == 20
     assert granted == sorted(granted)
     assert (holder.status("busy")).waiters == 0
+
+
+@pytest.mark.tumbler_requires("line_cap")
+def test_a_full_line_refuses_one_more_waiter(connect: Connect) -> None:
+    """A lock queues at most ``max_waiters`` waiters (a URL option): one more acquire that
+    would wait gets ``TooManyWaiters`` at once and leaves nothing behind, while a try that
+    does not wait still answers; once the line moves, a new waiter queues again."""
+    holder, first, second = [connect(query="max_waiters=1") for _ in range(3)]
+    held = holder.lock("crowded")
+    assert held.acquire()
+
+    def take() -> bool:
+        return first.lock("crowded").acquire(timeout=PATIENCE)
+
+    pending = background(take)
+
+    def queued() -> bool:
+        return (holder.status("crowded")).waiters == 1
+
+    eventually(queued, "one waiter is in line")
+    refused = second.lock("crowded")
+    with pytest.raises(TooManyWaiters) as full:
+        refused.acquire(timeout=PATIENCE)
+    assert full.value.lock_name == "crowded"
+    assert "max_waiters" in str(full.value)
+    assert not refused.acquire(blocking=False)
+    assert queued()  # the refused acquire left nothing
+    held.release()
+    assert pending.result() is True
+    assert not refused.acquire(timeout=0.2)  # queues behind the holder, and times out
 
 
 def test_overlapping_readers_do_not_starve_a_writer(connect: Connect) -> None:
