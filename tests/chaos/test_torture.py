@@ -304,7 +304,7 @@ def _worker_processes(directory: Path) -> list[int]:
 
 
 #: the deployments whose fair lines CI checks with a waiter killed in them
-DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd"]
+DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd", "postgresql", "mysql"]
 
 
 @pytest.mark.timeout(90)
