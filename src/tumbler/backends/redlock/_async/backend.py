@@ -336,15 +336,19 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     data = packed.get(key)
                     if data is None:
                         data = packed[key] = connection.pack_commands(commands)
-                    # A connection that a failure closed is set up again by this send (TCP,
-                    # TLS, the login): within what the call has left, not connect_timeout
-                    # each, or stopped masters would hold the call up one after another.
-                    bound = min(setup, max(deadline - time.monotonic(), READ_GRACE))
-                    connection.socket_connect_timeout = connection.socket_timeout = bound
-                    try:
+                    if connection.is_connected:
                         await connection.send_packed_command(data, check_health=False)
-                    finally:
-                        connection.socket_connect_timeout = connection.socket_timeout = setup
+                    else:
+                        # one that a failure closed is set up again by this send (TCP, TLS,
+                        # the login): within what the call has left, not connect_timeout each,
+                        # or stopped masters would hold the call up one after another
+                        bound = min(setup, max(deadline - time.monotonic(), READ_GRACE))
+                        connection.socket_connect_timeout = connection.socket_timeout = bound
+                        try:
+                            await connection.send_packed_command(data, check_health=False)
+                        finally:
+                            connection.socket_connect_timeout = setup
+                            connection.socket_timeout = setup
                 except (redis_errors.RedisError, OSError) as error:
                     if connection is not None:
                         await connection.disconnect()
