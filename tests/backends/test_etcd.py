@@ -5,8 +5,9 @@ leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
 for, whose member in use stops answering (both flavours), or whose leader hangs past the
-lease and comes back to revoke it (both flavours), a lone member that hangs past the lease,
-and a member cut off from its client.
+lease and comes back to revoke it (both flavours), with the rule that times a lease by the
+answers of its own raft term, a lone member that hangs past the lease, and a member cut off
+from its client.
 
 Every case runs against a real etcd started by the fixtures in tests/servers.
 """
@@ -34,8 +35,8 @@ import tumbler.testing.conformance as conformance
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd import http as etcd_http
-from tumbler.backends.etcd._sync.backend import KeyWatches
-from tumbler.backends.etcd._sync.gateway import Gateway
+from tumbler.backends.etcd._sync.backend import KeyWatches, _Lease
+from tumbler.backends.etcd._sync.gateway import Gateway, LeaseAnswer
 from tumbler.backends.etcd.common import line_key, parse_config
 from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
 from tumbler.backends.etcd.wire import WatchEvent, prefix_end
@@ -693,6 +694,23 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
 
     blocking()
     asyncio.run(asynchronous())
+
+
+def test_a_lease_is_timed_by_the_answers_of_its_own_raft_term() -> None:
+    """Only the leader of the lease's term counted the keep-alives that timed it: an answer
+    of a later term extends nothing and dooms the lease (a deposed leader may still end it
+    when its own count runs out), one of a term older than the client has seen counts for
+    nothing (a deposed leader, or a member, not yet told of the election)."""
+    lease = _Lease(1, expires=10.0, term=4)
+    lease.confirm(9.0, LeaseAnswer(1, 2, 4), latest=4)
+    assert (lease.expires, lease.doomed) == (11.0, False)
+    lease.confirm(10.0, LeaseAnswer(1, 2, 3), latest=4)  # a deposed leader's answer
+    assert (lease.expires, lease.doomed) == (11.0, False)
+    lease.confirm(10.5, LeaseAnswer(1, 2, 4), latest=5)  # another member saw term 5
+    assert (lease.expires, lease.doomed) == (11.0, True)
+    later = _Lease(2, expires=10.0, term=4)
+    later.confirm(9.5, LeaseAnswer(2, 2, 5), latest=5)
+    assert (later.expires, later.doomed) == (10.0, True)
 
 
 def _stand_in_revoke(cluster: EtcdCluster, deposed: int, lease: int) -> None:
