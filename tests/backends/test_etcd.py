@@ -4,8 +4,10 @@ lease ran out while it waited (etcd's own mutex reported a grant then), a killed
 leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
-for, or whose member in use stops answering (both flavours), and a member cut off from its
-client.
+for, whose member in use stops answering (both flavours), or whose leader hangs past the
+lease and comes back to revoke it (both flavours), with the rule that times a lease by the
+answers of its own raft term, a lone member that hangs past the lease, and a member cut off
+from its client.
 
 Every case runs against a real etcd started by the fixtures in tests/servers.
 """
@@ -33,8 +35,8 @@ import tumbler.testing.conformance as conformance
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd import http as etcd_http
-from tumbler.backends.etcd._sync.backend import KeyWatches
-from tumbler.backends.etcd._sync.gateway import Gateway
+from tumbler.backends.etcd._sync.backend import KeyWatches, _Lease
+from tumbler.backends.etcd._sync.gateway import Gateway, LeaseAnswer
 from tumbler.backends.etcd.common import line_key, parse_config
 from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
 from tumbler.backends.etcd.wire import WatchEvent, prefix_end
@@ -692,6 +694,149 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
 
     blocking()
     asyncio.run(asynchronous())
+
+
+def test_a_lease_is_timed_by_the_answers_of_its_own_raft_term() -> None:
+    """Only the leader of the lease's term counted the keep-alives that timed it: an answer
+    of a later term extends nothing and dooms the lease (a deposed leader may still end it
+    when its own count runs out), one of a term older than the client has seen counts for
+    nothing (a deposed leader, or a member, not yet told of the election)."""
+    lease = _Lease(1, expires=10.0, term=4)
+    lease.confirm(9.0, LeaseAnswer(1, 2, 4), latest=4)
+    assert (lease.expires, lease.doomed) == (11.0, False)
+    lease.confirm(10.0, LeaseAnswer(1, 2, 3), latest=4)  # a deposed leader's answer
+    assert (lease.expires, lease.doomed) == (11.0, False)
+    lease.confirm(10.5, LeaseAnswer(1, 2, 4), latest=5)  # another member saw term 5
+    assert (lease.expires, lease.doomed) == (11.0, True)
+    later = _Lease(2, expires=10.0, term=4)
+    later.confirm(9.5, LeaseAnswer(2, 2, 5), latest=5)
+    assert (later.expires, later.doomed) == (10.0, True)
+
+
+def _stand_in_revoke(cluster: EtcdCluster, deposed: int, lease: int) -> None:
+    """Revoke ``lease`` through the members but ``deposed``, as the revocation a deposed
+    leader proposes is applied: etcd before 3.4.31 / 3.5.13 forwards it to the new leader when
+    the deposed one has stepped down before its lessor's next sweep, and drops it otherwise,
+    whichever of its goroutines runs first after SIGCONT. Done here, it is done every time."""
+    members = [m.client_url for i, m in enumerate(cluster.members) if i != deposed]
+    gateway = Gateway(members)
+    try:
+        gateway.revoke(lease)
+    finally:
+        gateway.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_deposed_leader_that_comes_back_takes_no_hold_away_unannounced(
+    etcd_cluster: EtcdCluster, flavour: str
+) -> None:
+    """The leader hangs (SIGSTOP) longer than the lease, while the holder renews through the
+    new leader; then it comes back. Only a leader counts a lease (keep-alives are not
+    replicated): the deposed one still counts the holder's lease from the last keep-alive it
+    answered, before it hung, finds it run out and revokes it, deleting the holder's key
+    however long the new leader kept the lease alive. The holder must not be holding a key
+    on that lease by then: its first renewal answered in the new term moves its keys to a
+    lease of the new leader, so the revocation takes nothing and the hold goes on."""
+    cluster = etcd_cluster
+    url = url_of(cluster)
+    deposed = cluster.leader()
+    pid = cluster.members[deposed].pid
+    assert pid is not None
+    name = f"deposed-{flavour}"
+
+    def outlast_the_deposed_leader(stopped: float, renewed: Callable[[], bool]) -> None:
+        # the fault's length: the deposed leader's count of the lease runs out meanwhile
+        eventually(renewed, "renewed through the new leader")
+        time.sleep(max(0.0, stopped + LEASE_TTL + 0.2 - time.monotonic()))
+
+    def blocking() -> None:
+        holder, other = tumbler.connect(url), tumbler.connect(url)
+        try:
+            hold = held(holder.lock(name, ttl=LEASE_TTL))
+            lease = holder._backend._lease.id
+            os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            try:
+                assert cluster.leader() != deposed
+                outlast_the_deposed_leader(
+                    stopped, lambda: hold.lost or hold.deadline > stopped + LEASE_TTL
+                )
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            _stand_in_revoke(cluster, deposed, lease)
+            assert not other.lock(name).acquire(blocking=False)
+            assert hold.held, hold.lost_reason
+            token = hold.token
+            hold.release()
+            with other.lock(name) as after:
+                assert after.token > token
+        finally:
+            for client in (holder, other):
+                client.close()
+
+    async def asynchronous() -> None:
+        holder, other = await tumbler.aio.connect(url), await tumbler.aio.connect(url)
+        try:
+            lock = holder.lock(name, ttl=LEASE_TTL)
+            assert await lock.acquire(timeout=PATIENCE)
+            hold = lock.hold
+            assert hold is not None
+            lease = holder._backend._lease.id
+            os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            try:
+                assert await asyncio.to_thread(cluster.leader) != deposed
+
+                async def renewed() -> bool:
+                    return hold.lost or hold.deadline > stopped + LEASE_TTL
+
+                await aeventually(renewed, "renewed through the new leader")
+                await asyncio.sleep(max(0.0, stopped + LEASE_TTL + 0.2 - time.monotonic()))
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await asyncio.to_thread(_stand_in_revoke, cluster, deposed, lease)
+            assert not await other.lock(name).acquire(blocking=False)
+            assert hold.held, hold.lost_reason
+            token = hold.token
+            await hold.release()
+            async with other.lock(name) as after:
+                assert after.token > token
+        finally:
+            for client in (holder, other):
+                await client.close()
+
+    if flavour == "sync":
+        blocking()
+    else:
+        asyncio.run(asynchronous())
+
+
+def test_a_lone_member_that_hangs_past_the_lease_ends_the_hold_after_its_holder_knows(
+    etcd_server: EtcdServer,
+) -> None:
+    """One member is its own leader: hung (SIGSTOP) past the lease, it ends the lease when it
+    comes back, as it should; the holder, which could not renew meanwhile, has been told by
+    its deadline, before any other client can be granted the lock."""
+    url = url_of(etcd_server, "request_timeout=0.5")
+    pid = etcd_server.pid
+    assert pid is not None
+    holder, other = tumbler.connect(url), tumbler.connect(url)
+    try:
+        hold = held(holder.lock("lone-hang", ttl=LEASE_TTL))
+        told: list[float] = []
+        hold.on_lost(lambda _hold: told.append(time.monotonic()))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert hold.wait_lost(timeout=PATIENCE)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert other.lock("lone-hang").acquire(timeout=PATIENCE)
+        granted = time.monotonic()
+        assert told
+        assert told[0] < granted
+    finally:
+        for client in (holder, other):
+            client.close()
 
 
 #: the waiters of one client in the cases of many watches: the gateway makes all of a

@@ -88,6 +88,23 @@ The leases
     A waiters' lease found gone (it ran out unheard) sends its waiters to new places at the
     end of their lines.
 
+    Only the leader counts a lease down (keep-alives are not replicated; a new leader starts
+    every lease's count again), and etcd before 3.4.31 and 3.5.13 (etcd-io/etcd#15247) lets a
+    deposed leader end leases: one that hung (SIGSTOP, a stalled disk) and comes back still
+    counts each lease from the last keep-alive it answered itself, revokes those it finds run
+    out, and the new leader applies that revocation, however long it kept the lease alive
+    itself. No client can keep such a leader from doing so, so the client times its lease by
+    the leader of one raft term, which each answer names: a keep-alive answered in a later
+    term extends nothing (the lease stays good until the last keep-alive answered in its own
+    term plus its TTL, which comes before the deposed leader can end it), and one answered in
+    an earlier term than the client has seen (a member not yet told of the election) counts
+    for nothing. At the first answer of a later term the client grants a new lease, by the
+    new leader, and moves every granted key to it, keeping its value and create revision
+    (place and token), before the old lease can end; a key whose move does not get through
+    stays on the old lease, and its hold is given up before that lease can end. Every
+    election thus costs the holders one grant and one transaction, and a hold is lost only
+    when the move cannot be made in time.
+
 How a hold is lost here
     A lease etcd no longer knows (a keep-alive answered with no TTL, a put refused because
     the lease is gone: it ran out while the client could not reach the cluster, or an
@@ -95,7 +112,9 @@ How a hold is lost here
     the next acquisition grants a new lease. A key deleted by ``force_release`` ends its
     hold at the next renewal. A renewal that cannot reach the cluster leaves the hold in
     doubt until the client's deadline (``lease_ttl`` after the last keep-alive answered, less
-    the drift margin), which comes before etcd can end the lease.
+    the drift margin), which comes before etcd can end the lease; a renewal never reports
+    more than that, nor more than the last keep-alive answered in the lease's raft term
+    allows (above).
 """
 
 from __future__ import annotations

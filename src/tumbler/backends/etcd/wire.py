@@ -26,6 +26,7 @@ __all__ = [
     "put",
     "ranged",
     "read",
+    "relet",
     "read_by_creation",
     "error_of",
     "kv_of",
@@ -195,6 +196,11 @@ def put(key: bytes, value: bytes, lease: int | None) -> dict[str, Any]:
     else:
         request["lease"] = str(lease)
     return {"request_put": request}
+
+
+def relet(key: bytes, lease: int) -> dict[str, Any]:
+    """Attach ``key`` to ``lease``, keeping its value (and its create revision)."""
+    return {"request_put": {"key": b64(key), "ignore_value": True, "lease": str(lease)}}
 
 
 def read(key: bytes) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...._acompat import asleep_real
 from ..http import (
@@ -61,7 +61,7 @@ from ..wire import (
     kvs,
 )
 
-__all__ = ["AsyncGateway", "AsyncWatchStream", "attempt_bound"]
+__all__ = ["AsyncGateway", "AsyncWatchStream", "LeaseAnswer", "attempt_bound"]
 
 #: the most attempts a call's budget is shared among: with three members or more, a silent
 #: member leaves two thirds of the budget to the others
@@ -76,6 +76,21 @@ def attempt_bound(budget: float, members: int) -> float:
     ``members``; the whole budget with one member (its reply is as likely to come late as an
     answer to the same request sent again, which would only add to its load)."""
     return budget / min(members, ATTEMPTS_PER_BUDGET)
+
+
+class LeaseAnswer(NamedTuple):
+    """etcd's answer to a lease's grant or keep-alive."""
+
+    id: int
+    #: the TTL granted, in whole seconds; 0: the lease is gone
+    ttl: int
+    #: the raft term of the member that answered (0 if it did not say): one leader per term,
+    #: and only the leader keeps leases, so the term names the leader that timed this TTL
+    term: int
+
+
+def _term(reply: dict[str, Any]) -> int:
+    return int(reply.get("header", {}).get("raft_term", 0))
 
 
 class AsyncGateway:
@@ -103,6 +118,8 @@ class AsyncGateway:
         self._closed = False
         #: called with a member's index when a call finds it failing (from any thread)
         self._leaving: list[Callable[[int], None]] = []
+        #: the highest raft term any reply of a member has carried
+        self.term = 0
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -184,11 +201,18 @@ class AsyncGateway:
                 self.leave(index)
             else:
                 self._current = index
+                self._saw(reply)
                 return reply
             index = (index + 1) % len(self.endpoints)
         raise GatewayUnavailable(
             f"{path}: no member answered within {budget:g} s: {'; '.join(failures[-6:])}"
         )
+
+    def _saw(self, reply: Any) -> None:
+        if isinstance(reply, dict):
+            term = _term(reply.get("result", reply))
+            if term > self.term:
+                self.term = term
 
     def leave(self, index: int) -> None:
         """Member ``index`` failed: the calls that follow start on the next one, and what
@@ -260,17 +284,28 @@ class AsyncGateway:
     async def grant_lease(self, ttl: int) -> tuple[int, int]:
         """A new lease of ``ttl`` seconds: its id and the TTL etcd granted. Tried again after
         a lost reply: a lease granted unheard has nothing attached and runs out by itself."""
+        answer = await self.lease_grant(ttl)
+        return answer.id, answer.ttl
+
+    async def lease_grant(self, ttl: int) -> LeaseAnswer:
+        """:meth:`grant_lease`, with the raft term of the member that answered."""
         reply = await self.call("/v3/lease/grant", {"TTL": ttl}, idempotent=True)
         if reply.get("error"):
             raise EtcdError(0, str(reply["error"]))
-        return int(reply["ID"]), int(reply["TTL"])
+        return LeaseAnswer(int(reply["ID"]), int(reply["TTL"]), _term(reply))
 
     async def keep_alive(self, lease: int, timeout: float | None = None) -> int:
         """Renew ``lease``; the TTL it has now, 0 if it is gone (expired or revoked)."""
+        return (await self.lease_keep_alive(lease, timeout)).ttl
+
+    async def lease_keep_alive(self, lease: int, timeout: float | None = None) -> LeaseAnswer:
+        """:meth:`keep_alive`, with the raft term of the member that answered (``ttl`` 0:
+        gone)."""
         reply = await self.call(
             "/v3/lease/keepalive", {"ID": lease}, idempotent=True, timeout=timeout
         )
-        return int(reply.get("result", {}).get("TTL", 0))
+        result = reply.get("result", {})
+        return LeaseAnswer(lease, int(result.get("TTL", 0)), _term(result))
 
     async def revoke(self, lease: int) -> bool:
         """Revoke ``lease`` (every key attached to it is deleted); False if it was gone."""

@@ -57,8 +57,9 @@ from ..wire import (
     ranged,
     read,
     read_by_creation,
+    relet,
 )
-from .gateway import Gateway, WatchStream, attempt_bound
+from .gateway import Gateway, LeaseAnswer, WatchStream, attempt_bound
 
 _log = logging.getLogger("tumbler.etcd")
 
@@ -80,8 +81,36 @@ class _Lease:
 
     id: int
     #: the monotonic time before which etcd cannot end it: the sending of the last grant or
-    #: keep-alive etcd answered, plus the TTL it answered with
+    #: keep-alive etcd answered in ``term``, plus the TTL it answered with
     expires: float
+    #: the raft term of the answers that timed ``expires`` (0: not known)
+    term: int = 0
+    #: an answer came from a later term: the leader of an earlier one may still end the lease
+    #: at ``expires`` (see :meth:`confirm`), which no keep-alive moves any more
+    doomed: bool = False
+
+    def confirm(self, sent: float, answer: LeaseAnswer, latest: int) -> None:
+        """Take etcd's answer to a keep-alive sent at ``sent`` (a TTL above 0), the highest
+        term any member has told the client of being ``latest``.
+
+        Only the leader keeps leases (keep-alives are not replicated), and etcd before
+        3.4.31 / 3.5.13 lets a deposed leader end them: one that hung (SIGSTOP, a stalled
+        disk) and comes back still counts each lease from the last keep-alive *it* answered,
+        and the revocation it then proposes is forwarded to the new leader and applied,
+        however long the new leader has kept the lease alive. So an answer of a later term
+        extends nothing: the lease stays good until ``expires`` only, and the client moves
+        its keys to a lease of the new term (:meth:`AsyncEtcdBackend._rehome`). An answer of
+        an earlier term than the client has seen (a deposed leader, or a member, not yet told)
+        renewed nothing.
+        """
+        if answer.term and answer.term < max(latest, self.term):
+            self.doomed = self.doomed or latest > self.term > 0
+            return
+        if self.term == 0 or answer.term in (0, self.term):
+            self.term = self.term or answer.term
+            self.expires = max(self.expires, sent + answer.ttl)
+        elif answer.term > self.term:
+            self.doomed = True
 
 
 @dataclass(eq=False)
@@ -452,25 +481,77 @@ class EtcdBackend(InspectEachName):
         granted if the client has none, kept alive first if a third has gone."""
         lease = self._lease
         fresh = self.config.lease_ttl * 2 / 3
-        if lease is not None and lease.expires - began >= fresh:
+        if lease is not None and not lease.doomed and lease.expires - began >= fresh:
             return lease
         with self._leasing:
             lease = self._lease
             if lease is not None:
-                if lease.expires - time.monotonic() >= fresh:
+                if not lease.doomed and lease.expires - time.monotonic() >= fresh:
                     return lease  # kept alive meanwhile
-                sent = time.monotonic()
-                ttl = self.gateway.keep_alive(lease.id)
-                if ttl > 0:
-                    lease.expires = max(lease.expires, sent + ttl)
-                    return lease
-                self._lease_lost(lease)
-            sent = time.monotonic()
-            lease_id, ttl = self.gateway.grant_lease(self.config.lease_ttl)
-            lease = _Lease(lease_id, sent + ttl)
-            with self._guard:
-                self._lease = lease
-            return lease
+                if not lease.doomed:
+                    sent = time.monotonic()
+                    answer = self.gateway.lease_keep_alive(lease.id)
+                    if answer.ttl <= 0:
+                        self._lease_lost(lease)
+                        return self._grant_lease()
+                    lease.confirm(sent, answer, self.gateway.term)
+                if lease.doomed:
+                    return self._rehome(lease)
+                return lease
+            return self._grant_lease()
+
+    def _grant_lease(self) -> _Lease:
+        """A new lease for the client (with ``_leasing`` held)."""
+        sent = time.monotonic()
+        answer = self.gateway.lease_grant(self.config.lease_ttl)
+        lease = _Lease(answer.id, sent + answer.ttl, answer.term)
+        with self._guard:
+            self._lease = lease
+        return lease
+
+    def _rehome(self, doomed: _Lease, timeout: float | None = None) -> _Lease:
+        """Replace ``doomed`` (with ``_leasing`` held) by a new lease, granted by the leader
+        of the new term, and move every granted entry on it there, keeping its value and
+        create revision (its place and token): a deposed leader that ends ``doomed`` then
+        deletes none of them. An entry whose move did not get through (no reply, or its key
+        is gone) stays on ``doomed``, and its renewal reports no more than ``doomed`` is
+        good for (a key gone: its hold lost)."""
+        with self._guard:
+            current = self._lease
+        if current is not doomed:
+            return current if current is not None else self._grant_lease()
+        lease = self._grant_lease()
+        with self._guard:
+            moving = [
+                entry
+                for entry in self._entries.values()
+                if entry.granted and entry.lease == doomed.id
+            ]
+        for start in range(0, len(moving), MAX_TXN_OPS // 2):
+            batch = moving[start : start + MAX_TXN_OPS // 2]
+            _succeeded, _revision, responses = self.gateway.txn(
+                [],
+                [
+                    nested(
+                        [compare(entry.key, "CREATE", entry.create_revision)],
+                        [relet(entry.key, lease.id)],
+                        [],
+                    )
+                    for entry in batch
+                ],
+                [],
+                idempotent=True,  # the same key on the same lease again
+                timeout=timeout,
+            )
+            for entry, response in zip(batch, responses, strict=True):
+                if response.get("response_txn", {}).get("succeeded", False):
+                    entry.lease = lease.id
+        _log.info(
+            "etcd's leader changed since the client's lease was last kept alive: %d "
+            "entries moved to a lease of the new leader",
+            len(moving),
+        )
+        return lease
 
     def _fresh_waiter_lease(self) -> _Lease:
         """The waiters' lease, granted if the client has none (or it ran out)."""
@@ -778,11 +859,19 @@ class EtcdBackend(InspectEachName):
             return refused  # nothing to confirm: no need to ask the server
         name = renewals[0].name if len(renewals) == 1 else None
         with translate_errors(self.url, name):
-            ttl = self.gateway.keep_alive(lease.id, max(0.0, deadline - time.monotonic()))
-            if ttl <= 0:
-                self._lease_lost(lease)
-                return refused
-            lease.expires = max(lease.expires, began + ttl)
+            leases = {lease.id: lease}
+            if not lease.doomed:
+                answer = self.gateway.lease_keep_alive(
+                    lease.id, max(0.0, deadline - time.monotonic())
+                )
+                if answer.ttl <= 0:
+                    self._lease_lost(lease)
+                    return refused
+                lease.confirm(began, answer, self.gateway.term)
+            if lease.doomed:
+                with self._leasing:
+                    moved = self._rehome(lease, max(0.0, deadline - time.monotonic()))
+                leases[moved.id] = moved
             found: dict[bytes, int] = {}
             for start in range(0, len(granted), MAX_TXN_OPS):
                 batch = granted[start : start + MAX_TXN_OPS]
@@ -798,15 +887,20 @@ class EtcdBackend(InspectEachName):
                         found[kv["key"]] = kv["create_revision"]
         if self._orphans:
             self._tidy(max(0.0, deadline - time.monotonic()))
-        return [
-            min(renewal.ttl, float(ttl))
-            if entry is not None
-            and entry.granted
-            and entry.lease == lease.id
-            and found.get(entry.key) == entry.create_revision
-            else None
-            for renewal, entry in zip(renewals, mine, strict=True)
-        ]
+        granted_ttls: list[float | None] = []
+        for renewal, entry in zip(renewals, mine, strict=True):
+            on = None if entry is None else leases.get(entry.lease)
+            # no more than the lease is good for from the renewal's start: a doomed lease's
+            # keys that could not be moved are given up before a deposed leader ends it
+            good_for = 0.0 if on is None else on.expires - began
+            renewed = (
+                entry is not None
+                and entry.granted
+                and found.get(entry.key) == entry.create_revision
+                and good_for > 0
+            )
+            granted_ttls.append(min(renewal.ttl, good_for) if renewed else None)
+        return granted_ttls
 
     def release(self, name: str, owner: str) -> bool:
         if self._orphans:
