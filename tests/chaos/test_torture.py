@@ -42,7 +42,7 @@ CI_ROUNDS: dict[str, list[str]] = {
     "postgresql-pgbouncer": ["restart", "net-cut+net-drop"],
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
-    "etcd-cluster": ["minority+minority-pause", "leader"],
+    "etcd-cluster": ["minority+minority-pause", "leader+leader-pause"],
     "redlock": ["kill", "pause", "minority", "rolling-loss"],
     # Redlock's other rounds, in a test of their own that runs beside the first one
     "redlock-hangs": ["minority-pause", "net-cut+net-drop+net-delay+net-reset"],
