@@ -14,7 +14,6 @@ renewals go by the batch; closed clients leave no wake-ups behind.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -55,10 +54,12 @@ from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
     a_silent_listener_is_replaced,
+    close_on,
     every_call_gives_up_when_replies_are_dropped,
     full_line_refuses_a_waiter_decided_in_the_client,
     held_across_restart,
     killed_fair_waiter_holds_nothing_up,
+    waits_by_polling,
 )
 
 
@@ -841,37 +842,24 @@ def test_a_server_out_of_connections_is_named_and_ridden_out(
                 while True:
                     filled.append(open_connection(config))
             # it cannot listen, so it polls, and says why (typed, with the server's refusal)
-            with caplog.at_level(logging.WARNING, logger="tumbler"):
-                if flavour == "sync":
-                    call = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
-                else:
-
-                    async def wait() -> bool:
-                        return await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
-
-                    call = background(lambda: loop.run_until_complete(wait()))
-
-                def told() -> bool:
-                    return any(
-                        "OutOfConnections" in record.getMessage()
-                        and "refused a connection" in record.getMessage()
-                        and "'busy'" in record.getMessage()
-                        for record in caplog.records
-                    )
-
-                eventually(told, "the waiter was told why it cannot listen")
-                for connection in filled:
-                    connection.close()
-                filled.clear()
-                holder_lock.release()
-                try:
-                    assert call.result() is True  # the polling waiter got the lock
-                finally:
-                    if flavour == "sync":
-                        waiter.close()
-                    else:
-                        loop.run_until_complete(waiter_aio.close())
-                        loop.close()
+            if flavour == "sync":
+                waits_by_polling(
+                    caplog,
+                    filled,
+                    holder_lock,
+                    lambda timeout: waiter.lock("busy").acquire(timeout=timeout),
+                    waiter.close,
+                )
+            else:
+                waits_by_polling(
+                    caplog,
+                    filled,
+                    holder_lock,
+                    lambda timeout: loop.run_until_complete(
+                        waiter_aio.lock("busy").acquire(timeout=timeout)
+                    ),
+                    lambda: close_on(loop, waiter_aio),
+                )
     finally:
         for connection in filled:
             connection.close()

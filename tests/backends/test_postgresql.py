@@ -1227,41 +1227,67 @@ def test_a_server_out_of_connections_is_named_and_ridden_out(
             with pytest.raises(psycopg.OperationalError, match="connection slots are reserved"):
                 psycopg.connect(**options)
             # it cannot listen, so it polls, and says why (typed, with the server's refusal)
-            with caplog.at_level(logging.WARNING, logger="tumbler"):
-                if flavour == "sync":
-                    call = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
-                else:
-
-                    async def wait() -> bool:
-                        return await waiter_aio.lock("busy").acquire(timeout=PATIENCE)
-
-                    call = background(lambda: loop.run_until_complete(wait()))
-
-                def told() -> bool:
-                    return any(
-                        "OutOfConnections" in record.getMessage()
-                        and "refused a connection" in record.getMessage()
-                        and "'busy'" in record.getMessage()
-                        for record in caplog.records
-                    )
-
-                eventually(told, "the waiter was told why it cannot listen")
-                for connection in filled:
-                    connection.close()
-                filled.clear()
-                holder_lock.release()
-                try:
-                    assert call.result() is True  # the polling waiter got the lock
-                finally:
-                    if flavour == "sync":
-                        waiter.close()
-                    else:
-                        loop.run_until_complete(waiter_aio.close())
-                        loop.close()
+            if flavour == "sync":
+                waits_by_polling(
+                    caplog,
+                    filled,
+                    holder_lock,
+                    lambda timeout: waiter.lock("busy").acquire(timeout=timeout),
+                    waiter.close,
+                )
+            else:
+                waits_by_polling(
+                    caplog,
+                    filled,
+                    holder_lock,
+                    lambda timeout: loop.run_until_complete(
+                        waiter_aio.lock("busy").acquire(timeout=timeout)
+                    ),
+                    lambda: close_on(loop, waiter_aio),
+                )
     finally:
         for connection in filled:
             connection.close()
         started.close()
+
+
+def close_on(loop: asyncio.AbstractEventLoop, client: tumbler.aio.Locks) -> None:
+    loop.run_until_complete(client.close())
+    loop.close()
+
+
+def waits_by_polling(
+    caplog: pytest.LogCaptureFixture,
+    filled: list[Any],
+    holder_lock: tumbler.Lock,
+    acquire: Callable[[float], bool],
+    close: Callable[[], None],
+) -> None:
+    """The case of a SQL backend whose server has every connection it allows in use
+    (``filled`` holds them): a waiter whose client cannot open its listening connection says
+    why (``OutOfConnections``, the server's refusal) and waits by polling, and gets the lock
+    once the connections are given back and the holder lets go. ``acquire(timeout)``: the
+    waiter's acquire (an asyncio one run on its loop); ``close``: closes its client."""
+    with caplog.at_level(logging.WARNING, logger="tumbler"):
+        call = background(lambda: acquire(PATIENCE))
+
+        def told() -> bool:
+            return any(
+                "OutOfConnections" in record.getMessage()
+                and "refused a connection" in record.getMessage()
+                and "'busy'" in record.getMessage()
+                for record in caplog.records
+            )
+
+        try:
+            eventually(told, "the waiter was told why it cannot listen")
+            for connection in filled:
+                connection.close()
+            filled.clear()
+            holder_lock.release()
+            assert call.result() is True  # the polling waiter got the lock
+        finally:
+            close()
 
 
 # -- a fair waiter killed while it waits -------------------------------------------------------
