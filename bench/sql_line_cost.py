@@ -74,25 +74,13 @@ def _postgresql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]
                     insert, (NAME, "writer", waiters, False, 1, None, "nobody", LISTENER, waiters)
                 )
                 admin.execute("ANALYZE")
-                releases = []
-                for i in range(repeat):
-                    reader = (NAME, owner_hash(f"r{i}"), 1, True, 0, 1000 + i, None, None, 1)
-                    admin.execute(insert, reader)
-                    start = time.perf_counter()
-                    assert backend.release(NAME, f"r{i}")
-                    releases.append((time.perf_counter() - start) * 1000)
-                return {
-                    "release": _summary(releases),
-                    "grant (mutex)": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"w{i}", False)), repeat)
+                return _figures(
+                    backend,
+                    repeat,
+                    lambda i: admin.execute(
+                        insert, (NAME, owner_hash(f"r{i}"), 1, True, 0, 1000 + i, None, None, 1)
                     ),
-                    "grant (read)": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"q{i}", True)), repeat)
-                    ),
-                    "new waiter": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"n{i}", False, True)), repeat)
-                    ),
-                }
+                )
             finally:
                 backend.close()
 
@@ -128,25 +116,12 @@ def _mysql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]]]:
                         cursor.executemany(insert, rows[start : start + 1000])
                     cursor.execute(f"ANALYZE TABLE {prefix}entries")
                     cursor.fetchall()
-                releases = []
-                for i in range(repeat):
+
+                def add_reader(i: int) -> None:
                     with admin.cursor() as cursor:
                         cursor.execute(insert, (NAME, owner_hash(f"r{i}"), True, 0, 1000 + i, None))
-                    start = time.perf_counter()
-                    assert backend.release(NAME, f"r{i}")
-                    releases.append((time.perf_counter() - start) * 1000)
-                return {
-                    "release": _summary(releases),
-                    "grant (mutex)": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"w{i}", False)), repeat)
-                    ),
-                    "grant (read)": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"q{i}", True)), repeat)
-                    ),
-                    "new waiter": _summary(
-                        _calls(lambda i: backend.try_grant(_request(f"n{i}", False, True)), repeat)
-                    ),
-                }
+
+                return _figures(backend, repeat, add_reader)
             finally:
                 backend.close()
 
@@ -154,6 +129,30 @@ def _mysql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]]]:
             yield measure
         finally:
             admin.close()
+
+
+def _figures(backend: Any, repeat: int, add_reader: Callable[[int], object]) -> dict[str, str]:
+    """The medians of one line length: a release that frees a reader's grant (its entry
+    ``r<i>`` put in by ``add_reader(i)``, leaving the line as it was), a mutex's and a
+    reader's grant attempt, a new waiter's."""
+    releases = []
+    for i in range(repeat):
+        add_reader(i)
+        start = time.perf_counter()
+        assert backend.release(NAME, f"r{i}")
+        releases.append((time.perf_counter() - start) * 1000)
+    return {
+        "release": _summary(releases),
+        "grant (mutex)": _summary(
+            _calls(lambda i: backend.try_grant(_request(f"w{i}", False)), repeat)
+        ),
+        "grant (read)": _summary(
+            _calls(lambda i: backend.try_grant(_request(f"q{i}", True)), repeat)
+        ),
+        "new waiter": _summary(
+            _calls(lambda i: backend.try_grant(_request(f"n{i}", False, True)), repeat)
+        ),
+    }
 
 
 def _calls(call: Callable[[int], object], repeat: int) -> list[float]:
