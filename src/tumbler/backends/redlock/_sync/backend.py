@@ -464,30 +464,13 @@ class RedlockBackend(InspectEachName):
     ) -> Grant | tuple[int, dict[int, _Replies], list[int]] | None:
         """One grant attempt on every master: the grant, None if a quorum answered without
         granting, else (how many answered, the replies, the masters that have no marker)."""
-        keys: list[str | bytes] = [*self._lock_keys(request.name), *self._master_keys]
-        ttl_ms = max(1, round(request.ttl * 1000))
-        head: list[str | bytes | int] = [
-            request.owner,
-            b"1" if request.shared else b"0",
-            request.limit,
-            b"1" if request.fair else b"0",
-            ttl_ms,
-            request.holder,
-            b"1" if request.queue else b"0",
-            self._waiter_ttl,
-        ]
         proposal = time.time_ns() // 1000
-        calls = {}
-        for master in self._targets(needed):
-            args = [
-                *head,
-                self._client_on(master),
-                self._max_waiters,
-                b"",
-                proposal,
-                self._restart_delay_ms,
+        calls = {
+            master.index: [
+                self._grant_call(request, request.ttl, request.queue, master.index, proposal)
             ]
-            calls[master.index] = [_GRANT.call(keys, args)]
+            for master in self._targets(needed)
+        }
         sent_at = self.clock.now()
         results = self._fan_out(calls)
         granted: dict[int, int] = {}
@@ -535,6 +518,29 @@ class RedlockBackend(InspectEachName):
             self._requeue(request, list(granted))
             sleep_real(random.uniform(0, self.config.node_timeout))
         return None
+
+    def _grant_call(
+        self, request: GrantRequest, ttl: float, queue: bool, index: int, proposal: int
+    ) -> tuple[Any, ...]:
+        """The GRANT (see ``.lua``) of ``request`` with a lease of ``ttl`` on master ``index``,
+        leaving a waiter entry if ``queue``; ``proposal``: the sequence's (µs)."""
+        keys: list[str | bytes] = [*self._lock_keys(request.name), *self._master_keys]
+        args: list[str | bytes | int] = [
+            request.owner,
+            b"1" if request.shared else b"0",
+            request.limit,
+            b"1" if request.fair else b"0",
+            max(1, round(ttl * 1000)),
+            request.holder,
+            b"1" if queue else b"0",
+            self._waiter_ttl,
+            self._client_on(self.masters[index]),
+            self._max_waiters,
+            b"",
+            proposal,
+            self._restart_delay_ms,
+        ]
+        return _GRANT.call(keys, args)
 
     def _requeue(self, request: GrantRequest, indexes: list[int]) -> None:
         keys = self._lock_keys(request.name)
@@ -747,25 +753,11 @@ class RedlockBackend(InspectEachName):
         proposal = time.time_ns() // 1000
         for renewal, request, masters in leases:
             assert request is not None
-            keys: list[str | bytes] = [*self._lock_keys(renewal.name), *self._master_keys]
             asked.append(masters)
             for index in masters:
-                args: list[str | bytes | int] = [
-                    renewal.owner,
-                    b"1" if request.shared else b"0",
-                    request.limit,
-                    b"1" if request.fair else b"0",
-                    max(1, round(renewal.ttl * 1000)),
-                    request.holder,
-                    b"0",  # no place in line: granted now or not at all
-                    self._waiter_ttl,
-                    self._client_on(self.masters[index]),
-                    self._max_waiters,
-                    b"",
-                    proposal,
-                    self._restart_delay_ms,
-                ]
-                calls.setdefault(index, []).append(_GRANT.call(keys, args))
+                # no place in line: granted now or not at all
+                call = self._grant_call(request, renewal.ttl, False, index, proposal)
+                calls.setdefault(index, []).append(call)
         results = self._fan_out(calls)
         sent = {index: 0 for index in calls}
         counts = []
