@@ -406,6 +406,10 @@ def test_a_user_confined_to_its_prefix_and_a_wrong_password_are_refused(
     with pytest.raises(PermissionDenied) as refused:
         tumbler.connect(wrong)
     assert "not-the-password" not in str(refused.value)
+    # no credentials at all, against a cluster with authentication on
+    anonymous = f"etcd://{server.host}:{server.port}{prefix()}"
+    with pytest.raises(PermissionDenied, match="credentials"):
+        tumbler.connect(anonymous)
 
 
 # -- a 3-member cluster ----------------------------------------------------------------------

@@ -27,12 +27,21 @@ from tumbler.testing.servers import make_tls_files
         ("etcd://u:secret@h?ssl_ca_certs=/ca.pem", "etcds://"),
         ("etcds://u:secret@h?ssl_keyfile=/k.pem", "ssl_certfile"),
         ("etcd://u:secret@h?session_timeout=5", "unknown URL option"),
+        # inside another prefix's layout: its keys would be entries of that prefix's locks
+        ("etcd://u:secret@h/tumbler/lock/x", "inside the keys of prefix '/tumbler'"),
+        ("etcd://u:secret@h/tumbler/lock", "inside the keys of prefix '/tumbler'"),
+        ("etcd://u:secret@h/a/b/evicted/c/d", "inside the keys of prefix '/a/b'"),
     ],
 )
 def test_bad_urls_are_refused_without_the_password(url: str, says: str) -> None:
     with pytest.raises(InvalidURL, match=says) as refused:
         parse_config(parse_url(url))
     assert "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("path", ["/lock", "/evicted/x", "/locks/app", "/tumbler/Lock/x"])
+def test_a_prefix_that_is_no_other_prefixs_layout_is_taken(path: str) -> None:
+    assert parse_config(parse_url(f"etcd://h{path}")).prefix == path.encode() + b"/"
 
 
 def test_what_a_url_says() -> None:

@@ -6,8 +6,9 @@ URL
     ``ssl_keyfile``, ``ssl_check_hostname``, as ``zookeepers://`` takes them). Without a host,
     ``localhost:2379``; the port defaults to 2379. Every key the backend makes lives under
     ``PREFIX`` (default ``/tumbler``), which an operator's role for the user can be limited
-    to. With a user, the client logs in and sends its token with each request, logging in
-    again when etcd no longer takes it.
+    to; no part of it but the first may be ``lock`` or ``evicted`` (it would be inside another
+    prefix's keys, below). With a user, the client logs in and sends its token with each
+    request, logging in again when etcd no longer takes it.
 
 Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
@@ -205,10 +206,22 @@ def _lease_ttl(text: str) -> int:
 
 def _prefix(url: BackendURL) -> bytes:
     prefix = "/" + url.path.strip("/") if url.path.strip("/") else DEFAULT_PREFIX
-    if any(part in ("", ".", "..") for part in prefix.split("/")[1:]):
+    parts = prefix.split("/")[1:]
+    if any(part in ("", ".", "..") for part in parts):
         raise InvalidURL(f"bad prefix {prefix!r}", backend=url.redacted)
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in prefix):
         raise InvalidURL("the prefix has control characters", backend=url.redacted)
+    # PREFIX/lock/... and PREFIX/evicted/... are the keys of PREFIX's locks: a prefix there
+    # would put its entries in the line (or among the notes) of one of PREFIX's locks
+    for index, part in enumerate(parts[1:], start=1):
+        if part.encode() + b"/" in (_LOCKS, _EVICTED):
+            outer = "/" + "/".join(parts[:index])
+            raise InvalidURL(
+                f"the prefix {prefix!r} is inside the keys of prefix {outer!r}: its entries "
+                f"would join that prefix's locks (no part of a prefix but the first may be "
+                f"{part!r})",
+                backend=url.redacted,
+            )
     return (prefix + "/").encode()
 
 
@@ -360,8 +373,13 @@ def lease_gone(error: EtcdError) -> bool:
     return error.code == NOT_FOUND and "lease not found" in error.message
 
 
+def _anonymous(error: EtcdError) -> bool:
+    """Whether etcd refused a request that named no user, its authentication being on."""
+    return error.code == INVALID_ARGUMENT and "user name is empty" in error.message
+
+
 def _refused(error: EtcdError) -> bool:
-    if error.code in (PERMISSION_DENIED, UNAUTHENTICATED):
+    if error.code in (PERMISSION_DENIED, UNAUTHENTICATED) or _anonymous(error):
         return True
     # a wrong password or an unknown user: etcd answers "invalid argument"
     return error.code == INVALID_ARGUMENT and "authentication failed" in error.message
@@ -377,6 +395,13 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
             f"cannot reach etcd: {error}", lock_name=name, backend=url
         ) from error
     except EtcdError as error:
+        if _anonymous(error):
+            raise PermissionDenied(
+                f"etcd refused access ({error.message}): the cluster has authentication on "
+                "and the URL gives no credentials (USER:PASSWORD@)",
+                lock_name=name,
+                backend=url,
+            ) from error
         if _refused(error):
             raise PermissionDenied(
                 f"etcd refused access ({error.message}): the URL's user lacks rights on the "
