@@ -36,7 +36,9 @@ Key layout
     attached to its client's lease, a waiting one to its client's waiters' lease (below).
     ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
-    that outlives the evicted grant's by ``NOTE_GRACE``.
+    that outlives the evicted grant's by ``NOTE_GRACE``. A key of a line whose value no
+    client would have written (see :func:`parse_line`) is skipped by every decision, counted
+    by ``inspect`` (``LockState.malformed``) and deleted by ``force_release``.
 
 Who holds the lock
     The line is ordered by the keys' create revisions, etcd's one counter of changes. An
@@ -128,11 +130,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from ..._core import Entry
+from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import host_port, seconds
+from ..kit.options import MAX_SECONDS, host_port, seconds
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
 from .wire import (
@@ -157,6 +159,7 @@ __all__ = [
     "MIN_LEASE_TTL",
     "TLS_SCHEME",
     "EtcdConfig",
+    "Line",
     "entry_key",
     "entry_value",
     "lease_gone",
@@ -327,41 +330,68 @@ class Contender(NamedTuple):
         return Entry(self.owner, self.create_revision, self.shared, self.limit, True, None)
 
 
-def parse_line(kvs: list[dict[str, Any]]) -> list[Contender]:
-    """The line from a range of its keys by creation order; keys of other shapes (not
-    written by tumbler) are not contenders."""
-    line = []
+class Line(NamedTuple):
+    """A line read: its contenders in order, and the keys in it no tumbler client wrote."""
+
+    contenders: list[Contender]
+    #: (key, create revision) of each: skipped by every decision, counted by ``inspect``,
+    #: removed by ``force_release``
+    malformed: list[tuple[bytes, int]]
+
+
+def _whole(value: Any, low: int, high: int) -> int:
+    """``value`` if it is an integer (a JSON number without fraction) from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"expected a whole number from {low} to {high}")
+    return value
+
+
+def _lease_seconds(value: Any) -> float:
+    """``value`` if it is a lease TTL some client could have: above 0, at most a year."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected a number of seconds")
+    if not 0 < value <= MAX_SECONDS:  # NaN and the infinities too
+        raise ValueError(f"expected a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
+    return float(value)
+
+
+def _contender(kv: dict[str, Any]) -> Contender:
+    """The entry ``kv`` is; ValueError if no tumbler client would have written it."""
+    record = json.loads(kv["value"])
+    if not isinstance(record, dict):
+        raise ValueError("an entry is a JSON object")
+    kind = record.get("kind")
+    holder = record.get("holder")
+    if not isinstance(holder, str):
+        raise ValueError("the holder is text")
+    lease_ttl = _lease_seconds(record.get("lease_ttl"))
+    if kind == "lock":
+        shared, limit = False, 1
+    elif kind == "read":
+        shared, limit = True, 0
+    elif kind == "semaphore":
+        shared, limit = True, _whole(record.get("permits"), 1, MAX_PERMITS)
+    else:
+        raise ValueError(f"no entry is of kind {kind!r}")
+    owner = kv["key"].rsplit(b"/", 1)[-1].decode("ascii", "replace")
+    return Contender(
+        kv["key"], owner, kv["create_revision"], kv["lease"], shared, limit, holder, lease_ttl
+    )
+
+
+def parse_line(kvs: list[dict[str, Any]]) -> Line:
+    """The line from a range of its keys by creation order. A key whose value no tumbler
+    client would have written (numbers out of range, an unknown kind, no JSON object) is no
+    contender: it blocks nothing, and it is kept apart, for ``status`` and ``force_release``."""
+    contenders = []
+    malformed = []
     for kv in kvs:
         try:
-            record = json.loads(kv["value"])
-            kind = record["kind"]
-            holder = str(record["holder"])
-            lease_ttl = float(record["lease_ttl"])
-            if kind == "lock":
-                shared, limit = False, 1
-            elif kind == "read":
-                shared, limit = True, 0
-            elif kind == "semaphore":
-                shared, limit = True, int(record["permits"])
-            else:
-                continue
-        except (ValueError, KeyError, TypeError):
-            continue
-        owner = kv["key"].rsplit(b"/", 1)[-1].decode("ascii", "replace")
-        line.append(
-            Contender(
-                kv["key"],
-                owner,
-                kv["create_revision"],
-                kv["lease"],
-                shared,
-                limit,
-                holder,
-                lease_ttl,
-            )
-        )
-    line.sort(key=lambda contender: contender.create_revision)
-    return line
+            contenders.append(_contender(kv))
+        except (ValueError, RecursionError):  # json's errors are ValueErrors; so is bad UTF-8
+            malformed.append((kv["key"], kv["create_revision"]))
+    contenders.sort(key=lambda contender: contender.create_revision)
+    return Line(contenders, malformed)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ from ...kit.tls import tls_context
 from .. import CAPABILITIES, LEASE_SWEEP, WAITER_TTL
 from ..common import (
     NOTE_GRACE,
-    Contender,
     EtcdConfig,
+    Line,
     entry_key,
     entry_value,
     lease_gone,
@@ -710,7 +710,7 @@ class EtcdBackend(InspectEachName):
                 break
             else:
                 raise EtcdError(0, "the client's lease kept disappearing")
-            line = parse_line(ranged(responses[-1]))
+            line = parse_line(ranged(responses[-1])).contenders
             index = next((i for i, c in enumerate(line) if c.key == mine_key), None)
             if index is None:
                 # a key of that name but not tumbler's (or a race with a deletion of it)
@@ -929,16 +929,18 @@ class EtcdBackend(InspectEachName):
     def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name, self.hub, owner_hash(owner))
 
-    def _read_line(self, name: str) -> tuple[int, list[Contender]]:
+    def _read_line(self, name: str) -> tuple[int, Line]:
         prefix = line_key(self.config.prefix, name)
         revision, found = self.gateway.range(prefix, prefix_end(prefix), by_creation=True)
         return revision, parse_line(found)
 
     def inspect(self, name: str) -> LockState:
         with translate_errors(self.url, name):
-            _revision, line = self._read_line(name)
+            _revision, read = self._read_line(name)
+        line = read.contenders
         entries = [contender.entry() for contender in line]
         state = LockStateBuilder(name)
+        state.malformed = len(read.malformed)
         for index, contender in enumerate(line):
             granted = line_position(entries, index) is None
             # A grant lives as long as its holder's lease, whatever its ttl: how long it
@@ -964,9 +966,10 @@ class EtcdBackend(InspectEachName):
         return lock_names_of(self.config.prefix, [kv["key"] for kv in kvs(reply)])
 
     def force_release(self, name: str, note: str) -> int:
-        """Delete every granted entry of ``name``, leaving ``note`` for each evicted owner.
+        """Delete every granted entry of ``name``, leaving ``note`` for each evicted owner, and
+        every key of its line that no tumbler client wrote.
 
-        The notes and the deletions are one transaction, guarded by each entry's create
+        The notes and the deletions are one transaction, guarded by each key's create
         revision: a holder whose key is gone finds its note at once, and no note is left for
         an entry that was not removed here. The notes are attached to a lease of their own
         that outlives the longest evicted lease by ``NOTE_GRACE``. Tried again when the line
@@ -980,24 +983,32 @@ class EtcdBackend(InspectEachName):
         evicting: set[bytes] | None = None
         with translate_errors(self.url, name):
             while True:
-                _revision, line = self._read_line(name)
+                _revision, read = self._read_line(name)
+                line = read.contenders
                 entries = [contender.entry() for contender in line]
                 holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
                 if evicting is not None:
                     holders = [c for c in holders if c.key in evicting]
-                if not holders:
+                if not holders and not read.malformed:
                     return removed
-                # a deletion and a note for each holder, within etcd's limit per transaction
+                # a deletion and a note for each holder, a deletion for each unreadable key,
+                # within etcd's limit per transaction
                 batch = holders[: MAX_TXN_OPS // 2]
-                longest = max(contender.lease_ttl for contender in batch)
-                note_lease, _ttl = self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
+                strays = read.malformed[: MAX_TXN_OPS - 2 * len(batch)]
+                note_lease = None
+                if batch:
+                    # lease_ttl is at most a year (parse_line): etcd takes such a lease
+                    longest = max(contender.lease_ttl for contender in batch)
+                    note_lease, _ttl = self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
                 succeeded, _revision, _responses = self.gateway.txn(
-                    [compare(c.key, "CREATE", c.create_revision) for c in batch],
+                    [compare(c.key, "CREATE", c.create_revision) for c in batch]
+                    + [compare(key, "CREATE", created) for key, created in strays],
                     [delete(c.key) for c in batch]
                     + [
                         put(notes_key(prefix, name, c.owner), note.encode(), note_lease)
                         for c in batch
-                    ],
+                    ]
+                    + [delete(key) for key, _created in strays],
                     [],
                 )
                 if succeeded:
@@ -1008,7 +1019,8 @@ class EtcdBackend(InspectEachName):
                         self.watches.changed(contender.key)
                     self.hub.notify(name)
                     continue  # a read lock may have had more holders than one batch
-                self.gateway.revoke(note_lease)
+                if note_lease is not None:
+                    self.gateway.revoke(note_lease)
                 conflicts += 1
                 if conflicts == FORCE_RELEASE_TRIES:
                     raise EtcdError(0, f"the line of {name!r} kept changing during force_release")
