@@ -38,7 +38,8 @@ CAPABILITIES = Capabilities(
     # whose cluster grants longer (or whose lease_ttl is shorter) declares its own
     waiter_ttl=WAITER_TTL,
     # a waiter whose watch came after its read is woken to read again, so none is missed
-    # while the stream lives; the re-check covers a stream that failed unseen
+    # while the stream lives; the re-check covers a stream that failed unseen, and asks the
+    # server nothing while the waiter's watch is made and quiet (but every SAFETY_RECHECK)
     recheck_interval=2.0,
     # a renewal is a keep-alive and a read: two round trips
     min_ttl=0.5,
@@ -46,6 +47,8 @@ CAPABILITIES = Capabilities(
     max_ttl=float(DEFAULT_LEASE_TTL),
     # a cluster serves clients on any machine that reaches it
     scope="network",
+    # max_waiters: a new waiter that finds that many ahead of it withdraws
+    line_cap=True,
 )
 
 

@@ -14,7 +14,10 @@ Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
     it makes is attached to; ``connect_timeout`` (5 s): how long a client tries the members
     when it starts; ``request_timeout`` (5 s): how long one request may take, over every
-    attempt it makes.
+    attempt it makes; ``max_waiters`` (default 10000): the most waiters one lock queues (an
+    acquire whose new entry finds that many waiting ahead of it deletes it and gets
+    ``TooManyWaiters``; each entry counts those created before it, so entries that arrive
+    together count each other).
 
 Members
     A client sends each request to the member that answered it last, and tries the members in
@@ -28,9 +31,12 @@ Members
     election. The client's watch stream leaves a member as soon as a call finds it failing.
 
 Key layout
-    Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/<owner hash>``,
-    one per acquisition (the owner hash is ``kit.owners.owner_hash``: the owner id itself is
-    never stored). A key's value is JSON: the holder's description, the kind of entry (a
+    Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/x/<owner hash>``
+    for exclusive entries (mutexes, writers) and ``.../s/<owner hash>`` for shared ones (read
+    locks, semaphores), one per acquisition (the owner hash is ``kit.owners.owner_hash``: the
+    owner id itself is never stored); a key whose part does not match its kind is not an
+    entry. All clients of a prefix must lay keys out alike (this layout came with the bounded
+    grant reads below). A key's value is JSON: the holder's description, the kind of entry (a
     mutex or write lock, a read lock, a semaphore and its permits), the client's lease TTL,
     and, for a semaphore entry granted after waiting, that it was granted. A granted key is
     attached to its client's lease, a waiting one to its client's waiters' lease (below).
@@ -46,9 +52,17 @@ Who holds the lock
     entry is ahead of it; a semaphore entry when fewer than ``permits`` entries are ahead
     (``kit.line_position``, as ZooKeeper's sequential nodes). An entry never loses that
     position, since entries only leave the line ahead of it. A grant is one transaction: the
-    key is put with the client's lease if it does not exist, and the line is read in the same
-    revision; a retry after a lost reply finds the key the first attempt made, by its name.
-    Every request is served in arrival order (``fair`` makes no difference).
+    key is put with the client's lease if it does not exist, and in the same revision the
+    transaction reads what the rule needs, not the line: its oldest entries (one, or a
+    semaphore's permits and one, and a few more in case keys no client wrote are among them)
+    and the newest entries ahead of it (a reader: of the writers, which alone block it; the
+    others: of the whole line, the first being its predecessor). Only a head crowded with
+    keys no client wrote sends it to read the whole line. A retry after a lost reply finds
+    the key the first attempt made, by its name. Every request is served in arrival order
+    (``fair`` makes no difference). etcd 3.4 sorts a range by create revision in memory, so
+    the server still goes over every key of the line for such a read, but sends only the few
+    asked for. A new waiter that finds more keys in its line than ``max_waiters`` reads the
+    line once to count the waiters ahead of it.
 
 Fencing tokens
     The token of a grant is its key's create revision: etcd numbers every change of the
@@ -62,7 +76,10 @@ Waking waiters
     the changes after the revision etcd created it at; a waiter whose read is older than its
     watch is woken at once to read its line again, so no change in between is missed (a watch
     from a past revision would do without that, but etcd serves those from a catch-up loop
-    that runs every 100 ms). A client's watches all travel on one stream
+    that runs every 100 ms). A waiter's re-check (the lock layer's, every 2 s) asks the server
+    nothing while its watch is made on the open stream and has not fired, for at most
+    ``SAFETY_RECHECK`` (30 s) after its last read: the watch tells it of every change it waits
+    for. A client's watches all travel on one stream
     (``_async.backend.AsyncKeyWatches``), whose request body is padded so that the gateway
     reads all of it (``http.UNREAD_BODY``: it dropped the watches asked for after its first
     answer); a watch etcd sends no creation notice for is asked for again.
@@ -71,7 +88,8 @@ The leases
     The client grants its lease at its first acquisition and revokes it when it closes,
     which deletes every key still attached. The lease is kept alive by the client's
     renewals (``renew_all``: one keep-alive, and one read of the renewed keys, so that a
-    forced release is seen) and, while the client only waits, by its waiters' re-checks; a
+    forced release is seen) and, while the client only waits, by its waiters' re-checks
+    (a keep-alive when a third of it has gone, even when the re-check reads nothing); a
     grant made when a third of the lease has gone since it was last kept alive keeps it alive
     first, so a grant's lease (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed
     from a keep-alive etcd has answered. A holder that dies frees its locks after
@@ -134,7 +152,7 @@ from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
 from ..kit import astart_or_close, start_or_close
-from ..kit.options import MAX_SECONDS, host_port, seconds
+from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
 from .wire import (
@@ -152,10 +170,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NOTE_GRACE",
+    "SHARED",
     "Contender",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PORT",
     "DEFAULT_PREFIX",
+    "EXCLUSIVE",
     "MIN_LEASE_TTL",
     "TLS_SCHEME",
     "EtcdConfig",
@@ -179,7 +199,7 @@ DEFAULT_PREFIX = "/tumbler"
 MIN_LEASE_TTL = 2
 TLS_SCHEME = "etcds"
 
-_OPTIONS = ("lease_ttl", "connect_timeout", "request_timeout")
+_OPTIONS = ("lease_ttl", "connect_timeout", "request_timeout", "max_waiters")
 
 
 @dataclass(frozen=True)
@@ -198,6 +218,8 @@ class EtcdConfig:
     credentials: tuple[str, str] | None = field(repr=False)
     #: how to speak TLS to the members; None: in clear
     tls: TLSConfig | None = None
+    #: the most waiters one lock queues
+    max_waiters: int = DEFAULT_MAX_WAITERS
 
 
 def _lease_ttl(text: str) -> int:
@@ -253,6 +275,7 @@ def parse_config(url: BackendURL) -> EtcdConfig:
         request_timeout=url.option("request_timeout", seconds, 5.0),
         credentials=credentials,
         tls=tls,
+        max_waiters=url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS),
     )
 
 
@@ -264,6 +287,9 @@ def parse_config(url: BackendURL) -> EtcdConfig:
 NOTE_GRACE = 30.0
 _LOCKS = b"lock/"
 _EVICTED = b"evicted/"
+#: the parts of a line: the keys of exclusive entries (mutexes, writers), and of shared ones
+EXCLUSIVE = b"x/"
+SHARED = b"s/"
 
 
 def _encoded(name: str) -> bytes:
@@ -276,8 +302,10 @@ def line_key(prefix: bytes, name: str) -> bytes:
     return prefix + _LOCKS + _encoded(name) + b"/"
 
 
-def entry_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
-    return line_key(prefix, name) + owner_hash.encode()
+def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool) -> bytes:
+    """The key of one acquisition: under the line's :data:`EXCLUSIVE` or :data:`SHARED` part,
+    so that a reader finds the writers ahead of it without reading the readers."""
+    return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED) + owner_hash.encode()
 
 
 def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
@@ -373,7 +401,10 @@ def _contender(kv: dict[str, Any]) -> Contender:
         shared, limit = True, _whole(record.get("permits"), 1, MAX_PERMITS)
     else:
         raise ValueError(f"no entry is of kind {kind!r}")
-    owner = kv["key"].rsplit(b"/", 1)[-1].decode("ascii", "replace")
+    part, owner_part = kv["key"].rsplit(b"/", 2)[-2:]
+    if part + b"/" != (SHARED if shared else EXCLUSIVE):
+        raise ValueError("an entry's key is in the part of the line of its kind")
+    owner = owner_part.decode("ascii", "replace")
     return Contender(
         kv["key"], owner, kv["create_revision"], kv["lease"], shared, limit, holder, lease_ttl
     )

@@ -22,12 +22,15 @@ __all__ = [
     "b64",
     "code_of",
     "compare",
+    "count_of",
     "delete",
     "put",
     "ranged",
     "read",
     "relet",
+    "read_ahead",
     "read_by_creation",
+    "read_head",
     "error_of",
     "kv_of",
     "kvs",
@@ -217,6 +220,30 @@ def read_by_creation(prefix: bytes) -> dict[str, Any]:
             "sort_target": "CREATE",
         }
     }
+
+
+def read_head(prefix: bytes, limit: int) -> dict[str, Any]:
+    """A read of the ``limit`` oldest keys under ``prefix``, by create revision; its reply's
+    ``count`` is how many keys there are under ``prefix``."""
+    request = read_by_creation(prefix)
+    request["request_range"]["limit"] = str(limit)
+    return request
+
+
+def read_ahead(prefix: bytes, before: int | None, limit: int) -> dict[str, Any]:
+    """A read of the ``limit`` newest keys under ``prefix`` created before revision ``before``
+    (None: of any), newest first."""
+    request = read_by_creation(prefix)
+    body = request["request_range"]
+    body.update(sort_order="DESCEND", limit=str(limit))
+    if before is not None:
+        body["max_create_revision"] = str(before - 1)
+    return request
+
+
+def count_of(response: dict[str, Any]) -> int:
+    """How many keys a transaction's read found in its range, however many it returned."""
+    return int(response.get("response_range", {}).get("count", 0))
 
 
 def delete(key: bytes) -> dict[str, Any]:

@@ -13,19 +13,23 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, ashield, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._core import WATCH_LINE, check_limits, line_position
+from ...._core import WATCH_LINE, Entry, check_limits, let_through, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
 from ...kit import AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit._async.listener import AsyncListener
+from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
 from .. import CAPABILITIES, LEASE_SWEEP, WAITER_TTL
 from ..common import (
+    EXCLUSIVE,
     NOTE_GRACE,
+    Contender,
     EtcdConfig,
     Line,
     entry_key,
@@ -46,15 +50,16 @@ from ..wire import (
     WatchRequest,
     b64,
     compare,
+    count_of,
     delete,
     kvs,
     nested,
-    none_older,
     prefix_end,
     put,
     ranged,
     read,
-    read_by_creation,
+    read_ahead,
+    read_head,
     relet,
 )
 from .gateway import AsyncGateway, AsyncWatchStream, LeaseAnswer, attempt_bound
@@ -119,6 +124,105 @@ class _OwnEntry:
     create_revision: int
     lease: int
     granted: bool = False
+    #: the monotonic time of the last read of its line
+    read_at: float = 0.0
+
+
+#: how many keys past those the grant rule needs a head read brings: keys no client wrote
+#: there are skipped, and only a head full of them sends the grant to read the whole line
+HEAD_SLACK = 4
+#: how long a waiter whose watch is made, and has not fired, goes without reading its line:
+#: the watch tells it of every change it waits for; this read is for what no watch tells
+SAFETY_RECHECK = 30.0
+
+
+def _head_reads(
+    line_prefix: bytes, request: GrantRequest, before: int | None
+) -> list[dict[str, Any]]:
+    """The reads that decide ``request``, beside its own key's: the oldest entries of the
+    line (as many as can be ahead of a grant), and the newest entries ahead of it (created
+    before revision ``before``; without it, newest of all, which are ahead of an entry
+    being created in the same transaction): for a reader the writers, which alone block
+    it, for the others the whole line, whose newest ahead is the entry's predecessor."""
+    needed = request.limit + 1 if request.shared and request.limit else 1
+    sub = line_prefix + EXCLUSIVE if request.shared and not request.limit else line_prefix
+    return [
+        read_head(line_prefix, needed + HEAD_SLACK),
+        read_ahead(sub, before, 2 + HEAD_SLACK),
+    ]
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where an entry stands in its line, as far as the grant rule needs to know."""
+
+    granted: bool
+    #: what it waits for if not granted: a key (to a range end), and whether its puts matter
+    watch: Slot | None
+    #: the entries read, for ``check_limits``
+    seen: list[Entry]
+
+
+def _more(response: dict[str, Any]) -> bool:
+    return bool(response.get("response_range", {}).get("more", False))
+
+
+def _place(
+    mine: Contender,
+    request: GrantRequest,
+    line_prefix: bytes,
+    head_response: dict[str, Any],
+    ahead_response: dict[str, Any],
+    bounded: bool,
+) -> _Place | None:
+    """Where ``mine`` stands, decided from the head of its line and the newest entries ahead
+    of it (``bounded``: that read was limited to entries older than ``mine``); None when
+    these are not enough (keys no client wrote crowd them)."""
+    head = parse_line(ranged(head_response)).contenders
+    ahead = parse_line(ranged(ahead_response)).contenders
+    ahead = [c for c in reversed(ahead) if c.create_revision < mine.create_revision]
+    if not bounded or (not ahead and _more(ahead_response)):
+        return None
+    seen = [c.entry() for c in head] + [c.entry() for c in ahead]
+    nearest = ahead[0] if ahead else None
+    semaphore = bool(request.shared and request.limit)
+    if request.shared and not request.limit:
+        # a reader: only a writer ahead of it blocks it, the nearest one
+        if nearest is None:
+            return _Place(True, None, seen)
+        return _Place(False, (nearest.key, None, False), seen)
+    index = next((i for i, c in enumerate(head) if c.key == mine.key), None)
+    if index is None:
+        if len(head) < (request.limit + 1 if semaphore else 1) and _more(head_response):
+            return None
+        if nearest is None:
+            return None  # nothing ahead, yet not at the head: a line that changed between
+        # behind every entry the rule can let through: it waits for its predecessor
+        return _Place(False, (nearest.key, None, semaphore), seen)
+    entries = [c.entry() for c in head[: index + 1]]
+    blocker = line_position(entries, index)
+    if blocker is None:
+        return _Place(True, None, seen)
+    if blocker == WATCH_LINE:
+        return _Place(False, (line_prefix, prefix_end(line_prefix), True), seen)
+    return _Place(False, (head[blocker].key, None, semaphore), seen)
+
+
+def _place_in(
+    line: list[Contender], mine: Contender, request: GrantRequest, line_prefix: bytes
+) -> _Place:
+    """Where ``mine`` stands, decided from its whole ``line``."""
+    entries = [c.entry() for c in line]
+    index = next((i for i, c in enumerate(line) if c.key == mine.key), None)
+    if index is None:
+        raise EtcdError(0, f"the entry {mine.key!r} is not in its line")
+    blocker = line_position(entries, index)
+    if blocker is None:
+        return _Place(True, None, entries)
+    if blocker == WATCH_LINE:
+        return _Place(False, (line_prefix, prefix_end(line_prefix), True), entries)
+    semaphore = bool(request.shared and request.limit)
+    return _Place(False, (line[blocker].key, None, semaphore), entries)
 
 
 #: what a waiter waits for: a key (to a range end, if not None), and whether a put of it
@@ -170,6 +274,8 @@ class AsyncKeyWatches(AsyncListener):
         #: for each key (or range) waited for, its waiters, (lock name, tag), each with the
         #: revision its read had
         self._interests: dict[Slot, dict[tuple[str, str], int]] = {}
+        #: the slot each registered waiter is in
+        self._slot_of: dict[tuple[str, str], Slot] = {}
         #: the keys the open stream watches, in the order it asked for them
         self._streamed: list[Slot] = []
         #: the revision each of them was created at, once etcd said
@@ -207,6 +313,7 @@ class AsyncKeyWatches(AsyncListener):
             missed = (created is not None and created > read) or self._seen.get(slot, 0) > read
             if not missed:
                 self._interests.setdefault(slot, {})[(name, tag)] = read
+                self._slot_of[(name, tag)] = slot
             stream = None if slot in self._streamed else self._stream
             restart = not missed and slot not in self._streamed
         if missed:
@@ -217,6 +324,14 @@ class AsyncKeyWatches(AsyncListener):
             if stream is not None:
                 stream.interrupt()
         self._start_reader()
+
+    def watching(self, name: str, tag: str) -> bool:
+        """Whether waiter ``tag`` of ``name`` is registered on a watch the open stream has
+        made: whatever it waits for has not changed since its read (it would have been woken,
+        and its registration ended)."""
+        with self._lock:
+            slot = self._slot_of.get((name, tag))
+            return slot is not None and slot in self._created
 
     def drop(self, name: str, tag: str) -> None:
         """Forget what waiter ``tag`` of ``name`` waited for (it was granted, or withdrew)."""
@@ -229,7 +344,9 @@ class AsyncKeyWatches(AsyncListener):
             stream.interrupt()
 
     def _drop(self, name: str, tag: str) -> None:
-        for slot, waiters in list(self._interests.items()):
+        slot = self._slot_of.pop((name, tag), None)
+        waiters = self._interests.get(slot) if slot is not None else None
+        if slot is not None and waiters is not None:
             waiters.pop((name, tag), None)
             if not waiters:
                 del self._interests[slot]
@@ -247,6 +364,7 @@ class AsyncKeyWatches(AsyncListener):
                 if (slot[2] or not puts) and any(_covers(slot, key) for key in keys):
                     for name, tag in waiters:
                         woken.setdefault(name, set()).add(tag)
+                        self._slot_of.pop((name, tag), None)
                     del self._interests[slot]
         self._wake(woken)
 
@@ -273,6 +391,7 @@ class AsyncKeyWatches(AsyncListener):
                 if read < revision:
                     woken.setdefault(name, set()).add(tag)
                     del waiters[(name, tag)]
+                    self._slot_of.pop((name, tag), None)
             if slot in self._interests and not waiters:
                 del self._interests[slot]
         self._wake(woken)
@@ -415,8 +534,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         self._keeper: AsyncWorker | None = None
         self._keeper_stop = AsyncEvent()
         self._entries: dict[tuple[str, str], _OwnEntry] = {}
-        #: acquisitions whose key may exist although no reply said so (the reply was lost)
-        self._uncertain: set[tuple[str, str]] = set()
+        #: acquisitions whose key may exist although no reply said so (the reply was lost),
+        #: with that key
+        self._uncertain: dict[tuple[str, str], bytes] = {}
         #: keys whose deletion did not get through, with the guard to delete them by
         #: (``wire.compare``'s target and value): deleted at the client's next call, or they would
         #: stay in their line for as long as the client keeps its lease alive
@@ -659,45 +779,49 @@ class AsyncEtcdBackend(AsyncInspectEachName):
 
     # -- the contract ----------------------------------------------------------------------
 
+    def _resting(self, known: _OwnEntry, request: GrantRequest, tag: str, began: float) -> bool:
+        """Whether a waiter's re-check may go without reading its line: its watch is made on
+        the open stream and has not fired, so nothing it waits for changed since its last
+        read, which is less than :data:`SAFETY_RECHECK` old."""
+        return (
+            request.queue
+            and not known.granted
+            and began - known.read_at < SAFETY_RECHECK
+            and self.watches.watching(request.name, tag)
+        )
+
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         began = time.monotonic()
         if self._orphans:
             await self._tidy()
         key = (request.name, request.owner)
         tag = owner_hash(request.owner)
-        mine_key = entry_key(self.config.prefix, request.name, tag)
+        mine_key = entry_key(self.config.prefix, request.name, tag, exclusive=not request.shared)
         line_prefix = line_key(self.config.prefix, request.name)
         with translate_errors(self.url, request.name):
+            with self._guard:
+                known = self._entries.get(key)
+            if known is not None and self._resting(known, request, tag, began):
+                # only the client's lease needs the server now and then, while it only waits
+                await self._fresh_lease(began)
+                return None
             for _ in range(3):
                 lease = await self._fresh_lease(began)
                 value = entry_value(
                     request.holder, request.shared, request.limit, self.config.lease_ttl
                 )
                 with self._guard:
-                    self._uncertain.add(key)
+                    self._uncertain[key] = mine_key
                     known = self._entries.get(key)
-                claim = []
-                if known is not None and not request.shared and known.lease != lease.id:
-                    # an exclusive waiter found first in line takes its key back to the
-                    # client's lease in the same transaction (the read after it sees that),
-                    # rather than in one more after it: a hand-off costs one round trip
-                    claim = [
-                        nested(
-                            [
-                                compare(mine_key, "CREATE", known.create_revision),
-                                none_older(line_prefix, known.create_revision),
-                            ],
-                            [put(mine_key, value, lease.id)],
-                            [],
-                        )
-                    ]
+                before = None if known is None else known.create_revision
+                reads = [read(mine_key), *_head_reads(line_prefix, request, before)]
                 try:
                     # a second run after a lost reply finds the key the first made, by its
                     # name, and reads the same line: it may go to another member
                     created, revision, responses = await self.gateway.txn(
                         [compare(mine_key, "CREATE", 0)],
-                        [put(mine_key, value, lease.id), read_by_creation(line_prefix)],
-                        [*claim, read_by_creation(line_prefix)],
+                        [put(mine_key, value, lease.id), *reads],
+                        reads,
                         idempotent=True,
                     )
                 except EtcdError as error:
@@ -708,24 +832,32 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 break
             else:
                 raise EtcdError(0, "the client's lease kept disappearing")
-            line = parse_line(ranged(responses[-1])).contenders
-            index = next((i for i, c in enumerate(line) if c.key == mine_key), None)
-            if index is None:
+            if created:
+                responses = responses[1:]
+            found = parse_line(ranged(responses[0])).contenders
+            if not found:
                 # a key of that name but not tumbler's (or a race with a deletion of it)
                 raise EtcdError(0, f"the entry {mine_key!r} is not in its line")
-            mine = line[index]
-            entry = _OwnEntry(mine_key, mine.create_revision, mine.lease)
+            mine = found[0]
+            entry = _OwnEntry(mine_key, mine.create_revision, mine.lease, read_at=began)
             with self._guard:
                 self._entries[key] = entry
-                self._uncertain.discard(key)
-            entries = [contender.entry() for contender in line]
+                self._uncertain.pop(key, None)
+            # the newest entries ahead were read bounded by the entry's revision: none, when
+            # it was made in that transaction; else its revision, if it is still that key
+            bounded = before is None if created else before == mine.create_revision
+            place = _place(mine, request, line_prefix, responses[1], responses[2], bounded)
+            if place is None:
+                # the head read is not enough to decide (keys no client wrote fill it, or the
+                # reads could not be bounded by the entry's revision): the whole line
+                revision, line = await self._read_line(request.name)
+                place = _place_in(line.contenders, mine, request, line_prefix)
             try:
-                check_limits(entries, tag, request.shared, request.limit)
+                check_limits(place.seen, tag, request.shared, request.limit)
             except PermitsMismatch:
                 await self._withdraw(key, entry)
                 raise
-            blocker = line_position(entries, index)
-            if blocker is None:
+            if place.granted:
                 if entry.lease != lease.id:
                     # a waiter's entry lives with the waiters' short lease: a grant lives
                     # with the client's (the waiter behind a semaphore entry learns of the
@@ -763,20 +895,32 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             if not request.queue:
                 await self._withdraw(key, entry)
                 return None
+            if created and count_of(responses[1]) > self.config.max_waiters:
+                await self._check_line_cap(key, entry, request)
             if not await self._to_waiters_lease(entry, value):
                 with self._guard:
                     if self._entries.get(key) is entry:
                         del self._entries[key]
                 self.hub.notify(request.name, (tag,))  # its key is gone: ask again now
                 return None
-            if blocker == WATCH_LINE:
-                self.watches.add(request.name, tag, line_prefix, prefix_end(line_prefix), revision)
-            else:
-                semaphore = bool(request.shared and request.limit)
-                self.watches.add(
-                    request.name, tag, line[blocker].key, None, revision, puts=semaphore
-                )
+            assert place.watch is not None
+            self.watches.add(request.name, tag, *place.watch[:2], revision, puts=place.watch[2])
             return None
+
+    async def _check_line_cap(
+        self, key: tuple[str, str], entry: _OwnEntry, request: GrantRequest
+    ) -> None:
+        """Withdraw a new waiter's ``entry`` and raise ``TooManyWaiters`` if ``max_waiters``
+        wait ahead of it. The line is read whole only when it is longer than that: each
+        entry counts those created before it, so entries that arrive together count each
+        other."""
+        _revision, line = await self._read_line(request.name)
+        entries = [contender.entry() for contender in line.contenders]
+        index = next((i for i, c in enumerate(line.contenders) if c.key == entry.key), len(entries))
+        holding, _complete = let_through(entries[:index])
+        if index - len(holding) >= self.config.max_waiters:
+            await self._withdraw(key, entry)
+            raise line_full(self.config.max_waiters, request.name, self.url)
 
     async def _announce_grant(self, entry: _OwnEntry, request: GrantRequest) -> None:
         """Rewrite a semaphore entry granted after waiting: the waiter behind it watches it."""
@@ -906,22 +1050,21 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         key = (name, owner)
         with self._guard:
             entry = self._entries.get(key)
-            uncertain = key in self._uncertain
+            mine_key = self._uncertain.get(key)
             lease = self._lease
         tag = owner_hash(owner)
         with translate_errors(self.url, name):
             if entry is not None:
                 return await self._withdraw(key, entry) and entry.granted
             self.watches.drop(name, tag)
-            if not uncertain or lease is None:
+            if mine_key is None or lease is None:
                 return False  # nothing of this owner was ever created (or its lease is gone)
             # the create's reply was lost: its key, if made, is attached to this lease
-            mine_key = entry_key(self.config.prefix, name, tag)
             try:
                 await self._delete_guarded(mine_key, ("LEASE", lease.id))
             finally:
                 with self._guard:
-                    self._uncertain.discard(key)
+                    self._uncertain.pop(key, None)
             return False  # a lost create was never a grant its caller knew of
 
     def watch(self, name: str, owner: str) -> AsyncHubWatch:
