@@ -33,6 +33,12 @@ name's grants, the head of its line, its first fair waiters, an entry of another
 (the entries' keys below); ``{p}drop_expired`` deletes a name's expired entries. A table an
 earlier version made lacks the keys: a client adds them and makes every procedure again.
 
+Who may read: ``{p}states`` (what ``inspect`` reads) runs with its definer's rights, so a user
+that may only read gets EXECUTE on it alone. SELECT on the tables is a right to lock their
+rows (MariaDB asks no more for ``FOR UPDATE``, and InnoDB locks what any read of a
+SERIALIZABLE transaction reads) and so to hold every grant, release and forced release of a
+name up: it is for lock users only.
+
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
 client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
@@ -43,6 +49,7 @@ crash of the server.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
@@ -68,7 +75,16 @@ INDEXES = {
 }
 _INDEXES = ",\n        ".join(f"KEY {key} {columns}" for key, columns in INDEXES.items())
 #: the procedures, each made again by a version that changes one (see ``make_tables``)
-PROCEDURES = ("drop_expired", "grant", "hand_off", "release", "force_release", "ring", "sweep")
+PROCEDURES = (
+    "drop_expired",
+    "grant",
+    "hand_off",
+    "release",
+    "force_release",
+    "ring",
+    "sweep",
+    "states",
+)
 
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
@@ -76,6 +92,10 @@ _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.M
 # set or collation is compared after a conversion, which no index on the column serves
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
+_STATE_COLUMNS = (
+    "name, shared, lim, token, "
+    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder"
+)
 _LINE_COLUMNS = (
     "owner, seq, shared, lim, fair, token, "
     "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6"
@@ -376,8 +396,7 @@ _CREATE = (
     # for a client that died). It takes only rows no other transaction has locked (SKIP
     # LOCKED), and deletes each by its primary key: it never waits for a transaction on a
     # name, so none can wait for it in turn (a deadlock); what it skips, the name's own next
-    # grant deletes. The last object made, so that its presence says every other one is
-    # there.
+    # grant deletes.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}sweep(IN most INT)
     SQL SECURITY INVOKER
     BEGIN
@@ -425,7 +444,36 @@ _CREATE = (
         CLOSE unheard;
         COMMIT;
     END""",
+    # What ``inspect`` reads: the live entries of one name (of every name if NULL), with the
+    # seconds left on each. It runs with its definer's rights (who made the tables), so a
+    # user that may only read gets EXECUTE on it and nothing on the tables: SELECT on a
+    # table lets a user lock its rows (FOR UPDATE and LOCK IN SHARE MODE need no more on
+    # MariaDB, and any read in a SERIALIZABLE transaction locks what it reads) and hold every
+    # decision on a name up for as long as its transaction stays open. It reads in a
+    # transaction of its own at READ COMMITTED, which locks nothing, and ends it: the
+    # caller's transaction is committed first (the isolation level cannot change inside
+    # one), so no caller's isolation level or open transaction makes the read lock rows. The
+    # last object made: its comment names the version of every object (``VERSION``).
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}states(IN lock_name {_NAME})
+    SQL SECURITY DEFINER COMMENT '{{version}}'
+    BEGIN
+        COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION READ ONLY;
+        IF lock_name IS NULL THEN
+            SELECT {_STATE_COLUMNS} FROM {{p}}entries
+                WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, seq;
+        ELSE
+            SELECT {_STATE_COLUMNS} FROM {{p}}entries FORCE INDEX (name_expiry)
+                WHERE name = lock_name AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq;
+        END IF;
+        COMMIT;
+    END""",
 )
+#: what the comment of the last object made says once this version made the tables and
+#: procedures: a client that finds another makes its procedures again (and adds the indexes
+#: its tables lack)
+VERSION = "tumbler " + hashlib.sha1("\0".join(_CREATE).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -440,7 +488,9 @@ class Statements:
     def of(cls, prefix: str) -> Statements:
         return cls(
             prefix=prefix,
-            create=tuple(text.replace("{p}", prefix) for text in _CREATE),
+            create=tuple(
+                text.replace("{p}", prefix).replace("{version}", VERSION) for text in _CREATE
+            ),
             text={key: text.replace("{p}", prefix) for key, text in _STATEMENTS.items()},
         )
 
@@ -555,10 +605,7 @@ _STATEMENTS = {
     "renewed": "SELECT name, owner FROM {p}entries WHERE (name, owner) IN ({pairs}) "
     "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
     # -- operators ----------------------------------------------------------------------------
-    "states": "SELECT name, shared, lim, token, "
-    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder "
-    "FROM {p}entries WHERE expires_at > UTC_TIMESTAMP(6) AND (%s IS NULL OR name = %s) "
-    "ORDER BY name, seq",
+    "states": "CALL {p}states(%s)",
     "evicted": "SELECT note FROM {p}evictions WHERE name = %s AND owner = %s "
     "AND expires_at > UTC_TIMESTAMP(6)",
     # -- upkeep -------------------------------------------------------------------------------
@@ -570,7 +617,8 @@ _STATEMENTS = {
     "'.', %s))), 64), %s)",
     "schema_unlock": "SELECT RELEASE_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
     "'.', %s))), 64))",
-    "exists": "SELECT COUNT(*) FROM information_schema.ROUTINES "
+    # the version the last object made names (see VERSION), '' if it is not there
+    "made": "SELECT COALESCE(MAX(ROUTINE_COMMENT), '') FROM information_schema.ROUTINES "
     "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = %s",
     # the entries' indexes, by name
     "indexes": "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "

@@ -52,6 +52,7 @@ from ..statements import (
     RENEW_ROWS,
     SWEEP_EVERY,
     SWEEP_ROWS,
+    VERSION,
     Statements,
 )
 
@@ -538,14 +539,11 @@ class AsyncMySQLBackend:
         return names or None
 
     async def _tables_exist(self, connection: Any) -> bool:
-        """Whether the tables and procedures are there, as this version makes them (the
-        index made last is there, and the procedure made last)."""
-        row = await _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
-        if not row[0]:
-            return False
-        async with connection.cursor() as cursor:
-            made = await self._indexes(cursor)
-        return made is not None and "limits" in made
+        """Whether the tables and procedures are there, as this version makes them: the
+        procedure made last names this version. (A user that may only read sees that
+        procedure, and nothing of the tables.)"""
+        row = await _one_row(connection, self.sql["made"], (f"{self.config.prefix}states",))
+        return bool(row[0] == VERSION)
 
     # -- grants ----------------------------------------------------------------------------
 
@@ -837,8 +835,11 @@ class AsyncMySQLBackend:
 
         async def read(connection: Any) -> list[Any]:
             async with connection.cursor() as cursor:
-                await cursor.execute(self.sql["states"], (key, key))
-                return list(await cursor.fetchall())
+                await cursor.execute(self.sql["states"], (key,))
+                rows = list(await cursor.fetchall())
+                while await cursor.nextset():
+                    pass
+            return rows
 
         with translate_errors(self.url, name):
             rows = await self.pool.run(read, idempotent=True)

@@ -54,6 +54,7 @@ from ..statements import (
     RENEW_ROWS,
     SWEEP_EVERY,
     SWEEP_ROWS,
+    VERSION,
     Statements,
 )
 
@@ -538,14 +539,11 @@ class MySQLBackend:
         return names or None
 
     def _tables_exist(self, connection: Any) -> bool:
-        """Whether the tables and procedures are there, as this version makes them (the
-        index made last is there, and the procedure made last)."""
-        row = _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
-        if not row[0]:
-            return False
-        with connection.cursor() as cursor:
-            made = self._indexes(cursor)
-        return made is not None and "limits" in made
+        """Whether the tables and procedures are there, as this version makes them: the
+        procedure made last names this version. (A user that may only read sees that
+        procedure, and nothing of the tables.)"""
+        row = _one_row(connection, self.sql["made"], (f"{self.config.prefix}states",))
+        return bool(row[0] == VERSION)
 
     # -- grants ----------------------------------------------------------------------------
 
@@ -835,8 +833,11 @@ class MySQLBackend:
 
         def read(connection: Any) -> list[Any]:
             with connection.cursor() as cursor:
-                cursor.execute(self.sql["states"], (key, key))
-                return list(cursor.fetchall())
+                cursor.execute(self.sql["states"], (key,))
+                rows = list(cursor.fetchall())
+                while cursor.nextset():
+                    pass
+            return rows
 
         with translate_errors(self.url, name):
             rows = self.pool.run(read, idempotent=True)
