@@ -1059,3 +1059,113 @@ def test_max_waiters_defaults_to_ten_thousand_and_is_checked(
     assert parse_config(parse_url(mariadb_server.url)).max_waiters == 10_000
     with pytest.raises(InvalidURL, match="max_waiters"):
         parse_config(parse_url(f"{mariadb_server.url}?max_waiters=0"))
+
+
+#: entries tumbler never writes, each written by hand: a lease that ends past any tumbler
+#: grants (at the end of DATETIME's range, where adding to it overflows, or merely years
+#: away), numbers out of the range tumbler writes, and a waiter whose terms a release could
+#: not hand it the lock on (its client listens, so a release would try)
+_UNUSABLE = {
+    "holder-in-9999": {"token": 7, "expires_at": "'9999-12-31 23:59:59.999999'"},
+    "waiter-in-9999": {"expires_at": "'9999-12-31 23:59:59.999999'"},
+    "holder-in-two-years": {"token": 7, "expires_at": "UTC_TIMESTAMP(6) + INTERVAL 2 YEAR"},
+    "negative-permits": {"token": 7, "shared": True, "lim": -1},
+    "permits-past-the-most": {"token": 7, "shared": True, "lim": 2_000_000},
+    "waiter-lease-1e300": {"lease": 1e300, "listening": True},
+    "waiter-lease-negative": {"lease": -5.0, "listening": True},
+    "waiter-never-written": {"written_at": "NULL", "listening": True},
+}
+
+
+def _write_by_hand(
+    server: MariaDBServer, prefix: str, name: str, backend: Any, entry: dict[str, Any]
+) -> None:
+    """One entry of ``name`` as another program might write it (see :data:`_UNUSABLE`); a
+    waiter that says it ``listening`` names the client of ``backend``, which listens."""
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {prefix}entries (name, owner, shared, lim, fair, token, expires_at, "
+            "holder, client, lease, stamp, written_at) VALUES (%s, REPEAT('a', 40), %s, %s, "
+            f"TRUE, %s, {entry.get('expires_at', 'UTC_TIMESTAMP(6) + INTERVAL 20 SECOND')}, "
+            f"'by hand', %s, %s, 1, {entry.get('written_at', 'UTC_TIMESTAMP(6)')})",
+            (
+                name,
+                entry.get("shared", False),
+                entry.get("lim", 1),
+                entry.get("token"),
+                backend.wakeups.key if entry.get("listening") else None,
+                entry.get("lease", 30.0),
+            ),
+        )
+
+
+def _rows_of(server: MariaDBServer, prefix: str, name: str) -> int:
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {prefix}entries WHERE name = %s", (name,))
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+@pytest.mark.parametrize("entry", list(_UNUSABLE))
+def test_an_entry_tumbler_did_not_write_blocks_nothing(
+    mariadb_server: MariaDBServer, entry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Skipped and counted by ``status``, dropped by the next grant, release or forced
+    release, which each go on as if it were not there (nothing overflows)."""
+    prefix = f"u{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=1"
+    with tumbler.connect(url) as locks:
+        backend = locks._backend
+        with backend.watch("stock", "w"):  # the client listens
+            assert backend.wakeups.subscribed()
+            bad = _UNUSABLE[entry]
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            (state,) = locks.status_all()
+            assert (state.malformed, state.holders, state.waiters) == (1, (), 0)
+            assert main(["status", "stock", "--json", "--url", url]) == 0
+            assert '"malformed": 1' in capsys.readouterr().out
+            assert main(["status", "stock", "--url", url]) == 0
+            assert "1 entries tumbler did not write" in capsys.readouterr().out
+            lock = locks.lock("stock", fair=True)
+            assert lock.acquire(timeout=0)  # a grant drops it
+            assert _rows_of(mariadb_server, prefix, "stock") == 1
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.status("stock").malformed == 1
+            lock.release()  # a release drops it
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            assert lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.force_release("stock", reason="a test") == 1  # and a forced one
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.force_release("stock", reason="a test") == 0  # nothing live
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("entry", list(_UNUSABLE))
+async def test_asyncio_an_entry_tumbler_did_not_write_blocks_nothing(
+    mariadb_server: MariaDBServer, entry: str
+) -> None:
+    prefix = f"u{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=1"
+    async with await tumbler.aio.connect(url) as locks:
+        backend = locks._backend
+        async with backend.watch("stock", "w"):
+            assert backend.wakeups.subscribed()
+            bad = _UNUSABLE[entry]
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            (state,) = await locks.status_all()
+            assert (state.malformed, state.holders, state.waiters) == (1, (), 0)
+            lock = locks.lock("stock", fair=True)
+            assert await lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert (await locks.status("stock")).malformed == 1
+            await lock.release()
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            assert await lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert await locks.force_release("stock", reason="a test") == 1
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert await locks.force_release("stock", reason="a test") == 0
+            assert _rows_of(mariadb_server, prefix, "stock") == 0

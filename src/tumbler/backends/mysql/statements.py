@@ -52,6 +52,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ..._core import MAX_PERMITS, MAX_TTL, MIN_TTL
+
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
 SWEEP_ROWS = 100
 SWEEP_EVERY = 64
@@ -61,17 +63,33 @@ NOTE_GRACE = 60.0
 #: max_allowed_packet (16 MB by default) with names of the longest (255 bytes)
 RENEW_ROWS = 500
 
+#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day) was
+#: not written by tumbler: one at the end of DATETIME's range, to which no arithmetic adds,
+#: or a far future that would hold the name for ever. Decisions drop it as if expired;
+#: ``inspect`` counts it.
+_FAR = f"UTC_TIMESTAMP(6) + INTERVAL {round(MAX_TTL + 86400)} SECOND"
+#: an entry with numbers tumbler never writes: permits out of range, or a waiter whose
+#: client listens (so a release would hand it the lock) without the lease and the time of
+#: its request that a hand-off computes with. Decisions drop it; ``inspect`` counts it. A
+#: column the server computes, so that a decision finds a name's such entries by an index.
+_UNUSABLE = (
+    f"unusable BOOLEAN AS (lim < 0 OR lim > {MAX_PERMITS} OR (token IS NULL "
+    "AND client IS NOT NULL AND (lease IS NULL OR written_at IS NULL "
+    f"OR NOT lease BETWEEN {MIN_TTL} AND {MAX_TTL:.0f}))) VIRTUAL"
+)
+
 # What a decision and a release read of a name, each found without passing over the rest of
 # its line (InnoDB ends each key with the primary key, seq: the arrival order): its expired
 # entries (each decision deletes them first); its grants, and its waiters in arrival order
 # (the head of the line); its fair exclusive waiters in arrival order (one ahead keeps every
 # fair request waiting); its shared entries by permit count (one with another count refuses a
-# shared request). "limits" is made last: a table an earlier version made lacks it.
+# shared request); its unusable entries (each decision deletes them first).
 INDEXES = {
     "name_expiry": "(name, expires_at)",
     "line": "(name, token)",
     "fair_writers": "(name, token, fair, shared)",
     "limits": "(name, shared, lim)",
+    "unusable": "(name, unusable)",
 }
 _INDEXES = ",\n        ".join(f"KEY {key} {columns}" for key, columns in INDEXES.items())
 #: the procedures, each made again by a version that changes one (see ``make_tables``)
@@ -93,8 +111,8 @@ _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.M
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
 _STATE_COLUMNS = (
-    "name, shared, lim, token, "
-    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder"
+    f"name, shared, lim, token, CASE WHEN unusable OR expires_at > {_FAR} THEN NULL "
+    "ELSE TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 END, holder"
 )
 _LINE_COLUMNS = (
     "owner, seq, shared, lim, fair, token, "
@@ -120,6 +138,7 @@ _CREATE = (
         lease      DOUBLE NULL,                  -- the lease it asked for, in seconds
         stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
         written_at DATETIME(6) NULL,             -- when the server wrote that request
+        {_UNUSABLE},
         UNIQUE KEY by_name (name, owner),
         KEY (expires_at),
         {_INDEXES}
@@ -141,8 +160,9 @@ _CREATE = (
         message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>"
         KEY (client)
     ) ENGINE=InnoDB""",
-    # The expired entries of one name, in a transaction that holds the name's row: found by
-    # the name's index on expiry in a read that locks nothing, and each deleted by its seq.
+    # The expired entries of one name, in a transaction that holds the name's row, and those
+    # it cannot use (_FAR, _UNUSABLE): found by the name's index on expiry and its index of
+    # unusable entries in a read that locks nothing, and each deleted by its seq.
     # A DELETE by a range of that index would lock the first entry past the range too, which
     # may be another name's, and wait for (or deadlock with) a transaction on that name; one
     # by the index on expires_at alone would lock other names' expired entries; one by the
@@ -154,7 +174,10 @@ _CREATE = (
         DECLARE ended BOOLEAN DEFAULT FALSE;
         DECLARE expired CURSOR FOR
             SELECT seq FROM {{p}}entries FORCE INDEX (name_expiry)
-            WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+            WHERE name = lock_name AND (expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR})
+            UNION
+            SELECT seq FROM {{p}}entries FORCE INDEX (unusable)
+            WHERE name = lock_name AND unusable = TRUE;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET ended = TRUE;
         OPEN expired;
         entries: LOOP
@@ -332,6 +355,7 @@ _CREATE = (
         IF NOT removed THEN
             DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
         END IF;
+        CALL {{p}}drop_expired(lock_name);
         -- a name left with no entry needs no hand-off, only its row deleted
         IF EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
             CALL {{p}}hand_off(lock_name, handed_to, others_wait);
@@ -406,7 +430,8 @@ _CREATE = (
         DECLARE noted_owner {_OWNER};
         DECLARE unheard_seq BIGINT UNSIGNED;
         DECLARE expired_entries CURSOR FOR
-            SELECT seq FROM {{p}}entries WHERE expires_at <= UTC_TIMESTAMP(6)
+            SELECT seq FROM {{p}}entries
+            WHERE expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR}
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE expired_notes CURSOR FOR
             SELECT name, owner FROM {{p}}evictions WHERE expires_at <= UTC_TIMESTAMP(6)
@@ -445,15 +470,16 @@ _CREATE = (
         COMMIT;
     END""",
     # What ``inspect`` reads: the live entries of one name (of every name if NULL), with the
-    # seconds left on each. It runs with its definer's rights (who made the tables), so a
-    # user that may only read gets EXECUTE on it and nothing on the tables: SELECT on a
-    # table lets a user lock its rows (FOR UPDATE and LOCK IN SHARE MODE need no more on
-    # MariaDB, and any read in a SERIALIZABLE transaction locks what it reads) and hold every
-    # decision on a name up for as long as its transaction stays open. It reads in a
-    # transaction of its own at READ COMMITTED, which locks nothing, and ends it: the
-    # caller's transaction is committed first (the isolation level cannot change inside
-    # one), so no caller's isolation level or open transaction makes the read lock rows. The
-    # last object made: its comment names the version of every object (``VERSION``).
+    # seconds left on each, NULL for one tumbler cannot use (_FAR, _UNUSABLE). It runs with
+    # its definer's rights (who made the tables), so a user that may only read gets EXECUTE
+    # on it and nothing on the tables: SELECT on a table lets a user lock its rows (FOR
+    # UPDATE and LOCK IN SHARE MODE need no more on MariaDB, and any read in a SERIALIZABLE
+    # transaction locks what it reads) and hold every decision on a name up for as long as
+    # its transaction stays open. It reads in a transaction of its own at READ COMMITTED,
+    # which locks nothing, and ends it: the caller's transaction is committed first (the
+    # isolation level cannot change inside one), so no caller's isolation level or open
+    # transaction makes the read lock rows. The last object made: its comment names the
+    # version of every object (``VERSION``).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}states(IN lock_name {_NAME})
     SQL SECURITY DEFINER COMMENT '{{version}}'
     BEGIN
@@ -624,5 +650,9 @@ _STATEMENTS = {
     "indexes": "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
     "add_index": "ALTER TABLE {p}entries ADD KEY {key} {columns}",
+    # the column an index of an earlier version's table may need first
+    "columns": "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+    "add_unusable": f"ALTER TABLE {{p}}entries ADD COLUMN {_UNUSABLE}",
     "drop_procedure": "DROP PROCEDURE IF EXISTS {p}{procedure}",
 }

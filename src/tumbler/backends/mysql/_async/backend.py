@@ -520,6 +520,8 @@ class AsyncMySQLBackend:
                 made = await self._indexes(cursor)
                 if made is not None:
                     # tables of an earlier version: what this one reads by, and its procedures
+                    if "unusable" not in made and not await self._has_unusable(cursor):
+                        await cursor.execute(self.sql["add_unusable"])
                     for key, columns in INDEXES.items():
                         if key not in made:
                             add = self.sql["add_index"].format(key=key, columns=columns)
@@ -537,6 +539,11 @@ class AsyncMySQLBackend:
         await cursor.execute(self.sql["indexes"], (f"{self.config.prefix}entries",))
         names = {str(name) for (name,) in await cursor.fetchall()}
         return names or None
+
+    async def _has_unusable(self, cursor: Any) -> bool:
+        """Whether the entries table has the column its index of unusable entries is on."""
+        await cursor.execute(self.sql["columns"], (f"{self.config.prefix}entries",))
+        return "unusable" in {str(name).lower() for (name,) in await cursor.fetchall()}
 
     async def _tables_exist(self, connection: Any) -> bool:
         """Whether the tables and procedures are there, as this version makes them: the
@@ -848,6 +855,9 @@ class AsyncMySQLBackend:
             text = entry_name.decode() if isinstance(entry_name, bytes) else entry_name
             if text not in builders:
                 builders[text] = LockStateBuilder(text)
+            if expires_in is None:  # not written by tumbler (statements._UNUSABLE, _FAR)
+                builders[text].malformed += 1
+                continue
             builders[text].add(
                 token=token,
                 shared=bool(shared),
