@@ -1,4 +1,5 @@
-"""etcd: a write the client gave up on that reaches etcd late takes no effect.
+"""etcd: a write the client gave up on that reaches etcd late takes no effect (a grant
+request after its acquisition ended, a waiter's move to its waiters' lease after its grant).
 
 A request held by a silent path (a member cut off from its clients, a blackholed switch) may
 reach etcd after the client moved on: its attempt went unanswered, the client asked another
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from tumbler.backends.etcd.common import ended_key, entry_key
 from tumbler.backends.etcd.http import HTTPFailure, not_sent
 from tumbler.backends.etcd.server import EtcdServer
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 
 from .test_etcd import LEASE_TTL, PATIENCE, line_of, prefix, the_prefix
@@ -61,6 +64,12 @@ def _two_paths(server: EtcdServer, proxy: FaultProxy) -> str:
         f"etcd://127.0.0.1:{proxy.port},{server.host}:{server.port}{prefix()}"
         f"?lease_ttl={LEASE_TTL}&request_timeout={REQUEST_TIMEOUT:g}"
     )
+
+
+def _direct(url: str) -> str:
+    """``url`` without the proxy: the other clients of a case never take the silent path."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{rest.split(',', 1)[1]}"
 
 
 @contextlib.contextmanager
@@ -120,7 +129,7 @@ def test_a_grant_request_that_lands_after_its_release_leaves_no_key(
     etcd_server: EtcdServer, raw
 ) -> None:
     with _silent_path(etcd_server) as (proxy, url):
-        locks, other = tumbler.connect(url), tumbler.connect(url)
+        locks, other = tumbler.connect(url), tumbler.connect(_direct(url))
         try:
             unanswered: Unanswered = []
             backend = locks._backend
@@ -146,7 +155,7 @@ def test_a_grant_request_that_lands_after_its_waiter_gave_up_leaves_no_key(
     etcd_server: EtcdServer, raw
 ) -> None:
     with _silent_path(etcd_server) as (proxy, url):
-        locks, holder = tumbler.connect(url), tumbler.connect(url)
+        locks, holder = tumbler.connect(url), tumbler.connect(_direct(url))
         try:
             unanswered: Unanswered = []
             backend = locks._backend
@@ -176,7 +185,7 @@ def test_an_owner_that_asks_again_after_a_single_try_it_was_unsure_of_takes_its_
     same owner asks afterwards: a segmented lock tries each segment once (its key withdrawn)
     before it queues the same owner for each."""
     with _silent_path(etcd_server) as (proxy, url):
-        locks, holder = tumbler.connect(url), tumbler.connect(url)
+        locks, holder = tumbler.connect(url), tumbler.connect(_direct(url))
         try:
             unanswered: Unanswered = []
             backend = locks._backend
@@ -207,6 +216,87 @@ def test_an_owner_that_asks_again_after_a_single_try_it_was_unsure_of_takes_its_
             holder.close()
 
 
+def _hold_the_move_to_the_waiters_lease(backend: Any, proxy: FaultProxy) -> None:
+    """Cut the proxy just before ``backend`` sends, through it, the move of a waiter's key
+    to its waiters' lease: that move is held, and made again directly."""
+    gateway = backend.gateway
+    original = gateway._call_once
+
+    def cut_before_the_move(endpoint: str, path: str, body: Any) -> None:
+        waiting = backend._waiter_lease
+        moving = (
+            path == "/v3/kv/txn"
+            and waiting is not None
+            and any(
+                op.get("request_put", {}).get("lease") == str(waiting.id) for op in body["success"]
+            )
+        )
+        if moving and endpoint == gateway.endpoints[0]:
+            proxy.cut()  # the proxy runs on a thread of its own: in effect once it returns
+
+    if asyncio.iscoroutinefunction(original):
+
+        async def acall(endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
+            cut_before_the_move(endpoint, path, body)
+            return await original(endpoint, path, body, timeout)
+
+        gateway._call_once = acall
+    else:
+
+        def call(endpoint: str, path: str, body: Any, timeout: float | None) -> Any:
+            cut_before_the_move(endpoint, path, body)
+            return original(endpoint, path, body, timeout)
+
+        gateway._call_once = call
+
+
+def test_a_late_move_to_the_waiters_lease_leaves_the_granted_key_on_its_lease(
+    etcd_server: EtcdServer, raw
+) -> None:
+    """A waiter's key goes to the client's short waiters' lease while it waits, and back to
+    the client's lease when granted; the first move, held and made again directly, must not
+    take the granted key back to the waiters' lease when it lands: that lease ends once
+    nobody of the client waits, and the key with it, under a holder that knows nothing."""
+    with _silent_path(etcd_server) as (proxy, url):
+        locks, holder = tumbler.connect(url), tumbler.connect(_direct(url))
+        try:
+            unanswered: Unanswered = []
+            backend = locks._backend
+            held = holder.lock("late-move")
+            assert held.acquire(timeout=PATIENCE)
+            _record_unanswered(backend, unanswered)
+            _hold_the_move_to_the_waiters_lease(backend, proxy)
+            _pin_to_proxy(backend)
+            outcome: list[tumbler.Hold | None] = []
+
+            def wait() -> None:
+                waiting = locks.lock("late-move")
+                outcome.append(waiting.hold if waiting.acquire(timeout=60) else None)
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            eventually(lambda: bool(unanswered), "the move to the waiters' lease is held")
+
+            def on_waiters_lease() -> bool:
+                behind = line_of(raw, url, "late-move")[1:]
+                return any(kv["lease"] != backend._lease.id for kv in behind)
+
+            eventually(on_waiters_lease, "the waiter waits on its waiters' lease")
+            held.release()
+            thread.join(PATIENCE)
+            (granted,) = outcome
+            assert granted is not None
+            proxy.heal()
+            _deliver_late(raw, unanswered)
+            (entry,) = line_of(raw, url, "late-move")
+            assert entry["lease"] == backend._lease.id
+            granted.release()
+        finally:
+            proxy.heal()
+            locks.close()
+            holder.close()
+
+
 # -- asyncio ---------------------------------------------------------------------------------
 
 
@@ -214,7 +304,8 @@ def test_a_grant_request_that_lands_after_its_release_leaves_no_key_asyncio(
     etcd_server: EtcdServer, raw
 ) -> None:
     async def scenario(proxy: FaultProxy, url: str) -> None:
-        locks, other = await tumbler.aio.connect(url), await tumbler.aio.connect(url)
+        locks = await tumbler.aio.connect(url)
+        other = await tumbler.aio.connect(_direct(url))
         try:
             unanswered: Unanswered = []
             backend = locks._backend
@@ -243,7 +334,8 @@ def test_a_grant_request_that_lands_after_its_waiter_gave_up_leaves_no_key_async
     etcd_server: EtcdServer, raw
 ) -> None:
     async def scenario(proxy: FaultProxy, url: str) -> None:
-        locks, holder = await tumbler.aio.connect(url), await tumbler.aio.connect(url)
+        locks = await tumbler.aio.connect(url)
+        holder = await tumbler.aio.connect(_direct(url))
         try:
             unanswered: Unanswered = []
             backend = locks._backend
@@ -260,6 +352,49 @@ def test_a_grant_request_that_lands_after_its_waiter_gave_up_leaves_no_key_async
             await held.release()
             assert line_of(raw, url, "late-wait-aio") == []
             assert await holder.lock("late-wait-aio").acquire(blocking=False)
+        finally:
+            proxy.heal()
+            await locks.close()
+            await holder.close()
+
+    with _silent_path(etcd_server) as (proxy, url):
+        asyncio.run(scenario(proxy, url))
+
+
+def test_a_late_move_to_the_waiters_lease_leaves_the_granted_key_on_its_lease_asyncio(
+    etcd_server: EtcdServer, raw
+) -> None:
+    async def scenario(proxy: FaultProxy, url: str) -> None:
+        locks = await tumbler.aio.connect(url)
+        holder = await tumbler.aio.connect(_direct(url))
+        try:
+            unanswered: Unanswered = []
+            backend = locks._backend
+            held = holder.lock("late-move-aio")
+            assert await held.acquire(timeout=PATIENCE)
+            _record_unanswered(backend, unanswered)
+            _hold_the_move_to_the_waiters_lease(backend, proxy)
+            _pin_to_proxy(backend)
+
+            async def wait() -> tumbler.aio.AsyncHold | None:
+                waiting = locks.lock("late-move-aio")
+                return waiting.hold if await waiting.acquire(timeout=60) else None
+
+            task = asyncio.ensure_future(wait())
+
+            async def on_waiters_lease() -> bool:
+                behind = line_of(raw, url, "late-move-aio")[1:]
+                return bool(unanswered) and any(kv["lease"] != backend._lease.id for kv in behind)
+
+            await aeventually(on_waiters_lease, "the waiter waits on its waiters' lease")
+            await held.release()
+            granted = await asyncio.wait_for(task, PATIENCE)
+            assert granted is not None
+            proxy.heal()
+            _deliver_late(raw, unanswered)
+            (entry,) = line_of(raw, url, "late-move-aio")
+            assert entry["lease"] == backend._lease.id
+            await granted.release()
         finally:
             proxy.heal()
             await locks.close()

@@ -53,6 +53,10 @@ Requests that arrive late
     have made it again meanwhile). The mark lives on the client's lease: a late request
     whose lease is gone is refused by etcd anyway. The other writes are guarded by the
     create revision of the key they change: a late copy changes nothing once the key is gone.
+    A move of a waiter's key between its leases also requires the key not to have been
+    written since the latest revision the client had seen: a late move to the waiters'
+    lease would otherwise take a key granted since back to that lease, which ends once the
+    client waits no more, and the grant with it under a holder that knows nothing.
 
 Who holds the lock
     The line is ordered by the keys' create revisions, etcd's one counter of changes. An

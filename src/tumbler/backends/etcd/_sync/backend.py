@@ -656,13 +656,28 @@ class EtcdBackend(InspectEachName):
         return True  # it waits on the client's lease: a dead client's entry goes later
 
     def _move(self, entry: _OwnEntry, value: bytes, lease: int) -> bool:
-        """Attach ``entry``'s key to ``lease``, writing ``value``; False if the key is gone."""
-        moved, _revision, _responses = self.gateway.txn(
-            [compare(entry.key, "CREATE", entry.create_revision)],
+        """Attach ``entry``'s key to ``lease``, writing ``value``; False if the key is gone.
+
+        Only if the key was not written since the latest revision the client had seen: an
+        attempt held on a silent path that lands after a later move (a waiter's, to its
+        waiters' lease, after its grant took the key back to the client's) changes nothing.
+        A second attempt after a lost reply finds the key where the first put it: moved."""
+        moved, _revision, responses = self.gateway.txn(
+            [
+                compare(entry.key, "CREATE", entry.create_revision),
+                untouched_since(entry.key, self.gateway.revision),
+            ],
             [put(entry.key, value, lease)],
-            [],
-            idempotent=True,  # the same key, lease and value again
+            [read(entry.key)],
+            idempotent=True,
         )
+        if not moved and responses:
+            moved = any(
+                kv["create_revision"] == entry.create_revision
+                and kv["lease"] == lease
+                and kv["value"] == value
+                for kv in ranged(responses[0])
+            )
         if moved:
             entry.lease = lease
         return moved
