@@ -35,7 +35,28 @@ Key layout
     attached to its client's lease, a waiting one to its client's waiters' lease (below).
     ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
-    that outlives the evicted grant's by ``NOTE_GRACE``.
+    that outlives the evicted grant's by ``NOTE_GRACE``. The end of an acquisition a grant
+    request of which went unanswered is marked by ``PREFIX/ended/<name, percent-encoded>/<owner
+    hash>``, on the client's lease (below).
+
+Requests that arrive late
+    A request held on a silent path (a member cut off from its clients, a partition) reaches
+    its member when the path comes back, however late, and the client may have moved on: it
+    asked another member after a third of its request time, and the acquisition the request
+    was for may have ended since. A late grant request would put the owner's key again, on
+    the client's lease, which the client's renewals keep alive: a key nobody will delete,
+    which keeps the lock from everyone else for as long as the client lives. So a grant
+    request also requires the end mark of its acquisition not to have been written after
+    the latest revision the client had seen when it sent it; the client writes that mark,
+    with the deletion, at the end of each acquisition a grant request of which went
+    unanswered (and deletes the key then whatever its create revision: a late request may
+    have made it again meanwhile). The mark lives on the client's lease: a late request
+    whose lease is gone is refused by etcd anyway. The other writes are guarded by the
+    create revision of the key they change: a late copy changes nothing once the key is gone.
+    A move of a waiter's key between its leases also requires the key not to have been
+    written since the latest revision the client had seen: a late move to the waiters'
+    lease would otherwise take a key granted since back to that lease, which ends once the
+    client waits no more, and the grant with it under a holder that knows nothing.
 
 Who holds the lock
     The line is ordered by the keys' create revisions, etcd's one counter of changes. An
@@ -248,6 +269,7 @@ def parse_config(url: BackendURL) -> EtcdConfig:
 NOTE_GRACE = 30.0
 _LOCKS = b"lock/"
 _EVICTED = b"evicted/"
+_ENDED = b"ended/"
 
 
 def _encoded(name: str) -> bytes:
@@ -262,6 +284,12 @@ def line_key(prefix: bytes, name: str) -> bytes:
 
 def entry_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
     return line_key(prefix, name) + owner_hash.encode()
+
+
+def ended_key(prefix: bytes, entry: bytes) -> bytes:
+    """The key that marks the end of the acquisition whose entry key is ``entry`` (see
+    "Requests that arrive late")."""
+    return prefix + _ENDED + entry[len(prefix + _LOCKS) :]
 
 
 def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
