@@ -1,11 +1,13 @@
 """The ``tumbler`` command: run a command under a lock, inspect locks, force-release them, demo.
 
 A thin layer over the public blocking API (``tumbler.connect``). Every failure ends with one
-line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
+line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3), a tumbler error's
+being its class's ``exit_status`` (tumbler.errors)::
 
     0    success (``run``: the command's own status is passed through)
     64   usage error: bad arguments, bad lock name, bad TTL or wait
     69   the backend is unavailable
+    70   an internal error: a tumbler error that means a bug
     75   the lock is busy: not acquired in time, or its line of waiters is full
     77   the backend refused access
     78   configuration error: bad or unknown backend URL, missing extra, unusable backend
@@ -42,58 +44,54 @@ from tumbler import HolderInfo, LockState
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.errors import (
-    AcquireTimeout,
+    EX_CONFIG,
+    EX_LOCK_LOST,
+    EX_NOPERM,
+    EX_SOFTWARE,
+    EX_TEMPFAIL,
+    EX_UNAVAILABLE,
+    EX_USAGE,
     BackendUnavailable,
     ConfigurationError,
-    InvalidArgument,
     InvalidURL,
     LockLost,
-    PermissionDenied,
-    PermitsMismatch,
-    TooManyWaiters,
     TumblerError,
 )
 
-__all__ = ["EXIT_CODES", "cli", "exit_code_for", "main"]
+__all__ = [
+    "EX_CANNOT_EXECUTE",
+    "EX_CONFIG",
+    "EX_FAILURE",
+    "EX_LOCK_LOST",
+    "EX_NOPERM",
+    "EX_NOT_FOUND",
+    "EX_OK",
+    "EX_SIGNAL_BASE",
+    "EX_SOFTWARE",
+    "EX_TEMPFAIL",
+    "EX_UNAVAILABLE",
+    "EX_USAGE",
+    "cli",
+    "exit_code_for",
+    "main",
+]
 
-# -- exit statuses: the one place they are defined ---------------------------------------------
+# -- exit statuses: an error's is its own (``exit_status``, in tumbler.errors); these are the rest
 
 EX_OK = 0
 #: the demo's locked run came out wrong, a demo worker failed, or a confirmation was declined
 EX_FAILURE = 1
-EX_USAGE = 64
-EX_UNAVAILABLE = 69
-EX_SOFTWARE = 70
-EX_TEMPFAIL = 75
-EX_NOPERM = 77
-EX_CONFIG = 78
-#: not in sysexits: the lease was lost while the command ran
-EX_LOCK_LOST = 79
 EX_CANNOT_EXECUTE = 126
 EX_NOT_FOUND = 127
 #: a shell's convention for "ended by signal N": 128 + N
 EX_SIGNAL_BASE = 128
-
-#: tumbler's errors and their exit statuses, most specific first (the first match wins)
-EXIT_CODES: tuple[tuple[type[TumblerError], int], ...] = (
-    # a URL comes from --url or $TUMBLER_URL: configuration, although InvalidURL is a ValueError
-    (InvalidURL, EX_CONFIG),
-    (InvalidArgument, EX_USAGE),
-    (PermitsMismatch, EX_USAGE),
-    (AcquireTimeout, EX_TEMPFAIL),
-    # the lock's line of waiters is full: busy, as a timeout is, and worth trying again later
-    (TooManyWaiters, EX_TEMPFAIL),
-    (LockLost, EX_LOCK_LOST),
-    (ConfigurationError, EX_CONFIG),  # MissingDependency included
-    (PermissionDenied, EX_NOPERM),
-    (BackendUnavailable, EX_UNAVAILABLE),
-)
 
 EXIT_STATUS_HELP = """\b
 Exit status:
   0    success (run: the command's own status)
   64   usage error (bad arguments, lock name, TTL)
   69   backend unavailable
+  70   internal error (a bug)
   75   lock busy: not acquired in time, or its line of waiters is full
   77   permission denied by the backend
   78   configuration error (bad/unknown URL, missing extra,
@@ -104,11 +102,9 @@ Exit status:
 
 
 def exit_code_for(error: TumblerError) -> int:
-    """The exit status for a tumbler error (70, EX_SOFTWARE, for one that means a bug)."""
-    for kind, code in EXIT_CODES:
-        if isinstance(error, kind):
-            return code
-    return EX_SOFTWARE
+    """The exit status for a tumbler error: its class's ``exit_status`` (70, EX_SOFTWARE, for
+    one that means a bug)."""
+    return error.exit_status
 
 
 def _one_line(text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import tumbler
+import tumbler.cli as cli_module
+from tumbler import errors
 from tumbler.cli import (
     EX_CONFIG,
     EX_LOCK_LOST,
@@ -21,9 +24,11 @@ from tumbler.cli import (
     EX_TEMPFAIL,
     EX_UNAVAILABLE,
     EX_USAGE,
+    EXIT_STATUS_HELP,
     exit_code_for,
     main,
 )
+from tumbler.errors import TumblerError
 
 from .conftest import (
     Spawn,
@@ -437,19 +442,57 @@ def test_exit_code_mapping() -> None:
         tumbler.UnknownScheme("x", ["sqlite"]): EX_CONFIG,
         tumbler.InvalidURL("bad"): EX_CONFIG,
         tumbler.MissingDependency("redis", "redis", "redis"): EX_CONFIG,
+        tumbler.BrokenBackend("broken"): EX_CONFIG,
         tumbler.ConfigurationError("bad"): EX_CONFIG,
         tumbler.InvalidTTL("bad"): EX_USAGE,
         tumbler.InvalidLockName("bad"): EX_USAGE,
+        tumbler.PermitsMismatch("other permits"): EX_USAGE,
         tumbler.PermissionDenied("no"): EX_NOPERM,
         tumbler.BackendUnavailable("down"): EX_UNAVAILABLE,
+        tumbler.OutOfConnections("full"): EX_UNAVAILABLE,
         tumbler.AcquireTimeout("busy"): EX_TEMPFAIL,
         tumbler.TooManyWaiters("crowded"): EX_TEMPFAIL,
         tumbler.LockLost("lost"): EX_LOCK_LOST,
+        tumbler.HoldInDoubt("doubt"): EX_LOCK_LOST,
         tumbler.NotHeld("bug"): 70,
+        tumbler.TumblerError("bug"): 70,
     }
-    assert {type(error): exit_code_for(error) for error in cases} == {
-        type(error): code for error, code in cases.items()
-    }
+    expected = {type(error): code for error, code in cases.items()}
+    assert {type(error): exit_code_for(error) for error in cases} == expected
+    # the status is the error's own, so that any command reports it alike
+    assert {type(error): error.exit_status for error in cases} == expected
+
+
+#: a row of the exit-status table in tumbler.errors' docstring: status, name, classes
+EXIT_ROW = re.compile(r"^ {4}(\d+) +(EX_\w+) +(.+)$")
+
+
+def test_the_errors_docstring_gives_each_class_its_exit_status() -> None:
+    rows = [match.groups() for match in map(EXIT_ROW.match, errors.__doc__.splitlines()) if match]
+    assert rows, "no exit-status table in tumbler.errors' docstring"
+    listed: dict[str, int] = {}
+    for status, constant, classes in rows:
+        assert getattr(errors, constant) == int(status), constant
+        for name in re.findall(r"\b[A-Z]\w+\b", classes.partition("(")[0]):
+            listed[name] = int(status)
+    every = [getattr(errors, name) for name in errors.__all__]
+    assert {name: getattr(errors, name).exit_status for name in listed} == listed
+    # a class not in the table has its parent's status
+    for kind in every:
+        if kind.__name__ not in listed:
+            parent = next(base for base in kind.__bases__ if issubclass(base, TumblerError))
+            assert kind.exit_status == parent.exit_status, kind.__name__
+
+
+def test_every_exit_status_of_an_error_is_documented() -> None:
+    statuses = {getattr(errors, name).exit_status for name in errors.__all__}
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    paragraph = readme[readme.index("Exit statuses follow sysexits(3)") :].partition("\n\n")[0]
+    module_doc = cli_module.__doc__ or ""
+    for status in sorted(statuses):
+        assert re.search(rf"^ +{status} ", EXIT_STATUS_HELP, re.MULTILINE), status
+        assert re.search(rf"^ +{status} ", module_doc, re.MULTILINE), status
+        assert re.search(rf"\b{status}\b", paragraph), status
 
 
 # -- status --------------------------------------------------------------------------------------
