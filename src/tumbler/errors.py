@@ -86,6 +86,11 @@ EX_TEMPFAIL = 75
 EX_NOPERM = 77
 EX_CONFIG = 78
 EX_LOCK_LOST = 79
+#: not an error's: what ``tumbler run`` exits with when its command cannot be executed, or is
+#: not found, as a shell does; and a shell's "ended by signal N", 128 + N
+EX_CANNOT_EXECUTE = 126
+EX_NOT_FOUND = 127
+EX_SIGNAL_BASE = 128
 
 
 class TumblerError(Exception):
