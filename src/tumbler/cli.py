@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import tumbler
-from tumbler import HolderInfo, LockState
+from tumbler import HolderInfo, LockState, backends
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.errors import (
@@ -159,6 +159,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from tumbler.backends import BackendDescriptor
+
     _FloatType = click.ParamType[float, Any]  # generic only in recent click
 else:
     _FloatType = click.ParamType
@@ -224,8 +226,7 @@ def _connect(url: str | None, command: str) -> tumbler.Locks:
         locks.close()
         raise ConfigurationError(
             f"this backend's locks live inside one process, so 'tumbler {command}' would "
-            "see no other process's locks: use sqlite:// (processes of one machine), "
-            "redis:// or zookeeper:// / zookeepers:// (processes on any machine)",
+            f"see no other process's locks: use {_by_scope('host', 'network')}",
             backend=locks.url,
         )
     return locks
@@ -235,6 +236,91 @@ def _check_name(name: str) -> None:
     """Refuse a bad lock name before connecting, which could create the SQLite file: bad input
     leaves nothing behind."""
     core.validate_name(name)
+
+
+# -- the backends, named from their descriptors ----------------------------------------------------
+#
+# Help texts and messages that name backends are made from the built-in backends' descriptors
+# when they are shown, so that a backend added later is named without an edit here.
+
+#: whom a backend's locks exclude, by the scope its capabilities declare
+_EXCLUDES = {
+    "host": "processes of one machine",
+    "network": "processes on any machine",
+    "process": "threads and tasks of one process",
+}
+
+
+def _descriptors() -> list[BackendDescriptor]:
+    return backends.builtin_descriptors()
+
+
+def _either(items: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return " or ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
+def _by_scope(*scopes: str) -> str:
+    """The backends of ``scopes``, each by its first scheme, grouped by whom they exclude:
+    ``sqlite:// (processes of one machine); etcd://, ... or zookeeper:// (processes on any
+    machine)``."""
+    groups = []
+    for scope in scopes:
+        schemes = [f"{d.schemes[0]}://" for d in _descriptors() if d.capabilities.scope == scope]
+        if schemes:
+            groups.append(f"{_either(schemes)} ({_EXCLUDES.get(scope, scope)})")
+    return "; ".join(groups)
+
+
+def _names(wanted: Callable[[BackendDescriptor], bool]) -> str:
+    return ", ".join(d.name for d in _descriptors() if wanted(d))
+
+
+#: the fields a help text may hold, filled when it is shown
+_HELP_FIELDS: dict[str, Callable[[], str]] = {
+    "{excludes}": lambda: _by_scope(*_EXCLUDES),
+    "{session_backends}": lambda: _names(lambda d: d.capabilities.session_liveness),
+    "{preparing_backends}": lambda: _names(lambda d: d.prepare is not None),
+}
+
+
+def _filled(text: str) -> str:
+    for field, make in _HELP_FIELDS.items():
+        if field in text:
+            text = text.replace(field, make())
+    return text
+
+
+def _backends_help() -> str:
+    """The list of backends in ``tumbler --help``: each one's name, summary and URL form."""
+    lines = [
+        "\b",
+        "Backends (--url URL, else $TUMBLER_URL, else an SQLite file in your cache directory):",
+    ]
+    for descriptor in _descriptors():
+        url_form = descriptor.url_form or f"{descriptor.schemes[0]}://..."
+        lines.append(f"  {descriptor.name}: {descriptor.summary}".rstrip(": "))
+        lines.append(f"    {url_form}")
+        also = [f"{s}://" for s in descriptor.schemes if not url_form.startswith(f"{s}://")]
+        notes = [f"also {', '.join(also)}"] if also else []
+        if descriptor.extra is not None:
+            notes.append(f"pip install 'tumbler[{descriptor.extra}]'")
+        if notes:
+            lines.append(f"    ({'; '.join(notes)})")
+    return "\n".join(lines)
+
+
+class _Described(click.Command):
+    """A command whose help names backends: its ``{fields}`` (``_HELP_FIELDS``) are filled from
+    the descriptors when the help is shown, and only then."""
+
+    @property
+    def help(self) -> str | None:
+        return None if self._help is None else _filled(self._help)
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self._help = text
 
 
 # -- the command group ---------------------------------------------------------------------------
@@ -266,6 +352,12 @@ class _Commands(click.Group):
         module_name, _, attribute = target.partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attribute)
         return command
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(_backends_help())
+        super().format_epilog(ctx, formatter)
 
 
 @click.group(
@@ -310,7 +402,7 @@ def _library_logging(verbose: bool) -> Iterator[None]:
 # -- run -----------------------------------------------------------------------------------------
 
 
-class _RunCommand(click.Command):
+class _RunCommand(_Described):
     """``run``: everything after ``--`` is the command, taken verbatim."""
 
     COMMAND_KEY = "tumbler.command"
@@ -396,9 +488,8 @@ def run(
     CMD's environment is tumbler's, but $TUMBLER_URL loses its credentials (user and
     password): the command does not need them, and everything it starts would inherit them.
 
-    Who a lock excludes depends on the backend: redis:// and zookeeper:// locks exclude
-    processes on any machine; sqlite:// locks only processes of one machine (network file
-    systems are refused); memory:// locks live inside one process and are refused here.
+    Whom a lock excludes depends on the backend: {excludes}. A backend whose locks live
+    inside one process is refused here.
 
     \b
     A cron job installed on many hosts, to run on one at a time (credentials
@@ -509,7 +600,7 @@ def _status_table(states: Sequence[LockState]) -> Table:
     return table
 
 
-@cli.command()
+@cli.command(cls=_Described)
 @click.argument("name", required=False)
 @url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
@@ -517,9 +608,9 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     """Show the holders and waiters of lock NAME, or of every lock in use.
 
     For each holder: its description (host and pid), fencing token, mode (exclusive or
-    shared) and its lease: the seconds left on it, or, on a backend where a grant lives as
-    long as its holder's session (ZooKeeper), "with session" and the session's timeout (how
-    long the grant outlives a holder that died). With --json, one object for NAME
+    shared) and its lease: the seconds left on it, or, on a backend where a grant lives
+    with its holder's session ({session_backends}), "with session" and the session's timeout
+    (how long the grant outlives a holder that died). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
     "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
     expires_in is null for a session's grant, session_timeout null for the others; malformed
@@ -617,16 +708,16 @@ def release(name: str, force: bool, yes: bool, reason: str | None, url: str | No
 # -- init ----------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(cls=_Described)
 @click.argument("url", required=False, metavar="[URL]")
 def init(url: str | None) -> int:
     """Make what the backend at URL needs before its first use, and say what that was.
 
-    PostgreSQL: the schema the URL names (?schema=, default tumbler), its tables, its token
-    sequence and its functions; MySQL / MariaDB: the tables and procedures of the URL's
-    ?table_prefix= (default tumbler_). Clients make them on first use too; run this as a
+    The backends that have something to make ({preparing_backends}) make their tables, and
+    whatever else they keep beside them (a schema, functions, procedures: the README's
+    section of each says what, and where the URL puts it), on first use too; run this as a
     role that may create them when the application's own role may not (then grant it what
-    the README lists). Safe to run again, and while clients use the schema. A backend that needs
+    the README lists). Safe to run again, and while clients use them. A backend that needs
     nothing made says so. URL defaults to $TUMBLER_URL (where a password is not seen by
     other users of the machine).
     """
@@ -723,7 +814,7 @@ def demo(
     if url is not None and not stock_demo.shared_by_processes(url):
         raise click.BadParameter(
             f"{parse_url(url).redacted}: its locks live inside one process; the demo's "
-            "workers are separate processes: use sqlite:// or a server backend",
+            f"workers are separate processes: use {_by_scope('host', 'network')}",
             param_hint="'--url'",
         )
     if think is not None and think > 10:

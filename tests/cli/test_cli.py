@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import tumbler
+import tumbler.backends
 import tumbler.cli as cli_module
 from tumbler import errors
+from tumbler.backends import BackendDescriptor, builtin_descriptors
 from tumbler.cli import (
     EX_CONFIG,
     EX_LOCK_LOST,
@@ -82,6 +85,95 @@ def test_run_help_documents_lost_status(capsys: pytest.CaptureFixture[str]) -> N
     assert status == 0
     assert "-- CMD [ARGS]..." in out
     assert "79" in out
+
+
+def shared_descriptors() -> list[BackendDescriptor]:
+    """The built-in backends whose locks other processes see."""
+    return [d for d in builtin_descriptors() if d.capabilities.scope != "process"]
+
+
+def test_tumbler_help_names_every_builtin_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = call(capsys, "--help")
+    assert status == 0, err
+    backends = out.partition("Backends")[2].partition("Exit status")[0]
+    for descriptor in builtin_descriptors():
+        assert f"  {descriptor.name}: {descriptor.summary}" in backends, descriptor.name
+        assert descriptor.url_form in backends, descriptor.name
+        for scheme in descriptor.schemes:
+            assert f"{scheme}://" in backends, scheme
+
+
+def test_a_backend_added_later_shows_in_the_help_without_editing_the_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlite = next(d for d in builtin_descriptors() if d.name == "sqlite")
+    added = dataclasses.replace(
+        sqlite,
+        name="tape",
+        schemes=("tape", "tapes"),
+        url_form="tape://DRIVE",
+        summary="a tape drive, one process at a time",
+        capabilities=dataclasses.replace(sqlite.capabilities, session_liveness=True),
+    )
+    monkeypatch.setattr(
+        tumbler.backends, "builtin_descriptors", lambda: [*builtin_descriptors(), added]
+    )
+
+    for command, shown in [
+        ((), ["tape: a tape drive, one process at a time", "tape://DRIVE", "tapes://"]),
+        (("run",), ["tape://"]),
+        (("status",), ["tape"]),
+    ]:
+        status, out, err = call(capsys, *command, "--help")
+        assert status == 0, err
+        for text in shown:
+            assert text in " ".join(out.split()), (command, text)
+
+
+def test_run_help_says_whom_each_backend_excludes(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = call(capsys, "run", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    for descriptor in builtin_descriptors():
+        assert f"{descriptor.schemes[0]}://" in text, descriptor.name
+    assert "processes of one machine" in text
+    assert "processes on any machine" in text
+
+
+def test_status_help_names_the_backends_whose_grants_live_with_a_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = call(capsys, "status", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    with_session = [d.name for d in builtin_descriptors() if d.capabilities.session_liveness]
+    assert with_session
+    assert f"with its holder's session ({', '.join(with_session)})" in text
+
+
+def test_init_help_names_the_backends_that_have_something_to_make(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = call(capsys, "init", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    making = [d.name for d in builtin_descriptors() if d.prepare is not None]
+    assert making
+    assert f"({', '.join(making)})" in text
+
+
+@pytest.mark.parametrize(
+    "args", [["demo", "--url", "memory://x"], ["demo", "--http", "--url", "memory://x"]]
+)
+def test_the_demo_refusing_memory_names_the_backends_to_use(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    status, _, err = call(capsys, *args)
+    assert status == EX_USAGE
+    line = one_error_line(err)
+    for descriptor in shared_descriptors():
+        assert f"{descriptor.schemes[0]}://" in line, descriptor.name
+    assert "memory://" not in line.partition("use ")[2]
 
 
 def test_no_command_shows_help_as_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
