@@ -1,6 +1,8 @@
 """The ``tumbler`` command: run a command under a lock, inspect locks, force-release them, demo.
 
-A thin layer over the public blocking API (``tumbler.connect``). Every failure ends with one
+A thin layer over the public blocking API (``tumbler.connect``): options are parsed here, and
+``run``'s command is supervised by :mod:`tumbler._supervisor`, imported for ``run`` only
+(``status`` and ``release`` start without it, and without subprocess). Every failure ends with one
 line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3), a tumbler error's
 being its class's ``exit_status`` (tumbler.errors)::
 
