@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import inspect
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -325,27 +326,80 @@ class ExitGuard:
     """Close a client still open when the interpreter exits normally.
 
     Its holds would otherwise keep their locks for a whole lease after the process is gone.
-    The close runs in a daemon thread given ``EXIT_GRACE`` seconds: an unreachable backend
-    must not hang the exit (the grants then run out by themselves). Only a weak reference is
-    kept, so the guard never keeps a client alive.
+    The closes run in a daemon thread given ``EXIT_GRACE`` seconds in all: an unreachable
+    backend must not hang the exit (the grants then run out by themselves). Only a weak
+    reference is kept, so the guard never keeps a client alive.
     """
 
     def __init__(self, close: Callable[[], object]) -> None:
         self._close = weakref.WeakMethod(close)
-        self._armed = True
-        atexit.register(self._at_exit)
+        _EXIT_CLOSER.add(self)
 
     def disarm(self) -> None:
-        self._armed = False
-        atexit.unregister(self._at_exit)
+        _EXIT_CLOSER.discard(self)
+
+    def close_client(self) -> None:
+        close = self._close()
+        if close is None:
+            return
+        try:
+            close()
+        except Exception:
+            _log.warning("could not close a client left open at exit", exc_info=True)
+
+
+class _ExitCloser:
+    """The one daemon thread that closes the guarded clients at exit.
+
+    It starts with the first guard rather than at exit: from Python 3.12 on, no thread can
+    start once the interpreter has begun to exit. A child process made by fork has neither
+    the thread nor its parent's clients to close, and starts afresh.
+    """
+
+    def __init__(self) -> None:
+        self._registered = False
+        self._start()
+
+    def _start(self) -> None:
+        self._lock = threading.Lock()
+        self._guards: weakref.WeakSet[ExitGuard] = weakref.WeakSet()
+        self._exiting = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, guard: ExitGuard) -> None:
+        with self._lock:
+            self._guards.add(guard)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tumbler-exit", daemon=True)
+                self._thread.start()
+            if not self._registered:
+                self._registered = True
+                atexit.register(self._at_exit)
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=self._start)
+
+    def discard(self, guard: ExitGuard) -> None:
+        with self._lock:
+            self._guards.discard(guard)
+
+    def _run(self) -> None:
+        self._exiting.wait()
+        with self._lock:
+            guards = list(self._guards)
+        for guard in guards:
+            guard.close_client()
+        self._closed.set()
 
     def _at_exit(self) -> None:
-        close = self._close()
-        if close is None or not self._armed:
-            return
-        worker = threading.Thread(target=close, name="tumbler-exit", daemon=True)
-        worker.start()
-        worker.join(EXIT_GRACE)
+        with self._lock:
+            if self._thread is None or not self._guards:
+                return
+        self._exiting.set()
+        self._closed.wait(EXIT_GRACE)
+
+
+_EXIT_CLOSER = _ExitCloser()
 
 
 class AsyncExitGuard:

@@ -1,11 +1,15 @@
 """The ``tumbler`` command: run a command under a lock, inspect locks, force-release them, demo.
 
-A thin layer over the public blocking API (``tumbler.connect``). Every failure ends with one
-line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
+A thin layer over the public blocking API (``tumbler.connect``): options are parsed here, and
+``run``'s command is supervised by :mod:`tumbler._supervisor`, imported for ``run`` only
+(``status`` and ``release`` start without it, and without subprocess). Every failure ends with one
+line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3), a tumbler error's
+being its class's ``exit_status`` (tumbler.errors)::
 
     0    success (``run``: the command's own status is passed through)
     64   usage error: bad arguments, bad lock name, bad TTL or wait
     69   the backend is unavailable
+    70   an internal error: a tumbler error that means a bug
     75   the lock is busy: not acquired in time, or its line of waiters is full
     77   the backend refused access
     78   configuration error: bad or unknown backend URL, missing extra, unusable backend
@@ -18,82 +22,66 @@ line on stderr, ``tumbler: <message>``, and an exit status from sysexits(3)::
 from __future__ import annotations
 
 import contextlib
-import errno
 import importlib
 import logging
 import math
-import os
 import re
-import select
 import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import click
 
 import tumbler
-from tumbler import HolderInfo, LockState
+from tumbler import HolderInfo, LockState, backends
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.errors import (
-    AcquireTimeout,
-    BackendUnavailable,
+    EX_CANNOT_EXECUTE,
+    EX_CONFIG,
+    EX_LOCK_LOST,
+    EX_NOPERM,
+    EX_NOT_FOUND,
+    EX_SIGNAL_BASE,
+    EX_SOFTWARE,
+    EX_TEMPFAIL,
+    EX_UNAVAILABLE,
+    EX_USAGE,
     ConfigurationError,
-    InvalidArgument,
-    InvalidURL,
-    LockLost,
-    PermissionDenied,
-    PermitsMismatch,
-    TooManyWaiters,
     TumblerError,
 )
 
-__all__ = ["EXIT_CODES", "cli", "exit_code_for", "main"]
+__all__ = [
+    "EX_CANNOT_EXECUTE",
+    "EX_CONFIG",
+    "EX_FAILURE",
+    "EX_LOCK_LOST",
+    "EX_NOPERM",
+    "EX_NOT_FOUND",
+    "EX_OK",
+    "EX_SIGNAL_BASE",
+    "EX_SOFTWARE",
+    "EX_TEMPFAIL",
+    "EX_UNAVAILABLE",
+    "EX_USAGE",
+    "cli",
+    "exit_code_for",
+    "main",
+]
 
-# -- exit statuses: the one place they are defined ---------------------------------------------
+# -- exit statuses: an error's is its own (``exit_status``, in tumbler.errors); these are the rest
 
 EX_OK = 0
 #: the demo's locked run came out wrong, a demo worker failed, or a confirmation was declined
 EX_FAILURE = 1
-EX_USAGE = 64
-EX_UNAVAILABLE = 69
-EX_SOFTWARE = 70
-EX_TEMPFAIL = 75
-EX_NOPERM = 77
-EX_CONFIG = 78
-#: not in sysexits: the lease was lost while the command ran
-EX_LOCK_LOST = 79
-EX_CANNOT_EXECUTE = 126
-EX_NOT_FOUND = 127
-#: a shell's convention for "ended by signal N": 128 + N
-EX_SIGNAL_BASE = 128
-
-#: tumbler's errors and their exit statuses, most specific first (the first match wins)
-EXIT_CODES: tuple[tuple[type[TumblerError], int], ...] = (
-    # a URL comes from --url or $TUMBLER_URL: configuration, although InvalidURL is a ValueError
-    (InvalidURL, EX_CONFIG),
-    (InvalidArgument, EX_USAGE),
-    (PermitsMismatch, EX_USAGE),
-    (AcquireTimeout, EX_TEMPFAIL),
-    # the lock's line of waiters is full: busy, as a timeout is, and worth trying again later
-    (TooManyWaiters, EX_TEMPFAIL),
-    (LockLost, EX_LOCK_LOST),
-    (ConfigurationError, EX_CONFIG),  # MissingDependency included
-    (PermissionDenied, EX_NOPERM),
-    (BackendUnavailable, EX_UNAVAILABLE),
-)
 
 EXIT_STATUS_HELP = """\b
 Exit status:
   0    success (run: the command's own status)
   64   usage error (bad arguments, lock name, TTL)
   69   backend unavailable
+  70   internal error (a bug)
   75   lock busy: not acquired in time, or its line of waiters is full
   77   permission denied by the backend
   78   configuration error (bad/unknown URL, missing extra,
@@ -104,11 +92,9 @@ Exit status:
 
 
 def exit_code_for(error: TumblerError) -> int:
-    """The exit status for a tumbler error (70, EX_SOFTWARE, for one that means a bug)."""
-    for kind, code in EXIT_CODES:
-        if isinstance(error, kind):
-            return code
-    return EX_SOFTWARE
+    """The exit status for a tumbler error: its class's ``exit_status`` (70, EX_SOFTWARE, for
+    one that means a bug)."""
+    return error.exit_status
 
 
 def _one_line(text: str) -> str:
@@ -175,6 +161,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from tumbler.backends import BackendDescriptor
+
     _FloatType = click.ParamType[float, Any]  # generic only in recent click
 else:
     _FloatType = click.ParamType
@@ -240,8 +228,7 @@ def _connect(url: str | None, command: str) -> tumbler.Locks:
         locks.close()
         raise ConfigurationError(
             f"this backend's locks live inside one process, so 'tumbler {command}' would "
-            "see no other process's locks: use sqlite:// (processes of one machine), "
-            "redis:// or zookeeper:// / zookeepers:// (processes on any machine)",
+            f"see no other process's locks: use {_by_scope('host', 'network')}",
             backend=locks.url,
         )
     return locks
@@ -251,6 +238,91 @@ def _check_name(name: str) -> None:
     """Refuse a bad lock name before connecting, which could create the SQLite file: bad input
     leaves nothing behind."""
     core.validate_name(name)
+
+
+# -- the backends, named from their descriptors ----------------------------------------------------
+#
+# Help texts and messages that name backends are made from the built-in backends' descriptors
+# when they are shown, so that a backend added later is named without an edit here.
+
+#: whom a backend's locks exclude, by the scope its capabilities declare
+_EXCLUDES = {
+    "host": "processes of one machine",
+    "network": "processes on any machine",
+    "process": "threads and tasks of one process",
+}
+
+
+def _descriptors() -> list[BackendDescriptor]:
+    return backends.builtin_descriptors()
+
+
+def _either(items: Sequence[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return " or ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
+def _by_scope(*scopes: str) -> str:
+    """The backends of ``scopes``, each by its first scheme, grouped by whom they exclude:
+    ``sqlite:// (processes of one machine); etcd://, ... or zookeeper:// (processes on any
+    machine)``."""
+    groups = []
+    for scope in scopes:
+        schemes = [f"{d.schemes[0]}://" for d in _descriptors() if d.capabilities.scope == scope]
+        if schemes:
+            groups.append(f"{_either(schemes)} ({_EXCLUDES.get(scope, scope)})")
+    return "; ".join(groups)
+
+
+def _names(wanted: Callable[[BackendDescriptor], bool]) -> str:
+    return ", ".join(d.name for d in _descriptors() if wanted(d))
+
+
+#: the fields a help text may hold, filled when it is shown
+_HELP_FIELDS: dict[str, Callable[[], str]] = {
+    "{excludes}": lambda: _by_scope(*_EXCLUDES),
+    "{session_backends}": lambda: _names(lambda d: d.capabilities.session_liveness),
+    "{preparing_backends}": lambda: _names(lambda d: d.prepare is not None),
+}
+
+
+def _filled(text: str) -> str:
+    for field, make in _HELP_FIELDS.items():
+        if field in text:
+            text = text.replace(field, make())
+    return text
+
+
+def _backends_help() -> str:
+    """The list of backends in ``tumbler --help``: each one's name, summary and URL form."""
+    lines = [
+        "\b",
+        "Backends (--url URL, else $TUMBLER_URL, else an SQLite file in your cache directory):",
+    ]
+    for descriptor in _descriptors():
+        url_form = descriptor.url_form or f"{descriptor.schemes[0]}://..."
+        lines.append(f"  {descriptor.name}: {descriptor.summary}".rstrip(": "))
+        lines.append(f"    {url_form}")
+        also = [f"{s}://" for s in descriptor.schemes if not url_form.startswith(f"{s}://")]
+        notes = [f"also {', '.join(also)}"] if also else []
+        if descriptor.extra is not None:
+            notes.append(f"pip install 'tumbler[{descriptor.extra}]'")
+        if notes:
+            lines.append(f"    ({'; '.join(notes)})")
+    return "\n".join(lines)
+
+
+class _Described(click.Command):
+    """A command whose help names backends: its ``{fields}`` (``_HELP_FIELDS``) are filled from
+    the descriptors when the help is shown, and only then."""
+
+    @property
+    def help(self) -> str | None:
+        return None if self._help is None else _filled(self._help)
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self._help = text
 
 
 # -- the command group ---------------------------------------------------------------------------
@@ -282,6 +354,12 @@ class _Commands(click.Group):
         module_name, _, attribute = target.partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attribute)
         return command
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(_backends_help())
+        super().format_epilog(ctx, formatter)
 
 
 @click.group(
@@ -326,7 +404,7 @@ def _library_logging(verbose: bool) -> Iterator[None]:
 # -- run -----------------------------------------------------------------------------------------
 
 
-class _RunCommand(click.Command):
+class _RunCommand(_Described):
     """``run``: everything after ``--`` is the command, taken verbatim."""
 
     COMMAND_KEY = "tumbler.command"
@@ -412,9 +490,8 @@ def run(
     CMD's environment is tumbler's, but $TUMBLER_URL loses its credentials (user and
     password): the command does not need them, and everything it starts would inherit them.
 
-    Who a lock excludes depends on the backend: redis:// and zookeeper:// locks exclude
-    processes on any machine; sqlite:// locks only processes of one machine (network file
-    systems are refused); memory:// locks live inside one process and are refused here.
+    Whom a lock excludes depends on the backend: {excludes}. A backend whose locks live
+    inside one process is refused here.
 
     \b
     A cron job installed on many hosts, to run on one at a time (credentials
@@ -431,459 +508,18 @@ def run(
         if wait not in (None, 0):
             raise click.UsageError("--no-wait and --wait are contradictory", ctx)
         wait = 0.0
-    return run_locked(
+    from tumbler import _supervisor  # only run needs it
+
+    return _supervisor.run_locked(
+        lambda: _connect(url, "run"),
         name,
         command,
         ttl=ttl,
         wait=wait,
         kill_after=kill_after,
         wait_descendants=wait_descendants,
-        url=url,
+        complain=_complain,
     )
-
-
-class _Signalled(BaseException):
-    """SIGINT or SIGTERM arrived while waiting: unwinds the wait, which withdraws the waiter."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-class _SignalRelay:
-    """SIGINT, SIGTERM and SIGHUP for ``run``, by phase.
-
-    Waiting: raise in the main thread, so the library withdraws the waiter entry and we exit.
-    Starting the command: remember them, so the child is not started, or gets them once it is.
-    Holding: pass them on to the command's family; its exit status becomes ours.
-    Finishing: ignore them, so that releasing the lock is never cut short.
-    """
-
-    WAITING, STARTING, HOLDING, FINISHING = range(4)
-
-    def __init__(self) -> None:
-        self.phase = self.WAITING
-        self.pending: list[int] = []
-        self.family: _Family | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _SignalRelay:
-        # SIGHUP too: a closed terminal must not leave the command running unguarded (it is
-        # in a session of its own, so the hangup does not reach it).
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.phase == self.WAITING:
-            self.phase = self.FINISHING  # a second signal must not interrupt the withdrawal
-            raise _Signalled(signum)
-        if self.phase == self.STARTING:
-            self.pending.append(signum)
-        elif self.phase == self.HOLDING and self.family is not None:
-            self.family.signal(signum)
-
-    def holding(self, family: _Family) -> None:
-        self.family = family
-        self.phase = self.HOLDING
-        for signum in self.pending:
-            family.signal(signum)
-
-
-def _child_status(returncode: int) -> int:
-    return EX_SIGNAL_BASE - returncode if returncode < 0 else returncode
-
-
-#: prctl(2) option (<linux/prctl.h>): orphaned descendants are re-parented to this process
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _set_child_subreaper(enabled: bool) -> None:
-    """Become (or stop being) the reaper of our orphaned descendants; OSError if impossible.
-
-    A process whose parent exits is re-parented to its nearest ancestor that is a subreaper
-    instead of to init, so ``run`` sees (and must reap) everything the command leaves behind.
-    Not inherited by children. One prctl(2) call through ctypes: the packages that wrap prctl
-    (python-prctl, pyprctl) are unmaintained, and this is the one call needed.
-    """
-    if not sys.platform.startswith("linux"):
-        raise OSError(errno.ENOSYS, "child subreapers exist on Linux only")
-    import ctypes  # not at the top: status and release need no prctl
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-
-
-def _descendants() -> list[tuple[int, int]]:
-    """``(pid, process group)`` of every live process descended from this one.
-
-    Read from /proc (none where there is no /proc). A process found here may exit before it
-    is signalled; its pid can be reused only once it is reaped, by its parent, so the window
-    for signalling a stranger is the time between this read and the kill.
-    """
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    children: dict[int, list[tuple[int, int]]] = {}
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue  # it exited meanwhile
-        # the command name (in parentheses) may hold spaces and parentheses: split after it
-        state, ppid, pgrp = stat.rpartition(b")")[2].split()[:3]
-        if state not in (b"Z", b"X"):  # exited: nothing to signal, and it has no children
-            children.setdefault(int(ppid), []).append((int(entry), int(pgrp)))
-    found: list[tuple[int, int]] = []
-    parents = [os.getpid()]
-    while parents:
-        for process in children.get(parents.pop(), ()):
-            found.append(process)
-            parents.append(process[0])
-    return found
-
-
-class _Family:
-    """The command (our direct child) and the processes it starts.
-
-    With ``wait_descendants`` this process is their subreaper: every descendant that is
-    orphaned becomes our child, so once ``waitpid`` finds no child left, none of them is
-    alive. Without it, only the command is waited for, and it is left a zombie until
-    ``finish()``: its pid, which is its process group's id, cannot be taken by another
-    process (and group) before the last signal to the group has gone out.
-    """
-
-    def __init__(self, child: subprocess.Popen[bytes], *, wait_descendants: bool) -> None:
-        self.child = child
-        self.wait_descendants = wait_descendants
-        #: the command's exit status as Popen.returncode has it, once it has exited
-        self.returncode: int | None = None
-        #: nothing left to wait for: the command has exited (and, with wait_descendants,
-        #: every process it started)
-        self.done = False
-        self._reaped = False
-
-    def collect(self) -> None:
-        """Reap whatever has exited, without blocking; update ``returncode`` and ``done``."""
-        if self.wait_descendants:
-            while True:
-                try:
-                    pid, wait_status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    self.done = True
-                    return
-                if pid == 0:
-                    return
-                if pid == self.child.pid:
-                    self._reaped = True
-                    self._exited(os.waitstatus_to_exitcode(wait_status))
-        elif self.returncode is None:
-            if not hasattr(os, "waitid"):  # macOS: reap at once; the group id is at risk
-                pid, wait_status = os.waitpid(self.child.pid, os.WNOHANG)
-                if pid:
-                    self._reaped = True
-                    self._exited(os.waitstatus_to_exitcode(wait_status))
-                return
-            info = os.waitid(os.P_PID, self.child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            if info is not None:
-                exited = info.si_code == os.CLD_EXITED
-                self._exited(info.si_status if exited else -info.si_status)
-
-    def _exited(self, returncode: int) -> None:
-        self.returncode = returncode
-        if not self.wait_descendants:
-            self.done = True
-
-    def finish(self) -> None:
-        """Reap the command if it is left a zombie; ``returncode`` becomes Popen's."""
-        if self.returncode is not None and not self._reaped:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(self.child.pid, 0)
-            self._reaped = True
-        self.child.returncode = self.returncode
-
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` to the command's process group and to every descendant outside it
-        (one that made a group or session of its own)."""
-        group = self.child.pid  # the command leads a session of its own: group id = its pid
-        descendants = _descendants()
-        # A group's id cannot be reused while the group has members or its leader's pid is
-        # taken (not reaped); past that it may name a stranger's group.
-        if not self._reaped or any(pgrp == group for _, pgrp in descendants):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signum)
-        for pid, pgrp in descendants:
-            if pgrp != group:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signum)
-
-
-def _ignore_signal(signum: int, frame: FrameType | None) -> None:
-    """A handler that does nothing: installed so that the signal reaches the wakeup fd."""
-
-
-class _Wakeups:
-    """What wakes ``run``'s main thread: a signal, a child's exit (SIGCHLD), a lost hold.
-
-    Python runs signal handlers in the main thread only, but the kernel may hand a signal to
-    any thread (the renewal worker's): a main thread blocked on a lock would then not run
-    the handler (nor pass the signal on) until something else woke it. So it waits in
-    select() on a pipe that every signal writes to (``signal.set_wakeup_fd``), and that
-    ``notify()`` writes to from other threads.
-    """
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._closed = False
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._read, False)
-        os.set_blocking(self._write, False)
-        self._previous_fd = -1
-        self._previous_chld: Any = None
-
-    def __enter__(self) -> _Wakeups:
-        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        # SIG_IGN would have the kernel reap children itself; a handler keeps them ours
-        self._previous_chld = signal.signal(signal.SIGCHLD, _ignore_signal)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        signal.signal(signal.SIGCHLD, self._previous_chld)
-        signal.set_wakeup_fd(self._previous_fd)
-        with self._guard:  # a late notify() must not write to a reused descriptor
-            self._closed = True
-            os.close(self._read)
-            os.close(self._write)
-
-    def notify(self) -> None:
-        """Wake the main thread (from any thread)."""
-        with self._guard:
-            if not self._closed:
-                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending
-                    os.write(self._write, b"\0")
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Return once woken (or after ``timeout`` seconds); signal handlers have run."""
-        select.select([self._read], [], [], timeout)
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self._read, 4096):
-                pass
-
-
-#: how often run re-sends SIGKILL while processes remain (one forked as a round went out
-#: was not in it)
-_KILL_ROUND = 0.05
-
-
-def run_locked(
-    name: str,
-    command: Sequence[str],
-    *,
-    ttl: float = 30.0,
-    wait: float | None = None,
-    kill_after: float = 5.0,
-    wait_descendants: bool = True,
-    url: str | None = None,
-) -> int:
-    """``tumbler run``: hold the lock ``name`` while ``command`` runs; return the exit status.
-
-    With ``wait_descendants``, the lock is held until every process the command started has
-    exited. Tumbler errors are raised for ``main()`` to report; everything about the command
-    is reported here.
-    """
-    _check_name(name)
-    core.validate_ttl(ttl)
-    core.validate_timeout(wait)
-    with _SignalRelay() as relay:
-        try:
-            with _connect(url, "run") as locks:
-                lock = locks.lock(name, ttl=ttl)
-                acquired = lock.acquire(timeout=wait)
-                relay.phase = relay.STARTING
-                if not acquired:
-                    relay.phase = relay.FINISHING
-                    _complain(_busy_message(locks, name, wait))
-                    return EX_TEMPFAIL
-                hold = lock.hold
-                assert hold is not None
-                return _supervise(hold, list(command), kill_after, wait_descendants, relay)
-        except _Signalled as signalled:
-            what = signal.Signals(signalled.signum).name
-            _complain(f"{what} while waiting for lock {name!r}: not run")
-            return EX_SIGNAL_BASE + signalled.signum
-
-
-def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:
-    when = "is held by another owner" if not wait else f"could not be acquired within {wait:g} s"
-    try:
-        holders = locks.status(name).holders
-    except TumblerError:
-        holders = ()
-    if holders:
-        holder = holders[0]
-        # the description is the holding client's to write: _complain escapes what is in it
-        return f"lock {name!r} {when} (holder: {holder.holder}, token {holder.token})"
-    return f"lock {name!r} {when}"
-
-
-def _command_environment() -> dict[str, str]:
-    """The command's environment: ours, with ``$TUMBLER_URL`` stripped of its credentials.
-
-    The command does not need them (tumbler holds the lock for it), and every process it
-    starts would inherit a password. The URL stays without them rather than going, so that a
-    tumbler inside the command names the same backend and is refused there (a clear
-    permission error) instead of falling back to the default SQLite file, whose locks would
-    exclude nobody else. A URL that does not parse is dropped: where its secret is cannot be
-    told.
-    """
-    environment = dict(os.environ)
-    url = environment.pop("TUMBLER_URL", None)
-    if url is not None:
-        try:
-            parsed = parse_url(url)
-        except InvalidURL:
-            return environment
-        if parsed.username is not None or parsed.password is not None:
-            # in the text itself: urlunsplit() would turn "redis+unix://@/path" (no host)
-            # into "redis+unix:/path"
-            netloc = urlsplit(url).netloc
-            url = url.partition("#")[0].replace(netloc, netloc.rpartition("@")[2], 1)
-        environment["TUMBLER_URL"] = url
-    return environment
-
-
-def _supervise(
-    hold: tumbler.Hold,
-    command: list[str],
-    kill_after: float,
-    wait_descendants: bool,
-    relay: _SignalRelay,
-) -> int:
-    """Run ``command`` under ``hold``; stop it if the hold is lost. Returns the exit status."""
-    if relay.pending:
-        relay.phase = relay.FINISHING
-        _release_quietly(hold)
-        signum = relay.pending[0]
-        _complain(f"{signal.Signals(signum).name} before the command started: not run")
-        return EX_SIGNAL_BASE + signum
-    if wait_descendants:
-        try:
-            _set_child_subreaper(True)
-        except OSError as error:
-            wait_descendants = False
-            _complain(
-                f"cannot adopt what the command leaves running ({error.strerror or error}): "
-                "the lock is released when the command exits"
-            )
-    try:
-        with _Wakeups() as wakeups:
-            return _supervise_family(hold, command, kill_after, wait_descendants, relay, wakeups)
-    finally:
-        if wait_descendants:
-            with contextlib.suppress(OSError):
-                _set_child_subreaper(False)
-
-
-def _supervise_family(
-    hold: tumbler.Hold,
-    command: list[str],
-    kill_after: float,
-    wait_descendants: bool,
-    relay: _SignalRelay,
-    wakeups: _Wakeups,
-) -> int:
-    try:
-        # A session of its own: the terminal's Ctrl-C reaches us only (we pass it on), and the
-        # whole process group can be stopped if the lock is lost.
-        child = subprocess.Popen(command, start_new_session=True, env=_command_environment())
-    except FileNotFoundError:
-        relay.phase = relay.FINISHING
-        _release_quietly(hold)
-        _complain(f"{command[0]}: command not found")
-        return EX_NOT_FOUND
-    except OSError as error:
-        relay.phase = relay.FINISHING
-        _release_quietly(hold)
-        _complain(f"{command[0]}: cannot execute: {error.strerror or error}")
-        return EX_CANNOT_EXECUTE
-
-    family = _Family(child, wait_descendants=wait_descendants)
-    lost = threading.Event()
-
-    def on_lost(_hold: tumbler.Hold) -> None:
-        lost.set()
-        wakeups.notify()
-
-    relay.holding(family)
-    hold.on_lost(on_lost)
-    family.collect()
-    while not (lost.is_set() or family.done):
-        wakeups.wait()  # signal handlers (passing signals on) run here
-        family.collect()
-
-    if lost.is_set():
-        reason = hold.lost_reason or "the lease ran out"
-        outcome = "it was stopped"
-        if family.returncode is not None:
-            outcome = f"it had exited with status {_child_status(family.returncode)}"
-            if not family.done:
-                outcome += "; what it left running was stopped"
-        _stop(family, wakeups, kill_after)
-        relay.phase = relay.FINISHING
-        family.finish()
-        _release_quietly(hold)
-        _complain(f"lock {hold.name!r} was lost while the command ran ({reason}); {outcome}")
-        return EX_LOCK_LOST
-
-    relay.phase = relay.FINISHING
-    family.finish()
-    assert family.returncode is not None
-    status = _child_status(family.returncode)
-    try:
-        hold.release()
-    except LockLost as error:
-        _complain(f"{error}; the command had exited with status {status}")
-        return EX_LOCK_LOST
-    except BackendUnavailable as error:
-        # The command is done; the grant frees itself when its lease runs out.
-        _complain(f"could not release lock {hold.name!r} (its lease will run out): {error}")
-    return status
-
-
-def _stop(family: _Family, wakeups: _Wakeups, kill_after: float) -> None:
-    """SIGTERM to the command's family; SIGKILL to whatever is left ``kill_after`` s later."""
-    family.signal(signal.SIGTERM)
-    deadline = time.monotonic() + kill_after
-    family.collect()
-    while not family.done:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        wakeups.wait(left)
-        family.collect()
-    # Without wait_descendants the command may be done while what it left in its group runs
-    # on: that ran without the lock as well, so the group gets SIGKILL in any case.
-    while True:
-        family.signal(signal.SIGKILL)
-        family.collect()
-        if family.done:
-            return
-        wakeups.wait(_KILL_ROUND)
-
-
-def _release_quietly(hold: tumbler.Hold) -> None:
-    with contextlib.suppress(TumblerError):
-        hold.release()
 
 
 # -- status --------------------------------------------------------------------------------------
@@ -966,7 +602,7 @@ def _status_table(states: Sequence[LockState]) -> Table:
     return table
 
 
-@cli.command()
+@cli.command(cls=_Described)
 @click.argument("name", required=False)
 @url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
@@ -974,9 +610,9 @@ def status(name: str | None, url: str | None, as_json: bool) -> int:
     """Show the holders and waiters of lock NAME, or of every lock in use.
 
     For each holder: its description (host and pid), fencing token, mode (exclusive or
-    shared) and its lease: the seconds left on it, or, on a backend where a grant lives as
-    long as its holder's session (ZooKeeper), "with session" and the session's timeout (how
-    long the grant outlives a holder that died). With --json, one object for NAME
+    shared) and its lease: the seconds left on it, or, on a backend where a grant lives
+    with its holder's session ({session_backends}), "with session" and the session's timeout
+    (how long the grant outlives a holder that died). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
     "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
     expires_in is null for a session's grant, session_timeout null for the others; malformed
@@ -1074,16 +710,16 @@ def release(name: str, force: bool, yes: bool, reason: str | None, url: str | No
 # -- init ----------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(cls=_Described)
 @click.argument("url", required=False, metavar="[URL]")
 def init(url: str | None) -> int:
     """Make what the backend at URL needs before its first use, and say what that was.
 
-    PostgreSQL: the schema the URL names (?schema=, default tumbler), its tables, its token
-    sequence and its functions; MySQL / MariaDB: the tables and procedures of the URL's
-    ?table_prefix= (default tumbler_). Clients make them on first use too; run this as a
+    The backends that have something to make ({preparing_backends}) make their tables, and
+    whatever else they keep beside them (a schema, functions, procedures: the README's
+    section of each says what, and where the URL puts it), on first use too; run this as a
     role that may create them when the application's own role may not (then grant it what
-    the README lists). Safe to run again, and while clients use the schema. A backend that needs
+    the README lists). Safe to run again, and while clients use them. A backend that needs
     nothing made says so. URL defaults to $TUMBLER_URL (where a password is not seen by
     other users of the machine).
     """
@@ -1180,7 +816,7 @@ def demo(
     if url is not None and not stock_demo.shared_by_processes(url):
         raise click.BadParameter(
             f"{parse_url(url).redacted}: its locks live inside one process; the demo's "
-            "workers are separate processes: use sqlite:// or a server backend",
+            f"workers are separate processes: use {_by_scope('host', 'network')}",
             param_hint="'--url'",
         )
     if think is not None and think > 10:

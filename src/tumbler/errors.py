@@ -31,9 +31,23 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
 
 Errors about one lock carry its ``lock_name``; errors about a backend carry ``backend``, the
 backend's URL with any password removed.
+
+Each class carries ``exit_status``, the status a command exits with when it reports the error
+(the ``tumbler`` command, its ``torture`` harness), in the style of sysexits(3). A class has its
+parent's unless this table names it:
+
+    64  EX_USAGE        InvalidArgument, PermitsMismatch
+    69  EX_UNAVAILABLE  BackendUnavailable
+    70  EX_SOFTWARE     TumblerError (an error that means a bug: NotHeld, ClientClosed, ...)
+    75  EX_TEMPFAIL     AcquireTimeout, TooManyWaiters (busy: worth trying again later)
+    77  EX_NOPERM       PermissionDenied
+    78  EX_CONFIG       ConfigurationError, InvalidURL (a URL is configuration)
+    79  EX_LOCK_LOST    LockLost (not in sysexits(3))
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 __all__ = [
     "AcquireTimeout",
@@ -64,8 +78,26 @@ __all__ = [
 ]
 
 
+#: the exit statuses of the table above, named as sysexits(3) names them
+EX_USAGE = 64
+EX_UNAVAILABLE = 69
+EX_SOFTWARE = 70
+EX_TEMPFAIL = 75
+EX_NOPERM = 77
+EX_CONFIG = 78
+EX_LOCK_LOST = 79
+#: not an error's: what ``tumbler run`` exits with when its command cannot be executed, or is
+#: not found, as a shell does; and a shell's "ended by signal N", 128 + N
+EX_CANNOT_EXECUTE = 126
+EX_NOT_FOUND = 127
+EX_SIGNAL_BASE = 128
+
+
 class TumblerError(Exception):
     """Base class of every error raised by tumbler."""
+
+    #: what a command that reports this error exits with (see the module's table)
+    exit_status: ClassVar[int] = EX_SOFTWARE
 
     def __init__(
         self, message: str, *, lock_name: str | None = None, backend: str | None = None
@@ -101,6 +133,8 @@ def _rebuild(
 class AcquireTimeout(TumblerError, TimeoutError):
     """The lock could not be acquired before the timeout ran out."""
 
+    exit_status = EX_TEMPFAIL
+
 
 class LockLost(TumblerError):
     """A hold ended without its owner releasing it.
@@ -110,6 +144,8 @@ class LockLost(TumblerError):
     ran under the hold may not have been alone: a resource that checks fencing tokens will have
     refused its writes once a newer holder wrote.
     """
+
+    exit_status = EX_LOCK_LOST
 
 
 class HoldInDoubt(LockLost):
@@ -150,6 +186,8 @@ class WrongEventLoop(TumblerError, RuntimeError):
 class InvalidArgument(TumblerError, ValueError):
     """An argument was refused before anything was sent to the backend."""
 
+    exit_status = EX_USAGE
+
 
 class InvalidLockName(InvalidArgument):
     """A lock name that is empty, too long, not text or holds control characters."""
@@ -174,6 +212,8 @@ class InvalidSegments(InvalidArgument):
 class InvalidURL(InvalidArgument):
     """A backend URL that cannot be parsed or names an unknown option."""
 
+    exit_status = EX_CONFIG  # from --url or $TUMBLER_URL: configuration, as much as input
+
 
 class UnknownScheme(InvalidURL):
     """A backend URL whose scheme no installed backend handles."""
@@ -189,6 +229,8 @@ class UnknownScheme(InvalidURL):
 class PermitsMismatch(TumblerError, ValueError):
     """A semaphore asked for with a permit count other than the one its live holders use."""
 
+    exit_status = EX_USAGE
+
 
 class TooManyWaiters(TumblerError):
     """An acquire would have queued behind as many waiters as the backend allows for one lock.
@@ -198,9 +240,13 @@ class TooManyWaiters(TumblerError):
     Nothing was queued: try again later, or take fewer waits at once.
     """
 
+    exit_status = EX_TEMPFAIL
+
 
 class ConfigurationError(TumblerError):
     """The backend cannot be used as configured (a bad path, an unsafe directory, ...)."""
+
+    exit_status = EX_CONFIG
 
 
 class MissingDependency(ConfigurationError, ImportError):
@@ -222,9 +268,13 @@ class BrokenBackend(ConfigurationError):
 class PermissionDenied(TumblerError, PermissionError):
     """The backend refused access (file permissions, credentials, ACLs)."""
 
+    exit_status = EX_NOPERM
+
 
 class BackendUnavailable(TumblerError, ConnectionError):
     """The backend cannot be reached, or did not answer in time."""
+
+    exit_status = EX_UNAVAILABLE
 
 
 class OutOfConnections(BackendUnavailable):

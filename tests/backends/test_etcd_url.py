@@ -31,6 +31,10 @@ from tumbler.testing.servers import make_tls_files
         ("etcd://u:secret@h/tumbler/lock/x", "inside the keys of prefix '/tumbler'"),
         ("etcd://u:secret@h/tumbler/lock", "inside the keys of prefix '/tumbler'"),
         ("etcd://u:secret@h/a/b/evicted/c/d", "inside the keys of prefix '/a/b'"),
+        # among another prefix's end marks: /tumbler/ended/lock/x/... is the end mark of lock
+        # "lock" of /tumbler, and in the line of lock "x" of /tumbler/ended
+        ("etcd://u:secret@h/tumbler/ended", "inside the keys of prefix '/tumbler'"),
+        ("etcd://u:secret@h/a/ended/b", "inside the keys of prefix '/a'"),
     ],
 )
 def test_bad_urls_are_refused_without_the_password(url: str, says: str) -> None:
@@ -39,7 +43,9 @@ def test_bad_urls_are_refused_without_the_password(url: str, says: str) -> None:
     assert "secret" not in str(refused.value)
 
 
-@pytest.mark.parametrize("path", ["/lock", "/evicted/x", "/locks/app", "/tumbler/Lock/x"])
+@pytest.mark.parametrize(
+    "path", ["/lock", "/evicted/x", "/ended/x", "/locks/app", "/tumbler/Lock/x", "/a/ending"]
+)
 def test_a_prefix_that_is_no_other_prefixs_layout_is_taken(path: str) -> None:
     assert parse_config(parse_url(f"etcd://h{path}")).prefix == path.encode() + b"/"
 

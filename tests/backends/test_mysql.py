@@ -6,7 +6,8 @@ keep increasing across a crash and restart of the server; a restart while a lock
 waited for; a holder whose connections are killed (``KILL CONNECTION``) keeps its lease; a
 waiter is handed the lock by the release and takes it once one read of its entry confirms
 it, and a forged or stale hand-off grants nothing; the listener outlives a short
-socket_timeout; names are bytes; a user with only the documented grants; a release that a
+socket_timeout; names are bytes; a user with only the documented grants; a user that may
+only read, holding every locking read it may, holds no decision up; a release that a
 deadlock rolls back is run again; a URL that asks for TLS refuses a server without it;
 renewals go by the batch; closed clients leave no wake-ups behind.
 """
@@ -239,6 +240,146 @@ def test_a_user_with_only_the_documented_grants_can_lock(
         call.result().release()
         assert locks.lock("forced").acquire()
         assert other.force_release("forced", reason="a test") == 1
+
+
+#: what a reader tries, in one open transaction, to hold a lock's name up: every locking read
+#: of the tables, and a read at SERIALIZABLE (which InnoDB makes a locking read) through
+#: what it is granted; a statement it is refused is skipped
+_LOCKING_READS = (
+    "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    "START TRANSACTION",
+    "SELECT * FROM {p}names FOR UPDATE",
+    "SELECT * FROM {p}entries FOR UPDATE",
+    "SELECT * FROM {p}names LOCK IN SHARE MODE",
+    "SELECT * FROM {p}entries LOCK IN SHARE MODE",
+    "SELECT * FROM {p}entries",
+    "CALL {p}states('held-up')",
+    "CALL {p}states(NULL)",
+)
+
+
+def _grant_reader(server: MariaDBServer, prefix: str) -> str:
+    """A user with the grants docs/security.md gives a reader, and nothing more; its URL."""
+    user = f"reader_{uuid.uuid4().hex[:8]}"
+    password = "reader-Pa55"
+    with server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
+        cursor.execute(
+            f"GRANT EXECUTE ON PROCEDURE `{TUMBLER_DATABASE}`.`{prefix}states` TO %s@'127.0.0.1'",
+            (user,),
+        )
+    return server.url_for(user, password) + f"?table_prefix={prefix}"
+
+
+@contextmanager
+def _locking_reads(url: str, prefix: str) -> Iterator[list[str]]:
+    """A connection of ``url``'s user that runs every one of :data:`_LOCKING_READS` it may and
+    keeps its transaction open; the statements it ran."""
+    config = parse_config(parse_url(url))
+    connection = open_connection(config)
+    ran = []
+    try:
+        with connection.cursor() as cursor:
+            for statement in _LOCKING_READS:
+                try:
+                    cursor.execute(statement.replace("{p}", prefix))
+                except pymysql.err.OperationalError as error:
+                    if error.args[0] not in (1142, 1370):  # refused: not its to run
+                        raise
+                    continue
+                cursor.fetchall()
+                while cursor.nextset():
+                    pass
+                ran.append(statement)
+        yield ran
+    finally:
+        connection.close()
+
+
+def test_a_user_that_may_only_read_cannot_hold_grants_releases_or_force_release_up(
+    mariadb_server: MariaDBServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user with the documented read grants, holding every locking read it may in an open
+    transaction: grants, releases (one that hands the lock over too) and forced releases of
+    the name go on as if it were not there, and its ``status`` shows them."""
+    url, reader, prefix = _reader_set_up(mariadb_server)
+    with _locking_reads(reader, prefix) as ran:
+        assert "CALL {p}states('held-up')" in ran  # what the reader reads by
+        assert not [statement for statement in ran if "FROM" in statement]  # all refused
+        with tumbler.connect(url) as locks, tumbler.connect(url) as other:
+            lock = locks.lock("held-up")
+            assert lock.acquire(timeout=0)
+            waiting = other.lock("held-up", fair=True)
+            call = background(lambda: waiting.acquire(timeout=PATIENCE))
+            eventually(lambda: locks.status("held-up").waiters == 1, "it waits")
+            lock.release()
+            assert call.result()
+            assert locks.force_release("held-up", reason="a test") == 1
+            assert locks.lock("held-up").acquire(timeout=0)
+            with tumbler.connect(reader) as reading:
+                (holder,) = reading.status("held-up").holders
+                assert holder.token == locks.status("held-up").holders[0].token
+                assert [state.name for state in reading.status_all()] == ["held-up"]
+            assert main(["status", "held-up", "--json", "--url", reader]) == 0
+            assert '"token": ' in capsys.readouterr().out
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_user_that_may_only_read_cannot_hold_grants_releases_or_force_release_up(
+    mariadb_server: MariaDBServer,
+) -> None:
+    url, reader, prefix = _reader_set_up(mariadb_server)
+    with _locking_reads(reader, prefix) as ran:
+        assert "CALL {p}states('held-up')" in ran
+        assert not [statement for statement in ran if "FROM" in statement]
+        async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as other:
+            lock = locks.lock("held-up")
+            assert await lock.acquire(timeout=0)
+            waiting = other.lock("held-up", fair=True)
+            call = asyncio.ensure_future(waiting.acquire(timeout=PATIENCE))
+
+            async def waits() -> bool:
+                return (await locks.status("held-up")).waiters == 1
+
+            await aeventually(waits, "it waits")
+            await lock.release()
+            assert await call
+            assert await locks.force_release("held-up", reason="a test") == 1
+            assert await locks.lock("held-up").acquire(timeout=0)
+            async with await tumbler.aio.connect(reader) as reading:
+                (holder,) = (await reading.status("held-up")).holders
+                assert holder.token == (await locks.status("held-up")).holders[0].token
+                assert [state.name for state in await reading.status_all()] == ["held-up"]
+
+
+def test_status_says_so_when_the_user_that_made_the_tables_is_gone(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """``states`` runs with the rights of the user that made it: once that user is dropped,
+    reading fails with a ConfigurationError, not as if the server were down."""
+    prefix = f"d{uuid.uuid4().hex[:8]}_"
+    owner = f"owner_{uuid.uuid4().hex[:8]}"
+    with mariadb_server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY 'owner-Pa55'", (owner,))
+        cursor.execute(f"GRANT ALL ON `{TUMBLER_DATABASE}`.* TO %s@'127.0.0.1'", (owner,))
+        assert (
+            main(["init", mariadb_server.url_for(owner, "owner-Pa55") + f"?table_prefix={prefix}"])
+            == 0
+        )
+        cursor.execute("DROP USER %s@'127.0.0.1'", (owner,))
+    with tumbler.connect(f"{mariadb_server.url}?table_prefix={prefix}") as locks:
+        assert locks.lock("stock").acquire(timeout=0)
+        with pytest.raises(ConfigurationError, match="definer"):
+            locks.status("stock")
+
+
+def _reader_set_up(server: MariaDBServer) -> tuple[str, str, str]:
+    """The tables of a prefix of its own, made by ``tumbler init``; the lock user's URL (a
+    short lock_timeout: a call held up fails soon), the reader's, and the prefix."""
+    prefix = f"r{uuid.uuid4().hex[:8]}_"
+    url = f"{server.url}?table_prefix={prefix}&lock_timeout=1"
+    assert main(["init", url]) == 0
+    return url, _grant_reader(server, prefix), prefix
 
 
 @pytest.mark.timeout(30)
@@ -918,3 +1059,113 @@ def test_max_waiters_defaults_to_ten_thousand_and_is_checked(
     assert parse_config(parse_url(mariadb_server.url)).max_waiters == 10_000
     with pytest.raises(InvalidURL, match="max_waiters"):
         parse_config(parse_url(f"{mariadb_server.url}?max_waiters=0"))
+
+
+#: entries tumbler never writes, each written by hand: a lease that ends past any tumbler
+#: grants (at the end of DATETIME's range, where adding to it overflows, or merely years
+#: away), numbers out of the range tumbler writes, and a waiter whose terms a release could
+#: not hand it the lock on (its client listens, so a release would try)
+_UNUSABLE = {
+    "holder-in-9999": {"token": 7, "expires_at": "'9999-12-31 23:59:59.999999'"},
+    "waiter-in-9999": {"expires_at": "'9999-12-31 23:59:59.999999'"},
+    "holder-in-two-years": {"token": 7, "expires_at": "UTC_TIMESTAMP(6) + INTERVAL 2 YEAR"},
+    "negative-permits": {"token": 7, "shared": True, "lim": -1},
+    "permits-past-the-most": {"token": 7, "shared": True, "lim": 2_000_000},
+    "waiter-lease-1e300": {"lease": 1e300, "listening": True},
+    "waiter-lease-negative": {"lease": -5.0, "listening": True},
+    "waiter-never-written": {"written_at": "NULL", "listening": True},
+}
+
+
+def _write_by_hand(
+    server: MariaDBServer, prefix: str, name: str, backend: Any, entry: dict[str, Any]
+) -> None:
+    """One entry of ``name`` as another program might write it (see :data:`_UNUSABLE`); a
+    waiter that says it ``listening`` names the client of ``backend``, which listens."""
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {prefix}entries (name, owner, shared, lim, fair, token, expires_at, "
+            "holder, client, lease, stamp, written_at) VALUES (%s, REPEAT('a', 40), %s, %s, "
+            f"TRUE, %s, {entry.get('expires_at', 'UTC_TIMESTAMP(6) + INTERVAL 20 SECOND')}, "
+            f"'by hand', %s, %s, 1, {entry.get('written_at', 'UTC_TIMESTAMP(6)')})",
+            (
+                name,
+                entry.get("shared", False),
+                entry.get("lim", 1),
+                entry.get("token"),
+                backend.wakeups.key if entry.get("listening") else None,
+                entry.get("lease", 30.0),
+            ),
+        )
+
+
+def _rows_of(server: MariaDBServer, prefix: str, name: str) -> int:
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {prefix}entries WHERE name = %s", (name,))
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+@pytest.mark.parametrize("entry", list(_UNUSABLE))
+def test_an_entry_tumbler_did_not_write_blocks_nothing(
+    mariadb_server: MariaDBServer, entry: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Skipped and counted by ``status``, dropped by the next grant, release or forced
+    release, which each go on as if it were not there (nothing overflows)."""
+    prefix = f"u{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=1"
+    with tumbler.connect(url) as locks:
+        backend = locks._backend
+        with backend.watch("stock", "w"):  # the client listens
+            assert backend.wakeups.subscribed()
+            bad = _UNUSABLE[entry]
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            (state,) = locks.status_all()
+            assert (state.malformed, state.holders, state.waiters) == (1, (), 0)
+            assert main(["status", "stock", "--json", "--url", url]) == 0
+            assert '"malformed": 1' in capsys.readouterr().out
+            assert main(["status", "stock", "--url", url]) == 0
+            assert "1 entries tumbler did not write" in capsys.readouterr().out
+            lock = locks.lock("stock", fair=True)
+            assert lock.acquire(timeout=0)  # a grant drops it
+            assert _rows_of(mariadb_server, prefix, "stock") == 1
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.status("stock").malformed == 1
+            lock.release()  # a release drops it
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            assert lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.force_release("stock", reason="a test") == 1  # and a forced one
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert locks.force_release("stock", reason="a test") == 0  # nothing live
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("entry", list(_UNUSABLE))
+async def test_asyncio_an_entry_tumbler_did_not_write_blocks_nothing(
+    mariadb_server: MariaDBServer, entry: str
+) -> None:
+    prefix = f"u{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}&lock_timeout=1"
+    async with await tumbler.aio.connect(url) as locks:
+        backend = locks._backend
+        async with backend.watch("stock", "w"):
+            assert backend.wakeups.subscribed()
+            bad = _UNUSABLE[entry]
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            (state,) = await locks.status_all()
+            assert (state.malformed, state.holders, state.waiters) == (1, (), 0)
+            lock = locks.lock("stock", fair=True)
+            assert await lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert (await locks.status("stock")).malformed == 1
+            await lock.release()
+            assert _rows_of(mariadb_server, prefix, "stock") == 0
+            assert await lock.acquire(timeout=0)
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert await locks.force_release("stock", reason="a test") == 1
+            _write_by_hand(mariadb_server, prefix, "stock", backend, bad)
+            assert await locks.force_release("stock", reason="a test") == 0
+            assert _rows_of(mariadb_server, prefix, "stock") == 0

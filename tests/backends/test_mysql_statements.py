@@ -11,7 +11,8 @@
   at once, saying so, when the doorbell's holder is gone.
 - Tokens keep increasing after every row of every name is gone.
 - Upkeep never waits on a transaction on a name: a sweep skips the rows one holds, and a
-  grant deletes its own name's expired rows without touching another name's.
+  grant deletes its own name's expired rows without touching another name's. A sweep
+  deletes entries whose lease ends past any tumbler grants, of any name.
 
 Everything runs as the tests' database user, not as an administrator: a release interrupts
 another connection of its own user. Each test has a table prefix of its own.
@@ -429,6 +430,28 @@ def test_a_sweep_skips_rows_a_transaction_holds_and_deletes_the_others(
     assert _seqs(cursor, statements, busy, idle) == set()
 
 
+def test_a_sweep_deletes_entries_whose_lease_ends_past_any_tumbler_grants(
+    statements: Statements, cursor: Any
+) -> None:
+    """Such an entry (written by hand: tumbler never grants a lease that long) of a name no
+    decision comes to any more goes with the next sweep; a live one stays."""
+    far, live = uuid.uuid4().hex.encode(), uuid.uuid4().hex.encode()
+    for name, expires_at in (
+        (far, "'9999-12-31 23:59:59.999999'"),
+        (live, "UTC_TIMESTAMP(6) + INTERVAL 300 DAY"),
+    ):
+        cursor.execute(
+            f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
+            f"expires_at, holder) VALUES (%s, REPEAT('a', 40), FALSE, 1, TRUE, 7, {expires_at}, "
+            "'by hand')",
+            (name,),
+        )
+    (kept,) = _seqs(cursor, statements, live)
+    cursor.execute(statements["sweep"], (100,))
+    assert _seqs(cursor, statements, far, live) == {kept}
+    cursor.execute(f"DELETE FROM {statements.prefix}entries WHERE seq = %s", (kept,))
+
+
 @pytest.fixture
 def fresh_statements(mariadb_server: MariaDBServer) -> Statements:
     """Tables of their own, nearly empty: where the optimizer is likeliest to read a range of
@@ -520,8 +543,9 @@ def test_tables_an_earlier_version_made_get_its_indexes_and_procedures(
     mariadb_server: MariaDBServer,
 ) -> None:
     """An earlier version's entries table lacked the indexes a release and a decision read
-    the head of a line by, and its procedures read the whole line: a client of this version
-    adds the indexes and makes every procedure again."""
+    the head of a line by (and the column of entries tumbler cannot use), and its procedures
+    read the whole line: a client of this version adds them and makes every procedure
+    again."""
     from tumbler._url import parse_url
     from tumbler.backends.mysql.common import open_sync
     from tumbler.backends.mysql.statements import INDEXES
@@ -530,9 +554,14 @@ def test_tables_an_earlier_version_made_get_its_indexes_and_procedures(
     url = f"{mariadb_server.url}?table_prefix={prefix}"
     open_sync(parse_url(url)).close()
     with connect(mariadb_server) as connection, connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {prefix}entries DROP KEY limits, DROP KEY line")
+        cursor.execute(
+            f"ALTER TABLE {prefix}entries DROP KEY limits, DROP KEY line, DROP KEY unusable, "
+            "DROP COLUMN unusable"
+        )
         cursor.execute(f"DROP PROCEDURE {prefix}hand_off")
         cursor.execute(f"CREATE PROCEDURE {prefix}hand_off() BEGIN END")
+        # nor had it the procedure made last, whose comment names the version
+        cursor.execute(f"DROP PROCEDURE {prefix}states")
         open_sync(parse_url(url)).close()
         cursor.execute(
             "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
@@ -540,6 +569,8 @@ def test_tables_an_earlier_version_made_get_its_indexes_and_procedures(
             (f"{prefix}entries",),
         )
         assert set(INDEXES) <= {name for (name,) in cursor.fetchall()}
+        cursor.execute(f"SELECT COUNT(*) FROM {prefix}entries WHERE unusable")
+        assert cursor.fetchone() == (0,)
         cursor.execute(
             "SELECT COUNT(*) FROM information_schema.PARAMETERS WHERE SPECIFIC_SCHEMA = "
             "DATABASE() AND SPECIFIC_NAME = %s",

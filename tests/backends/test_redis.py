@@ -14,7 +14,9 @@ import contextlib
 import functools
 import gc
 import hashlib
+import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -845,6 +847,49 @@ def test_wait_replicas(fresh_redis_server: RedisServer, tmp_path: Path) -> None:
             state = locks.status("replicated")
             assert (state.holders, state.waiters) == ((), 0)
         # the grant was given up, not left to expire
+        with tumbler.connect(f"{primary.url}?prefix={prefix}") as plain:
+            assert plain.lock("replicated").acquire(blocking=False)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_wait_replicas_waits_for_the_grant_itself(
+    fresh_redis_server: RedisServer, tmp_path: Path, flavour: str
+) -> None:
+    """WAIT counts the writes of the connection it is sent on: sent on another connection than
+    the grant's, it is answered at once by a replica that has not seen the grant."""
+    primary = fresh_redis_server
+    prefix = new_prefix()
+    primary_admin = primary.client(decode_responses=True)
+    primary_admin.config_set("repl-diskless-sync-delay", 0)
+    with RedisServer(
+        tmp_path / "replica", extra_config=[f"replicaof {primary.host} {primary.port}"]
+    ) as replica:
+        replica_admin = replica.client(decode_responses=True)
+        eventually(
+            lambda: (
+                replica_admin.info("replication").get("master_link_status") == "up"
+                and primary_admin.info("replication").get("connected_slaves") == 1
+            ),
+            "the replica is in sync",
+        )
+        url = f"{primary.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.5"
+        (pid,) = replica.pids()
+        os.kill(pid, signal.SIGSTOP)  # it acknowledges nothing from now on
+        try:
+            if flavour == "sync":
+                with tumbler.connect(url) as locks, pytest.raises(BackendUnavailable):
+                    locks.lock("replicated").acquire(blocking=False)
+            else:
+
+                async def acquire() -> None:
+                    async with await tumbler.aio.connect(url) as locks:
+                        with pytest.raises(BackendUnavailable):
+                            await locks.lock("replicated").acquire(blocking=False)
+
+                asyncio.run(acquire())
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # the grant was given up
         with tumbler.connect(f"{primary.url}?prefix={prefix}") as plain:
             assert plain.lock("replicated").acquire(blocking=False)
 

@@ -1,5 +1,6 @@
-"""The nemesis's aim: which node a ``minority`` fault kills, and whether a fault hit its hold;
-which Redlock masters a ``minority`` or ``minority-pause`` fault takes out.
+"""The nemesis's aim: which node a ``minority`` fault kills, which member's proxy a
+``member-blackhole`` fault cuts, and whether a fault hit its hold; which Redlock masters a
+``minority`` or ``minority-pause`` fault takes out.
 
 The pool's state is built by hand: each worker slot is a real process holding a real kazoo
 session on the ensemble member the test chooses, and its history file says what the harness
@@ -240,6 +241,35 @@ def test_a_minority_round_places_the_workers_on_the_followers(ensemble: Deployme
     assert ensemble.workers_url(["minority", "kill"]) == ensemble.workers_url(["minority"])
     for kinds in (["leader"], ["minority", "leader"], ["restart"], ["kill"], []):
         assert ensemble.workers_url(kinds) == ensemble.url
+
+
+@pytest.mark.timeout(120)
+def test_a_member_blackhole_cuts_off_the_member_the_holder_is_on(
+    ensemble: Deployment, pool: _Pool
+) -> None:
+    """Each member has a proxy of its own, named by the workers' URL in a round of the fault;
+    the fault cuts the proxy of the member the long holder's session goes through, the
+    leader's too (the member goes on with its peers)."""
+    proxies = [proxy.port for proxy in ensemble.member_proxies]
+    assert len(proxies) == 3
+    hosts = ",".join(f"127.0.0.1:{port}" for port in proxies)
+    path_and_options = ensemble.url.split("/", 3)[3]
+    assert ensemble.workers_url(["member-blackhole"]) == f"zookeeper://{hosts}/{path_and_options}"
+    assert ensemble.workers_url(["minority", "member-blackhole"]) == ensemble.workers_url(
+        ["member-blackhole"]
+    )
+    leader = ensemble.leader()
+    assert leader is not None
+    slot = pool.session_on("w0", proxies[leader])
+    assert ensemble.node_serving(slot.process.pid) == leader
+    pool.long_hold("w0", "w0.1")
+    nemesis = _nemesis(ensemble, pool)
+
+    record = nemesis.inject("member-blackhole")
+    assert record is not None
+    assert record.target == f"node {leader}'s proxy (the holder's)"
+    assert (record.client, record.acq) == ("w0", "w0.1")
+    assert nemesis.landed
 
 
 # -- Redlock: every master keeps its own copy of each grant ----------------------------------

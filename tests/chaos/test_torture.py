@@ -35,7 +35,7 @@ CI_ROUNDS: dict[str, list[str]] = {
     "redis-aof": ["restart"],
     "redis-cluster": ["kill", "minority"],
     "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
-    "zookeeper-ensemble": ["minority", "leader", "minority-pause+leader-pause"],
+    "zookeeper-ensemble": ["minority", "leader", "minority-pause+leader-pause", "member-blackhole"],
     "postgresql": [
         *("kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip")
     ],
@@ -43,6 +43,8 @@ CI_ROUNDS: dict[str, list[str]] = {
     "mysql": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "etcd": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "etcd-cluster": ["minority+minority-pause", "leader+leader-pause"],
+    # one member cut off from the clients, in a test of its own on the lock alone
+    "etcd-cluster-blackhole": ["member-blackhole"],
     "redlock": ["kill", "pause", "minority", "rolling-loss"],
     # Redlock's other rounds, in a test of their own that runs beside the first one
     "redlock-hangs": ["minority-pause", "net-cut+net-drop+net-delay+net-reset"],
@@ -160,9 +162,12 @@ def test_zookeeper(tmp_path: Path) -> None:
     _assert_kept_promises(_torture("zookeeper", CI_ROUNDS["zookeeper"], tmp_path))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 def test_zookeeper_ensemble(tmp_path: Path) -> None:
-    _assert_kept_promises(_torture("zookeeper-ensemble", CI_ROUNDS["zookeeper-ensemble"], tmp_path))
+    run = _torture("zookeeper-ensemble", CI_ROUNDS["zookeeper-ensemble"], tmp_path)
+    _assert_kept_promises(run)
+    # a hold whose session cannot move within its lease is lost, visibly: waiters only
+    _assert_cut_off_the_holders_member(run, {"acquire"})
 
 
 @pytest.mark.timeout(120)
@@ -192,6 +197,30 @@ def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
     primitives = ("lock", "fair", "semaphore", "rwlock")
     run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster"], tmp_path, primitives=primitives)
     _assert_kept_promises(run)
+
+
+def _assert_cut_off_the_holders_member(run: BackendRun, promised: set[str]) -> None:
+    """Every ``member-blackhole`` fault cut off the member a long holder's client was on, and
+    the deployment promises what users keep through it (``acquire``, ``hold``)."""
+    assert run.rounds
+    for round_ in run.rounds:
+        if "member-blackhole" not in round_.fault.split("+"):
+            continue
+        blackholes = [record for record in round_.faults if record.kind == "member-blackhole"]
+        assert blackholes, _describe(round_)
+        assert all(record.target.endswith("(the holder's)") for record in blackholes)
+        assert any(record.acq is not None for record in blackholes), _describe(round_)
+        assert set(deployments()[round_.backend].available["member-blackhole"]) == promised
+
+
+@pytest.mark.timeout(120)
+def test_etcd_cluster_with_a_member_cut_off_from_the_clients(tmp_path: Path) -> None:
+    """A member that runs on with its peers but that no client reaches (its proxy
+    blackholed past the lease): a request with no answer moves to another member, so no
+    acquire fails and no hold is lost."""
+    run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster-blackhole"], tmp_path)
+    _assert_kept_promises(run)
+    _assert_cut_off_the_holders_member(run, {"acquire", "hold"})
 
 
 @pytest.mark.timeout(120)

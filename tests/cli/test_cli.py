@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +16,10 @@ from pathlib import Path
 import pytest
 
 import tumbler
+import tumbler.backends
+import tumbler.cli as cli_module
+from tumbler import errors
+from tumbler.backends import BackendDescriptor, builtin_descriptors
 from tumbler.cli import (
     EX_CONFIG,
     EX_LOCK_LOST,
@@ -21,9 +27,11 @@ from tumbler.cli import (
     EX_TEMPFAIL,
     EX_UNAVAILABLE,
     EX_USAGE,
+    EXIT_STATUS_HELP,
     exit_code_for,
     main,
 )
+from tumbler.errors import TumblerError
 
 from .conftest import (
     Spawn,
@@ -77,6 +85,95 @@ def test_run_help_documents_lost_status(capsys: pytest.CaptureFixture[str]) -> N
     assert status == 0
     assert "-- CMD [ARGS]..." in out
     assert "79" in out
+
+
+def shared_descriptors() -> list[BackendDescriptor]:
+    """The built-in backends whose locks other processes see."""
+    return [d for d in builtin_descriptors() if d.capabilities.scope != "process"]
+
+
+def test_tumbler_help_names_every_builtin_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = call(capsys, "--help")
+    assert status == 0, err
+    backends = out.partition("Backends")[2].partition("Exit status")[0]
+    for descriptor in builtin_descriptors():
+        assert f"  {descriptor.name}: {descriptor.summary}" in backends, descriptor.name
+        assert descriptor.url_form in backends, descriptor.name
+        for scheme in descriptor.schemes:
+            assert f"{scheme}://" in backends, scheme
+
+
+def test_a_backend_added_later_shows_in_the_help_without_editing_the_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlite = next(d for d in builtin_descriptors() if d.name == "sqlite")
+    added = dataclasses.replace(
+        sqlite,
+        name="tape",
+        schemes=("tape", "tapes"),
+        url_form="tape://DRIVE",
+        summary="a tape drive, one process at a time",
+        capabilities=dataclasses.replace(sqlite.capabilities, session_liveness=True),
+    )
+    monkeypatch.setattr(
+        tumbler.backends, "builtin_descriptors", lambda: [*builtin_descriptors(), added]
+    )
+
+    for command, shown in [
+        ((), ["tape: a tape drive, one process at a time", "tape://DRIVE", "tapes://"]),
+        (("run",), ["tape://"]),
+        (("status",), ["tape"]),
+    ]:
+        status, out, err = call(capsys, *command, "--help")
+        assert status == 0, err
+        for text in shown:
+            assert text in " ".join(out.split()), (command, text)
+
+
+def test_run_help_says_whom_each_backend_excludes(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = call(capsys, "run", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    for descriptor in builtin_descriptors():
+        assert f"{descriptor.schemes[0]}://" in text, descriptor.name
+    assert "processes of one machine" in text
+    assert "processes on any machine" in text
+
+
+def test_status_help_names_the_backends_whose_grants_live_with_a_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = call(capsys, "status", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    with_session = [d.name for d in builtin_descriptors() if d.capabilities.session_liveness]
+    assert with_session
+    assert f"with its holder's session ({', '.join(with_session)})" in text
+
+
+def test_init_help_names_the_backends_that_have_something_to_make(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = call(capsys, "init", "--help")
+    assert status == 0, err
+    text = " ".join(out.split())
+    making = [d.name for d in builtin_descriptors() if d.prepare is not None]
+    assert making
+    assert f"({', '.join(making)})" in text
+
+
+@pytest.mark.parametrize(
+    "args", [["demo", "--url", "memory://x"], ["demo", "--http", "--url", "memory://x"]]
+)
+def test_the_demo_refusing_memory_names_the_backends_to_use(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    status, _, err = call(capsys, *args)
+    assert status == EX_USAGE
+    line = one_error_line(err)
+    for descriptor in shared_descriptors():
+        assert f"{descriptor.schemes[0]}://" in line, descriptor.name
+    assert "memory://" not in line.partition("use ")[2]
 
 
 def test_no_command_shows_help_as_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -437,19 +534,57 @@ def test_exit_code_mapping() -> None:
         tumbler.UnknownScheme("x", ["sqlite"]): EX_CONFIG,
         tumbler.InvalidURL("bad"): EX_CONFIG,
         tumbler.MissingDependency("redis", "redis", "redis"): EX_CONFIG,
+        tumbler.BrokenBackend("broken"): EX_CONFIG,
         tumbler.ConfigurationError("bad"): EX_CONFIG,
         tumbler.InvalidTTL("bad"): EX_USAGE,
         tumbler.InvalidLockName("bad"): EX_USAGE,
+        tumbler.PermitsMismatch("other permits"): EX_USAGE,
         tumbler.PermissionDenied("no"): EX_NOPERM,
         tumbler.BackendUnavailable("down"): EX_UNAVAILABLE,
+        tumbler.OutOfConnections("full"): EX_UNAVAILABLE,
         tumbler.AcquireTimeout("busy"): EX_TEMPFAIL,
         tumbler.TooManyWaiters("crowded"): EX_TEMPFAIL,
         tumbler.LockLost("lost"): EX_LOCK_LOST,
+        tumbler.HoldInDoubt("doubt"): EX_LOCK_LOST,
         tumbler.NotHeld("bug"): 70,
+        tumbler.TumblerError("bug"): 70,
     }
-    assert {type(error): exit_code_for(error) for error in cases} == {
-        type(error): code for error, code in cases.items()
-    }
+    expected = {type(error): code for error, code in cases.items()}
+    assert {type(error): exit_code_for(error) for error in cases} == expected
+    # the status is the error's own, so that any command reports it alike
+    assert {type(error): error.exit_status for error in cases} == expected
+
+
+#: a row of the exit-status table in tumbler.errors' docstring: status, name, classes
+EXIT_ROW = re.compile(r"^ {4}(\d+) +(EX_\w+) +(.+)$")
+
+
+def test_the_errors_docstring_gives_each_class_its_exit_status() -> None:
+    rows = [match.groups() for match in map(EXIT_ROW.match, errors.__doc__.splitlines()) if match]
+    assert rows, "no exit-status table in tumbler.errors' docstring"
+    listed: dict[str, int] = {}
+    for status, constant, classes in rows:
+        assert getattr(errors, constant) == int(status), constant
+        for name in re.findall(r"\b[A-Z]\w+\b", classes.partition("(")[0]):
+            listed[name] = int(status)
+    every = [getattr(errors, name) for name in errors.__all__]
+    assert {name: getattr(errors, name).exit_status for name in listed} == listed
+    # a class not in the table has its parent's status
+    for kind in every:
+        if kind.__name__ not in listed:
+            parent = next(base for base in kind.__bases__ if issubclass(base, TumblerError))
+            assert kind.exit_status == parent.exit_status, kind.__name__
+
+
+def test_every_exit_status_of_an_error_is_documented() -> None:
+    statuses = {getattr(errors, name).exit_status for name in errors.__all__}
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    paragraph = readme[readme.index("Exit statuses follow sysexits(3)") :].partition("\n\n")[0]
+    module_doc = cli_module.__doc__ or ""
+    for status in sorted(statuses):
+        assert re.search(rf"^ +{status} ", EXIT_STATUS_HELP, re.MULTILINE), status
+        assert re.search(rf"^ +{status} ", module_doc, re.MULTILINE), status
+        assert re.search(rf"\b{status}\b", paragraph), status
 
 
 # -- status --------------------------------------------------------------------------------------

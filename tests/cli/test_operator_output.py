@@ -21,6 +21,7 @@ from rich.console import Console
 import tumbler
 from tumbler import HolderInfo, LockState
 from tumbler._url import parse_url
+from tumbler.backends import builtin_descriptors
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.memory.backend import MemoryBackend
 from tumbler.backends.sqlite import backend as sqlite
@@ -190,6 +191,10 @@ def test_a_backend_inside_one_process_is_refused(
     assert line.startswith("tumbler: ")
     assert "inside one process" in line
     assert f"'tumbler {command}'" in line
+    # the backends to use instead, each by its scheme
+    for descriptor in builtin_descriptors():
+        if descriptor.capabilities.scope != "process":
+            assert f"{descriptor.schemes[0]}://" in line, descriptor.name
     assert not marker.exists()
 
 

@@ -68,7 +68,28 @@ def test_tumbler_run_imports_neither_the_torture_harness_nor_the_demo(tmp_path: 
     )
 
     assert {"click", "sqlite3", "tumbler.backends.sqlite"} <= modules  # it did run, locked
+    assert "tumbler._supervisor" in modules
     assert under(modules, *COMMAND_ONLY) == set()
+
+
+def test_the_supervisor_loads_neither_the_cli_nor_click_nor_rich() -> None:
+    modules = modules_after("import tumbler._supervisor")
+
+    assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["status"], ["run", "--help"]])
+def test_commands_other_than_run_leave_the_supervisor_unloaded(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    url = f"sqlite://{(tmp_path / 'locks.db').as_posix()}"
+    modules = modules_after(
+        f"import os\nos.environ['TUMBLER_URL'] = {url!r}\n"
+        f"from tumbler.cli import main\nstatus = main({argv!r})\nassert status == 0, status"
+    )
+
+    assert "tumbler.cli" in modules
+    assert "tumbler._supervisor" not in modules
 
 
 def test_help_lists_every_command_with_its_short_help() -> None:

@@ -4,13 +4,13 @@
 Register them with ``pytest_plugins = ["tests.servers.fixtures"]`` (in the root conftest, or
 in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
 ``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server``, ``postgresql_server``,
-``mariadb_server`` and ``etcd_server`` start once per session (per xdist worker, and only in
-a worker whose tests ask for them) and stop at its end; tests sharing a Redis call
-:func:`flush_redis` first, tests sharing a ZooKeeper server keep to znodes of their own (a
-chroot of their own, e.g. ``zookeeper_server.url_for("/" + unique name)``), tests sharing a
-PostgreSQL server to a schema of their own, tests sharing a MariaDB server to tables of
-their own in its ``tumbler`` database, tests sharing an etcd server to a key prefix of their
-own. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble``,
+``mariadb_server``, ``etcd_server`` and ``etcd_tls_server`` start once per session (per xdist
+worker, and only in a worker whose tests ask for them) and stop at its end; tests sharing a
+Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to znodes of
+their own (a chroot of their own, e.g. ``zookeeper_server.url_for("/" + unique name)``),
+tests sharing a PostgreSQL server to a schema of their own, tests sharing a MariaDB server to
+tables of their own in its ``tumbler`` database, tests sharing an etcd server to a key prefix
+of their own. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble``,
 ``fresh_mariadb_server``, ``fresh_etcd_server`` and ``etcd_cluster`` are the test's own, for
 tests that kill or restart servers.
 
@@ -52,6 +52,7 @@ from tumbler.testing.servers import ServerError, make_tls_files
 __all__ = [
     "etcd_cluster",
     "etcd_server",
+    "etcd_tls_server",
     "fresh_etcd_server",
     "flush_redis",
     "fresh_mariadb_server",
@@ -225,6 +226,24 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     test's own)."""
     workdir = tmp_path_factory.mktemp("etcd")
     server = _start("etcd", lambda: EtcdServer(workdir).start())
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd member for the whole session that speaks only TLS and takes only clients
+    with a certificate of its CA (``--client-cert-auth``), authentication on: docs/security.md's
+    set-up. Its URL is ``etcds://`` with the CA and a client certificate; keep to a prefix of
+    the test's own."""
+    workdir = tmp_path_factory.mktemp("etcd-tls")
+
+    def start() -> EtcdServer:
+        server = EtcdServer(workdir / "server", tls=make_tls_files(workdir / "tls")).start()
+        server.enable_auth()
+        return server
+
+    server = _start("etcd with TLS", start)
     yield server
     server.close()
 

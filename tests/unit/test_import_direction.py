@@ -1,8 +1,14 @@
-"""Imports point one way: CLI -> public API -> locks -> backend contract <- backends (-> kit).
+"""Imports point one way: CLI (-> supervisor) -> public API -> locks -> backend contract <- backends
+(-> kit).
 
 Read from the source tree's own import statements (``ast``), so that an import that points the
 wrong way fails here rather than in a cycle found at run time:
 
+- no module imports the CLI (``tumbler.cli``), the top of the house: it is started as a command,
+  and it finds ``tumbler torture`` by name;
+- only the CLI imports the process supervisor behind ``tumbler run`` (``tumbler._supervisor``),
+  which imports neither click nor rich, nor the harness, the demo or the backends' kit, so that
+  it can be imported without them;
 - the core (``tumbler/_core.py``) imports nothing of the project but its errors;
 - the lock layer (everything of tumbler outside ``backends/``, ``testing/`` and ``torture/``)
   never imports the backends' kit;
@@ -58,20 +64,30 @@ def sources() -> list[Path]:
     return sorted(PACKAGE_ROOT.rglob("*.py"))
 
 
+SUPERVISOR = "tumbler._supervisor"
+
+
 def wrong_way(path: Path) -> list[str]:
     """The imports of ``path`` that point the wrong way."""
     me = module_name(path)
-    project = {m for m in imported_modules(path) if within(m, "tumbler")}
+    imported = set(imported_modules(path))
+    project = {m for m in imported if within(m, "tumbler")}
+    wrong = {m for m in project if within(m, "tumbler.cli")}
+    if me != "tumbler.cli":
+        wrong |= {m for m in project if within(m, SUPERVISOR)}
+    if me == SUPERVISOR:
+        beside = ("click", "rich", "tumbler.torture", "tumbler.demo", "tumbler.demo_http")
+        wrong |= {m for m in imported if within(m, *beside)}
     if me == "tumbler._core":
-        return sorted(m for m in project if not within(m, "tumbler.errors"))
-    if within(me, "tumbler.backends"):
-        forbidden = ["tumbler._async", "tumbler._sync", "tumbler.cli", "tumbler.torture"]
+        wrong |= {m for m in project if not within(m, "tumbler.errors")}
+    elif within(me, "tumbler.backends"):
+        forbidden = ["tumbler._async", "tumbler._sync", "tumbler.torture"]
         if path.name == "torture.py" and me.count(".") == 3:  # tumbler.backends.<name>.torture
             forbidden.remove("tumbler.torture")
-        return sorted(m for m in project if within(m, *forbidden))
-    if not within(me, "tumbler.testing", "tumbler.torture"):
-        return sorted(m for m in project if within(m, "tumbler.backends.kit"))
-    return []
+        wrong |= {m for m in project if within(m, *forbidden)}
+    elif not within(me, "tumbler.testing", "tumbler.torture"):
+        wrong |= {m for m in project if within(m, "tumbler.backends.kit")}
+    return sorted(wrong)
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: p.relative_to(PACKAGE_ROOT).as_posix())
@@ -101,6 +117,22 @@ def test_the_rules_catch_each_wrong_way(tmp_path: Path, monkeypatch: pytest.Monk
             "from ...torture import harness\nfrom ... import _async\n",
             ["tumbler._async"],
         ),
+        "torture/cli.py": (
+            "from tumbler.cli import exit_code_for\n",
+            ["tumbler.cli", "tumbler.cli.exit_code_for"],
+        ),
+        "_async/hold.py": ("from .. import _supervisor\n", ["tumbler._supervisor"]),
+        "_supervisor.py": (
+            "import click\nfrom .cli import main\nfrom .backends.kit import state\n",
+            [
+                "click",
+                "tumbler.backends.kit",
+                "tumbler.backends.kit.state",
+                "tumbler.cli",
+                "tumbler.cli.main",
+            ],
+        ),
+        "cli.py": ("from . import _supervisor\nimport rich\n", []),
     }
     monkeypatch.setitem(globals(), "SOURCE_ROOT", tmp_path)
     for relative, (text, expected) in cases.items():

@@ -125,8 +125,10 @@ class TestTarget:
     ``start(directory)`` starts what the target needs (nothing, for an embedded store) in
     ``directory``, a fresh temporary directory, and raises ``ServerError`` (from
     ``tumbler.testing.servers``) or ``OSError`` when it cannot. A backend usually has one
-    target; variants of the same store (TLS with an ACL user, a cluster) are targets of their
-    own, so that every case runs on each.
+    target; variants of the same store (TLS with an ACL user, a cluster, a pooler) are targets
+    of their own. A variant whose only difference is the connection (TLS, another user) is a
+    ``connection_variant``: it runs the cases that exercise the connection, not the locking
+    that its plain target runs already.
     """
 
     __test__ = False  # a test target, not a pytest test class
@@ -134,9 +136,9 @@ class TestTarget:
     #: the name tests and reports show (``redis-cluster``)
     name: str
     start: Callable[[Path], RunningTarget] = field(repr=False)
-    #: whether the cases that start other processes run on it (they cost the most; variants
-    #: whose difference is the connection rather than the locking may skip them)
-    processes: bool = True
+    #: whether it differs from another target of the backend only by the connection: then only
+    #: the conformance cases marked ``tumbler_connection`` run on it
+    connection_variant: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ backend joins by declaring its specs in its own package; nothing here names a ba
 A :class:`Deployment` is the running servers of one entry: the workers' URL (through a
 :class:`~tumbler.torture.faults.ProxyControl` per server where network faults apply), the
 harness's own direct URL, and the handles the server faults need (kill and restart
-everything, one node, the leader; pause and resume one node).
+everything, one node, the leader; pause and resume one node). A cluster's members may each
+have a proxy of their own (:attr:`Deployment.member_proxies`), for ``member-blackhole``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from urllib.parse import urlsplit, urlunsplit
 from .._url import parse_url
 from ..backends import known_schemes
 from ..errors import TumblerError
-from .faults import MINORITY_FAULTS, NETWORK_FAULTS, ProxyControl, network_faults_missing
+from .faults import (
+    MEMBER_FAULTS,
+    MINORITY_FAULTS,
+    PROXY_FAULTS,
+    ProxyControl,
+    network_faults_missing,
+)
 
 __all__ = [
     "WORKER_FAULTS",
@@ -83,6 +90,9 @@ class Deployment:
         #: fault on any of them reaches the hold there is; a minority fault then takes out up
         #: to a minority of the nodes at once
         self.holds_on_every_node = False
+        #: a proxy in front of each node (index = node), for ``member-blackhole``: the workers
+        #: of its rounds reach every node through its own (:meth:`workers_url`)
+        self.member_proxies: list[ProxyControl] = []
 
     def kill_all(self) -> None:
         """SIGKILL every server."""
@@ -119,9 +129,11 @@ class Deployment:
         return []
 
     def node_serving(self, pid: int) -> int | None:
-        """The node process ``pid`` (a worker) is connected to, if it is connected to one."""
-        ports = self.node_ports()
-        if not ports:
+        """The node process ``pid`` (a worker) is connected to, directly or through the node's
+        own proxy, if it is connected to one."""
+        direct = self.node_ports()
+        through = [proxy.port for proxy in self.member_proxies]
+        if not direct and not through:
             return None
         try:
             # psutil comes with mirakuru, which starts the servers (it has no type hints)
@@ -130,8 +142,11 @@ class Deployment:
         except Exception:  # no psutil, or the process is gone: nothing to aim at
             return None
         for connection in connections:
-            if connection.raddr and connection.raddr.port in ports:
-                return ports.index(connection.raddr.port)
+            if not connection.raddr:
+                continue
+            for ports in (direct, through):
+                if connection.raddr.port in ports:
+                    return ports.index(connection.raddr.port)
         return None
 
     def workers_url(self, kinds: Collection[str]) -> str:
@@ -152,7 +167,7 @@ class Deployment:
         return None
 
     def close(self) -> None:
-        for proxy in self.proxies:
+        for proxy in {id(proxy): proxy for proxy in self.proxies + self.member_proxies}.values():
             proxy.close()
 
 
@@ -166,6 +181,19 @@ class QuorumDeployment(Deployment):
         """The workers' URL with every member but member ``index``."""
         raise NotImplementedError
 
+    def url_through(self, ports: list[int]) -> str:
+        """The workers' URL naming ``127.0.0.1:PORT`` for each of ``ports`` (the members'
+        proxies) instead of the members."""
+        raise NotImplementedError
+
+    def start_member_proxies(self) -> None:
+        """A proxy in front of each member, for ``member-blackhole`` (none where the proxy
+        is not installed)."""
+        if network_faults_missing():
+            return
+        for port in self.node_ports():
+            self.member_proxies.append(ProxyControl.start("127.0.0.1", port))
+
     def workers_url(self, kinds: Collection[str]) -> str:
         """The followers only, in a round of ``minority`` or ``minority-pause`` faults (with
         ``kill`` or ``pause`` at most): that fault takes out the follower a holder's client is
@@ -175,7 +203,9 @@ class QuorumDeployment(Deployment):
         fault, as clients of the killed follower fail over), out of the fault's reach. The
         leader stays the leader in such a round (a majority remains), so the workers stay on
         followers, failing over to the other one. Faults that can move the leadership get
-        every member."""
+        every member. A round with ``member-blackhole`` names every member's proxy."""
+        if MEMBER_FAULTS.intersection(kinds) and self.member_proxies:
+            return self.url_through([proxy.port for proxy in self.member_proxies])
         spared = {*MINORITY_FAULTS, "kill", "pause"}
         if not MINORITY_FAULTS.intersection(kinds) or not set(kinds) <= spared:
             return self.url
@@ -234,7 +264,7 @@ class BackendSpec:
             foreign = [kind for kind in kinds if kind != "none" and kind not in self.faults]
             if foreign:
                 skipped[fault] = f"{', '.join(foreign)} does not apply to {self.name}"
-            elif proxy_missing and NETWORK_FAULTS.intersection(kinds):
+            elif proxy_missing and PROXY_FAULTS.intersection(kinds):
                 skipped[fault] = proxy_missing
             else:
                 chosen.append(fault)

@@ -141,6 +141,9 @@ HOLDER_FAULTS = frozenset({"kill", "pause"})
 CLIENT_FAULTS = frozenset({"kill-waiter"})
 #: the network fault that cuts one holder off while the others go on
 ISOLATE = "net-isolate"
+#: the fault that blackholes one member's proxy (a fault of the network, as far as the
+#: clients can tell: the proxy's counters show what it held)
+MEMBER_BLACKHOLE = "member-blackhole"
 
 _NS = 1_000_000_000
 
@@ -1239,7 +1242,7 @@ def hazard_exercised(kinds: Iterable[str], result: CheckResult) -> tuple[bool, s
         shown.append(f"{result.faults} waiters killed")
     others = kinds - HOLDER_FAULTS - CLIENT_FAULTS
     if others:
-        network = any(kind.startswith("net-") for kind in others)
+        network = any(kind.startswith("net-") or kind == MEMBER_BLACKHOLE for kind in others)
         if result.disruptions or result.holds_hit or (network and result.fault_hits):
             hit = f", proxy hit {result.fault_hits}" if network else ""
             shown.append(

@@ -1,8 +1,9 @@
-"""``tumbler torture``: the fault-injection harness as a command (registered by tumbler.cli).
+"""``tumbler torture``: the fault-injection harness as a command (tumbler.cli finds it by name).
 
 Exit status: 0 when no promised property was violated (and, with ``--strict``, every fault
 bit); 1 otherwise; 64 usage error; 69 a backend's servers could not be started or its server
-could not be reached; 78 a bad ``--url``; 70 a bug in the harness.
+could not be reached; 78 a bad ``--url``; 70 a bug in the harness. A tumbler error met on
+``--url`` exits with its ``exit_status`` (77 when the server refuses the URL's credentials).
 """
 
 from __future__ import annotations
@@ -270,10 +271,8 @@ def torture(
                         param_hint=url_hint,
                     )
         except TumblerError as error:
-            from tumbler.cli import exit_code_for
-
             click.echo(f"tumbler: {error}", err=True)
-            return exit_code_for(error)
+            return error.exit_status
         specs.append(spec_for_url(url))
     if "all" not in names:
         for spec in specs:

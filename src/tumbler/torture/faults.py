@@ -41,6 +41,14 @@ Fault kinds (``--faults``):
     SIGSTOP the ensemble's current leader for 1.5 to 2.5 TTL, then SIGCONT: a leader that
     hangs rather than crashes, its followers' connections to it open and unanswered, until
     they elect another.
+``member-blackhole``
+    One member of a cluster unreachable on the network while it keeps running: the clients
+    reach each member through a proxy of its own (``Deployment.member_proxies``), and the
+    proxy of the member a long holder's client is on (where every node keeps its own copy of
+    each grant, Redlock's masters: the next member round the ring) is blackholed both ways
+    for 1.5 to 2.5 TTL, past the lease, then healed. Its connections stay open and
+    unanswered; the member goes on with its peers, so a majority serves throughout, and a
+    client must move to another member before its hold's deadline.
 ``net-delay``
     Through the proxy: delay every chunk in both directions by 0.05 to 0.25 TTL, with 50 %
     jitter, for 2 TTL.
@@ -80,7 +88,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .check import FaultRecord
+from .check import MEMBER_BLACKHOLE, FaultRecord
 
 if TYPE_CHECKING:
     from .backends import Deployment
@@ -91,8 +99,10 @@ __all__ = [
     "CLIENT_FAULTS",
     "FAULT_HELP",
     "HOLDER_FAULTS",
+    "MEMBER_FAULTS",
     "MINORITY_FAULTS",
     "NETWORK_FAULTS",
+    "PROXY_FAULTS",
     "SERVER_FAULTS",
     "Nemesis",
     "ProxyControl",
@@ -108,6 +118,10 @@ SERVER_FAULTS = frozenset(
 NETWORK_FAULTS = frozenset(
     {"net-delay", "net-cut", "net-drop", "net-blip", "net-reset", "net-isolate"}
 )
+#: faults on one member's own proxy (``Deployment.member_proxies``)
+MEMBER_FAULTS = frozenset({MEMBER_BLACKHOLE})
+#: the faults that need the fault proxy
+PROXY_FAULTS = NETWORK_FAULTS | MEMBER_FAULTS
 #: the faults that take out a minority of the nodes (:meth:`Nemesis._minority_nodes`)
 MINORITY_FAULTS = frozenset({"minority", "minority-pause"})
 ALL_FAULTS = (
@@ -121,6 +135,7 @@ ALL_FAULTS = (
     "rolling-loss",
     "leader",
     "leader-pause",
+    MEMBER_BLACKHOLE,
     "net-delay",
     "net-cut",
     "net-drop",
@@ -142,6 +157,8 @@ FAULT_HELP = {
     "restarted empty at once (where every node keeps each grant)",
     "leader": "SIGKILL the ensemble's leader, restart it",
     "leader-pause": "SIGSTOP the ensemble's leader past the lease, then SIGCONT",
+    MEMBER_BLACKHOLE: "blackhole one member's own proxy past the lease, the member running "
+    "on with its peers, then heal",
     "net-delay": "delay both directions with jitter (proxy)",
     "net-cut": "blackhole both directions, then heal (proxy)",
     "net-drop": "pass requests, drop replies, then heal (proxy)",
@@ -253,6 +270,7 @@ class Nemesis:
             "rolling-loss": self._rolling_loss,
             "leader": self._leader,
             "leader-pause": self._leader_pause,
+            MEMBER_BLACKHOLE: self._member_blackhole,
             "net-delay": self._net_delay,
             "net-cut": self._net_cut,
             "net-drop": self._net_drop,
@@ -266,7 +284,8 @@ class Nemesis:
 
         Server and network faults wait (up to a few leases) for a worker in a long hold, so
         that the fault finds a lease to break, not only idle connections; on an ensemble a
-        ``minority`` fault waits for one whose session is on a follower, the node it kills.
+        ``minority`` fault waits for one whose session is on a follower, the node it kills,
+        and a ``member-blackhole`` fault for one whose client is on a member it can tell.
 
         Afterwards :attr:`landed` says whether the fault certainly hit what it was aimed at:
         ``kill`` and ``pause`` a worker that still held its grant when the signal landed; the
@@ -282,6 +301,10 @@ class Nemesis:
                 self._target = self._holder_on_a_follower(timeout=3 * self.ttl + 2)
                 if self._target is None:
                     return None  # a follower no holder is on: its loss would prove nothing
+            elif kind in MEMBER_FAULTS and not self.deployment.holds_on_every_node:
+                self._target = self._holder_on_a_member(timeout=3 * self.ttl + 2)
+                if self._target is None:
+                    return None  # a member no holder is on: cutting it off proves nothing
             else:
                 slot = self.pool.find_holder(timeout=3 * self.ttl + 2, long=True)
                 if slot is not None and slot.acq is not None:
@@ -309,6 +332,22 @@ class Nemesis:
             if key not in serving:
                 serving[key] = self.deployment.node_serving(slot.process.pid)
             return serving[key] not in (None, leader)
+
+        slot = self.pool.find_holder(timeout=timeout, long=True, accept=accept)
+        if slot is None or slot.acq is None:
+            return None
+        return _Target(slot, slot.acq, serving[(slot.process.pid, slot.acq)])
+
+    def _holder_on_a_member(self, timeout: float) -> _Target | None:
+        """A worker in a long hold whose client is on a member the harness can tell (through
+        that member's proxy, or directly), and that member, leader or follower alike."""
+        serving: dict[tuple[int, str | None], int | None] = {}
+
+        def accept(slot: WorkerSlot) -> bool:
+            key = (slot.process.pid, slot.acq)  # a client may move between holds
+            if key not in serving:
+                serving[key] = self.deployment.node_serving(slot.process.pid)
+            return serving[key] is not None
 
         slot = self.pool.find_holder(timeout=timeout, long=True, accept=accept)
         if slot is None or slot.acq is None:
@@ -502,6 +541,32 @@ class Nemesis:
             "leader-pause", t0, t1, f"leader (node {leader})", detail=f"stopped {stopped:.2f} s"
         )
         return self._hit_holder(record)
+
+    def _member_blackhole(self) -> FaultRecord | None:
+        proxies = self.deployment.member_proxies
+        if not proxies:
+            return None
+        if self.deployment.holds_on_every_node:
+            # every member keeps the grant: each in turn, round the ring
+            node = self._nodes_hit % len(proxies)
+            self._nodes_hit += 1
+            target = f"node {node}'s proxy"
+        else:
+            if self._target is None or self._target.node is None:
+                return None
+            node = self._target.node
+            target = f"node {node}'s proxy (the holder's)"
+        # past the lease: a client that stays with the silent member loses its hold
+        seconds = self._between(1.5, 2.5)
+        return self._network(
+            MEMBER_BLACKHOLE,
+            ProxyControl.cut,
+            seconds,
+            f"node {node} cut off {seconds:.2f} s",
+            hits=lambda totals: totals.pending,
+            proxies=[proxies[node]],
+            target=target,
+        )
 
     def _node_outage(self, kind: str, indices: list[int], target: str) -> FaultRecord:
         down = self._between(1.0, 2.0)

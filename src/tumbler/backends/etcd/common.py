@@ -6,9 +6,9 @@ URL
     ``ssl_keyfile``, ``ssl_check_hostname``, as ``zookeepers://`` takes them). Without a host,
     ``localhost:2379``; the port defaults to 2379. Every key the backend makes lives under
     ``PREFIX`` (default ``/tumbler``), which an operator's role for the user can be limited
-    to; no part of it but the first may be ``lock`` or ``evicted`` (it would be inside another
-    prefix's keys, below). With a user, the client logs in and sends its token with each
-    request, logging in again when etcd no longer takes it.
+    to; no part of it but the first may be ``lock``, ``evicted`` or ``ended`` (it would be
+    inside another prefix's keys, below). With a user, the client logs in and sends its token
+    with each request, logging in again when etcd no longer takes it.
 
 Options
     ``lease_ttl`` (10 s, whole seconds, at least 2): the client's one lease, which every entry
@@ -44,7 +44,30 @@ Key layout
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
     that outlives the evicted grant's by ``NOTE_GRACE``. A key of a line whose value no
     client would have written (see :func:`parse_line`) is skipped by every decision, counted
-    by ``inspect`` (``LockState.malformed``) and deleted by ``force_release``.
+    by ``inspect`` (``LockState.malformed``) and deleted by ``force_release``. The end of an
+    acquisition a grant request of which went unanswered is marked by
+    ``PREFIX/ended/<name, percent-encoded>/<x or s>/<owner hash>`` (its entry key's part
+    after ``PREFIX/lock/``), on the client's lease (below): outside every line, so no read
+    of a line meets the marks.
+
+Requests that arrive late
+    A request held on a silent path (a member cut off from its clients, a partition) reaches
+    its member when the path comes back, however late, and the client may have moved on: it
+    asked another member after a third of its request time, and the acquisition the request
+    was for may have ended since. A late grant request would put the owner's key again, on
+    the client's lease, which the client's renewals keep alive: a key nobody will delete,
+    which keeps the lock from everyone else for as long as the client lives. So a grant
+    request also requires the end mark of its acquisition not to have been written after
+    the latest revision the client had seen when it sent it; the client writes that mark,
+    with the deletion, at the end of each acquisition a grant request of which went
+    unanswered (and deletes the key then whatever its create revision: a late request may
+    have made it again meanwhile). The mark lives on the client's lease: a late request
+    whose lease is gone is refused by etcd anyway. The other writes are guarded by the
+    create revision of the key they change: a late copy changes nothing once the key is gone.
+    A move of a waiter's key between its leases also requires the key not to have been
+    written since the latest revision the client had seen: a late move to the waiters'
+    lease would otherwise take a key granted since back to that lease, which ends once the
+    client waits no more, and the grant with it under a holder that knows nothing.
 
 Who holds the lock
     The line is ordered by the keys' create revisions, etcd's one counter of changes. An
@@ -52,17 +75,18 @@ Who holds the lock
     entry is ahead of it; a semaphore entry when fewer than ``permits`` entries are ahead
     (``kit.line_position``, as ZooKeeper's sequential nodes). An entry never loses that
     position, since entries only leave the line ahead of it. A grant is one transaction: the
-    key is put with the client's lease if it does not exist, and in the same revision the
-    transaction reads what the rule needs, not the line: its oldest entries (one, or a
-    semaphore's permits and one, and a few more in case keys no client wrote are among them)
-    and the newest entries ahead of it (a reader: of the writers, which alone block it; the
-    others: of the whole line, the first being its predecessor). Only a head crowded with
-    keys no client wrote sends it to read the whole line. A retry after a lost reply finds
-    the key the first attempt made, by its name. Every request is served in arrival order
-    (``fair`` makes no difference). etcd 3.4 sorts a range by create revision in memory, so
-    the server still goes over every key of the line for such a read, but sends only the few
-    asked for. A new waiter that finds more keys in its line than ``max_waiters`` reads the
-    line once to count the waiters ahead of it.
+    key is put with the client's lease if it does not exist (and its acquisition's end mark is
+    unwritten since the client's latest revision: "Requests that arrive late"), and in the
+    same revision the transaction reads what the rule needs, not the line: its oldest entries
+    (one, or a semaphore's permits and one, and a few more in case keys no client wrote are
+    among them) and the newest entries ahead of it (a reader: of the writers, which alone
+    block it; the others: of the whole line, the first being its predecessor). Only a head
+    crowded with keys no client wrote sends it to read the whole line. A retry after a lost
+    reply finds the key the first attempt made, by its name. Every request is served in
+    arrival order (``fair`` makes no difference). etcd 3.4 sorts a range by create revision in
+    memory, so the server still goes over every key of the line for such a read, but sends
+    only the few asked for. A new waiter that finds more keys in its line than ``max_waiters``
+    reads the line once to count the waiters ahead of it.
 
 Fencing tokens
     The token of a grant is its key's create revision: etcd numbers every change of the
@@ -101,11 +125,11 @@ The leases
     its keys waits on it. A waiter whose client dies leaves the line when etcd ends that
     lease (its TTL and etcd's sweep of ended leases, every 0.5 s; ``capabilities.waiter_ttl``,
     at most 6 s, bounds it) rather than after ``lease_ttl``; one killed between its
-    first write and that move leaves after ``lease_ttl``. A waiter found first in line moves
-    its key back to the client's lease, guarded by its create revision, before the grant is
-    reported (an exclusive one within its grant's transaction, guarded also by no key of the
-    line being older): the grant is a hold only once its key lives with the lease renewals
-    keep alive.
+    first write and that move leaves after ``lease_ttl``. A waiter whose read finds it first
+    in line moves its key back to the client's lease in a transaction of its own, guarded by
+    its create revision and by the key being unwritten since the latest revision the client
+    had seen (above), before the grant is reported: the grant is a hold only once its key
+    lives with the lease renewals keep alive. A hand-off thus costs a read and a move.
     A waiters' lease found gone (it ran out unheard) sends its waiters to new places at the
     end of their lines.
 
@@ -236,10 +260,11 @@ def _prefix(url: BackendURL) -> bytes:
         raise InvalidURL(f"bad prefix {prefix!r}", backend=url.redacted)
     if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in prefix):
         raise InvalidURL("the prefix has control characters", backend=url.redacted)
-    # PREFIX/lock/... and PREFIX/evicted/... are the keys of PREFIX's locks: a prefix there
-    # would put its entries in the line (or among the notes) of one of PREFIX's locks
+    # PREFIX/lock/..., PREFIX/evicted/... and PREFIX/ended/... are the keys of PREFIX's locks:
+    # a prefix there would put its entries in the line (or among the notes or end marks) of
+    # one of PREFIX's locks, and its own keys would take in PREFIX's
     for index, part in enumerate(parts[1:], start=1):
-        if part.encode() + b"/" in (_LOCKS, _EVICTED):
+        if part.encode() + b"/" in (_LOCKS, _EVICTED, _ENDED):
             outer = "/" + "/".join(parts[:index])
             raise InvalidURL(
                 f"the prefix {prefix!r} is inside the keys of prefix {outer!r}: its entries "
@@ -287,6 +312,7 @@ def parse_config(url: BackendURL) -> EtcdConfig:
 NOTE_GRACE = 30.0
 _LOCKS = b"lock/"
 _EVICTED = b"evicted/"
+_ENDED = b"ended/"
 #: the parts of a line: the keys of exclusive entries (mutexes, writers), and of shared ones
 EXCLUSIVE = b"x/"
 SHARED = b"s/"
@@ -306,6 +332,12 @@ def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool) -> byt
     """The key of one acquisition: under the line's :data:`EXCLUSIVE` or :data:`SHARED` part,
     so that a reader finds the writers ahead of it without reading the readers."""
     return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED) + owner_hash.encode()
+
+
+def ended_key(prefix: bytes, entry: bytes) -> bytes:
+    """The key that marks the end of the acquisition whose entry key is ``entry`` (see
+    "Requests that arrive late")."""
+    return prefix + _ENDED + entry[len(prefix + _LOCKS) :]
 
 
 def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:

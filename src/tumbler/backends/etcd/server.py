@@ -7,11 +7,13 @@ one cluster, each a process of its own that can be killed (SIGKILL, as in a cras
 (SIGTERM) and started again on the same ports and data, so that the cluster's leader can be
 taken away while clients hold locks.
 
-Given ``tls``, every member speaks TLS to its clients (and asks them for a certificate of
-the same CA), with a certificate that names ``127.0.0.1``; the members speak to each other in
-clear, on loopback. :meth:`EtcdServer.enable_auth` turns etcd's authentication on: a
-``root`` user, and a user ``tumbler`` whose role may read and write only the keys under one
-prefix (what the backend's documentation asks an operator to set up).
+Given ``tls``, every member speaks TLS to its clients, with a certificate that names
+``127.0.0.1``, and takes only clients with a certificate of the same CA
+(``--client-cert-auth``: a client without one fails at the TLS handshake), unless
+``client_certificates`` is false; the members speak to each other in clear, on loopback.
+:meth:`EtcdServer.enable_auth` turns etcd's authentication on: a ``root`` user, and a user
+``tumbler`` whose role may read and write only the keys under one prefix (what the backend's
+documentation asks an operator to set up).
 
 Everything the launcher asks of a member goes through etcd's JSON gateway (``/v3/...``) with
 httpx, as the backend's own client does. Plain library code: no pytest; it needs mirakuru and
@@ -136,6 +138,7 @@ class EtcdMember(ProcessLauncher, TLSServerFiles):
         *,
         name: str = "m0",
         tls: TLSFiles | None = None,
+        client_certificates: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
         self.host = LOOPBACK
@@ -143,6 +146,8 @@ class EtcdMember(ProcessLauncher, TLSServerFiles):
         self.peer_port = 0
         self.name = name
         self.tls = tls
+        #: with TLS: take only clients with a certificate of ``tls``'s CA
+        self.client_certificates = client_certificates
         self.startup_timeout = startup_timeout
         self._use_directory(workdir, "tumbler-etcd-")
         self.data_dir = self.dir / "data"
@@ -294,10 +299,12 @@ class EtcdMember(ProcessLauncher, TLSServerFiles):
                 {
                     "cert-file": str(self.tls.server_cert_path),
                     "key-file": str(self.tls.server_key_path),
-                    "trusted-ca-file": str(self.tls.ca_path),
-                    "client-cert-auth": "true",
                 }
             )
+            if self.client_certificates:
+                options.update(
+                    {"trusted-ca-file": str(self.tls.ca_path), "client-cert-auth": "true"}
+                )
         return [str(etcd_program()), *(f"--{name}={value}" for name, value in options.items())]
 
     def start(self: _Member) -> _Member:

@@ -53,7 +53,5 @@ def _tls(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("etcd", _plain),
-    # the same locking as "etcd" over another connection: the cases that start other
-    # processes need not run on it again
-    TestTarget("etcd-tls", _tls, processes=False),
+    TestTarget("etcd-tls", _tls, connection_variant=True),
 )

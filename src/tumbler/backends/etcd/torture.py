@@ -1,5 +1,6 @@
 """The etcd backend's deployments for the torture harness: one member, and a cluster of
-three."""
+three, each member of which the workers of ``member-blackhole`` rounds reach through a fault
+proxy of its own."""
 
 from __future__ import annotations
 
@@ -84,11 +85,16 @@ class _EtcdClusterDeployment(QuorumDeployment):
         self.nodes = len(cluster.members)
 
     def _url_at(self, members: list[Any]) -> str:
-        hosts = ",".join(f"{member.host}:{member.port}" for member in members)
-        return f"etcd://{hosts}/torture?{self._options}"
+        return self._url_of([f"{member.host}:{member.port}" for member in members])
+
+    def _url_of(self, addresses: list[str]) -> str:
+        return f"etcd://{','.join(addresses)}/torture?{self._options}"
 
     def url_without(self, index: int) -> str:
         return self._url_at([m for i, m in enumerate(self.cluster.members) if i != index])
+
+    def url_through(self, ports: list[int]) -> str:
+        return self._url_of([f"127.0.0.1:{port}" for port in ports])
 
     def kill_all(self) -> None:
         for member in self.cluster.members:
@@ -139,7 +145,13 @@ def _start_etcd_cluster(directory: Path, settings: Settings) -> Deployment:
 
     cluster = EtcdCluster(directory / "cluster")
     started(cluster.start)
-    return _EtcdClusterDeployment(cluster, settings.ttl)
+    deployment = _EtcdClusterDeployment(cluster, settings.ttl)
+    try:
+        deployment.start_member_proxies()
+    except BaseException:
+        deployment.close()
+        raise
+    return deployment
 
 
 DEPLOYMENTS = (
@@ -164,22 +176,26 @@ DEPLOYMENTS = (
         scheme="etcd",
         faults=(
             *WORKER_FAULTS,
-            *("minority", "minority-pause", "leader", "leader-pause", "restart"),
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
+            "restart",
         ),
         default_faults=(
             *WORKER_FAULTS,
-            *("minority", "minority-pause", "leader", "leader-pause"),
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
         ),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
-        "including the leader; while a majority serves no acquire fails and no hold is lost, "
-        "and through a leader's loss no acquire fails",
+        "including the leader; while a majority serves (a member crashed, hung or cut off "
+        "from the clients) no acquire fails and no hold is lost, and through a leader's loss "
+        "no acquire fails",
         recovery_grace=8.0,
         start=_start_etcd_cluster,
         missing=_missing_etcd,
         available={
             "minority": ("acquire", "hold"),
             "minority-pause": ("acquire", "hold"),
+            # a request with no answer moves to another member within its budget
+            "member-blackhole": ("acquire", "hold"),
             "leader": ("acquire",),
             "leader-pause": ("acquire",),
         },

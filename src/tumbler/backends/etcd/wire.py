@@ -171,6 +171,12 @@ def compare(key: bytes, target: str, value: int) -> dict[str, Any]:
     return {"key": b64(key), "target": target, field: str(value), "result": "EQUAL"}
 
 
+def untouched_since(key: bytes, revision: int) -> dict[str, Any]:
+    """A comparison that holds when ``key`` was last written at ``revision`` or before (or
+    does not exist)."""
+    return {"key": b64(key), "target": "MOD", "mod_revision": str(revision + 1), "result": "LESS"}
+
+
 def none_older(prefix: bytes, revision: int) -> dict[str, Any]:
     """A comparison that holds when no key under ``prefix`` was created before ``revision``
     (etcd compares every key of a range)."""

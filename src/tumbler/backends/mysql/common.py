@@ -161,8 +161,9 @@ _OPTIONS = frozenset(
 #: the server's errors that mean "this account may not": access denied, for a table or a
 #: command, and a user who may not interrupt another's connection
 _REFUSED = frozenset({1044, 1045, 1142, 1143, 1227, 1370, 1698})
-#: the database or a table is missing, or the server is not set up for us
-_MISCONFIGURED = frozenset({1049, 1146, 3159})
+#: the database or a table is missing, the server is not set up for us, or the user that
+#: made the procedures (whose rights one of them runs with) is gone
+_MISCONFIGURED = frozenset({1049, 1146, 1449, 3159})
 #: the server has all the connections it allows: max_connections (1040), or the account's
 #: max_user_connections (1203)
 _NO_ROOM = frozenset({1040, 1203})

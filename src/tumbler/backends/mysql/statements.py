@@ -33,6 +33,12 @@ name's grants, the head of its line, its first fair waiters, an entry of another
 (the entries' keys below); ``{p}drop_expired`` deletes a name's expired entries. A table an
 earlier version made lacks the keys: a client adds them and makes every procedure again.
 
+Who may read: ``{p}states`` (what ``inspect`` reads) runs with its definer's rights, so a user
+that may only read gets EXECUTE on it alone. SELECT on the tables is a right to lock their
+rows (MariaDB asks no more for ``FOR UPDATE``, and InnoDB locks what any read of a
+SERIALIZABLE transaction reads) and so to hold every grant, release and forced release of a
+name up: it is for lock users only.
+
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
 client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
@@ -43,7 +49,10 @@ crash of the server.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+
+from ..._core import MAX_PERMITS, MAX_TTL, MIN_TTL
 
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
 SWEEP_ROWS = 100
@@ -54,21 +63,46 @@ NOTE_GRACE = 60.0
 #: max_allowed_packet (16 MB by default) with names of the longest (255 bytes)
 RENEW_ROWS = 500
 
+#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day) was
+#: not written by tumbler: one at the end of DATETIME's range, to which no arithmetic adds,
+#: or a far future that would hold the name for ever. Decisions drop it as if expired;
+#: ``inspect`` counts it.
+_FAR = f"UTC_TIMESTAMP(6) + INTERVAL {round(MAX_TTL + 86400)} SECOND"
+#: an entry with numbers tumbler never writes: permits out of range, or a waiter whose
+#: client listens (so a release would hand it the lock) without the lease and the time of
+#: its request that a hand-off computes with. Decisions drop it; ``inspect`` counts it. A
+#: column the server computes, so that a decision finds a name's such entries by an index.
+_UNUSABLE = (
+    f"unusable BOOLEAN AS (lim < 0 OR lim > {MAX_PERMITS} OR (token IS NULL "
+    "AND client IS NOT NULL AND (lease IS NULL OR written_at IS NULL "
+    f"OR NOT lease BETWEEN {MIN_TTL} AND {MAX_TTL:.0f}))) VIRTUAL"
+)
+
 # What a decision and a release read of a name, each found without passing over the rest of
 # its line (InnoDB ends each key with the primary key, seq: the arrival order): its expired
 # entries (each decision deletes them first); its grants, and its waiters in arrival order
 # (the head of the line); its fair exclusive waiters in arrival order (one ahead keeps every
 # fair request waiting); its shared entries by permit count (one with another count refuses a
-# shared request). "limits" is made last: a table an earlier version made lacks it.
+# shared request); its unusable entries (each decision deletes them first).
 INDEXES = {
     "name_expiry": "(name, expires_at)",
     "line": "(name, token)",
     "fair_writers": "(name, token, fair, shared)",
     "limits": "(name, shared, lim)",
+    "unusable": "(name, unusable)",
 }
 _INDEXES = ",\n        ".join(f"KEY {key} {columns}" for key, columns in INDEXES.items())
 #: the procedures, each made again by a version that changes one (see ``make_tables``)
-PROCEDURES = ("drop_expired", "grant", "hand_off", "release", "force_release", "ring", "sweep")
+PROCEDURES = (
+    "drop_expired",
+    "grant",
+    "hand_off",
+    "release",
+    "force_release",
+    "ring",
+    "sweep",
+    "states",
+)
 
 
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
@@ -76,6 +110,10 @@ _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.M
 # set or collation is compared after a conversion, which no index on the column serves
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
+_STATE_COLUMNS = (
+    f"name, shared, lim, token, CASE WHEN unusable OR expires_at > {_FAR} THEN NULL "
+    "ELSE TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 END, holder"
+)
 _LINE_COLUMNS = (
     "owner, seq, shared, lim, fair, token, "
     "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6"
@@ -100,6 +138,7 @@ _CREATE = (
         lease      DOUBLE NULL,                  -- the lease it asked for, in seconds
         stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
         written_at DATETIME(6) NULL,             -- when the server wrote that request
+        {_UNUSABLE},
         UNIQUE KEY by_name (name, owner),
         KEY (expires_at),
         {_INDEXES}
@@ -121,8 +160,9 @@ _CREATE = (
         message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>"
         KEY (client)
     ) ENGINE=InnoDB""",
-    # The expired entries of one name, in a transaction that holds the name's row: found by
-    # the name's index on expiry in a read that locks nothing, and each deleted by its seq.
+    # The expired entries of one name, in a transaction that holds the name's row, and those
+    # it cannot use (_FAR, _UNUSABLE): found by the name's index on expiry and its index of
+    # unusable entries in a read that locks nothing, and each deleted by its seq.
     # A DELETE by a range of that index would lock the first entry past the range too, which
     # may be another name's, and wait for (or deadlock with) a transaction on that name; one
     # by the index on expires_at alone would lock other names' expired entries; one by the
@@ -134,7 +174,10 @@ _CREATE = (
         DECLARE ended BOOLEAN DEFAULT FALSE;
         DECLARE expired CURSOR FOR
             SELECT seq FROM {{p}}entries FORCE INDEX (name_expiry)
-            WHERE name = lock_name AND expires_at <= UTC_TIMESTAMP(6);
+            WHERE name = lock_name AND (expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR})
+            UNION
+            SELECT seq FROM {{p}}entries FORCE INDEX (unusable)
+            WHERE name = lock_name AND unusable = TRUE;
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET ended = TRUE;
         OPEN expired;
         entries: LOOP
@@ -312,6 +355,7 @@ _CREATE = (
         IF NOT removed THEN
             DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
         END IF;
+        CALL {{p}}drop_expired(lock_name);
         -- a name left with no entry needs no hand-off, only its row deleted
         IF EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
             CALL {{p}}hand_off(lock_name, handed_to, others_wait);
@@ -376,8 +420,7 @@ _CREATE = (
     # for a client that died). It takes only rows no other transaction has locked (SKIP
     # LOCKED), and deletes each by its primary key: it never waits for a transaction on a
     # name, so none can wait for it in turn (a deadlock); what it skips, the name's own next
-    # grant deletes. The last object made, so that its presence says every other one is
-    # there.
+    # grant deletes.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}sweep(IN most INT)
     SQL SECURITY INVOKER
     BEGIN
@@ -387,7 +430,8 @@ _CREATE = (
         DECLARE noted_owner {_OWNER};
         DECLARE unheard_seq BIGINT UNSIGNED;
         DECLARE expired_entries CURSOR FOR
-            SELECT seq FROM {{p}}entries WHERE expires_at <= UTC_TIMESTAMP(6)
+            SELECT seq FROM {{p}}entries
+            WHERE expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR}
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE expired_notes CURSOR FOR
             SELECT name, owner FROM {{p}}evictions WHERE expires_at <= UTC_TIMESTAMP(6)
@@ -425,7 +469,37 @@ _CREATE = (
         CLOSE unheard;
         COMMIT;
     END""",
+    # What ``inspect`` reads: the live entries of one name (of every name if NULL), with the
+    # seconds left on each, NULL for one tumbler cannot use (_FAR, _UNUSABLE). It runs with
+    # its definer's rights (who made the tables), so a user that may only read gets EXECUTE
+    # on it and nothing on the tables: SELECT on a table lets a user lock its rows (FOR
+    # UPDATE and LOCK IN SHARE MODE need no more on MariaDB, and any read in a SERIALIZABLE
+    # transaction locks what it reads) and hold every decision on a name up for as long as
+    # its transaction stays open. It reads in a transaction of its own at READ COMMITTED,
+    # which locks nothing, and ends it: the caller's transaction is committed first (the
+    # isolation level cannot change inside one), so no caller's isolation level or open
+    # transaction makes the read lock rows. The last object made: its comment names the
+    # version of every object (``VERSION``).
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}states(IN lock_name {_NAME})
+    SQL SECURITY DEFINER COMMENT '{{version}}'
+    BEGIN
+        COMMIT;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION READ ONLY;
+        IF lock_name IS NULL THEN
+            SELECT {_STATE_COLUMNS} FROM {{p}}entries
+                WHERE expires_at > UTC_TIMESTAMP(6) ORDER BY name, seq;
+        ELSE
+            SELECT {_STATE_COLUMNS} FROM {{p}}entries FORCE INDEX (name_expiry)
+                WHERE name = lock_name AND expires_at > UTC_TIMESTAMP(6) ORDER BY seq;
+        END IF;
+        COMMIT;
+    END""",
 )
+#: what the comment of the last object made says once this version made the tables and
+#: procedures: a client that finds another makes its procedures again (and adds the indexes
+#: its tables lack)
+VERSION = "tumbler " + hashlib.sha1("\0".join(_CREATE).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -440,7 +514,9 @@ class Statements:
     def of(cls, prefix: str) -> Statements:
         return cls(
             prefix=prefix,
-            create=tuple(text.replace("{p}", prefix) for text in _CREATE),
+            create=tuple(
+                text.replace("{p}", prefix).replace("{version}", VERSION) for text in _CREATE
+            ),
             text={key: text.replace("{p}", prefix) for key, text in _STATEMENTS.items()},
         )
 
@@ -555,10 +631,7 @@ _STATEMENTS = {
     "renewed": "SELECT name, owner FROM {p}entries WHERE (name, owner) IN ({pairs}) "
     "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
     # -- operators ----------------------------------------------------------------------------
-    "states": "SELECT name, shared, lim, token, "
-    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6, holder "
-    "FROM {p}entries WHERE expires_at > UTC_TIMESTAMP(6) AND (%s IS NULL OR name = %s) "
-    "ORDER BY name, seq",
+    "states": "CALL {p}states(%s)",
     "evicted": "SELECT note FROM {p}evictions WHERE name = %s AND owner = %s "
     "AND expires_at > UTC_TIMESTAMP(6)",
     # -- upkeep -------------------------------------------------------------------------------
@@ -570,11 +643,16 @@ _STATEMENTS = {
     "'.', %s))), 64), %s)",
     "schema_unlock": "SELECT RELEASE_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
     "'.', %s))), 64))",
-    "exists": "SELECT COUNT(*) FROM information_schema.ROUTINES "
+    # the version the last object made names (see VERSION), '' if it is not there
+    "made": "SELECT COALESCE(MAX(ROUTINE_COMMENT), '') FROM information_schema.ROUTINES "
     "WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = %s",
     # the entries' indexes, by name
     "indexes": "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS "
     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
     "add_index": "ALTER TABLE {p}entries ADD KEY {key} {columns}",
+    # the column an index of an earlier version's table may need first
+    "columns": "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+    "add_unusable": f"ALTER TABLE {{p}}entries ADD COLUMN {_UNUSABLE}",
     "drop_procedure": "DROP PROCEDURE IF EXISTS {p}{procedure}",
 }

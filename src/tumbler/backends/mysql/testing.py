@@ -39,7 +39,5 @@ def _tls(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("mysql", _plain),
-    # the same locking as "mysql" over another connection: the cases that start other
-    # processes need not run on it again
-    TestTarget("mysql-tls", _tls, processes=False),
+    TestTarget("mysql-tls", _tls, connection_variant=True),
 )

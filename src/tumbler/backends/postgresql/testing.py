@@ -62,9 +62,7 @@ def _pgbouncer(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("postgresql", _plain),
-    # the same locking as "postgresql" over another connection: the cases that start other
-    # processes need not run on it again
-    TestTarget("postgresql-tls", _tls, processes=False),
+    TestTarget("postgresql-tls", _tls, connection_variant=True),
     # no session outlives a transaction, and waiters poll: every case, processes included
     TestTarget("postgresql-pgbouncer", _pgbouncer),
 )

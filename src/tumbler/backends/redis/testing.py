@@ -56,8 +56,6 @@ def _cluster(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("redis", _plain),
-    # the same locking as "redis": what differs is the connection, so the cases that start
-    # other processes need not run on it again
-    TestTarget("redis-tls-acl", _tls_acl, processes=False),
+    TestTarget("redis-tls-acl", _tls_acl, connection_variant=True),
     TestTarget("redis-cluster", _cluster),
 )

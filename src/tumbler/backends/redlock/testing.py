@@ -45,7 +45,5 @@ def _tls_acl(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("redlock", _plain),
-    # the same locking as "redlock": what differs is the connection to each master, so the
-    # cases that start other processes need not run on it again
-    TestTarget("redlock-tls", _tls_acl, processes=False),
+    TestTarget("redlock-tls", _tls_acl, connection_variant=True),
 )

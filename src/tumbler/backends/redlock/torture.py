@@ -2,13 +2,14 @@
 persistence, each behind a fault proxy of its own.
 
 The workers reach the masters directly, except in rounds of network faults, where their URL
-names the proxies (one per master, all faulted at once: the whole network between the
-clients and the masters). Server faults: ``minority`` SIGKILLs up to two masters and restarts
-them empty, ``minority-pause`` SIGSTOPs up to two past the lease, ``rolling-loss`` SIGKILLs
-three masters one after another within a lease, each restarted empty at once, ``restart``
-kills every master at once. The URL's ``restart_delay`` (how long a master that comes back
-empty stays out of grants, and the longest lease the backend grants) is a little more than
-the round's lease, so that a restarted master is back in the vote before the next fault.
+names the proxies (one per master, all faulted at once: the whole network between the clients
+and the masters), and of ``member-blackhole``, which blackholes one master's proxy. Server
+faults: ``minority`` SIGKILLs up to two masters and restarts them empty, ``minority-pause``
+SIGSTOPs up to two past the lease, ``rolling-loss`` SIGKILLs three masters one after another
+within a lease, each restarted empty at once, ``restart`` kills every master at once. The
+URL's ``restart_delay`` (how long a master that comes back empty stays out of grants, and the
+longest lease the backend grants) is a little more than the round's lease, so that a
+restarted master is back in the vote before the next fault.
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ class _RedlockDeployment(Deployment):
         self.masters = masters
         self.nodes = len(masters.masters)
         self.holds_on_every_node = True
+        self.member_proxies = proxies
 
     def workers_url(self, kinds: Collection[str]) -> str:
         # the proxies cost every call a hop through the harness's process: only rounds that
         # fault the network need them
-        if any(kind.startswith("net-") for kind in kinds):
+        if any(kind.startswith("net-") or kind == "member-blackhole" for kind in kinds):
             return self.url
         return self.admin_url
 
@@ -150,6 +152,7 @@ DEPLOYMENTS = (
             "minority",
             "minority-pause",
             "rolling-loss",
+            "member-blackhole",
             "restart",
             *NETWORK_FAULTS,
         ),
@@ -158,6 +161,7 @@ DEPLOYMENTS = (
             "minority",
             "minority-pause",
             "rolling-loss",
+            "member-blackhole",
             *NETWORK_FAULTS,
         ),
         not_promised={
@@ -166,7 +170,7 @@ DEPLOYMENTS = (
         promise="exclusion while a majority of the masters answers: through the crash "
         "(restarted empty, kept out for restart_delay) or the hang of any two of five, and "
         "through three of five restarted empty one after another; while a majority answers, "
-        "no acquire fails",
+        "no acquire fails (a master crashed, hung or cut off from the clients)",
         # a master restarted empty stays out of grants for restart_delay (TTL + 0.5 s); the
         # waiters' wake-ups do not survive its connections
         recovery_grace=5.0,
@@ -179,6 +183,7 @@ DEPLOYMENTS = (
             "net-blip": ("acquire", "hold"),
             "minority": ("acquire",),
             "minority-pause": ("acquire",),
+            "member-blackhole": ("acquire",),
         },
     ),
 )

@@ -64,7 +64,5 @@ def _tls(directory: Path) -> _Running:
 
 TARGETS = (
     TestTarget("zookeeper", _plain),
-    # the same locking as "zookeeper" over another connection: the cases that start other
-    # processes need not run on it again
-    TestTarget("zookeeper-tls", _tls, processes=False),
+    TestTarget("zookeeper-tls", _tls, connection_variant=True),
 )

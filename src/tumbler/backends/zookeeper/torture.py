@@ -1,5 +1,6 @@
 """The ZooKeeper backend's deployments for the torture harness: one server, and an ensemble
-of three."""
+of three, each member of which the workers of ``member-blackhole`` rounds reach through a fault
+proxy of its own."""
 
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ class _ZooKeeperEnsembleDeployment(QuorumDeployment):
             ",".join(h for i, m in enumerate(members) if i != index for h in m.hosts)
         )
 
+    def url_through(self, ports: list[int]) -> str:
+        return self._url_at(",".join(f"127.0.0.1:{port}" for port in ports))
+
     def kill_all(self) -> None:
         self.ensemble.kill()
 
@@ -125,7 +129,13 @@ def _start_zookeeper_ensemble(directory: Path, settings: Settings) -> Deployment
 
     ensemble = ZooKeeperEnsemble(directory / "ensemble")
     started(ensemble.start)
-    return _ZooKeeperEnsembleDeployment(ensemble, settings.ttl)
+    deployment = _ZooKeeperEnsembleDeployment(ensemble, settings.ttl)
+    try:
+        deployment.start_member_proxies()
+    except BaseException:
+        deployment.close()
+        raise
+    return deployment
 
 
 # -- the specs -------------------------------------------------------------------------
@@ -150,22 +160,31 @@ DEPLOYMENTS = (
         name="zookeeper-ensemble",
         summary="ZooKeeper ensemble of 3",
         scheme="zookeeper",
-        faults=(*WORKER_FAULTS, "minority", "minority-pause", "leader", "leader-pause", "restart"),
-        default_faults=(*WORKER_FAULTS, "minority", "minority-pause", "leader", "leader-pause"),
+        faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
+            "restart",
+        ),
+        default_faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
+        ),
         not_promised={},
         promise="exclusion while a majority serves, through the loss of any minority "
         "including the leader; with a follower lost no acquire fails and no hold is lost, "
-        "with a member hung or the leader lost no acquire fails (a hold whose session cannot "
-        "move within its lease is lost, visibly)",
+        "with a member hung or cut off from the clients, or the leader lost, no acquire fails "
+        "(a hold whose session cannot move within its lease is lost, visibly)",
         recovery_grace=8.0,
         start=_start_zookeeper_ensemble,
         missing=_missing_zookeeper,
-        # A member that hangs is noticed by the client only when a read runs out (2/3 of the
-        # session timeout), leaving a third of it to move the session: at the harness's
-        # leases a hold may then run out, visibly; waiters keep waiting.
+        # A member that hangs, or that the network cuts off from its clients, is noticed by
+        # the client only when a read runs out (2/3 of the session timeout), leaving a third
+        # of it to move the session: at the harness's leases a hold may then run out,
+        # visibly; waiters keep waiting.
         available={
             "minority": ("acquire", "hold"),
             "minority-pause": ("acquire",),
+            "member-blackhole": ("acquire",),
             "leader": ("acquire",),
             "leader-pause": ("acquire",),
         },

@@ -6,9 +6,12 @@ Inputs are listed once per argument (NAMES, TTLS, TIMEOUTS, PERMITS) and given t
 that takes that argument (NAME_CALLS, ...), so a call added to the API needs one line here.
 
 The cases run in ``_async/test_locks.py`` (asyncio) and its generated twin
-``_sync/test_locks.py`` (threads), on every target of the conformance plugin.
-There a refused call must leave nothing behind: a second client's ``status_all()`` is empty,
-a hold taken before the call is unchanged, and the first client still gets a lock.
+``_sync/test_locks.py`` (threads). There a refused call must leave nothing behind: a second
+client's ``status_all()`` is empty, a hold taken before the call is unchanged, and the first
+client still gets a lock. A refused call must also reach no backend (:func:`no_backend_call`):
+the refusal is the lock layer's, the same code for every backend, which is why the refused
+cases run on one target of a run (``tumbler_lock_layer``) and the valid names, which are data
+the store keeps, on every backend.
 
 docs/bad-input.md is this table for readers; the project's
 tests/contract/test_bad_input_document.py keeps the two the same.
@@ -107,6 +110,45 @@ class Case:
         assert self.input.says in text, text
         assert text.isprintable(), repr(text)
         assert len(text) <= LONGEST_MESSAGE, text
+
+
+#: what a client asks its backend in the background, whatever the test does meanwhile
+_BACKGROUND_CALLS = frozenset({"renew_all"})
+
+
+class _RecordingBackend:
+    """Stands in a client for its backend, passing every call on and writing its name down."""
+
+    def __init__(self, backend: Any, calls: list[str]) -> None:
+        self._backend = backend
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._backend, name)
+        if not callable(value) or name in _BACKGROUND_CALLS:
+            return value
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append(name)
+            return value(*args, **kwargs)
+
+        return recorded
+
+
+@contextlib.contextmanager
+def no_backend_call(*clients: Any) -> Iterator[None]:
+    """Fail unless the block asks none of ``clients``' backends anything (their renewals in the
+    background aside)."""
+    calls: list[str] = []
+    backends = [client._backend for client in clients]
+    for client, backend in zip(clients, backends, strict=True):
+        client._backend = _RecordingBackend(backend, calls)
+    try:
+        yield
+    finally:
+        for client, backend in zip(clients, backends, strict=True):
+            client._backend = backend
+    assert not calls, f"a refused call reached the backend: {', '.join(calls)}"
 
 
 # -- calls ----------------------------------------------------------------------------------

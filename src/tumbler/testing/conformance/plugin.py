@@ -16,10 +16,14 @@ Options:
     Run on these built-in test targets only (``BackendDescriptor.test_targets``).
 
 Without either, the cases run on every test target of every built-in backend: the project's
-own run. A target's servers start once per session (per xdist worker), when a test first needs
-them, and stop at its end. A target whose servers cannot start fails its tests when ``$CI`` is
-true (``1``, ``true`` or ``yes``), where a skipped suite would look like a passing one, and
-skips them with the reason elsewhere.
+own run. Two markers narrow that: a case marked ``tumbler_lock_layer`` checks what the lock
+layer refuses before any backend call, and runs on one target of the run (one that needs no
+server, where there is one); a target that differs from another only by its connection (TLS,
+another user: ``TestTarget.connection_variant``) runs only the cases marked
+``tumbler_connection``. A target's servers start once per session (per xdist worker), when a
+test first needs them, and stop at its end. A target whose servers cannot start fails its
+tests when ``$CI`` is true (``1``, ``true`` or ``yes``), where a skipped suite would look like
+a passing one, and skips them with the reason elsewhere.
 
 A case that needs something not every backend promises says so with
 ``@pytest.mark.tumbler_requires(NAME, ...)`` (names: :data:`REQUIREMENTS`); on a backend whose
@@ -147,8 +151,9 @@ class Target:
     name: str
     descriptor: BackendDescriptor
     start: Callable[[Path], RunningTarget]
-    #: whether the cases that start other processes run on it
-    processes: bool = True
+    #: whether it differs from another target only by the connection (TLS, another user):
+    #: then only the cases marked ``tumbler_connection`` run on it
+    connection_variant: bool = False
 
 
 def _targets(config: pytest.Config) -> list[Target]:
@@ -160,7 +165,7 @@ def _targets(config: pytest.Config) -> list[Target]:
         descriptor = descriptor_for(parse_url(url).scheme)
         return [Target("url", descriptor, lambda _directory: _GivenURL(url, descriptor))]
     built_in = [
-        Target(target.name, descriptor, target.start, target.processes)
+        Target(target.name, descriptor, target.start, target.connection_variant)
         for descriptor in builtin_descriptors()
         for target in descriptor.test_targets()
     ]
@@ -201,6 +206,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "tumbler_requires(*names): the conformance case needs these backend capabilities "
         f"({', '.join(REQUIREMENTS)}); skipped where the backend does not declare them",
     )
+    config.addinivalue_line(
+        "markers",
+        "tumbler_connection: the conformance case exercises the connection to the store, so it "
+        "also runs on targets that differ from another only by their connection (TLS, a user)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "tumbler_lock_layer: the conformance case checks what the lock layer refuses before any "
+        "backend call, so it runs on one target of the run",
+    )
+
+
+def _lock_layer_target(targets: list[Target]) -> list[Target]:
+    """The one target of ``targets`` that the lock layer's own cases run on: the first whose
+    store needs no server (the cheapest), else the first."""
+    serverless = [target for target in targets if not target.descriptor.system_packages]
+    return (serverless or targets)[:1]
 
 
 def _in_suite(module_name: str) -> bool:
@@ -222,8 +244,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if _TARGETS not in metafunc.config.stash:
         metafunc.config.stash[_TARGETS] = _targets(metafunc.config)
     targets = metafunc.config.stash[_TARGETS]
-    if "process_backend_url" in metafunc.fixturenames:
-        targets = [target for target in targets if target.processes]
+    if metafunc.definition.get_closest_marker("tumbler_lock_layer") is not None:
+        targets = _lock_layer_target(targets)
+    elif metafunc.definition.get_closest_marker("tumbler_connection") is None:
+        targets = [target for target in targets if not target.connection_variant]
     metafunc.parametrize(
         "conformance_target", targets, indirect=True, ids=[target.name for target in targets]
     )
@@ -331,8 +355,7 @@ def backend_url(conformance_url: str) -> str:
 
 @pytest.fixture
 def process_backend_url(conformance_url: str) -> str:
-    """A fresh URL of the backend under test, for cases that start other processes (on the
-    targets that run them)."""
+    """A fresh URL of the backend under test, for cases that start other processes."""
     return conformance_url
 
 

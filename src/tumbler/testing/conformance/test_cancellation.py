@@ -16,7 +16,7 @@ from tumbler.aio import AsyncLocks
 
 from .compat import AsyncConnect, aeventually
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.tumbler_connection, pytest.mark.asyncio]
 
 
 async def nothing_left(locks: AsyncLocks) -> bool:

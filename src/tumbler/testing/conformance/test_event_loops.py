@@ -15,6 +15,8 @@ import pytest
 import tumbler.aio
 from tumbler import WrongEventLoop
 
+pytestmark = pytest.mark.tumbler_connection
+
 
 def test_a_client_refuses_a_second_event_loop_and_grants_nothing(backend_url: str) -> None:
     loop = asyncio.new_event_loop()

@@ -24,6 +24,8 @@ from .plugin import Target
 FLAVOURS = ["sync", "async"]
 WRONG = "not-the-password-7f3e"
 
+pytestmark = pytest.mark.tumbler_connection
+
 
 def password_of(url: str) -> str:
     password = urlsplit(url).password

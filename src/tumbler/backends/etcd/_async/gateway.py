@@ -120,6 +120,9 @@ class AsyncGateway:
         self._leaving: list[Callable[[int], None]] = []
         #: the highest raft term any reply of a member has carried
         self.term = 0
+        #: the highest revision any reply of a member has carried: every write etcd applies
+        #: from now on gets a higher one
+        self.revision = 0
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -157,12 +160,24 @@ class AsyncGateway:
         return {"Authorization": self._token}
 
     async def call(
-        self, path: str, body: Any, *, idempotent: bool = False, timeout: float | None = None
+        self,
+        path: str,
+        body: Any,
+        *,
+        idempotent: bool = False,
+        timeout: float | None = None,
+        unanswered: Callable[[], None] | None = None,
     ) -> Any:
         """POST ``body`` to ``path`` on a member; etcd's reply, or :class:`EtcdError`.
         ``timeout`` (the client's request timeout if None) bounds the whole call; tried on
         the members in turn while it lasts, when the attempt could not be sent or, for an
-        ``idempotent`` call, when its reply was lost or etcd could not serve it then."""
+        ``idempotent`` call, when its reply was lost or etcd could not serve it then.
+
+        ``unanswered`` is called at each attempt that may yet take effect although the call
+        goes on without it (or fails, or is cancelled): one sent whose reply did not come,
+        and one etcd could not serve then, which it may still apply (a proposal that timed
+        out). A request held on a silent path reaches its member when the path comes back,
+        however long after: the caller's guards must keep it from undoing what came since."""
         if self._closed:
             raise GatewayUnavailable("the client is closed")
         budget = self._timeout if timeout is None else timeout
@@ -190,15 +205,24 @@ class AsyncGateway:
             try:
                 reply = await self._call_once(endpoint, path, body, min(left, bound))
             except HTTPFailure as failure:
+                if unanswered is not None and not not_sent(failure):
+                    unanswered()
                 failures.append(f"{endpoint}: {failure!r}")
                 self.leave(index)
                 if not (idempotent or not_sent(failure)):
                     raise GatewayUnavailable(f"{path}: the reply was lost ({failure!r})") from None
             except EtcdError as error:
+                if unanswered is not None and error.code == UNAVAILABLE:
+                    unanswered()
                 if not (idempotent and error.code == UNAVAILABLE):
                     raise
                 failures.append(f"{endpoint}: {error.message}")
                 self.leave(index)
+            except BaseException:
+                # cancelled (or interrupted) while the request may be on its way
+                if unanswered is not None:
+                    unanswered()
+                raise
             else:
                 self._current = index
                 self._saw(reply)
@@ -210,9 +234,13 @@ class AsyncGateway:
 
     def _saw(self, reply: Any) -> None:
         if isinstance(reply, dict):
-            term = _term(reply.get("result", reply))
+            answer = reply.get("result", reply)
+            term = _term(answer)
             if term > self.term:
                 self.term = term
+            revision = int(answer.get("header", {}).get("revision", 0))
+            if revision > self.revision:
+                self.revision = revision
 
     def leave(self, index: int) -> None:
         """Member ``index`` failed: the calls that follow start on the next one, and what
@@ -263,17 +291,19 @@ class AsyncGateway:
         *,
         idempotent: bool = False,
         timeout: float | None = None,
+        unanswered: Callable[[], None] | None = None,
     ) -> tuple[bool, int, list[dict[str, Any]]]:
         """One transaction: whether ``compare`` held, the revision after it, and the
         responses of the branch that ran (as the gateway gives them). Tried again after a
         lost reply only if ``idempotent``: the caller's guards make a second run of it give
         the answer the first would have (a read; a put only if the key does not exist, with
-        a read of what is there either way)."""
+        a read of what is there either way). ``unanswered``: as :meth:`call` says."""
         reply = await self.call(
             "/v3/kv/txn",
             {"compare": compare, "success": success, "failure": failure},
             idempotent=idempotent,
             timeout=timeout,
+            unanswered=unanswered,
         )
         return (
             bool(reply.get("succeeded", False)),

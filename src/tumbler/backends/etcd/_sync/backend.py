@@ -34,6 +34,7 @@ from ..common import (
     Contender,
     EtcdConfig,
     Line,
+    ended_key,
     entry_key,
     entry_value,
     lease_gone,
@@ -63,6 +64,7 @@ from ..wire import (
     read_ahead,
     read_head,
     relet,
+    untouched_since,
 )
 from .gateway import Gateway, LeaseAnswer, WatchStream, attempt_bound
 
@@ -543,6 +545,10 @@ class EtcdBackend(InspectEachName):
         #: (``wire.compare``'s target and value): deleted at the client's next call, or they would
         #: stay in their line for as long as the client keeps its lease alive
         self._orphans: dict[bytes, tuple[str, int]] = {}
+        #: entry keys a grant request of which went unanswered: it may reach etcd late,
+        #: whenever the path it was held on comes back, so the end of their acquisition
+        #: leaves the mark that request finds (``common.ended_key``)
+        self._doubtful: set[bytes] = set()
 
     # -- connection ------------------------------------------------------------------------
 
@@ -592,6 +598,8 @@ class EtcdBackend(InspectEachName):
             self._entries.clear()
             self._uncertain.clear()
             self._orphans.clear()  # gone with the lease
+            # a late grant request attaches its key to a lease that is gone: etcd refuses it
+            self._doubtful.clear()
         _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
         self.session_events.notify(SessionEvents.EXPIRED)
         self.hub.notify_all()
@@ -768,13 +776,28 @@ class EtcdBackend(InspectEachName):
         return True  # it waits on the client's lease: a dead client's entry goes later
 
     def _move(self, entry: _OwnEntry, value: bytes, lease: int) -> bool:
-        """Attach ``entry``'s key to ``lease``, writing ``value``; False if the key is gone."""
-        moved, _revision, _responses = self.gateway.txn(
-            [compare(entry.key, "CREATE", entry.create_revision)],
+        """Attach ``entry``'s key to ``lease``, writing ``value``; False if the key is gone.
+
+        Only if the key was not written since the latest revision the client had seen: an
+        attempt held on a silent path that lands after a later move (a waiter's, to its
+        waiters' lease, after its grant took the key back to the client's) changes nothing.
+        A second attempt after a lost reply finds the key where the first put it: moved."""
+        moved, _revision, responses = self.gateway.txn(
+            [
+                compare(entry.key, "CREATE", entry.create_revision),
+                untouched_since(entry.key, self.gateway.revision),
+            ],
             [put(entry.key, value, lease)],
-            [],
-            idempotent=True,  # the same key, lease and value again
+            [read(entry.key)],
+            idempotent=True,
         )
+        if not moved and responses:
+            moved = any(
+                kv["create_revision"] == entry.create_revision
+                and kv["lease"] == lease
+                and kv["value"] == value
+                for kv in ranged(responses[0])
+            )
         if moved:
             entry.lease = lease
         return moved
@@ -799,6 +822,7 @@ class EtcdBackend(InspectEachName):
         key = (request.name, request.owner)
         tag = owner_hash(request.owner)
         mine_key = entry_key(self.config.prefix, request.name, tag, exclusive=not request.shared)
+        ended = ended_key(self.config.prefix, mine_key)
         line_prefix = line_key(self.config.prefix, request.name)
         with translate_errors(self.url, request.name):
             with self._guard:
@@ -819,12 +843,18 @@ class EtcdBackend(InspectEachName):
                 reads = [read(mine_key), *_head_reads(line_prefix, request, before)]
                 try:
                     # a second run after a lost reply finds the key the first made, by its
-                    # name, and reads the same line: it may go to another member
+                    # name, and reads the same line: it may go to another member. A run
+                    # that comes after its acquisition ended (held on a silent path) finds
+                    # the mark of that end, written after this was sent, and makes nothing.
                     created, revision, responses = self.gateway.txn(
-                        [compare(mine_key, "CREATE", 0)],
+                        [
+                            compare(mine_key, "CREATE", 0),
+                            untouched_since(ended, self.gateway.revision),
+                        ],
                         [put(mine_key, value, lease.id), *reads],
                         reads,
                         idempotent=True,
+                        unanswered=lambda: self._doubt(mine_key),
                     )
                 except EtcdError as error:
                     if lease_gone(error):
@@ -953,13 +983,44 @@ class EtcdBackend(InspectEachName):
         """Delete ``key`` if ``guard`` holds; if etcd cannot be told now (no reply, or the
         call cancelled), it is told at the client's next call (``_tidy``)."""
         try:
-            deleted, _revision, _responses = self.gateway.txn(
-                [compare(key, *guard)], [delete(key)], []
-            )
+            return self._end(key, guard)
         except BaseException:
             with self._guard:
                 self._orphans[key] = guard
             raise
+
+    def _doubt(self, key: bytes) -> None:
+        """A grant request for ``key`` went unanswered: it may yet reach etcd."""
+        with self._guard:
+            self._doubtful.add(key)
+
+    def _end(self, key: bytes, guard: tuple[str, int], timeout: float | None = None) -> bool:
+        """End the acquisition of entry ``key``: delete the key if ``guard`` holds. If a
+        grant request for it may yet reach etcd, the key goes whatever the guard finds (that
+        request may have made it again: the acquisition is over, and no other has the key),
+        and the end is marked, on the client's lease, where such a request finds it: a key
+        made then would be on that lease, and stay in line for as long as the client keeps
+        it alive, which nobody else can end."""
+        with self._guard:
+            lease = self._lease if key in self._doubtful else None
+        checks = [compare(key, *guard)]
+        if lease is None:
+            deleted, _revision, _responses = self.gateway.txn(
+                checks, [delete(key)], [], timeout=timeout
+            )
+            return deleted
+        ending = [delete(key), put(ended_key(self.config.prefix, key), b"", lease.id)]
+        try:
+            deleted, _revision, _responses = self.gateway.txn(
+                checks, ending, ending, timeout=timeout
+            )
+        except EtcdError as error:
+            if not lease_gone(error):
+                raise
+            self._lease_lost(lease)  # and, with it, every late request's chance
+            return self._end(key, guard, timeout)
+        with self._guard:
+            self._doubtful.discard(key)
         return deleted
 
     def _tidy(self, timeout: float | None = None) -> None:
@@ -969,7 +1030,7 @@ class EtcdBackend(InspectEachName):
             orphans = list(self._orphans.items())
         for key, guard in orphans:
             try:
-                self.gateway.txn([compare(key, *guard)], [delete(key)], [], timeout=timeout)
+                self._end(key, guard, timeout)
             except (EtcdError, GatewayUnavailable):
                 return  # the call that follows meets the same trouble, and says so
             with self._guard:

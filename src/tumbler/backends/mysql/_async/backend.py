@@ -52,6 +52,7 @@ from ..statements import (
     RENEW_ROWS,
     SWEEP_EVERY,
     SWEEP_ROWS,
+    VERSION,
     Statements,
 )
 
@@ -519,6 +520,8 @@ class AsyncMySQLBackend:
                 made = await self._indexes(cursor)
                 if made is not None:
                     # tables of an earlier version: what this one reads by, and its procedures
+                    if "unusable" not in made and not await self._has_unusable(cursor):
+                        await cursor.execute(self.sql["add_unusable"])
                     for key, columns in INDEXES.items():
                         if key not in made:
                             add = self.sql["add_index"].format(key=key, columns=columns)
@@ -537,15 +540,17 @@ class AsyncMySQLBackend:
         names = {str(name) for (name,) in await cursor.fetchall()}
         return names or None
 
+    async def _has_unusable(self, cursor: Any) -> bool:
+        """Whether the entries table has the column its index of unusable entries is on."""
+        await cursor.execute(self.sql["columns"], (f"{self.config.prefix}entries",))
+        return "unusable" in {str(name).lower() for (name,) in await cursor.fetchall()}
+
     async def _tables_exist(self, connection: Any) -> bool:
-        """Whether the tables and procedures are there, as this version makes them (the
-        index made last is there, and the procedure made last)."""
-        row = await _one_row(connection, self.sql["exists"], (f"{self.config.prefix}sweep",))
-        if not row[0]:
-            return False
-        async with connection.cursor() as cursor:
-            made = await self._indexes(cursor)
-        return made is not None and "limits" in made
+        """Whether the tables and procedures are there, as this version makes them: the
+        procedure made last names this version. (A user that may only read sees that
+        procedure, and nothing of the tables.)"""
+        row = await _one_row(connection, self.sql["made"], (f"{self.config.prefix}states",))
+        return bool(row[0] == VERSION)
 
     # -- grants ----------------------------------------------------------------------------
 
@@ -837,8 +842,11 @@ class AsyncMySQLBackend:
 
         async def read(connection: Any) -> list[Any]:
             async with connection.cursor() as cursor:
-                await cursor.execute(self.sql["states"], (key, key))
-                return list(await cursor.fetchall())
+                await cursor.execute(self.sql["states"], (key,))
+                rows = list(await cursor.fetchall())
+                while await cursor.nextset():
+                    pass
+            return rows
 
         with translate_errors(self.url, name):
             rows = await self.pool.run(read, idempotent=True)
@@ -847,6 +855,9 @@ class AsyncMySQLBackend:
             text = entry_name.decode() if isinstance(entry_name, bytes) else entry_name
             if text not in builders:
                 builders[text] = LockStateBuilder(text)
+            if expires_in is None:  # not written by tumbler (statements._UNUSABLE, _FAR)
+                builders[text].malformed += 1
+                continue
             builders[text].add(
                 token=token,
                 shared=bool(shared),

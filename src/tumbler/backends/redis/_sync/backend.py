@@ -510,16 +510,45 @@ class RedisBackend(InspectEachName):
         return found
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
+        if self.config.wait_replicas:
+            return self._grant_replicated(request)
         grant = self.wakeups.handoffs.grant(request)
         if grant is None:
             grant = self._ask_grant(request)
-            if grant is None:
-                return None
-        if self.config.wait_replicas:
-            self._await_replicas(request)
         return grant
 
-    def _ask_grant(self, request: GrantRequest) -> Grant | None:
+    def _grant_replicated(self, request: GrantRequest) -> Grant | None:
+        """A grant that counts once ``wait_replicas`` replicas have it. WAIT counts the writes
+        of the connection it is sent on, so the grant's script and the WAIT share one,
+        checked out of the pool for the two (no release hands over a grant: see
+        ``_takes_hand_offs``)."""
+        assert isinstance(self.client, Redis), "wait_replicas is refused on Redis Cluster"
+        with translate_errors(self.url, request.name):
+            with self._gate:
+                own = Redis(
+                    connection_pool=self.client.connection_pool, single_connection_client=True
+                )
+                try:
+                    grant = self._ask_grant(request, own)
+                    if grant is None:
+                        return None
+                    acknowledged = own.wait(
+                        self.config.wait_replicas, round(self.config.wait_timeout * 1000)
+                    )
+                finally:
+                    own.close()
+        if acknowledged < self.config.wait_replicas:
+            self.release(request.name, request.owner)
+            raise BackendUnavailable(
+                f"only {acknowledged} of {self.config.wait_replicas} replicas acknowledged the "
+                f"grant within {self.config.wait_timeout} s; it was given up",
+                lock_name=request.name,
+                backend=self.url,
+            )
+        return grant
+
+    def _ask_grant(self, request: GrantRequest, on: Redis | None = None) -> Grant | None:
+        """The grant script's answer; ``on``: the client to send it on, if not the usual."""
         keys = self._lock_keys(request.name)
         subscribed = self.wakeups.subscribed()
         args: list[str | bytes | int] = [
@@ -539,7 +568,10 @@ class RedisBackend(InspectEachName):
             if subscribed and request.queue and self._takes_hand_offs
             else b"",
         ]
-        result = self._run(request.name, self._grant, keys, args)
+        if on is None:
+            result = self._run(request.name, self._grant, keys, args)
+        else:
+            result = self._grant(keys, args, on)
         if not result[0]:
             return None
         if len(result) > 2:
@@ -548,20 +580,6 @@ class RedisBackend(InspectEachName):
             left = min(request.ttl, int(result[2]) / 1000)
             return Grant(request.name, request.owner, int(result[1]), left)
         return Grant(request.name, request.owner, int(result[1]), request.ttl)
-
-    def _await_replicas(self, request: GrantRequest) -> None:
-        wanted = self.config.wait_replicas
-        with translate_errors(self.url, request.name):
-            with self._gate:
-                acknowledged = self.client.wait(wanted, round(self.config.wait_timeout * 1000))
-        if acknowledged < wanted:
-            self.release(request.name, request.owner)
-            raise BackendUnavailable(
-                f"only {acknowledged} of {wanted} replicas acknowledged the grant within "
-                f"{self.config.wait_timeout} s; it was given up",
-                lock_name=request.name,
-                backend=self.url,
-            )
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         keys = self.keys.renewal_keys(name)

@@ -28,7 +28,16 @@ from tumbler._async.client import AsyncLocks
 from tumbler._async.hold import AsyncHold
 from tumbler._async.primitives import AsyncLock, AsyncSemaphore
 
-from ..bad_input import REFUSED, VALID, Case, Group, Subject, case_id, group_id
+from ..bad_input import (
+    REFUSED,
+    VALID,
+    Case,
+    Group,
+    Subject,
+    case_id,
+    group_id,
+    no_backend_call,
+)
 from ..compat import PATIENCE, AsyncConnect, abackground, aeventually, agather
 
 pytestmark = pytest.mark.asyncio  # async-only
@@ -38,6 +47,7 @@ pytestmark = pytest.mark.asyncio  # async-only
 SHORT_TTL = 1.0
 
 
+@pytest.mark.tumbler_connection
 async def test_acquire_gives_a_hold_with_a_token(aconnect: AsyncConnect) -> None:
     locks = await aconnect()
     lock = locks.lock("orders:42", ttl=30)
@@ -59,6 +69,7 @@ async def test_acquire_gives_a_hold_with_a_token(aconnect: AsyncConnect) -> None
     assert (await locks.status("orders:42")).holders == ()
 
 
+@pytest.mark.tumbler_connection
 async def test_mutual_exclusion_between_clients(aconnect: AsyncConnect) -> None:
     first, second = await aconnect(), await aconnect()
     a = first.lock("resource")
@@ -112,6 +123,7 @@ async def test_with_raises_acquire_timeout(aconnect: AsyncConnect) -> None:
     assert caught.value.lock_name == "busy"
 
 
+@pytest.mark.tumbler_connection
 async def test_a_waiter_gets_the_lock_when_it_is_released(aconnect: AsyncConnect) -> None:
     holder, waiter = await aconnect(), await aconnect()
     held = holder.lock("handoff")
@@ -224,6 +236,7 @@ async def test_semaphore_permits_are_never_exceeded(aconnect: AsyncConnect) -> N
         await second.semaphore("pool", 5).acquire(blocking=False)
 
 
+@pytest.mark.tumbler_connection
 async def test_semaphore_waiters_get_freed_permits(aconnect: AsyncConnect) -> None:
     first, second = await aconnect(), await aconnect()
     holder = first.semaphore("pool2", 1)
@@ -303,6 +316,7 @@ async def test_fair_waiters_are_granted_in_arrival_order(aconnect: AsyncConnect,
     assert order == [0, 1, 2, 3]
 
 
+@pytest.mark.tumbler_connection
 async def test_an_unrenewed_lease_expires_and_the_holder_learns(aconnect: AsyncConnect) -> None:
     first, second = await aconnect(), await aconnect()
     lost: list[object] = []
@@ -359,6 +373,7 @@ async def test_wait_lost_returns_false_once_the_hold_is_released(aconnect: Async
     assert not hold.lost
 
 
+@pytest.mark.tumbler_connection
 async def test_renewal_keeps_the_lock_past_its_ttl(aconnect: AsyncConnect) -> None:
     first, second = await aconnect(), await aconnect()
     lock = first.lock("renewed", ttl=SHORT_TTL)
@@ -389,6 +404,7 @@ async def test_lock_lost_does_not_hide_the_exception_on_its_way_out(aconnect: As
             raise KeyError("the caller's own error")
 
 
+@pytest.mark.tumbler_connection
 async def test_force_release_takes_the_lock_from_its_holder(aconnect: AsyncConnect) -> None:
     holder, operator, next_client = await aconnect(), await aconnect(), await aconnect()
     lock = holder.lock("stuck", ttl=SHORT_TTL)
@@ -474,6 +490,7 @@ async def test_synchronized_serialises_calls_and_allows_recursion(aconnect: Asyn
     assert not await other.lock("job").locked()
 
 
+@pytest.mark.tumbler_connection
 async def test_close_releases_what_is_held_and_refuses_further_use(aconnect: AsyncConnect) -> None:
     first, second = await aconnect(), await aconnect()
     lock = first.lock("closing")
@@ -487,6 +504,7 @@ async def test_close_releases_what_is_held_and_refuses_further_use(aconnect: Asy
         await first.lock("closing").acquire()
 
 
+@pytest.mark.tumbler_connection
 async def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(
     aconnect: AsyncConnect,
 ) -> None:
@@ -556,6 +574,7 @@ async def settled(result: object) -> object:
     return result
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("group", REFUSED, ids=group_id)
 async def test_bad_input_is_refused_and_leaves_nothing_behind(
     aconnect: AsyncConnect, group: Group
@@ -575,7 +594,7 @@ async def refused_and_nothing_left(
         assert await held.acquire()
     hold = held.hold if held is not None else None
     granted = (hold.token, hold.ttl) if hold is not None else None
-    with pytest.raises(case.error) as refused:
+    with no_backend_call(locks), pytest.raises(case.error) as refused:
         await settled(case.call.run(Subject(locks, hold, aconnect), case.value))
     case.check_refusal(refused.value)
     if held is not None:
@@ -616,6 +635,7 @@ async def test_valid_names_are_data(aconnect: AsyncConnect, case: Case) -> None:
     assert await observer.status_all() == []
 
 
+@pytest.mark.tumbler_connection
 async def test_status_all_lists_held_locks_and_waiters(aconnect: AsyncConnect) -> None:
     holder, waiter = await aconnect(), await aconnect()
     # taken in the other order than their names sort in: status_all sorts by name
@@ -639,13 +659,17 @@ async def test_status_all_lists_held_locks_and_waiters(aconnect: AsyncConnect) -
     assert await pending.result() is True
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("option", ["fair", "renew"])
 @pytest.mark.parametrize("value", ["no", 0, 1, None])
 async def test_yes_no_options_take_only_booleans(
     aconnect: AsyncConnect, option: str, value: object
 ) -> None:
     locks = await aconnect()
-    with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
+    with (
+        no_backend_call(locks),
+        pytest.raises(InvalidArgument, match=f"{option} must be True or False"),
+    ):
         locks.lock("flags", **{option: value})  # type: ignore[arg-type]  # wrong on purpose
     assert await locks.status_all() == []
 
@@ -658,6 +682,7 @@ async def test_default_ttl_of_the_client(aconnect: AsyncConnect) -> None:
         assert hold.ttl == min(12, locks.capabilities.max_ttl or 12)
 
 
+@pytest.mark.tumbler_connection
 async def test_mutual_exclusion_under_concurrency(aconnect: AsyncConnect) -> None:
     clients = [await aconnect() for _ in range(4)]
     inside = 0
@@ -691,6 +716,7 @@ async def test_a_grant_stays_held_after_its_lock_object_is_dropped(aconnect: Asy
     assert len(state.holders) == 1
 
 
+@pytest.mark.tumbler_connection
 async def test_a_clients_waiters_on_one_lock_wait_at_the_backend_as_one(
     aconnect: AsyncConnect,
 ) -> None:
@@ -799,6 +825,7 @@ async def test_a_ttl_shorter_than_the_backend_keeps_is_refused(aconnect: AsyncCo
     assert await locks.status_all() == []
 
 
+@pytest.mark.tumbler_connection
 async def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
     aconnect: AsyncConnect, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -828,12 +855,13 @@ async def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
     assert len(told) == 2
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("reason", ["", "two\nlines", "x" * 501, 42])
 async def test_a_bad_reason_is_refused_and_releases_nothing(
     aconnect: AsyncConnect, reason: object
 ) -> None:
     holder, operator = await aconnect(), await aconnect()
     assert await holder.lock("kept").acquire()
-    with pytest.raises(InvalidArgument, match="reason"):
+    with no_backend_call(operator), pytest.raises(InvalidArgument, match="reason"):
         await operator.force_release("kept", reason=reason)  # type: ignore[arg-type]  # on purpose
     assert len((await operator.status("kept")).holders) == 1

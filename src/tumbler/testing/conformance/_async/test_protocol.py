@@ -27,7 +27,10 @@ from tumbler.errors import BackendUnavailable
 
 from ..protocol import AsyncBackends
 
-pytestmark = pytest.mark.asyncio  # async-only
+pytestmark = [
+    pytest.mark.tumbler_connection,
+    pytest.mark.asyncio,  # async-only
+]
 
 #: the lease of grants that must outlive the case
 LONG_TTL = 30.0

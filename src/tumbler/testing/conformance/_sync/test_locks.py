@@ -30,7 +30,16 @@ from tumbler._sync.client import Locks
 from tumbler._sync.hold import Hold
 from tumbler._sync.primitives import Lock, Semaphore
 
-from ..bad_input import REFUSED, VALID, Case, Group, Subject, case_id, group_id
+from ..bad_input import (
+    REFUSED,
+    VALID,
+    Case,
+    Group,
+    Subject,
+    case_id,
+    group_id,
+    no_backend_call,
+)
 from ..compat import PATIENCE, Connect, background, eventually, gather
 
 # a short lease, for cases about expiry: long enough for a loaded 2-core machine (two test
@@ -38,6 +47,7 @@ from ..compat import PATIENCE, Connect, background, eventually, gather
 SHORT_TTL = 1.0
 
 
+@pytest.mark.tumbler_connection
 def test_acquire_gives_a_hold_with_a_token(connect: Connect) -> None:
     locks = connect()
     lock = locks.lock("orders:42", ttl=30)
@@ -59,6 +69,7 @@ def test_acquire_gives_a_hold_with_a_token(connect: Connect) -> None:
     assert (locks.status("orders:42")).holders == ()
 
 
+@pytest.mark.tumbler_connection
 def test_mutual_exclusion_between_clients(connect: Connect) -> None:
     first, second = connect(), connect()
     a = first.lock("resource")
@@ -112,6 +123,7 @@ def test_with_raises_acquire_timeout(connect: Connect) -> None:
     assert caught.value.lock_name == "busy"
 
 
+@pytest.mark.tumbler_connection
 def test_a_waiter_gets_the_lock_when_it_is_released(connect: Connect) -> None:
     holder, waiter = connect(), connect()
     held = holder.lock("handoff")
@@ -224,6 +236,7 @@ def test_semaphore_permits_are_never_exceeded(connect: Connect) -> None:
         second.semaphore("pool", 5).acquire(blocking=False)
 
 
+@pytest.mark.tumbler_connection
 def test_semaphore_waiters_get_freed_permits(connect: Connect) -> None:
     first, second = connect(), connect()
     holder = first.semaphore("pool2", 1)
@@ -301,6 +314,7 @@ def test_fair_waiters_are_granted_in_arrival_order(connect: Connect, kind: str) 
     assert order == [0, 1, 2, 3]
 
 
+@pytest.mark.tumbler_connection
 def test_an_unrenewed_lease_expires_and_the_holder_learns(connect: Connect) -> None:
     first, second = connect(), connect()
     lost: list[object] = []
@@ -357,6 +371,7 @@ def test_wait_lost_returns_false_once_the_hold_is_released(connect: Connect) -> 
     assert not hold.lost
 
 
+@pytest.mark.tumbler_connection
 def test_renewal_keeps_the_lock_past_its_ttl(connect: Connect) -> None:
     first, second = connect(), connect()
     lock = first.lock("renewed", ttl=SHORT_TTL)
@@ -387,6 +402,7 @@ def test_lock_lost_does_not_hide_the_exception_on_its_way_out(connect: Connect) 
             raise KeyError("the caller's own error")
 
 
+@pytest.mark.tumbler_connection
 def test_force_release_takes_the_lock_from_its_holder(connect: Connect) -> None:
     holder, operator, next_client = connect(), connect(), connect()
     lock = holder.lock("stuck", ttl=SHORT_TTL)
@@ -472,6 +488,7 @@ def test_synchronized_serialises_calls_and_allows_recursion(connect: Connect) ->
     assert not other.lock("job").locked()
 
 
+@pytest.mark.tumbler_connection
 def test_close_releases_what_is_held_and_refuses_further_use(connect: Connect) -> None:
     first, second = connect(), connect()
     lock = first.lock("closing")
@@ -485,6 +502,7 @@ def test_close_releases_what_is_held_and_refuses_further_use(connect: Connect) -
         first.lock("closing").acquire()
 
 
+@pytest.mark.tumbler_connection
 def test_close_ends_a_wait_with_client_closed_and_the_waiter_leaves_the_line(
     connect: Connect,
 ) -> None:
@@ -554,6 +572,7 @@ def settled(result: object) -> object:
     return result
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("group", REFUSED, ids=group_id)
 def test_bad_input_is_refused_and_leaves_nothing_behind(connect: Connect, group: Group) -> None:
     locks, observer = connect(), connect()
@@ -569,7 +588,7 @@ def refused_and_nothing_left(locks: Locks, observer: Locks, connect: Connect, ca
         assert held.acquire()
     hold = held.hold if held is not None else None
     granted = (hold.token, hold.ttl) if hold is not None else None
-    with pytest.raises(case.error) as refused:
+    with no_backend_call(locks), pytest.raises(case.error) as refused:
         settled(case.call.run(Subject(locks, hold, connect), case.value))
     case.check_refusal(refused.value)
     if held is not None:
@@ -610,6 +629,7 @@ def test_valid_names_are_data(connect: Connect, case: Case) -> None:
     assert observer.status_all() == []
 
 
+@pytest.mark.tumbler_connection
 def test_status_all_lists_held_locks_and_waiters(connect: Connect) -> None:
     holder, waiter = connect(), connect()
     # taken in the other order than their names sort in: status_all sorts by name
@@ -633,11 +653,15 @@ def test_status_all_lists_held_locks_and_waiters(connect: Connect) -> None:
     assert pending.result() is True
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("option", ["fair", "renew"])
 @pytest.mark.parametrize("value", ["no", 0, 1, None])
 def test_yes_no_options_take_only_booleans(connect: Connect, option: str, value: object) -> None:
     locks = connect()
-    with pytest.raises(InvalidArgument, match=f"{option} must be True or False"):
+    with (
+        no_backend_call(locks),
+        pytest.raises(InvalidArgument, match=f"{option} must be True or False"),
+    ):
         locks.lock("flags", **{option: value})  # type: ignore[arg-type]  # wrong on purpose
     assert locks.status_all() == []
 
@@ -650,6 +674,7 @@ def test_default_ttl_of_the_client(connect: Connect) -> None:
         assert hold.ttl == min(12, locks.capabilities.max_ttl or 12)
 
 
+@pytest.mark.tumbler_connection
 def test_mutual_exclusion_under_concurrency(connect: Connect) -> None:
     clients = [connect() for _ in range(4)]
     inside = 0
@@ -683,6 +708,7 @@ def test_a_grant_stays_held_after_its_lock_object_is_dropped(connect: Connect) -
     assert len(state.holders) == 1
 
 
+@pytest.mark.tumbler_connection
 def test_a_clients_waiters_on_one_lock_wait_at_the_backend_as_one(
     connect: Connect,
 ) -> None:
@@ -791,6 +817,7 @@ def test_a_ttl_shorter_than_the_backend_keeps_is_refused(connect: Connect) -> No
     assert locks.status_all() == []
 
 
+@pytest.mark.tumbler_connection
 def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
     connect: Connect, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -820,10 +847,11 @@ def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
     assert len(told) == 2
 
 
+@pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("reason", ["", "two\nlines", "x" * 501, 42])
 def test_a_bad_reason_is_refused_and_releases_nothing(connect: Connect, reason: object) -> None:
     holder, operator = connect(), connect()
     assert holder.lock("kept").acquire()
-    with pytest.raises(InvalidArgument, match="reason"):
+    with no_backend_call(operator), pytest.raises(InvalidArgument, match="reason"):
         operator.force_release("kept", reason=reason)  # type: ignore[arg-type]  # on purpose
     assert len((operator.status("kept")).holders) == 1

@@ -29,6 +29,10 @@ from tumbler.errors import BackendUnavailable
 
 from ..protocol import Backends
 
+pytestmark = [
+    pytest.mark.tumbler_connection,
+]
+
 #: the lease of grants that must outlive the case
 LONG_TTL = 30.0
 #: how many times a scenario that depends on waiter leases is played before the case fails
