@@ -33,9 +33,10 @@ import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd._sync.gateway import Gateway
-from tumbler.backends.etcd.common import ended_key, entry_key
+from tumbler.backends.etcd.common import ended_key, entry_key, line_key
 from tumbler.backends.etcd.http import HTTPFailure, not_sent
 from tumbler.backends.etcd.server import EtcdServer
+from tumbler.backends.etcd.wire import prefix_end
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
@@ -145,6 +146,37 @@ def test_a_grant_request_that_lands_after_its_release_leaves_no_key(
             _deliver_late(raw, unanswered)
             assert line_of(raw, url, "late-grant") == []
             assert other.lock("late-grant").acquire(blocking=False)
+        finally:
+            proxy.heal()
+            locks.close()
+            other.close()
+
+
+def test_a_readers_grant_request_that_lands_after_its_release_leaves_no_key(
+    etcd_server: EtcdServer, raw
+) -> None:
+    """A shared entry's key is in the line's other part (``.../s/...``): its end mark is too,
+    and a writer is granted once the late request has landed."""
+    with _silent_path(etcd_server) as (proxy, url):
+        locks, other = tumbler.connect(url), tumbler.connect(_direct(url))
+        try:
+            unanswered: Unanswered = []
+            backend = locks._backend
+            with locks.lock("late-warm-up"):
+                pass
+            _record_unanswered(backend, unanswered)
+            _pin_to_proxy(backend)
+            proxy.cut()
+            reader = locks.rwlock("late-read").read()
+            assert reader.acquire(timeout=PATIENCE)
+            reader.release()
+            # the end is marked in the shared part
+            shared = ended_key(the_prefix(url), line_key(the_prefix(url), "late-read") + b"s/")
+            assert raw.range(shared, prefix_end(shared))[1]
+            proxy.heal()
+            _deliver_late(raw, unanswered)
+            assert line_of(raw, url, "late-read") == []
+            assert other.rwlock("late-read").write().acquire(blocking=False)
         finally:
             proxy.heal()
             locks.close()
@@ -321,6 +353,36 @@ def test_a_grant_request_that_lands_after_its_release_leaves_no_key_asyncio(
             _deliver_late(raw, unanswered)
             assert line_of(raw, url, "late-grant-aio") == []
             assert await other.lock("late-grant-aio").acquire(blocking=False)
+        finally:
+            proxy.heal()
+            await locks.close()
+            await other.close()
+
+    with _silent_path(etcd_server) as (proxy, url):
+        asyncio.run(scenario(proxy, url))
+
+
+def test_a_readers_grant_request_that_lands_after_its_release_leaves_no_key_asyncio(
+    etcd_server: EtcdServer, raw
+) -> None:
+    async def scenario(proxy: FaultProxy, url: str) -> None:
+        locks = await tumbler.aio.connect(url)
+        other = await tumbler.aio.connect(_direct(url))
+        try:
+            unanswered: Unanswered = []
+            backend = locks._backend
+            async with locks.lock("late-warm-up"):
+                pass
+            _record_unanswered(backend, unanswered)
+            _pin_to_proxy(backend)
+            proxy.cut()
+            reader = locks.rwlock("late-read-aio").read()
+            assert await reader.acquire(timeout=PATIENCE)
+            await reader.release()
+            proxy.heal()
+            _deliver_late(raw, unanswered)
+            assert line_of(raw, url, "late-read-aio") == []
+            assert await other.rwlock("late-read-aio").write().acquire(blocking=False)
         finally:
             proxy.heal()
             await locks.close()
