@@ -57,6 +57,7 @@ from .test_postgresql import (
     close_on,
     every_call_gives_up_when_replies_are_dropped,
     full_line_refuses_a_waiter_decided_in_the_client,
+    handed_to_the_dead_holds_nothing_up,
     held_across_restart,
     killed_fair_waiter_holds_nothing_up,
     waits_by_polling,
@@ -94,6 +95,10 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
         # granted by the release itself: the waiter has done nothing since it queued
         (handed,) = one.status("stock").holders
         assert handed.token > first.token
+        # another request finds the waiter's client listening: the grant stays its own
+        assert holder.try_grant(_request("stock", "c")) is None
+        assert holder.release("stock", "c") is False  # withdrawn
+        assert [h.token for h in one.status("stock").holders] == [handed.token]
         calls = 0
         run = waiter.pool.run
 
@@ -104,10 +109,12 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
 
         monkeypatch.setattr(waiter.pool, "run", counted)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls == 1  # one read of its own entry, which shows the grant
+        assert calls == 1  # one write to its own entry, which takes the grant up
         assert grant is not None
         assert grant.token == handed.token
-        assert 0 < grant.granted_ttl <= 30.0
+        assert grant.granted_ttl == 30.0  # taken up: the lease asked, from this try
+        (taken,) = one.status("stock").holders
+        assert waiter.capabilities.waiter_ttl < taken.expires_in <= 30.0
         assert waiter.release("stock", "b")
         assert one.status("stock").holders == ()
 
@@ -898,6 +905,17 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
         )
     finally:
         admin.close()
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "unfair"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
+    mariadb_server: MariaDBServer, flavour: str, fair: bool
+) -> None:
+    """As PostgreSQL's case (``handed_to_the_dead_holds_nothing_up``)."""
+    handed_to_the_dead_holds_nothing_up(
+        f"{mariadb_server.url}?table_prefix=dead_{uuid.uuid4().hex[:8]}_", flavour, fair
+    )
 
 
 # -- max_waiters ---------------------------------------------------------------------------

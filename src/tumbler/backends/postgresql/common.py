@@ -58,7 +58,10 @@ What it guarantees
     A release deletes the owner's row; a name nobody holds or waits for leaves no row. A
     release that frees a lock whose first waiter is exclusive hands the lock to that waiter in
     the same transaction, if the waiter's client still listens, and tells it so in the
-    ``NOTIFY`` that goes with the commit: the waiter takes its grant without a round trip.
+    ``NOTIFY`` that goes with the commit. That grant lives on the waiter's own short lease
+    (its entry's) until the waiter takes it up with one write, which sets the lease it asked
+    for: a waiter that dies in the moment after the release saw it listen never does, and a
+    request that finds its client gone revokes the grant (``tumbler_grant``).
     Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
     release lets through, with the waiter's owner hash, so only that waiter wakes; each client
     listens on one connection, and re-checks every second in case a notification is lost.

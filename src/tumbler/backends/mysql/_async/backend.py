@@ -566,9 +566,9 @@ class AsyncMySQLBackend:
         owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            confirmed = await self._confirm(handed, owner, request.ttl)
-            if confirmed is not None:
-                return confirmed
+            taken = await self._take_up(handed, owner, request.ttl)
+            if taken is not None:
+                return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -608,22 +608,23 @@ class AsyncMySQLBackend:
         token, left = granted
         return Grant(request.name, request.owner, token, left)
 
-    async def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` as the server has it, with the lease it has left; None if the server
-        shows no such grant. Whoever may write the wake-up table can leave a wake-up that
-        names any token: it stays a hint, and only the owner's entry says it holds."""
+    async def _take_up(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` taken up: its lease set to ``ttl`` from now, by the owner's entry, which
+        must be a live grant with that token; None if the server shows no such grant (the
+        caller asks it). Until then the grant lives on the waiter's short lease
+        (``{p}hand_off``). Whoever may write the wake-up table can leave a wake-up that names
+        any token: it stays a hint, and only the owner's entry says it holds."""
 
-        async def read(connection: Any) -> Any:
-            async with connection.cursor() as cursor:
-                await cursor.execute(self.sql["handed"], (handed.name, owner, handed.token))
-                return await cursor.fetchone()
+        async def write(connection: Any) -> bool:
+            arguments = (ttl, handed.name, owner, handed.token)
+            return await _execute(connection, self.sql["take_up"], arguments) == 1
 
         with translate_errors(self.url, handed.name):
-            row = await self.pool.run(read, idempotent=True)
-        if row is None:
+            taken = await self.pool.run(write, idempotent=True)
+        if not taken:
             _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
             return None
-        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
+        return Grant(handed.name, handed.owner, handed.token, ttl)
 
     async def _sweep(self, connection: Any) -> None:
         await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
@@ -668,8 +669,13 @@ class AsyncMySQLBackend:
                 full = False  # a new waiter refused: the line has max_waiters already
                 write = decided.write
                 if decided.decision is Decision.HELD:
-                    left = next(float(x) for o, *_, x in rows if o == owner)
-                    answer = decided.held_token, min(request.ttl, left)
+                    # granted already, by a release that handed it over or by a try whose
+                    # reply was lost: taken up, with the lease asked for from now (unless it
+                    # ran out this very moment: the owner's next try asks anew)
+                    arguments = (request.ttl, request.name, owner, decided.held_token)
+                    await cursor.execute(sql["take_up"], arguments)
+                    if cursor.rowcount == 1:
+                        answer = decided.held_token, request.ttl
                 elif write is Write.REFRESH_WAITER:
                     assert decided.mine is not None
                     await cursor.execute(sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})

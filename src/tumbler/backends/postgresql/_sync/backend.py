@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import Connection, sql
+from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import sleep_real
@@ -31,7 +31,16 @@ from ....errors import (
     TumblerError,
 )
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
+from ...kit import (
+    BaseWatch,
+    Decision,
+    Entry,
+    LockStateBuilder,
+    Write,
+    WritePlan,
+    plan,
+    to_wake,
+)
 from ...kit._sync.listener import Listener
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
@@ -509,9 +518,9 @@ class PostgreSQLBackend:
         owner = owner_hash(request.owner)
         handed = self.wakeups.handoffs.grant(request)
         if handed is not None:
-            confirmed = self._confirm(handed, owner, request.ttl)
-            if confirmed is not None:
-                return confirmed
+            taken = self._take_up(handed, owner, request.ttl)
+            if taken is not None:
+                return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -612,51 +621,69 @@ class PostgreSQLBackend:
             decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
             if decided.decision is Decision.HELD:
                 # granted already, by a release that handed it over or by a try whose reply
-                # was lost: the lease began then
-                left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
-                return decided.held_token, min(request.ttl, left)
-            write = decided.write
-            if write is Write.ADD_WAITER:
+                # was lost: taken up, with the lease asked for from now
                 cursor = connection.execute(
-                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                    self.sql["take_up"], (request.ttl, request.name, owner, decided.held_token)
                 )
-                counted = cursor.fetchone()
-                if counted is not None and counted[0] >= self.config.max_waiters:
-                    return FULL  # nothing written: the transaction commits empty
-            if write is Write.NOTHING:
-                return None
-            waiter = self._waiter_terms(request, stamp)
-            if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
-                # a waiter's entry: one that a crash of the server forgets costs its waiter a
-                # re-check, so the commit need not wait for the disk
-                connection.execute(self.sql["no_wait"])
-            if write is Write.REFRESH_WAITER:
-                assert decided.mine is not None
-                connection.execute(self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})
-                return None
-            if write is Write.GRANT_WAITER:
-                assert decided.mine is not None
-                cursor = connection.execute(
-                    self.sql["grant_waiter"],
-                    {"seq": decided.mine.seq, "ttl": request.ttl},
-                )
-            else:  # ADD_GRANT or ADD_WAITER
-                entry = _entry_of(request, owner)
-                if write is Write.ADD_GRANT:
-                    entry.update(
-                        grant=True,
-                        ttl=request.ttl,
-                        client=None,
-                        listener=None,
-                        lease=None,
-                        stamp=None,
-                    )
-                else:
-                    entry.update(grant=False, **waiter)
-                cursor = connection.execute(self.sql["add"], entry)
+            else:
+                written = self._write(connection, request, owner, stamp, decided)
+                if written is None or isinstance(written, _Full):
+                    return written
+                cursor = written
         row = cursor.fetchone()
-        assert row is not None
-        return None if row[0] is None else (int(row[0]), request.ttl)
+        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
+        return None if row is None or row[0] is None else (int(row[0]), request.ttl)
+
+    def _write(
+        self,
+        connection: Connection[Any],
+        request: GrantRequest,
+        owner: str,
+        stamp: int,
+        decided: WritePlan,
+    ) -> Cursor[Any] | _Full | None:
+        """Write what the grant rule ``decided`` for ``request`` (not held already), in the
+        caller's transaction: the cursor whose row has the token (None for a waiter); None
+        for nothing to read; ``FULL`` for a new waiter behind ``max_waiters``."""
+        write = decided.write
+        if write is Write.ADD_WAITER:
+            cursor = connection.execute(
+                self.sql["waiting"], (request.name, self.config.max_waiters)
+            )
+            counted = cursor.fetchone()
+            if counted is not None and counted[0] >= self.config.max_waiters:
+                return FULL  # nothing written: the transaction commits empty
+        if write is Write.NOTHING:
+            return None
+        waiter = self._waiter_terms(request, stamp)
+        if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
+            # a waiter's entry: one that a crash of the server forgets costs its waiter a
+            # re-check, so the commit need not wait for the disk
+            connection.execute(self.sql["no_wait"])
+        if write is Write.REFRESH_WAITER:
+            assert decided.mine is not None
+            connection.execute(self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})
+            return None
+        if write is Write.GRANT_WAITER:
+            assert decided.mine is not None
+            return connection.execute(
+                self.sql["grant_waiter"],
+                {"seq": decided.mine.seq, "ttl": request.ttl},
+            )
+        # ADD_GRANT or ADD_WAITER
+        entry = _entry_of(request, owner)
+        if write is Write.ADD_GRANT:
+            entry.update(
+                grant=True,
+                ttl=request.ttl,
+                client=None,
+                listener=None,
+                lease=None,
+                stamp=None,
+            )
+        else:
+            entry.update(grant=False, **waiter)
+        return connection.execute(self.sql["add"], entry)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -797,23 +824,27 @@ class PostgreSQLBackend:
         with translate_errors(self.url, name):
             return self.pool.run(force)
 
-    def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` as the server has it, with the lease it has left; None if the server
-        shows no such grant. Any role that may connect can send a ``NOTIFY`` on a waiter's
+    def _take_up(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
+        """``handed`` taken up: its lease set to ``ttl`` from now, by the owner's entry, which
+        must be a live grant with that token; None if the server shows no such grant (the
+        caller asks it). Until then the grant lives on the waiter's short lease
+        (``tumbler_hand_off``). Any role that may connect can send a ``NOTIFY`` on a waiter's
         channel (no privilege is needed) naming any token: it stays a hint, and only the
         owner's entry, which only the lock's writers can change, says it holds."""
 
-        def read(connection: Connection[Any]) -> Any:
+        def write(connection: Connection[Any]) -> bool:
             with self.alone(connection):
-                cursor = connection.execute(self.sql["handed"], (handed.name, owner, handed.token))
-            return cursor.fetchone()
+                cursor = connection.execute(
+                    self.sql["take_up"], (ttl, handed.name, owner, handed.token)
+                )
+            return cursor.rowcount == 1
 
         with translate_errors(self.url, handed.name):
-            row = self.pool.run(read, idempotent=True)
-        if row is None:
+            taken = self.pool.run(write, idempotent=True)
+        if not taken:
             _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
             return None
-        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
+        return Grant(handed.name, handed.owner, handed.token, ttl)
 
     def evicted(self, name: str, owner: str) -> str | None:
         def read(connection: Connection[Any]) -> Any:
