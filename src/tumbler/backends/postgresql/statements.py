@@ -264,11 +264,12 @@ _CREATE = (
     # it handed the lock over. Any other line is left to the grant rule in the client
     # (wake_line).
     # The grant lives on the waiter's own short lease (its entry's, waiter_ttl at most; or the
-    # lease it asked for, if that is shorter) until the waiter takes it up ("take_up", or tumbler_grant when it asks), which sets the lease
-    # it asked for: a waiter that died in the moment after this saw it listen never does, and
-    # its grant runs out with its liveness, or sooner where another request finds its client
-    # gone (tumbler_grant). Marked so till then: stamp cleared, listener kept. Nothing of it
-    # counts before the take-up, whose commit waits for the disk: this one need not.
+    # lease it asked for, if that is shorter) until the waiter takes it up ("take_up", or
+    # tumbler_grant when it asks), which sets the lease it asked for: a waiter that died in
+    # the moment after this saw it listen never does, and its grant runs out with its
+    # liveness, or sooner where another request finds its client gone (tumbler_grant).
+    # Marked so till then: stamp cleared, listener kept. Nothing of it counts before the
+    # take-up, whose commit waits for the disk: this one need not.
     # First, the waiters at the head of the line whose client no longer listens (its
     # listener key is free: the process died, or its connection closed) are deleted: each
     # would hold up every fair waiter behind it until its entry ran out, and one handed the
