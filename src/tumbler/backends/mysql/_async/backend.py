@@ -564,11 +564,11 @@ class AsyncMySQLBackend:
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
-        handed = self.wakeups.handoffs.grant(request)
-        if handed is not None:
-            taken = await self._take_up(handed, owner, request.ttl)
-            if taken is not None:
-                return taken
+        taken = await self.wakeups.take_handed(
+            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
+        )
+        if taken is not None:
+            return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -608,23 +608,16 @@ class AsyncMySQLBackend:
         token, left = granted
         return Grant(request.name, request.owner, token, left)
 
-    async def _take_up(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` taken up: its lease set to ``ttl`` from now, by the owner's entry, which
-        must be a live grant with that token; None if the server shows no such grant (the
-        caller asks it). Until then the grant lives on the waiter's short lease
-        (``{p}hand_off``). Whoever may write the wake-up table can leave a wake-up that names
-        any token: it stays a hint, and only the owner's entry says it holds."""
+    async def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
+        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
+        (see ``AsyncListener.take_handed``, and ``{p}hand_off``)."""
 
         async def write(connection: Any) -> bool:
-            arguments = (ttl, handed.name, owner, handed.token)
-            return await _execute(connection, self.sql["take_up"], arguments) == 1
+            return await _execute(connection, self.sql["take_up"], (ttl, name, owner, token)) == 1
 
-        with translate_errors(self.url, handed.name):
-            taken = await self.pool.run(write, idempotent=True)
-        if not taken:
-            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
-            return None
-        return Grant(handed.name, handed.owner, handed.token, ttl)
+        with translate_errors(self.url, name):
+            return await self.pool.run(write, idempotent=True)
 
     async def _sweep(self, connection: Any) -> None:
         await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))

@@ -516,11 +516,11 @@ class PostgreSQLBackend:
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
-        handed = self.wakeups.handoffs.grant(request)
-        if handed is not None:
-            taken = self._take_up(handed, owner, request.ttl)
-            if taken is not None:
-                return taken
+        taken = self.wakeups.take_handed(
+            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
+        )
+        if taken is not None:
+            return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
@@ -824,27 +824,18 @@ class PostgreSQLBackend:
         with translate_errors(self.url, name):
             return self.pool.run(force)
 
-    def _take_up(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` taken up: its lease set to ``ttl`` from now, by the owner's entry, which
-        must be a live grant with that token; None if the server shows no such grant (the
-        caller asks it). Until then the grant lives on the waiter's short lease
-        (``tumbler_hand_off``). Any role that may connect can send a ``NOTIFY`` on a waiter's
-        channel (no privilege is needed) naming any token: it stays a hint, and only the
-        owner's entry, which only the lock's writers can change, says it holds."""
+    def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
+        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
+        (see ``AsyncListener.take_handed``, and ``tumbler_hand_off``)."""
 
         def write(connection: Connection[Any]) -> bool:
             with self.alone(connection):
-                cursor = connection.execute(
-                    self.sql["take_up"], (ttl, handed.name, owner, handed.token)
-                )
+                cursor = connection.execute(self.sql["take_up"], (ttl, name, owner, token))
             return cursor.rowcount == 1
 
-        with translate_errors(self.url, handed.name):
-            taken = self.pool.run(write, idempotent=True)
-        if not taken:
-            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
-            return None
-        return Grant(handed.name, handed.owner, handed.token, ttl)
+        with translate_errors(self.url, name):
+            return self.pool.run(write, idempotent=True)
 
     def evicted(self, name: str, owner: str) -> str | None:
         def read(connection: Connection[Any]) -> Any:
