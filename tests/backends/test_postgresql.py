@@ -497,6 +497,52 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
         assert holder.try_grant(_request("stock", "c")) is not None
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
+    url: str, admin: psycopg.Connection[Any], flavour: str
+) -> None:
+    """A waiter's first entry is written before its client listens (the locks enter the
+    watch, which starts listening, only once a try failed): it names the client's listener
+    key all the same, which the connection that wrote it holds till the listener does. A
+    waiter killed in that moment is then told dead by the next release, as one killed later:
+    its entry is deleted and the lock not handed to it (it held a fair line up for its
+    entry's whole lease, 3 s)."""
+    request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+    backend_of = load_backend(parse_url(url))
+
+    async def first_try() -> Any:
+        waiter = await backend_of.open_async(parse_url(url))
+        try:
+            watch = waiter.watch("stock", "b")  # made before the first try, as the locks do
+            assert await waiter.try_grant(request) is None
+            assert not waiter.wakeups.subscribed()
+            watch.close()
+            return waiter.wakeups.listener_key
+        finally:
+            await waiter.close()
+
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        if flavour == "sync":
+            waiter = open_sync(parse_url(url))
+            try:
+                watch = waiter.watch("stock", "b")
+                assert waiter.try_grant(request) is None
+                assert not waiter.wakeups.subscribed()
+                watch.close()
+                key = waiter.wakeups.listener_key
+            finally:
+                waiter.close()
+        else:
+            key = asyncio.run(first_try())
+        eventually(lambda: not _listener_held(admin, key), "the waiter's connections are gone")
+        assert one.status("stock").waiters == 1
+        assert holder.release("stock", "a")
+        assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
+
+
 def test_a_shared_waiter_is_woken_to_ask_rather_than_handed_the_lock(url: str) -> None:
     """The statement hands over only to an exclusive waiter; the rule in the client decides
     for the others, and the release wakes those it lets through."""

@@ -86,6 +86,11 @@ class Listener:
         """Whether a release can reach this client now."""
         return self._listening.is_set()
 
+    def failing(self) -> bool:
+        """Whether the last attempt to listen failed (until one succeeds: the client's
+        waiters re-check meanwhile)."""
+        return self._failures > 0
+
     def subscribe(self, name: str) -> None:
         """Return once the client listens (``name``: for errors), waiting through the
         reader's attempts for up to ``patience`` seconds (a server restarting refuses

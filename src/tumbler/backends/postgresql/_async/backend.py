@@ -525,6 +525,8 @@ class AsyncPostgreSQLBackend:
 
         # tried again whole if a pooler refused it: a retry by the same owner is idempotent
         async def grant(connection: AsyncConnection[Any]) -> tuple[int, float] | None:
+            claimed = await self._claim_listener(connection, request)
+            waiter = self._waiter_terms(request, stamp, claimed)
             async with self.alone(connection):
                 cursor = await connection.execute(
                     self.sql["grant"],
@@ -533,7 +535,7 @@ class AsyncPostgreSQLBackend:
                         "queue": request.queue,
                         "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
-                        **self._waiter_terms(request, stamp),
+                        **waiter,
                     },
                 )
             row = await cursor.fetchone()
@@ -542,7 +544,7 @@ class AsyncPostgreSQLBackend:
             if full:
                 raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
-                return await self._decide(connection, request, owner, stamp)
+                return await self._decide(connection, request, owner, waiter)
             return None if token is None else (int(token), float(left))
 
         with translate_errors(self.url, request.name):
@@ -563,12 +565,38 @@ class AsyncPostgreSQLBackend:
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
-    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+    async def _claim_listener(
+        self, connection: AsyncConnection[Any], request: GrantRequest
+    ) -> bool:
+        """Whether ``connection`` holds the client's listener key for ``request``'s entry
+        to name, though the client does not listen yet: taken (shared, for the session) when
+        the request would queue and its waiter means to wait (its watch is made: the locks
+        make it before the first try, and enter it, which starts listening, only once that
+        try failed). Until the listener holds the key too, this connection's hold says the
+        client lives: a release takes a waiter whose key nobody holds for one whose client
+        is gone (``tumbler_hand_off``), and without a key at all its entry held a fair line up
+        for its whole lease when the waiter died in that moment."""
+        if not (
+            request.queue
+            and self.config.listen
+            and not self.wakeups.subscribed()
+            and not self.wakeups.failing()  # a client that cannot listen is not told
+            and self.hub.subscribers(request.name)
+        ):
+            return False
+        async with self.alone(connection):
+            await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.listener_key})
+        return True
+
+    def _waiter_terms(
+        self, request: GrantRequest, stamp: int, claimed: bool = False
+    ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        # Only once the client listens: a release takes a waiter whose listener key nobody
-        # holds for one whose client is gone, and deletes its entry (tumbler_hand_off).
-        listen = self.config.listen and self.wakeups.subscribed()
+        # Only once the client listens, or the connection that writes the entry holds the
+        # key (``claimed``): a release takes a waiter whose listener key nobody holds for one
+        # whose client is gone, and deletes its entry (tumbler_hand_off).
+        listen = self.config.listen and (claimed or self.wakeups.subscribed())
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
@@ -578,20 +606,28 @@ class AsyncPostgreSQLBackend:
         }
 
     async def _decide(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+        self,
+        connection: AsyncConnection[Any],
+        request: GrantRequest,
+        owner: str,
+        waiter: dict[str, Any],
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
         token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
         waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
         write and the commit (three for a new waiter, counted first)."""
-        decided = await self._decided(connection, request, owner, stamp)
+        decided = await self._decided(connection, request, owner, waiter)
         if decided is FULL:
             raise line_full(self.config.max_waiters, request.name, self.url)
         assert not isinstance(decided, _Full)
         return decided
 
     async def _decided(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+        self,
+        connection: AsyncConnection[Any],
+        request: GrantRequest,
+        owner: str,
+        waiter: dict[str, Any],
     ) -> tuple[int, float] | _Full | None:
         async with self.batch(connection):
             await connection.execute(
@@ -624,7 +660,7 @@ class AsyncPostgreSQLBackend:
                     self.sql["take_up"], (request.ttl, request.name, owner, decided.held_token)
                 )
             else:
-                written = await self._write(connection, request, owner, stamp, decided)
+                written = await self._write(connection, request, owner, waiter, decided)
                 if written is None or isinstance(written, _Full):
                     return written
                 cursor = written
@@ -637,7 +673,7 @@ class AsyncPostgreSQLBackend:
         connection: AsyncConnection[Any],
         request: GrantRequest,
         owner: str,
-        stamp: int,
+        waiter: dict[str, Any],
         decided: WritePlan,
     ) -> AsyncCursor[Any] | _Full | None:
         """Write what the grant rule ``decided`` for ``request`` (not held already), in the
@@ -653,7 +689,6 @@ class AsyncPostgreSQLBackend:
                 return FULL  # nothing written: the transaction commits empty
         if write is Write.NOTHING:
             return None
-        waiter = self._waiter_terms(request, stamp)
         if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
             # a waiter's entry: one that a crash of the server forgets costs its waiter a
             # re-check, so the commit need not wait for the disk
