@@ -918,6 +918,55 @@ def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
     )
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case: a waiter's first entry, written before its client listens,
+    names the client's key, whose waiter lock the connection that wrote it holds till the
+    listener holds its own; a waiter killed in that moment is told dead by the next
+    release, its entry deleted and the lock not handed to it."""
+    url = f"{mariadb_server.url}?table_prefix=early_{uuid.uuid4().hex[:8]}_"
+    request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+
+    async def first_try() -> Any:
+        waiter = await open_async(parse_url(url))
+        try:
+            watch = waiter.watch("stock", "b")  # made before the first try, as the locks do
+            assert await waiter.try_grant(request) is None
+            assert not waiter.wakeups.subscribed()
+            watch.close()
+            return waiter.wakeups.key
+        finally:
+            await waiter.close()
+
+    def held(key: int) -> bool:
+        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
+            return cursor.fetchone()[0] is not None
+
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        if flavour == "sync":
+            waiter = open_sync(parse_url(url))
+            try:
+                watch = waiter.watch("stock", "b")
+                assert waiter.try_grant(request) is None
+                assert not waiter.wakeups.subscribed()
+                watch.close()
+                key = waiter.wakeups.key
+            finally:
+                waiter.close()
+        else:
+            key = asyncio.run(first_try())
+        eventually(lambda: not held(key), "the waiter's connections are gone")
+        assert one.status("stock").waiters == 1
+        assert holder.release("stock", "a")
+        assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
+
+
 # -- max_waiters ---------------------------------------------------------------------------
 
 

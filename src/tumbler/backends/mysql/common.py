@@ -50,7 +50,9 @@ Waking waiters
     (nobody holds its listener lock: its process died, its connection closed), so a waiter
     killed while it waits holds a fair line up for no longer than the server takes to see its
     connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter names its
-    client only once the client listens; one whose client polls cannot be told dead.
+    client once the client listens, or means to (its watch is made: the connection that
+    writes its entry then holds the client's waiter lock, till the listener holds its own);
+    one whose client polls cannot be told dead.
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.

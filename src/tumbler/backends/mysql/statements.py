@@ -182,7 +182,8 @@ _CREATE = (
             SELECT seq INTO untaken FROM {{p}}entries FORCE INDEX (line)
                 WHERE name = lock_name AND token IS NOT NULL AND stamp IS NULL
                 AND client IS NOT NULL AND owner <> lock_owner
-                AND IS_USED_LOCK(CONCAT('tumbler-listener-', client)) IS NULL LIMIT 1;
+                AND IS_USED_LOCK(CONCAT('tumbler-listener-', client)) IS NULL
+                AND IS_USED_LOCK(CONCAT('tumbler-waiter-', client)) IS NULL LIMIT 1;
             IF untaken IS NULL THEN LEAVE untaken_grants; END IF;
             DELETE FROM {{p}}entries WHERE seq = untaken;
         END LOOP;
@@ -247,8 +248,9 @@ _CREATE = (
         SELECT NULL, NULL, FALSE, FALSE;
     END""",
     # In a transaction that holds the name's lock and may have freed it. First, the waiters
-    # at the head of the line whose client no longer listens (nobody holds its listener lock:
-    # the process died, or its connection closed) are deleted: each would hold up every fair
+    # at the head of the line whose client no longer listens (nobody holds its listener lock,
+    # nor its waiter lock, which a connection that wrote an entry before the client listened
+    # holds: the process died, or its connections closed) are deleted: each would hold up every fair
     # waiter behind it until its entry ran out, and one handed the lock would hold it for a
     # whole lease. A waiter with no client (one that polls, or whose client did not listen
     # yet when it wrote its entry) cannot be told dead, and stays. Then, if the name has no
@@ -291,7 +293,8 @@ _CREATE = (
                 WHERE name = lock_name AND token IS NULL AND expires_at > at
                 ORDER BY seq LIMIT 1;
             IF first_seq IS NULL OR first_client IS NULL
-               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
+               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL
+               OR IS_USED_LOCK(CONCAT('tumbler-waiter-', first_client)) IS NOT NULL THEN
                 LEAVE head;
             END IF;
             DELETE FROM {{p}}entries WHERE seq = first_seq;
@@ -482,6 +485,10 @@ _STATEMENTS = {
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
     "listen": "SELECT GET_LOCK(CONCAT('tumbler-listener-', %s), 0)",
+    # Taken by a connection that writes a waiter's entry before the client listens (which
+    # names the client's key all the same): till the listener holds its lock, this one says
+    # the client lives. 0 when another connection of the client holds it already.
+    "claim": "SELECT GET_LOCK(CONCAT('tumbler-waiter-', %s), 0)",
     # the client's doorbell, held by a connection of its own that does nothing else
     "doorbell": "SELECT GET_LOCK(CONCAT('tumbler-doorbell-', %s), 0)",
     # Waits up to the given seconds unless a wake-up for the client is there already (then

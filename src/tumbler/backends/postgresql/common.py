@@ -69,8 +69,9 @@ What it guarantees
     process died, its connection closed: the key its listening connection holds is free), so
     a waiter killed while it waits holds a fair line up for no longer than the server takes
     to see its connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter
-    names its client only once the client listens, and one whose client polls cannot be told
-    dead: its entry runs out.
+    names its client's listener key once the client listens, or means to (its watch is
+    made: the connection that writes its entry then holds the key too, till the listener
+    does); one whose client polls cannot be told dead: its entry runs out.
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.

@@ -549,12 +549,34 @@ class AsyncMySQLBackend:
 
     # -- grants ----------------------------------------------------------------------------
 
-    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+    async def _claim(self, connection: Any, request: GrantRequest) -> bool:
+        """Whether ``request``'s entry names the client's key though the client does not
+        listen yet, ``connection`` (or another of the client's) holding its waiter lock: when
+        the request would queue and its waiter means to wait (its watch is made: the locks
+        make it before the first try, and enter it, which starts listening, only once that
+        try failed). Till the listener holds its own lock, this one says the client lives:
+        without a key at all, a waiter killed in that moment held a fair line up for its
+        entry's whole lease ({p}hand_off tells a waiter dead by its key's locks)."""
+        if not (
+            request.queue
+            and self.config.ring
+            and not self.wakeups.subscribed()
+            and not self.wakeups.failing()  # a client that cannot listen is not told
+            and self.hub.subscribers(request.name)
+        ):
+            return False
+        await _one_row(connection, self.sql["claim"], (self.wakeups.key,))
+        return True
+
+    def _waiter_terms(
+        self, request: GrantRequest, stamp: int, claimed: bool = False
+    ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock and wake it."""
-        # Only once the client listens: a release takes a waiter whose client's listener lock
+        # Only once the client listens, or a connection of it holds its waiter lock
+        # (``claimed``): a release takes a waiter whose client's listener and waiter locks
         # nobody holds for one whose client is gone, and deletes its entry ({p}hand_off).
-        listening = self.config.ring and self.wakeups.subscribed()
+        listening = self.config.ring and (claimed or self.wakeups.subscribed())
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.wakeups.key if listening else None,
@@ -572,9 +594,9 @@ class AsyncMySQLBackend:
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
-        waiter = self._waiter_terms(request, stamp)
 
         async def grant(connection: Any) -> tuple[int, float] | None:
+            waiter = self._waiter_terms(request, stamp, await self._claim(connection, request))
             arguments = (
                 request.name,
                 owner,
