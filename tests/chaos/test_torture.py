@@ -303,12 +303,8 @@ def _worker_processes(directory: Path) -> list[int]:
     ]
 
 
-#: the deployments whose fair lines CI checks with a waiter killed in them (MySQL not yet: a
-#: waiter killed in its client's first wait, before the client's listener holds its lock,
-#: leaves an entry that names no listener, which a release cannot tell dead, and which holds
-#: the line up for its whole lease, 3 s; PostgreSQL names the key there, held by the
-#: connection that wrote the entry)
-DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd", "postgresql"]
+#: the deployments whose fair lines CI checks with a waiter killed in them
+DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd", "postgresql", "mysql"]
 
 
 @pytest.mark.timeout(90)
