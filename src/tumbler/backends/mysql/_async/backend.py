@@ -636,7 +636,11 @@ class AsyncMySQLBackend:
         (see ``AsyncListener.take_handed``, and ``{p}hand_off``)."""
 
         async def write(connection: Any) -> bool:
-            return await _execute(connection, self.sql["take_up"], (ttl, name, owner, token)) == 1
+            arguments = (ttl, name, owner, token)
+            return (
+                await _transaction(lambda: _execute(connection, self.sql["take_up"], arguments))
+                == 1
+            )
 
         with translate_errors(self.url, name):
             return await self.pool.run(write, idempotent=True)

@@ -636,7 +636,8 @@ class MySQLBackend:
         (see ``AsyncListener.take_handed``, and ``{p}hand_off``)."""
 
         def write(connection: Any) -> bool:
-            return _execute(connection, self.sql["take_up"], (ttl, name, owner, token)) == 1
+            arguments = (ttl, name, owner, token)
+            return _transaction(lambda: _execute(connection, self.sql["take_up"], arguments)) == 1
 
         with translate_errors(self.url, name):
             return self.pool.run(write, idempotent=True)
