@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from ._core import DEFAULT_TTL, validate_ttl
+from ._core import DEFAULT_TTL, Seconds, validate_ttl
 from ._sync.client import Locks
 from ._sync.hold import Hold
 from ._sync.primitives import Lock, ReadLock, RLock, RWLock, SegmentedLock, Semaphore
@@ -98,7 +98,7 @@ __all__ = [
 
 
 def connect(
-    url: str | None = None, *, default_ttl: float = DEFAULT_TTL, **options: object
+    url: str | None = None, *, default_ttl: Seconds = DEFAULT_TTL, **options: object
 ) -> Locks:
     """Open a lock client on the backend that ``url`` names.
 

@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Final
+from typing import Final, TypeAlias
 
 from .errors import (
     InvalidArgument,
@@ -27,6 +27,9 @@ from .errors import (
     InvalidTTL,
     PermitsMismatch,
 )
+
+#: a length of time the API takes: seconds, or a timedelta
+Seconds: TypeAlias = float | timedelta
 
 #: Longest lock name, in UTF-8 bytes: one limit that every backend can store.
 MAX_NAME_BYTES = 255

@@ -21,7 +21,7 @@ from ._async.primitives import (
     AsyncSegmentedLock,
     AsyncSemaphore,
 )
-from ._core import DEFAULT_TTL, validate_ttl
+from ._core import DEFAULT_TTL, Seconds, validate_ttl
 
 __all__ = [
     "AsyncHold",
@@ -37,7 +37,7 @@ __all__ = [
 
 
 async def connect(
-    url: str | None = None, *, default_ttl: float = DEFAULT_TTL, **options: object
+    url: str | None = None, *, default_ttl: Seconds = DEFAULT_TTL, **options: object
 ) -> AsyncLocks:
     """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
     from ._connect import backend_module

@@ -628,10 +628,10 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
             eventually(lambda: _every_watch_made(watches, 1), "the waiter watches")
             os.kill(pid, signal.SIGSTOP)
             try:
-                before = hold.deadline
+                before = hold._deadline
                 # renewed through a serving member before its deadline (and the waiter's
                 # re-checks, every lease/3, meanwhile reach one too)
-                eventually(lambda: hold.lost or hold.deadline > before + 0.5, "renewed")
+                eventually(lambda: hold.lost or hold._deadline > before + 0.5, "renewed")
                 assert not hold.lost, hold.lost_reason
                 # the waiter's watch stream leaves the member its re-checks found silent
                 eventually(lambda: _streamed_on(waiter, silent) is False, "the stream moved")
@@ -674,10 +674,10 @@ def test_a_silent_member_costs_neither_a_hold_nor_a_waiter(etcd_cluster: EtcdClu
             await aeventually(watching, "the waiter watches")
             os.kill(pid, signal.SIGSTOP)
             try:
-                before = hold.deadline
+                before = hold._deadline
 
                 async def renewed() -> bool:
-                    return hold.lost or hold.deadline > before + 0.5
+                    return hold.lost or hold._deadline > before + 0.5
 
                 await aeventually(renewed, "renewed")
                 assert not hold.lost, hold.lost_reason
@@ -763,7 +763,7 @@ def test_a_deposed_leader_that_comes_back_takes_no_hold_away_unannounced(
             try:
                 assert cluster.leader() != deposed
                 outlast_the_deposed_leader(
-                    stopped, lambda: hold.lost or hold.deadline > stopped + LEASE_TTL
+                    stopped, lambda: hold.lost or hold._deadline > stopped + LEASE_TTL
                 )
             finally:
                 os.kill(pid, signal.SIGCONT)
@@ -792,7 +792,7 @@ def test_a_deposed_leader_that_comes_back_takes_no_hold_away_unannounced(
                 assert await asyncio.to_thread(cluster.leader) != deposed
 
                 async def renewed() -> bool:
-                    return hold.lost or hold.deadline > stopped + LEASE_TTL
+                    return hold.lost or hold._deadline > stopped + LEASE_TTL
 
                 await aeventually(renewed, "renewed through the new leader")
                 await asyncio.sleep(max(0.0, stopped + LEASE_TTL + 0.2 - time.monotonic()))

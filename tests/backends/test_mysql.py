@@ -58,6 +58,7 @@ from .test_postgresql import (
     close_on,
     every_call_gives_up_when_replies_are_dropped,
     full_line_refuses_a_waiter_decided_in_the_client,
+    handed_to_the_dead_holds_nothing_up,
     held_across_restart,
     killed_fair_waiter_holds_nothing_up,
     waits_by_polling,
@@ -95,6 +96,10 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
         # granted by the release itself: the waiter has done nothing since it queued
         (handed,) = one.status("stock").holders
         assert handed.token > first.token
+        # another request finds the waiter's client listening: the grant stays its own
+        assert holder.try_grant(_request("stock", "c")) is None
+        assert holder.release("stock", "c") is False  # withdrawn
+        assert [h.token for h in one.status("stock").holders] == [handed.token]
         calls = 0
         run = waiter.pool.run
 
@@ -105,10 +110,12 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
 
         monkeypatch.setattr(waiter.pool, "run", counted)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls == 1  # one read of its own entry, which shows the grant
+        assert calls == 1  # one write to its own entry, which takes the grant up
         assert grant is not None
         assert grant.token == handed.token
-        assert 0 < grant.granted_ttl <= 30.0
+        assert grant.granted_ttl == 30.0  # taken up: the lease asked, from this try
+        (taken,) = one.status("stock").holders
+        assert waiter.capabilities.waiter_ttl < taken.expires_in <= 30.0
         assert waiter.release("stock", "b")
         assert one.status("stock").holders == ()
 
@@ -1039,6 +1046,66 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
         )
     finally:
         admin.close()
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "unfair"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
+    mariadb_server: MariaDBServer, flavour: str, fair: bool
+) -> None:
+    """As PostgreSQL's case (``handed_to_the_dead_holds_nothing_up``)."""
+    handed_to_the_dead_holds_nothing_up(
+        f"{mariadb_server.url}?table_prefix=dead_{uuid.uuid4().hex[:8]}_", flavour, fair
+    )
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    """As PostgreSQL's case: a waiter's first entry, written before its client listens,
+    names the client's key, whose waiter lock the connection that wrote it holds till the
+    listener holds its own; a waiter killed in that moment is told dead by the next
+    release, its entry deleted and the lock not handed to it."""
+    url = f"{mariadb_server.url}?table_prefix=early_{uuid.uuid4().hex[:8]}_"
+    request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+
+    async def first_try() -> Any:
+        waiter = await open_async(parse_url(url))
+        try:
+            watch = waiter.watch("stock", "b")  # made before the first try, as the locks do
+            assert await waiter.try_grant(request) is None
+            assert not waiter.wakeups.subscribed()
+            watch.close()
+            return waiter.wakeups.key
+        finally:
+            await waiter.close()
+
+    def held(key: int) -> bool:
+        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
+            return cursor.fetchone()[0] is not None
+
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        if flavour == "sync":
+            waiter = open_sync(parse_url(url))
+            try:
+                watch = waiter.watch("stock", "b")
+                assert waiter.try_grant(request) is None
+                assert not waiter.wakeups.subscribed()
+                watch.close()
+                key = waiter.wakeups.key
+            finally:
+                waiter.close()
+        else:
+            key = asyncio.run(first_try())
+        eventually(lambda: not held(key), "the waiter's connections are gone")
+        assert one.status("stock").waiters == 1
+        assert holder.release("stock", "a")
+        assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
 
 
 # -- max_waiters ---------------------------------------------------------------------------

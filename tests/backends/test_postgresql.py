@@ -48,6 +48,7 @@ from tumbler.testing.conformance import worker as conformance_worker
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
+from tumbler.torture.backends import DEAD_WAITER_BOUND
 from tumbler.torture.proxy import FaultProxy
 
 
@@ -236,13 +237,18 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
         # granted by the release itself: the waiter has done nothing since it queued
         (handed,) = one.status("stock").holders
         assert handed.token > first.token
+        # another request finds the waiter's client listening: the grant stays its own
+        assert one._backend.try_grant(_request("stock", "c")) is None
+        assert one._backend.release("stock", "c") is False  # withdrawn
+        assert [h.token for h in one.status("stock").holders] == [handed.token]
         calls = CountedCalls(waiter, monkeypatch)
         grant = waiter.try_grant(_request("stock", "b"))
-        assert calls.count == 1  # one read of its own entry: the wake-up is a hint
+        assert calls.count == 1  # one write to its own entry: the wake-up is a hint
         assert grant is not None
         assert grant.token == handed.token
-        # its lease never outlasts the server's, counted from the release
-        assert 0 < grant.granted_ttl <= 30.0
+        assert grant.granted_ttl == 30.0  # taken up: the lease asked, from this try
+        (taken,) = one.status("stock").holders
+        assert waiter.capabilities.waiter_ttl < taken.expires_in <= 30.0
         assert waiter.release("stock", "b")
         assert one.status("stock").holders == ()
 
@@ -420,26 +426,24 @@ def test_an_entry_tumbler_did_not_write_blocks_nothing(
         assert rows_of(admin, schema, "stock") == 0
 
 
-def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
+def test_a_grant_found_by_asking_is_taken_up_with_the_lease_asked(
     url: str, schema: str, admin: psycopg.Connection[Any]
 ) -> None:
     """A waiter whose wake-up has not come yet asks the server, which finds the grant the
-    release made: the lease began then, so the reply gives what is left of it."""
+    release made, on the waiter's own short lease: the request takes it up, and the server's
+    lease becomes the one asked for, counted from the request."""
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
         _handed_over(one._backend, two._backend)
         waiter = two._backend
         handed = waiter.wakeups.handoffs.take("stock", owner_hash("b"))  # as if not come yet
         assert handed is not None
-        expires, _ = _expiry_and_now(admin, schema, "b")
-        # the server's clock moves on past the release before the waiter asks
-        eventually(
-            lambda: (expires - _expiry_and_now(admin, schema, "b")[1]).total_seconds() < 29.99,
-            "10 ms of the lease are gone",
-        )
-        _, asked_at = _expiry_and_now(admin, schema, "b")
+        expires, asked_at = _expiry_and_now(admin, schema, "b")
+        assert (expires - asked_at).total_seconds() <= waiter.capabilities.waiter_ttl
         grant = waiter.try_grant(_request("stock", "b"))
         assert grant is not None
         assert grant.token == handed[0]
+        assert grant.granted_ttl == 30.0
+        expires, _ = _expiry_and_now(admin, schema, "b")
         # counted from this request, the lease must end by the server's expiry
         assert grant.granted_ttl <= (expires - asked_at).total_seconds()
         assert waiter.release("stock", "b")
@@ -491,6 +495,52 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
         assert one.status("stock").holders == ()  # not handed over
         assert one.status("stock").waiters == 0  # and its entry gone
         assert holder.try_grant(_request("stock", "c")) is not None
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
+    url: str, admin: psycopg.Connection[Any], flavour: str
+) -> None:
+    """A waiter's first entry is written before its client listens (the locks enter the
+    watch, which starts listening, only once a try failed): it names the client's listener
+    key all the same, which the connection that wrote it holds till the listener does. A
+    waiter killed in that moment is then told dead by the next release, as one killed later:
+    its entry is deleted and the lock not handed to it (it held a fair line up for its
+    entry's whole lease, 3 s)."""
+    request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+    backend_of = load_backend(parse_url(url))
+
+    async def first_try() -> Any:
+        waiter = await backend_of.open_async(parse_url(url))
+        try:
+            watch = waiter.watch("stock", "b")  # made before the first try, as the locks do
+            assert await waiter.try_grant(request) is None
+            assert not waiter.wakeups.subscribed()
+            watch.close()
+            return waiter.wakeups.listener_key
+        finally:
+            await waiter.close()
+
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        if flavour == "sync":
+            waiter = open_sync(parse_url(url))
+            try:
+                watch = waiter.watch("stock", "b")
+                assert waiter.try_grant(request) is None
+                assert not waiter.wakeups.subscribed()
+                watch.close()
+                key = waiter.wakeups.listener_key
+            finally:
+                waiter.close()
+        else:
+            key = asyncio.run(first_try())
+        eventually(lambda: not _listener_held(admin, key), "the waiter's connections are gone")
+        assert one.status("stock").waiters == 1
+        assert holder.release("stock", "a")
+        assert one.status("stock").holders == ()  # not handed over
+        assert one.status("stock").waiters == 0  # and its entry gone
 
 
 def test_a_shared_waiter_is_woken_to_ask_rather_than_handed_the_lock(url: str) -> None:
@@ -1364,6 +1414,100 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
     killed_fair_waiter_holds_nothing_up(
         url, flavour, first_waiters_listener, lambda key: _listener_held(admin, key)
     )
+
+
+# -- a waiter that dies between a release's hand-off and its take-up ------------------------
+
+#: the next waiter's acquire: long enough for a re-check or two, far shorter than the lease
+#: a dead waiter's grant held before (30 s)
+_NEXT_WAITS = 5.0
+
+
+def _dead_waiters_request(fair: bool) -> GrantRequest:
+    return GrantRequest("line", "dead", False, 1, fair, 30.0, "test")
+
+
+def _handed_lease_left(state: Any) -> float:
+    (handed,) = state.holders
+    assert handed.token is not None
+    return float(handed.expires_in)
+
+
+def handed_to_the_dead_holds_nothing_up(url: str, flavour: str, fair: bool) -> None:
+    """A release hands the lock to the first waiter while its client still listens, and the
+    client dies before it takes the grant up (its connections closed, nothing said: the
+    moment after a kill, before the server saw it). The grant lives on the waiter's own short
+    lease (``waiter_ttl``), never on the 30 s it asked for, and the next live waiter has the
+    lock within the dead-waiter bound of the release, with a greater token."""
+    if flavour == "async":
+        asyncio.run(_handed_to_the_dead_holds_nothing_up_async(url, fair))
+        return
+    backend_of = load_backend(parse_url(url))
+    with tumbler.connect(url) as locks, tumbler.connect(url) as others:
+        holder = locks.lock("line", fair=fair)
+        assert holder.acquire(timeout=0)
+        dead = backend_of.open_sync(parse_url(url))
+        try:
+            with dead.watch("line", "dead"):  # listens: the release may hand it the lock
+                assert dead.try_grant(_dead_waiters_request(fair)) is None
+            nexts = background(lambda: others.lock("line", fair=fair).acquire(timeout=_NEXT_WAITS))
+            eventually(lambda: locks.status("line").waiters == 2, "the next waiter waits behind")
+            released_at = time.monotonic()
+            holder.release()
+            eventually(lambda: bool(dead.wakeups.handoffs), "the hand-off reached the waiter")
+            assert _handed_lease_left(locks.status("line")) <= dead.capabilities.waiter_ttl
+        finally:
+            dead.close()  # gone before it took the grant up
+        assert nexts.result() is True
+        assert time.monotonic() - released_at < DEAD_WAITER_BOUND
+        (state,) = locks.status_all()
+        assert len(state.holders) == 1  # the next waiter's, not the dead one's
+
+
+async def _handed_to_the_dead_holds_nothing_up_async(url: str, fair: bool) -> None:
+    backend_of = load_backend(parse_url(url))
+    async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as others:
+        holder = locks.lock("line", fair=fair)
+        assert await holder.acquire(timeout=0)
+        dead = await backend_of.open_async(parse_url(url))
+        nexts = asyncio.ensure_future(asyncio.sleep(0))
+        try:
+            async with dead.watch("line", "dead"):
+                assert await dead.try_grant(_dead_waiters_request(fair)) is None
+            nexts = asyncio.ensure_future(
+                others.lock("line", fair=fair).acquire(timeout=_NEXT_WAITS)
+            )
+
+            async def two_wait() -> bool:
+                return (await locks.status("line")).waiters == 2
+
+            await aeventually(two_wait, "the next waiter waits behind")
+            released_at = time.monotonic()
+            await holder.release()
+
+            async def handed() -> bool:
+                return bool(dead.wakeups.handoffs)
+
+            await aeventually(handed, "the hand-off reached the waiter")
+            left = _handed_lease_left(await locks.status("line"))
+            assert left <= dead.capabilities.waiter_ttl
+        except BaseException:
+            nexts.cancel()
+            raise
+        finally:
+            await dead.close()
+        assert await nexts is True
+        assert time.monotonic() - released_at < DEAD_WAITER_BOUND
+        (state,) = await locks.status_all()
+        assert len(state.holders) == 1
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "unfair"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
+    url: str, flavour: str, fair: bool
+) -> None:
+    handed_to_the_dead_holds_nothing_up(url, flavour, fair)
 
 
 # -- max_waiters ---------------------------------------------------------------------------

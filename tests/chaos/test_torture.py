@@ -332,10 +332,8 @@ def _worker_processes(directory: Path) -> list[int]:
     ]
 
 
-#: the deployments whose fair lines CI checks with a waiter killed in them (PostgreSQL and
-#: MySQL not yet: a release in the moment before the server sees the dead waiter's
-#: connections close still hands it the lock, which then waits out its lease)
-DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd"]
+#: the deployments whose fair lines CI checks with a waiter killed in them
+DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd", "postgresql", "mysql"]
 
 
 @pytest.mark.timeout(90)

@@ -89,9 +89,9 @@ def test_a_hold_is_held_then_released() -> None:
     with tumbler.connect(url(), clock=ManualClock()) as locks:
         lock = locks.lock("job", ttl=TTL)
         with lock as hold:
-            assert hold.state is sync_hold.HELD
+            assert hold._state is sync_hold.HELD
             assert hold.held
-        assert hold.state is sync_hold.RELEASED
+        assert hold._state is sync_hold.RELEASED
         assert not hold.held
         assert not hold.lost
 
@@ -101,9 +101,9 @@ async def test_a_hold_is_held_then_released_asyncio() -> None:
     async with await tumbler.aio.connect(url(), clock=ManualClock()) as locks:
         lock = locks.lock("job", ttl=TTL)
         async with lock as hold:
-            assert hold.state is async_hold.HELD
+            assert hold._state is async_hold.HELD
             assert hold.held
-        assert hold.state is async_hold.RELEASED
+        assert hold._state is async_hold.RELEASED
         assert not hold.held
         assert not hold.lost
 
@@ -115,8 +115,8 @@ def test_a_hold_in_doubt_is_confirmed_by_the_next_renewal() -> None:
         assert lock.acquire()
         hold = lock.hold
         assert hold is not None
-        hold.doubt()  # as when the backend's connection drops
-        assert hold.state is sync_hold.IN_DOUBT
+        hold._doubt()  # as when the backend's connection drops
+        assert hold._state is sync_hold.IN_DOUBT
         assert hold.in_doubt
         assert not hold.held
         assert not hold.lost
@@ -124,10 +124,10 @@ def test_a_hold_in_doubt_is_confirmed_by_the_next_renewal() -> None:
             hold.check()
         clock.advance(TTL / 3)
         locks.settle()
-        assert hold.state is sync_hold.HELD
+        assert hold._state is sync_hold.HELD
         assert hold.held
         lock.release()
-        assert hold.state is sync_hold.RELEASED
+        assert hold._state is sync_hold.RELEASED
 
 
 @pytest.mark.asyncio
@@ -138,8 +138,8 @@ async def test_a_hold_in_doubt_is_confirmed_by_the_next_renewal_asyncio() -> Non
         assert await lock.acquire()
         hold = lock.hold
         assert hold is not None
-        hold.doubt()  # as when the backend's connection drops
-        assert hold.state is async_hold.IN_DOUBT
+        hold._doubt()  # as when the backend's connection drops
+        assert hold._state is async_hold.IN_DOUBT
         assert hold.in_doubt
         assert not hold.held
         assert not hold.lost
@@ -147,10 +147,10 @@ async def test_a_hold_in_doubt_is_confirmed_by_the_next_renewal_asyncio() -> Non
             hold.check()
         clock.advance(TTL / 3)
         await locks.settle()
-        assert hold.state is async_hold.HELD
+        assert hold._state is async_hold.HELD
         assert hold.held
         await lock.release()
-        assert hold.state is async_hold.RELEASED
+        assert hold._state is async_hold.RELEASED
 
 
 def test_a_lease_run_out_is_lost_given_back_then_released() -> None:
@@ -164,11 +164,11 @@ def test_a_lease_run_out_is_lost_given_back_then_released() -> None:
         assert hold.lost  # by the clock alone, before anyone records it
         assert len(locks.status("job").holders) == 1  # the backend's lease has not run out
         locks.settle()
-        assert hold.state is sync_hold.GIVEN_BACK
+        assert hold._state is sync_hold.GIVEN_BACK
         assert locks.status("job").holders == ()  # the renewal worker gave the grant back
         with pytest.raises(tumbler.LockLost):
             lock.release()
-        assert hold.state is sync_hold.RELEASED
+        assert hold._state is sync_hold.RELEASED
         assert hold.lost
 
 
@@ -184,11 +184,11 @@ async def test_a_lease_run_out_is_lost_given_back_then_released_asyncio() -> Non
         assert hold.lost  # by the clock alone, before anyone records it
         assert len((await locks.status("job")).holders) == 1  # nor the backend's lease
         await locks.settle()
-        assert hold.state is async_hold.GIVEN_BACK
+        assert hold._state is async_hold.GIVEN_BACK
         assert (await locks.status("job")).holders == ()  # the grant was given back
         with pytest.raises(tumbler.LockLost):
             await lock.release()
-        assert hold.state is async_hold.RELEASED
+        assert hold._state is async_hold.RELEASED
         assert hold.lost
 
 
@@ -199,7 +199,7 @@ def test_close_loses_and_releases_what_is_held() -> None:
     hold = lock.hold
     assert hold is not None
     locks.close()
-    assert hold.state is sync_hold.RELEASED
+    assert hold._state is sync_hold.RELEASED
     assert hold.lost_reason == "the client was closed"
 
 
@@ -211,5 +211,5 @@ async def test_close_loses_and_releases_what_is_held_asyncio() -> None:
     hold = lock.hold
     assert hold is not None
     await locks.close()
-    assert hold.state is async_hold.RELEASED
+    assert hold._state is async_hold.RELEASED
     assert hold.lost_reason == "the client was closed"

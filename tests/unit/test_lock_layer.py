@@ -30,7 +30,7 @@ def test_an_acquisition_that_finds_the_lock_free_leaves_no_watch_or_line(locks):
     assert locks._lines == {}
     assert locks._watches == set()
     lock.release()
-    assert locks.gate._calls == {}
+    assert locks._gate._calls == {}
 
 
 def test_a_refused_single_try_subscribes_nothing_and_leaves_no_waiter(locks):
@@ -65,7 +65,7 @@ def test_a_client_made_before_a_fork_is_refused_in_the_child(locks):
     if pid == 0:  # the child: report by exit status only
         code = 0
         try:
-            if not locks.gate.forked or hold.held:
+            if not locks._gate.forked or hold.held:
                 code = 10
             try:
                 locks.lock("other").acquire()
@@ -76,7 +76,7 @@ def test_a_client_made_before_a_fork_is_refused_in_the_child(locks):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert not locks.gate.forked
+    assert not locks._gate.forked
     assert hold.held
     lock.release()
 
@@ -135,14 +135,14 @@ async def test_a_segment_granted_to_a_waiter_cancelled_as_it_leaves_the_other_li
         await aeventually(queued_on_both, "the waiter is in both lines")
         leaving = asyncio.Event()
         go_on = asyncio.Event()
-        release_entry = waiter.gate.release_entry
+        release_entry = waiter._gate.release_entry
 
         async def slow_release_entry(name: str, owner: str) -> bool:
             leaving.set()  # the first call: the waiter leaves the other segment's line
             await go_on.wait()
             return await release_entry(name, owner)
 
-        waiter.gate.release_entry = slow_release_entry  # type: ignore[method-assign]
+        waiter._gate.release_entry = slow_release_entry  # type: ignore[method-assign]
         freed = holds[0]
         await freed.release()
         await asyncio.wait_for(leaving.wait(), 30)

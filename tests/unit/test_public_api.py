@@ -81,6 +81,70 @@ def test_every_sync_class_has_an_asyncio_twin_and_back() -> None:
     assert async_classes == set(FLAVOURS.values())
 
 
+#: What a user may use on each class, besides its protocol (``with``, ``async with``): what the
+#: README and the docstrings document. Anything else without a leading underscore would be
+#: tumbler's own machinery in a user's completion list, and a name users come to rely on.
+SURFACE = {
+    "Hold": {
+        "name", "token", "ttl", "segment", "held", "in_doubt", "lost", "lost_reason",
+        "expires_in", "check", "on_lost", "wait_lost", "extend", "release",
+    },
+    "Locks": {
+        "url", "capabilities", "lock", "rlock", "semaphore", "segmented", "rwlock",
+        "synchronized", "status", "status_all", "force_release", "settle", "close",
+    },
+    "Lock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
+    "RLock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
+    "Semaphore": {
+        "name", "permits", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release",
+        "locked",
+    },
+    "SegmentedLock": {
+        "name", "segments", "segment_names", "ttl", "timeout", "fair", "renew", "hold",
+        "acquire", "release", "locked",
+    },
+    "RWLock": {"name", "read", "write"},
+    "ReadLock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
+}  # fmt: skip
+
+
+def _public(instance: object) -> set[str]:
+    return {member for member in dir(instance) if not member.startswith("_")}
+
+
+def _surfaces(locks: object, lock: object) -> dict[str, set[str]]:
+    """The public names of a live object of each class of SURFACE, by its sync name (instance
+    attributes show only on an instance)."""
+    rw = locks.rwlock("rw")  # type: ignore[attr-defined]
+    return {
+        "Locks": _public(locks),
+        "Lock": _public(lock),
+        "Hold": _public(lock.hold),  # type: ignore[attr-defined]
+        "RLock": _public(locks.rlock("r")),  # type: ignore[attr-defined]
+        "Semaphore": _public(locks.semaphore("s", 2)),  # type: ignore[attr-defined]
+        "SegmentedLock": _public(locks.segmented("g", 2)),  # type: ignore[attr-defined]
+        "RWLock": _public(rw),
+        "ReadLock": _public(rw.read()),
+    }
+
+
+def test_each_class_shows_only_what_a_user_may_use() -> None:
+    with tumbler.connect("memory://") as locks:
+        lock = locks.lock("surface-sync")
+        assert lock.acquire()
+        assert _surfaces(locks, lock) == SURFACE
+
+
+def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
+    async def surfaces() -> dict[str, set[str]]:
+        async with await tumbler.aio.connect("memory://") as locks:
+            lock = locks.lock("surface-asyncio")
+            assert await lock.acquire()
+            return _surfaces(locks, lock)
+
+    assert asyncio.run(surfaces()) == SURFACE
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparing two flavours of a class
 

@@ -160,23 +160,25 @@ class AsyncLocks:
     in asyncio, from another event loop (``WrongEventLoop``): connect anew there.
     """
 
-    def __init__(self, backend: AsyncBackend, *, default_ttl: float = core.DEFAULT_TTL) -> None:
+    def __init__(
+        self, backend: AsyncBackend, *, default_ttl: core.Seconds = core.DEFAULT_TTL
+    ) -> None:
         self._backend = backend
         self._clock = backend.clock
         #: the client's calls on its backend (for its holds and lock objects)
-        self.gate = AsyncClientGate(backend)
-        self._default_ttl = self.gate.lease(core.validate_ttl(default_ttl))
+        self._gate = AsyncClientGate(backend)
+        self._default_ttl = self._gate.lease(core.validate_ttl(default_ttl))
         self._renewer: AsyncRenewer[AsyncHold] = AsyncRenewer(
             backend.clock, self._serve_due, self._expire_overdue
         )
         self._rng = random.Random()
-        self._holder = f"{os.uname().nodename} pid={self.gate.pid}"
+        self._holder = f"{os.uname().nodename} pid={self._gate.pid}"
         # The client keeps every hold it granted until it is released, lost or the client
         # closed: a hold must not run out because the caller dropped its lock object.
         self._live: dict[int, AsyncHold] = {}
         # ... under the gate's guard, as are the lines and watches: close() must find every
         # one of them that began before it
-        self._guard = self.gate.guard
+        self._guard = self._gate.guard
         # a client's waiters on one lock queue here, and only the first of them at the backend
         self._lines: dict[tuple[tuple[str, ...], bool, int, bool], collections.deque[_Place]] = {}
         self._watches: set[AsyncWatch] = set()
@@ -199,8 +201,8 @@ class AsyncLocks:
         self,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> AsyncLock:
@@ -217,8 +219,8 @@ class AsyncLocks:
         self,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> AsyncRLock:
@@ -230,8 +232,8 @@ class AsyncLocks:
         name: str,
         permits: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> AsyncSemaphore:
@@ -243,8 +245,8 @@ class AsyncLocks:
         name: str,
         segments: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> AsyncSegmentedLock:
@@ -262,8 +264,8 @@ class AsyncLocks:
         self,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
     ) -> AsyncRWLock:
@@ -280,8 +282,8 @@ class AsyncLocks:
         self,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
         """Decorate a function so that every call runs holding the re-entrant mutex ``name``.
@@ -311,12 +313,12 @@ class AsyncLocks:
     async def status(self, name: str) -> LockState:
         """Holders (with fencing token and lease left) and waiters of one lock."""
         canonical = core.validate_name(name)
-        with self.gate.operation(canonical):
+        with self._gate.operation(canonical):
             return await self._backend.inspect(canonical)
 
     async def status_all(self) -> list[LockState]:
         """Every lock that has holders or waiters."""
-        with self.gate.operation(None):
+        with self._gate.operation(None):
             return await self._backend.inspect_all()
 
     async def force_release(self, name: str, *, reason: str | None = None) -> int:
@@ -330,7 +332,7 @@ class AsyncLocks:
         """
         canonical = core.validate_name(name)
         note = _eviction_note(self._holder, core.validate_reason(reason))
-        with self.gate.operation(canonical):
+        with self._gate.operation(canonical):
             removed = await self._backend.force_release(canonical, note)
         if removed:
             _log.warning("force-released lock %r (%d grant(s)): %s", canonical, removed, note)
@@ -352,12 +354,12 @@ class AsyncLocks:
         as the slowest of them (each is bounded by the backend's timeouts).
         """
         with self._guard:
-            if not self.gate.shut():
+            if not self._gate.shut():
                 return
             watches = list(self._watches)
             places = [place for line in self._lines.values() for place in line]
         self._exit_guard.disarm()
-        if self.gate.forked:
+        if self._gate.forked:
             return  # the parent's connections and grants are the parent's to close
         for watch in watches:
             watch.wake()
@@ -367,13 +369,13 @@ class AsyncLocks:
             holds = list(self._live.values())
         for hold in holds:
             try:
-                await hold.give_up_on_close()
+                await hold._give_up_on_close()
             except TumblerError as error:
                 _log.warning("could not release lock %r on close: %s", hold.name, error)
         await self._renewer.close()
         if self._backend.session_events is not None:
             self._backend.session_events.unsubscribe(self._on_session_event)
-        await self.gate.calls_finished()
+        await self._gate.calls_finished()
         await self._backend.close()
 
     async def __aenter__(self) -> AsyncLocks:
@@ -394,12 +396,12 @@ class AsyncLocks:
 
     # -- for the lock objects (tumbler's own code) ----------------------------------------------
 
-    def lease_for(self, ttl: float | None) -> float:
+    def _lease_for(self, ttl: core.Seconds | None) -> float:
         """The lease of a lock made with ``ttl``: the client's default if None; refused
         (``InvalidTTL``) if shorter than the backend can keep renewed."""
-        return self._default_ttl if ttl is None else self.gate.lease(core.validate_ttl(ttl))
+        return self._default_ttl if ttl is None else self._gate.lease(core.validate_ttl(ttl))
 
-    async def acquire_hold(
+    async def _acquire_hold(
         self,
         names: tuple[str, ...],
         *,
@@ -433,9 +435,9 @@ class AsyncLocks:
             holds = list(self._live.values())
         for hold in holds:
             if event == SessionEvents.EXPIRED:
-                hold.doubt(pending_loss="the backend's session expired")
+                hold._doubt(pending_loss="the backend's session expired")
             elif event == SessionEvents.SUSPENDED:
-                hold.doubt()
+                hold._doubt()
         self._renewer.expedite()
 
     def _request(
@@ -447,7 +449,7 @@ class AsyncLocks:
             shared=shared,
             limit=limit,
             fair=fair,
-            ttl=self.gate.grantable(ttl),
+            ttl=self._gate.grantable(ttl),
             holder=self._holder,
             queue=queue,
         )
@@ -470,7 +472,7 @@ class AsyncLocks:
         it in the client's line, in arrival order, at no cost to the backend or the connection
         pool.
         """
-        gate = self.gate
+        gate = self._gate
         head = requests[0]
         name = head.name
         if timeout == 0:
@@ -567,7 +569,7 @@ class AsyncLocks:
         """Wait until ``place`` is first in its line; False if the deadline passed first."""
         turn = AsyncEvent()
         with self._guard:
-            self.gate.check_usable(name)
+            self._gate.check_usable(name)
             if line[0] is place:
                 return True
             # made under the guard: whoever leaves the head of the line from now on sets it
@@ -578,7 +580,7 @@ class AsyncLocks:
             while True:
                 turn.clear()
                 with self._guard:
-                    self.gate.check_usable(name)  # close() sets every turn
+                    self._gate.check_usable(name)  # close() sets every turn
                     if line[0] is place:
                         return True
                 now = clock.now()
@@ -675,7 +677,7 @@ class AsyncLocks:
                     else:
                         await asleep_real(clock.real_timeout(pause) or pause)
                     acheck_cancelled()
-                    self.gate.check_usable(requests[0].name)
+                    self._gate.check_usable(requests[0].name)
             finally:
                 if entered:
                     await watch.__aexit__(None, None, None)
@@ -748,8 +750,8 @@ class AsyncLocks:
                 return hold
         # The reply came too late to use the lease (the caller tries again), or close() began
         # meanwhile and nobody would renew it: give it back.
-        await ashield(self.gate.release_entry(request.name, request.owner))
-        self.gate.check_usable(request.name)
+        await ashield(self._gate.release_entry(request.name, request.owner))
+        self._gate.check_usable(request.name)
         return None
 
     async def _withdraw_all(self, requests: tuple[GrantRequest, ...], names: set[str]) -> bool:
@@ -764,7 +766,7 @@ class AsyncLocks:
     async def _withdraw(self, request: GrantRequest) -> bool:
         """Remove the request's entry, if any; False if the backend could not be reached."""
         try:
-            await self.gate.release_entry(request.name, request.owner)
+            await self._gate.release_entry(request.name, request.owner)
         except TumblerError as error:
             _log.warning(
                 "could not withdraw from lock %r (its entry expires by itself): %s",
@@ -781,12 +783,12 @@ class AsyncLocks:
         hold = AsyncHold(self, request, grant, sent_at, renew)
         key = id(hold)
         with self._guard:
-            if self.gate.closed:
+            if self._gate.closed:
                 return None
             self._live[key] = hold
-        hold.on_finish(lambda _: self._forget(key))
-        due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold.deadline
-        self._renewer.schedule(hold, due, hold.deadline)
+        hold._on_finish(lambda _: self._forget(key))
+        due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold._deadline
+        self._renewer.schedule(hold, due, hold._deadline)
         return hold
 
     def _forget(self, key: int) -> None:
@@ -800,12 +802,12 @@ class AsyncLocks:
         after: list[float | None] = [None] * len(holds)
         renewing: list[int] = []
         for index, hold in enumerate(holds):
-            step = hold.triage(now)
+            step = hold._triage(now)
             if step is RENEW:
                 renewing.append(index)
             elif step is GIVE_BACK:
                 self._forget(id(hold))
-                await hold.give_back()
+                await hold._give_back()
             else:
                 after[index] = step
         if not renewing:
@@ -814,22 +816,22 @@ class AsyncLocks:
         sent_at = clock.now()
         # A renewal that outlived the leases it renews would only keep the worker from the
         # others: bounded by the least time left (the deadline watch reports losses meanwhile).
-        bound = max(min(hold.deadline for hold in batch) - sent_at, core.MIN_CALL_BOUND)
+        bound = max(min(hold._deadline for hold in batch) - sent_at, core.MIN_CALL_BOUND)
         try:
-            granted = await self._backend.renew_all([hold.renewal() for hold in batch], bound)
+            granted = await self._backend.renew_all([hold._renewal() for hold in batch], bound)
         except BackendUnavailable as error:
             _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
             for index, hold in zip(renewing, batch, strict=True):
-                after[index] = hold.unreachable()
+                after[index] = hold._unreachable()
             return after
         except TumblerError as error:
             for hold in batch:
-                hold.mark_lost(f"renewal failed: {error}")
+                hold._mark_lost(f"renewal failed: {error}")
             return after
         for index, hold, ttl in zip(renewing, batch, granted, strict=True):
-            if ttl is None and not hold.loss_pending:
-                await hold.explain_refusal()
-            after[index] = hold.renewed(ttl, sent_at)
+            if ttl is None and not hold._loss_pending:
+                await hold._explain_refusal()
+            after[index] = hold._renewed(ttl, sent_at)
         return after
 
     def _expire_overdue(self) -> float | None:
@@ -840,9 +842,9 @@ class AsyncLocks:
         now = self._clock.now()
         earliest: float | None = None
         for hold in holds:
-            deadline = hold.expire(now)
+            deadline = hold._expire(now)
             if deadline is None:
-                if hold.awaits_give_back:
+                if hold._awaits_give_back:
                     self._renewer.schedule(hold, now)
             elif earliest is None or deadline < earliest:
                 earliest = deadline

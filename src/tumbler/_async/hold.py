@@ -107,7 +107,7 @@ class AsyncHold:
         #: which segment of a segmented lock this hold is on (``name`` is that segment's lock
         #: name); None for the other locks
         self.segment: int | None = None
-        self._gate = locks.gate
+        self._gate = locks._gate
         self._request = request
         self._auto_renew = auto_renew
         self._deadline = core.local_deadline(sent_at, grant.granted_ttl)
@@ -195,7 +195,7 @@ class AsyncHold:
         if already:
             self._run_callback(callback)
 
-    async def wait_lost(self, timeout: float | None = None) -> bool:
+    async def wait_lost(self, timeout: core.Seconds | None = None) -> bool:
         """Wait until the hold is found lost or ``timeout`` passes; True if it was lost.
 
         Returns at the client's deadline at the latest, even while a renewal is still waiting
@@ -220,7 +220,7 @@ class AsyncHold:
                 if self._lost_reason is None and self.lost:
                     # found at the deadline, even if the renewal worker is still waiting for
                     # the backend; the worker gives the grant back when it gets to it
-                    self.mark_lost(self.lost_reason or "the hold was lost")
+                    self._mark_lost(self.lost_reason or "the hold was lost")
                     continue  # or another thread marked it first: wait for its callbacks
                 now = clock.now()
                 # the deadline may move (renewals), so wake there and look again
@@ -237,7 +237,7 @@ class AsyncHold:
                 self._lost_wakers.discard(wake)
         return self.lost
 
-    async def extend(self, ttl: float | None = None) -> None:
+    async def extend(self, ttl: core.Seconds | None = None) -> None:
         """Set the lease to ``ttl`` seconds from now (default: the TTL asked for at acquire).
 
         For holds acquired with ``renew=False``; renewed holds are extended automatically.
@@ -252,7 +252,7 @@ class AsyncHold:
             sent_at = gate.clock.now()
             granted = await gate.backend.renew(self.name, self._request.owner, seconds)
         if granted is None:
-            self.mark_lost(
+            self._mark_lost(
                 await gate.eviction_of(self.name, self._request.owner)
                 or "the backend no longer has this grant"
             )
@@ -276,17 +276,17 @@ class AsyncHold:
         if self.lost and self._lost_reason is None:
             # the lease ran out before anyone noticed (the process was paused): tell the
             # on_lost callbacks now, before the backend is asked anything
-            self.mark_lost(self.lost_reason or "the lease ran out before a renewal succeeded")
+            self._mark_lost(self.lost_reason or "the lease ran out before a renewal succeeded")
         with self._guard:
             if self._state not in GRANTED:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
             self._move(RELEASING)
         try:
-            await ashield(self.release_grant())
+            await ashield(self._release_grant())
         except TumblerError:
-            self.report_loss()  # lost anyway: that is what the holder must hear
+            self._report_loss()  # lost anyway: that is what the holder must hear
             raise
-        self.report_loss()
+        self._report_loss()
 
     def __reduce__(self) -> NoReturn:
         raise TypeError(
@@ -315,37 +315,26 @@ class AsyncHold:
     # -- for the client and the lock objects (tumbler's own code) ------------------------------
 
     @property
-    def state(self) -> HoldState:
-        """Where the hold is in its life, as last recorded (the clock may have made a granted
-        hold lost since: see ``lost``)."""
-        return self._state
-
-    @property
-    def deadline(self) -> float:
-        """When, on the client's clock, the client gives the hold up unless it is renewed."""
-        return self._deadline
-
-    @property
-    def release_begun(self) -> bool:
+    def _release_begun(self) -> bool:
         """True once a release of the grant began (by the holder, or by close())."""
         return self._state not in GRANTED
 
     @property
-    def awaits_give_back(self) -> bool:
+    def _awaits_give_back(self) -> bool:
         """True if the hold was found lost and its grant is still to be given back."""
         return self._state is LOST
 
-    def on_finish(self, callback: Callable[[AsyncHold], None]) -> None:
+    def _on_finish(self, callback: Callable[[AsyncHold], None]) -> None:
         """Call ``callback(hold)`` once the grant is released (the hold leaves the books)."""
         self._finish_callbacks.append(callback)
 
-    def report_loss(self) -> None:
+    def _report_loss(self) -> None:
         """Raise LockLost once per hold: a caller told of the loss is not told again."""
         if self._lost_reason is not None and not self._loss_reported:
             self._loss_reported = True
             raise LockLost(f"lock {self.name!r} was lost: {self._lost_reason}", lock_name=self.name)
 
-    def doubt(self, pending_loss: str | None = None) -> None:
+    def _doubt(self, pending_loss: str | None = None) -> None:
         """The backend cannot confirm the hold now; with ``pending_loss``, it will not again
         (the hold is lost for that reason when the renewal worker gets to it). Called from any
         thread (a backend's session events come on the backend's own)."""
@@ -356,16 +345,16 @@ class AsyncHold:
                 self._move(IN_DOUBT)
 
     @property
-    def loss_pending(self) -> bool:
+    def _loss_pending(self) -> bool:
         """True if the hold is known to be lost as soon as the renewal worker gets to it."""
         return self._pending_loss is not None
 
-    async def explain_refusal(self) -> None:
+    async def _explain_refusal(self) -> None:
         """A renewal was refused: ask the backend whether an operator forced the grant out,
         to say so when the loss is recorded."""
         self._pending_loss = await self._gate.eviction_of(self.name, self._request.owner)
 
-    def mark_lost(self, reason: str) -> None:
+    def _mark_lost(self, reason: str) -> None:
         """Record the loss (once), run the ``on_lost`` callbacks, and wake ``wait_lost()``."""
         with self._guard:
             if self._lost_reason is not None:
@@ -379,27 +368,27 @@ class AsyncHold:
             self._run_callback(callback)
         self._settle()  # after the callbacks: a wait_lost() that returns finds them done
 
-    def triage(self, now: float) -> float | Step | None:
+    def _triage(self, now: float) -> float | Step | None:
         """What the renewal worker must do for this hold, decided without I/O: ``RENEW``,
         ``GIVE_BACK`` (it was found lost: release the grant), a later due time, or None (the
         hold ended)."""
         if self._state not in GRANTED:
             return None
         if self._pending_loss is not None:
-            self.mark_lost(self._pending_loss)
+            self._mark_lost(self._pending_loss)
         elif now >= self._deadline:
-            self.mark_lost("the lease ran out before a renewal succeeded")
+            self._mark_lost("the lease ran out before a renewal succeeded")
         if self._lost_reason is not None:
             return None if self._state is GIVEN_BACK else GIVE_BACK
         if not self._auto_renew and self._state is not IN_DOUBT:
             return self._deadline
         return RENEW
 
-    def renewal(self) -> Renewal:
+    def _renewal(self) -> Renewal:
         """What the renewal worker asks the backend to renew for this hold."""
         return Renewal(self.name, self._request.owner, self._request.ttl)
 
-    def renewed(self, granted: float | None, sent_at: float) -> float | None:
+    def _renewed(self, granted: float | None, sent_at: float) -> float | None:
         """Take a renewal's answer; the next due time, or None."""
         if self._state not in GRANTED:
             return None
@@ -407,11 +396,11 @@ class AsyncHold:
         if granted is not None and self._lost_reason is None and now >= self._deadline:
             # confirmed too late: the holder may already have been told the hold is lost, and
             # a hold reported lost never comes back
-            self.mark_lost("the lease ran out before a renewal succeeded")
+            self._mark_lost("the lease ran out before a renewal succeeded")
         if self._lost_reason is not None:
             return now  # found lost meanwhile (the deadline watch): give the grant back
         if granted is None:
-            self.mark_lost(
+            self._mark_lost(
                 self._pending_loss
                 or "a renewal was refused: the backend no longer has this grant "
                 "(its lease ran out there, or it was force-released)"
@@ -426,23 +415,23 @@ class AsyncHold:
         self.ttl = granted
         return sent_at + core.renew_delay(granted)
 
-    def unreachable(self) -> float:
+    def _unreachable(self) -> float:
         """A renewal could not reach the backend: in doubt, and tried again soon."""
-        self.doubt()
+        self._doubt()
         later = self._gate.clock.now()
         return min(self._deadline, later + core.retry_delay(self._deadline - later))
 
-    def expire(self, now: float) -> float | None:
+    def _expire(self, now: float) -> float | None:
         """The deadline watch: report the hold lost once its deadline passed; else the
         deadline to wake at (None: nothing to watch)."""
         if self._state not in UNLOST or self._lost_reason is not None:
             return None
         if now < self._deadline:
             return self._deadline
-        self.mark_lost("the lease ran out before a renewal succeeded")
+        self._mark_lost("the lease ran out before a renewal succeeded")
         return None
 
-    async def give_back(self) -> None:
+    async def _give_back(self) -> None:
         """Release a grant the client gave up: a session-based backend would keep it for as
         long as the session lives, and others are spared the wait for their own expiry."""
         with self._guard:
@@ -455,13 +444,13 @@ class AsyncHold:
         except TumblerError as error:
             _log.debug("could not give back lost lock %r: %s", self.name, error)
 
-    async def give_up_on_close(self) -> None:
+    async def _give_up_on_close(self) -> None:
         """The client is closing: lose the hold (if still granted) and release its grant."""
         if self._state in GRANTED:
-            self.mark_lost("the client was closed")
-            await self.release_grant()
+            self._mark_lost("the client was closed")
+            await self._release_grant()
 
-    async def release_grant(self) -> bool:
+    async def _release_grant(self) -> bool:
         """Release at the backend and end the hold; False if the backend no longer had it."""
         # shielded: a caller cancelled meanwhile still has its hold ended, and told if lost
         try:
@@ -472,7 +461,7 @@ class AsyncHold:
                 # through, the grant frees itself when its lease runs out.
                 self._finish()
             if not was_live:
-                self.mark_lost(
+                self._mark_lost(
                     await self._gate.eviction_of(self.name, self._request.owner)
                     or "the backend no longer had this grant at release: its lease ran out "
                     "or it was force-released"

@@ -60,15 +60,15 @@ class _AsyncPrimitive:
         name: str,
         *,
         limit: int,
-        ttl: float | None,
-        timeout: float | None,
+        ttl: core.Seconds | None,
+        timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
         #: the lease asked for, in seconds
-        self.ttl: float = locks.lease_for(ttl)
+        self.ttl: float = locks._lease_for(ttl)
         #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
         self.timeout: float | None = core.validate_timeout(timeout)
         #: grants in arrival order
@@ -90,7 +90,9 @@ class _AsyncPrimitive:
             holds = self._holds.get(acurrent_context())
             return holds[-1] if holds else None
 
-    async def acquire(self, blocking: bool = True, timeout: float | _Unset | None = _UNSET) -> bool:
+    async def acquire(
+        self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
+    ) -> bool:
         """Acquire the lock; True if acquired, False if the timeout ran out first.
 
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
@@ -101,7 +103,7 @@ class _AsyncPrimitive:
         """
         return await self._acquire(self._seconds(blocking, timeout), self._own_name)
 
-    def _seconds(self, blocking: bool, timeout: float | _Unset | None) -> float | None:
+    def _seconds(self, blocking: bool, timeout: core.Seconds | _Unset | None) -> float | None:
         """How long an acquire waits: 0 for a single try, None for ever."""
         if not blocking:
             if timeout is not _UNSET and timeout is not None and timeout != -1:
@@ -124,7 +126,7 @@ class _AsyncPrimitive:
             with self._guard:
                 self._depth[context] += 1
             return True
-        hold = await self._locks.acquire_hold(
+        hold = await self._locks._acquire_hold(
             names,
             shared=self._shared,
             limit=self._limit,
@@ -139,7 +141,7 @@ class _AsyncPrimitive:
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
-        hold.on_finish(functools.partial(self._forget, context))
+        hold._on_finish(functools.partial(self._forget, context))
         return True
 
     def _mark(self, hold: AsyncHold) -> None:
@@ -199,10 +201,10 @@ class _AsyncPrimitive:
                 return
         if hold is None:
             return
-        if hold.release_begun:
+        if hold._release_begun:
             # released inside the block, by hand or by close(): report a loss not yet reported
             if exc_type is None:
-                hold.report_loss()
+                hold._report_loss()
             return
         try:
             await hold.release()
@@ -239,8 +241,8 @@ class AsyncLock(_AsyncPrimitive):
         locks: AsyncLocks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -269,8 +271,8 @@ class AsyncSemaphore(_AsyncPrimitive):
         name: str,
         permits: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -307,8 +309,8 @@ class AsyncSegmentedLock(_AsyncPrimitive):
         name: str,
         segments: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -322,7 +324,7 @@ class AsyncSegmentedLock(_AsyncPrimitive):
     async def acquire(
         self,
         blocking: bool = True,
-        timeout: float | _Unset | None = _UNSET,
+        timeout: core.Seconds | _Unset | None = _UNSET,
         *,
         segments: Iterable[int] | None = None,
     ) -> bool:
@@ -365,8 +367,8 @@ class AsyncReadLock(_AsyncPrimitive):
         locks: AsyncLocks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -386,8 +388,8 @@ class AsyncRWLock:
         locks: AsyncLocks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
     ) -> None:

@@ -62,15 +62,15 @@ class _Primitive:
         name: str,
         *,
         limit: int,
-        ttl: float | None,
-        timeout: float | None,
+        ttl: core.Seconds | None,
+        timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
         #: the lease asked for, in seconds
-        self.ttl: float = locks.lease_for(ttl)
+        self.ttl: float = locks._lease_for(ttl)
         #: how long ``with`` (and ``acquire()`` without a timeout) waits; None: for ever
         self.timeout: float | None = core.validate_timeout(timeout)
         #: grants in arrival order
@@ -92,7 +92,9 @@ class _Primitive:
             holds = self._holds.get(current_context())
             return holds[-1] if holds else None
 
-    def acquire(self, blocking: bool = True, timeout: float | _Unset | None = _UNSET) -> bool:
+    def acquire(
+        self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
+    ) -> bool:
         """Acquire the lock; True if acquired, False if the timeout ran out first.
 
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
@@ -103,7 +105,7 @@ class _Primitive:
         """
         return self._acquire(self._seconds(blocking, timeout), self._own_name)
 
-    def _seconds(self, blocking: bool, timeout: float | _Unset | None) -> float | None:
+    def _seconds(self, blocking: bool, timeout: core.Seconds | _Unset | None) -> float | None:
         """How long an acquire waits: 0 for a single try, None for ever."""
         if not blocking:
             if timeout is not _UNSET and timeout is not None and timeout != -1:
@@ -126,7 +128,7 @@ class _Primitive:
             with self._guard:
                 self._depth[context] += 1
             return True
-        hold = self._locks.acquire_hold(
+        hold = self._locks._acquire_hold(
             names,
             shared=self._shared,
             limit=self._limit,
@@ -141,7 +143,7 @@ class _Primitive:
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
-        hold.on_finish(functools.partial(self._forget, context))
+        hold._on_finish(functools.partial(self._forget, context))
         return True
 
     def _mark(self, hold: Hold) -> None:
@@ -201,10 +203,10 @@ class _Primitive:
                 return
         if hold is None:
             return
-        if hold.release_begun:
+        if hold._release_begun:
             # released inside the block, by hand or by close(): report a loss not yet reported
             if exc_type is None:
-                hold.report_loss()
+                hold._report_loss()
             return
         try:
             hold.release()
@@ -241,8 +243,8 @@ class Lock(_Primitive):
         locks: Locks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -271,8 +273,8 @@ class Semaphore(_Primitive):
         name: str,
         permits: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -309,8 +311,8 @@ class SegmentedLock(_Primitive):
         name: str,
         segments: int,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -324,7 +326,7 @@ class SegmentedLock(_Primitive):
     def acquire(
         self,
         blocking: bool = True,
-        timeout: float | _Unset | None = _UNSET,
+        timeout: core.Seconds | _Unset | None = _UNSET,
         *,
         segments: Iterable[int] | None = None,
     ) -> bool:
@@ -367,8 +369,8 @@ class ReadLock(_Primitive):
         locks: Locks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
     ) -> None:
@@ -388,8 +390,8 @@ class RWLock:
         locks: Locks,
         name: str,
         *,
-        ttl: float | None = None,
-        timeout: float | None = None,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
     ) -> None:

@@ -6,6 +6,9 @@ The lease began at the release, which the waiter learns of later; so a waiter le
 its entry the time it sent its request, on its own clock (``stamp``), and the release tells
 it the server's time from that entry's write to the release (``elapsed``): the lease began
 no earlier than ``stamp + elapsed`` on the waiter's clock, whatever the two clocks say.
+(PostgreSQL and MySQL hand a grant over on the waiter's own short lease, and the waiter's
+try takes it up with a write that sets its lease anew: for them a grant kept here only says
+which token to take up.)
 """
 
 from __future__ import annotations

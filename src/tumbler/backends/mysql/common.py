@@ -50,14 +50,19 @@ Waking waiters
     (nobody holds its listener lock: its process died, its connection closed), so a waiter
     killed while it waits holds a fair line up for no longer than the server takes to see its
     connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter names its
-    client only once the client listens; one whose client polls cannot be told dead.
+    client once the client listens, or means to (its watch is made: the connection that
+    writes its entry then holds the client's waiter lock, till the listener holds its own);
+    one whose client polls cannot be told dead.
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.
     A wake-up carries no authority (any user who may write the tables may write one): a
-    waiter that a wake-up says was handed the lock takes the grant only once one read of its
-    own entry shows it, with that token, and counts the lease the server says is left;
-    otherwise it asks for the lock as any try does.
+    waiter that a wake-up says was handed the lock takes the grant only by one write to its
+    own entry that finds it a live grant with that token, and sets the lease it asked for;
+    otherwise it asks for the lock as any try does. Until that write the grant lives on the
+    waiter's own short lease (its entry's): a waiter that dies in the moment after the
+    release saw it listen never takes it up, and a request that finds its client gone
+    revokes it (``{p}grant``).
 
 A server out of connections
     A client uses up to ``max_connections`` connections for calls and, once one of its

@@ -189,12 +189,12 @@ _CREATE = (
     END""",
     # A grant request, answered here where the grant rule's answer needs no more than the
     # request and a glance at the line (tumbler._core.decide): a name with no live entry
-    # grants any request; an owner with a live grant holds it already (the lease left is
-    # returned); an exclusive request waits while another owner holds a live grant (its
-    # waiter entry written or refreshed). Any other request comes back undecided, for the
-    # client to decide by the rule on the part of the line it looks at. A new waiter is not
-    # written where "max_waiters" wait already. The answer is one row: (token, lease left,
-    # undecided, full).
+    # grants any request; an owner with a live grant holds it already, and takes it up (its
+    # lease set to the one asked, from now); an exclusive request waits while another owner
+    # holds a live grant (its waiter entry written or refreshed). Any other request comes
+    # back undecided, for the client to decide by the rule on the part of the line it looks
+    # at. A new waiter is not written where "max_waiters" wait already. The answer is one
+    # row: (token, lease left, undecided, full).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
         IN lock_name {_NAME}, IN lock_owner {_OWNER}, IN is_shared BOOLEAN,
         IN permits INT,
@@ -207,6 +207,7 @@ _CREATE = (
         DECLARE mine_seq BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_left DOUBLE DEFAULT NULL;
+        DECLARE untaken BIGINT UNSIGNED DEFAULT NULL;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -214,6 +215,21 @@ _CREATE = (
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
         CALL {{p}}drop_expired(lock_name);
+        -- A grant a release handed to a waiter that has not taken it up yet ({{p}}hand_off),
+        -- whose client no longer listens (nobody holds its listener lock: the process died,
+        -- or its connection closed, in the moment after the release saw it listen): nobody
+        -- will take it up, and it would hold the lock to the end of the waiter's lease.
+        -- Revoked, each found by the name's grants and deleted by its seq.
+        untaken_grants: LOOP
+            SET untaken = NULL;
+            SELECT seq INTO untaken FROM {{p}}entries FORCE INDEX (line)
+                WHERE name = lock_name AND token IS NOT NULL AND stamp IS NULL
+                AND client IS NOT NULL AND owner <> lock_owner
+                AND IS_USED_LOCK(CONCAT('tumbler-listener-', client)) IS NULL
+                AND IS_USED_LOCK(CONCAT('tumbler-waiter-', client)) IS NULL LIMIT 1;
+            IF untaken IS NULL THEN LEAVE untaken_grants; END IF;
+            DELETE FROM {{p}}entries WHERE seq = untaken;
+        END LOOP;
         IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
             INSERT INTO {{p}}tokens () VALUES ();
             SET granted = LAST_INSERT_ID();
@@ -229,8 +245,16 @@ _CREATE = (
             INTO mine_seq, mine_token, mine_left
             FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
         IF mine_token IS NOT NULL THEN
+            -- the owner asks for a grant it has (a release handed it over, or the reply to
+            -- its last try was lost): it takes it up, with the lease it asks for from now
+            UPDATE {{p}}entries
+                SET expires_at = {_LEASE_END.format(seconds="lease_asked")}, client = NULL
+                WHERE seq = mine_seq AND expires_at > UTC_TIMESTAMP(6);
+            IF ROW_COUNT() = 0 THEN
+                SET mine_token = NULL;  -- it ran out this very moment: the next try asks anew
+            END IF;
             COMMIT;
-            SELECT mine_token, LEAST(lease_asked, mine_left), FALSE, FALSE;
+            SELECT mine_token, IF(mine_token IS NULL, NULL, lease_asked), FALSE, FALSE;
             LEAVE body;
         END IF;
         IF is_shared OR NOT EXISTS (
@@ -267,16 +291,22 @@ _CREATE = (
         SELECT NULL, NULL, FALSE, FALSE;
     END""",
     # In a transaction that holds the name's lock and may have freed it. First, the waiters
-    # at the head of the line whose client no longer listens (nobody holds its listener lock:
-    # the process died, or its connection closed) are deleted: each would hold up every fair
+    # at the head of the line whose client no longer listens (nobody holds its listener lock,
+    # nor its waiter lock, which a connection that wrote an entry before the client listened
+    # holds: the process died, or its connections closed) are deleted: each would hold up every fair
     # waiter behind it until its entry ran out, and one handed the lock would hold it for a
     # whole lease. A waiter with no client (one that polls, or whose client did not listen
     # yet when it wrote its entry) cannot be told dead, and stays. Then, if the name has no
     # live grant left and its first waiter is exclusive and listens, the lock is granted to
-    # that waiter here, and the waiter is told in a wake-up row for its client's listener,
-    # with the terms it counts its lease by (tumbler.backends.kit.handoffs):
-    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
-    # grant, on the server's clock. Its caller rings "handed_to" after the commit.
+    # that waiter here, and the waiter is told in a wake-up row for its client's listener
+    # (tumbler.backends.kit.handoffs): "=<token>,<stamp>,<elapsed µs>:<owner> <name>",
+    # elapsed from its request's write to the grant, on the server's clock. Its caller rings
+    # "handed_to" after the commit. The grant lives on the waiter's own short lease (its
+    # entry's, waiter_ttl at most; or the lease it asked for, if shorter) until the waiter
+    # takes it up ("take_up", or {p}grant when it asks), which sets the lease it asked for: a
+    # waiter that died in the moment after this saw it listen never does, and its grant runs
+    # out with its liveness, or sooner where another request finds its client gone
+    # ({p}grant). Marked so till then: stamp cleared, client kept.
     # "others_wait": waiters are left, whom the client finds by the rule (reading the head of
     # the line). A name left with no entry loses its row. Each read is of the head of the
     # line, by an index: none passes over the line.
@@ -306,7 +336,8 @@ _CREATE = (
                 WHERE name = lock_name AND token IS NULL AND expires_at > at
                 ORDER BY seq LIMIT 1;
             IF first_seq IS NULL OR first_client IS NULL
-               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL THEN
+               OR IS_USED_LOCK(CONCAT('tumbler-listener-', first_client)) IS NOT NULL
+               OR IS_USED_LOCK(CONCAT('tumbler-waiter-', first_client)) IS NOT NULL THEN
                 LEAVE head;
             END IF;
             DELETE FROM {{p}}entries WHERE seq = first_seq;
@@ -319,8 +350,8 @@ _CREATE = (
             SET handed = LAST_INSERT_ID();
             DELETE FROM {{p}}tokens WHERE token = handed;
             UPDATE {{p}}entries
-                SET token = handed,
-                    expires_at = at + INTERVAL ROUND(first_lease * 1000000) MICROSECOND
+                SET token = handed, stamp = NULL, expires_at = LEAST(expires_at,
+                    at + INTERVAL ROUND(first_lease * 1000000) MICROSECOND)
                 WHERE seq = first_seq;
             INSERT INTO {{p}}wakeups (client, message) VALUES (first_client, CONCAT(
                 '=', handed, ',', first_stamp, ',', waited, ':', first_owner, ' ',
@@ -530,6 +561,10 @@ _STATEMENTS = {
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
     "listen": "SELECT GET_LOCK(CONCAT('tumbler-listener-', %s), 0)",
+    # Taken by a connection that writes a waiter's entry before the client listens (which
+    # names the client's key all the same): till the listener holds its lock, this one says
+    # the client lives. 0 when another connection of the client holds it already.
+    "claim": "SELECT GET_LOCK(CONCAT('tumbler-waiter-', %s), 0)",
     # the client's doorbell, held by a connection of its own that does nothing else
     "doorbell": "SELECT GET_LOCK(CONCAT('tumbler-doorbell-', %s), 0)",
     # Waits up to the given seconds unless a wake-up for the client is there already (then
@@ -551,10 +586,13 @@ _STATEMENTS = {
     "read_wakeups": "DELETE FROM {p}wakeups WHERE client = %s AND seq IN ({seqs})",
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
     "unlisten": "SELECT RELEASE_LOCK(CONCAT('tumbler-listener-', %s))",
-    # a grant a wake-up says was handed to this owner, as the server has it: the lease left,
-    # if the owner's entry (by its key) is a live grant with that token; no row otherwise
-    "handed": "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 "
-    "FROM {p}entries WHERE name = %s AND owner = %s AND token = %s "
+    # A grant a wake-up says was handed to this owner, taken up: the lease it asked for, from
+    # now, if the owner's entry (by its key) is a live grant with that token (one row
+    # changed); none otherwise. The lease the hand-off gave ends with the waiter's liveness
+    # ({p}hand_off).
+    "take_up": "UPDATE {p}entries SET expires_at = "
+    + _LEASE_END.format(seconds="%s")
+    + ", client = NULL WHERE name = %s AND owner = %s AND token = %s "
     "AND expires_at > UTC_TIMESTAMP(6)",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
     "begin": "START TRANSACTION",

@@ -58,7 +58,10 @@ What it guarantees
     A release deletes the owner's row; a name nobody holds or waits for leaves no row. A
     release that frees a lock whose first waiter is exclusive hands the lock to that waiter in
     the same transaction, if the waiter's client still listens, and tells it so in the
-    ``NOTIFY`` that goes with the commit: the waiter takes its grant without a round trip.
+    ``NOTIFY`` that goes with the commit. That grant lives on the waiter's own short lease
+    (its entry's) until the waiter takes it up with one write, which sets the lease it asked
+    for: a waiter that dies in the moment after the release saw it listen never does, and a
+    request that finds its client gone revokes the grant (``tumbler_grant``).
     Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
     release lets through, with the waiter's owner hash, so only that waiter wakes; each client
     listens on one connection, and re-checks every second in case a notification is lost.
@@ -66,8 +69,9 @@ What it guarantees
     process died, its connection closed: the key its listening connection holds is free), so
     a waiter killed while it waits holds a fair line up for no longer than the server takes
     to see its connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter
-    names its client only once the client listens, and one whose client polls cannot be told
-    dead: its entry runs out.
+    names its client's listener key once the client listens, or means to (its watch is
+    made: the connection that writes its entry then holds the key too, till the listener
+    does); one whose client polls cannot be told dead: its entry runs out.
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.

@@ -37,12 +37,13 @@ one round trip: ``tumbler_grant`` (a request answered where the rule's answer is
 sent back for the client to decide on the whole line with ``_core.plan``), ``tumbler_release``
 and ``tumbler_hand_off`` (a release grants the lock to the next waiter itself).
 
-Which commits wait for the disk: a grant's, a renewal's and a hand-off's do (a crash of the
-server must not forget a grant or a lease, nor a token handed out). A release that grants
-nothing and a waiter's entry do not (``synchronous_commit`` off for their transaction): a
-crash that forgets a release leaves the lock held to the end of its lease, as a crash of its
-holder would, and one that forgets a waiter's entry costs that waiter a re-check; the next
-commit that waits writes them out first.
+Which commits wait for the disk: a grant's, a renewal's and a take-up's (a waiter taking the
+grant a release handed it) do (a crash of the server must not forget a grant or a lease, nor
+a token in use). A release and a waiter's entry do not (``synchronous_commit`` off for their
+transaction): a crash that forgets a release leaves the lock held to the end of its lease, as
+a crash of its holder would; one that forgets a hand-off costs its waiter another request
+(the grant counts only once taken up); one that forgets a waiter's entry costs that waiter a
+re-check; the next commit that waits writes them out first.
 """
 
 from __future__ import annotations
@@ -155,11 +156,12 @@ _CREATE = (
     END $$""",
     # A grant request, answered here where the grant rule's answer needs no more than the
     # request and a glance at the line (tumbler._core.decide): a name with no live entry
-    # grants any request; an owner with a live grant holds it already (the lease left is
-    # returned); an exclusive request waits while another owner holds a live grant (its
-    # waiter entry written or refreshed, a commit that need not wait for the disk: a crash
-    # that forgets it costs its waiter a re-check). Any other request comes back
-    # "undecided", for the client to decide by the rule on the part of the line it looks at.
+    # grants any request; an owner with a live grant holds it already, and takes it up (its
+    # lease set to the one asked, from now); an exclusive request waits while another owner
+    # holds a live grant (its waiter entry written or refreshed, a commit that need not wait
+    # for the disk: a crash that forgets it costs its waiter a re-check). Any other request
+    # comes back "undecided", for the client to decide by the rule on the part of the line it
+    # looks at.
     # A new waiter is not written where "max_waiters" wait already: "line_full" says so. One
     # statement: the name's advisory lock is held for no client round trip.
     # (An earlier version's function, without max_waiters, is dropped.)
@@ -186,6 +188,16 @@ _CREATE = (
         at := clock_timestamp();
         DELETE FROM {s}.tumbler_entries
             WHERE name = lock_name AND (expires_at <= at OR {unreadable});
+        -- A grant a release handed to a waiter that has not taken it up yet (see
+        -- tumbler_hand_off), whose client no longer listens (its listener key is free: the
+        -- process died, or its connection closed, in the moment after the release saw it
+        -- listen): nobody will take it up, and it would hold the lock to the end of the
+        -- waiter's lease. Revoked. (The key is taken till the commit, harmlessly.)
+        DELETE FROM {s}.tumbler_entries
+            WHERE name = lock_name AND token IS NOT NULL AND stamp IS NULL
+            AND listener IS NOT NULL AND owner <> lock_owner
+            AND pg_try_advisory_xact_lock((listener >> 32)::integer,
+                                          (listener & 2147483647)::integer);
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
@@ -200,9 +212,17 @@ _CREATE = (
             INTO mine FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner;
         waiting := FOUND AND mine.token IS NULL;
         IF FOUND AND NOT waiting THEN
-            granted := mine.token;
-            lease_left := least(lease_asked, mine.left);
-            RETURN;
+            -- the owner asks for a grant it has (a release handed it over, or the reply to
+            -- its last try was lost): it takes it up, with the lease it asks for from now
+            UPDATE {s}.tumbler_entries
+                SET expires_at = clock_timestamp() + lease_asked * interval '1 second',
+                listener = NULL
+                WHERE seq = mine.seq AND expires_at > clock_timestamp();
+            IF FOUND THEN
+                granted := mine.token;
+                lease_left := lease_asked;
+            END IF;
+            RETURN;  -- or it ran out this very moment: the owner's next try asks anew
         END IF;
         IF is_shared OR NOT EXISTS (
             SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
@@ -239,10 +259,17 @@ _CREATE = (
     # A release hands the lock to the first waiter of a line left with no live grant, if that
     # waiter is exclusive (the grant rule grants it then, fair or not) and its client still
     # listens: the grant is written here, and the waiter is told in a NOTIFY that goes with
-    # the commit, with the terms it counts its lease by (tumbler.backends.kit.handoffs):
-    # "=<token>,<stamp>,<elapsed µs>:<owner> <name>", elapsed from its request's write to the
-    # grant, on the server's clock. Whether it handed the lock over. Any other line is left
-    # to the grant rule in the client (wake_line).
+    # the commit (tumbler.backends.kit.handoffs): "=<token>,<stamp>,<elapsed µs>:<owner>
+    # <name>", elapsed from its request's write to the grant, on the server's clock. Whether
+    # it handed the lock over. Any other line is left to the grant rule in the client
+    # (wake_line).
+    # The grant lives on the waiter's own short lease (its entry's, waiter_ttl at most; or the
+    # lease it asked for, if that is shorter) until the waiter takes it up ("take_up", or
+    # tumbler_grant when it asks), which sets the lease it asked for: a waiter that died in
+    # the moment after this saw it listen never does, and its grant runs out with its
+    # liveness, or sooner where another request finds its client gone (tumbler_grant).
+    # Marked so till then: stamp cleared, listener kept. Nothing of it counts before the
+    # take-up, whose commit waits for the disk: this one need not.
     # First, the waiters at the head of the line whose client no longer listens (its
     # listener key is free: the process died, or its connection closed) are deleted: each
     # would hold up every fair waiter behind it until its entry ran out, and one handed the
@@ -276,8 +303,8 @@ _CREATE = (
                       AND token IS NOT NULL AND expires_at > at) THEN
             RETURN false;
         END IF;
-        UPDATE {s}.tumbler_entries
-            SET token = {next_token}, expires_at = at + first.lease * interval '1 second'
+        UPDATE {s}.tumbler_entries SET token = {next_token}, stamp = NULL,
+            expires_at = least(expires_at, at + first.lease * interval '1 second')
             WHERE seq = first.seq RETURNING token INTO granted;
         PERFORM pg_notify(first.client, '=' || granted || ',' || first.stamp || ','
             || floor(extract(epoch FROM at - first.written_at) * 1e6)::bigint || ':'
@@ -298,13 +325,14 @@ _CREATE = (
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
             RETURNING token IS NOT NULL AND expires_at > clock_timestamp() INTO removed;
         removed := coalesce(removed, false);
+        -- The commit need not wait for the disk. A release that a crash of the server
+        -- forgets leaves the lock held to the end of its lease, as a holder's crash would; a
+        -- hand-off counts only once its waiter takes it up, whose commit writes this one out
+        -- first; so does a later grant's.
+        PERFORM set_config('synchronous_commit', 'off', true);
         IF {s}.tumbler_hand_off(lock_name) THEN
             others_wait := false;
         ELSE
-            -- Nothing granted here: the commit need not wait for the disk. A release that a
-            -- crash of the server forgets leaves the lock held to the end of its lease, as a
-            -- holder's crash would; and a later grant's commit writes it out first.
-            PERFORM set_config('synchronous_commit', 'off', true);
             others_wait := EXISTS (
                 SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
                 AND expires_at > clock_timestamp());
@@ -381,11 +409,13 @@ _STATEMENTS = {
     "grant_waiter": "UPDATE {s}.tumbler_entries SET token = {next_token}, "
     "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
     "WHERE seq = %(seq)s RETURNING token",
-    # a grant a wake-up says was handed to this owner, as the server has it: the lease left,
-    # if the owner's entry is a live grant with that token; no row otherwise
-    "handed": "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 "
-    "FROM {s}.tumbler_entries WHERE name = %s AND owner = %s AND token = %s "
-    "AND expires_at > clock_timestamp()",
+    # A grant a wake-up says was handed to this owner, taken up: the lease it asked for, from
+    # now, if the owner's entry is a live grant with that token (one row); no row otherwise.
+    # The lease the hand-off gave ends with the waiter's liveness (tumbler_hand_off).
+    "take_up": "UPDATE {s}.tumbler_entries "
+    "SET expires_at = clock_timestamp() + %s * interval '1 second', listener = NULL "
+    "WHERE name = %s AND owner = %s AND token = %s AND expires_at > clock_timestamp() "
+    "RETURNING token",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
     "SET expires_at = clock_timestamp() + %(ttl)s * interval '1 second', client = %(client)s, "
     "listener = %(listener)s, lease = %(lease)s, stamp = %(stamp)s, "

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from ...._acompat import Event, Mutex, Worker, join, spawn
 from ...._clock import Clock
 from ....errors import BackendUnavailable, TumblerError
-from ...contract import WakeHub
+from ...contract import Grant, GrantRequest, WakeHub
 from ..handoffs import HandOffs
 
 __all__ = ["Listener"]
@@ -60,9 +61,35 @@ class Listener:
         self._closed = False
         self._failures = 0
 
+    def take_handed(self, request: GrantRequest, take_up: Callable[[int], bool]) -> Grant | None:
+        """The grant a release handed to ``request``'s waiter, taken up; None if none came,
+        or if the server shows no such grant (the caller then asks it).
+
+        ``take_up(token)`` is the backend's one write to the owner's own entry: if that is a
+        live grant with ``token``, it sets its lease to ``request.ttl`` from now, and says
+        whether it did. Until then the grant lives on the waiter's short lease, so that one
+        handed to a waiter that died never outlives it by much; and the lease counts from
+        this try, which the lock layer times the hold from. A wake-up carries no authority
+        (on PostgreSQL any role that may connect can ``NOTIFY`` a waiter's channel, on MySQL
+        whoever may write the wake-up table can leave one), whatever token it names: only the
+        owner's entry, which only the lock's writers can change, says it holds.
+        """
+        handed = self.handoffs.grant(request)
+        if handed is None:
+            return None
+        if not take_up(handed.token):
+            self._log.debug("a hand-off of %r the server does not show: asking it", request.name)
+            return None
+        return Grant(request.name, request.owner, handed.token, request.ttl)
+
     def subscribed(self) -> bool:
         """Whether a release can reach this client now."""
         return self._listening.is_set()
+
+    def failing(self) -> bool:
+        """Whether the last attempt to listen failed (until one succeeds: the client's
+        waiters re-check meanwhile)."""
+        return self._failures > 0
 
     def subscribe(self, name: str) -> None:
         """Return once the client listens (``name``: for errors), waiting through the

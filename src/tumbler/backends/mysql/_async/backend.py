@@ -554,12 +554,34 @@ class AsyncMySQLBackend:
 
     # -- grants ----------------------------------------------------------------------------
 
-    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+    async def _claim(self, connection: Any, request: GrantRequest) -> bool:
+        """Whether ``request``'s entry names the client's key though the client does not
+        listen yet, ``connection`` (or another of the client's) holding its waiter lock: when
+        the request would queue and its waiter means to wait (its watch is made: the locks
+        make it before the first try, and enter it, which starts listening, only once that
+        try failed). Till the listener holds its own lock, this one says the client lives:
+        without a key at all, a waiter killed in that moment held a fair line up for its
+        entry's whole lease ({p}hand_off tells a waiter dead by its key's locks)."""
+        if not (
+            request.queue
+            and self.config.ring
+            and not self.wakeups.subscribed()
+            and not self.wakeups.failing()  # a client that cannot listen is not told
+            and self.hub.subscribers(request.name)
+        ):
+            return False
+        await _one_row(connection, self.sql["claim"], (self.wakeups.key,))
+        return True
+
+    def _waiter_terms(
+        self, request: GrantRequest, stamp: int, claimed: bool = False
+    ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock and wake it."""
-        # Only once the client listens: a release takes a waiter whose client's listener lock
+        # Only once the client listens, or a connection of it holds its waiter lock
+        # (``claimed``): a release takes a waiter whose client's listener and waiter locks
         # nobody holds for one whose client is gone, and deletes its entry ({p}hand_off).
-        listening = self.config.ring and self.wakeups.subscribed()
+        listening = self.config.ring and (claimed or self.wakeups.subscribed())
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.wakeups.key if listening else None,
@@ -569,17 +591,17 @@ class AsyncMySQLBackend:
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
-        handed = self.wakeups.handoffs.grant(request)
-        if handed is not None:
-            confirmed = await self._confirm(handed, owner, request.ttl)
-            if confirmed is not None:
-                return confirmed
+        taken = await self.wakeups.take_handed(
+            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
+        )
+        if taken is not None:
+            return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
-        waiter = self._waiter_terms(request, stamp)
 
         async def grant(connection: Any) -> tuple[int, float] | None:
+            waiter = self._waiter_terms(request, stamp, await self._claim(connection, request))
             arguments = (
                 request.name,
                 owner,
@@ -613,22 +635,20 @@ class AsyncMySQLBackend:
         token, left = granted
         return Grant(request.name, request.owner, token, left)
 
-    async def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` as the server has it, with the lease it has left; None if the server
-        shows no such grant. Whoever may write the wake-up table can leave a wake-up that
-        names any token: it stays a hint, and only the owner's entry says it holds."""
+    async def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
+        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
+        (see ``AsyncListener.take_handed``, and ``{p}hand_off``)."""
 
-        async def read(connection: Any) -> Any:
-            async with connection.cursor() as cursor:
-                await cursor.execute(self.sql["handed"], (handed.name, owner, handed.token))
-                return await cursor.fetchone()
+        async def write(connection: Any) -> bool:
+            arguments = (ttl, name, owner, token)
+            return (
+                await _transaction(lambda: _execute(connection, self.sql["take_up"], arguments))
+                == 1
+            )
 
-        with translate_errors(self.url, handed.name):
-            row = await self.pool.run(read, idempotent=True)
-        if row is None:
-            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
-            return None
-        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
+        with translate_errors(self.url, name):
+            return await self.pool.run(write, idempotent=True)
 
     async def _sweep(self, connection: Any) -> None:
         await _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
@@ -673,8 +693,13 @@ class AsyncMySQLBackend:
                 full = False  # a new waiter refused: the line has max_waiters already
                 write = decided.write
                 if decided.decision is Decision.HELD:
-                    left = next(float(x) for o, *_, x in rows if o == owner)
-                    answer = decided.held_token, min(request.ttl, left)
+                    # granted already, by a release that handed it over or by a try whose
+                    # reply was lost: taken up, with the lease asked for from now (unless it
+                    # ran out this very moment: the owner's next try asks anew)
+                    arguments = (request.ttl, request.name, owner, decided.held_token)
+                    await cursor.execute(sql["take_up"], arguments)
+                    if cursor.rowcount == 1:
+                        answer = decided.held_token, request.ttl
                 elif write is Write.REFRESH_WAITER:
                     assert decided.mine is not None
                     await cursor.execute(sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})

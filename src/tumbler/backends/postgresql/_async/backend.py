@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
@@ -29,7 +29,16 @@ from ....errors import (
     TumblerError,
 )
 from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import AsyncBaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
+from ...kit import (
+    AsyncBaseWatch,
+    Decision,
+    Entry,
+    LockStateBuilder,
+    Write,
+    WritePlan,
+    plan,
+    to_wake,
+)
 from ...kit._async.listener import AsyncListener
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
@@ -505,17 +514,19 @@ class AsyncPostgreSQLBackend:
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
-        handed = self.wakeups.handoffs.grant(request)
-        if handed is not None:
-            confirmed = await self._confirm(handed, owner, request.ttl)
-            if confirmed is not None:
-                return confirmed
+        taken = await self.wakeups.take_handed(
+            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
+        )
+        if taken is not None:
+            return taken
         # when this try was sent, on this client's clock: a release that hands the lock to
         # this waiter says when its lease began in those terms (kit.handoffs)
         stamp = round(self.clock.now() * 1e6)
 
         # tried again whole if a pooler refused it: a retry by the same owner is idempotent
         async def grant(connection: AsyncConnection[Any]) -> tuple[int, float] | None:
+            claimed = await self._claim_listener(connection, request)
+            waiter = self._waiter_terms(request, stamp, claimed)
             async with self.alone(connection):
                 cursor = await connection.execute(
                     self.sql["grant"],
@@ -524,7 +535,7 @@ class AsyncPostgreSQLBackend:
                         "queue": request.queue,
                         "max_waiters": self.config.max_waiters,
                         **_entry_of(request, owner),
-                        **self._waiter_terms(request, stamp),
+                        **waiter,
                     },
                 )
             row = await cursor.fetchone()
@@ -533,7 +544,7 @@ class AsyncPostgreSQLBackend:
             if full:
                 raise line_full(self.config.max_waiters, request.name, self.url)
             if undecided:
-                return await self._decide(connection, request, owner, stamp)
+                return await self._decide(connection, request, owner, waiter)
             return None if token is None else (int(token), float(left))
 
         with translate_errors(self.url, request.name):
@@ -554,12 +565,38 @@ class AsyncPostgreSQLBackend:
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
-    def _waiter_terms(self, request: GrantRequest, stamp: int) -> dict[str, Any]:
+    async def _claim_listener(
+        self, connection: AsyncConnection[Any], request: GrantRequest
+    ) -> bool:
+        """Whether ``connection`` holds the client's listener key for ``request``'s entry
+        to name, though the client does not listen yet: taken (shared, for the session) when
+        the request would queue and its waiter means to wait (its watch is made: the locks
+        make it before the first try, and enter it, which starts listening, only once that
+        try failed). Until the listener holds the key too, this connection's hold says the
+        client lives: a release takes a waiter whose key nobody holds for one whose client
+        is gone (``tumbler_hand_off``), and without a key at all its entry held a fair line up
+        for its whole lease when the waiter died in that moment."""
+        if not (
+            request.queue
+            and self.config.listen
+            and not self.wakeups.subscribed()
+            and not self.wakeups.failing()  # a client that cannot listen is not told
+            and self.hub.subscribers(request.name)
+        ):
+            return False
+        async with self.alone(connection):
+            await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.listener_key})
+        return True
+
+    def _waiter_terms(
+        self, request: GrantRequest, stamp: int, claimed: bool = False
+    ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        # Only once the client listens: a release takes a waiter whose listener key nobody
-        # holds for one whose client is gone, and deletes its entry (tumbler_hand_off).
-        listen = self.config.listen and self.wakeups.subscribed()
+        # Only once the client listens, or the connection that writes the entry holds the
+        # key (``claimed``): a release takes a waiter whose listener key nobody holds for one
+        # whose client is gone, and deletes its entry (tumbler_hand_off).
+        listen = self.config.listen and (claimed or self.wakeups.subscribed())
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
@@ -569,20 +606,28 @@ class AsyncPostgreSQLBackend:
         }
 
     async def _decide(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+        self,
+        connection: AsyncConnection[Any],
+        request: GrantRequest,
+        owner: str,
+        waiter: dict[str, Any],
     ) -> tuple[int, float] | None:
         """Decide by the grant rule on the name's live line, and write what it says: the
         token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
         waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
         write and the commit (three for a new waiter, counted first)."""
-        decided = await self._decided(connection, request, owner, stamp)
+        decided = await self._decided(connection, request, owner, waiter)
         if decided is FULL:
             raise line_full(self.config.max_waiters, request.name, self.url)
         assert not isinstance(decided, _Full)
         return decided
 
     async def _decided(
-        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+        self,
+        connection: AsyncConnection[Any],
+        request: GrantRequest,
+        owner: str,
+        waiter: dict[str, Any],
     ) -> tuple[int, float] | _Full | None:
         async with self.batch(connection):
             await connection.execute(
@@ -610,53 +655,70 @@ class AsyncPostgreSQLBackend:
             decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
             if decided.decision is Decision.HELD:
                 # granted already, by a release that handed it over or by a try whose reply
-                # was lost: the lease began then
-                left = next(left for entry_owner, *_, left in rows if entry_owner == owner)
-                return decided.held_token, min(request.ttl, left)
-            write = decided.write
-            if write is Write.ADD_WAITER:
+                # was lost: taken up, with the lease asked for from now
                 cursor = await connection.execute(
-                    self.sql["waiting"], (request.name, self.config.max_waiters)
+                    self.sql["take_up"], (request.ttl, request.name, owner, decided.held_token)
                 )
-                counted = await cursor.fetchone()
-                if counted is not None and counted[0] >= self.config.max_waiters:
-                    return FULL  # nothing written: the transaction commits empty
-            if write is Write.NOTHING:
-                return None
-            waiter = self._waiter_terms(request, stamp)
-            if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
-                # a waiter's entry: one that a crash of the server forgets costs its waiter a
-                # re-check, so the commit need not wait for the disk
-                await connection.execute(self.sql["no_wait"])
-            if write is Write.REFRESH_WAITER:
-                assert decided.mine is not None
-                await connection.execute(
-                    self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter}
-                )
-                return None
-            if write is Write.GRANT_WAITER:
-                assert decided.mine is not None
-                cursor = await connection.execute(
-                    self.sql["grant_waiter"],
-                    {"seq": decided.mine.seq, "ttl": request.ttl},
-                )
-            else:  # ADD_GRANT or ADD_WAITER
-                entry = _entry_of(request, owner)
-                if write is Write.ADD_GRANT:
-                    entry.update(
-                        grant=True,
-                        ttl=request.ttl,
-                        client=None,
-                        listener=None,
-                        lease=None,
-                        stamp=None,
-                    )
-                else:
-                    entry.update(grant=False, **waiter)
-                cursor = await connection.execute(self.sql["add"], entry)
+            else:
+                written = await self._write(connection, request, owner, waiter, decided)
+                if written is None or isinstance(written, _Full):
+                    return written
+                cursor = written
         row = await cursor.fetchone()
-        assert row is not None
-        return None if row[0] is None else (int(row[0]), request.ttl)
+        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
+        return None if row is None or row[0] is None else (int(row[0]), request.ttl)
+
+    async def _write(
+        self,
+        connection: AsyncConnection[Any],
+        request: GrantRequest,
+        owner: str,
+        waiter: dict[str, Any],
+        decided: WritePlan,
+    ) -> AsyncCursor[Any] | _Full | None:
+        """Write what the grant rule ``decided`` for ``request`` (not held already), in the
+        caller's transaction: the cursor whose row has the token (None for a waiter); None
+        for nothing to read; ``FULL`` for a new waiter behind ``max_waiters``."""
+        write = decided.write
+        if write is Write.ADD_WAITER:
+            cursor = await connection.execute(
+                self.sql["waiting"], (request.name, self.config.max_waiters)
+            )
+            counted = await cursor.fetchone()
+            if counted is not None and counted[0] >= self.config.max_waiters:
+                return FULL  # nothing written: the transaction commits empty
+        if write is Write.NOTHING:
+            return None
+        if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
+            # a waiter's entry: one that a crash of the server forgets costs its waiter a
+            # re-check, so the commit need not wait for the disk
+            await connection.execute(self.sql["no_wait"])
+        if write is Write.REFRESH_WAITER:
+            assert decided.mine is not None
+            await connection.execute(
+                self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter}
+            )
+            return None
+        if write is Write.GRANT_WAITER:
+            assert decided.mine is not None
+            return await connection.execute(
+                self.sql["grant_waiter"],
+                {"seq": decided.mine.seq, "ttl": request.ttl},
+            )
+        # ADD_GRANT or ADD_WAITER
+        entry = _entry_of(request, owner)
+        if write is Write.ADD_GRANT:
+            entry.update(
+                grant=True,
+                ttl=request.ttl,
+                client=None,
+                listener=None,
+                lease=None,
+                stamp=None,
+            )
+        else:
+            entry.update(grant=False, **waiter)
+        return await connection.execute(self.sql["add"], entry)
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -801,25 +863,18 @@ class AsyncPostgreSQLBackend:
         with translate_errors(self.url, name):
             return await self.pool.run(force)
 
-    async def _confirm(self, handed: Grant, owner: str, ttl: float) -> Grant | None:
-        """``handed`` as the server has it, with the lease it has left; None if the server
-        shows no such grant. Any role that may connect can send a ``NOTIFY`` on a waiter's
-        channel (no privilege is needed) naming any token: it stays a hint, and only the
-        owner's entry, which only the lock's writers can change, says it holds."""
+    async def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
+        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
+        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
+        (see ``AsyncListener.take_handed``, and ``tumbler_hand_off``)."""
 
-        async def read(connection: AsyncConnection[Any]) -> Any:
+        async def write(connection: AsyncConnection[Any]) -> bool:
             async with self.alone(connection):
-                cursor = await connection.execute(
-                    self.sql["handed"], (handed.name, owner, handed.token)
-                )
-            return await cursor.fetchone()
+                cursor = await connection.execute(self.sql["take_up"], (ttl, name, owner, token))
+            return cursor.rowcount == 1
 
-        with translate_errors(self.url, handed.name):
-            row = await self.pool.run(read, idempotent=True)
-        if row is None:
-            _log.debug("a hand-off of %r the server does not show: asking it", handed.name)
-            return None
-        return Grant(handed.name, handed.owner, handed.token, min(ttl, float(row[0])))
+        with translate_errors(self.url, name):
+            return await self.pool.run(write, idempotent=True)
 
     async def evicted(self, name: str, owner: str) -> str | None:
         async def read(connection: AsyncConnection[Any]) -> Any:

@@ -1,0 +1,60 @@
+"""The public API's types say what the code accepts: a type checker passes code that calls it
+as the README does, timedeltas included, and flags what the code would refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mypy import api
+
+ACCEPTED = """
+from datetime import timedelta
+import tumbler, tumbler.aio
+
+locks = tumbler.connect("memory://", default_ttl=timedelta(seconds=20))
+lock = locks.lock("a", ttl=timedelta(seconds=30), timeout=timedelta(seconds=5))
+locks.semaphore("s", 2, ttl=10, timeout=None)
+locks.segmented("g", 4, ttl=timedelta(minutes=1))
+locks.rwlock("rw", ttl=2.5).read()
+if lock.acquire(timeout=timedelta(milliseconds=500)):
+    hold = lock.hold
+    assert hold is not None
+    hold.extend(timedelta(seconds=60))
+    hold.wait_lost(timedelta(seconds=1))
+    lock.release()
+
+async def main() -> None:
+    alocks = await tumbler.aio.connect("memory://", default_ttl=timedelta(seconds=20))
+    async with alocks.lock("b", ttl=timedelta(seconds=3)) as ahold:
+        await ahold.extend(timedelta(seconds=9))
+        await ahold.wait_lost(timeout=timedelta(seconds=1))
+"""
+
+REFUSED = """
+import tumbler
+
+tumbler.connect("memory://").lock("a", ttl="30")
+"""
+
+
+def check(tmp_path: Path, source: str) -> tuple[str, int]:
+    program = tmp_path / "program.py"
+    program.write_text(source)
+    stdout, stderr, status = api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(program)]
+    )
+    return stdout + stderr, status
+
+
+@pytest.mark.slow
+def test_what_the_code_accepts_type_checks(tmp_path: Path) -> None:
+    output, status = check(tmp_path, ACCEPTED)
+    assert status == 0, output
+
+
+@pytest.mark.slow
+def test_what_the_code_refuses_does_not(tmp_path: Path) -> None:
+    output, status = check(tmp_path, REFUSED)
+    assert status == 1, output
+    assert 'Argument "ttl" to "lock" of "Locks" has incompatible type "str"' in output, output
