@@ -24,7 +24,7 @@ from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.redis import common as redis_backend
 from tumbler.backends.redis import lua
-from tumbler.backends.redis.server import RedisServer, RedisServerCluster
+from tumbler.testing.backends.redis.server import RedisServer, RedisServerCluster
 from tumbler.testing.conformance.compat import eventually
 
 FLAVOURS = ["sync", "asyncio"]

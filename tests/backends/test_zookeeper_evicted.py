@@ -24,7 +24,7 @@ from kazoo.security import make_digest_acl
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.zookeeper import common as zookeeper
-from tumbler.backends.zookeeper.server import ZooKeeperServer
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 from tumbler.testing.conformance.compat import eventually
 
 #: short: the notes of a test outlive the evicted grants by about this
