@@ -1,8 +1,8 @@
 """Which contenders run on a URL: tumbler's own rows, the store's peers, the negative control.
 
 The contenders themselves are defined in ``tumbler.testing.bench`` (the framework, tumbler's
-rows) and in each backend's package (its peers, as a ``StoreBench`` that the backend's
-descriptor names in its ``bench`` field). This module only gathers them for a URL: tumbler's
+rows) and in each backend's harness package (its peers, as a ``StoreBench`` that the
+backend's harness names in its ``bench`` field). This module only gathers them for a URL: tumbler's
 rows on every scheme a backend opens, the peers of the backend that opens it, and ``nolock``
 where asked for. A new peer goes into its backend's bench module, never here.
 """
@@ -14,7 +14,6 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 import tumbler
-from tumbler.backends import builtin_descriptors
 from tumbler.testing.bench import (
     Contender,
     Options,
@@ -25,6 +24,7 @@ from tumbler.testing.bench import (
     TumblerSync,
     store_bench,
 )
+from tumbler.testing.harness import builtin_harnesses
 
 # -- negative control ---------------------------------------------------------------------------
 
@@ -59,9 +59,9 @@ class NoLock(SyncContender):
 def store_benches() -> list[StoreBench]:
     """The built-in backends' store benches."""
     found = []
-    for descriptor in builtin_descriptors():
-        if descriptor.bench is not None:
-            bench = descriptor.bench()
+    for harness in builtin_harnesses():
+        if harness.bench is not None:
+            bench = harness.bench()
             if isinstance(bench, StoreBench):
                 found.append(bench)
     return found

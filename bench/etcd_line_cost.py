@@ -41,11 +41,11 @@ from typing import Any
 
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.etcd import common
+from tumbler.backends.etcd import common, opener
 from tumbler.backends.etcd._sync.gateway import Gateway
-from tumbler.backends.etcd.server import EtcdServer
 from tumbler.backends.etcd.wire import put
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.testing.backends.etcd.server import EtcdServer
 
 NAME = "crowded"
 #: how long the idle waiters wait while the server's CPU is counted
@@ -74,7 +74,7 @@ def _measure(server: EtcdServer, waiters: int, repeat: int) -> dict[str, str]:
     url = f"etcd://{server.host}:{server.port}/bench-{uuid.uuid4().hex[:8]}"
     config = common.parse_config(parse_url(url))
     raw = Gateway([server.client_url])
-    backend = common.open_sync(parse_url(url))
+    backend = opener.open_sync(parse_url(url))
     pid = server.pids()[0]
     try:
         lease, _ttl = raw.grant_lease(3600)

@@ -235,7 +235,7 @@ def main() -> int:
         server = None
         url = args.url
         if url is None:
-            from tumbler.backends.redis.server import RedisServer
+            from tumbler.testing.backends.redis.server import RedisServer
 
             server = RedisServer(Path(workdir) / "redis").start()
             url = server.url

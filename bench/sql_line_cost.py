@@ -50,8 +50,8 @@ def _request(owner: str, shared: bool, queue: bool = False) -> GrantRequest:
 def _postgresql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]]]:
     from psycopg import sql
 
-    from tumbler.backends.postgresql.common import open_sync
-    from tumbler.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
+    from tumbler.backends.postgresql.opener import open_sync
+    from tumbler.testing.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
 
     with PostgreSQLServer(directory / "postgresql") as server:
         admin = server.connect(TUMBLER_DATABASE)
@@ -92,8 +92,8 @@ def _postgresql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]
 
 @contextlib.contextmanager
 def _mysql(directory: Path) -> Iterator[Callable[[int, int], dict[str, str]]]:
-    from tumbler.backends.mysql.common import open_sync
-    from tumbler.backends.mysql.server import TUMBLER_DATABASE, MariaDBServer
+    from tumbler.backends.mysql.opener import open_sync
+    from tumbler.testing.backends.mysql.server import TUMBLER_DATABASE, MariaDBServer
 
     with MariaDBServer(directory / "mariadb") as server:
         admin: Any = server.connect(TUMBLER_DATABASE)

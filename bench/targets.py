@@ -1,9 +1,9 @@
-"""Servers for a bench run, started by name through the backends' descriptors.
+"""Servers for a bench run, started by name through the backends' harnesses.
 
 ``--start NAME`` (bench.py, many_leases.py) names a built-in backend's test target
-(``BackendDescriptor.test_targets``), or a server that the backend's store bench starts in
+(``BackendHarness.test_targets``), or a server that the backend's store bench starts in
 place of the test target of that name (``StoreBench.targets``: a set-up closer to production,
-such as fsync on). Nothing here names a backend: the names come from the descriptors.
+such as fsync on). Nothing here names a backend: the names come from the harnesses.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tumbler._url import parse_url
-from tumbler.backends import DEFAULT_URL, builtin_descriptors, descriptor_for
-from tumbler.backends.descriptor import TestTarget
+from tumbler.backends import DEFAULT_URL, descriptor_for
 from tumbler.testing.bench import StoreBench
+from tumbler.testing.harness import builtin_harnesses, harness_for
+from tumbler.testing.targets import TestTarget
 
 
 class StartError(Exception):
@@ -25,8 +26,8 @@ class StartError(Exception):
 
 def _store_benches() -> list[StoreBench]:
     found = []
-    for descriptor in builtin_descriptors():
-        bench = descriptor.bench() if descriptor.bench is not None else None
+    for harness in builtin_harnesses():
+        bench = harness.bench() if harness.bench is not None else None
         if isinstance(bench, StoreBench):
             found.append(bench)
     return found
@@ -35,10 +36,10 @@ def _store_benches() -> list[StoreBench]:
 def _test_targets() -> Iterator[TestTarget]:
     # one backend at a time, so that a lookup imports only the launchers it passes: they are
     # in the process whose memory many_leases.py reports
-    for descriptor in builtin_descriptors():
+    for harness in builtin_harnesses():
         # a launcher that needs the testing extra, where it is not installed: not startable
         with contextlib.suppress(ImportError):
-            yield from descriptor.test_targets()
+            yield from harness.test_targets()
 
 
 def target_names() -> list[str]:
@@ -51,22 +52,25 @@ def peer_targets() -> list[str]:
     """What ``--peers`` starts: for each built-in store with peers or floors to compare with,
     its store bench's own server if it has one, else its first test target."""
     names = []
-    for descriptor in builtin_descriptors():
-        bench = descriptor.bench() if descriptor.bench is not None else None
+    for harness in builtin_harnesses():
+        bench = harness.bench() if harness.bench is not None else None
         if not isinstance(bench, StoreBench) or not (bench.peers or bench.floors):
             continue
         if bench.targets:
             names.append(bench.targets[0].name)
         else:
             with contextlib.suppress(ImportError):
-                names.append(descriptor.test_targets()[0].name)
+                names.append(harness.test_targets()[0].name)
     return names
 
 
 def default_target() -> str:
     """The first test target of the backend that the default URL opens: what a bench measures
     when given no URL (a fresh file of the default backend, say)."""
-    return descriptor_for(parse_url(DEFAULT_URL).scheme).test_targets()[0].name
+    harness = harness_for(descriptor_for(parse_url(DEFAULT_URL).scheme))
+    if harness is None or not harness.test_targets():
+        raise StartError("the default backend has no test target")
+    return harness.test_targets()[0].name
 
 
 def target(name: str) -> TestTarget:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from tumbler.backends.zookeeper.server import ZooKeeperServer
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 
 
 @pytest.fixture

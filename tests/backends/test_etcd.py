@@ -38,10 +38,10 @@ from tumbler.backends.etcd import http as etcd_http
 from tumbler.backends.etcd._sync.backend import KeyWatches, _Lease
 from tumbler.backends.etcd._sync.gateway import Gateway, LeaseAnswer
 from tumbler.backends.etcd.common import line_key, parse_config
-from tumbler.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
 from tumbler.backends.etcd.wire import WatchEvent, prefix_end
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.errors import BackendUnavailable, ClientClosed, PermissionDenied
+from tumbler.testing.backends.etcd.server import TUMBLER_USER, EtcdCluster, EtcdServer
 from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 

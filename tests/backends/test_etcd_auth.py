@@ -29,7 +29,7 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.etcd.common import line_key, parse_config
-from tumbler.backends.etcd.server import EtcdServer
+from tumbler.testing.backends.etcd.server import EtcdServer
 from tumbler.testing.servers import ServerError, make_tls_files
 
 from ..servers.fixtures import server_unavailable

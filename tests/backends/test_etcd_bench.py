@@ -1,4 +1,4 @@
-"""The bench's view of etcd (``backends.etcd.bench``) on the server it starts: the server's
+"""The bench's view of etcd (``testing.backends.etcd.bench``) on the server it starts: the server's
 figures, the floors' round trips as etcd counts them, the leases each row leaves behind, and
 the watch events a waiter's wake-up costs. How fast anything is belongs in the bench's
 output, never here."""
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import tumbler.testing.bench
-from tumbler.backends.etcd.bench import BENCH, EtcdFloor, EtcdFloorAsync
-from tumbler.backends.etcd.server import EtcdNotInstalled, etcd_program
+from tumbler.testing.backends.etcd.bench import BENCH, EtcdFloor, EtcdFloorAsync
+from tumbler.testing.backends.etcd.server import EtcdNotInstalled, etcd_program
 from tumbler.testing.bench import Options, StoreBench
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"

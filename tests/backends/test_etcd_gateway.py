@@ -16,18 +16,18 @@ import pytest
 from tumbler.backends.etcd._async.gateway import AsyncGateway
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.http import HTTPFailure
-from tumbler.backends.etcd.server import (
-    TUMBLER_PASSWORD,
-    TUMBLER_USER,
-    EtcdCluster,
-    EtcdServer,
-)
 from tumbler.backends.etcd.wire import (
     EtcdError,
     GatewayUnavailable,
     WatchRequest,
     b64,
     prefix_end,
+)
+from tumbler.testing.backends.etcd.server import (
+    TUMBLER_PASSWORD,
+    TUMBLER_USER,
+    EtcdCluster,
+    EtcdServer,
 )
 
 

@@ -35,9 +35,9 @@ from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import ended_key, entry_key, line_key
 from tumbler.backends.etcd.http import HTTPFailure, not_sent
-from tumbler.backends.etcd.server import EtcdServer
 from tumbler.backends.etcd.wire import prefix_end
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.testing.backends.etcd.server import EtcdServer
 from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 

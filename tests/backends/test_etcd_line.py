@@ -23,11 +23,11 @@ from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd._sync.backend import SAFETY_RECHECK
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.common import entry_key
-from tumbler.backends.etcd.server import EtcdServer
 from tumbler.backends.etcd.wire import put
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.cli import main
 from tumbler.errors import TooManyWaiters
+from tumbler.testing.backends.etcd.server import EtcdServer
 from tumbler.testing.conformance.compat import eventually
 
 from .test_etcd import line_of, the_prefix, url_of

@@ -1,4 +1,4 @@
-"""The etcd launcher (``tumbler.backends.etcd.server``), on Debian's etcd: one member keeps
+"""The etcd launcher (``tumbler.testing.backends.etcd.server``), on Debian's etcd: one member keeps
 its data across a crash, authentication confines the tests' user to its prefix, a TLS member
 refuses a client without a certificate, and a three-member cluster elects a new leader when
 its leader is killed and takes the member back."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tumbler.backends.etcd.server import (
+from tumbler.testing.backends.etcd.server import (
     TUMBLER_PASSWORD,
     TUMBLER_USER,
     EtcdCluster,

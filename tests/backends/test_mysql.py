@@ -31,17 +31,18 @@ import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.mysql.common import open_async, open_connection, open_sync, parse_config
-from tumbler.backends.mysql.server import (
+from tumbler.backends.mysql.common import open_connection, parse_config
+from tumbler.backends.mysql.opener import open_async, open_sync
+from tumbler.backends.mysql.statements import RENEW_ROWS
+from tumbler.cli import main
+from tumbler.demo import run_demo
+from tumbler.errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from tumbler.testing.backends.mysql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,
     MariaDBServer,
 )
-from tumbler.backends.mysql.statements import RENEW_ROWS
-from tumbler.cli import main
-from tumbler.demo import run_demo
-from tumbler.errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     aeventually,

@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, given, settings
 
 from tumbler._core import Entry
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.mysql.server import MariaDBServer
 from tumbler.backends.mysql.statements import Statements
+from tumbler.testing.backends.mysql.server import MariaDBServer
 from tumbler.testing.conformance.compat import PATIENCE
 
 from .grant_oracle import (
@@ -547,7 +547,7 @@ def test_tables_an_earlier_version_made_get_its_indexes_and_procedures(
     read the whole line: a client of this version adds them and makes every procedure
     again."""
     from tumbler._url import parse_url
-    from tumbler.backends.mysql.common import open_sync
+    from tumbler.backends.mysql.opener import open_sync
     from tumbler.backends.mysql.statements import INDEXES
 
     prefix = f"t{uuid.uuid4().hex[:10]}_"

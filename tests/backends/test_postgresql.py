@@ -34,16 +34,17 @@ from tumbler._url import parse_url
 from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.postgresql.common import open_async, open_sync, parse_config
-from tumbler.backends.postgresql.server import (
+from tumbler.backends.postgresql.common import parse_config
+from tumbler.backends.postgresql.opener import open_async, open_sync
+from tumbler.backends.postgresql.statements import name_key
+from tumbler.cli import main
+from tumbler.errors import BackendUnavailable
+from tumbler.testing.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,
     PostgreSQLServer,
 )
-from tumbler.backends.postgresql.statements import name_key
-from tumbler.cli import main
-from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance import worker as conformance_worker
 from tumbler.testing.conformance.compat import PATIENCE, aeventually, background, eventually
 from tumbler.testing.conformance.plugin import server_unavailable

@@ -21,8 +21,8 @@ import pytest
 import tumbler
 from tumbler import ConfigurationError
 from tumbler._url import parse_url
-from tumbler.backends.postgresql.common import open_sync
-from tumbler.backends.postgresql.server import (
+from tumbler.backends.postgresql.opener import open_sync
+from tumbler.testing.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,

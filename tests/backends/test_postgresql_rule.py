@@ -28,9 +28,9 @@ from psycopg import sql
 
 from tumbler._core import Entry
 from tumbler._url import parse_url
-from tumbler.backends.postgresql.common import open_sync
-from tumbler.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
+from tumbler.backends.postgresql.opener import open_sync
 from tumbler.backends.postgresql.statements import Statements
+from tumbler.testing.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
 
 from .grant_oracle import (
     LEASE,

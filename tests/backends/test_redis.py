@@ -45,7 +45,7 @@ from tumbler import (
 from tumbler._url import parse_url
 from tumbler.backends.redis import lua
 from tumbler.backends.redis.common import parse_config
-from tumbler.backends.redis.server import (
+from tumbler.testing.backends.redis.server import (
     TUMBLER_PASSWORD,
     RedisServer,
     RedisServerCluster,

@@ -24,10 +24,10 @@ from tumbler import PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.handoffs import owner_tag
-from tumbler.backends.redis import common as redis_backend
+from tumbler.backends.redis import opener as redis_backend
 from tumbler.backends.redis.common import ACL_RULES
 from tumbler.backends.redis.lua import Keys
-from tumbler.backends.redis.server import RedisServer, RedisUser
+from tumbler.testing.backends.redis.server import RedisServer, RedisUser
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     abackground,

@@ -33,7 +33,7 @@ import tumbler.aio
 from tumbler import BackendUnavailable
 from tumbler.backends.contract import Renewal
 from tumbler.backends.redis import CAPABILITIES, lua
-from tumbler.backends.redis.server import RedisServer, RedisServerCluster, RedisUser
+from tumbler.testing.backends.redis.server import RedisServer, RedisServerCluster, RedisUser
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 from tumbler.testing.conformance.test_processes import WORKER
 from tumbler.torture.proxy import FaultProxy

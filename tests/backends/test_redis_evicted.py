@@ -22,9 +22,9 @@ from redis.crc import key_slot
 
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.redis import common as redis_backend
 from tumbler.backends.redis import lua
-from tumbler.backends.redis.server import RedisServer, RedisServerCluster
+from tumbler.backends.redis import opener as redis_backend
+from tumbler.testing.backends.redis.server import RedisServer, RedisServerCluster
 from tumbler.testing.conformance.compat import eventually
 
 FLAVOURS = ["sync", "asyncio"]

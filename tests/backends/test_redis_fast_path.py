@@ -19,7 +19,7 @@ import redis
 
 import tumbler
 import tumbler.aio
-from tumbler.backends.redis.server import RedisServer
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 
 #: the commands a grant of a free lock runs inside its script: TIME, HLEN, the token's GET

@@ -23,7 +23,7 @@ import redis
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.redis.server import RedisServer
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE
 
 TTL = 30.0

@@ -26,8 +26,8 @@ import redis
 import tumbler
 import tumbler.aio
 from tumbler import TooManyWaiters
-from tumbler.backends.redis.server import RedisServer
 from tumbler.cli import main
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import (
     PATIENCE,
     abackground,

@@ -55,8 +55,8 @@ from tumbler import _core as core
 from tumbler._core import Decision, Entry
 from tumbler.backends.redis import lua
 from tumbler.backends.redis.common import BACKUP_FAIR_MS, BACKUP_RETRY_MS
-from tumbler.backends.redis.server import RedisServer
 from tumbler.errors import PermitsMismatch
+from tumbler.testing.backends.redis.server import RedisServer
 
 NAME = "orders:42"
 #: examples per property (twice as many for releases): about 6 s in all on an idle machine;

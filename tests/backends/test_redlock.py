@@ -26,10 +26,11 @@ from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.handoffs import owner_tag
 from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redlock._sync.backend import RedlockBackend
-from tumbler.backends.redlock.common import open_sync, quorum
+from tumbler.backends.redlock.common import quorum
 from tumbler.backends.redlock.lua import master_keys
-from tumbler.backends.redlock.server import RedlockMasters
+from tumbler.backends.redlock.opener import open_sync
 from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost
+from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.testing.conformance.compat import eventually
 
 #: a lease short enough that a case waits for one to run out in a few seconds

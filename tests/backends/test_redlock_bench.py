@@ -1,4 +1,4 @@
-"""The bench's view of Redlock (``backends.redlock.bench``) on masters of its own: the URL
+"""The bench's view of Redlock (``testing.backends.redlock.bench``) on masters of its own: the URL
 read into one client per master, the masters' figures, the floors' commands as the masters
 count them, and pottery's Redlock locking and handing the lock over. How fast anything is
 belongs in the bench's output, never here."""
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tumbler.backends.redlock.bench import (
+from tumbler.testing.backends.redlock.bench import (
     BENCH,
     PotteryRedlock,
     RedlockFloor,
     RedlockFloorAsync,
     master_options,
 )
-from tumbler.backends.redlock.server import RedlockMasters
+from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.testing.bench import Options
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"

@@ -1,4 +1,4 @@
-"""The Redlock launcher (``tumbler.backends.redlock.server``): independent masters whose URL
+"""The Redlock launcher (``tumbler.testing.backends.redlock.server``): independent masters whose URL
 names each one, any of which can be killed, paused and resumed, or restarted empty."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tumbler.backends.redis.server import RedisServerError
-from tumbler.backends.redlock.server import RedlockMasters, start_tls_masters
+from tumbler.testing.backends.redis.server import RedisServerError
+from tumbler.testing.backends.redlock.server import RedlockMasters, start_tls_masters
 
 #: a client that reports a refused or silent master at once instead of retrying
 NO_RETRY = Retry(NoBackoff(), 0)

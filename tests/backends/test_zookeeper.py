@@ -22,8 +22,8 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.zookeeper.common import encode_name, entry_data, entry_prefix, parse_config
-from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
+from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import FaultProxy

@@ -24,8 +24,8 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 import tumbler
 import tumbler.aio
 from tumbler.backends.zookeeper.common import entry_data, entry_prefix
-from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import ConfigurationError, PermissionDenied
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 
 USER, PASSWORD = "app", "acl-Pa55word"
 DIGEST = make_digest_acl(USER, PASSWORD, all=True)

@@ -24,7 +24,8 @@ from kazoo.security import make_digest_acl
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.zookeeper import common as zookeeper
-from tumbler.backends.zookeeper.server import ZooKeeperServer
+from tumbler.backends.zookeeper import opener
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 from tumbler.testing.conformance.compat import eventually
 
 #: short: the notes of a test outlive the evicted grants by about this
@@ -45,7 +46,7 @@ class Flavour:
         return step if self.loop is None else self.loop.run_until_complete(step)
 
     def open(self, url: str) -> Any:
-        opening = zookeeper.open_sync if self.loop is None else zookeeper.open_async
+        opening = opener.open_sync if self.loop is None else opener.open_async
         backend = self.run(opening(parse_url(url)))
         self.backends.append(backend)
         return backend

@@ -26,8 +26,8 @@ import pytest
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import BackendUnavailable
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 

@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.zookeeper.server import ZooKeeperServer
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 
 from .test_zookeeper_renewal import SESSION, packets_received, request
 

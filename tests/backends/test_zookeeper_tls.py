@@ -26,8 +26,8 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.zookeeper.common import TLSConfig, parse_config, tls_context
-from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.errors import BackendUnavailable, InvalidURL, TumblerError
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 from tumbler.testing.servers import make_tls_files
 
 #: how long a refusal may take: a wrong certificate must not look like an ensemble that is down

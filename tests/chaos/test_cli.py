@@ -13,7 +13,7 @@ import pytest
 
 import tumbler.torture.cli as torture_cli
 from tests.servers.fixtures import server_unavailable
-from tumbler.backends.redis.server import TUMBLER_RULES, RedisServer, RedisUser
+from tumbler.testing.backends.redis.server import TUMBLER_RULES, RedisServer, RedisUser
 from tumbler.testing.servers import ServerError
 from tumbler.torture.backends import BackendSpec
 from tumbler.torture.check import CheckResult, Violation

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from tests.servers.fixtures import server_unavailable
-from tumbler.backends.redlock.server import RedlockMasters
+from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments
 from tumbler.torture.faults import Nemesis
 from tumbler.torture.history import HistoryTail, HistoryWriter

@@ -24,8 +24,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import tumbler
-from tumbler.backends.redis.server import RedisServer
 from tumbler.errors import InvalidArgument, LockLost
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE, eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import (

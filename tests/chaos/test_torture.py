@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.servers.fixtures import server_unavailable
-from tumbler.backends.redis.server import RedisServer
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments, spec_for_url
 from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend, run_torture
 

@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from tumbler import demo_http
-from tumbler.backends.redis.server import RedisServer
 from tumbler.demo import DemoError
 from tumbler.demo_http import HttpDemoResult, HttpRunResult, examples_directory, run_http_demo
+from tumbler.testing.backends.redis.server import RedisServer
 
 from .conftest import Spawn, read_line, run_tumbler
 

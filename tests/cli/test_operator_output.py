@@ -25,8 +25,8 @@ from tumbler.backends import builtin_descriptors
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.memory.backend import MemoryBackend
 from tumbler.backends.sqlite import backend as sqlite
-from tumbler.backends.zookeeper.server import ZooKeeperServer
 from tumbler.cli import EX_CONFIG, EX_TEMPFAIL, _state_json, _status_table, main
+from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 
 from .conftest import python_command, run_tumbler
 

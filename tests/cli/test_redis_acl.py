@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tumbler.backends.redis.server import RedisServer, RedisUser
 from tumbler.cli import EX_NOPERM
+from tumbler.testing.backends.redis.server import RedisServer, RedisUser
 
 from ..servers.fixtures import server_unavailable
 from .conftest import python_command, run_tumbler

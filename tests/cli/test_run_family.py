@@ -19,8 +19,8 @@ from urllib.parse import quote
 import pytest
 
 import tumbler
-from tumbler.backends.redis.server import RedisServer
 from tumbler.cli import EX_LOCK_LOST, EX_TEMPFAIL
+from tumbler.testing.backends.redis.server import RedisServer
 
 from .conftest import Spawn, process_gone, python_command, read_line, run_tumbler, wait_until
 

@@ -12,8 +12,8 @@ import time
 import uuid
 
 import tumbler
-from tumbler.backends.redis.server import RedisServer
 from tumbler.cli import EX_LOCK_LOST
+from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.torture.proxy import FaultProxy
 
 from .conftest import Spawn, python_command, read_line

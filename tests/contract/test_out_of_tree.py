@@ -29,6 +29,7 @@ import tumbler
 import tumbler.aio
 from tumbler.backends import builtin_descriptors, descriptor_for
 from tumbler.testing.conformance.plugin import in_ci
+from tumbler.testing.harness import builtin_harnesses, harness_for
 
 #: the example's distribution, and its package's sources
 EXAMPLE = Path(__file__).resolve().parents[1] / "outside" / "tumbler-jsonfile"
@@ -94,6 +95,45 @@ def test_the_scheme_resolves_through_the_entry_point(tmp_path: Path) -> None:
 
     # the second grant of the name, from the asyncio flavour (kit.AsyncAdapter)
     assert asyncio.run(in_asyncio()) == hold.token + 1
+
+
+def test_the_harness_resolves_through_its_entry_point() -> None:
+    package = _installed_example()
+    (point,) = importlib.metadata.entry_points(group="tumbler.harnesses", name="jsonfile")
+    assert point.value == "tumbler_jsonfile.testing:HARNESS"
+    harness = harness_for(descriptor_for("jsonfile"))
+    assert harness is importlib.import_module("tumbler_jsonfile.testing").HARNESS
+    assert harness.descriptor is package.DESCRIPTOR
+    assert "jsonfile" not in {harness.name for harness in builtin_harnesses()}
+
+
+def test_the_suite_runs_on_the_harness_s_targets(tmp_path: Path) -> None:
+    _installed_example()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "--pyargs",
+            "tumbler.testing.conformance",
+            "--tumbler-target",
+            "jsonfile",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases = [line for line in result.stdout.splitlines() if "::" in line]
+    assert len(cases) >= PASSED_FLOOR, result.stdout
+    assert all("[jsonfile" in case or "jsonfile-" in case for case in cases), cases[:5]
 
 
 def _imported_modules(tree: ast.AST) -> list[str]:

@@ -35,17 +35,17 @@ from typing import TypeVar
 
 import pytest
 
-from tumbler.backends.etcd.server import EtcdCluster, EtcdServer
-from tumbler.backends.mysql.server import MariaDBServer
-from tumbler.backends.postgresql.server import PostgreSQLServer
-from tumbler.backends.redis.server import (
+from tumbler.testing.backends.etcd.server import EtcdCluster, EtcdServer
+from tumbler.testing.backends.mysql.server import MariaDBServer
+from tumbler.testing.backends.postgresql.server import PostgreSQLServer
+from tumbler.testing.backends.redis.server import (
     RedisServer,
     RedisServerCluster,
     flush_redis,
     start_cluster,
     start_tls_redis,
 )
-from tumbler.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
+from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError, make_tls_files
 

@@ -61,7 +61,10 @@ def run_without(missing: Missing, tmp_path: Path, ci: str | None) -> str:
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), missing.variable: missing.nowhere}
+    # the repository for tests.servers, ahead of what the caller's path already puts first
+    # (a work tree's src/, when it is not the one installed)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, missing.variable: missing.nowhere}
     env.pop("CI", None)
     env.pop("PYTEST_ADDOPTS", None)
     if ci is not None:

@@ -20,7 +20,7 @@ from pymysql.connections import Connection
 from pymysql.cursors import Cursor
 
 from tests.servers.fixtures import server_unavailable
-from tumbler.backends.mysql.server import (
+from tumbler.testing.backends.mysql.server import (
     ADMIN_USER,
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,

@@ -14,8 +14,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.servers.fixtures import flush_redis as reexported_flush_redis
-from tumbler.backends.redis import server as servers
-from tumbler.backends.redis.server import (
+from tumbler.testing.backends.redis import server as servers
+from tumbler.testing.backends.redis.server import (
     TUMBLER_PASSWORD,
     RedisNotInstalled,
     RedisServer,

@@ -8,9 +8,9 @@ import textwrap
 
 import tumbler.testing
 import tumbler.testing.servers
-from tumbler.backends.mysql import server as mysql
-from tumbler.backends.redis import server as redis
-from tumbler.backends.zookeeper import server as zookeeper
+from tumbler.testing.backends.mysql import server as mysql
+from tumbler.testing.backends.redis import server as redis
+from tumbler.testing.backends.zookeeper import server as zookeeper
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +33,7 @@ def test_importing_tumbler_testing_needs_no_server_tooling() -> None:
         ManualClock().advance(1)
         import tumbler.testing.servers
         try:
-            import tumbler.backends.redis.server
+            import tumbler.testing.backends.redis.server
         except ImportError as error:
             print("launcher:", error)
         """

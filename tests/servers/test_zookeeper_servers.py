@@ -17,7 +17,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl, make_digest_acl_credential
 
-from tumbler.backends.zookeeper.server import (
+from tumbler.errors import InvalidArgument
+from tumbler.testing.backends.zookeeper.server import (
     ZooKeeperEnsemble,
     ZooKeeperNotInstalled,
     ZooKeeperServer,
@@ -25,7 +26,6 @@ from tumbler.backends.zookeeper.server import (
     four_letter_word,
     super_digest,
 )
-from tumbler.errors import InvalidArgument
 from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import ServerNotInstalled
 from tumbler.testing.servers import process as launching

@@ -122,7 +122,7 @@ def test_counter_check_catches_a_lock_that_excludes_nothing(tmp_path: Path) -> N
 
 def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) -> None:
     # a smoke test of the bench, not of a backend: without a Redis to start, skip
-    servers = pytest.importorskip("tumbler.backends.redis.server")  # the testing extra
+    servers = pytest.importorskip("tumbler.testing.backends.redis.server")  # the testing extra
     pytest.importorskip("redis_lock")
     try:
         servers.redis_server_binary()
@@ -177,7 +177,7 @@ def test_start_refuses_a_name_no_backend_has_and_lists_those_it_has() -> None:
 
     assert result.returncode == 2, result.stderr
     assert "--start no-such-target: StartError: no built-in test target" in result.stderr
-    # the built-in backends' targets are offered, read from their descriptors
+    # the built-in backends' targets are offered, read from their harnesses
     offered = result.stderr.rpartition(": ")[2].strip().split(", ")
     assert "sqlite" in offered
     assert result.stdout == ""
@@ -245,7 +245,7 @@ def test_startup_reports_a_row_whose_process_fails(tmp_path: Path) -> None:
 def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
     tmp_path: Path,
 ) -> None:
-    servers = pytest.importorskip("tumbler.backends.redis.server")  # the testing extra
+    servers = pytest.importorskip("tumbler.testing.backends.redis.server")  # the testing extra
     try:
         servers.redis_server_binary()
     except servers.RedisNotInstalled as error:

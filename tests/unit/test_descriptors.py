@@ -1,9 +1,10 @@
-"""The backends are described once, by their descriptors, and nothing else names them.
+"""The backends are described once, by their descriptors and harnesses, and nothing else
+names them.
 
-The registry, the torture harness, the bench and the tools read ``BackendDescriptor``
-rather than naming a backend; these cases hold them to it, and check that what a descriptor
-declares is what its backend does (for the backends that need no server; the conformance
-suite runs the rest).
+The registry, the torture harness, the bench and the tools read ``BackendDescriptor`` and
+``BackendHarness`` rather than naming a backend; these cases hold them to it, and check that
+what a descriptor declares is what its backend does (for the backends that need no server; the
+conformance suite runs the rest).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 import tumbler
 from tumbler.backends import builtin_descriptors, descriptor_for, known_schemes
 from tumbler.backends.descriptor import BackendDescriptor
+from tumbler.testing.harness import builtin_harnesses, harness_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "src" / "tumbler"
@@ -27,11 +29,14 @@ READERS = [
     *sorted((SOURCE / "torture").glob("*.py")),
     *sorted((ROOT / "tools").glob("*.py")),
     SOURCE / "testing" / "bench.py",
+    SOURCE / "testing" / "harness.py",
+    SOURCE / "testing" / "targets.py",
     *(ROOT / "bench" / name for name in ("bench.py", "contenders.py", "targets.py", "measure.py")),
     *(ROOT / "bench" / name for name in ("many_leases.py", "many_waiters.py")),
     *sorted((SOURCE / "testing" / "conformance").rglob("*.py")),
 ]
 DESCRIPTORS = builtin_descriptors()
+HARNESSES = builtin_harnesses()
 #: the one place that may choose a backend: the default URL is the registry's to choose
 CHOSEN = {("__init__.py", "DEFAULT_URL")}
 #: calls whose string arguments are data, not a choice of backend: the conformance suite's
@@ -51,10 +56,18 @@ def test_each_scheme_belongs_to_one_backend() -> None:
             assert descriptor_for(scheme.upper()) is descriptor
 
 
+def test_each_built_in_backend_has_one_harness_and_each_harness_a_backend() -> None:
+    assert [harness.descriptor for harness in HARNESSES] == DESCRIPTORS
+    for descriptor in DESCRIPTORS:
+        harness = harness_for(descriptor)
+        assert harness is not None
+        assert harness.descriptor is descriptor
+
+
 def test_test_target_names_are_unique_and_each_backend_has_one() -> None:
-    targets = [target.name for d in DESCRIPTORS for target in d.test_targets()]
+    targets = [target.name for h in HARNESSES for target in h.test_targets()]
     assert len(set(targets)) == len(targets)
-    assert all(d.test_targets() for d in DESCRIPTORS)
+    assert all(h.test_targets() for h in HARNESSES)
 
 
 def test_a_descriptor_without_a_scheme_is_refused() -> None:
@@ -70,8 +83,9 @@ def test_the_declared_capabilities_are_those_the_backend_reports(
     scope: str, tmp_path: Path
 ) -> None:
     # the backends that need no server: the conformance suite checks the others
-    (descriptor,) = [d for d in DESCRIPTORS if d.capabilities.scope == scope]
-    url = descriptor.test_targets()[0].start(tmp_path).fresh_url()
+    (harness,) = [h for h in HARNESSES if h.descriptor.capabilities.scope == scope]
+    descriptor = harness.descriptor
+    url = harness.test_targets()[0].start(tmp_path).fresh_url()
     with tumbler.connect(url) as locks:
         assert locks.capabilities == descriptor.capabilities
 

@@ -12,14 +12,27 @@ wrong way fails here rather than in a cycle found at run time:
 - the core (``tumbler/_core.py``) imports nothing of the project but its errors;
 - the lock layer (everything of tumbler outside ``backends/``, ``testing/`` and ``torture/``)
   never imports the backends' kit;
-- a backend never imports the lock layer (``tumbler._async``, ``tumbler._sync``), the CLI or
-  the torture harness, except a backend package's ``torture.py``, which describes that
-  backend's deployments to the harness and so may import ``tumbler.torture``.
+- a backend (everything under ``tumbler.backends``: what runs in production) never imports the
+  lock layer (``tumbler._async``, ``tumbler._sync``), the CLI, the test harness
+  (``tumbler.testing``, where each backend's launchers, test targets, bench and torture
+  deployments live) or the torture harness; the harness imports the backends, never the other
+  way round;
+- no backend package has an import circle: its descriptor (``__init__``) imports none of its
+  own modules (it names them), and its configuration (``common``) imports neither flavour
+  (the opener, in a module of its own, does).
+
+Importing a backend, and every module of it, loads nothing of the harnesses: checked in a
+fresh interpreter, since an import made at run time (``importlib``) is not in the source's
+import statements.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,9 +94,7 @@ def wrong_way(path: Path) -> list[str]:
     if me == "tumbler._core":
         wrong |= {m for m in project if not within(m, "tumbler.errors")}
     elif within(me, "tumbler.backends"):
-        forbidden = ["tumbler._async", "tumbler._sync", "tumbler.torture"]
-        if path.name == "torture.py" and me.count(".") == 3:  # tumbler.backends.<name>.torture
-            forbidden.remove("tumbler.torture")
+        forbidden = ("tumbler._async", "tumbler._sync", "tumbler.testing", "tumbler.torture")
         wrong |= {m for m in project if within(m, *forbidden)}
     elif not within(me, "tumbler.testing", "tumbler.torture"):
         wrong |= {m for m in project if within(m, "tumbler.backends.kit")}
@@ -114,8 +125,17 @@ def test_the_rules_catch_each_wrong_way(tmp_path: Path, monkeypatch: pytest.Monk
         "backends/x/__init__.py": ("import tumbler.cli\n", ["tumbler.cli"]),
         "backends/x/common.py": ("from ... import torture\n", ["tumbler.torture"]),
         "backends/x/torture.py": (
-            "from ...torture import harness\nfrom ... import _async\n",
-            ["tumbler._async"],
+            "from ...torture import harness\n",
+            ["tumbler.torture", "tumbler.torture.harness"],
+        ),
+        "backends/descriptor.py": (
+            "from ..testing.bench import StoreBench\n",
+            ["tumbler.testing.bench", "tumbler.testing.bench.StoreBench"],
+        ),
+        "backends/x/server.py": ("import tumbler.testing.servers\n", ["tumbler.testing.servers"]),
+        "testing/backends/x/torture.py": (
+            "from tumbler.torture.backends import BackendSpec\nfrom tumbler.backends.x import y\n",
+            [],
         ),
         "torture/cli.py": (
             "from tumbler.cli import exit_code_for\n",
@@ -140,3 +160,111 @@ def test_the_rules_catch_each_wrong_way(tmp_path: Path, monkeypatch: pytest.Monk
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         assert wrong_way(path) == expected, relative
+
+
+def backend_packages() -> list[Path]:
+    """Each package under ``tumbler/backends`` (each backend's, and the kit)."""
+    root = PACKAGE_ROOT / "backends"
+    return sorted(p.parent for p in root.glob("*/__init__.py"))
+
+
+def circles(package: Path) -> list[list[str]]:
+    """The import circles among the modules of ``package``: each a list of two or more modules
+    that import each other round, reading every import statement (those only for type
+    checking and those inside functions too: each is an arrow the package's layout draws)."""
+    modules = {module_name(path): path for path in sorted(package.rglob("*.py"))}
+    arrows = {
+        me: sorted({m for m in imported_modules(path) if m in modules and m != me})
+        for me, path in modules.items()
+    }
+    # Tarjan's strongly connected components
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(me: str) -> None:
+        index[me] = low[me] = len(index)
+        stack.append(me)
+        for other in arrows[me]:
+            if other not in index:
+                visit(other)
+                low[me] = min(low[me], low[other])
+            elif other in stack:
+                low[me] = min(low[me], index[other])
+        if low[me] == index[me]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == me:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for me in modules:
+        if me not in index:
+            visit(me)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", backend_packages(), ids=lambda p: p.name)
+def test_no_import_circle_inside_a_backend_package(package: Path) -> None:
+    assert circles(package) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a backend's layout before its opener had a module of its own: the configuration opened
+    # the backend, whose flavours import the configuration back, and the descriptor checked
+    # the opener's types
+    package = tmp_path / "tumbler" / "backends" / "x"
+    files = {
+        "__init__.py": "if TYPE_CHECKING:\n    from . import common as _opener\n",
+        "common.py": "def open_sync():\n    from ._sync.backend import XBackend\n",
+        "_sync/__init__.py": "",
+        "_sync/backend.py": "from ..common import parse_config\nfrom .. import CAPABILITIES\n",
+        "opener.py": "from . import opener as _this\n",  # itself: no circle
+    }
+    for relative, text in files.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text)
+    monkeypatch.setitem(globals(), "SOURCE_ROOT", tmp_path)
+    assert circles(package) == [
+        ["tumbler.backends.x", "tumbler.backends.x._sync.backend", "tumbler.backends.x.common"]
+    ]
+
+
+#: run in a fresh interpreter: import every module under tumbler.backends (those whose driver is
+#: not installed excepted) and report what of the harnesses that loaded
+IMPORT_EVERY_BACKEND_MODULE = """
+    import importlib, json, pkgutil, sys
+    import tumbler.backends
+
+    skipped = []
+    for module in pkgutil.walk_packages(tumbler.backends.__path__, "tumbler.backends."):
+        try:
+            importlib.import_module(module.name)
+        except ModuleNotFoundError as error:
+            if (error.name or "tumbler").partition(".")[0] == "tumbler":
+                raise
+            skipped.append(module.name)  # a driver this installation lacks
+    for descriptor in tumbler.backends.builtin_descriptors():
+        importlib.import_module(descriptor.opener)
+    harness = ("tumbler.testing", "tumbler.torture")
+    loaded = sorted(m for m in sys.modules if m in harness or m.startswith(harness[0] + ".")
+                    or m.startswith(harness[1] + "."))
+    print(json.dumps({"loaded": loaded, "skipped": skipped}))
+"""
+
+
+def test_importing_every_backend_module_loads_nothing_of_the_harnesses() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(IMPORT_EVERY_BACKEND_MODULE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["loaded"] == [], report

@@ -400,8 +400,12 @@ class Backend(Protocol):
     capabilities: Capabilities
     #: the clock the backend's leases follow as seen by this client
     clock: Clock
-    #: session trouble reports (session-based backends), or None
-    session_events: SessionEvents | None
+
+    @property
+    def session_events(self) -> SessionEvents | None:
+        """Session trouble reports (session-based backends), or None. Read only: a backend
+        may keep them in an attribute typed without the None."""
+        ...
 
     def try_grant(self, request: GrantRequest) -> Grant | None:
         """Decide ``request`` by the grant rule (``kit.decide``) and record the outcome, in one
@@ -480,7 +484,11 @@ class AsyncBackend(Protocol):
     url: str
     capabilities: Capabilities
     clock: Clock
-    session_events: SessionEvents | None
+
+    @property
+    def session_events(self) -> SessionEvents | None:
+        """As :attr:`Backend.session_events`."""
+        ...
 
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         """As :meth:`Backend.try_grant`."""

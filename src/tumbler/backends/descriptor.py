@@ -2,15 +2,18 @@
 
 A backend package (``tumbler/backends/<name>/``, or a third party's own package) exposes a
 :class:`BackendDescriptor` as ``DESCRIPTOR``. Everything that is not the backend itself reads
-it rather than naming the backend: ``tumbler.connect`` (by URL scheme), the conformance suite
-(the test targets and the declared capabilities), the torture harness (deployments and the
-faults each survives), the bench (contenders for the store), ``scripts/servers`` (the system
-packages the servers come from) and the docs' backend table.
+it rather than naming the backend: ``tumbler.connect`` (by URL scheme), ``tumbler init``
+(``prepare``), the conformance suite (the declared capabilities, ``isolate``), the torture
+harness (``single_server``) and the docs' backend table. It describes what runs in
+production only: how tests, the bench and the torture harness run the backend is its harness
+(:class:`tumbler.testing.harness.BackendHarness`), which names the descriptor; the descriptor
+names none of it.
 
 A descriptor module must stay cheap to import: it is read to find a scheme's backend, before
-the backend's driver is needed. So the parts that import drivers, launchers or the harness are
-given as callables that import on demand (a module path for the opener, whose ``open_sync``
-and ``open_async`` are what ``connect`` calls).
+the backend's driver is needed. So it imports no module of its own package: it names them
+(a module path for the opener, whose ``open_sync`` and ``open_async`` are what ``connect``
+calls; :func:`call_on_demand` for a function of a module that imports the driver), and the
+package's modules import the descriptor's constants, never the other way round.
 
 Built-in backends are found by listing the subpackages of ``tumbler.backends``; a third party
 registers its descriptor under the entry point group ``tumbler.backends``
@@ -20,36 +23,45 @@ registers its descriptor under the entry point group ``tumbler.backends``
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .contract import AsyncBackend, Backend, Capabilities
 
 if TYPE_CHECKING:
     from .._url import BackendURL
-    from ..testing.bench import StoreBench
 
 __all__ = [
     "BackendDescriptor",
     "BackendOpener",
-    "RunningTarget",
-    "ServedTarget",
-    "TestTarget",
+    "call_on_demand",
     "on_demand",
 ]
 
 
 def on_demand(module: str, attribute: str) -> Callable[[], Any]:
     """A callable that imports ``module`` when called and returns its ``attribute``: how a
-    descriptor names what would be costly to import with it (launchers, the harness)."""
+    descriptor or a harness names what would be costly to import with it (drivers,
+    launchers, the torture harness)."""
 
     def load() -> Any:
         return getattr(importlib.import_module(module), attribute)
 
     load.__qualname__ = f"on_demand({module}:{attribute})"
     return load
+
+
+def call_on_demand(module: str, attribute: str) -> Callable[..., Any]:
+    """A callable that imports ``module`` when called and calls its ``attribute`` with the
+    arguments: how a descriptor gives a function (``prepare``, ``isolate``) that lives in a
+    module importing the driver, or importing the descriptor's package back."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), attribute)(*args, **kwargs)
+
+    call.__qualname__ = f"call_on_demand({module}:{attribute})"
+    return call
 
 
 def under_path(default: str) -> Callable[[BackendURL, str], str]:
@@ -95,57 +107,10 @@ class BackendOpener(Protocol):
     def open_async(self) -> Callable[..., Awaitable[AsyncBackend]]: ...
 
 
-class RunningTarget(Protocol):
-    """A test target's servers, started once and shared by the tests of a session. One whose
-    store is served by processes of its own is also a :class:`ServedTarget`."""
-
-    def fresh_url(self) -> str:
-        """A URL of this target that no other test uses: a new file, key prefix or path, so
-        that tests sharing the servers cannot see each other's locks."""
-
-    def close(self) -> None:
-        """Stop the servers and remove their files."""
-
-
-@runtime_checkable
-class ServedTarget(Protocol):
-    """A running test target whose store is served by processes of its own (not a file, not
-    the test process's memory): what the cases that stall the store stop."""
-
-    def server_pids(self) -> list[int]:
-        """Every process that serves the store now (each server of a cluster, each process
-        of a server that forks): stopping them all (SIGSTOP) stalls the store."""
-        ...
-
-
-@dataclass(frozen=True)
-class TestTarget:
-    """One way to run a backend for the conformance suite: a server set-up and its URLs.
-
-    ``start(directory)`` starts what the target needs (nothing, for an embedded store) in
-    ``directory``, a fresh temporary directory, and raises ``ServerError`` (from
-    ``tumbler.testing.servers``) or ``OSError`` when it cannot. A backend usually has one
-    target; variants of the same store (TLS with an ACL user, a cluster, a pooler) are targets
-    of their own. A variant whose only difference is the connection (TLS, another user) is a
-    ``connection_variant``: it runs the cases that exercise the connection, not the locking
-    that its plain target runs already.
-    """
-
-    __test__ = False  # a test target, not a pytest test class
-
-    #: the name tests and reports show (``redis-cluster``)
-    name: str
-    start: Callable[[Path], RunningTarget] = field(repr=False)
-    #: whether it differs from another target of the backend only by the connection: then only
-    #: the conformance cases marked ``tumbler_connection`` run on it
-    connection_variant: bool = False
-
-
 @dataclass(frozen=True)
 class BackendDescriptor:
     """One backend, described once. Only ``name``, ``schemes``, ``opener`` and
-    ``capabilities`` are required; a backend without servers to start or peers to compare
-    leaves the rest empty.
+    ``capabilities`` are required.
     """
 
     #: the backend's name in tables and reports (``redis``)
@@ -162,23 +127,14 @@ class BackendDescriptor:
     url_form: str = ""
     #: the package extra that installs its driver (``pip install 'tumbler[redis]'``), if any
     extra: str | None = None
-    #: the Debian packages its servers come from (``scripts/servers`` installs them)
-    system_packages: tuple[str, ...] = ()
-    #: the targets the conformance suite runs on (imports the launchers on demand)
-    test_targets: Callable[[], Sequence[TestTarget]] = field(default=lambda: (), repr=False)
     #: ``(url, token) -> url``: the same store, with nothing in common with other tokens'
     #: URLs (another file, key prefix, path); lets the suite run against a URL given by hand
     isolate: Callable[[BackendURL, str], str] | None = field(default=None, repr=False)
-    #: the torture harness's deployments of it (``tumbler.torture.backends.BackendSpec``
-    #: each: typed loosely, since the contract's side may not import the harness)
-    torture: Callable[[], Sequence[Any]] = field(default=lambda: (), repr=False)
     #: ``url -> (host, port)`` when the URL names exactly one TCP server, so that the torture
     #: harness can put its fault proxy in front of a server it did not start
     single_server: Callable[[BackendURL], tuple[str, int] | None] | None = field(
         default=None, repr=False
     )
-    #: the bench's view of this store: its peers, request counter, version
-    bench: Callable[[], StoreBench] | None = field(default=None, repr=False)
     #: ``url -> text``: make what the store needs before its first use (a schema, tables),
     #: idempotently, and say in a line what was made or found; ``tumbler init URL`` runs it,
     #: as a role that may, for applications whose own role may not. None: nothing to make

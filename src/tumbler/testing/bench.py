@@ -9,10 +9,11 @@ be picklable: keep it a frozen dataclass of plain values and connect in ``open()
 
 tumbler's own rows (:class:`TumblerSync`, :class:`TumblerAsync`) run on every URL a backend
 opens. The other libraries' locks for a store (its *peers*) come from the store's
-:class:`StoreBench`, which the backend's descriptor gives as its ``bench`` field
-(``BackendDescriptor.bench``, a callable that imports it on demand). To add a peer:
+:class:`StoreBench`, which the backend's harness gives as its ``bench`` field
+(``BackendHarness.bench``, a callable that imports it on demand). To add a peer:
 
-1. subclass :class:`SyncContender` or :class:`AsyncContender` in the backend's package, give
+1. subclass :class:`SyncContender` or :class:`AsyncContender` in the backend's harness package
+   (``tumbler.testing.backends.<name>.bench``), give
    it a ``name`` and a ``mechanism``, and implement ``open()``, importing the peer's driver
    there (a bench of another store must not need it);
 2. list it in that backend's :class:`StoreBench` ``peers``, with the URL schemes it speaks.
@@ -35,7 +36,8 @@ from urllib.parse import urlsplit
 import tumbler
 import tumbler.aio
 
-from ..backends.descriptor import BackendDescriptor, TestTarget
+from ..backends.descriptor import BackendDescriptor
+from .targets import TestTarget
 
 __all__ = [
     "AsyncContender",
@@ -104,10 +106,13 @@ def _descriptor(url: str) -> BackendDescriptor | None:
 def store_bench(url: str) -> StoreBench | None:
     """The :class:`StoreBench` of the backend that opens ``url``; None if that backend has
     none (or no backend opens it)."""
+    from .harness import harness_for
+
     descriptor = _descriptor(url)
-    if descriptor is None or descriptor.bench is None:
+    harness = harness_for(descriptor) if descriptor is not None else None
+    if harness is None or harness.bench is None:
         return None
-    found = descriptor.bench()
+    found = harness.bench()
     return found if isinstance(found, StoreBench) else None
 
 
@@ -240,7 +245,7 @@ class StoreBench:
     """What the bench knows of one store beyond tumbler's own rows: the other libraries'
     locks on it, and how to read its server.
 
-    A backend's descriptor gives it as ``bench`` (imported on demand); a store with more to
+    A backend's harness gives it as ``bench`` (imported on demand); a store with more to
     say subclasses it.
     """
 

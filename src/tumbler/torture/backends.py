@@ -1,11 +1,12 @@
 """The deployments the harness can torture: one :class:`BackendSpec` each, declared by the
-backends' descriptors (``BackendDescriptor.torture``), gathered by :func:`deployments`.
+backends' harnesses (``BackendHarness.torture``), gathered by :func:`deployments`.
 
-A spec says how to start throwaway servers for the backend (with the launchers in its
-package), which URL the workers use, which faults apply, which it runs by default, and which
-properties it does *not* promise under which fault (with the reason), so that an expected
-violation is reported as "not promised" rather than hidden or counted as a failure. A
-backend joins by declaring its specs in its own package; nothing here names a backend.
+A spec says how to start throwaway servers for the backend (with the launchers of its
+harness package, ``tumbler.testing.backends.<name>``), which URL the workers use, which
+faults apply, which it runs by default, and which properties it does *not* promise under
+which fault (with the reason), so that an expected violation is reported as "not promised"
+rather than hidden or counted as a failure. A
+backend joins by declaring its specs in its harness package; nothing here names a backend.
 
 A :class:`Deployment` is the running servers of one entry: the workers' URL (through a
 :class:`~tumbler.torture.faults.ProxyControl` per server where network faults apply), the
@@ -345,16 +346,17 @@ _deployments: dict[str, BackendSpec] | None = None
 
 
 def deployments() -> dict[str, BackendSpec]:
-    """Every deployment the built-in backends declare, by name, in the descriptors' order."""
+    """Every deployment the built-in backends' harnesses declare, by name, in the backends'
+    name order."""
     global _deployments
     if _deployments is None:
-        from ..backends import builtin_descriptors
+        from ..testing.harness import builtin_harnesses
 
         found: dict[str, BackendSpec] = {}
-        for descriptor in builtin_descriptors():
-            for spec in descriptor.torture():
+        for harness in builtin_harnesses():
+            for spec in harness.torture():
                 if not isinstance(spec, BackendSpec) or spec.name in found:
-                    raise TypeError(f"{descriptor.name}: bad or repeated torture spec {spec!r}")
+                    raise TypeError(f"{harness.name}: bad or repeated torture spec {spec!r}")
                 found[spec.name] = spec
         _deployments = found
     return _deployments
@@ -363,8 +365,10 @@ def deployments() -> dict[str, BackendSpec]:
 def default_deployment() -> str:
     """The first deployment of the backend that the default URL opens."""
     from ..backends import DEFAULT_URL, descriptor_for
+    from ..testing.harness import harness_for
 
-    specs = descriptor_for(parse_url(DEFAULT_URL).scheme).torture()
+    harness = harness_for(descriptor_for(parse_url(DEFAULT_URL).scheme))
+    specs = harness.torture() if harness is not None else ()
     if not specs:
         raise SetupError("the default backend declares no deployment")
     return str(specs[0].name)

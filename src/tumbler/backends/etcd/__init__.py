@@ -6,13 +6,8 @@ grammar, key layout, promises and how a hold is lost are in :mod:`.common`; the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand, one_of_hosts, under_path
-
-if TYPE_CHECKING:
-    from ..descriptor import BackendOpener
+from ..descriptor import BackendDescriptor, one_of_hosts, under_path
 
 DEFAULT_PORT = 2379
 #: the ``lease_ttl`` a URL gets unless it names one
@@ -55,21 +50,12 @@ CAPABILITIES = Capabilities(
 DESCRIPTOR = BackendDescriptor(
     name="etcd",
     schemes=("etcd", "etcds"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="an etcd cluster (or one member), through its v3 JSON gateway",
     url_form="etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/PREFIX][?OPTIONS]",
     extra="etcd",
-    system_packages=("etcd-server",),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     # every key the backend makes is under the URL's path
     isolate=under_path("/tumbler"),
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=one_of_hosts(DEFAULT_PORT),
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

@@ -169,13 +169,12 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
@@ -187,10 +186,6 @@ from .wire import (
     EtcdError,
     GatewayUnavailable,
 )
-
-if TYPE_CHECKING:
-    from ._async.backend import AsyncEtcdBackend
-    from ._sync.backend import EtcdBackend
 
 __all__ = [
     "NOTE_GRACE",
@@ -211,8 +206,6 @@ __all__ = [
     "lock_names_of",
     "locks_key",
     "notes_key",
-    "open_async",
-    "open_sync",
     "parse_config",
     "parse_line",
     "translate_errors",
@@ -505,19 +498,3 @@ def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
         raise BackendUnavailable(
             f"etcd error: {error.message} (code {error.code})", lock_name=name, backend=url
         ) from error
-
-
-# --------------------------------------------------------------------------------------------
-# Opening
-
-
-def open_sync(url: BackendURL) -> EtcdBackend:
-    from ._sync.backend import EtcdBackend
-
-    return start_or_close(EtcdBackend(parse_config(url)))
-
-
-async def open_async(url: BackendURL) -> AsyncEtcdBackend:
-    from ._async.backend import AsyncEtcdBackend
-
-    return await astart_or_close(AsyncEtcdBackend(parse_config(url)))

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, TestTarget
+from ..descriptor import BackendDescriptor
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
-    from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -30,25 +29,6 @@ CAPABILITIES = Capabilities(
 )
 
 
-class _Stores:
-    def __init__(self, directory: object) -> None:
-        import uuid
-
-        self._prefix = uuid.uuid4().hex
-
-    def fresh_url(self) -> str:
-        import uuid
-
-        return f"memory://{self._prefix}-{uuid.uuid4().hex}"
-
-    def close(self) -> None:
-        """Stores go when their last client closes."""
-
-
-def _test_targets() -> tuple[TestTarget, ...]:
-    return (TestTarget("memory", _Stores),)
-
-
 def _isolate(url: BackendURL, token: str) -> str:
     return f"memory://{url.hosts}-{token}"
 
@@ -60,11 +40,5 @@ DESCRIPTOR = BackendDescriptor(
     capabilities=CAPABILITIES,
     summary="one process's memory, for tests (with tumbler.testing.ManualClock)",
     url_form="memory://[STORE]",
-    test_targets=_test_targets,
     isolate=_isolate,
 )
-
-if TYPE_CHECKING:
-    from . import backend as _opener
-
-    _checked: BackendOpener = _opener

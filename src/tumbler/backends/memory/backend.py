@@ -293,3 +293,11 @@ async def open_async(url: BackendURL, *, clock: Clock | None = None) -> AsyncAda
     from ..kit.adapter import AsyncAdapter  # the blocking flavour never needs it
 
     return AsyncAdapter(backend, in_thread=False, hub=backend.hub)
+
+
+if TYPE_CHECKING:
+    # mypy checks here that this module has what tumbler.connect calls
+    from ..descriptor import BackendOpener
+    from . import backend as _this
+
+    _checked: BackendOpener = _this

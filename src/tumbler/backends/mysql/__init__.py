@@ -1,8 +1,7 @@
 """The MySQL / MariaDB backend (``mysql://``, ``mariadb://``): lease rows timed on the
 server's clock, waiters woken by a release that interrupts their client's listener. Its URL
 grammar, promises and caveats are in :mod:`.common`; the tables and procedures in
-:mod:`.statements`; the client in :mod:`._async.backend` (and its generated blocking twin);
-the test server in :mod:`.server`.
+:mod:`.statements`; the client in :mod:`._async.backend` (and its generated blocking twin).
 """
 
 from __future__ import annotations
@@ -12,11 +11,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
+from ..descriptor import BackendDescriptor, call_on_demand
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
-    from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -53,30 +51,15 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts, url, DEFAULT_PORT)
 
 
-def _prepare(url: BackendURL) -> str:
-    from .common import prepare
-
-    return prepare(url)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="mysql",
     schemes=("mysql", "mariadb"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="a MariaDB 10.6+ database (MySQL 8.0.29+ untested): lease rows on the server's clock",
     url_form="mysql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?OPTIONS]",
     extra="mysql",
-    system_packages=("mariadb-server", "galera-4"),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     isolate=_isolate,
     single_server=_single_server,
-    prepare=_prepare,
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
+    prepare=call_on_demand(f"{__name__}.opener", "prepare"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

@@ -95,7 +95,7 @@ import ssl
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pymysql  # the driver (aiomysql is built on it): without it, MissingDependency
 from pymysql.constants import CLIENT, CR
@@ -109,7 +109,6 @@ from ...errors import (
     PermissionDenied,
     TumblerError,
 )
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 __all__ = [
@@ -126,20 +125,13 @@ __all__ = [
     "bounded",
     "close_connection",
     "closed_by_server",
-    "open_async",
     "open_connection",
-    "open_sync",
     "parse_config",
-    "prepare",
     "translate_errors",
     "tumbler_error",
 ]
 
 T = TypeVar("T")
-
-if TYPE_CHECKING:
-    from ._async.backend import AsyncMySQLBackend
-    from ._sync.backend import MySQLBackend
 
 DEFAULT_PORT = 3306
 DEFAULT_PREFIX = "tumbler_"
@@ -491,33 +483,3 @@ class Replies:
         # or write
         connection._read_timeout = seconds
         connection._write_timeout = seconds
-
-
-def open_sync(url: BackendURL) -> MySQLBackend:
-    from ._sync.backend import MySQLBackend
-
-    return start_or_close(MySQLBackend(parse_config(url)))
-
-
-async def open_async(url: BackendURL) -> AsyncMySQLBackend:
-    from ._async.backend import AsyncMySQLBackend
-
-    return await astart_or_close(AsyncMySQLBackend(parse_config(url)))
-
-
-def prepare(url: BackendURL) -> str:
-    """``tumbler init URL``: make the tables and procedures of the URL's prefix if they are
-    missing (what a client also does on first use; clients and ``init`` racing to do it take
-    turns), and say which."""
-    from ._sync.backend import MySQLBackend
-
-    backend = MySQLBackend(parse_config(url))
-    try:
-        with translate_errors(backend.url):
-            made = backend.pool.run(backend.set_up, idempotent=True)
-    finally:
-        backend.close()
-    what = f"the tables and procedures {backend.config.prefix}* in {backend.config.database}"
-    if made:
-        return f"made {what}"
-    return f"{what} are there already: nothing to make"

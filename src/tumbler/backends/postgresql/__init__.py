@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
+from ..descriptor import BackendDescriptor, call_on_demand
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
-    from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -55,30 +54,15 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
     return host_port(url.hosts, url, DEFAULT_PORT)
 
 
-def _prepare(url: BackendURL) -> str:
-    from .common import prepare
-
-    return prepare(url)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="postgresql",
     schemes=("postgresql", "postgres"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="a PostgreSQL database (11 or newer): lease rows on the server's clock",
     url_form="postgresql://[USER[:PASSWORD]@]HOST[:PORT][/DBNAME][?OPTIONS]",
     extra="postgresql",
-    system_packages=("postgresql", "pgbouncer"),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=_isolate,
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
     single_server=_single_server,
-    prepare=_prepare,
+    prepare=call_on_demand(f"{__name__}.opener", "prepare"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

@@ -116,7 +116,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg  # the driver: without it, MissingDependency
 
@@ -130,12 +130,7 @@ from ...errors import (
     TumblerError,
 )
 from ..contract import Capabilities
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
-
-if TYPE_CHECKING:
-    from ._async.backend import AsyncPostgreSQLBackend
-    from ._sync.backend import PostgreSQLBackend
 
 DEFAULT_PORT = 5432
 DEFAULT_SCHEMA = "tumbler"
@@ -515,36 +510,3 @@ def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabiliti
     if config.listen:
         return base
     return dataclasses.replace(base, push_wakeups=False)
-
-
-def prepare(url: BackendURL) -> str:
-    """``tumbler init URL``: make the URL's schema, its tables, its token sequence and its
-    functions if they are missing (what a client also does on first use; clients and
-    ``init`` racing to do it take turns), and say which."""
-    from ._sync.backend import PostgreSQLBackend
-
-    backend = PostgreSQLBackend(parse_config(url))
-    try:
-        with translate_errors(backend.url):
-            made = backend.pool.run(backend.make_tables, idempotent=True)
-    finally:
-        backend.close()
-    what = (
-        f"{backend.sql.entries}, {backend.sql.evictions}, {backend.sql.names}, the sequence "
-        f"{backend.sql.tokens} and the functions"
-    )
-    if made:
-        return f"made {what}"
-    return f"{what} are there already: nothing to make"
-
-
-def open_sync(url: BackendURL) -> PostgreSQLBackend:
-    from ._sync.backend import PostgreSQLBackend
-
-    return start_or_close(PostgreSQLBackend(parse_config(url)))
-
-
-async def open_async(url: BackendURL) -> AsyncPostgreSQLBackend:
-    from ._async.backend import AsyncPostgreSQLBackend
-
-    return await astart_or_close(AsyncPostgreSQLBackend(parse_config(url)))

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
+from ..descriptor import BackendDescriptor
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
-    from ..descriptor import BackendOpener
 
 CAPABILITIES = Capabilities(
     push_wakeups=True,
@@ -57,20 +56,11 @@ def _single_server(url: BackendURL) -> tuple[str, int] | None:
 DESCRIPTOR = BackendDescriptor(
     name="redis",
     schemes=("redis", "rediss", "redis+unix"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="one Redis server (7.0 or newer) or a Redis Cluster",
     url_form="redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]",
     extra="redis",
-    system_packages=("redis-server", "redis-tools"),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=isolate_under_prefix,
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=_single_server,
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

@@ -95,7 +95,6 @@ from ...errors import (
     PermitsMismatch,
     TumblerError,
 )
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import (
     DEFAULT_MAX_WAITERS,
     flag,
@@ -111,8 +110,6 @@ if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-    from ._async.backend import AsyncRedisBackend
-    from ._sync.backend import RedisBackend
 
 CLIENT_COMMANDS = ("evalsha", "script|load", "info", "subscribe", "scan")
 #: the ACL rules a user needs under the default prefix (``+wait`` too with ``wait_replicas``)
@@ -540,21 +537,3 @@ def parse_config(url: BackendURL) -> RedisConfig:
         max_waiters=max_waiters,
         client_options=options,
     )
-
-
-def open_sync(url: BackendURL) -> RedisBackend:
-    from ._sync.backend import RedisBackend
-
-    config = parse_config(url)
-    check_tls_files(url)
-    backend = RedisBackend(config)
-    return start_or_close(backend)
-
-
-async def open_async(url: BackendURL) -> AsyncRedisBackend:
-    from ._async.backend import AsyncRedisBackend
-
-    config = parse_config(url)
-    check_tls_files(url)
-    backend = AsyncRedisBackend(config)
-    return await astart_or_close(backend)

@@ -7,14 +7,9 @@ the Redis backend's scripts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
+from ..descriptor import BackendDescriptor
 from ..redis import isolate_under_prefix
-
-if TYPE_CHECKING:
-    from ..descriptor import BackendOpener
 
 DEFAULT_PORT = 6379
 
@@ -37,19 +32,10 @@ CAPABILITIES = Capabilities(
 DESCRIPTOR = BackendDescriptor(
     name="redlock",
     schemes=("redlock", "redlocks"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="Redlock: a majority of N independent Redis masters (7.0 or newer)",
     url_form="redlock://[[USER]:PASSWORD@]HOST:PORT,HOST:PORT,HOST:PORT[,...][/DB][?OPTIONS]",
     extra="redis",
-    system_packages=("redis-server", "redis-tools"),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     isolate=isolate_under_prefix,
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

@@ -103,19 +103,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._url import BackendURL
 from ...errors import InvalidURL
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import host_port, seconds
 from ..redis import common as redis_common
-from ..redis.common import RedisConfig, check_tls_files
+from ..redis.common import RedisConfig
 from . import DEFAULT_PORT
-
-if TYPE_CHECKING:
-    from ._async.backend import AsyncRedlockBackend
-    from ._sync.backend import RedlockBackend
 
 #: ``node_timeout`` when the URL does not say
 DEFAULT_NODE_TIMEOUT = 0.1
@@ -249,19 +244,3 @@ def parse_config_of_master(master_url: BackendURL, url: BackendURL) -> RedisConf
     messages by the redlock URL and the master's address."""
     config = redis_common.parse_config(master_url)
     return replace(config, url=f"{url.redacted} (master {master_url.hosts})")
-
-
-def open_sync(url: BackendURL) -> RedlockBackend:
-    from ._sync.backend import RedlockBackend
-
-    config = parse_config(url)
-    check_tls_files(url)
-    return start_or_close(RedlockBackend(config))
-
-
-async def open_async(url: BackendURL) -> AsyncRedlockBackend:
-    from ._async.backend import AsyncRedlockBackend
-
-    config = parse_config(url)
-    check_tls_files(url)
-    return await astart_or_close(AsyncRedlockBackend(config))

@@ -6,14 +6,9 @@ The backend itself, its URL grammar and what it promises are in :mod:`.backend`.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand
-
-if TYPE_CHECKING:
-    from ..._url import BackendURL
-    from ..descriptor import BackendOpener
+from ..descriptor import BackendDescriptor, call_on_demand
 
 CAPABILITIES = Capabilities(
     # A release rings the doorbell (a datagram socket in Linux's abstract namespace) of each
@@ -44,12 +39,6 @@ CAPABILITIES = Capabilities(
 )
 
 
-def _isolate(url: BackendURL, token: str) -> str:
-    from .testing import isolate
-
-    return isolate(url, token)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="sqlite",
     schemes=("sqlite",),
@@ -57,13 +46,5 @@ DESCRIPTOR = BackendDescriptor(
     capabilities=CAPABILITIES,
     summary="an SQLite file: the processes of one machine, no server",
     url_form="sqlite:///path/locks.db",
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
-    isolate=_isolate,
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
+    isolate=call_on_demand(f"{__name__}.backend", "isolate"),
 )
-
-if TYPE_CHECKING:
-    from . import backend as _opener
-
-    _checked: BackendOpener = _opener

@@ -608,6 +608,15 @@ def resolve_path(url: BackendURL) -> tuple[Path, bool]:
     return path, False
 
 
+def isolate(url: BackendURL, token: str) -> str:
+    """The descriptor's ``isolate``: a file beside the URL's own (``locks-<token>.db`` next to
+    ``locks.db``), same options."""
+    path, _ = resolve_path(url)
+    query = url.raw.partition("?")[2]
+    isolated = path.with_name(f"{path.stem}-{token}{path.suffix or '.db'}")
+    return f"sqlite://{isolated}" + (f"?{query}" if query else "")
+
+
 class _Line:
     """One name's live entries during a transaction (those that decisions can need: see
     ``SQLiteBackend._line``), indexed so that deciding a request costs what the decision
@@ -1347,3 +1356,11 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
     return AsyncAdapter(backend, in_thread=True, hub=backend.hub)
+
+
+if TYPE_CHECKING:
+    # mypy checks here that this module has what tumbler.connect calls
+    from ..descriptor import BackendOpener
+    from . import backend as _this
+
+    _checked: BackendOpener = _this

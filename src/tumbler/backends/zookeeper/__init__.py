@@ -5,13 +5,8 @@ the client in :mod:`._async.backend` (and its generated blocking twin).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, on_demand, one_of_hosts, under_path
-
-if TYPE_CHECKING:
-    from ..descriptor import BackendOpener
+from ..descriptor import BackendDescriptor, one_of_hosts, under_path
 
 DEFAULT_PORT = 2181
 #: The shortest lease ZooKeeper can keep renewed (``Capabilities.min_ttl``); see
@@ -42,23 +37,12 @@ CAPABILITIES = Capabilities(
 DESCRIPTOR = BackendDescriptor(
     name="zookeeper",
     schemes=("zookeeper", "zookeepers"),
-    opener=f"{__name__}.common",
+    opener=f"{__name__}.opener",
     capabilities=CAPABILITIES,
     summary="a ZooKeeper ensemble (or one server)",
     url_form="zookeeper://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/BASE/PATH][?OPTIONS]",
     extra="zookeeper",
-    # its hard dependency default-jre brings the JVM, so --no-install-recommends still gets
-    # one, and libzookeeper-java brings slf4j-simple, which the launcher logs with
-    system_packages=("zookeeper",),
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
     # every node the backend makes is under the URL's path
     isolate=under_path("/tumbler"),
-    torture=on_demand(f"{__name__}.torture", "DEPLOYMENTS"),
     single_server=one_of_hosts(DEFAULT_PORT),
-    bench=on_demand(f"{__name__}.bench", "BENCH"),
 )
-
-if TYPE_CHECKING:
-    from . import common as _opener
-
-    _checked: BackendOpener = _opener

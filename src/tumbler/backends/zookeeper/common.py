@@ -147,7 +147,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
 from kazoo import exceptions as kazoo_errors  # the driver: without it, MissingDependency
@@ -160,15 +160,10 @@ from kazoo.security import ACL, Permissions, make_digest_acl_credential
 from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from ..kit import astart_or_close, start_or_close
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from ..kit.tls import tls_context as kit_tls_context
 from . import DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, MIN_TTL
-
-if TYPE_CHECKING:
-    from ._async.backend import AsyncZooKeeperBackend
-    from ._sync.backend import ZooKeeperBackend
 
 T = TypeVar("T")
 
@@ -922,17 +917,3 @@ def run_blocking(function: Callable[..., T], *args: Any) -> T:
 async def arun_blocking(function: Callable[..., T], *args: Any) -> T:
     """Call one of kazoo's blocking methods (start, stop) off the event loop."""
     return await asyncio.to_thread(function, *args)
-
-
-def open_sync(url: BackendURL) -> ZooKeeperBackend:
-    from ._sync.backend import ZooKeeperBackend
-
-    backend = ZooKeeperBackend(parse_config(url))
-    return start_or_close(backend)
-
-
-async def open_async(url: BackendURL) -> AsyncZooKeeperBackend:
-    from ._async.backend import AsyncZooKeeperBackend
-
-    backend = AsyncZooKeeperBackend(parse_config(url))
-    return await astart_or_close(backend)

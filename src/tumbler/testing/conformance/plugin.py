@@ -13,9 +13,11 @@ Options:
     descriptor's ``isolate`` (another file, key prefix or path of the same store), or ``URL``
     itself for a backend that declares none (its tests then share the store).
 ``--tumbler-target NAME`` (repeatable)
-    Run on these built-in test targets only (``BackendDescriptor.test_targets``).
+    Run on these test targets only (``BackendHarness.test_targets``): the built-in backends'
+    harnesses' (:mod:`tumbler.testing.backends`), or a harness an installed package registers
+    under the entry point group ``tumbler.harnesses``.
 
-Without either, the cases run on every test target of every built-in backend: the project's
+Without either, the cases run on every test target of every built-in harness: the project's
 own run. Two markers narrow that: a case marked ``tumbler_lock_layer`` checks what the lock
 layer refuses before any backend call, and runs on one target of the run (one that needs no
 server, where there is one); a target that differs from another only by its connection (TLS,
@@ -48,10 +50,12 @@ import pytest_asyncio
 import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
-from tumbler.backends import builtin_descriptors, descriptor_for
+from tumbler.backends import descriptor_for
 from tumbler.backends.contract import Capabilities
-from tumbler.backends.descriptor import BackendDescriptor, RunningTarget, ServedTarget
+from tumbler.backends.descriptor import BackendDescriptor
+from tumbler.testing.harness import BackendHarness, builtin_harnesses, third_party_harnesses
 from tumbler.testing.servers import ServerError
+from tumbler.testing.targets import RunningTarget, ServedTarget
 
 __all__ = [
     "REQUIREMENTS",
@@ -154,6 +158,9 @@ class Target:
     #: whether it differs from another target only by the connection (TLS, another user):
     #: then only the cases marked ``tumbler_connection`` run on it
     connection_variant: bool = False
+    #: whether its store is served by servers it starts (its harness names the system
+    #: packages they come from), rather than a file or the test process's memory
+    needs_servers: bool = False
 
 
 def _targets(config: pytest.Config) -> list[Target]:
@@ -164,20 +171,33 @@ def _targets(config: pytest.Config) -> list[Target]:
             raise pytest.UsageError("give --tumbler-url or --tumbler-target, not both")
         descriptor = descriptor_for(parse_url(url).scheme)
         return [Target("url", descriptor, lambda _directory: _GivenURL(url, descriptor))]
-    built_in = [
-        Target(target.name, descriptor, target.start, target.connection_variant)
-        for descriptor in builtin_descriptors()
-        for target in descriptor.test_targets()
-    ]
+    built_in = _targets_of(builtin_harnesses())
     if not names:
         return built_in
     known = {target.name: target for target in built_in}
+    if any(name not in known for name in names):
+        for target in _targets_of(third_party_harnesses()):
+            known.setdefault(target.name, target)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise pytest.UsageError(
             f"unknown --tumbler-target {', '.join(unknown)}; the targets are {', '.join(known)}"
         )
     return [known[name] for name in dict.fromkeys(names)]
+
+
+def _targets_of(harnesses: list[BackendHarness]) -> list[Target]:
+    return [
+        Target(
+            target.name,
+            harness.descriptor,
+            target.start,
+            target.connection_variant,
+            needs_servers=bool(harness.system_packages),
+        )
+        for harness in harnesses
+        for target in harness.test_targets()
+    ]
 
 
 _TARGETS = pytest.StashKey[list[Target]]()
@@ -196,7 +216,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         action="append",
         default=None,
-        help="run the conformance suite on this built-in test target only (repeatable)",
+        help="run the conformance suite on this test target only (repeatable)",
     )
 
 
@@ -221,7 +241,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _lock_layer_target(targets: list[Target]) -> list[Target]:
     """The one target of ``targets`` that the lock layer's own cases run on: the first whose
     store needs no server (the cheapest), else the first."""
-    serverless = [target for target in targets if not target.descriptor.system_packages]
+    serverless = [target for target in targets if not target.needs_servers]
     return (serverless or targets)[:1]
 
 

@@ -5,12 +5,13 @@ closed.
 What every launcher shares is here: free ports, the errors, throw-away TLS certificates; the
 life of one server process (launch on free ports, wait until it serves, stop, kill, start
 again) is :class:`tumbler.testing.servers.process.ProcessLauncher`, which a launcher fills in
-with its command, files and readiness check. Each launcher lives in its backend's package
-(``tumbler.backends.<name>.server``, named by the backend's descriptor through its test
-targets): a Redis server, TLS server and cluster in ``tumbler.backends.redis.server``, a
-ZooKeeper server and ensemble in ``tumbler.backends.zookeeper.server``, a PostgreSQL server and
-PgBouncer in ``tumbler.backends.postgresql.server``, a MariaDB server in
-``tumbler.backends.mysql.server``. Each can be killed
+with its command, files and readiness check. Each launcher lives in its backend's harness
+package (``tumbler.testing.backends.<name>.server``, used by the harness's test targets): a
+Redis server, TLS server and cluster in ``tumbler.testing.backends.redis.server``, a ZooKeeper
+server and ensemble in ``tumbler.testing.backends.zookeeper.server``, a PostgreSQL server and
+PgBouncer in ``tumbler.testing.backends.postgresql.server``, a MariaDB server in
+``tumbler.testing.backends.mysql.server``, an etcd member and cluster in
+``tumbler.testing.backends.etcd.server``. Each can be killed
 (SIGKILL, as in a crash) and started again on the same ports and data, so tests can show what a
 lock does when its server fails. Needs the ``testing`` extra (mirakuru, trustme, the drivers)
 and the servers themselves (``scripts/servers`` installs them). Failures to start raise a

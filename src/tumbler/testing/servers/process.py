@@ -1,11 +1,11 @@
 """The life of one throwaway server process: launched on free ports, counted as started only
 once it serves, stopped, killed and started again on the same ports and files.
 
-A backend's launcher (``tumbler.backends.<name>.server``) subclasses :class:`ProcessLauncher`
-and says only what is its own: the command, the files to write first, when the server serves,
-its error class. Everything else (picking ports and trying others when another program binds
-one first, telling "port taken" from "would not start", the end of its logs in the error,
-start-up time) is here once. Needs mirakuru (the ``testing`` extra).
+A backend's launcher (``tumbler.testing.backends.<name>.server``) subclasses
+:class:`ProcessLauncher` and says only what is its own: the command, the files to write first,
+when the server serves, its error class. Everything else (picking ports and trying others when
+another program binds one first, telling "port taken" from "would not start", the end of its
+logs in the error, start-up time) is here once. Needs mirakuru (the ``testing`` extra).
 """
 
 from __future__ import annotations

@@ -9,19 +9,19 @@ so that ``tumbler.connect("jsonfile:///path/store.json")`` opens it, and the con
 runs against it with ``pytest --pyargs tumbler.testing.conformance --tumbler-url URL``. This
 module must stay cheap to import: tumbler reads ``DESCRIPTOR`` to find the scheme's backend,
 and only then imports :mod:`.backend` (the ``opener``). The backend, its URL grammar and what
-it promises are in :mod:`.backend`.
+it promises are in :mod:`.backend`; its test harness (optional: a URL is enough for the
+conformance suite) in :mod:`.testing`, registered by an entry point of its own::
+
+    [project.entry-points."tumbler.harnesses"]
+    jsonfile = "tumbler_jsonfile.testing:HARNESS"
+
+so that ``--tumbler-target jsonfile`` runs the suite on files it makes itself.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tumbler.backends.contract import Capabilities
-from tumbler.backends.descriptor import BackendDescriptor, on_demand
-
-if TYPE_CHECKING:
-    from tumbler.backends.contract import BackendURL
-    from tumbler.backends.descriptor import BackendOpener
+from tumbler.backends.descriptor import BackendDescriptor, call_on_demand
 
 __all__ = ["CAPABILITIES", "DESCRIPTOR"]
 
@@ -49,12 +49,6 @@ CAPABILITIES = Capabilities(
 )
 
 
-def _isolate(url: BackendURL, token: str) -> str:
-    from .testing import isolate  # imported on demand, as the descriptor's other parts
-
-    return isolate(url, token)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="jsonfile",
     schemes=("jsonfile",),
@@ -62,12 +56,6 @@ DESCRIPTOR = BackendDescriptor(
     capabilities=CAPABILITIES,
     summary="one JSON file guarded by flock: the processes of one machine (an example)",
     url_form="jsonfile:///path/store.json",
-    test_targets=on_demand(f"{__name__}.testing", "TARGETS"),
-    isolate=_isolate,
+    # in the opener's module, which imports this one: named here, imported when called
+    isolate=call_on_demand(f"{__name__}.backend", "isolate"),
 )
-
-if TYPE_CHECKING:
-    # mypy checks here that the opener module has what tumbler.connect calls
-    from . import backend as _opener
-
-    _checked: BackendOpener = _opener

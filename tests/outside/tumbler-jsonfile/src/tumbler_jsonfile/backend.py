@@ -79,7 +79,7 @@ from . import CAPABILITIES
 if TYPE_CHECKING:
     from tumbler.backends.kit import AsyncAdapter
 
-__all__ = ["JsonFileBackend", "open_async", "open_sync"]
+__all__ = ["JsonFileBackend", "isolate", "open_async", "open_sync"]
 
 T = TypeVar("T")
 
@@ -104,6 +104,16 @@ def resolve_path(url: BackendURL) -> Path:
     if not url.path or url.path.endswith("/"):
         raise InvalidURL("jsonfile:// needs the path of the store file", backend=url.redacted)
     return Path.cwd() / url.path
+
+
+def isolate(url: BackendURL, token: str) -> str:
+    """The descriptor's ``isolate``: a file beside the URL's own (``store-<token>.json`` next
+    to ``store.json``), same options, so that the conformance suite can run against a URL given
+    by hand: the same store kind, sharing no lock with any other token's file."""
+    path = resolve_path(url)
+    query = url.raw.partition("?")[2]
+    isolated = path.with_name(f"{path.stem}-{token}{path.suffix or '.json'}")
+    return f"jsonfile://{isolated}" + (f"?{query}" if query else "")
 
 
 @dataclass
@@ -564,3 +574,12 @@ async def open_async(url: BackendURL) -> AsyncAdapter:
 
     backend = await asyncio.to_thread(JsonFileBackend, url)
     return AsyncAdapter(backend, in_thread=True, hub=backend.hub)
+
+
+if TYPE_CHECKING:
+    # mypy checks here that this module has what tumbler.connect calls
+    from tumbler.backends.descriptor import BackendOpener
+
+    from . import backend as _this
+
+    _checked: BackendOpener = _this

@@ -1,8 +1,9 @@
-"""The jsonfile backend's test target and ``isolate``: what the conformance suite needs.
+"""The jsonfile backend's test harness: what ``--tumbler-target jsonfile`` runs on.
 
-``TARGETS`` is what ``BackendDescriptor.test_targets`` returns: here one target that starts
-nothing (the store is a file) and gives each test a file of its own. ``isolate`` lets the
-suite run against a URL given by hand (``--tumbler-url``): each test gets a file beside it.
+``HARNESS`` is registered under the entry point group ``tumbler.harnesses`` (see
+``pyproject.toml``). Its one test target starts nothing (the store is a file) and gives each
+test a file of its own. A backend needs no harness to be tested: ``--tumbler-url URL`` runs the
+suite against any store, with the descriptor's ``isolate``.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from tumbler.backends.contract import BackendURL
-from tumbler.backends.descriptor import TestTarget
+from tumbler.testing.harness import BackendHarness
+from tumbler.testing.targets import TestTarget
 
-from .backend import resolve_path
+from . import DESCRIPTOR
 
-__all__ = ["TARGETS", "isolate"]
+__all__ = ["HARNESS", "TARGETS"]
 
 
 class _Files:
-    """A :class:`~tumbler.backends.descriptor.RunningTarget`: nothing runs, files are made."""
+    """A :class:`~tumbler.testing.targets.RunningTarget`: nothing runs, files are made."""
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
@@ -34,11 +35,4 @@ class _Files:
 
 TARGETS = (TestTarget("jsonfile", _Files),)
 
-
-def isolate(url: BackendURL, token: str) -> str:
-    """A file beside the URL's own (``store-<token>.json`` next to ``store.json``), same
-    options: the same store kind, sharing no lock with any other token's file."""
-    path = resolve_path(url)
-    query = url.raw.partition("?")[2]
-    isolated = path.with_name(f"{path.stem}-{token}{path.suffix or '.json'}")
-    return f"jsonfile://{isolated}" + (f"?{query}" if query else "")
+HARNESS = BackendHarness(descriptor=DESCRIPTOR, test_targets=lambda: TARGETS)

@@ -1,0 +1,35 @@
+"""How ``connect`` opens the etcd backend: its descriptor's ``opener``.
+
+Kept apart from :mod:`.common`, which both flavours import, so that nothing the flavours
+import imports them back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._url import BackendURL
+from ..kit import astart_or_close, start_or_close
+from ._async.backend import AsyncEtcdBackend
+from ._sync.backend import EtcdBackend
+from .common import parse_config
+
+if TYPE_CHECKING:
+    from ..descriptor import BackendOpener
+
+__all__ = ["open_async", "open_sync"]
+
+
+def open_sync(url: BackendURL) -> EtcdBackend:
+    return start_or_close(EtcdBackend(parse_config(url)))
+
+
+async def open_async(url: BackendURL) -> AsyncEtcdBackend:
+    return await astart_or_close(AsyncEtcdBackend(parse_config(url)))
+
+
+if TYPE_CHECKING:
+    # mypy checks here that this module has what tumbler.connect calls
+    from . import opener as _this
+
+    _checked: BackendOpener = _this

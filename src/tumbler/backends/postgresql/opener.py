@@ -1,0 +1,55 @@
+"""How ``connect`` opens the PostgreSQL backend: its descriptor's
+``opener``, and ``prepare``, which ``tumbler init`` runs.
+
+Kept apart from :mod:`.common`, which both flavours import, so that nothing the flavours
+import imports them back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._url import BackendURL
+from ..kit import astart_or_close, start_or_close
+from ._async.backend import AsyncPostgreSQLBackend
+from ._sync.backend import PostgreSQLBackend
+from .common import parse_config, translate_errors
+
+if TYPE_CHECKING:
+    from ..descriptor import BackendOpener
+
+__all__ = ["open_async", "open_sync", "prepare"]
+
+
+def prepare(url: BackendURL) -> str:
+    """``tumbler init URL``: make the URL's schema, its tables, its token sequence and its
+    functions if they are missing (what a client also does on first use; clients and
+    ``init`` racing to do it take turns), and say which."""
+    backend = PostgreSQLBackend(parse_config(url))
+    try:
+        with translate_errors(backend.url):
+            made = backend.pool.run(backend.make_tables, idempotent=True)
+    finally:
+        backend.close()
+    what = (
+        f"{backend.sql.entries}, {backend.sql.evictions}, {backend.sql.names}, the sequence "
+        f"{backend.sql.tokens} and the functions"
+    )
+    if made:
+        return f"made {what}"
+    return f"{what} are there already: nothing to make"
+
+
+def open_sync(url: BackendURL) -> PostgreSQLBackend:
+    return start_or_close(PostgreSQLBackend(parse_config(url)))
+
+
+async def open_async(url: BackendURL) -> AsyncPostgreSQLBackend:
+    return await astart_or_close(AsyncPostgreSQLBackend(parse_config(url)))
+
+
+if TYPE_CHECKING:
+    # mypy checks here that this module has what tumbler.connect calls
+    from . import opener as _this
+
+    _checked: BackendOpener = _this

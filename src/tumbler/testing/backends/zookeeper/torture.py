@@ -1,0 +1,192 @@
+"""The ZooKeeper backend's deployments for the torture harness: one server, and an ensemble
+of three, each member of which the workers of ``member-blackhole`` rounds reach through a fault
+proxy of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tumbler.torture.backends import (
+    NETWORK_FAULT_KINDS,
+    WORKER_FAULTS,
+    BackendSpec,
+    Deployment,
+    OneServerDeployment,
+    QuorumDeployment,
+    Settings,
+    missing_module,
+    program_version,
+    started,
+)
+from tumbler.torture.faults import ProxyControl, network_faults_missing
+
+
+def _zookeeper_options(ttl: float) -> str:
+    # The session timeout is the lease here (hold.ttl is capped by it): make it the TTL, so a
+    # dead holder frees the lock as fast as on the other backends.
+    session = max(0.5, ttl)
+    request = max(0.2, min(5.0, ttl / 3))
+    return f"session_timeout={session:g}&request_timeout={request:g}&connect_timeout=5"
+
+
+def _zookeeper_version() -> str:
+    # Debian's jar is named after no version; its manifest and the package know it
+    return program_version(["dpkg-query", "-W", "-f=${Version}", "zookeeper"], r"^(\S+)")
+
+
+def _missing_zookeeper() -> str | None:
+    missing = missing_module("kazoo", "pip install 'tumbler[zookeeper]'") or missing_module(
+        "mirakuru", "pip install 'tumbler[testing]'"
+    )
+    if missing is not None:
+        return missing
+    try:
+        from .server import java_binary, zookeeper_classpath
+
+        java_binary()
+        zookeeper_classpath()
+    except ImportError as error:
+        return f"the ZooKeeper launcher is missing: {error}"
+    except Exception as error:  # the launcher's own "not installed" error
+        return str(error)
+    return None
+
+
+def _start_zookeeper(directory: Path, settings: Settings) -> Deployment:
+    from .server import ZooKeeperServer
+
+    server = ZooKeeperServer(directory / "zookeeper")
+    started(server.start)
+    proxy = None
+    if not network_faults_missing():
+        proxy = ProxyControl.start(server.host, server.port)
+    options = _zookeeper_options(settings.ttl)
+    return OneServerDeployment(
+        server,
+        proxy,
+        server.connect_string,
+        lambda address: f"zookeeper://{address}/torture?{options}",
+        lambda: {"zookeeper": _zookeeper_version()},
+    )
+
+
+class _ZooKeeperEnsembleDeployment(QuorumDeployment):
+    def __init__(self, ensemble: Any, ttl: float) -> None:
+        self._options = _zookeeper_options(ttl)
+        url = self._url_at(ensemble.connect_string)
+        super().__init__(url, url)
+        self.ensemble = ensemble
+        self.nodes = len(ensemble.members)
+
+    def _url_at(self, hosts: str) -> str:
+        return f"zookeeper://{hosts}/torture?{self._options}"
+
+    def url_without(self, index: int) -> str:
+        members = self.ensemble.members
+        return self._url_at(
+            ",".join(h for i, m in enumerate(members) if i != index for h in m.hosts)
+        )
+
+    def url_through(self, ports: list[int]) -> str:
+        return self._url_at(",".join(f"127.0.0.1:{port}" for port in ports))
+
+    def kill_all(self) -> None:
+        self.ensemble.kill()
+
+    def restart_all(self) -> None:
+        self.ensemble.start()
+
+    def kill_node(self, index: int) -> None:
+        self.ensemble.kill(index)
+
+    def restart_node(self, index: int) -> None:
+        self.ensemble.restart(index)
+
+    def pause_node(self, index: int) -> None:
+        self.ensemble.pause(index)
+
+    def resume_node(self, index: int) -> None:
+        self.ensemble.resume(index)
+
+    def leader(self) -> int | None:
+        leader: int | None = self.ensemble.leader()
+        return leader
+
+    def node_ports(self) -> list[int]:
+        return [int(member.port) for member in self.ensemble.members]
+
+    def versions(self) -> dict[str, str]:
+        return {"zookeeper": _zookeeper_version()}
+
+    def close(self) -> None:
+        super().close()
+        self.ensemble.close()
+
+
+def _start_zookeeper_ensemble(directory: Path, settings: Settings) -> Deployment:
+    from .server import ZooKeeperEnsemble
+
+    ensemble = ZooKeeperEnsemble(directory / "ensemble")
+    started(ensemble.start)
+    deployment = _ZooKeeperEnsembleDeployment(ensemble, settings.ttl)
+    try:
+        deployment.start_member_proxies()
+    except BaseException:
+        deployment.close()
+        raise
+    return deployment
+
+
+# -- the specs -------------------------------------------------------------------------
+
+DEPLOYMENTS = (
+    BackendSpec(
+        name="zookeeper",
+        summary="one ZooKeeper server",
+        scheme="zookeeper",
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        not_promised={},
+        promise="exclusion and increasing tokens (czxid) across crashes and restarts; a "
+        "dead holder's session expires",
+        recovery_grace=5.0,
+        start=_start_zookeeper,
+        missing=_missing_zookeeper,
+        # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
+    ),
+    BackendSpec(
+        name="zookeeper-ensemble",
+        summary="ZooKeeper ensemble of 3",
+        scheme="zookeeper",
+        faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
+            "restart",
+        ),
+        default_faults=(
+            *WORKER_FAULTS,
+            *("minority", "minority-pause", "leader", "leader-pause", "member-blackhole"),
+        ),
+        not_promised={},
+        promise="exclusion while a majority serves, through the loss of any minority "
+        "including the leader; with a follower lost no acquire fails and no hold is lost, "
+        "with a member hung or cut off from the clients, or the leader lost, no acquire fails "
+        "(a hold whose session cannot move within its lease is lost, visibly)",
+        recovery_grace=8.0,
+        start=_start_zookeeper_ensemble,
+        missing=_missing_zookeeper,
+        # A member that hangs, or that the network cuts off from its clients, is noticed by
+        # the client only when a read runs out (2/3 of the session timeout), leaving a third
+        # of it to move the session: at the harness's leases a hold may then run out,
+        # visibly; waiters keep waiting.
+        available={
+            "minority": ("acquire", "hold"),
+            "minority-pause": ("acquire",),
+            "member-blackhole": ("acquire",),
+            "leader": ("acquire",),
+            "leader-pause": ("acquire",),
+        },
+    ),
+)
