@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -452,3 +454,20 @@ def test_a_doorbell_closes_even_when_no_ring_can_reach_it(
         monkeypatch.setattr(sqlite_backend, "_ring", dropped)
         holder.close()
         waiter.close()
+
+
+def test_the_doorbells_sender_is_closed_at_exit() -> None:
+    """The process's one socket for ringing doorbells is closed when the process ends, not
+    left to the garbage collector (a ResourceWarning at every exit of a process that rang)."""
+    program = (
+        "from tumbler.backends.sqlite import backend\n"
+        "try:\n"
+        "    backend._ring('nobody-listens', b'1')\n"
+        "except OSError:\n"
+        "    pass\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ResourceWarning" not in result.stderr, result.stderr

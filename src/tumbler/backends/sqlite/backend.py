@@ -117,6 +117,7 @@ Who else can touch the database
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -764,6 +765,8 @@ def _ring(address: str, payload: bytes) -> None:
             if _SENDER is None:
                 _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 _SENDER.setblocking(False)
+                # the process's one sender lives as long as the process: closed at its exit
+                atexit.register(_SENDER.close)
             sender = _SENDER
     sender.sendto(payload, "\0" + address)
 
