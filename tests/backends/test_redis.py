@@ -813,14 +813,14 @@ def test_a_failed_subscription_is_tried_again(tmp_path: Path) -> None:
 # -- replication ---------------------------------------------------------------------------
 
 
-def test_wait_replicas(fresh_redis_server: RedisServer, tmp_path: Path) -> None:
-    primary = fresh_redis_server
-    prefix = new_prefix()
+@contextlib.contextmanager
+def in_sync_replica(primary: RedisServer, directory: Path) -> Iterator[RedisServer]:
+    """A replica of ``primary``, in sync with it, stopped at the block's end."""
     primary_admin = primary.client(decode_responses=True)
     # the first full sync would otherwise wait 5 s for more replicas to join it
     primary_admin.config_set("repl-diskless-sync-delay", 0)
     with RedisServer(
-        tmp_path / "replica", extra_config=[f"replicaof {primary.host} {primary.port}"]
+        directory, extra_config=[f"replicaof {primary.host} {primary.port}"]
     ) as replica:
         replica_admin = replica.client(decode_responses=True)
         eventually(
@@ -830,6 +830,14 @@ def test_wait_replicas(fresh_redis_server: RedisServer, tmp_path: Path) -> None:
             ),
             "the replica is in sync",
         )
+        yield replica
+
+
+def test_wait_replicas(fresh_redis_server: RedisServer, tmp_path: Path) -> None:
+    primary = fresh_redis_server
+    prefix = new_prefix()
+    with in_sync_replica(primary, tmp_path / "replica") as replica:
+        replica_admin = replica.client(decode_responses=True)
         # a replica under a loaded CI machine may take a while to answer the primary's GETACK
         wait_timeout = 2.0
         url = f"{primary.url}?prefix={prefix}&wait_replicas=1&wait_timeout={wait_timeout}"
@@ -859,19 +867,7 @@ def test_wait_replicas_waits_for_the_grant_itself(
     the grant's, it is answered at once by a replica that has not seen the grant."""
     primary = fresh_redis_server
     prefix = new_prefix()
-    primary_admin = primary.client(decode_responses=True)
-    primary_admin.config_set("repl-diskless-sync-delay", 0)
-    with RedisServer(
-        tmp_path / "replica", extra_config=[f"replicaof {primary.host} {primary.port}"]
-    ) as replica:
-        replica_admin = replica.client(decode_responses=True)
-        eventually(
-            lambda: (
-                replica_admin.info("replication").get("master_link_status") == "up"
-                and primary_admin.info("replication").get("connected_slaves") == 1
-            ),
-            "the replica is in sync",
-        )
+    with in_sync_replica(primary, tmp_path / "replica") as replica:
         url = f"{primary.url}?prefix={prefix}&wait_replicas=1&wait_timeout=0.5"
         (pid,) = replica.pids()
         os.kill(pid, signal.SIGSTOP)  # it acknowledges nothing from now on
