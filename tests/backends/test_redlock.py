@@ -547,6 +547,28 @@ def test_a_hold_whose_quorum_is_lost_is_lost(
     assert not hold.held
 
 
+def test_a_renewal_revives_no_hold_that_fewer_than_a_quorum_still_have(
+    masters: RedlockMasters, connect: Callable[..., tumbler.Locks], prefix: str
+) -> None:
+    """The lease is gone from 4 of the 5 masters (as a force release that crossed a renewal
+    leaves it): the renewal that finds it on one master only loses the hold, rather than
+    granting it anew where it is gone, which would undo the force release."""
+    lost = threading.Event()
+    lock = connect().lock("revived", ttl=TTL)
+    assert lock.acquire()
+    hold = lock.hold
+    assert hold is not None
+    hold.on_lost(lambda _hold: lost.set())
+    entries = Keys(prefix).entries("revived")
+    for index in range(4):
+        masters.client(index).delete(entries)
+    assert lost.wait(2 * TTL)
+    eventually(
+        lambda: grants_on(masters, prefix, "revived") == [0, 0, 0, 0, 0],
+        "the lost hold's grant was given back on the master that still had it",
+    )
+
+
 def test_a_semaphore_needs_more_masters_than_a_majority(
     masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
 ) -> None:

@@ -713,11 +713,16 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             raise self._unavailable(answered, least, results, name, wait)
         # a lease some master that answered lacks is granted there anew (where its rule
         # allows): a hold granted by a bare quorum (the others left out after a failure, or
-        # back from one) spreads to every master that serves, and survives the next loss
+        # back from one) spreads to every master that serves, and survives the next loss.
+        # Not a hold that so many masters say they lack that a quorum cannot be left without
+        # them: it was lost (its leases ran out, or a force release took it), and granting it
+        # anew would bring it back.
         short = [
             position
             for position, request in enumerate(held)
-            if request is not None and renewed[position] and lacking[position]
+            if request is not None
+            and renewed[position]
+            and 0 < len(lacking[position]) <= len(self.masters) - needs[position]
         ]
         if short:
             regranted = await self._grant_again(
