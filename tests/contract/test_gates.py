@@ -3,36 +3,18 @@ skip names the capability and the backend."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from .suite import run_suite
 
 
 def test_a_case_needing_process_exclusion_is_skipped_on_a_one_process_backend(
     tmp_path: Path,
 ) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--pyargs",
-            "tumbler.testing.conformance",
-            "--tumbler-url",
-            "memory://",
-            "-q",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "test_a_forked_child_does_not_inherit_holds",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    result = run_suite(
+        tmp_path,
+        *("--tumbler-url", "memory://", "-rs"),
+        *("-k", "test_a_forked_child_does_not_inherit_holds"),
         timeout=100,
     )
     assert result.returncode == 0, result.stdout + result.stderr

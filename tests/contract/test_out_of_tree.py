@@ -14,7 +14,6 @@ import ast
 import asyncio
 import importlib
 import importlib.metadata
-import os
 import re
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import tumbler.aio
 from tumbler.backends import builtin_descriptors, descriptor_for
 from tumbler.testing.conformance.plugin import in_ci
 from tumbler.testing.harness import builtin_harnesses, harness_for
+
+from .suite import run_suite
 
 #: the example's distribution, and its package's sources
 EXAMPLE = Path(__file__).resolve().parents[1] / "outside" / "tumbler-jsonfile"
@@ -109,27 +110,7 @@ def test_the_harness_resolves_through_its_entry_point() -> None:
 
 def test_the_suite_runs_on_the_harness_s_targets(tmp_path: Path) -> None:
     _installed_example()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--collect-only",
-            "--pyargs",
-            "tumbler.testing.conformance",
-            "--tumbler-target",
-            "jsonfile",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_suite(tmp_path, "--collect-only", "--tumbler-target", "jsonfile", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     cases = [line for line in result.stdout.splitlines() if "::" in line]
     assert len(cases) >= PASSED_FLOOR, result.stdout
@@ -178,28 +159,9 @@ def test_the_example_passes_the_conformance_suite(tmp_path: Path) -> None:
     _installed_example()
     store = tmp_path / "store"
     store.mkdir(mode=0o700)
-    # the child must not read this run's settings or be taken for an xdist worker
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     started = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rs",
-            "-p",
-            "no:cacheprovider",
-            "--pyargs",
-            "tumbler.testing.conformance",
-            "--tumbler-url",
-            f"jsonfile://{store / 'store.json'}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=840,
+    result = run_suite(
+        tmp_path, "-rs", "--tumbler-url", f"jsonfile://{store / 'store.json'}", timeout=840
     )
     took = time.monotonic() - started
     output = result.stdout + result.stderr

@@ -4,10 +4,7 @@ connection runs only the cases that exercise the connection."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,28 +13,16 @@ import pytest
 import tumbler
 from tumbler.testing.conformance.bad_input import no_backend_call
 
+from .suite import run_suite
+
 
 def collected(tmp_path: Path, *names: str) -> dict[str, set[str]]:
     """The conformance cases pytest collects on the targets ``names``: for each case, the
     targets it runs on."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--pyargs",
-            "tumbler.testing.conformance",
-            "--collect-only",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *(option for name in names for option in ("--tumbler-target", name)),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    result = run_suite(
+        tmp_path,
+        "--collect-only",
+        *(option for name in names for option in ("--tumbler-target", name)),
         timeout=100,
     )
     assert result.returncode == 0, result.stdout + result.stderr
