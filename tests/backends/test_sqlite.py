@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +42,42 @@ def test_the_file_is_in_wal_mode(tmp_path):
     path = tmp_path / "locks.db"
     with tumbler.connect(url_of(path)):
         pass
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_switch_to_wal_waits_for_a_writer_that_came_after_it_read(tmp_path, monkeypatch):
+    # Switching a new file to WAL reads its header, then writes it. Another connection that
+    # takes the write lock between the two makes SQLite answer busy at once, without its busy
+    # handler (waiting there could deadlock): four processes opening one new file met this in
+    # CI. The hook below lets a writer in at that moment; the switch must wait its turn.
+    path = tmp_path / "locks.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    ended = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    connect = sqlite3.connect
+
+    def connect_and_let_a_writer_in(*args: object, **kwargs: object) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)  # type: ignore[arg-type]
+
+        def on_statement(sql: str) -> None:
+            if "journal_mode = WAL" in sql and ended.ident is None:
+                writer.execute("BEGIN IMMEDIATE")
+                ended.start()
+
+        db.set_trace_callback(on_statement)
+        return db
+
+    monkeypatch.setattr(
+        "tumbler.backends.sqlite.backend.sqlite3.connect", connect_and_let_a_writer_in
+    )
+    try:
+        with tumbler.connect(url_of(path)) as locks:
+            assert ended.ident is not None, "the writer came in"
+            assert locks.lock("x").acquire(timeout=0)
+    finally:
+        if ended.ident is not None:
+            ended.join()
+        writer.close()
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 

@@ -282,6 +282,12 @@ def _refuse_network_filesystem(path: Path, url: str) -> None:
         )
 
 
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused ``error``'s statement because another connection held a lock."""
+    message = str(error)
+    return "locked" in message or "busy" in message
+
+
 def _is_directory_or_hidden(path: Path) -> bool:
     """False only if ``path`` certainly is no directory (a search we may not make: True)."""
     try:
@@ -869,9 +875,9 @@ class SQLiteBackend:
             yield
         except sqlite3.OperationalError as error:
             message = str(error)
-            if ("locked" in message or "busy" in message) and getattr(self._local, "nowait", False):
+            if _is_busy(error) and getattr(self._local, "nowait", False):
                 raise _Busy from error
-            if "locked" in message or "busy" in message:
+            if _is_busy(error):
                 raise BackendUnavailable(
                     "the database stayed locked by another process for more than "
                     + (
@@ -922,7 +928,7 @@ class SQLiteBackend:
         db = self._connection()
         with self._errors():
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new file only
-            db.execute("PRAGMA journal_mode = WAL")
+            self._switch_to_wal(db)
             # The boot jump below must reach the disk before any grant that follows it.
             db.execute("PRAGMA synchronous = FULL")
         try:
@@ -959,6 +965,25 @@ class SQLiteBackend:
         finally:
             with self._errors():
                 db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+
+    def _switch_to_wal(self, db: sqlite3.Connection) -> None:
+        """Put the file in WAL mode, waiting up to ``busy_timeout`` for other connections.
+
+        The switch reads the file's header and then writes it. Where another connection took
+        the write lock in between (another process opening the same new file), SQLite answers
+        busy at once rather than through its busy handler, since waiting while holding the
+        read could deadlock; so the wait is made here, one fresh try at a time."""
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if not _is_busy(error) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
     def call_nowait(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)`` (``try_grant``, ``release``, ``renew``, ``renew_all``) on this
