@@ -6,9 +6,10 @@ in a test module). The session-scoped ``redis_server``, ``redis_tls_server``,
 ``redis_cluster``, ``zookeeper_server``, ``zookeeper_tls_server``, ``postgresql_server``,
 ``mariadb_server``, ``etcd_server`` and ``etcd_tls_server`` start once per session (per xdist
 worker, and only in a worker whose tests ask for them) and stop at its end; tests sharing a
-Redis call :func:`flush_redis` first, tests sharing a ZooKeeper server keep to znodes of
-their own (a chroot of their own, e.g. ``zookeeper_server.url_for("/" + unique name)``),
-tests sharing a PostgreSQL server to a schema of their own, tests sharing a MariaDB server to
+Redis call ``flush_redis`` (of ``tumbler.testing.backends.redis.server``) first, tests sharing
+a ZooKeeper server keep to znodes of their own (a chroot of their own, e.g.
+``zookeeper_server.url_for("/" + unique name)``), tests sharing a PostgreSQL server to a
+schema of their own, tests sharing a MariaDB server to
 tables of their own in its ``tumbler`` database, tests sharing an etcd server to a key prefix
 of their own. ``fresh_redis_server``, ``fresh_zookeeper_server``, ``zookeeper_ensemble``,
 ``fresh_mariadb_server``, ``fresh_etcd_server`` and ``etcd_cluster`` are the test's own, for
@@ -31,30 +32,27 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from tumbler.testing.backends.etcd.server import EtcdCluster, EtcdServer
-from tumbler.testing.backends.mysql.server import MariaDBServer
-from tumbler.testing.backends.postgresql.server import PostgreSQLServer
-from tumbler.testing.backends.redis.server import (
-    RedisServer,
-    RedisServerCluster,
-    flush_redis,
-    start_cluster,
-    start_tls_redis,
-)
-from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError, make_tls_files
+
+# The launchers load their servers' drivers (redis-py, psycopg, PyMySQL, httpx): they are
+# imported by the fixtures that use them, so a run that starts no server needs no driver.
+if TYPE_CHECKING:
+    from tumbler.testing.backends.etcd.server import EtcdCluster, EtcdServer
+    from tumbler.testing.backends.mysql.server import MariaDBServer
+    from tumbler.testing.backends.postgresql.server import PostgreSQLServer
+    from tumbler.testing.backends.redis.server import RedisServer, RedisServerCluster
+    from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "etcd_cluster",
     "etcd_server",
     "etcd_tls_server",
     "fresh_etcd_server",
-    "flush_redis",
     "fresh_mariadb_server",
     "galera_node",
     "fresh_redis_server",
@@ -70,17 +68,7 @@ __all__ = [
     "zookeeper_tls_server",
 ]
 
-Started = TypeVar(
-    "Started",
-    RedisServer,
-    RedisServerCluster,
-    ZooKeeperServer,
-    ZooKeeperEnsemble,
-    PostgreSQLServer,
-    MariaDBServer,
-    EtcdServer,
-    EtcdCluster,
-)
+Started = TypeVar("Started")
 
 
 def _start(what: str, start: Callable[[], Started]) -> Started:
@@ -93,6 +81,8 @@ def _start(what: str, start: Callable[[], Started]) -> Started:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One plain server for the whole session (keys from other tests: see :func:`flush_redis`)."""
+    from tumbler.testing.backends.redis.server import RedisServer
+
     workdir = tmp_path_factory.mktemp("redis")
     server = _start("redis-server", lambda: RedisServer(workdir).start())
     yield server
@@ -102,6 +92,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture(scope="session")
 def redis_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One TLS-only server with ACL users (``tumbler``, ``reader``) for the whole session."""
+    from tumbler.testing.backends.redis.server import start_tls_redis
+
     workdir = tmp_path_factory.mktemp("redis-tls")
     server = _start("redis-server with TLS", lambda: start_tls_redis(workdir))
     yield server
@@ -111,6 +103,8 @@ def redis_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerCluster]:
     """One Redis Cluster of 3 masters for the whole session."""
+    from tumbler.testing.backends.redis.server import start_cluster
+
     workdir = tmp_path_factory.mktemp("redis-cluster")
     cluster = _start("a Redis Cluster", lambda: start_cluster(workdir))
     yield cluster
@@ -120,6 +114,8 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
 @pytest.fixture
 def fresh_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A plain server of this test's own, free to be killed and restarted."""
+    from tumbler.testing.backends.redis.server import RedisServer
+
     server = _start("redis-server", lambda: RedisServer(tmp_path / "redis").start())
     yield server
     server.close()
@@ -129,6 +125,8 @@ def fresh_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """One standalone ZooKeeper server, with a super user, for the whole session (znodes from
     other tests: keep to a chroot of the test's own)."""
+    from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
+
     workdir = tmp_path_factory.mktemp("zookeeper")
     password = secrets.token_hex(12)
     server = _start(
@@ -144,6 +142,8 @@ def zookeeper_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Z
     throw-away CA's certificate; client certificates wanted, not needed), with a super user,
     for the whole session. Its URLs are ``zookeepers://`` and need ``ssl_ca_certs`` (its
     :attr:`~ZooKeeperServer.ca_path`); keep to a chroot of the test's own."""
+    from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
+
     workdir = tmp_path_factory.mktemp("zookeeper-tls")
     password = secrets.token_hex(12)
 
@@ -160,6 +160,8 @@ def zookeeper_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Z
 def fresh_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A standalone ZooKeeper server (with a super user) of this test's own, free to be killed
     and restarted."""
+    from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
+
     password = secrets.token_hex(12)
     server = _start(
         "a ZooKeeper server",
@@ -173,6 +175,8 @@ def fresh_zookeeper_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
     """A 3-member ZooKeeper ensemble (with a super user) of this test's own, every member
     serving; the test may kill and restart members."""
+    from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble
+
     password = secrets.token_hex(12)
     ensemble = _start(
         "a ZooKeeper ensemble",
@@ -186,6 +190,8 @@ def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
 def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgreSQLServer]:
     """One PostgreSQL server for the whole session (tables of other tests: keep to a schema of
     the test's own)."""
+    from tumbler.testing.backends.postgresql.server import PostgreSQLServer
+
     workdir = tmp_path_factory.mktemp("postgresql")
     server = _start("postgres", lambda: PostgreSQLServer(workdir).start())
     yield server
@@ -196,6 +202,8 @@ def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post
 def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
     """One MariaDB server for the whole session (tables of other tests: keep to tables of the
     test's own in the ``tumbler`` database)."""
+    from tumbler.testing.backends.mysql.server import MariaDBServer
+
     workdir = tmp_path_factory.mktemp("mariadb")
     server = _start("mariadbd", lambda: MariaDBServer(workdir).start())
     yield server
@@ -205,6 +213,8 @@ def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDB
 @pytest.fixture
 def fresh_mariadb_server(tmp_path: Path) -> Iterator[MariaDBServer]:
     """A MariaDB server of this test's own, free to be killed and restarted."""
+    from tumbler.testing.backends.mysql.server import MariaDBServer
+
     server = _start("mariadbd", lambda: MariaDBServer(tmp_path / "mariadb").start())
     yield server
     server.close()
@@ -213,6 +223,8 @@ def fresh_mariadb_server(tmp_path: Path) -> Iterator[MariaDBServer]:
 @pytest.fixture
 def galera_node(tmp_path: Path) -> Iterator[MariaDBServer]:
     """A MariaDB server of this test's own that is a Galera cluster of one node."""
+    from tumbler.testing.backends.mysql.server import MariaDBServer
+
     server = _start(
         "a Galera node", lambda: MariaDBServer(tmp_path / "galera", galera=True).start()
     )
@@ -224,6 +236,8 @@ def galera_node(tmp_path: Path) -> Iterator[MariaDBServer]:
 def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     """One etcd member for the whole session (keys from other tests: keep to a prefix of the
     test's own)."""
+    from tumbler.testing.backends.etcd.server import EtcdServer
+
     workdir = tmp_path_factory.mktemp("etcd")
     server = _start("etcd", lambda: EtcdServer(workdir).start())
     yield server
@@ -236,6 +250,8 @@ def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdSe
     with a certificate of its CA (``--client-cert-auth``), authentication on: docs/security.md's
     set-up. Its URL is ``etcds://`` with the CA and a client certificate; keep to a prefix of
     the test's own."""
+    from tumbler.testing.backends.etcd.server import EtcdServer
+
     workdir = tmp_path_factory.mktemp("etcd-tls")
 
     def start() -> EtcdServer:
@@ -251,6 +267,8 @@ def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdSe
 @pytest.fixture
 def fresh_etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
     """An etcd member of this test's own, free to be killed and restarted."""
+    from tumbler.testing.backends.etcd.server import EtcdServer
+
     server = _start("etcd", lambda: EtcdServer(tmp_path / "etcd").start())
     yield server
     server.close()
@@ -260,6 +278,8 @@ def fresh_etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
 def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
     """A 3-member etcd cluster of this test's own, every member serving; the test may kill
     and restart members."""
+    from tumbler.testing.backends.etcd.server import EtcdCluster
+
     cluster = _start("an etcd cluster", lambda: EtcdCluster(tmp_path / "etcd").start())
     yield cluster
     cluster.close()

@@ -268,3 +268,29 @@ def test_importing_every_backend_module_loads_nothing_of_the_harnesses() -> None
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["loaded"] == [], report
+
+
+#: what the servers' launchers bring in; a test run that starts no server needs none of it
+DRIVERS = ("redis", "kazoo", "psycopg", "psycopg_pool", "pymysql", "aiomysql", "httpx")
+
+LOAD_THE_SUITE_S_PLUGINS = """
+    import json, sys
+    import tests.conftest, tests.servers.fixtures, tumbler.testing.conformance.plugin
+
+    print(json.dumps(sorted({m.partition(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_suite_s_plugins_load_no_driver_before_a_server_starts() -> None:
+    """The quick tier (unit tests, memory and SQLite) runs where no driver is installed."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LOAD_THE_SUITE_S_PLUGINS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert [driver for driver in DRIVERS if driver in loaded] == []
