@@ -14,7 +14,7 @@ import logging
 
 from ._core import DEFAULT_TTL, Seconds, validate_ttl
 from ._sync.client import Locks
-from ._sync.hold import Hold
+from ._sync.hold import Hold, SegmentHold
 from ._sync.primitives import Lock, ReadLock, RLock, RWLock, SegmentedLock, Semaphore
 from .backends import known_schemes, register_backend
 from .backends.contract import Capabilities, HolderInfo, LockState
@@ -84,6 +84,7 @@ __all__ = [
     "RLock",
     "RWLock",
     "ReadLock",
+    "SegmentHold",
     "SegmentedLock",
     "Semaphore",
     "TooManyWaiters",

@@ -12,7 +12,7 @@ a cancelled waiter withdraws from the line, and a cancelled release still comple
 from __future__ import annotations
 
 from ._async.client import AsyncLocks
-from ._async.hold import AsyncHold
+from ._async.hold import AsyncHold, AsyncSegmentHold
 from ._async.primitives import (
     AsyncLock,
     AsyncReadLock,
@@ -25,6 +25,7 @@ from ._core import DEFAULT_TTL, Seconds, validate_ttl
 
 __all__ = [
     "AsyncHold",
+    "AsyncSegmentHold",
     "AsyncLock",
     "AsyncLocks",
     "AsyncRLock",

@@ -26,6 +26,7 @@ PUBLIC_MODULES = ["tumbler", "tumbler.aio", "tumbler.errors", "tumbler.testing"]
 FLAVOURS = {
     "Lock": "AsyncLock",
     "Hold": "AsyncHold",
+    "SegmentHold": "AsyncSegmentHold",
     "Locks": "AsyncLocks",
     "Semaphore": "AsyncSemaphore",
     "SegmentedLock": "AsyncSegmentedLock",
@@ -86,6 +87,10 @@ def test_every_sync_class_has_an_asyncio_twin_and_back() -> None:
 #: tumbler's own machinery in a user's completion list, and a name users come to rely on.
 SURFACE = {
     "Hold": {
+        "name", "token", "ttl", "held", "in_doubt", "lost", "lost_reason", "expires_in",
+        "check", "on_lost", "wait_lost", "extend", "release",
+    },
+    "SegmentHold": {
         "name", "token", "ttl", "segment", "held", "in_doubt", "lost", "lost_reason",
         "expires_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
@@ -112,14 +117,15 @@ def _public(instance: object) -> set[str]:
     return {member for member in dir(instance) if not member.startswith("_")}
 
 
-def _surfaces(locks: object, lock: object) -> dict[str, set[str]]:
+def _surfaces(locks: object, lock: object, segmented: object) -> dict[str, set[str]]:
     """The public names of a live object of each class of SURFACE, by its sync name (instance
-    attributes show only on an instance)."""
+    attributes show only on an instance); ``lock`` and ``segmented`` are held."""
     rw = locks.rwlock("rw")  # type: ignore[attr-defined]
     return {
         "Locks": _public(locks),
         "Lock": _public(lock),
         "Hold": _public(lock.hold),  # type: ignore[attr-defined]
+        "SegmentHold": _public(segmented.hold),  # type: ignore[attr-defined]
         "RLock": _public(locks.rlock("r")),  # type: ignore[attr-defined]
         "Semaphore": _public(locks.semaphore("s", 2)),  # type: ignore[attr-defined]
         "SegmentedLock": _public(locks.segmented("g", 2)),  # type: ignore[attr-defined]
@@ -130,17 +136,20 @@ def _surfaces(locks: object, lock: object) -> dict[str, set[str]]:
 
 def test_each_class_shows_only_what_a_user_may_use() -> None:
     with tumbler.connect("memory://") as locks:
-        lock = locks.lock("surface-sync")
+        lock, segmented = locks.lock("surface-sync"), locks.segmented("surface-sync-g", 2)
         assert lock.acquire()
-        assert _surfaces(locks, lock) == SURFACE
+        assert segmented.acquire()
+        assert _surfaces(locks, lock, segmented) == SURFACE
 
 
 def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
     async def surfaces() -> dict[str, set[str]]:
         async with await tumbler.aio.connect("memory://") as locks:
             lock = locks.lock("surface-asyncio")
+            segmented = locks.segmented("surface-asyncio-g", 2)
             assert await lock.acquire()
-            return _surfaces(locks, lock)
+            assert await segmented.acquire()
+            return _surfaces(locks, lock, segmented)
 
     assert asyncio.run(surfaces()) == SURFACE
 
@@ -348,6 +357,8 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
         sync["ReadLock"] = _attributes(locks.rwlock("e").read())
         with locks.lock("f") as hold:
             sync["Hold"] = _attributes(hold)
+        with locks.segmented("h", 2) as segment_hold:
+            sync["SegmentHold"] = _attributes(segment_hold)
 
     async def collect() -> dict[str, set[str]]:
         found: dict[str, set[str]] = {}
@@ -361,6 +372,8 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
             found["ReadLock"] = _attributes(locks.rwlock("e").read())
             async with locks.lock("f") as hold:
                 found["Hold"] = _attributes(hold)
+            async with locks.segmented("h", 2) as segment_hold:
+                found["SegmentHold"] = _attributes(segment_hold)
         return found
 
     assert asyncio.run(collect()) == sync
@@ -368,4 +381,5 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
     assert {"name", "ttl", "timeout", "fair", "renew"} <= sync["Lock"]
     assert "permits" in sync["Semaphore"]
     assert {"segments", "segment_names"} <= sync["SegmentedLock"]
-    assert "segment" in sync["Hold"]
+    assert "segment" not in sync["Hold"]
+    assert "segment" in sync["SegmentHold"]

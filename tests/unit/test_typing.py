@@ -15,7 +15,12 @@ import tumbler, tumbler.aio
 locks = tumbler.connect("memory://", default_ttl=timedelta(seconds=20))
 lock = locks.lock("a", ttl=timedelta(seconds=30), timeout=timedelta(seconds=5))
 locks.semaphore("s", 2, ttl=10, timeout=None)
-locks.segmented("g", 4, ttl=timedelta(minutes=1))
+segmented = locks.segmented("g", 4, ttl=timedelta(minutes=1))
+with segmented as segment_hold:
+    part: int = segment_hold.segment
+if segmented.acquire():
+    assert segmented.hold is not None
+    print(segmented.segment_names[segmented.hold.segment])
 locks.rwlock("rw", ttl=2.5).read()
 if lock.acquire(timeout=timedelta(milliseconds=500)):
     hold = lock.hold
@@ -26,6 +31,8 @@ if lock.acquire(timeout=timedelta(milliseconds=500)):
 
 async def main() -> None:
     alocks = await tumbler.aio.connect("memory://", default_ttl=timedelta(seconds=20))
+    async with alocks.segmented("g", 4) as asegment_hold:
+        apart: int = asegment_hold.segment
     async with alocks.lock("b", ttl=timedelta(seconds=3)) as ahold:
         await ahold.extend(timedelta(seconds=9))
         await ahold.wait_lost(timeout=timedelta(seconds=1))
@@ -35,6 +42,8 @@ REFUSED = """
 import tumbler
 
 tumbler.connect("memory://").lock("a", ttl="30")
+with tumbler.connect("memory://").lock("a") as hold:
+    print(hold.segment)
 """
 
 
@@ -58,3 +67,5 @@ def test_what_the_code_refuses_does_not(tmp_path: Path) -> None:
     output, status = check(tmp_path, REFUSED)
     assert status == 1, output
     assert 'Argument "ttl" to "lock" of "Locks" has incompatible type "str"' in output, output
+    # only a segmented lock's hold has a segment
+    assert '"Hold" has no attribute "segment"' in output, output

@@ -12,9 +12,9 @@ import functools
 import logging
 import random
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from .. import _core as core
 from .._acompat import acurrent_context
@@ -26,12 +26,15 @@ from ..errors import (
     LockLost,
     NotHeld,
 )
-from .hold import AsyncHold
+from .hold import AsyncHold, AsyncSegmentHold
 
 if TYPE_CHECKING:
     from .client import AsyncLocks
 
 _log = logging.getLogger("tumbler")
+
+#: the kind of hold a lock object's acquisitions make
+H = TypeVar("H", bound=AsyncHold)
 
 
 class _Unset:
@@ -45,8 +48,9 @@ _UNSET: Final = _Unset()
 _rng = random.Random()
 
 
-class _AsyncPrimitive:
-    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``."""
+class _AsyncPrimitive(Generic[H]):
+    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``.
+    ``H``: the kind of hold it makes."""
 
     _shared: bool = False
     #: the same thread/task may acquire again: counted (rlock) ...
@@ -64,6 +68,7 @@ class _AsyncPrimitive:
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
+        hold_type: Callable[..., H],
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -77,14 +82,15 @@ class _AsyncPrimitive:
         self.renew: bool = core.validate_flag(renew, "renew")
         self._locks = locks
         self._limit = limit
+        self._hold_type = hold_type
         self._own_name = (self.name,)
         self._guard = threading.Lock()
-        self._holds: dict[Hashable, list[AsyncHold]] = {}
+        self._holds: dict[Hashable, list[H]] = {}
         self._depth: dict[Hashable, int] = {}
-        self._entered: dict[Hashable, list[AsyncHold]] = {}
+        self._entered: dict[Hashable, list[H]] = {}
 
     @property
-    def hold(self) -> AsyncHold | None:
+    def hold(self) -> H | None:
         """The calling thread's/task's latest hold of this lock, or None."""
         with self._guard:
             holds = self._holds.get(acurrent_context())
@@ -128,6 +134,7 @@ class _AsyncPrimitive:
             return True
         hold = await self._locks._acquire_hold(
             names,
+            self._hold_type,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,
@@ -137,15 +144,11 @@ class _AsyncPrimitive:
         )
         if hold is None:
             return False
-        self._mark(hold)
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
         hold._on_finish(functools.partial(self._forget, context))
         return True
-
-    def _mark(self, hold: AsyncHold) -> None:
-        """Note on a new hold what this kind of lock tells about it."""
 
     async def release(self) -> None:
         """Release the calling thread's/task's hold (its latest, for semaphores).
@@ -171,7 +174,7 @@ class _AsyncPrimitive:
         state = await self._locks.status(self.name)
         return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
 
-    async def __aenter__(self) -> AsyncHold:
+    async def __aenter__(self) -> H:
         if not await self.acquire():
             raise AcquireTimeout(
                 f"lock {self.name!r} could not be acquired within {self.timeout} s",
@@ -217,12 +220,12 @@ class _AsyncPrimitive:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ttl={self.ttl} fair={self.fair}>"
 
-    def _current(self, context: Hashable) -> AsyncHold | None:
+    def _current(self, context: Hashable) -> H | None:
         with self._guard:
             holds = self._holds.get(context)
             return holds[-1] if holds else None
 
-    def _forget(self, context: Hashable, hold: AsyncHold) -> None:
+    def _forget(self, context: Hashable, hold: H) -> None:
         with self._guard:
             holds = self._holds.get(context)
             if holds is not None and hold in holds:
@@ -232,7 +235,7 @@ class _AsyncPrimitive:
                     self._depth.pop(context, None)
 
 
-class AsyncLock(_AsyncPrimitive):
+class AsyncLock(_AsyncPrimitive[AsyncHold]):
     """A mutex: one holder at a time. Not re-entrant: a second acquire by the holder raises
     ``AlreadyHeld`` instead of waiting for itself."""
 
@@ -246,7 +249,16 @@ class AsyncLock(_AsyncPrimitive):
         fair: bool = False,
         renew: bool = True,
     ) -> None:
-        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        super().__init__(
+            locks,
+            name,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=AsyncHold,
+        )
 
 
 class AsyncRLock(AsyncLock):
@@ -255,7 +267,7 @@ class AsyncRLock(AsyncLock):
     _reentrant = True
 
 
-class AsyncSemaphore(_AsyncPrimitive):
+class AsyncSemaphore(_AsyncPrimitive[AsyncHold]):
     """Up to ``permits`` holders at a time; each acquire takes one permit with its own lease.
 
     Every client must use the same number of permits for a name (``PermitsMismatch``
@@ -279,11 +291,18 @@ class AsyncSemaphore(_AsyncPrimitive):
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
         super().__init__(
-            locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            limit=self.permits,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=AsyncHold,
         )
 
 
-class AsyncSegmentedLock(_AsyncPrimitive):
+class AsyncSegmentedLock(_AsyncPrimitive[AsyncSegmentHold]):
     """A lock split into ``segments`` mutexes: each acquire takes whichever segment is free
     first, and the hold says which (``hold.segment``, 0 to ``segments - 1``), with that
     segment's own fencing token.
@@ -316,10 +335,21 @@ class AsyncSegmentedLock(_AsyncPrimitive):
     ) -> None:
         #: how many segments the lock is split into
         self.segments: int = core.validate_segments(segments)
-        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
         #: the lock name of each segment, in segment order
-        self.segment_names: tuple[str, ...] = core.segment_names(self.name, self.segments)
-        self._segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        self.segment_names: tuple[str, ...] = core.segment_names(
+            core.validate_name(name), self.segments
+        )
+        segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        super().__init__(
+            locks,
+            name,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=functools.partial(AsyncSegmentHold, segment_of=segment_of),
+        )
 
     async def acquire(
         self,
@@ -338,9 +368,6 @@ class AsyncSegmentedLock(_AsyncPrimitive):
         names = self.segment_names
         return await self._acquire(seconds, tuple(names[i] for i in core.spread(chosen, _rng)))
 
-    def _mark(self, hold: AsyncHold) -> None:
-        hold.segment = self._segment_of[hold.name]
-
     async def locked(self) -> bool:
         """Whether an acquire (non-fair) would have to wait now, every segment being held:
         asks the backend, one segment after the other."""
@@ -357,7 +384,7 @@ class AsyncSegmentedLock(_AsyncPrimitive):
         )
 
 
-class AsyncReadLock(_AsyncPrimitive):
+class AsyncReadLock(_AsyncPrimitive[AsyncHold]):
     """The shared side of a read/write lock: any number of readers, no writer."""
 
     _shared = True
@@ -372,7 +399,16 @@ class AsyncReadLock(_AsyncPrimitive):
         fair: bool = False,
         renew: bool = True,
     ) -> None:
-        super().__init__(locks, name, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        super().__init__(
+            locks,
+            name,
+            limit=0,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=AsyncHold,
+        )
 
 
 class AsyncRWLock:

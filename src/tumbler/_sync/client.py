@@ -56,6 +56,10 @@ UNAVAILABLE_RETRY_CAP = 0.5
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: the kind of hold an acquisition makes (a segmented lock's say which segment)
+H = TypeVar("H", bound=Hold)
+#: makes the hold of a grant: (request, grant, when the request was sent)
+HoldMaker = Callable[[GrantRequest, Grant, float], H]
 
 
 def _new_owner() -> str:
@@ -400,6 +404,7 @@ class Locks:
     def _acquire_hold(
         self,
         names: tuple[str, ...],
+        hold_type: Callable[..., H],
         *,
         shared: bool,
         limit: int,
@@ -407,16 +412,19 @@ class Locks:
         ttl: float,
         timeout: float | None,
         renew: bool,
-    ) -> Hold | None:
+    ) -> H | None:
         """A new grant of one of ``names`` (canonical; one lock, or the segments a segmented
         lock may take, tried in this order and waited for all at once), held by a new owner;
-        None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held."""
+        None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held.
+        ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
+        binds what its holds need besides)."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
             self._request(name, shared, limit, fair, ttl, queue=timeout != 0) for name in names
         )
-        return self._acquire(requests, timeout, renew)
+        make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
+        return self._acquire(requests, timeout, make)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -451,8 +459,8 @@ class Locks:
         )
 
     def _acquire(
-        self, requests: tuple[GrantRequest, ...], timeout: float | None, renew: bool
-    ) -> Hold | None:
+        self, requests: tuple[GrantRequest, ...], timeout: float | None, make: HoldMaker[H]
+    ) -> H | None:
         """Try; if refused, wait for a change and try again, until granted or the timeout runs
         out. ``requests``: one lock's, or one per segment a segmented lock may take (tried in
         that order; the first granted wins).
@@ -476,7 +484,7 @@ class Locks:
             tried: set[str] = set()
             with gate.operation(name):
                 try:
-                    return self._try_each(requests, renew, tried)
+                    return self._try_each(requests, make, tried)
                 except BaseException:
                     # a grant whose reply an error or a cancellation cut off
                     shield(self._withdraw_all(requests, tried))
@@ -523,7 +531,7 @@ class Locks:
                     self._watches.add(watch)  # closed below, by finally, if refused here
                     gate.check_usable(name)
             left = None if deadline is None else max(0.0, deadline - clock.now())
-            return self._acquire_or_wait(requests, left, renew, watch)
+            return self._acquire_or_wait(requests, left, make, watch)
         finally:
             with self._guard:
                 if watched is not None:
@@ -591,9 +599,9 @@ class Locks:
         self,
         requests: tuple[GrantRequest, ...],
         timeout: float | None,
-        renew: bool,
+        make: HoldMaker[H],
         watch: Watch,
-    ) -> Hold | None:
+    ) -> H | None:
         """Try, then wait on ``watch`` (made before the try) and try again until granted or
         ``timeout`` runs out."""
         backend = self._backend
@@ -620,7 +628,7 @@ class Locks:
             unavailable: BackendUnavailable | None = None
             answered = False
             try:
-                hold = self._try_each(first_round, renew, tried)
+                hold = self._try_each(first_round, make, tried)
             except BackendUnavailable as error:
                 hold, unavailable = None, self._unavailable(error, deadline, None, answered)
             else:
@@ -643,7 +651,7 @@ class Locks:
                 while True:
                     if retry:
                         try:
-                            hold = self._try_each(requests, renew, tried)
+                            hold = self._try_each(requests, make, tried)
                         except BackendUnavailable as error:
                             hold = None
                             unavailable = self._unavailable(error, deadline, unavailable, answered)
@@ -723,25 +731,25 @@ class Locks:
             raise
 
     def _try_each(
-        self, requests: tuple[GrantRequest, ...], renew: bool, tried: set[str]
-    ) -> Hold | None:
+        self, requests: tuple[GrantRequest, ...], make: HoldMaker[H], tried: set[str]
+    ) -> H | None:
         """Try each request in turn, adding its name to ``tried`` first: the first hold
         granted, or None."""
         for request in requests:
             tried.add(request.name)
-            hold = self._try(request, renew)
+            hold = self._try(request, make)
             if hold is not None:
                 return hold
         return None
 
-    def _try(self, request: GrantRequest, renew: bool) -> Hold | None:
+    def _try(self, request: GrantRequest, make: HoldMaker[H]) -> H | None:
         sent_at = self._clock.now()
         grant = self._backend.try_grant(request)
         check_cancelled()
         if grant is None:
             return None
         if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
-            hold = self._new_hold(request, grant, sent_at, renew)
+            hold = self._new_hold(make(request, grant, sent_at), sent_at)
             if hold is not None:
                 return hold
         # The reply came too late to use the lease (the caller tries again), or close() began
@@ -772,18 +780,16 @@ class Locks:
             return False
         return True
 
-    def _new_hold(
-        self, request: GrantRequest, grant: Grant, sent_at: float, renew: bool
-    ) -> Hold | None:
-        """The hold for a grant, or None if close() began (it would never be renewed)."""
-        hold = Hold(self, request, grant, sent_at, renew)
+    def _new_hold(self, hold: H, sent_at: float) -> H | None:
+        """``hold``, a new grant's, kept and scheduled for renewal; None if close() began (it
+        would never be renewed)."""
         key = id(hold)
         with self._guard:
             if self._gate.closed:
                 return None
             self._live[key] = hold
         hold._on_finish(lambda _: self._forget(key))
-        due = sent_at + core.renew_delay(grant.granted_ttl) if renew else hold._deadline
+        due = sent_at + core.renew_delay(hold.ttl) if hold._auto_renew else hold._deadline
         self._renewer.schedule(hold, due, hold._deadline)
         return hold
 

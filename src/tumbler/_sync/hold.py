@@ -106,9 +106,6 @@ class Hold:
         self.token: int = grant.token
         #: the lease the backend granted, in seconds
         self.ttl: float = grant.granted_ttl
-        #: which segment of a segmented lock this hold is on (``name`` is that segment's lock
-        #: name); None for the other locks
-        self.segment: int | None = None
         self._gate = locks._gate
         self._request = request
         self._auto_renew = auto_renew
@@ -308,11 +305,14 @@ class Hold:
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self.lost else _WORDS[self._state])
-        segment = "" if self.segment is None else f" segment={self.segment}"
         return (
-            f"<{type(self).__name__} {self.name!r}{segment} token={self.token} {state} "
+            f"<{type(self).__name__} {self.name!r}{self._detail()} token={self.token} {state} "
             f"expires_in={self.expires_in:.3f}>"
         )
+
+    def _detail(self) -> str:
+        """What ``repr`` says of this kind of hold after its name."""
+        return ""
 
     # -- for the client and the lock objects (tumbler's own code) ------------------------------
 
@@ -511,3 +511,27 @@ _WORDS: Final[Mapping[HoldState, str]] = {
     RELEASING: "releasing",
     RELEASED: "released",
 }
+
+
+class SegmentHold(Hold):
+    """A hold of one segment of a segmented lock (``locks.segmented()``): an ``AsyncHold``
+    that says which segment it is on. ``name`` is that segment's own lock name and ``token``
+    its own fencing token."""
+
+    def __init__(
+        self,
+        locks: Locks,
+        request: GrantRequest,
+        grant: Grant,
+        sent_at: float,
+        auto_renew: bool,
+        *,
+        segment_of: Mapping[str, int],
+    ) -> None:
+        super().__init__(locks, request, grant, sent_at, auto_renew)
+        #: which segment this hold is on, 0 to ``segments - 1``: the part of the resource
+        #: its holder may touch
+        self.segment: int = segment_of[grant.name]
+
+    def _detail(self) -> str:
+        return f" segment={self.segment}"

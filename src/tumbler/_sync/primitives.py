@@ -14,9 +14,9 @@ import functools
 import logging
 import random
 import threading
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from .. import _core as core
 from .._acompat import current_context
@@ -28,12 +28,15 @@ from ..errors import (
     LockLost,
     NotHeld,
 )
-from .hold import Hold
+from .hold import Hold, SegmentHold
 
 if TYPE_CHECKING:
     from .client import Locks
 
 _log = logging.getLogger("tumbler")
+
+#: the kind of hold a lock object's acquisitions make
+H = TypeVar("H", bound=Hold)
 
 
 class _Unset:
@@ -47,8 +50,9 @@ _UNSET: Final = _Unset()
 _rng = random.Random()
 
 
-class _Primitive:
-    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``."""
+class _Primitive(Generic[H]):
+    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``.
+    ``H``: the kind of hold it makes."""
 
     _shared: bool = False
     #: the same thread/task may acquire again: counted (rlock) ...
@@ -66,6 +70,7 @@ class _Primitive:
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
+        hold_type: Callable[..., H],
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -79,14 +84,15 @@ class _Primitive:
         self.renew: bool = core.validate_flag(renew, "renew")
         self._locks = locks
         self._limit = limit
+        self._hold_type = hold_type
         self._own_name = (self.name,)
         self._guard = threading.Lock()
-        self._holds: dict[Hashable, list[Hold]] = {}
+        self._holds: dict[Hashable, list[H]] = {}
         self._depth: dict[Hashable, int] = {}
-        self._entered: dict[Hashable, list[Hold]] = {}
+        self._entered: dict[Hashable, list[H]] = {}
 
     @property
-    def hold(self) -> Hold | None:
+    def hold(self) -> H | None:
         """The calling thread's/task's latest hold of this lock, or None."""
         with self._guard:
             holds = self._holds.get(current_context())
@@ -130,6 +136,7 @@ class _Primitive:
             return True
         hold = self._locks._acquire_hold(
             names,
+            self._hold_type,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,
@@ -139,15 +146,11 @@ class _Primitive:
         )
         if hold is None:
             return False
-        self._mark(hold)
         with self._guard:
             self._holds.setdefault(context, []).append(hold)
             self._depth[context] = 1
         hold._on_finish(functools.partial(self._forget, context))
         return True
-
-    def _mark(self, hold: Hold) -> None:
-        """Note on a new hold what this kind of lock tells about it."""
 
     def release(self) -> None:
         """Release the calling thread's/task's hold (its latest, for semaphores).
@@ -173,7 +176,7 @@ class _Primitive:
         state = self._locks.status(self.name)
         return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
 
-    def __enter__(self) -> Hold:
+    def __enter__(self) -> H:
         if not self.acquire():
             raise AcquireTimeout(
                 f"lock {self.name!r} could not be acquired within {self.timeout} s",
@@ -219,12 +222,12 @@ class _Primitive:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ttl={self.ttl} fair={self.fair}>"
 
-    def _current(self, context: Hashable) -> Hold | None:
+    def _current(self, context: Hashable) -> H | None:
         with self._guard:
             holds = self._holds.get(context)
             return holds[-1] if holds else None
 
-    def _forget(self, context: Hashable, hold: Hold) -> None:
+    def _forget(self, context: Hashable, hold: H) -> None:
         with self._guard:
             holds = self._holds.get(context)
             if holds is not None and hold in holds:
@@ -234,7 +237,7 @@ class _Primitive:
                     self._depth.pop(context, None)
 
 
-class Lock(_Primitive):
+class Lock(_Primitive[Hold]):
     """A mutex: one holder at a time. Not re-entrant: a second acquire by the holder raises
     ``AlreadyHeld`` instead of waiting for itself."""
 
@@ -248,7 +251,16 @@ class Lock(_Primitive):
         fair: bool = False,
         renew: bool = True,
     ) -> None:
-        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        super().__init__(
+            locks,
+            name,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=Hold,
+        )
 
 
 class RLock(Lock):
@@ -257,7 +269,7 @@ class RLock(Lock):
     _reentrant = True
 
 
-class Semaphore(_Primitive):
+class Semaphore(_Primitive[Hold]):
     """Up to ``permits`` holders at a time; each acquire takes one permit with its own lease.
 
     Every client must use the same number of permits for a name (``PermitsMismatch``
@@ -281,11 +293,18 @@ class Semaphore(_Primitive):
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
         super().__init__(
-            locks, name, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            limit=self.permits,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=Hold,
         )
 
 
-class SegmentedLock(_Primitive):
+class SegmentedLock(_Primitive[SegmentHold]):
     """A lock split into ``segments`` mutexes: each acquire takes whichever segment is free
     first, and the hold says which (``hold.segment``, 0 to ``segments - 1``), with that
     segment's own fencing token.
@@ -318,10 +337,21 @@ class SegmentedLock(_Primitive):
     ) -> None:
         #: how many segments the lock is split into
         self.segments: int = core.validate_segments(segments)
-        super().__init__(locks, name, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
         #: the lock name of each segment, in segment order
-        self.segment_names: tuple[str, ...] = core.segment_names(self.name, self.segments)
-        self._segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        self.segment_names: tuple[str, ...] = core.segment_names(
+            core.validate_name(name), self.segments
+        )
+        segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        super().__init__(
+            locks,
+            name,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=functools.partial(SegmentHold, segment_of=segment_of),
+        )
 
     def acquire(
         self,
@@ -340,9 +370,6 @@ class SegmentedLock(_Primitive):
         names = self.segment_names
         return self._acquire(seconds, tuple(names[i] for i in core.spread(chosen, _rng)))
 
-    def _mark(self, hold: Hold) -> None:
-        hold.segment = self._segment_of[hold.name]
-
     def locked(self) -> bool:
         """Whether an acquire (non-fair) would have to wait now, every segment being held:
         asks the backend, one segment after the other."""
@@ -359,7 +386,7 @@ class SegmentedLock(_Primitive):
         )
 
 
-class ReadLock(_Primitive):
+class ReadLock(_Primitive[Hold]):
     """The shared side of a read/write lock: any number of readers, no writer."""
 
     _shared = True
@@ -374,7 +401,16 @@ class ReadLock(_Primitive):
         fair: bool = False,
         renew: bool = True,
     ) -> None:
-        super().__init__(locks, name, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        super().__init__(
+            locks,
+            name,
+            limit=0,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            hold_type=Hold,
+        )
 
 
 class RWLock:

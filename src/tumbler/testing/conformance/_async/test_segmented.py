@@ -11,7 +11,7 @@ import pytest
 
 from tumbler import AcquireTimeout, ClientClosed, InvalidLockName
 from tumbler._async.client import AsyncLocks
-from tumbler._async.hold import AsyncHold
+from tumbler._async.hold import AsyncSegmentHold
 from tumbler._async.primitives import AsyncSegmentedLock
 
 from ..compat import AsyncConnect, abackground, aeventually, agather
@@ -19,7 +19,7 @@ from ..compat import AsyncConnect, abackground, aeventually, agather
 pytestmark = pytest.mark.asyncio  # async-only
 
 
-async def take_every_segment(lock: AsyncSegmentedLock) -> list[AsyncHold]:
+async def take_every_segment(lock: AsyncSegmentedLock) -> list[AsyncSegmentHold]:
     """Acquire each segment of ``lock`` (one task may hold several); the holds."""
     holds = []
     for _ in range(lock.segments):
@@ -71,7 +71,7 @@ async def test_a_waiter_queues_on_every_segment_and_takes_the_first_freed(
     holds = await take_every_segment(held)
     wanted = waiter.segmented("counter", 3)
 
-    async def take() -> AsyncHold | None:
+    async def take() -> AsyncSegmentHold | None:
         assert await wanted.acquire(timeout=20)
         return wanted.hold
 

@@ -13,13 +13,13 @@ import pytest
 
 from tumbler import AcquireTimeout, ClientClosed, InvalidLockName
 from tumbler._sync.client import Locks
-from tumbler._sync.hold import Hold
+from tumbler._sync.hold import SegmentHold
 from tumbler._sync.primitives import SegmentedLock
 
 from ..compat import Connect, background, eventually, gather
 
 
-def take_every_segment(lock: SegmentedLock) -> list[Hold]:
+def take_every_segment(lock: SegmentedLock) -> list[SegmentHold]:
     """Acquire each segment of ``lock`` (one task may hold several); the holds."""
     holds = []
     for _ in range(lock.segments):
@@ -71,7 +71,7 @@ def test_a_waiter_queues_on_every_segment_and_takes_the_first_freed(
     holds = take_every_segment(held)
     wanted = waiter.segmented("counter", 3)
 
-    def take() -> Hold | None:
+    def take() -> SegmentHold | None:
         assert wanted.acquire(timeout=20)
         return wanted.hold
 
