@@ -35,6 +35,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,16 +258,23 @@ IMPORT_EVERY_BACKEND_MODULE = """
 """
 
 
-def test_importing_every_backend_module_loads_nothing_of_the_harnesses() -> None:
+def run_fresh(program: str) -> Any:
+    """What ``program`` (indented Python that prints JSON last) prints, run in a fresh
+    interpreter at the root of the tree."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(IMPORT_EVERY_BACKEND_MODULE)],
+        [sys.executable, "-c", textwrap.dedent(program)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        cwd=Path(__file__).parents[2],
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_importing_every_backend_module_loads_nothing_of_the_harnesses() -> None:
+    report = run_fresh(IMPORT_EVERY_BACKEND_MODULE)
     assert report["loaded"] == [], report
 
 
@@ -283,14 +291,5 @@ LOAD_THE_SUITE_S_PLUGINS = """
 
 def test_the_suite_s_plugins_load_no_driver_before_a_server_starts() -> None:
     """The quick tier (unit tests, memory and SQLite) runs where no driver is installed."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(LOAD_THE_SUITE_S_PLUGINS)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=Path(__file__).parents[2],
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout.splitlines()[-1])
+    loaded = run_fresh(LOAD_THE_SUITE_S_PLUGINS)
     assert [driver for driver in DRIVERS if driver in loaded] == []

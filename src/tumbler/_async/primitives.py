@@ -62,13 +62,13 @@ class _AsyncPrimitive(Generic[H]):
         self,
         locks: AsyncLocks,
         name: str,
+        hold_type: Callable[..., H],
         *,
         limit: int,
         ttl: core.Seconds | None,
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
-        hold_type: Callable[..., H],
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -250,14 +250,7 @@ class AsyncLock(_AsyncPrimitive[AsyncHold]):
         renew: bool = True,
     ) -> None:
         super().__init__(
-            locks,
-            name,
-            limit=1,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=AsyncHold,
+            locks, name, AsyncHold, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
 
@@ -293,12 +286,12 @@ class AsyncSemaphore(_AsyncPrimitive[AsyncHold]):
         super().__init__(
             locks,
             name,
+            AsyncHold,
             limit=self.permits,
             ttl=ttl,
             timeout=timeout,
             fair=fair,
             renew=renew,
-            hold_type=AsyncHold,
         )
 
 
@@ -340,15 +333,9 @@ class AsyncSegmentedLock(_AsyncPrimitive[AsyncSegmentHold]):
             core.validate_name(name), self.segments
         )
         segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        hold_type = functools.partial(AsyncSegmentHold, segment_of=segment_of)
         super().__init__(
-            locks,
-            name,
-            limit=1,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=functools.partial(AsyncSegmentHold, segment_of=segment_of),
+            locks, name, hold_type, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
     async def acquire(
@@ -400,14 +387,7 @@ class AsyncReadLock(_AsyncPrimitive[AsyncHold]):
         renew: bool = True,
     ) -> None:
         super().__init__(
-            locks,
-            name,
-            limit=0,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=AsyncHold,
+            locks, name, AsyncHold, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
 

@@ -64,13 +64,13 @@ class _Primitive(Generic[H]):
         self,
         locks: Locks,
         name: str,
+        hold_type: Callable[..., H],
         *,
         limit: int,
         ttl: core.Seconds | None,
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
-        hold_type: Callable[..., H],
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -252,14 +252,7 @@ class Lock(_Primitive[Hold]):
         renew: bool = True,
     ) -> None:
         super().__init__(
-            locks,
-            name,
-            limit=1,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=Hold,
+            locks, name, Hold, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
 
@@ -293,14 +286,7 @@ class Semaphore(_Primitive[Hold]):
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
         super().__init__(
-            locks,
-            name,
-            limit=self.permits,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=Hold,
+            locks, name, Hold, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
 
@@ -342,15 +328,9 @@ class SegmentedLock(_Primitive[SegmentHold]):
             core.validate_name(name), self.segments
         )
         segment_of = {name: index for index, name in enumerate(self.segment_names)}
+        hold_type = functools.partial(SegmentHold, segment_of=segment_of)
         super().__init__(
-            locks,
-            name,
-            limit=1,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=functools.partial(SegmentHold, segment_of=segment_of),
+            locks, name, hold_type, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
     def acquire(
@@ -402,14 +382,7 @@ class ReadLock(_Primitive[Hold]):
         renew: bool = True,
     ) -> None:
         super().__init__(
-            locks,
-            name,
-            limit=0,
-            ttl=ttl,
-            timeout=timeout,
-            fair=fair,
-            renew=renew,
-            hold_type=Hold,
+            locks, name, Hold, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
 
 
