@@ -1,0 +1,48 @@
+"""The docs name only what exists: every ``tumbler.…`` name they quote can be imported."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+#: quoted names that are not Python objects: entry-point groups
+NOT_OBJECTS = {"tumbler.harnesses"}
+
+QUOTED_NAME = re.compile(r"`(tumbler(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module, or an attribute reached from the longest module."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def quoted_names(document: Path) -> set[str]:
+    return set(QUOTED_NAME.findall(document.read_text())) - NOT_OBJECTS
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_every_name_the_docs_quote_exists(document: Path) -> None:
+    assert [name for name in sorted(quoted_names(document)) if not resolves(name)] == []
+
+
+def test_a_name_that_does_not_exist_is_caught() -> None:
+    assert resolves("tumbler.backends.redis.common.ACL_RULES")
+    assert not resolves("tumbler.backends.redis.ACL_RULES")
+    assert not resolves("tumbler.no_such_module")
