@@ -699,9 +699,10 @@ def test_force_release_asks_on_a_terminal(
     assert len(locks.status("job").holders) == (0 if answer == "y" else 1)
 
 
-def test_main_is_the_module_entry_point(env: dict[str, str]) -> None:
+@pytest.mark.parametrize("module", ["tumbler", "tumbler.cli"])
+def test_main_is_the_module_entry_point(env: dict[str, str], module: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tumbler.cli", "--version"],
+        [sys.executable, "-m", module, "--version"],
         capture_output=True,
         text=True,
         env=env,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -18,7 +19,13 @@ QUOTED_NAME = re.compile(r"`(tumbler(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 
 
 def resolves(dotted: str) -> bool:
-    """Whether ``dotted`` is a module, or an attribute reached from the longest module."""
+    """Whether ``dotted`` is a module (found, not run: ``tumbler.__main__`` runs the CLI), or
+    an attribute reached from the longest module."""
+    try:
+        if importlib.util.find_spec(dotted) is not None:
+            return True
+    except ImportError:  # a parent that is not a package
+        pass
     parts = dotted.split(".")
     for split in range(len(parts), 0, -1):
         try:
