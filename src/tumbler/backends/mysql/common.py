@@ -370,6 +370,15 @@ def _aiomysql_connection() -> type:
 
 # -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
 
+#: each seam's blocking twin, for the generator of the ``_sync`` code (tools/generate_sync.py,
+#: which reads this from the source)
+SYNC_RENAMES = {
+    "aopen_connection": "open_connection",
+    "abounded": "bounded",
+    "aclose_connection": "close_connection",
+    "aclosed_by_server": "closed_by_server",
+}
+
 
 async def aopen_connection(config: MySQLConfig, limit: float | None = None) -> Any:
     """A new aiomysql connection (autocommit: each call says where its transaction begins);

@@ -270,6 +270,11 @@ def tumbler_error(
     return ERRORS.tumbler_error(error, Site(url, name))
 
 
+#: redis-py's asyncio clients close with ``aclose()``, its blocking ones with ``close()``: for
+#: the generator of the ``_sync`` code (tools/generate_sync.py, which reads this from the source)
+SYNC_RENAMES = {"aclose": "close"}
+
+
 class AsyncClosings:
     """Connection closes that redis-py's asyncio client starts without waiting for them.
 

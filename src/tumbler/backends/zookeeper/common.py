@@ -869,6 +869,10 @@ class SessionProbe:
 # --------------------------------------------------------------------------------------------
 # Waiting for kazoo's results: the one place where the two flavours differ
 
+#: each seam's blocking twin, for the generator of the ``_sync`` code (tools/generate_sync.py,
+#: which reads this from the source)
+SYNC_RENAMES = {"kazoo_aresult": "kazoo_result", "arun_blocking": "run_blocking"}
+
 
 def kazoo_result(result: Any, timeout: float) -> Any:
     """The value of a kazoo ``*_async`` call, waiting at most ``timeout`` seconds."""
