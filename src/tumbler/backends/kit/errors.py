@@ -16,10 +16,11 @@ the error to raise.
 
 from __future__ import annotations
 
-import contextlib
 import string
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, cast
 
 from ...errors import TumblerError
@@ -136,13 +137,31 @@ class ErrorMap:
             raise TypeError(f"the table makes no tumbler error of {type(error).__name__}: {error}")
         return translated
 
-    @contextlib.contextmanager
-    def translating(self, site: Site) -> Iterator[None]:
+    def translating(self, site: Site) -> AbstractContextManager[None]:
         """Raise the translation of any driver error the block raises, from it."""
-        try:
-            yield
-        except self.catches as error:
-            translated = self.translate(error, site)
-            if translated is None:
-                raise
-            raise translated from error
+        return _Translating(self, site)
+
+
+class _Translating:
+    # a class rather than contextlib's generator, which costs several times as much: every
+    # call a backend makes to its server goes through one
+
+    __slots__ = ("_errors", "_site")
+
+    def __init__(self, errors: ErrorMap, site: Site) -> None:
+        self._errors = errors
+        self._site = site
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(error, self._errors.catches):
+            translated = self._errors.translate(error, self._site)
+            if translated is not None:
+                raise translated from error
