@@ -6,19 +6,22 @@ src/ and tests/ has its generated twin in the ``_sync`` directory beside it.
 
 The asyncio code is the one source: unasync drops ``async``/``await`` and renames each async
 name to its blocking twin: ``AsyncX`` to ``X`` by convention, the few others by the table
-below (the seams live side by side in ``tumbler/_acompat.py``); ruff then formats the result
-so it reads as if written by hand. CI runs ``--check``.
+below (the seams live side by side in ``tumbler/_acompat.py``), and a backend's own seams by
+the table the backend keeps beside them (``SYNC_RENAMES``, see ``local_renames``); ruff then
+formats the result so it reads as if written by hand. CI runs ``--check``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import unasync
@@ -32,14 +35,12 @@ SOURCE_ROOTS = [ROOT / "src", ROOT / "tests"]
 #: ``_AsyncPrimitive`` -> ``_Primitive``. These names are found in the sources.
 CONVENTION = re.compile(r"\b(_?)Async([A-Z]\w*)")
 
-#: The names the convention cannot derive: the seams of ``tumbler/_acompat.py`` and the test
-#: helpers, whose asyncio flavour is marked by a leading ``a``. A rule that no source uses
-#: fails the run, so the table cannot keep names that are gone.
+#: The names the convention cannot derive that the lock layer, the kit and the test helpers
+#: share: the seams of ``tumbler/_acompat.py`` and the test helpers, whose asyncio flavour is
+#: marked by a leading ``a``. A backend's own are its ``SYNC_RENAMES``. A rule that no source
+#: uses fails the run, so the table cannot keep names that are gone.
 RENAMES = {
     "_async": "_sync",
-    "aclose": "close",
-    "kazoo_aresult": "kazoo_result",
-    "arun_blocking": "run_blocking",
     "aspawn": "spawn",
     "ajoin": "join",
     "ashield": "shield",
@@ -53,15 +54,14 @@ RENAMES = {
     "agather": "gather",
     "abackground": "background",
     "aeventually": "eventually",
-    "aopen_connection": "open_connection",
-    "abounded": "bounded",
-    "aclose_connection": "close_connection",
-    "aclosed_by_server": "closed_by_server",
-    "aopen_client": "open_client",
-    "apost": "post",
-    "astream_lines": "stream_lines",
-    "aclose_client": "close_client",
 }
+
+#: the name of a backend's own table of renames (see ``local_renames``)
+LOCAL_TABLE = "SYNC_RENAMES"
+
+
+class BadTable(Exception):
+    """A backend's table of renames that cannot be used."""
 
 
 def pairs() -> list[tuple[Path, Path]]:
@@ -81,9 +81,56 @@ def renames(sources: list[Path]) -> dict[str, str]:
     return {**found, **RENAMES}
 
 
-def unused_rules(sources: list[Path]) -> list[str]:
+def local_renames(source: Path) -> dict[str, str]:
+    """The renames of one ``_async`` directory's own names: the ``SYNC_RENAMES`` dict literal
+    at the top of any module beside it (in the package that holds it), where the seams it
+    names are defined. Read from the source, not imported: the generator runs without the
+    backends' drivers. They rename in that directory alone."""
+    found: dict[str, str] = {}
+    for module in sorted(source.parent.glob("*.py")):
+        for node in ast.parse(module.read_text(), str(module)).body:
+            if isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            else:
+                continue
+            if not isinstance(target, ast.Name) or target.id != LOCAL_TABLE:
+                continue
+            where = f"{module.relative_to(ROOT).as_posix()}:{node.lineno}"
+            try:
+                table = ast.literal_eval(value) if value is not None else None
+            except ValueError:
+                table = None
+            if not isinstance(table, dict) or not all(
+                isinstance(key, str) and isinstance(twin, str) for key, twin in table.items()
+            ):
+                raise BadTable(f"{where}: {LOCAL_TABLE} must be a dict literal of names to names")
+            for name, twin in table.items():
+                if name in RENAMES:
+                    raise BadTable(f"{where}: {name} is renamed by the global table already")
+                if found.get(name, twin) != twin:
+                    raise BadTable(f"{where}: {name} is renamed to {found[name]} elsewhere")
+            found.update(table)
+    return found
+
+
+def used(names: Iterable[str], sources: list[Path]) -> list[str]:
     text = "\n".join(path.read_text() for path in sources)
-    return [name for name in RENAMES if not re.search(rf"\b{re.escape(name)}\b", text)]
+    return [name for name in names if re.search(rf"\b{re.escape(name)}\b", text)]
+
+
+def unused_rules(found: list[tuple[Path, Path]]) -> list[str]:
+    """The global rules that no asyncio source uses, and each directory's own that its own
+    sources do not use."""
+    sources = [path for source, _ in found for path in sorted(source.glob("*.py"))]
+    unused = [name for name in RENAMES if name not in used(RENAMES, sources)]
+    for source, _ in found:
+        own = local_renames(source)
+        mine = used(own, sorted(source.glob("*.py")))
+        where = source.relative_to(ROOT).as_posix()
+        unused += [f"{name} ({where})" for name in own if name not in mine]
+    return unused
 
 
 # Things a token rename cannot express: Awaitable[X] is X once nothing is awaited; a line
@@ -131,14 +178,18 @@ def main() -> int:
     stale: list[str] = []
     found = pairs()
     sources = [path for source, _ in found for path in sorted(source.glob("*.py"))]
-    unused = unused_rules(sources)
+    try:
+        unused = unused_rules(found)
+    except BadTable as error:
+        print(error)
+        return 1
     if unused:
         print(f"rename rules that no asyncio source uses: {', '.join(unused)}; remove them")
         return 1
     rules = renames(sources)
     for source, target in found:
         with tempfile.TemporaryDirectory() as tmp:
-            produced = generate(source, Path(tmp), rules)
+            produced = generate(source, Path(tmp), {**rules, **local_renames(source)})
             wanted = {path.name: path.read_text() for path in produced}
             present = {path.name: path.read_text() for path in target.glob("*.py")}
         if not args.check:

@@ -286,7 +286,14 @@ class Semaphore(_Primitive[Hold]):
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
         super().__init__(
-            locks, name, Hold, limit=self.permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            Hold,
+            limit=self.permits,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
         )
 
 

@@ -167,7 +167,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
@@ -175,6 +175,7 @@ from urllib.parse import quote, unquote
 from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
+from ..kit.errors import ErrorMap, Rule, Site
 from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
@@ -471,30 +472,27 @@ def _refused(error: EtcdError) -> bool:
     return error.code == INVALID_ARGUMENT and "authentication failed" in error.message
 
 
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+#: what the gateway's errors mean for a lock user
+ERRORS = ErrorMap(
+    Rule(GatewayUnavailable, BackendUnavailable, "cannot reach etcd: {error}"),
+    Rule(
+        EtcdError,
+        PermissionDenied,
+        "etcd refused access ({error.message}): the cluster has authentication on and the URL "
+        "gives no credentials (USER:PASSWORD@)",
+        when=_anonymous,
+    ),
+    Rule(
+        EtcdError,
+        PermissionDenied,
+        "etcd refused access ({error.message}): the URL's user lacks rights on the prefix, or "
+        "gave wrong credentials",
+        when=_refused,
+    ),
+    Rule(EtcdError, BackendUnavailable, "etcd error: {error.message} (code {error.code})"),
+)
+
+
+def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
     """Convert the gateway's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except GatewayUnavailable as error:
-        raise BackendUnavailable(
-            f"cannot reach etcd: {error}", lock_name=name, backend=url
-        ) from error
-    except EtcdError as error:
-        if _anonymous(error):
-            raise PermissionDenied(
-                f"etcd refused access ({error.message}): the cluster has authentication on "
-                "and the URL gives no credentials (USER:PASSWORD@)",
-                lock_name=name,
-                backend=url,
-            ) from error
-        if _refused(error):
-            raise PermissionDenied(
-                f"etcd refused access ({error.message}): the URL's user lacks rights on the "
-                "prefix, or gave wrong credentials",
-                lock_name=name,
-                backend=url,
-            ) from error
-        raise BackendUnavailable(
-            f"etcd error: {error.message} (code {error.code})", lock_name=name, backend=url
-        ) from error
+    return ERRORS.translating(Site(url, name))

@@ -9,7 +9,7 @@ whose reply is read line by line, and close it when the block ends (the gateway 
 a watch: closing its connection does); ``interrupt`` ends such a read from any thread;
 ``aclose_client``/``close_client`` close a client. A streaming body is sent whole, padded so
 that the gateway reads all of it (:data:`UNREAD_BODY`). The generator of the blocking twin
-renames each ``a`` name to the other (tools/generate_sync.py).
+renames each ``a`` name to the other (tools/generate_sync.py reads ``SYNC_RENAMES``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,14 @@ __all__ = [
     "post",
     "stream_lines",
 ]
+
+#: each seam's blocking twin, for the generator of the ``_sync`` code
+SYNC_RENAMES = {
+    "aopen_client": "open_client",
+    "apost": "post",
+    "astream_lines": "stream_lines",
+    "aclose_client": "close_client",
+}
 
 #: what the client raises when a member cannot be reached or stops answering
 HTTPFailure = httpx.HTTPError

@@ -25,6 +25,10 @@ rest from here. Each piece is for:
   ``waiter_count``): the URL query options several backends parse alike, with the same
   wording in their errors; ``line_full``, the ``TooManyWaiters`` of a line at its
   ``max_waiters``.
+- :mod:`tumbler.backends.kit.errors` (``ErrorMap``, ``Rule``, ``Site``, ``mentions``): a
+  driver's errors as tumbler's, from a table of rows the backend writes (the driver's class,
+  and the tumbler error with its message, or a function where more than the class decides),
+  the cause, the lock name and the backend's URL kept.
 - :mod:`tumbler.backends.kit.slots` (``Slots``, ``AsyncSlots``): at most so many calls under
   way at once, the others waiting a bounded time, for a backend whose connection pool fails
   a call at once when full. Imported from there (it needs asyncio).

@@ -88,11 +88,11 @@ Transactions
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import select
 import ssl
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,6 +109,7 @@ from ...errors import (
     PermissionDenied,
     TumblerError,
 )
+from ..kit.errors import ErrorMap, Rule, Site
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 __all__ = [
@@ -164,6 +165,8 @@ _MISCONFIGURED = frozenset({1049, 1146, 1449, 3159})
 #: the server has all the connections it allows: max_connections (1040), or the account's
 #: max_user_connections (1203)
 _NO_ROOM = frozenset({1040, 1203})
+#: the drivers' code for a TLS connection that could not be made as asked
+_NO_TLS = CR.CR_SSL_CONNECTION_ERROR
 
 
 def _prefix(text: str) -> str:
@@ -268,49 +271,57 @@ def parse_config(url: BackendURL) -> MySQLConfig:
     )
 
 
+def _code(error: pymysql.Error) -> int:
+    return error.args[0] if error.args and isinstance(error.args[0], int) else 0
+
+
+def _text(error: BaseException) -> str:
+    return str(error.args[1]) if len(error.args) > 1 else str(error)
+
+
+def _code_in(codes: frozenset[int]) -> Callable[[pymysql.Error], bool]:
+    return lambda error: _code(error) in codes
+
+
+#: what the driver's errors mean for a lock user
+ERRORS = ErrorMap(
+    Rule(pymysql.Error, PermissionDenied, "MySQL refused: {text}", when=_code_in(_REFUSED)),
+    Rule(pymysql.Error, ConfigurationError, "MySQL: {text}", when=_code_in(_MISCONFIGURED)),
+    Rule(
+        pymysql.Error,
+        OutOfConnections,
+        "MySQL refused a connection: it has as many as it allows (its max_connections, or the "
+        "account's max_user_connections); each client uses up to max_connections (in the "
+        "URL) for calls and two more to listen for releases: {text}",
+        when=_code_in(_NO_ROOM),
+    ),
+    Rule(
+        pymysql.Error,
+        ConfigurationError,
+        "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused rather "
+        "than talk in clear",
+        when=_code_in(frozenset({_NO_TLS})),
+    ),
+    Rule(
+        pymysql.Error,
+        BackendUnavailable,
+        "another client held the lock's name past lock_timeout: {text}",
+        when=_code_in(frozenset({1205})),
+    ),
+    Rule(pymysql.Error, BackendUnavailable, "MySQL: {text}"),
+    Rule(OSError, BackendUnavailable, "cannot reach MySQL: {error}"),
+    text=_text,
+)
+
+
 def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> TumblerError:
     """The tumbler error that says what a driver error means for a lock user."""
-    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
-    text = str(error.args[1]) if len(error.args) > 1 else str(error)
-    if code in _REFUSED:
-        return PermissionDenied(f"MySQL refused: {text}", lock_name=name, backend=url)
-    if code in _MISCONFIGURED:
-        return ConfigurationError(f"MySQL: {text}", lock_name=name, backend=url)
-    if code in _NO_ROOM:
-        return OutOfConnections(
-            "MySQL refused a connection: it has as many as it allows (its max_connections, "
-            "or the account's max_user_connections); each client uses up to max_connections "
-            f"(in the URL) for calls and two more to listen for releases: {text}",
-            lock_name=name,
-            backend=url,
-        )
-    if code == _NO_TLS:
-        return ConfigurationError(
-            "the MySQL server does not offer TLS, which the URL asks for (ssl_ca): refused "
-            "rather than talk in clear",
-            lock_name=name,
-            backend=url,
-        )
-    if code == 1205:
-        return BackendUnavailable(
-            f"another client held the lock's name past lock_timeout: {text}",
-            lock_name=name,
-            backend=url,
-        )
-    return BackendUnavailable(f"MySQL: {text}", lock_name=name, backend=url)
+    return ERRORS.tumbler_error(error, Site(url, name))
 
 
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
     """Convert the driver's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except pymysql.Error as error:
-        raise tumbler_error(error, url, name) from error
-    except OSError as error:
-        raise BackendUnavailable(
-            f"cannot reach MySQL: {error}", lock_name=name, backend=url
-        ) from error
+    return ERRORS.translating(Site(url, name))
 
 
 #: every transaction of a client's sessions, its procedures' and its one-statement ones alike:
@@ -325,10 +336,6 @@ class NoConnection(Exception):
 
 class NoReply(pymysql.err.OperationalError):
     """A call got no reply within ``socket_timeout``; its connection was dropped."""
-
-
-#: the drivers' code for a TLS connection that could not be made as asked
-_NO_TLS = CR.CR_SSL_CONNECTION_ERROR
 
 
 def _refuses_clear_text(connection: Any) -> None:
@@ -362,6 +369,15 @@ def _aiomysql_connection() -> type:
 
 
 # -- the two drivers' seams: aiomysql for asyncio, PyMySQL for the blocking twin ---------------
+
+#: each seam's blocking twin, for the generator of the ``_sync`` code (tools/generate_sync.py,
+#: which reads this from the source)
+SYNC_RENAMES = {
+    "aopen_connection": "open_connection",
+    "abounded": "bounded",
+    "aclose_connection": "close_connection",
+    "aclosed_by_server": "closed_by_server",
+}
 
 
 async def aopen_connection(config: MySQLConfig, limit: float | None = None) -> Any:

@@ -113,7 +113,8 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,7 @@ from ...errors import (
     TumblerError,
 )
 from ..contract import Capabilities
+from ..kit.errors import ErrorMap, Rule, Site
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 DEFAULT_PORT = 5432
@@ -191,54 +193,79 @@ _FULL = re.compile(
 )
 
 
+def _text(error: BaseException) -> str:
+    return str(error).strip()
+
+
+def _refused(error: psycopg.Error) -> bool:
+    state = error.sqlstate or ""
+    return state.startswith(_REFUSED) or (
+        state in ("", "08P01") and _AUTH_FAILED.search(_text(error)) is not None
+    )
+
+
+def _pooler_refused(error: psycopg.Error) -> bool:
+    return not error.sqlstate and _POOLER_REFUSED.search(_text(error)) is not None
+
+
+def _misconfigured(error: psycopg.Error) -> bool:
+    state = error.sqlstate or ""
+    return state in _MISCONFIGURED or (not state and _NO_DATABASE.search(_text(error)) is not None)
+
+
+def _full(error: psycopg.Error) -> bool:
+    state = error.sqlstate or ""
+    return state == _NO_ROOM or (state in ("", "08P01") and _FULL.search(_text(error)) is not None)
+
+
+def _sqlstate(code: str) -> Callable[[psycopg.Error], bool]:
+    return lambda error: error.sqlstate == code
+
+
+#: what psycopg's errors mean for a lock user
+ERRORS = ErrorMap(
+    Rule(psycopg.Error, PermissionDenied, "PostgreSQL refused: {text}", when=_refused),
+    Rule(
+        psycopg.Error,
+        ConfigurationError,
+        "PostgreSQL: {text} (is this a pooler in transaction mode? add pooler=transaction to "
+        "the URL)",
+        when=_pooler_refused,
+    ),
+    Rule(psycopg.Error, ConfigurationError, "PostgreSQL: {text}", when=_misconfigured),
+    Rule(
+        psycopg.Error,
+        OutOfConnections,
+        "PostgreSQL refused a connection: it has as many as it allows (its max_connections, or "
+        "a pooler's max_client_conn); " + CONNECTIONS_ADVICE + ": {text}",
+        when=_full,
+    ),
+    Rule(
+        psycopg.Error,
+        BackendUnavailable,
+        "PostgreSQL cancelled a statement that ran past statement_timeout: {text}",
+        when=_sqlstate("57014"),
+    ),
+    Rule(
+        psycopg.Error,
+        BackendUnavailable,
+        "another client held the lock's name past lock_timeout: {text}",
+        when=_sqlstate("55P03"),
+    ),
+    Rule(psycopg.Error, BackendUnavailable, "PostgreSQL: {text}"),
+    Rule(OSError, BackendUnavailable, "cannot reach PostgreSQL: {error}"),
+    text=_text,
+)
+
+
 def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:
     """The tumbler error that says what a psycopg error means for a lock user."""
-    state = error.sqlstate or ""
-    text = str(error).strip()
-    if state.startswith(_REFUSED) or (state in ("", "08P01") and _AUTH_FAILED.search(text)):
-        return PermissionDenied(f"PostgreSQL refused: {text}", lock_name=name, backend=url)
-    if not state and _POOLER_REFUSED.search(text):
-        return ConfigurationError(
-            f"PostgreSQL: {text} (is this a pooler in transaction mode? add pooler=transaction "
-            "to the URL)",
-            lock_name=name,
-            backend=url,
-        )
-    if state in _MISCONFIGURED or (not state and _NO_DATABASE.search(text)):
-        return ConfigurationError(f"PostgreSQL: {text}", lock_name=name, backend=url)
-    if state == _NO_ROOM or (state in ("", "08P01") and _FULL.search(text)):
-        return OutOfConnections(
-            "PostgreSQL refused a connection: it has as many as it allows (its "
-            f"max_connections, or a pooler's max_client_conn); {CONNECTIONS_ADVICE}: {text}",
-            lock_name=name,
-            backend=url,
-        )
-    if state == "57014":
-        return BackendUnavailable(
-            f"PostgreSQL cancelled a statement that ran past statement_timeout: {text}",
-            lock_name=name,
-            backend=url,
-        )
-    if state == "55P03":
-        return BackendUnavailable(
-            f"another client held the lock's name past lock_timeout: {text}",
-            lock_name=name,
-            backend=url,
-        )
-    return BackendUnavailable(f"PostgreSQL: {text}", lock_name=name, backend=url)
+    return ERRORS.tumbler_error(error, Site(url, name))
 
 
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
     """Convert psycopg's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except psycopg.Error as error:
-        raise tumbler_error(error, url, name) from error
-    except OSError as error:
-        raise BackendUnavailable(
-            f"cannot reach PostgreSQL: {error}", lock_name=name, backend=url
-        ) from error
+    return ERRORS.translating(Site(url, name))
 
 
 class NoConnection(Exception):

@@ -78,10 +78,11 @@ import inspect
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.connection as redis_connection
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
@@ -95,6 +96,7 @@ from ...errors import (
     PermitsMismatch,
     TumblerError,
 )
+from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import (
     DEFAULT_MAX_WAITERS,
     flag,
@@ -155,13 +157,108 @@ NO_CLIENT_INFO: dict[str, None] = (
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+def _script_refusal(error: redis_errors.NoPermissionError, site: Site) -> TumblerError:
+    command, _, detail = str(error).partition(": ")
+    return PermissionDenied(
+        f"the Redis user may not run {command} (its ACL needs +{command.lower()}): {detail}",
+        lock_name=site.lock_name,
+        backend=site.backend,
+    )
+
+
+def _names_a_command(error: redis_errors.NoPermissionError) -> bool:
+    """Whether a refusal is a script's, which names the command first (see .lua)."""
+    command, colon, _ = str(error).partition(": ")
+    return bool(colon) and command.replace("|", "").isalpha() and command.isupper()
+
+
+def _fewer_databases(error: redis_errors.ResponseError, site: Site) -> TumblerError:
+    return ConfigurationError(
+        f"the Redis server has fewer databases: {error}", backend=site.backend
+    )
+
+
+def _line_full(error: redis_errors.ResponseError, site: Site) -> TumblerError:
+    return line_full(int(str(error).split()[1]), site.lock_name, site.backend)
+
+
+def _permits_mismatch(error: redis_errors.ResponseError, site: Site) -> TumblerError:
+    limit = int(str(error).rsplit(" ", 1)[-1])
+    kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
+    return PermitsMismatch(
+        f"the lock is in use as {kind}", lock_name=site.lock_name, backend=site.backend
+    )
+
+
+def _not_a_cluster(error: redis_errors.RedisClusterException, site: Site) -> TumblerError:
+    return ConfigurationError(
+        "the Redis server is not a cluster node: drop cluster=true from the URL",
+        backend=site.backend,
+    )
+
+
+def _failed_for_a_reason(error: redis_errors.RedisClusterException) -> bool:
+    """Whether a failed cluster start (not a RedisError) has the last startup node's own
+    failure as its cause, which says more."""
+    return isinstance(error.__cause__, redis_errors.RedisError | OSError)
+
+
+def _for_its_reason(error: redis_errors.RedisClusterException, site: Site) -> TumblerError:
+    return ERRORS.tumbler_error(cast(Exception, error.__cause__), site)
+
+
+#: what redis-py's errors mean for a lock user
+ERRORS = ErrorMap(
+    Rule(redis_errors.NoPermissionError, _script_refusal, when=_names_a_command),
+    Rule(
+        redis_errors.NoPermissionError,
+        PermissionDenied,
+        "the Redis user lacks a permission tumbler needs: {error}",
+    ),
+    Rule(
+        redis_errors.AuthenticationError, PermissionDenied, "Redis refused the credentials: {error}"
+    ),
+    Rule(redis_errors.ResponseError, _fewer_databases, when=mentions("DB index is out of range")),
+    Rule(
+        redis_errors.ResponseError,
+        _line_full,
+        when=lambda error: str(error).startswith("TOO_MANY_WAITERS "),
+    ),
+    Rule(redis_errors.ResponseError, _permits_mismatch, when=mentions("PERMITS_MISMATCH")),
+    Rule(
+        redis_errors.ResponseError,
+        PermissionDenied,
+        "Redis refused: {error}",
+        when=mentions("NOPERM", "NOAUTH", "WRONGPASS", "The user executing the script can't"),
+    ),
+    Rule(redis_errors.ResponseError, BackendUnavailable, "Redis error: {error}"),
+    Rule(
+        redis_errors.ConnectionError,
+        BackendUnavailable,
+        "every connection of this client to Redis stayed busy for socket_timeout; the client "
+        "makes more calls at once than max_connections (in the URL) allows",
+        when=lambda error: str(error) == NO_CONNECTION,
+    ),
+    Rule(
+        (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError),
+        BackendUnavailable,
+        "cannot reach Redis: {error}",
+    ),
+    # redis-py's cluster client reports a failed start as this, which is not a RedisError
+    Rule(
+        redis_errors.RedisClusterException,
+        _not_a_cluster,
+        when=mentions("Cluster mode is not enabled"),
+    ),
+    Rule(redis_errors.RedisClusterException, _for_its_reason, when=_failed_for_a_reason),
+    Rule(redis_errors.RedisClusterException, BackendUnavailable, "Redis Cluster: {error}"),
+    Rule(redis_errors.RedisError, BackendUnavailable, "Redis error: {error}"),
+)
+
+
+def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
     """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except (redis_errors.RedisError, redis_errors.RedisClusterException, OSError) as error:
-        raise tumbler_error(error, url, name) from error
+    return ERRORS.translating(Site(url, name))
 
 
 def tumbler_error(
@@ -170,63 +267,12 @@ def tumbler_error(
     name: str | None = None,
 ) -> TumblerError:
     """The tumbler error that says what a redis-py error means for a lock user."""
-    if isinstance(error, redis_errors.NoPermissionError):
-        command, colon, detail = str(error).partition(": ")
-        if colon and command.replace("|", "").isalpha() and command.isupper():
-            # a script's refusal, which the script names (see .lua)
-            return PermissionDenied(
-                f"the Redis user may not run {command} (its ACL needs +{command.lower()}): "
-                f"{detail}",
-                lock_name=name,
-                backend=url,
-            )
-        return PermissionDenied(
-            f"the Redis user lacks a permission tumbler needs: {error}", lock_name=name, backend=url
-        )
-    if isinstance(error, redis_errors.AuthenticationError):
-        return PermissionDenied(
-            f"Redis refused the credentials: {error}", lock_name=name, backend=url
-        )
-    if isinstance(error, redis_errors.ResponseError):
-        text = str(error)
-        if "DB index is out of range" in text:
-            return ConfigurationError(f"the Redis server has fewer databases: {text}", backend=url)
-        if text.startswith("TOO_MANY_WAITERS "):
-            return line_full(int(text.split()[1]), name, url)
-        if "PERMITS_MISMATCH" in text:
-            limit = int(text.rsplit(" ", 1)[-1])
-            kind = "a read lock" if limit == 0 else f"a semaphore of {limit} permits"
-            return PermitsMismatch(f"the lock is in use as {kind}", lock_name=name, backend=url)
-        if (
-            "NOPERM" in text
-            or "NOAUTH" in text
-            or "WRONGPASS" in text
-            or "The user executing the script can't" in text
-        ):
-            return PermissionDenied(f"Redis refused: {text}", lock_name=name, backend=url)
-        return BackendUnavailable(f"Redis error: {text}", lock_name=name, backend=url)
-    if isinstance(error, redis_errors.ConnectionError) and str(error) == NO_CONNECTION:
-        return BackendUnavailable(
-            "every connection of this client to Redis stayed busy for socket_timeout; the "
-            "client makes more calls at once than max_connections (in the URL) allows",
-            lock_name=name,
-            backend=url,
-        )
-    if isinstance(error, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
-        return BackendUnavailable(f"cannot reach Redis: {error}", lock_name=name, backend=url)
-    if isinstance(error, redis_errors.RedisClusterException):
-        # redis-py's cluster client reports a failed start as this (not a RedisError), with
-        # the last startup node's own failure as the cause
-        if "Cluster mode is not enabled" in str(error):
-            return ConfigurationError(
-                "the Redis server is not a cluster node: drop cluster=true from the URL",
-                backend=url,
-            )
-        cause = error.__cause__
-        if isinstance(cause, redis_errors.RedisError | OSError):
-            return tumbler_error(cause, url, name)
-        return BackendUnavailable(f"Redis Cluster: {error}", lock_name=name, backend=url)
-    return BackendUnavailable(f"Redis error: {error}", lock_name=name, backend=url)
+    return ERRORS.tumbler_error(error, Site(url, name))
+
+
+#: redis-py's asyncio clients close with ``aclose()``, its blocking ones with ``close()``: for
+#: the generator of the ``_sync`` code (tools/generate_sync.py, which reads this from the source)
+SYNC_RENAMES = {"aclose": "close"}
 
 
 class AsyncClosings:

@@ -132,6 +132,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -161,6 +162,7 @@ from ..contract import (
 )
 from ..kit import HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
+from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
 
@@ -280,12 +282,6 @@ def _refuse_network_filesystem(path: Path, url: str) -> None:
             "work; use a local file or a server backend",
             backend=url,
         )
-
-
-def _is_busy(error: sqlite3.OperationalError) -> bool:
-    """Whether SQLite refused ``error``'s statement because another connection held a lock."""
-    message = str(error)
-    return "locked" in message or "busy" in message
 
 
 def _is_directory_or_hidden(path: Path) -> bool:
@@ -794,6 +790,65 @@ class _Busy(Exception):
     """A statement on a no-wait connection found the database locked (nothing was done)."""
 
 
+class _FileSite(Site):
+    """Where an sqlite3 error came up: a backend (its file, its ``busy_timeout``, whether this
+    thread's call waits at all) and how long the call waited for the write lock, if not
+    ``busy_timeout``."""
+
+    __slots__ = ("db", "waited")
+
+    def __init__(self, db: SQLiteBackend, waited: float | None) -> None:
+        super().__init__(db.url)
+        self.db = db
+        self.waited = waited
+
+
+def _locked(error: sqlite3.OperationalError, site: _FileSite) -> Exception:
+    if getattr(site.db._local, "nowait", False):
+        return _Busy()
+    return BackendUnavailable(
+        "the database stayed locked by another process for more than "
+        + (
+            f"{site.db.busy_timeout} s (busy_timeout)"
+            if site.waited is None
+            else f"{site.waited:.3g} s (the call's timeout)"
+        ),
+        backend=site.backend,
+    )
+
+
+def _unusable(error: sqlite3.OperationalError, site: _FileSite) -> Exception:
+    """What an error of the file itself means: its directory gone, no permission to use it
+    (said by SQLite, or seen on the file), or else a failure of SQLite's."""
+    message, path = str(error), site.db.path
+    if "readonly" not in message and not _is_directory_or_hidden(path.parent):
+        return ConfigurationError(
+            f"cannot use {path}: {path.parent} is not an existing directory", backend=site.backend
+        )
+    if (
+        "readonly" in message
+        or not os.access(path.parent, os.W_OK)
+        or (path.exists() and not os.access(path, os.R_OK | os.W_OK))
+    ):
+        return PermissionDenied(f"no permission to use {path}: {message}", backend=site.backend)
+    return BackendUnavailable(f"SQLite error: {message}", backend=site.backend)
+
+
+#: whether SQLite refused a statement because another connection held a lock
+_BUSY = mentions("locked", "busy")
+
+#: what sqlite3's errors mean for a lock user
+_ERRORS = ErrorMap(
+    Rule(sqlite3.OperationalError, _locked, when=_BUSY),
+    Rule(sqlite3.OperationalError, _unusable),
+    Rule(
+        sqlite3.DatabaseError,
+        ConfigurationError,
+        "{site.db.path} is not a usable tumbler database: {error}",
+    ),
+)
+
+
 class SQLiteBackend:
     """The blocking flavour; ``open_async`` runs it on a worker thread."""
 
@@ -866,45 +921,11 @@ class SQLiteBackend:
                 db.execute("ROLLBACK")
         return db
 
-    @contextlib.contextmanager
-    def _errors(self, waited: float | None = None) -> Iterator[None]:
+    def _errors(self, waited: float | None = None) -> AbstractContextManager[None]:
         """Convert sqlite3's errors to tumbler's at this one edge, keeping the cause.
 
         ``waited``: how long the call waited for the write lock, if not ``busy_timeout``."""
-        try:
-            yield
-        except sqlite3.OperationalError as error:
-            message = str(error)
-            if _is_busy(error) and getattr(self._local, "nowait", False):
-                raise _Busy from error
-            if _is_busy(error):
-                raise BackendUnavailable(
-                    "the database stayed locked by another process for more than "
-                    + (
-                        f"{self.busy_timeout} s (busy_timeout)"
-                        if waited is None
-                        else f"{waited:.3g} s (the call's timeout)"
-                    ),
-                    backend=self.url,
-                ) from error
-            if "readonly" not in message and not _is_directory_or_hidden(self.path.parent):
-                raise ConfigurationError(
-                    f"cannot use {self.path}: {self.path.parent} is not an existing directory",
-                    backend=self.url,
-                ) from error
-            if (
-                "readonly" in message
-                or not os.access(self.path.parent, os.W_OK)
-                or (self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK))
-            ):
-                raise PermissionDenied(
-                    f"no permission to use {self.path}: {message}", backend=self.url
-                ) from error
-            raise BackendUnavailable(f"SQLite error: {message}", backend=self.url) from error
-        except sqlite3.DatabaseError as error:
-            raise ConfigurationError(
-                f"{self.path} is not a usable tumbler database: {error}", backend=self.url
-            ) from error
+        return _ERRORS.translating(_FileSite(self, waited))
 
     @contextlib.contextmanager
     def _transaction(self, waited: float | None = None) -> Iterator[sqlite3.Connection]:
@@ -980,7 +1001,7 @@ class SQLiteBackend:
                 db.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as error:
-                if not _is_busy(error) or time.monotonic() + pause > deadline:
+                if not _BUSY(error) or time.monotonic() + pause > deadline:
                     raise
             time.sleep(pause)
             pause = min(2 * pause, 0.05)

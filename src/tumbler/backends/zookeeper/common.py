@@ -145,7 +145,8 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
@@ -160,6 +161,7 @@ from kazoo.security import ACL, Permissions, make_digest_acl_credential
 from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
+from ..kit.errors import ErrorMap, Rule, Site
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from ..kit.tls import tls_context as kit_tls_context
@@ -172,32 +174,29 @@ _OPTIONS = ("session_timeout", "connect_timeout", "request_timeout", "max_waiter
 TLS_SCHEME = "zookeepers"
 
 
-@contextlib.contextmanager
-def translate_errors(url: str, name: str | None = None) -> Iterator[None]:
+#: what kazoo's errors mean for a lock user
+ERRORS = ErrorMap(
+    Rule(
+        (kazoo_errors.NoAuthError, kazoo_errors.AuthFailedError),
+        PermissionDenied,
+        "ZooKeeper refused access ({kind}): the URL's user lacks rights on the lock nodes, or "
+        "gave wrong credentials",
+    ),
+    Rule(
+        (KazooTimeoutError, kazoo_errors.ConnectionLoss, kazoo_errors.SessionExpiredError),
+        BackendUnavailable,
+        "cannot reach ZooKeeper: {text}",
+    ),
+    Rule(kazoo_errors.ZookeeperStoppedError, BackendUnavailable, "the ZooKeeper client is closed"),
+    Rule(kazoo_errors.KazooException, BackendUnavailable, "ZooKeeper error: {text}"),
+    # the class says what went wrong; many of kazoo's errors say nothing more
+    text=lambda error: f"{type(error).__name__} {error}".rstrip(),
+)
+
+
+def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
     """Convert kazoo's errors to tumbler's at this one edge, keeping the cause."""
-    try:
-        yield
-    except (kazoo_errors.NoAuthError, kazoo_errors.AuthFailedError) as error:
-        raise PermissionDenied(
-            f"ZooKeeper refused access ({type(error).__name__}): the URL's user lacks rights "
-            "on the lock nodes, or gave wrong credentials",
-            lock_name=name,
-            backend=url,
-        ) from error
-    except (KazooTimeoutError, kazoo_errors.ConnectionLoss, kazoo_errors.SessionExpiredError) as e:
-        raise BackendUnavailable(
-            f"cannot reach ZooKeeper: {type(e).__name__} {e}".rstrip(), lock_name=name, backend=url
-        ) from e
-    except kazoo_errors.ZookeeperStoppedError as error:
-        raise BackendUnavailable(
-            "the ZooKeeper client is closed", lock_name=name, backend=url
-        ) from error
-    except kazoo_errors.KazooException as error:
-        raise BackendUnavailable(
-            f"ZooKeeper error: {type(error).__name__} {error}".rstrip(),
-            lock_name=name,
-            backend=url,
-        ) from error
+    return ERRORS.translating(Site(url, name))
 
 
 @dataclass(frozen=True)
@@ -869,6 +868,10 @@ class SessionProbe:
 
 # --------------------------------------------------------------------------------------------
 # Waiting for kazoo's results: the one place where the two flavours differ
+
+#: each seam's blocking twin, for the generator of the ``_sync`` code (tools/generate_sync.py,
+#: which reads this from the source)
+SYNC_RENAMES = {"kazoo_aresult": "kazoo_result", "arun_blocking": "run_blocking"}
 
 
 def kazoo_result(result: Any, timeout: float) -> Any:

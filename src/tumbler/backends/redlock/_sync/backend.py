@@ -18,7 +18,7 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis.exceptions as redis_errors
@@ -43,6 +43,7 @@ from ...redis.common import (
     KEYS_CACHED,
     RENEWALS_PER_CALL,
     Turn,
+    translate_errors,
     tumbler_error,
 )
 from .. import CAPABILITIES, lua
@@ -232,7 +233,7 @@ class RedlockBackend(InspectEachName):
         failures: list[str] = []
         for master in self.masters:
             try:
-                with _translated(master):
+                with translate_errors(master.backend.url):
                     info: Any = master.backend.client.info()
                 master.backend.start()
             except BackendUnavailable as error:
@@ -931,12 +932,3 @@ def _timed_out(reply: _Replies) -> bool:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-@contextlib.contextmanager
-def _translated(master: _Master) -> Iterator[None]:
-    """redis-py's errors as tumbler's, naming the master."""
-    try:
-        yield
-    except (redis_errors.RedisError, OSError) as error:
-        raise tumbler_error(error, master.backend.url) from error
