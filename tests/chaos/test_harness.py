@@ -1,10 +1,14 @@
-"""How a round goes on: which fault it injects next, and when it stops (no servers)."""
+"""How a round goes on: which fault it injects next, and when it stops, and how its workers
+stop (no servers)."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 from tumbler.torture.harness import Options, _round_shares, next_fault
+from tumbler.torture.pool import WorkerPool
 from tumbler.torture.report import _soak_text
 
 
@@ -83,3 +87,29 @@ def test_the_report_names_a_soaks_totals_per_deployment() -> None:
     assert _soak_text(Options(min_faults=50, min_grants=10_000)) == (
         ", at least 50 faults of each kind and 10000 grants per deployment"
     )
+
+
+def test_a_worker_stopped_before_it_began_is_no_bad_exit(tmp_path: Path) -> None:
+    # A worker started as the round ends (the replacement of a killed one, on a loaded
+    # machine) may get the stop request before its interpreter has put in the handler that
+    # makes it stop cleanly: SIGTERM ends it then, having done nothing.
+    pool = WorkerPool(
+        url="memory://",
+        lock="torture-test",
+        resource=tmp_path / "resource.sock",
+        directory=tmp_path,
+        count=0,
+        ttl=1.0,
+        think=0.02,
+        acquire_timeout=1.0,
+        idle=0.0,
+        seed=0,
+    )
+    slot = pool._spawn(0, 1)
+    pool.slots.append(slot)
+    try:
+        pool.stop(timeout=30)
+    finally:
+        pool.kill_all()
+    assert slot.process.returncode == -signal.SIGTERM  # it was stopped before it began
+    assert pool.bad_exits == {}

@@ -441,7 +441,10 @@ class WorkerPool:
 
     def stop(self, timeout: float) -> None:
         """Ask every worker to stop (SIGTERM) and wait; SIGKILL those still running after
-        ``timeout`` (recorded as bad exits: a worker must be able to stop)."""
+        ``timeout`` (recorded as bad exits: a worker must be able to stop). A worker that
+        SIGTERM ended before it wrote its ``start`` had done nothing: its interpreter had not
+        yet put in the handler that makes it stop cleanly (a replacement started as the round
+        ends, on a loaded machine), which is no bad exit."""
         for slot in self.slots:
             if slot.paused:
                 self.resume(slot)
@@ -457,6 +460,9 @@ class WorkerPool:
                 self.bad_exits[slot.client] = -signal.SIGKILL
                 continue
             code = slot.process.returncode
+            self._follow(slot)
+            if code == -signal.SIGTERM and slot.state == "starting":
+                continue
             if code != 0 and slot.client not in self.killed:
                 self.bad_exits[slot.client] = code
         for slot in self.retired:
