@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tumbler
+from tumbler import LockState
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.backends import URL_VARIABLE
@@ -294,6 +295,10 @@ class _Wakeups:
 #: was not in it)
 _KILL_ROUND = 0.05
 
+#: how long ``run`` waits for the lock in silence, then how often it says it still waits
+_FIRST_WAIT_REPORT = 1.0
+_WAIT_REPORT_EVERY = 10.0
+
 
 def run_locked(
     connect: Connect,
@@ -305,6 +310,7 @@ def run_locked(
     kill_after: float = 5.0,
     wait_descendants: bool = True,
     complain: Complain,
+    report_wait: bool = True,
 ) -> int:
     """Hold the lock ``name`` while ``command`` runs; return the exit status.
 
@@ -312,7 +318,9 @@ def run_locked(
     connecting ends the wait as one while waiting does). With ``wait_descendants``, the lock is
     held until every process the command started has exited. A bad name, TTL or wait raises
     before anything is connected; tumbler's errors from connecting or acquiring are raised, for
-    the caller to report; everything about the command is said through ``complain``.
+    the caller to report; everything about the command is said through ``complain``. With
+    ``report_wait``, a wait of over a second is said too (whom it waits for, and how long it
+    has), and again every ten seconds.
     """
     core.validate_name(name)
     core.validate_ttl(ttl)
@@ -321,7 +329,8 @@ def run_locked(
         try:
             with connect() as locks:
                 lock = locks.lock(name, ttl=ttl)
-                acquired = lock.acquire(timeout=wait)
+                with _WaitReport(locks, name, complain if report_wait else None):
+                    acquired = lock.acquire(timeout=wait)
                 relay.phase = relay.STARTING
                 if not acquired:
                     relay.phase = relay.FINISHING
@@ -336,6 +345,70 @@ def run_locked(
             what = signal.Signals(signalled.signum).name
             complain(f"{what} while waiting for lock {name!r}: not run")
             return EX_SIGNAL_BASE + signalled.signum
+
+
+class _WaitReport:
+    """Says, through ``say``, whom a wait for the lock is for, once it has lasted
+    ``_FIRST_WAIT_REPORT`` seconds and then every ``_WAIT_REPORT_EVERY``: an operator who
+    runs ``tumbler run`` on a busy lock sees why nothing happens. Asks the backend from a
+    thread of its own, so the wait itself is never held up; says nothing once it ended."""
+
+    def __init__(self, locks: tumbler.Locks, name: str, say: Complain | None) -> None:
+        self._locks = locks
+        self._name = name
+        self._say = say
+        self._ended = threading.Event()
+        self._said = threading.Lock()
+        self._thread = threading.Thread(target=self._report, name="tumbler-wait", daemon=True)
+
+    def __enter__(self) -> _WaitReport:
+        if self._say is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._said:  # a line being said is said whole, before anything that follows
+            self._ended.set()
+
+    def _report(self) -> None:
+        began = time.monotonic()
+        pause = _FIRST_WAIT_REPORT
+        while not self._ended.wait(pause):
+            waited = time.monotonic() - began
+            try:
+                state = self._locks.status(self._name)
+            except TumblerError:
+                state = None
+            message = _waiting_message(self._name, waited, state)
+            with self._said:
+                if self._ended.is_set():
+                    return
+                assert self._say is not None
+                self._say(message)
+            pause = _WAIT_REPORT_EVERY
+
+
+def _waiting_message(name: str, waited: float, state: LockState | None) -> str:
+    """What a wait of ``waited`` seconds for lock ``name`` is for, as ``state`` tells."""
+    text = f"waiting for lock {name!r} ({waited:.0f} s so far)"
+    if state is None:
+        return text + ": its holders could not be read"
+    if state.holders:
+        # the description is the holding client's to write: complain() escapes what is in it
+        holders = ", ".join(
+            f"{holder.holder} (token {holder.token}, "
+            + (
+                "with its session"
+                if holder.session
+                else f"lease {max(0.0, holder.expires_in):.1f} s left"
+            )
+            + ")"
+            for holder in state.holders
+        )
+        text += f": held by {holders}"
+    if state.waiters > 1:
+        text += f"; {state.waiters - 1} other waiter(s) in line"
+    return text
 
 
 def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:

@@ -445,6 +445,13 @@ class _RunCommand(_Described):
 )
 @click.option("--no-wait", is_flag=True, help="Try once: the same as --wait 0.")
 @click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Say nothing while waiting (by default, a wait of over a second says whom it waits "
+    "for, on stderr, and again every 10 s).",
+)
+@click.option(
     "--kill-after",
     type=DURATION,
     default=5.0,
@@ -470,6 +477,7 @@ def run(
     ttl: float,
     wait: float | None,
     no_wait: bool,
+    quiet: bool,
     kill_after: float,
     wait_descendants: bool,
     url: str | None,
@@ -519,6 +527,7 @@ def run(
         kill_after=kill_after,
         wait_descendants=wait_descendants,
         complain=_complain,
+        report_wait=not quiet,
     )
 
 

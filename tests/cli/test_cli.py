@@ -225,11 +225,32 @@ def test_run_exits_75_at_once_when_the_lock_is_held(
 def test_run_waits_as_long_as_told(env: dict[str, str], locks: tumbler.Locks, wait: float) -> None:
     assert locks.lock("job").acquire()
     started = time.monotonic()
-    result = run_tumbler("run", "job", "--wait", str(wait), "--", "true", env=env)
+    result = run_tumbler("run", "job", "--quiet", "--wait", str(wait), "--", "true", env=env)
     elapsed = time.monotonic() - started
     assert result.returncode == EX_TEMPFAIL
     assert f"within {wait:g} s" in one_error_line(result.stderr)
     assert elapsed >= wait - 0.05
+
+
+def test_run_says_whom_a_wait_of_over_a_second_is_for(spawn: Spawn, locks: tumbler.Locks) -> None:
+    lock = locks.lock("job")
+    assert lock.acquire()
+    assert lock.hold is not None
+    waiter = spawn("run", "job", "--", "true", stderr=subprocess.PIPE)
+    assert waiter.stderr is not None
+    said = waiter.stderr.readline().decode()
+    assert re.match(r"tumbler: waiting for lock 'job' \(\d+ s so far\): held by ", said), said
+    assert f"pid={os.getpid()} (token {lock.hold.token}, lease " in said
+    lock.release()
+    assert waiter.wait(timeout=30) == 0
+    assert waiter.stderr.read() == b""  # said once: the next is due after 10 s more
+
+
+def test_run_quiet_says_nothing_while_it_waits(env: dict[str, str], locks: tumbler.Locks) -> None:
+    assert locks.lock("job").acquire()
+    result = run_tumbler("run", "job", "-q", "--wait", "1.5", "--", "true", env=env)
+    assert result.returncode == EX_TEMPFAIL
+    assert "within 1.5 s" in one_error_line(result.stderr)
 
 
 def test_run_gets_the_lock_once_it_is_released(spawn: Spawn, locks: tumbler.Locks) -> None:
