@@ -25,9 +25,11 @@ import contextlib
 import importlib
 import logging
 import math
+import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -137,8 +139,9 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
-def _json_text(document: Any) -> str:
-    """``document`` as indented JSON in which no character a terminal acts on appears raw.
+def _json_text(document: Any, *, indent: int | None = 2) -> str:
+    """``document`` as JSON (indented, or on one line with ``indent=None``) in which no
+    character a terminal acts on appears raw.
 
     ``json.dumps`` escapes C0 controls only; DEL, C1 controls, lone surrogates and
     bidirectional controls are escaped here too (``\\uXXXX`` is valid anywhere in a JSON
@@ -146,7 +149,7 @@ def _json_text(document: Any) -> str:
     """
     import json  # only status --json needs it
 
-    text = json.dumps(document, indent=2, ensure_ascii=False)
+    text = json.dumps(document, indent=indent, ensure_ascii=False)
     return _UNPRINTABLE_IN_JSON.sub(_json_escape, text)
 
 
@@ -587,15 +590,46 @@ def _table(*columns: str, right: Sequence[str] = ()) -> Table:
     return table
 
 
-def _status_table(states: Sequence[LockState]) -> Table:
-    table = _table(
-        "lock", "holder", "token", "mode", "lease", "waiters", right=("token", "waiters")
-    )
+def _held_text(seconds: float, since_start: bool) -> str:
+    """How long a grant has been held, as a watch saw it: ``since_start`` if it was held when
+    the watch began (it may have been held longer)."""
+    return ("≥" if since_start else "") + f"{seconds:.0f} s"
+
+
+class _Watch:
+    """What ``status --watch`` remembers between two reads: when it first saw each grant (by
+    lock name and token), the backends' entries telling nothing of when a grant began."""
+
+    def __init__(self) -> None:
+        self.first_seen: dict[tuple[str, int], float] = {}
+        #: the grants of the first read, which may have been held for longer
+        self.at_start: set[tuple[str, int]] | None = None
+
+    def held(self, states: Sequence[LockState]) -> dict[tuple[str, int], str]:
+        """How long each grant of ``states`` has been held, for the table's column."""
+        now = time.monotonic()
+        seen = {(state.name, holder.token) for state in states for holder in state.holders}
+        if self.at_start is None:
+            self.at_start = seen
+        self.first_seen = {grant: self.first_seen.get(grant, now) for grant in seen}
+        return {
+            grant: _held_text(now - at, since_start=grant in self.at_start)
+            for grant, at in self.first_seen.items()
+        }
+
+
+def _status_table(
+    states: Sequence[LockState], held: dict[tuple[str, int], str] | None = None
+) -> Table:
+    columns = ["lock", "holder", "token", "mode", "lease", "waiters"]
+    if held is not None:
+        columns.insert(4, "held")
+    table = _table(*columns, right=("token", "held", "waiters"))
     for state in states:
         name = _printable(state.name)
         waiters = str(state.waiters)
         if not state.holders:
-            table.add_row(name, "-", "-", "-", "-", waiters)
+            table.add_row(name, "-", "-", "-", *(["-"] if held is not None else []), "-", waiters)
         for holder in state.holders:
             mode = "exclusive"
             if holder.shared:
@@ -605,53 +639,144 @@ def _status_table(states: Sequence[LockState]) -> Table:
                 _printable(holder.holder),
                 str(holder.token),
                 mode,
+                *([held.get((state.name, holder.token), "")] if held is not None else []),
                 _lease_text(holder),
                 waiters,
             )
     return table
 
 
+def _backend_line(locks: tumbler.Locks, url: str | None) -> str:
+    """Which backend ``status`` read, and where its URL came from."""
+    if url is not None:
+        origin = ""
+    elif os.environ.get(backends.URL_VARIABLE):
+        origin = f" (from ${backends.URL_VARIABLE})"
+    else:
+        origin = f" (the default: ${backends.URL_VARIABLE} is not set)"
+    return f"backend: {locks.url}{origin}"
+
+
 @cli.command(cls=_Described)
 @click.argument("name", required=False)
 @url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
-def status(name: str | None, url: str | None, as_json: bool) -> int:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Read again every --interval seconds until Ctrl-C: a live table with how long each "
+    "grant has been held, or with --json one line of JSON per read.",
+)
+@click.option(
+    "--interval",
+    type=Seconds(positive=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between two reads of --watch.",
+)
+def status(name: str | None, url: str | None, as_json: bool, watch: bool, interval: float) -> int:
     """Show the holders and waiters of lock NAME, or of every lock in use.
 
     For each holder: its description (host and pid), fencing token, mode (exclusive or
     shared) and its lease: the seconds left on it, or, on a backend where a grant lives
     with its holder's session ({session_backends}), "with session" and the session's timeout
-    (how long the grant outlives a holder that died). With --json, one object for NAME
+    (how long the grant outlives a holder that died). The table names the backend it read
+    (and whether its URL came from $TUMBLER_URL or is the default). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
     "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
     expires_in is null for a session's grant, session_timeout null for the others; malformed
-    counts entries tumbler did not write, which block nothing. Characters that a
-    terminal would act on (escape sequences in a holder's description) are shown escaped.
+    counts entries tumbler did not write, which block nothing. With --watch, it reads again
+    every --interval seconds until Ctrl-C (exit status 0): a live table whose "held" column
+    says how long each grant has been held as far as the watch saw (≥ for one held when it
+    began), or, with --json, one line per read (JSON Lines). Characters that a terminal
+    would act on (escape sequences in a holder's description) are shown escaped.
     """
     if name is not None:
         _check_name(name)
     with _connect(url, "status") as locks:
+        if watch:
+            return _watch_status(locks, name, url, as_json, interval)
         states = [locks.status(name)] if name is not None else locks.status_all()
     if as_json:
-        document: Any = (
-            _state_json(states[0]) if name is not None else list(map(_state_json, states))
-        )
-        click.echo(_json_text(document))
+        click.echo(_json_text(_states_json(states, name)))
         return EX_OK
     console = _console()
+    console.print(_backend_line(locks, url), soft_wrap=True)
+    _print_states(console, states, name)
+    return EX_OK
+
+
+def _states_json(states: Sequence[LockState], name: str | None) -> Any:
+    return _state_json(states[0]) if name is not None else list(map(_state_json, states))
+
+
+def _print_states(
+    console: Console,
+    states: Sequence[LockState],
+    name: str | None,
+    held: dict[tuple[str, int], str] | None = None,
+) -> None:
     if name is not None and not states[0].holders and not states[0].waiters:
         console.print(f"lock {states[0].name!r} is free: no holders, no waiters")
     elif not states:
         console.print("no lock has holders or waiters")
     else:
-        console.print(_status_table(states))
+        console.print(_status_table(states, held))
     for state in states:
         if state.malformed:
             console.print(
                 f"lock {_printable(state.name)!r}: {state.malformed} entries tumbler did not "
                 "write (skipped; its next grant, release or force release removes them)"
             )
-    return EX_OK
+
+
+def _watch_status(
+    locks: tumbler.Locks, name: str | None, url: str | None, as_json: bool, interval: float
+) -> int:
+    """``status --watch``: read every ``interval`` seconds until SIGINT."""
+    watch = _Watch()
+    console = None if as_json else _console()
+    live = None
+    if console is not None and console.is_terminal:
+        from rich.live import Live
+
+        live = Live(console=console, auto_refresh=False, transient=False)
+        live.start()
+    try:
+        while True:
+            states = [locks.status(name)] if name is not None else locks.status_all()
+            if console is None:
+                click.echo(_json_text(_states_json(states, name), indent=None))
+            else:
+                held = watch.held(states)
+                if live is not None:
+                    from rich.console import Group
+
+                    page = _Page(console)
+                    page.print(_backend_line(locks, url))
+                    _print_states(page, states, name, held)  # type: ignore[arg-type]
+                    live.update(Group(*page.parts), refresh=True)
+                else:
+                    console.print(_backend_line(locks, url), soft_wrap=True)
+                    _print_states(console, states, name, held)
+                    console.print()
+            time.sleep(interval)  # a watch reads at its interval: nothing to wait on
+    except KeyboardInterrupt:
+        return EX_OK
+    finally:
+        if live is not None:
+            live.stop()
+
+
+class _Page:
+    """Gathers what :func:`_print_states` prints, for one refresh of a live table."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.parts: list[Any] = []
+
+    def print(self, *objects: Any) -> None:
+        self.parts.extend(objects)
 
 
 # -- release -------------------------------------------------------------------------------------

@@ -673,6 +673,78 @@ def test_status_when_nothing_is_held(capsys: pytest.CaptureFixture[str]) -> None
     assert json.loads(out) == []
 
 
+def test_status_names_the_backend_it_read_and_where_its_url_came_from(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    tmp_path: Path,
+) -> None:
+    _, out, _ = call(capsys, "status")
+    assert out.splitlines()[0] == f"backend: {url} (from $TUMBLER_URL)"
+    _, out, _ = call(capsys, "status", "job", "--url", url)
+    assert out.splitlines()[0] == f"backend: {url}"
+    monkeypatch.delenv("TUMBLER_URL")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _, out, _ = call(capsys, "status")
+    default = tmp_path / "cache" / "tumbler" / "locks.db"
+    assert (
+        out.splitlines()[0] == f"backend: sqlite://{default} (the default: $TUMBLER_URL is not set)"
+    )
+
+
+def _watching(spawn: Spawn, *options: str) -> subprocess.Popen[bytes]:
+    return spawn("status", "--watch", "--interval", "0.05", *options, stdout=subprocess.PIPE)
+
+
+def _stop_watching(watcher: subprocess.Popen[bytes]) -> None:
+    watcher.send_signal(signal.SIGINT)
+    assert watcher.wait(timeout=30) == 0  # Ctrl-C is how a watch ends
+
+
+def test_status_watch_json_prints_a_line_per_read(spawn: Spawn, locks: tumbler.Locks) -> None:
+    watcher = _watching(spawn, "--json")
+    assert json.loads(read_line(watcher)) == []
+    lock = locks.lock("job")
+    assert lock.acquire()
+    assert lock.hold is not None
+    while not (states := json.loads(read_line(watcher))):
+        pass
+    [state] = states
+    assert [holder["token"] for holder in state["holders"]] == [lock.hold.token]
+    lock.release()
+    while json.loads(read_line(watcher)):
+        pass
+    _stop_watching(watcher)
+
+
+def test_status_watch_says_how_long_each_grant_has_been_held(
+    spawn: Spawn, locks: tumbler.Locks
+) -> None:
+    early = locks.lock("early")
+    assert early.acquire()
+    watcher = _watching(spawn)
+    late = locks.lock("late")
+
+    def held_column() -> dict[str, str]:
+        """The next table's lock names and their "held" cells."""
+        while read_line(watcher).split()[:1] != ["lock"]:
+            pass
+        cells: dict[str, str] = {}
+        while (line := read_line(watcher)).strip():
+            found = re.match(r"\s*(early|late)\s.*\s(≥?\d+) s\s+[\d.]+ s left", line)
+            if found:
+                cells[found[1]] = found[2]
+        return cells
+
+    assert held_column() == {"early": "≥0"}  # held when the watch began: maybe for longer
+    assert late.acquire()
+    while "late" not in (cells := held_column()):
+        pass
+    assert cells["late"] == "0"
+    assert cells["early"].startswith("≥")
+    _stop_watching(watcher)
+
+
 # -- release -------------------------------------------------------------------------------------
 
 

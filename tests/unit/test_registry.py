@@ -439,7 +439,7 @@ def test_the_default_directory_and_file_are_private(cache_home: Path) -> None:
     previous = os.umask(0)
     try:
         with tumbler.connect() as locks:
-            assert locks.url == "sqlite://"
+            assert locks.url == f"sqlite://{cache_home / 'tumbler' / 'locks.db'}"
     finally:
         os.umask(previous)
     assert mode(cache_home / "tumbler") == 0o700

@@ -868,6 +868,8 @@ class SQLiteBackend:
             raise InvalidURL("synchronous must be 'normal' or 'full'", backend=self.url)
         path, is_default = resolve_path(url)
         if is_default:
+            # named by its file from now on: status and errors say which file was used
+            self.url = self.url.replace("sqlite://", f"sqlite://{path}", 1)
             _make_private_dirs(path.parent, self.url)
         self.path = secure_database(path, self.url, private=is_default)
         self._local = threading.local()
