@@ -165,6 +165,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from tumbler.backends import BackendDescriptor
+    from tumbler.demo import RunResult
 
     _FloatType = click.ParamType[float, Any]  # generic only in recent click
 else:
@@ -921,6 +922,13 @@ def init(url: str | None) -> int:
     default=None,
     help="--http: which example service runs, blocking or asyncio.  [default: sync]",
 )
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="--http: leave out the instances' own output (their logs), keeping the progress and "
+    "the results.",
+)
 def demo(
     url: str | None,
     http: bool,
@@ -931,6 +939,7 @@ def demo(
     concurrency: int | None,
     segments: int | None,
     flavour: str | None,
+    quiet: bool,
 ) -> int:
     """Show a race that a lock prevents: stock deduction by worker processes.
 
@@ -969,8 +978,14 @@ def demo(
             stock=stock,
             segments=segments or 4,
             think=0.01 if think is None else think,
+            quiet=quiet,
         )
-    for name, value in (("concurrency", concurrency), ("segments", segments), ("flavour", flavour)):
+    for name, value in (
+        ("concurrency", concurrency),
+        ("segments", segments),
+        ("flavour", flavour),
+        ("quiet", quiet or None),
+    ):
         if value is not None:
             raise click.BadParameter("only with --http", param_hint=f"'--{name}'")
     workers = workers or 4
@@ -988,19 +1003,7 @@ def demo(
     except stock_demo.DemoError as error:
         _complain(str(error))
         return EX_FAILURE
-    numbers = ("requests", "sold", "final stock", "oversold", "lost updates", "time (s)")
-    table = _table("run", *numbers, right=numbers)
-    for run_result in (result.unlocked, result.locked):
-        table.add_row(
-            run_result.label,
-            str(run_result.requests),
-            str(run_result.sold),
-            str(run_result.final_stock),
-            str(run_result.oversold),
-            str(run_result.lost_updates),
-            f"{run_result.seconds:.2f}",
-        )
-    console.print(table)
+    console.print(_demo_table((result.unlocked, result.locked)))
     console.print(f"backend: {result.url}")
     locked = result.locked
     if result.ok:
@@ -1016,6 +1019,26 @@ def demo(
     return EX_FAILURE
 
 
+def _demo_table(runs: Sequence[RunResult], *, throughput: bool = False) -> Table:
+    """The demo's runs side by side, in 80 columns: ``left`` is the stock left at the end,
+    ``lost`` the updates lost (a sale recorded whose deduction another overwrote)."""
+    numbers: tuple[str, ...] = ("requests", "sold", "left", "oversold", "lost", "secs")
+    if throughput:
+        numbers += ("req/s",)
+    table = _table("run", *numbers, right=numbers)
+    table.pad_edge, table.collapse_padding = False, True
+    table.columns[0].no_wrap = True
+    for run in runs:
+        cells = [run.requests, run.sold, run.final_stock, run.oversold, run.lost_updates]
+        table.add_row(
+            run.label,
+            *map(str, cells),
+            f"{run.seconds:.2f}",
+            *([f"{run.throughput:.0f}"] if throughput else []),
+        )
+    return table
+
+
 def _http_demo(
     url: str | None,
     *,
@@ -1025,6 +1048,7 @@ def _http_demo(
     stock: int,
     segments: int,
     think: float,
+    quiet: bool,
 ) -> int:
     from . import demo as stock_demo
     from . import demo_http
@@ -1036,7 +1060,7 @@ def _http_demo(
         f"{segments} segments, think {think * 1000:g} ms"
     )
     try:
-        with demo_http.TerminalView(console) as view:
+        with demo_http.TerminalView(console, instance_output=not quiet) as view:
             result = demo_http.run_http_demo(
                 url,
                 flavour=flavour,
@@ -1050,20 +1074,7 @@ def _http_demo(
     except stock_demo.DemoError as error:
         _complain(str(error))
         return EX_FAILURE
-    numbers = ("requests", "sold", "final stock", "oversold", "lost updates", "time (s)", "req/s")
-    table = _table("run", *numbers, right=numbers)
-    for run_result in result.runs:
-        table.add_row(
-            run_result.label,
-            str(run_result.requests),
-            str(run_result.sold),
-            str(run_result.final_stock),
-            str(run_result.oversold),
-            str(run_result.lost_updates),
-            f"{run_result.seconds:.2f}",
-            f"{run_result.throughput:.0f}",
-        )
-    console.print(table)
+    console.print(_demo_table(result.runs, throughput=True))
     console.print(f"backend: {result.url}")
     locked, segmented = result.locked, result.segmented
     console.print(

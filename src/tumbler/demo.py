@@ -62,6 +62,11 @@ class RunResult:
         return "with tumbler lock" if self.locked else "without lock"
 
     @property
+    def throughput(self) -> float:
+        """Requests handled a second."""
+        return self.requests / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
     def deducted(self) -> int:
         """Items actually taken off the stock."""
         return self.initial_stock - self.final_stock

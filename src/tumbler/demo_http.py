@@ -110,11 +110,6 @@ class HttpRunResult(RunResult):
             and self.answered_sold_out == self.requests - self.sold
         )
 
-    @property
-    def throughput(self) -> float:
-        """Requests answered a second."""
-        return self.requests / self.seconds if self.seconds > 0 else float("inf")
-
 
 @dataclass(frozen=True)
 class HttpDemoResult:
@@ -560,10 +555,10 @@ def _buy(connection: HTTPConnection) -> int:
 class TerminalView:
     """The demo in a terminal: the instances' output above a progress bar per run (without
     a terminal, a line as each run starts). Use it as a context manager around
-    :func:`run_http_demo`.
+    :func:`run_http_demo`. Without ``instance_output``, the instances' own lines are left out.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, instance_output: bool = True) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         self.console = console
@@ -577,6 +572,7 @@ class TerminalView:
             disable=not console.is_terminal,
         )
         self._task: TaskID | None = None
+        self._instance_output = instance_output
 
     def __enter__(self) -> TerminalView:
         self._progress.start()
@@ -586,6 +582,8 @@ class TerminalView:
         self._progress.stop()
 
     def instance_output(self, instance: str, line: str) -> None:
+        if not self._instance_output:
+            return
         from rich.text import Text
 
         self.console.print(Text(f"{instance} | {line}", style="dim"), soft_wrap=True)

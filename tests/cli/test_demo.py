@@ -84,7 +84,7 @@ def test_demo_command_defaults(env: dict[str, str]) -> None:
     result = run_tumbler("demo", env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for heading in ("run", "requests", "sold", "final stock", "oversold", "lost updates", "time"):
+    for heading in ("run", "requests", "sold", "left", "oversold", "lost", "secs"):
         assert heading in out
     [locked_row] = [line for line in out.splitlines() if "with tumbler lock" in line]
     assert locked_row.split()[3:8] == ["120", "100", "0", "0", "0"]
@@ -114,3 +114,26 @@ def test_demo_command_reports_a_bad_backend(env: dict[str, str]) -> None:
     result = run_tumbler("demo", "--url", "nosuch://x", env=env)
     assert result.returncode == 78
     assert result.stderr.startswith("tumbler: ")
+
+
+def test_the_demo_tables_fit_80_columns() -> None:
+    from rich.console import Console
+
+    from tumbler.cli import _demo_table
+    from tumbler.demo_http import HttpRunResult
+
+    runs = [
+        HttpRunResult(
+            locked=mode != "none", workers=30, requests=99_999, initial_stock=99_999,
+            sold=99_999, final_stock=99_999, seconds=999.99, mode=mode, segments=1024,
+            answered_sold=0, answered_sold_out=0, failed=0,
+        )
+        for mode in ("none", "lock", "segmented")
+    ]  # fmt: skip
+    for throughput in (False, True):
+        console = Console(width=80, record=True, markup=False, emoji=False)
+        console.print(_demo_table(runs, throughput=throughput))
+        lines = [line for line in console.export_text().splitlines() if line.strip()]
+        assert len(lines) == 2 + len(runs), lines  # heading, rule, one line a run: no wrapping
+        assert all(len(line) <= 80 and "…" not in line for line in lines), lines
+        assert lines[-1].split()[:3] == ["segmented", "lock", "(1024)"]

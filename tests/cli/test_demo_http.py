@@ -161,13 +161,22 @@ def test_demo_http_command(env: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "serving on http://127.0.0.1:" in out  # the instances' output
-    for heading in ("run", "sold", "oversold", "lost updates", "req/s"):
+    for heading in ("run", "sold", "left", "oversold", "lost", "req/s"):
         assert heading in out
     for label in ("one lock", "segmented lock (4)"):
         [row] = [line.strip() for line in out.splitlines() if line.strip().startswith(label)]
-        # requests, sold, final stock, oversold, lost updates
+        # requests, sold, stock left, oversold, lost updates
         assert row.removeprefix(label).split()[:5] == ["30", "20", "0", "0", "0"]
     assert "exactly right" in out
+
+
+def test_demo_http_quiet_leaves_out_the_instances_output(env: dict[str, str]) -> None:
+    arguments = ["--requests", "10", "--concurrency", "5", "--stock", "5", "--think", "0"]
+    result = run_tumbler("demo", "--http", "--quiet", *arguments, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "serving on" not in result.stdout
+    assert not [line for line in result.stdout.splitlines() if " | " in line]
+    assert "exactly right" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -176,6 +185,7 @@ def test_demo_http_command(env: dict[str, str]) -> None:
         (["--http", "--workers", "2"], "--workers"),
         (["--segments", "2"], "--segments"),
         (["--flavour", "asyncio"], "--flavour"),
+        (["--quiet"], "--quiet"),
         (["--http", "--url", "memory://x"], "inside one process"),
     ],
 )
