@@ -681,8 +681,10 @@ def status(name: str | None, url: str | None, as_json: bool, watch: bool, interv
     For each holder: its description (host and pid), fencing token, mode (exclusive or
     shared) and its lease: the seconds left on it, or, on a backend where a grant lives
     with its holder's session ({session_backends}), "with session" and the session's timeout
-    (how long the grant outlives a holder that died). The table names the backend it read
-    (and whether its URL came from $TUMBLER_URL or is the default). With --json, one object for NAME
+    (how long the grant outlives a holder that died). "waiters" counts the backend's entries:
+    one per client waiting on the lock, however many of its threads or tasks wait behind it
+    in the client's own line. The table names the backend it read (and whether its URL came
+    from $TUMBLER_URL or is the default). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
     "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
     expires_in is null for a session's grant, session_timeout null for the others; malformed
