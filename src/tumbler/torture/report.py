@@ -119,32 +119,77 @@ def _totals_lines(run: TortureRun) -> list[str]:
     return lines
 
 
+#: the terminal table's headings, on two lines where one would widen the table
+_TERMINAL_HEADINGS = (
+    "backend",
+    "fault",
+    "primitive",
+    "grants",
+    "faults",
+    "viola-\ntions",
+    "not\npromised",
+    "stale\nrefused",
+    "holds\nlost",
+    "work after\ngrant",
+    "recovery\np50/max s",
+    "hazard\nhit",
+)
+
+#: below this width a terminal gets the rounds as blocks of lines instead of a table (the
+#: table's numbers alone take about 100 columns)
+_TABLE_WIDTH = 140
+
+
+def _hazard_word(round_: RoundResult) -> str:
+    """Whether the fault bit, in a word (the note that says how is in the Markdown and JSON
+    reports, and printed after the table for a round whose fault did not bite)."""
+    if round_.fault == "none":
+        return "n/a"
+    return "yes" if round_.exercised else "NO"
+
+
 def table(run: TortureRun) -> Table:
-    """The run as a rich table, one row per backend and fault."""
+    """The run as a rich table, one row per backend and fault. Text cells fold where the
+    terminal is narrow; numbers and headings keep their width, so nothing is cut."""
     from rich import box
     from rich.table import Table
 
-    result = Table(box=box.SIMPLE_HEAD)
-    numeric = {
-        "grants",
-        "faults",
-        "violations",
-        "not promised",
-        "stale refused",
-        "holds lost",
-        "work after grant",
-    }
-    for column in _COLUMNS:
-        result.add_column(column, justify="right" if column in numeric else "left")
+    result = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for index, heading in enumerate(_TERMINAL_HEADINGS):
+        if index < 3:
+            result.add_column(heading, overflow="fold")
+        else:
+            widest = max(map(len, heading.splitlines()))
+            result.add_column(heading, justify="right", no_wrap=True, min_width=widest)
     for round_ in run.rounds:
         style = None if round_.ok else "bold red"
-        result.add_row(*_row(round_), style=style)
+        result.add_row(*_row(round_)[:-1], _hazard_word(round_), style=style)
     return result
+
+
+def blocks(run: TortureRun) -> list[str]:
+    """The run for a narrow terminal: a round in three lines (which the terminal may wrap)."""
+    lines: list[str] = []
+    for round_ in run.rounds:
+        cells = dict(zip(_COLUMNS, _row(round_), strict=True))
+        recovery = cells["recovery p50/max s"]
+        lines += [
+            f"{round_.backend} {round_.fault} {round_.primitive}"
+            + ("" if round_.ok else ": FAILED"),
+            "  " + ", ".join(f"{name} {cells[name]}" for name in _COLUMNS[3:8]),
+            f"  holds lost {cells['holds lost']}, late work {cells['work after grant']}, "
+            f"recovery {recovery}{' s' if recovery != '-' else ''}, hit {_hazard_word(round_)}",
+        ]
+    return lines
 
 
 def print_report(run: TortureRun, console: Console) -> None:
     """The table, then every promised violation and every unexercised fault, then skips."""
-    console.print(table(run))
+    if console.width >= _TABLE_WIDTH:
+        console.print(table(run))
+    else:
+        for line in blocks(run):
+            console.print(line)
     for line in _totals_lines(run):
         console.print(f"total {line}")
     for round_ in run.rounds:
