@@ -52,6 +52,7 @@ from tumbler.errors import (
     EX_USAGE,
     ConfigurationError,
     TumblerError,
+    install_command,
 )
 
 __all__ = [
@@ -310,7 +311,7 @@ def _backends_help() -> str:
         also = [f"{s}://" for s in descriptor.schemes if not url_form.startswith(f"{s}://")]
         notes = [f"also {', '.join(also)}"] if also else []
         if descriptor.extra is not None:
-            notes.append(f"pip install 'tumbler[{descriptor.extra}]'")
+            notes.append(install_command(descriptor.extra))
         if notes:
             lines.append(f"    ({'; '.join(notes)})")
     return "\n".join(lines)

@@ -249,12 +249,22 @@ class ConfigurationError(TumblerError):
     exit_status = EX_CONFIG
 
 
+#: the name tumbler is installed by: "tumbler" on PyPI is another project, which pip would
+#: install instead, with only a warning that it has no such extra
+DISTRIBUTION = "tumbler-locks"
+
+
+def install_command(extra: str) -> str:
+    """The command that installs tumbler with one of its extras (``redis``, ``testing``)."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
 class MissingDependency(ConfigurationError, ImportError):
     """The backend needs an optional dependency that is not installed."""
 
     def __init__(self, scheme: str, extra: str, missing: str) -> None:
         super().__init__(
-            f"the {scheme}:// backend needs the {missing!r} package: pip install 'tumbler[{extra}]'"
+            f"the {scheme}:// backend needs the {missing!r} package: {install_command(extra)}"
         )
         self.extra = extra
         self.missing = missing

@@ -101,6 +101,9 @@ def test_tumbler_help_names_every_builtin_backend(capsys: pytest.CaptureFixture[
         assert descriptor.url_form in backends, descriptor.name
         for scheme in descriptor.schemes:
             assert f"{scheme}://" in backends, scheme
+        if descriptor.extra is not None:
+            # "tumbler" on PyPI is another project
+            assert f"pip install 'tumbler-locks[{descriptor.extra}]'" in backends, descriptor.name
 
 
 def test_a_backend_added_later_shows_in_the_help_without_editing_the_cli(

@@ -145,7 +145,7 @@ def test_unknown_scheme_lists_the_known_schemes_sorted() -> None:
 
 def test_missing_dependency_names_the_extra_and_the_package() -> None:
     error = errors.MissingDependency("etcd", "etcd", "etcd3")
-    assert "pip install 'tumbler[etcd]'" in str(error)
+    assert "pip install 'tumbler-locks[etcd]'" in str(error)
     assert "'etcd3'" in str(error)
     assert error.extra == "etcd"
     assert error.missing == "etcd3"

@@ -119,7 +119,7 @@ def test_a_backend_whose_driver_is_missing_names_the_extra_to_install(
     assert isinstance(error, ConfigurationError)
     assert error.extra == "fake"
     assert error.missing == "a_package_that_does_not_exist_xyz"
-    assert "tumbler[fake]" in str(error)
+    assert "tumbler-locks[fake]" in str(error)
     assert "a_package_that_does_not_exist_xyz" in str(error)
     assert isinstance(error.__cause__, ModuleNotFoundError)
     assert "some_module_that_needs_a_missing_dependency" not in sys.modules
@@ -131,7 +131,7 @@ def test_a_backend_without_an_extra_shows_its_import_error_as_is(
     registry: dict[str, BackendDescriptor],
 ) -> None:
     # no extra installs its driver: the installation is broken, and "pip install
-    # tumbler[...]" would be advice that cannot help
+    # tumbler-locks[...]" would be advice that cannot help
     write_module(tmp_path, "needs_missing_driver_abc", "import missing_driver_abc.client\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     tumbler.register_backend("drv", "needs_missing_driver_abc")
@@ -148,7 +148,7 @@ def test_a_broken_backend_module_is_not_reported_as_a_missing_extra(
 ) -> None:
     # A missing tumbler module (a backend written for another tumbler version) or a backend
     # package missing its own module is a broken installation, not a missing extra: advice to
-    # "pip install tumbler[buggy]" for a "missing 'tumbler' package" would mislead.
+    # "pip install tumbler-locks[buggy]" for a "missing 'tumbler' package" would mislead.
     write_module(tmp_path, "backend_with_a_bug_xyz", "import tumbler._no_such_module_xyz\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     tumbler.register_backend("buggy", "backend_with_a_bug_xyz", extra="buggy")

@@ -125,7 +125,8 @@ class BackendDescriptor:
     summary: str = ""
     #: the URL grammar, for the docs
     url_form: str = ""
-    #: the package extra that installs its driver (``pip install 'tumbler[redis]'``), if any
+    #: the extra of tumbler's distribution that installs its driver, if any (``redis``: what
+    #: ``MissingDependency`` tells to install, ``pip install 'tumbler-locks[redis]'``)
     extra: str | None = None
     #: ``(url, token) -> url``: the same store, with nothing in common with other tokens'
     #: URLs (another file, key prefix, path); lets the suite run against a URL given by hand

@@ -1,4 +1,4 @@
-"""``mysql://``, ``mariadb://``: locks in MySQL / MariaDB tables (extra ``tumbler[mysql]``).
+"""``mysql://``, ``mariadb://``: locks in MySQL / MariaDB tables (extra ``tumbler-locks[mysql]``).
 
 URL grammar::
 

@@ -1,4 +1,4 @@
-"""``postgresql://``, ``postgres://``: locks in PostgreSQL tables (extra ``tumbler[postgresql]``).
+"""``postgresql://``, ``postgres://``: locks in PostgreSQL tables (``tumbler-locks[postgresql]``).
 
 URL grammar::
 

@@ -1,4 +1,4 @@
-"""``redis://``, ``rediss://``, ``redis+unix://``: locks in Redis (extra ``tumbler[redis]``).
+"""``redis://``, ``rediss://``, ``redis+unix://``: locks in Redis (extra ``tumbler-locks[redis]``).
 
 URL grammar::
 

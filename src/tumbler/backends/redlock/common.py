@@ -1,5 +1,5 @@
 """``redlock://``, ``redlocks://``: one lock over N independent Redis masters (extra
-``tumbler[redis]``).
+``tumbler-locks[redis]``).
 
 URL grammar::
 

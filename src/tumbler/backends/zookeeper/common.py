@@ -1,4 +1,4 @@
-"""``zookeeper://``: locks in ZooKeeper (extra ``tumbler[zookeeper]``, client: kazoo).
+"""``zookeeper://``: locks in ZooKeeper (extra ``tumbler-locks[zookeeper]``, client: kazoo).
 
 URL grammar::
 

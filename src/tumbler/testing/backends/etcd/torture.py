@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tumbler.backends.etcd.common import MIN_LEASE_TTL
+from tumbler.errors import install_command
 from tumbler.torture.backends import (
     NETWORK_FAULT_KINDS,
     WORKER_FAULTS,
@@ -42,8 +43,8 @@ def _etcd_version() -> str:
 
 
 def _missing_etcd() -> str | None:
-    missing = missing_module("httpx", "pip install 'tumbler[etcd]'") or missing_module(
-        "mirakuru", "pip install 'tumbler[testing]'"
+    missing = missing_module("httpx", install_command("etcd")) or missing_module(
+        "mirakuru", install_command("testing")
     )
     if missing is not None:
         return missing

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+from tumbler.errors import install_command
 from tumbler.torture.backends import (
     NETWORK_FAULT_KINDS,
     WORKER_FAULTS,
@@ -30,9 +31,9 @@ def _options(ttl: float) -> str:
 
 def _missing() -> str | None:
     missing = (
-        missing_module("pymysql", "pip install 'tumbler[mysql]'")
-        or missing_module("aiomysql", "pip install 'tumbler[mysql]'")
-        or missing_module("mirakuru", "pip install 'tumbler[testing]'")
+        missing_module("pymysql", install_command("mysql"))
+        or missing_module("aiomysql", install_command("mysql"))
+        or missing_module("mirakuru", install_command("testing"))
     )
     if missing is not None:
         return missing

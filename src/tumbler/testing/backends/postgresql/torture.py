@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tumbler.errors import install_command
 from tumbler.torture.backends import (
     NETWORK_FAULT_KINDS,
     WORKER_FAULTS,
@@ -36,8 +37,8 @@ def _options(ttl: float) -> str:
 
 
 def _missing() -> str | None:
-    missing = missing_module("psycopg", "pip install 'tumbler[postgresql]'") or missing_module(
-        "mirakuru", "pip install 'tumbler[testing]'"
+    missing = missing_module("psycopg", install_command("postgresql")) or missing_module(
+        "mirakuru", install_command("testing")
     )
     if missing is not None:
         return missing

@@ -189,7 +189,7 @@ class PythonRedisLock(SyncContender):
     )
 
     def open(self, lock_name: str) -> SyncSession:
-        import redis_lock  # type: ignore[import-untyped]
+        import redis_lock
 
         client = _client(self.url)
         try:

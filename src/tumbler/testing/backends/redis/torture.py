@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tumbler.errors import install_command
 from tumbler.torture.backends import (
     NETWORK_FAULT_KINDS,
     WORKER_FAULTS,
@@ -33,8 +34,8 @@ def _redis_options(ttl: float) -> str:
 def missing_redis() -> str | None:
     """Why Redis servers cannot be started here (the driver, the launcher, the program), or
     None."""
-    missing = missing_module("redis", "pip install 'tumbler[redis]'") or missing_module(
-        "mirakuru", "pip install 'tumbler[testing]'"
+    missing = missing_module("redis", install_command("redis")) or missing_module(
+        "mirakuru", install_command("testing")
     )
     if missing is None and shutil.which("redis-server") is None:
         return "redis-server is not installed"

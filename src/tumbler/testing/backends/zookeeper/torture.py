@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tumbler.errors import install_command
 from tumbler.torture.backends import (
     NETWORK_FAULT_KINDS,
     WORKER_FAULTS,
@@ -36,8 +37,8 @@ def _zookeeper_version() -> str:
 
 
 def _missing_zookeeper() -> str | None:
-    missing = missing_module("kazoo", "pip install 'tumbler[zookeeper]'") or missing_module(
-        "mirakuru", "pip install 'tumbler[testing]'"
+    missing = missing_module("kazoo", install_command("zookeeper")) or missing_module(
+        "mirakuru", install_command("testing")
     )
     if missing is not None:
         return missing
