@@ -11,6 +11,7 @@ The asyncio flavour is ``tumbler.aio``, with the same names prefixed ``Async``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from ._core import DEFAULT_TTL, Seconds, validate_ttl
 from ._sync.client import Locks
@@ -45,6 +46,7 @@ from .errors import (
     UnknownScheme,
     WrongEventLoop,
 )
+from .observe import Observer, checked
 
 __version__ = "0.1.0"
 
@@ -78,6 +80,7 @@ __all__ = [
     "Locks",
     "MissingDependency",
     "NotHeld",
+    "Observer",
     "OutOfConnections",
     "PermissionDenied",
     "PermitsMismatch",
@@ -99,14 +102,21 @@ __all__ = [
 
 
 def connect(
-    url: str | None = None, *, default_ttl: Seconds = DEFAULT_TTL, **options: object
+    url: str | None = None,
+    *,
+    default_ttl: Seconds = DEFAULT_TTL,
+    observers: Iterable[Observer] = (),
+    **options: object,
 ) -> Locks:
     """Open a lock client on the backend that ``url`` names.
 
     ``url`` defaults to ``$TUMBLER_URL``, else ``sqlite://`` (a file in the user's cache
     directory). The scheme picks the backend: ``sqlite://``, ``memory://``, and those of
     installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
-    ``default_ttl`` is the lease of locks made without a ``ttl``.
+    ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of
+    ``tumbler.observe.Observer`` subclasses, told of every acquisition, release, renewal and
+    loss (``tumbler.otel.OpenTelemetryObserver`` makes OpenTelemetry metrics and spans of
+    them); none by default, at no cost.
 
     Raises ``UnknownScheme``, ``InvalidURL``, ``MissingDependency`` (naming the extra to
     install), ``ConfigurationError``, ``PermissionDenied`` or ``BackendUnavailable``.
@@ -114,10 +124,11 @@ def connect(
     from ._connect import backend_module
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
+    watchers = checked(observers)
     module, parsed = backend_module(url, options)
     backend = module.open_sync(parsed, **options)
     try:
-        return Locks(backend, default_ttl=default_ttl)
+        return Locks(backend, default_ttl=default_ttl, observers=watchers)
     except BaseException:
         backend.close()
         raise

@@ -11,6 +11,8 @@ a cancelled waiter withdraws from the line, and a cancelled release still comple
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ._async.client import AsyncLocks
 from ._async.hold import AsyncHold, AsyncSegmentHold
 from ._async.primitives import (
@@ -22,6 +24,7 @@ from ._async.primitives import (
     AsyncSemaphore,
 )
 from ._core import DEFAULT_TTL, Seconds, validate_ttl
+from .observe import Observer, checked
 
 __all__ = [
     "AsyncHold",
@@ -38,16 +41,21 @@ __all__ = [
 
 
 async def connect(
-    url: str | None = None, *, default_ttl: Seconds = DEFAULT_TTL, **options: object
+    url: str | None = None,
+    *,
+    default_ttl: Seconds = DEFAULT_TTL,
+    observers: Iterable[Observer] = (),
+    **options: object,
 ) -> AsyncLocks:
     """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
     from ._connect import backend_module
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
+    watchers = checked(observers)
     module, parsed = backend_module(url, options)
     backend = await module.open_async(parsed, **options)
     try:
-        return AsyncLocks(backend, default_ttl=default_ttl)
+        return AsyncLocks(backend, default_ttl=default_ttl, observers=watchers)
     except BaseException:
         await backend.close()
         raise

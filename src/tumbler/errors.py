@@ -260,12 +260,15 @@ def install_command(extra: str) -> str:
 
 
 class MissingDependency(ConfigurationError, ImportError):
-    """The backend needs an optional dependency that is not installed."""
+    """The backend, or another part of tumbler, needs an optional dependency that is not
+    installed. ``needed_by`` names that part when it is not the backend of ``scheme``
+    (``tumbler.otel``)."""
 
-    def __init__(self, scheme: str, extra: str, missing: str) -> None:
-        super().__init__(
-            f"the {scheme}:// backend needs the {missing!r} package: {install_command(extra)}"
-        )
+    def __init__(
+        self, scheme: str | None, extra: str, missing: str, *, needed_by: str | None = None
+    ) -> None:
+        who = needed_by if needed_by is not None else f"the {scheme}:// backend"
+        super().__init__(f"{who} needs the {missing!r} package: {install_command(extra)}")
         self.extra = extra
         self.missing = missing
 

@@ -18,7 +18,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
@@ -43,6 +43,7 @@ from ..backends.contract import (
     SessionEvents,
 )
 from ..errors import BackendUnavailable, TumblerError
+from ..observe import Acquisition, Observer, Observers, checked
 from .gate import AsyncClientGate
 from .hold import GIVE_BACK, RENEW, AsyncHold
 from .primitives import AsyncLock, AsyncRLock, AsyncRWLock, AsyncSegmentedLock, AsyncSemaphore
@@ -165,13 +166,19 @@ class AsyncLocks:
     """
 
     def __init__(
-        self, backend: AsyncBackend, *, default_ttl: core.Seconds = core.DEFAULT_TTL
+        self,
+        backend: AsyncBackend,
+        *,
+        default_ttl: core.Seconds = core.DEFAULT_TTL,
+        observers: Iterable[Observer] = (),
     ) -> None:
         self._backend = backend
         self._clock = backend.clock
         #: the client's calls on its backend (for its holds and lock objects)
         self._gate = AsyncClientGate(backend)
         self._default_ttl = self._gate.lease(core.validate_ttl(default_ttl))
+        #: None unless an observer wants some event: then every acquisition is observed
+        self._observers = Observers.of(checked(observers), backend.url, backend.clock)
         self._renewer: AsyncRenewer[AsyncHold] = AsyncRenewer(
             backend.clock, self._serve_due, self._expire_overdue
         )
@@ -410,6 +417,7 @@ class AsyncLocks:
         names: tuple[str, ...],
         hold_type: Callable[..., H],
         *,
+        lock_name: str,
         shared: bool,
         limit: int,
         fair: bool,
@@ -421,14 +429,28 @@ class AsyncLocks:
         lock may take, tried in this order and waited for all at once), held by a new owner;
         None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held.
         ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
-        binds what its holds need besides)."""
+        binds what its holds need besides). ``lock_name``: the lock object's name, for the
+        client's observers."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
             self._request(name, shared, limit, fair, ttl, queue=timeout != 0) for name in names
         )
-        make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
-        return await self._acquire(requests, timeout, make)
+        if self._observers is None:
+            make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
+            return await self._acquire(requests, timeout, make, None)
+        observed = self._observers.acquisition(lock_name, timeout)
+        make = functools.partial(hold_type, self, auto_renew=renew, observed=observed)
+        try:
+            hold = await self._acquire(requests, timeout, make, observed)
+        except BaseException as error:
+            observed.failed(error)
+            raise
+        if hold is None:
+            observed.timed_out()
+        else:
+            observed.granted(hold)
+        return hold
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -463,7 +485,11 @@ class AsyncLocks:
         )
 
     async def _acquire(
-        self, requests: tuple[GrantRequest, ...], timeout: float | None, make: HoldMaker[H]
+        self,
+        requests: tuple[GrantRequest, ...],
+        timeout: float | None,
+        make: HoldMaker[H],
+        observed: Acquisition | None,
     ) -> H | None:
         """Try; if refused, wait for a change and try again, until granted or the timeout runs
         out. ``requests``: one lock's, or one per segment a segmented lock may take (tried in
@@ -478,7 +504,7 @@ class AsyncLocks:
 
         One waiter per lock and client talks to the backend; the client's others queue behind
         it in the client's line, in arrival order, at no cost to the backend or the connection
-        pool.
+        pool. ``observed``, if the acquisition is observed, is told when it starts waiting.
         """
         gate = self._gate
         head = requests[0]
@@ -528,6 +554,8 @@ class AsyncLocks:
                 # Someone of this client is ahead: the watch would only gather their changes
                 # while this waiter waits for its turn; a fresh one is made after it.
                 watch.close()
+                if observed is not None:
+                    observed.waiting()
                 if not await self._wait_turn(name, line, place, deadline):
                     return None
                 watch = watched = self._watch(requests)
@@ -535,7 +563,7 @@ class AsyncLocks:
                     self._watches.add(watch)  # closed below, by finally, if refused here
                     gate.check_usable(name)
             left = None if deadline is None else max(0.0, deadline - clock.now())
-            return await self._acquire_or_wait(requests, left, make, watch)
+            return await self._acquire_or_wait(requests, left, make, watch, observed)
         finally:
             with self._guard:
                 if watched is not None:
@@ -605,9 +633,10 @@ class AsyncLocks:
         timeout: float | None,
         make: HoldMaker[H],
         watch: AsyncWatch,
+        observed: Acquisition | None,
     ) -> H | None:
         """Try, then wait on ``watch`` (made before the try) and try again until granted or
-        ``timeout`` runs out."""
+        ``timeout`` runs out; ``observed`` is told when the first try was refused."""
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
@@ -639,6 +668,8 @@ class AsyncLocks:
                 answered = True
             if hold is not None:
                 return hold
+            if observed is not None:
+                observed.waiting()
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
             failing = core.Backoff(
                 min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, self._rng
@@ -828,11 +859,11 @@ class AsyncLocks:
         except BackendUnavailable as error:
             _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
             for index, hold in zip(renewing, batch, strict=True):
-                after[index] = hold._unreachable()
+                after[index] = hold._unreachable(error)
             return after
         except TumblerError as error:
             for hold in batch:
-                hold._mark_lost(f"renewal failed: {error}")
+                hold._mark_lost(f"renewal failed: {error}", "renewal_error")
             return after
         for index, hold, ttl in zip(renewing, batch, granted, strict=True):
             if ttl is None and not hold._loss_pending:

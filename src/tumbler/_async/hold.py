@@ -65,6 +65,7 @@ from .._core import (
 )
 from ..backends.contract import Grant, GrantRequest, Renewal
 from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
+from ..observe import Acquisition, LossReason
 
 if TYPE_CHECKING:
     from .client import AsyncLocks
@@ -97,6 +98,8 @@ class AsyncHold:
         grant: Grant,
         sent_at: float,
         auto_renew: bool,
+        *,
+        observed: Acquisition | None = None,
     ) -> None:
         #: the lock name (canonical form)
         self.name: str = grant.name
@@ -113,6 +116,7 @@ class AsyncHold:
         #: why the hold will be found lost when the renewal worker gets to it (a session
         #: expired on the backend's thread, or a refused renewal's eviction note)
         self._pending_loss: str | None = None
+        self._pending_cause: LossReason = "refused"
         #: whether a caller was told of the loss (LockLost is raised once per hold)
         self._loss_reported = False
         #: set once the hold's end was announced (released, or lost and the on_lost callbacks
@@ -122,6 +126,10 @@ class AsyncHold:
         self._callbacks: list[Callable[[AsyncHold], object]] = []
         self._finish_callbacks: list[Callable[[AsyncHold], None]] = []
         self._guard = threading.Lock()
+        #: the acquisition's observation, if the client has observers
+        self._observed = observed
+        if observed is not None:
+            observed.grant_made()
 
     # -- what a holder asks ------------------------------------------------------------------
 
@@ -217,7 +225,7 @@ class AsyncHold:
                 if self._lost_reason is None and self.lost:
                     # found at the deadline, even if the renewal worker is still waiting for
                     # the backend; the worker gives the grant back when it gets to it
-                    self._mark_lost(self.lost_reason or "the hold was lost")
+                    self._mark_lost(self.lost_reason or "the hold was lost", self._lapse)
                     continue  # or another thread marked it first: wait for its callbacks
                 now = clock.now()
                 # the deadline may move (renewals), so wake there and look again
@@ -249,14 +257,15 @@ class AsyncHold:
             sent_at = gate.clock.now()
             granted = await gate.backend.renew(self.name, self._request.owner, seconds)
         if granted is None:
-            self._mark_lost(
-                await gate.eviction_of(self.name, self._request.owner)
-                or "the backend no longer has this grant"
-            )
+            eviction = await gate.eviction_of(self.name, self._request.owner)
+            self._mark_lost(eviction or "the backend no longer has this grant", _refusal(eviction))
             self.check()
             return
+        lease_left = self._deadline - sent_at
         self._deadline = core.local_deadline(sent_at, granted)
         self.ttl = granted
+        if self._observed is not None:
+            self._observed.renewed(self, lease_left, granted)
 
     async def release(self) -> None:
         """Give the grant back. Raises ``LockLost`` (after releasing) if it had been lost.
@@ -266,14 +275,28 @@ class AsyncHold:
         longer renewed); but if the hold was lost already (its lease ran out while the holder
         was paused, say), ``LockLost`` is what the caller learns either way.
         """
-        with self._gate.operation(self.name):
-            await self._release()
+        observed = self._observed
+        if observed is None:
+            with self._gate.operation(self.name):
+                await self._release()
+            return
+        held = observed.held()
+        observed.release_started(self, held)
+        try:
+            with self._gate.operation(self.name):
+                await self._release()
+        except BaseException as error:
+            observed.released(self, held, error)
+            raise
+        observed.released(self, held, None)
 
     async def _release(self) -> None:
         if self.lost and self._lost_reason is None:
             # the lease ran out before anyone noticed (the process was paused): tell the
             # on_lost callbacks now, before the backend is asked anything
-            self._mark_lost(self.lost_reason or "the lease ran out before a renewal succeeded")
+            self._mark_lost(
+                self.lost_reason or "the lease ran out before a renewal succeeded", self._lapse
+            )
         with self._guard:
             if self._state not in GRANTED:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
@@ -336,11 +359,12 @@ class AsyncHold:
 
     def _doubt(self, pending_loss: str | None = None) -> None:
         """The backend cannot confirm the hold now; with ``pending_loss``, it will not again
-        (the hold is lost for that reason when the renewal worker gets to it). Called from any
-        thread (a backend's session events come on the backend's own)."""
+        (the hold is lost for that reason when the renewal worker gets to it: the backend's
+        session expired). Called from any thread (a backend's session events come on the
+        backend's own)."""
         with self._guard:
             if pending_loss is not None:
-                self._pending_loss = pending_loss
+                self._pending_loss, self._pending_cause = pending_loss, "session_expired"
             if self._state is HELD:
                 self._move(IN_DOUBT)
 
@@ -352,10 +376,18 @@ class AsyncHold:
     async def _explain_refusal(self) -> None:
         """A renewal was refused: ask the backend whether an operator forced the grant out,
         to say so when the loss is recorded."""
-        self._pending_loss = await self._gate.eviction_of(self.name, self._request.owner)
+        eviction = await self._gate.eviction_of(self.name, self._request.owner)
+        if eviction is not None:
+            self._pending_loss, self._pending_cause = eviction, "force_released"
 
-    def _mark_lost(self, reason: str) -> None:
-        """Record the loss (once), run the ``on_lost`` callbacks, and wake ``wait_lost()``."""
+    @property
+    def _lapse(self) -> LossReason:
+        """Why a hold lost by the clock alone was lost (see ``lost``)."""
+        return "forked" if self._gate.forked else "expired"
+
+    def _mark_lost(self, reason: str, cause: LossReason) -> None:
+        """Record the loss (once), run the ``on_lost`` callbacks, and wake ``wait_lost()``.
+        ``cause``: ``reason`` in a word, for the observers."""
         with self._guard:
             if self._lost_reason is not None:
                 return
@@ -364,6 +396,8 @@ class AsyncHold:
                 self._move(LOST)
             callbacks, self._callbacks = self._callbacks, []
         _log.warning("lock %r lost: %s", self.name, reason)
+        if self._observed is not None:
+            self._observed.lost(self, cause, reason)
         for callback in callbacks:
             self._run_callback(callback)
         self._settle()  # after the callbacks: a wait_lost() that returns finds them done
@@ -375,9 +409,9 @@ class AsyncHold:
         if self._state not in GRANTED:
             return None
         if self._pending_loss is not None:
-            self._mark_lost(self._pending_loss)
+            self._mark_lost(self._pending_loss, self._pending_cause)
         elif now >= self._deadline:
-            self._mark_lost("the lease ran out before a renewal succeeded")
+            self._mark_lost("the lease ran out before a renewal succeeded", "expired")
         if self._lost_reason is not None:
             return None if self._state is GIVEN_BACK else GIVE_BACK
         if not self._auto_renew and self._state is not IN_DOUBT:
@@ -396,29 +430,39 @@ class AsyncHold:
         if granted is not None and self._lost_reason is None and now >= self._deadline:
             # confirmed too late: the holder may already have been told the hold is lost, and
             # a hold reported lost never comes back
-            self._mark_lost("the lease ran out before a renewal succeeded")
+            self._mark_lost("the lease ran out before a renewal succeeded", "expired")
         if self._lost_reason is not None:
             return now  # found lost meanwhile (the deadline watch): give the grant back
         if granted is None:
-            self._mark_lost(
-                self._pending_loss
-                or "a renewal was refused: the backend no longer has this grant "
-                "(its lease ran out there, or it was force-released)"
-            )
+            if self._pending_loss is not None:
+                self._mark_lost(self._pending_loss, self._pending_cause)
+            else:
+                self._mark_lost(
+                    "a renewal was refused: the backend no longer has this grant "
+                    "(its lease ran out there, or it was force-released)",
+                    "refused",
+                )
             return None
         with self._guard:
             if self._state is IN_DOUBT:
                 self._move(HELD)
+        lease_left = self._deadline - sent_at
+        if self._auto_renew:
+            self._deadline = core.local_deadline(sent_at, granted)
+            self.ttl = granted
+        if self._observed is not None:
+            self._observed.renewed(self, lease_left, granted)
         if not self._auto_renew:
             return self._deadline  # confirmed after a doubt, not extended
-        self._deadline = core.local_deadline(sent_at, granted)
-        self.ttl = granted
         return sent_at + core.renew_delay(granted)
 
-    def _unreachable(self) -> float:
-        """A renewal could not reach the backend: in doubt, and tried again soon."""
+    def _unreachable(self, error: BaseException) -> float:
+        """A renewal could not reach the backend (``error``): in doubt, and tried again
+        soon."""
         self._doubt()
         later = self._gate.clock.now()
+        if self._observed is not None:
+            self._observed.renewal_failed(self, self._deadline - later, error)
         return min(self._deadline, later + core.retry_delay(self._deadline - later))
 
     def _expire(self, now: float) -> float | None:
@@ -428,7 +472,7 @@ class AsyncHold:
             return None
         if now < self._deadline:
             return self._deadline
-        self._mark_lost("the lease ran out before a renewal succeeded")
+        self._mark_lost("the lease ran out before a renewal succeeded", "expired")
         return None
 
     async def _give_back(self) -> None:
@@ -447,7 +491,7 @@ class AsyncHold:
     async def _give_up_on_close(self) -> None:
         """The client is closing: lose the hold (if still granted) and release its grant."""
         if self._state in GRANTED:
-            self._mark_lost("the client was closed")
+            self._mark_lost("the client was closed", "client_closed")
             await self._release_grant()
 
     async def _release_grant(self) -> bool:
@@ -461,10 +505,12 @@ class AsyncHold:
                 # through, the grant frees itself when its lease runs out.
                 self._finish()
             if not was_live:
+                eviction = await self._gate.eviction_of(self.name, self._request.owner)
                 self._mark_lost(
-                    await self._gate.eviction_of(self.name, self._request.owner)
+                    eviction
                     or "the backend no longer had this grant at release: its lease ran out "
-                    "or it was force-released"
+                    "or it was force-released",
+                    _refusal(eviction),
                 )
             return was_live
         finally:
@@ -499,6 +545,12 @@ class AsyncHold:
             _log.exception("on_lost callback for lock %r failed", self.name)
 
 
+def _refusal(eviction: str | None) -> LossReason:
+    """Why the backend no longer had a grant, in a word: an operator's eviction note, or
+    not."""
+    return "refused" if eviction is None else "force_released"
+
+
 #: how ``repr()`` names a hold that is neither ``held`` nor ``lost``: in doubt reads as held,
 #: the grant being still the holder's to release
 _WORDS: Final[Mapping[HoldState, str]] = {
@@ -525,8 +577,9 @@ class AsyncSegmentHold(AsyncHold):
         auto_renew: bool,
         *,
         segment_of: Mapping[str, int],
+        observed: Acquisition | None = None,
     ) -> None:
-        super().__init__(locks, request, grant, sent_at, auto_renew)
+        super().__init__(locks, request, grant, sent_at, auto_renew, observed=observed)
         #: which segment this hold is on, 0 to ``segments - 1``: the part of the resource
         #: its holder may touch
         self.segment: int = segment_of[grant.name]

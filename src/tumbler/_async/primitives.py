@@ -135,6 +135,7 @@ class _AsyncPrimitive(Generic[H]):
         hold = await self._locks._acquire_hold(
             names,
             self._hold_type,
+            lock_name=self.name,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,

@@ -20,7 +20,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
@@ -45,6 +45,7 @@ from ..backends.contract import (
     Watch,
 )
 from ..errors import BackendUnavailable, TumblerError
+from ..observe import Acquisition, Observer, Observers, checked
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
 from .primitives import Lock, RLock, RWLock, SegmentedLock, Semaphore
@@ -166,12 +167,20 @@ class Locks:
     in asyncio, from another event loop (``WrongEventLoop``): connect anew there.
     """
 
-    def __init__(self, backend: Backend, *, default_ttl: core.Seconds = core.DEFAULT_TTL) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        default_ttl: core.Seconds = core.DEFAULT_TTL,
+        observers: Iterable[Observer] = (),
+    ) -> None:
         self._backend = backend
         self._clock = backend.clock
         #: the client's calls on its backend (for its holds and lock objects)
         self._gate = ClientGate(backend)
         self._default_ttl = self._gate.lease(core.validate_ttl(default_ttl))
+        #: None unless an observer wants some event: then every acquisition is observed
+        self._observers = Observers.of(checked(observers), backend.url, backend.clock)
         self._renewer: Renewer[Hold] = Renewer(backend.clock, self._serve_due, self._expire_overdue)
         self._rng = random.Random()
         self._holder = f"{os.uname().nodename} pid={self._gate.pid}"
@@ -406,6 +415,7 @@ class Locks:
         names: tuple[str, ...],
         hold_type: Callable[..., H],
         *,
+        lock_name: str,
         shared: bool,
         limit: int,
         fair: bool,
@@ -417,14 +427,28 @@ class Locks:
         lock may take, tried in this order and waited for all at once), held by a new owner;
         None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held.
         ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
-        binds what its holds need besides)."""
+        binds what its holds need besides). ``lock_name``: the lock object's name, for the
+        client's observers."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
             self._request(name, shared, limit, fair, ttl, queue=timeout != 0) for name in names
         )
-        make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
-        return self._acquire(requests, timeout, make)
+        if self._observers is None:
+            make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
+            return self._acquire(requests, timeout, make, None)
+        observed = self._observers.acquisition(lock_name, timeout)
+        make = functools.partial(hold_type, self, auto_renew=renew, observed=observed)
+        try:
+            hold = self._acquire(requests, timeout, make, observed)
+        except BaseException as error:
+            observed.failed(error)
+            raise
+        if hold is None:
+            observed.timed_out()
+        else:
+            observed.granted(hold)
+        return hold
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -459,7 +483,11 @@ class Locks:
         )
 
     def _acquire(
-        self, requests: tuple[GrantRequest, ...], timeout: float | None, make: HoldMaker[H]
+        self,
+        requests: tuple[GrantRequest, ...],
+        timeout: float | None,
+        make: HoldMaker[H],
+        observed: Acquisition | None,
     ) -> H | None:
         """Try; if refused, wait for a change and try again, until granted or the timeout runs
         out. ``requests``: one lock's, or one per segment a segmented lock may take (tried in
@@ -474,7 +502,7 @@ class Locks:
 
         One waiter per lock and client talks to the backend; the client's others queue behind
         it in the client's line, in arrival order, at no cost to the backend or the connection
-        pool.
+        pool. ``observed``, if the acquisition is observed, is told when it starts waiting.
         """
         gate = self._gate
         head = requests[0]
@@ -524,6 +552,8 @@ class Locks:
                 # Someone of this client is ahead: the watch would only gather their changes
                 # while this waiter waits for its turn; a fresh one is made after it.
                 watch.close()
+                if observed is not None:
+                    observed.waiting()
                 if not self._wait_turn(name, line, place, deadline):
                     return None
                 watch = watched = self._watch(requests)
@@ -531,7 +561,7 @@ class Locks:
                     self._watches.add(watch)  # closed below, by finally, if refused here
                     gate.check_usable(name)
             left = None if deadline is None else max(0.0, deadline - clock.now())
-            return self._acquire_or_wait(requests, left, make, watch)
+            return self._acquire_or_wait(requests, left, make, watch, observed)
         finally:
             with self._guard:
                 if watched is not None:
@@ -601,9 +631,10 @@ class Locks:
         timeout: float | None,
         make: HoldMaker[H],
         watch: Watch,
+        observed: Acquisition | None,
     ) -> H | None:
         """Try, then wait on ``watch`` (made before the try) and try again until granted or
-        ``timeout`` runs out."""
+        ``timeout`` runs out; ``observed`` is told when the first try was refused."""
         backend = self._backend
         caps = backend.capabilities
         clock = self._clock
@@ -635,6 +666,8 @@ class Locks:
                 answered = True
             if hold is not None:
                 return hold
+            if observed is not None:
+                observed.waiting()
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
             failing = core.Backoff(
                 min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, self._rng
@@ -824,11 +857,11 @@ class Locks:
         except BackendUnavailable as error:
             _log.warning("renewal of %d lock(s) failed, will retry: %s", len(batch), error)
             for index, hold in zip(renewing, batch, strict=True):
-                after[index] = hold._unreachable()
+                after[index] = hold._unreachable(error)
             return after
         except TumblerError as error:
             for hold in batch:
-                hold._mark_lost(f"renewal failed: {error}")
+                hold._mark_lost(f"renewal failed: {error}", "renewal_error")
             return after
         for index, hold, ttl in zip(renewing, batch, granted, strict=True):
             if ttl is None and not hold._loss_pending:

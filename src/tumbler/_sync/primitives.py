@@ -137,6 +137,7 @@ class _Primitive(Generic[H]):
         hold = self._locks._acquire_hold(
             names,
             self._hold_type,
+            lock_name=self.name,
             shared=self._shared,
             limit=self._limit,
             fair=self.fair,

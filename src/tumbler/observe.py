@@ -1,0 +1,499 @@
+"""Observers: what a client tells about the life of its locks, for metrics, traces or logs.
+
+    class Slow(tumbler.observe.Observer):
+        def acquire_granted(self, event):
+            if event.wait > 1.0:
+                log.info("waited %.1f s for %s", event.wait, event.name)
+
+    locks = tumbler.connect(url, observers=[Slow()])
+
+An observer subclasses ``Observer`` and overrides the methods of the events it wants; each
+gets one event, an immutable record. Every event of one acquisition, of the hold it granted and
+of that hold's release carries the same ``acquisition`` number, so that an observer can pair a
+start with its end (a span, say). ``tumbler.otel`` turns these events into OpenTelemetry
+metrics and spans.
+
+When and where observers are called:
+
+- In the thread or task where the event happens, at once, and never while the client holds
+  one of its internal locks. The acquire events run in the acquiring thread or task (so an
+  OpenTelemetry span started there is a child of the caller's span), the release events in
+  the releasing one, the renewal events and most losses in the client's renewal worker.
+- An observer must return quickly and must not block: it runs on the path of the lock (on the
+  event loop, in asyncio). Record, count, or hand the event to a queue of your own.
+- An exception an observer raises is logged (at WARNING with its traceback, the first time for
+  each observer and event; at DEBUG afterwards) and goes no further: observing never changes
+  what the lock does. ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
+  is not caught.
+- A client made without observers pays nothing for them: no event is made, nothing is called.
+  An observer that overrides no method is not called either.
+
+The times (``wait``, ``held``, ``lease_left``) are seconds on the client's clock (the backend's,
+a ``ManualClock`` in tests): monotonic, not wall time.
+
+Every acquisition the client makes is observed: ``acquire()`` with any timeout, ``with``, and
+the read and write sides of a read/write lock. A re-entrant lock's second acquire by its holder
+is not an acquisition (nothing is asked of the backend), and its inner release not a release.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+from ._clock import Clock
+from .errors import InvalidArgument
+
+__all__ = [
+    "LOSS_REASONS",
+    "AcquireFailed",
+    "AcquireGranted",
+    "AcquireStarted",
+    "AcquireTimedOut",
+    "AcquireWaiting",
+    "HoldLost",
+    "LossReason",
+    "Observer",
+    "ReleaseStarted",
+    "Released",
+    "RenewalFailed",
+    "Renewed",
+]
+
+_log = logging.getLogger("tumbler")
+
+#: Why a hold was lost, in a few stable words (``HoldLost.reason``; a metric's attribute):
+#:
+#: - ``expired``: its lease ran out before a renewal succeeded (the backend was out of reach
+#:   for that long, or the process was paused past it);
+#: - ``refused``: a renewal or the release found that the backend no longer had the grant;
+#: - ``force_released``: the same, and the backend says an operator forced it out;
+#: - ``session_expired``: the backend's session ended (ZooKeeper);
+#: - ``renewal_error``: a renewal failed with an error other than the backend being out of
+#:   reach (permissions taken away, say);
+#: - ``client_closed``: the client was closed while the hold was held;
+#: - ``forked``: the hold belongs to the parent of this process.
+LossReason = Literal[
+    "expired",
+    "refused",
+    "force_released",
+    "session_expired",
+    "renewal_error",
+    "client_closed",
+    "forked",
+]
+LOSS_REASONS: Final[tuple[LossReason, ...]] = (
+    "expired",
+    "refused",
+    "force_released",
+    "session_expired",
+    "renewal_error",
+    "client_closed",
+    "forked",
+)
+
+#: A renewal is late when it was sent with less than this part of its lease left: one sent on
+#: time has about two thirds left, one sent after a missed turn (a renewal that could not
+#: reach the backend, a blocked event loop, a paused process) a third or less.
+LATE_FRACTION: Final = 1 / 3
+
+
+# -- the events ----------------------------------------------------------------------------------
+#
+# ``name`` is the lock's name as the lock object has it (canonical; a segmented lock's own
+# name, not its segment's), ``backend`` the scheme of the client's URL (``redis``, ``sqlite``):
+# never the URL, which may carry a password.
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireStarted:
+    """An acquisition began. ``timeout``: how long it may wait (None: for ever, 0: one try)."""
+
+    acquisition: int
+    name: str
+    backend: str
+    timeout: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireWaiting:
+    """The acquisition found the lock taken (or another of this client's waiters for it
+    ahead) and waits. Once per acquisition at most; its end is the acquisition's end, whose
+    ``waited`` is then True. The number of a client's waiters is those begun and not ended."""
+
+    acquisition: int
+    name: str
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireGranted:
+    """The acquisition was granted: ``token`` is the hold's fencing token, ``wait`` the seconds
+    from its start to the grant."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    wait: float
+    waited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireTimedOut:
+    """The acquisition's timeout ran out before a grant (with ``timeout`` 0: its one try was
+    refused). ``wait``: the seconds it took."""
+
+    acquisition: int
+    name: str
+    backend: str
+    timeout: float | None
+    wait: float
+    waited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireFailed:
+    """The acquisition raised ``error`` (the backend out of reach past the timeout, the client
+    closed, a cancellation ...); the caller gets that error. ``wait``: the seconds it took."""
+
+    acquisition: int
+    name: str
+    backend: str
+    wait: float
+    waited: bool
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseStarted:
+    """The holder's release of a hold began (``release()``, or leaving ``with``). ``held``:
+    seconds from the grant to now."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    held: float
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The holder's release ended: ``error`` is what it raised, None if it raised nothing
+    (``LockLost``: the hold had been lost; ``BackendUnavailable``: the backend could not be
+    told, and the grant frees itself when its lease runs out). ``held`` as for
+    ``ReleaseStarted``."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    held: float
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldLost:
+    """A hold was found lost, once per hold: ``reason`` in a few stable words (see
+    ``LossReason``), ``detail`` in a sentence (the hold's ``lost_reason``, which may name an
+    operator). ``held``: seconds from the grant to the finding."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    held: float
+    reason: LossReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """A hold's lease was renewed (by the renewal worker, or ``hold.extend()``). ``lease_left``:
+    the seconds the client still counted on when the renewal was sent; ``late``: that was less
+    than a third of the lease (a renewal turn was missed: see ``LATE_FRACTION``)."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    lease_left: float
+    late: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalFailed:
+    """A renewal could not reach the backend: the hold is in doubt and the renewal is tried
+    again soon, until the lease runs out (then ``HoldLost`` with ``expired``). ``error``: what
+    the backend call raised; ``lease_left`` as for ``Renewed``."""
+
+    acquisition: int
+    name: str
+    backend: str
+    token: int
+    lease_left: float
+    error: BaseException
+
+
+# -- the observer ----------------------------------------------------------------------------------
+
+
+class Observer:
+    """Receives a client's events: override the methods of the events you want.
+
+    Give observers to ``tumbler.connect(url, observers=[...])`` (or ``tumbler.aio.connect``).
+    Each method is called with one event, in the thread or task where it happens, and must
+    return quickly (see the module's docstring). The same observer may serve several clients,
+    from several threads at once.
+    """
+
+    def acquire_started(self, event: AcquireStarted) -> None:
+        """An acquisition began."""
+
+    def acquire_waiting(self, event: AcquireWaiting) -> None:
+        """An acquisition found the lock taken and waits."""
+
+    def acquire_granted(self, event: AcquireGranted) -> None:
+        """An acquisition was granted."""
+
+    def acquire_timed_out(self, event: AcquireTimedOut) -> None:
+        """An acquisition's timeout ran out."""
+
+    def acquire_failed(self, event: AcquireFailed) -> None:
+        """An acquisition raised an error."""
+
+    def release_started(self, event: ReleaseStarted) -> None:
+        """The holder's release of a hold began."""
+
+    def released(self, event: Released) -> None:
+        """The holder's release of a hold ended."""
+
+    def lost(self, event: HoldLost) -> None:
+        """A hold was found lost."""
+
+    def renewed(self, event: Renewed) -> None:
+        """A hold's lease was renewed."""
+
+    def renewal_failed(self, event: RenewalFailed) -> None:
+        """A renewal could not reach the backend."""
+
+
+#: the names of Observer's event methods
+EVENTS: Final = (
+    "acquire_started",
+    "acquire_waiting",
+    "acquire_granted",
+    "acquire_timed_out",
+    "acquire_failed",
+    "release_started",
+    "released",
+    "lost",
+    "renewed",
+    "renewal_failed",
+)
+
+
+def checked(observers: object) -> tuple[Observer, ...]:
+    """``observers`` as given to ``connect()``: an iterable of ``Observer`` instances, else
+    ``InvalidArgument``."""
+    if isinstance(observers, (str, bytes, Observer)) or not isinstance(observers, Iterable):
+        raise InvalidArgument(
+            f"observers must be a list of tumbler.observe.Observer, not {type(observers).__name__}"
+        )
+    found = tuple(observers)
+    for observer in found:
+        if not isinstance(observer, Observer):
+            raise InvalidArgument(
+                "each observer must be an instance of a subclass of tumbler.observe.Observer, "
+                f"not {type(observer).__name__}"
+            )
+    return found
+
+
+# -- what the lock layer calls (tumbler's own code) ------------------------------------------------
+
+
+class _HoldLike(Protocol):
+    """What an event needs of a hold (the lock layer's ``Hold`` and ``AsyncHold``)."""
+
+    @property
+    def token(self) -> int: ...
+
+
+Handler = Callable[[object], None]
+
+#: one number per acquisition, unique in the process (``next()`` on a count is atomic)
+_acquisitions = itertools.count(1)
+
+
+class Observers:
+    """A client's observers: each event's handlers (the methods its observers override), and
+    the calls that make each event. None of a client's at all when it has no handler."""
+
+    def __init__(self, observers: tuple[Observer, ...], backend: str, clock: Clock) -> None:
+        self.backend = backend
+        self.clock = clock
+        self._handlers: dict[str, tuple[Handler, ...]] = {
+            event: tuple(
+                getattr(observer, event)
+                for observer in observers
+                if getattr(type(observer), event) is not getattr(Observer, event)
+            )
+            for event in EVENTS
+        }
+        (
+            self._started,
+            self._waiting,
+            self._granted,
+            self._timed_out,
+            self._failed,
+            self._release_started,
+            self._released,
+            self._lost,
+            self._renewed,
+            self._renewal_failed,
+        ) = (self._handlers[event] for event in EVENTS)
+        #: (observer method's function, event) pairs whose failure was logged in full already
+        self._failed_once: set[tuple[object, str]] = set()
+        self._failures_guard = threading.Lock()
+
+    @classmethod
+    def of(cls, observers: tuple[Observer, ...], url: str, clock: Clock) -> Observers | None:
+        """The dispatch for a client of ``url`` (its scheme is the events' ``backend``); None if
+        no observer overrides any event."""
+        made = cls(observers, url.partition(":")[0], clock)
+        return made if any(made._handlers.values()) else None
+
+    def acquisition(self, name: str, timeout: float | None) -> Acquisition:
+        """Begin observing an acquisition of the lock ``name``."""
+        return Acquisition(self, name, timeout)
+
+    def emit(self, handlers: tuple[Handler, ...], event: object) -> None:
+        for handler in handlers:
+            try:
+                handler(event)
+            except Exception:
+                self._report(handler, type(event).__name__)
+
+    def _report(self, handler: Handler, event: str) -> None:
+        key = (getattr(handler, "__func__", handler), event)
+        with self._failures_guard:
+            first = key not in self._failed_once
+            self._failed_once.add(key)
+        _log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "observer %r failed on %s%s",
+            getattr(handler, "__self__", handler),
+            event,
+            "" if first else " (again)",
+            exc_info=True,
+        )
+
+
+class Acquisition:
+    """The events of one acquisition, of the hold it grants and of that hold's end."""
+
+    __slots__ = ("granted_at", "name", "number", "observers", "started_at", "timeout", "waited")
+
+    def __init__(self, observers: Observers, name: str, timeout: float | None) -> None:
+        self.observers = observers
+        self.name = name
+        self.timeout = timeout
+        self.number = next(_acquisitions)
+        self.started_at = observers.clock.now()
+        #: when the grant came (reset if a grant came too late to use and another follows)
+        self.granted_at = self.started_at
+        self.waited = False
+        handlers = observers._started
+        if handlers:
+            observers.emit(handlers, AcquireStarted(self.number, name, observers.backend, timeout))
+
+    def grant_made(self) -> None:
+        """A grant came back (its hold is being made)."""
+        self.granted_at = self.observers.clock.now()
+
+    def waiting(self) -> None:
+        """The acquisition waits (said once)."""
+        if self.waited:
+            return
+        self.waited = True
+        observers = self.observers
+        if observers._waiting:
+            observers.emit(
+                observers._waiting, AcquireWaiting(self.number, self.name, observers.backend)
+            )
+
+    def granted(self, hold: _HoldLike) -> None:
+        observers = self.observers
+        if observers._granted:
+            wait = self.granted_at - self.started_at
+            event = AcquireGranted(
+                self.number, self.name, observers.backend, hold.token, wait, self.waited
+            )
+            observers.emit(observers._granted, event)
+
+    def timed_out(self) -> None:
+        observers = self.observers
+        if observers._timed_out:
+            wait = observers.clock.now() - self.started_at
+            event = AcquireTimedOut(
+                self.number, self.name, observers.backend, self.timeout, wait, self.waited
+            )
+            observers.emit(observers._timed_out, event)
+
+    def failed(self, error: BaseException) -> None:
+        observers = self.observers
+        if observers._failed:
+            wait = observers.clock.now() - self.started_at
+            event = AcquireFailed(
+                self.number, self.name, observers.backend, wait, self.waited, error
+            )
+            observers.emit(observers._failed, event)
+
+    # -- the hold's --------------------------------------------------------------------------
+
+    def _held(self) -> float:
+        return self.observers.clock.now() - self.granted_at
+
+    def release_started(self, hold: _HoldLike, held: float) -> None:
+        observers = self.observers
+        if observers._release_started:
+            event = ReleaseStarted(self.number, self.name, observers.backend, hold.token, held)
+            observers.emit(observers._release_started, event)
+
+    def released(self, hold: _HoldLike, held: float, error: BaseException | None) -> None:
+        observers = self.observers
+        if observers._released:
+            event = Released(self.number, self.name, observers.backend, hold.token, held, error)
+            observers.emit(observers._released, event)
+
+    def held(self) -> float:
+        """Seconds from the grant to now."""
+        return self._held()
+
+    def lost(self, hold: _HoldLike, reason: LossReason, detail: str) -> None:
+        observers = self.observers
+        if observers._lost:
+            event = HoldLost(
+                self.number, self.name, observers.backend, hold.token, self._held(), reason, detail
+            )
+            observers.emit(observers._lost, event)
+
+    def renewed(self, hold: _HoldLike, lease_left: float, lease: float) -> None:
+        observers = self.observers
+        if observers._renewed:
+            late = lease_left < lease * LATE_FRACTION
+            event = Renewed(self.number, self.name, observers.backend, hold.token, lease_left, late)
+            observers.emit(observers._renewed, event)
+
+    def renewal_failed(self, hold: _HoldLike, lease_left: float, error: BaseException) -> None:
+        observers = self.observers
+        if observers._renewal_failed:
+            event = RenewalFailed(
+                self.number, self.name, observers.backend, hold.token, lease_left, error
+            )
+            observers.emit(observers._renewal_failed, event)
