@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-__all__ = ["OpenTelemetryObserver"]
+__all__ = ["NAMES", "OpenTelemetryObserver"]
 
 #: Histogram buckets for waits and holds, in seconds: a lock waited for or held from a
 #: millisecond (an uncontended grant on a local backend) to ten minutes (a batch job). The
@@ -100,6 +100,33 @@ DURATION_BUCKETS: Final = (
     120.0,
     300.0,
     600.0,
+)
+
+#: every name this module gives a metric, a span or an attribute
+NAMES: Final = frozenset(
+    {
+        "tumbler.lock.acquire.duration",
+        "tumbler.lock.hold.duration",
+        "tumbler.lock.grants",
+        "tumbler.lock.timeouts",
+        "tumbler.lock.errors",
+        "tumbler.lock.losses",
+        "tumbler.lock.renewals",
+        "tumbler.lock.late_renewals",
+        "tumbler.lock.renewal_failures",
+        "tumbler.lock.waiters",
+        "tumbler.acquire",
+        "tumbler.release",
+        "tumbler.backend",
+        "tumbler.lock.name",
+        "tumbler.lock.fencing_token",
+        "tumbler.acquire.outcome",
+        "tumbler.acquire.timeout",
+        "tumbler.acquire.waited",
+        "tumbler.hold.duration",
+        "tumbler.operation",
+        "tumbler.loss.reason",
+    }
 )
 
 #: how many lock names' attribute sets are kept made (more: made afresh for each event)
@@ -132,7 +159,7 @@ class OpenTelemetryObserver(Observer):
                 f"{type(lock_names).__name__}"
             )
         self._lock_names = lock_names
-        self._attributes: dict[tuple[str, str], Attributes] = {}
+        self._attributes: dict[tuple[str, ...], Attributes] = {}
         meter = metrics.get_meter("tumbler", __version__, meter_provider)
         self._tracer = trace.get_tracer("tumbler", __version__, tracer_provider)
         self._acquire_duration = meter.create_histogram(
@@ -186,19 +213,20 @@ class OpenTelemetryObserver(Observer):
         self._acquiring: dict[int, Span] = {}
         self._releasing: dict[int, Span] = {}
 
-    def _attributes_of(self, backend: str, name: str) -> Attributes:
-        """The attributes of every metric of the lock ``name``."""
+    def _attributes_of(self, backend: str, name: str, *more: str) -> Attributes:
+        """The attributes of the lock ``name``, and ``more`` (keys and values in turn): made
+        once for each, not at every event."""
         chosen = self._lock_names
-        key = (backend, "" if chosen is False else name)
+        key = (backend, "" if chosen is False else name, *more)
         found = self._attributes.get(key)
         if found is None:
-            if chosen is False:
-                found = {"tumbler.backend": backend}
-            else:
-                shown = name if chosen is True else str(chosen(name))
-                found = {"tumbler.backend": backend, "tumbler.lock.name": shown}
+            made = {"tumbler.backend": backend}
+            if chosen is not False:
+                made["tumbler.lock.name"] = name if chosen is True else str(chosen(name))
+            made.update(zip(more[::2], more[1::2], strict=True))
             if len(self._attributes) < _KEPT_ATTRIBUTES:
-                self._attributes[key] = found
+                self._attributes[key] = made
+            found = made
         return found
 
     # -- acquisitions ------------------------------------------------------------------------
@@ -215,12 +243,19 @@ class OpenTelemetryObserver(Observer):
         self._waiters.add(1, self._attributes_of(event.backend, event.name))
 
     def _acquired(
-        self, acquisition: int, outcome: str, wait: float, waited: bool, attributes: Attributes
+        self,
+        event: AcquireGranted | AcquireTimedOut | AcquireFailed,
+        outcome: str,
+        attributes: Attributes,
     ) -> Span | None:
+        waited = event.waited
         if waited:
             self._waiters.add(-1, attributes)
-        self._acquire_duration.record(wait, {**attributes, "tumbler.acquire.outcome": outcome})
-        span = self._acquiring.pop(acquisition, None)
+        self._acquire_duration.record(
+            event.wait,
+            self._attributes_of(event.backend, event.name, "tumbler.acquire.outcome", outcome),
+        )
+        span = self._acquiring.pop(event.acquisition, None)
         if span is not None:
             span.set_attribute("tumbler.acquire.outcome", outcome)
             span.set_attribute("tumbler.acquire.waited", waited)
@@ -229,7 +264,7 @@ class OpenTelemetryObserver(Observer):
     def acquire_granted(self, event: AcquireGranted) -> None:
         attributes = self._attributes_of(event.backend, event.name)
         self._grants.add(1, attributes)
-        span = self._acquired(event.acquisition, "granted", event.wait, event.waited, attributes)
+        span = self._acquired(event, "granted", attributes)
         if span is not None:
             span.set_attribute("tumbler.lock.fencing_token", event.token)
             span.end()
@@ -237,7 +272,7 @@ class OpenTelemetryObserver(Observer):
     def acquire_timed_out(self, event: AcquireTimedOut) -> None:
         attributes = self._attributes_of(event.backend, event.name)
         self._timeouts.add(1, attributes)
-        span = self._acquired(event.acquisition, "timeout", event.wait, event.waited, attributes)
+        span = self._acquired(event, "timeout", attributes)
         if span is not None:
             if event.timeout != 0:
                 span.set_status(Status(StatusCode.ERROR, f"not granted within {event.timeout} s"))
@@ -246,8 +281,13 @@ class OpenTelemetryObserver(Observer):
     def acquire_failed(self, event: AcquireFailed) -> None:
         attributes = self._attributes_of(event.backend, event.name)
         kind = type(event.error).__name__
-        self._errors.add(1, {**attributes, "tumbler.operation": "acquire", "error.type": kind})
-        span = self._acquired(event.acquisition, "error", event.wait, event.waited, attributes)
+        self._errors.add(
+            1,
+            self._attributes_of(
+                event.backend, event.name, "tumbler.operation", "acquire", "error.type", kind
+            ),
+        )
+        span = self._acquired(event, "error", attributes)
         if span is not None:
             _fail(span, event.error)
 
@@ -266,7 +306,12 @@ class OpenTelemetryObserver(Observer):
         span = self._releasing.pop(event.acquisition, None)
         if event.error is not None:
             kind = type(event.error).__name__
-            self._errors.add(1, {**attributes, "tumbler.operation": "release", "error.type": kind})
+            self._errors.add(
+                1,
+                self._attributes_of(
+                    event.backend, event.name, "tumbler.operation", "release", "error.type", kind
+                ),
+            )
         if span is not None:
             span.set_attribute("tumbler.hold.duration", event.held)
             if event.error is None:
@@ -275,8 +320,9 @@ class OpenTelemetryObserver(Observer):
                 _fail(span, event.error)
 
     def lost(self, event: HoldLost) -> None:
-        attributes = self._attributes_of(event.backend, event.name)
-        self._losses.add(1, {**attributes, "tumbler.loss.reason": event.reason})
+        self._losses.add(
+            1, self._attributes_of(event.backend, event.name, "tumbler.loss.reason", event.reason)
+        )
 
     def renewed(self, event: Renewed) -> None:
         attributes = self._attributes_of(event.backend, event.name)

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tumbler.otel import NAMES as OTEL_NAMES
+
 ROOT = Path(__file__).parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-#: quoted names that are not Python objects: entry-point groups
-NOT_OBJECTS = {"tumbler.harnesses"}
+#: quoted names that are not Python objects: entry-point groups, and the names tumbler.otel
+#: gives its metrics, spans and attributes
+NOT_OBJECTS = {"tumbler.harnesses"} | OTEL_NAMES
 
 QUOTED_NAME = re.compile(r"`(tumbler(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 

@@ -20,7 +20,14 @@ import tumbler.backends.contract
 import tumbler.errors
 import tumbler.testing
 
-PUBLIC_MODULES = ["tumbler", "tumbler.aio", "tumbler.errors", "tumbler.testing"]
+PUBLIC_MODULES = [
+    "tumbler",
+    "tumbler.aio",
+    "tumbler.errors",
+    "tumbler.testing",
+    "tumbler.observe",
+    "tumbler.otel",
+]
 
 # sync class name -> asyncio class name
 FLAVOURS = {
