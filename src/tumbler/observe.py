@@ -8,10 +8,10 @@
     locks = tumbler.connect(url, observers=[Slow()])
 
 An observer subclasses ``Observer`` and overrides the methods of the events it wants; each
-gets one event, an immutable record. Every event of one acquisition, of the hold it granted and
-of that hold's release carries the same ``acquisition`` number, so that an observer can pair a
-start with its end (a span, say). ``tumbler.otel`` turns these events into OpenTelemetry
-metrics and spans.
+gets one event, an immutable record (a named tuple). Every event of one acquisition, of the
+hold it granted and of that hold's release carries the same ``acquisition`` number, so that an
+observer can pair a start with its end (a span, say). ``tumbler.otel`` turns these events
+into OpenTelemetry metrics and spans.
 
 When and where observers are called:
 
@@ -42,8 +42,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, NamedTuple, Protocol
 
 from ._clock import Clock
 from .errors import InvalidArgument
@@ -109,8 +108,7 @@ LATE_FRACTION: Final = 1 / 3
 # never the URL, which may carry a password.
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireStarted:
+class AcquireStarted(NamedTuple):
     """An acquisition began. ``timeout``: how long it may wait (None: for ever, 0: one try)."""
 
     acquisition: int
@@ -119,8 +117,7 @@ class AcquireStarted:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireWaiting:
+class AcquireWaiting(NamedTuple):
     """The acquisition found the lock taken (or another of this client's waiters for it
     ahead) and waits. Once per acquisition at most; its end is the acquisition's end, whose
     ``waited`` is then True. The number of a client's waiters is those begun and not ended."""
@@ -130,8 +127,7 @@ class AcquireWaiting:
     backend: str
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireGranted:
+class AcquireGranted(NamedTuple):
     """The acquisition was granted: ``token`` is the hold's fencing token, ``wait`` the seconds
     from its start to the grant."""
 
@@ -143,8 +139,7 @@ class AcquireGranted:
     waited: bool
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireTimedOut:
+class AcquireTimedOut(NamedTuple):
     """The acquisition's timeout ran out before a grant (with ``timeout`` 0: its one try was
     refused). ``wait``: the seconds it took."""
 
@@ -156,8 +151,7 @@ class AcquireTimedOut:
     waited: bool
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireFailed:
+class AcquireFailed(NamedTuple):
     """The acquisition raised ``error`` (the backend out of reach past the timeout, the client
     closed, a cancellation ...); the caller gets that error. ``wait``: the seconds it took."""
 
@@ -169,8 +163,7 @@ class AcquireFailed:
     error: BaseException
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseStarted:
+class ReleaseStarted(NamedTuple):
     """The holder's release of a hold began (``release()``, or leaving ``with``). ``held``:
     seconds from the grant to now."""
 
@@ -181,8 +174,7 @@ class ReleaseStarted:
     held: float
 
 
-@dataclass(frozen=True, slots=True)
-class Released:
+class Released(NamedTuple):
     """The holder's release ended: ``error`` is what it raised, None if it raised nothing
     (``LockLost``: the hold had been lost; ``BackendUnavailable``: the backend could not be
     told, and the grant frees itself when its lease runs out). ``held`` as for
@@ -196,8 +188,7 @@ class Released:
     error: BaseException | None
 
 
-@dataclass(frozen=True, slots=True)
-class HoldLost:
+class HoldLost(NamedTuple):
     """A hold was found lost, once per hold: ``reason`` in a few stable words (see
     ``LossReason``), ``detail`` in a sentence (the hold's ``lost_reason``, which may name an
     operator). ``held``: seconds from the grant to the finding."""
@@ -211,8 +202,7 @@ class HoldLost:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class Renewed:
+class Renewed(NamedTuple):
     """A hold's lease was renewed (by the renewal worker, or ``hold.extend()``). ``lease_left``:
     the seconds the client still counted on when the renewal was sent; ``late``: that was less
     than a third of the lease (a renewal turn was missed: see ``LATE_FRACTION``)."""
@@ -225,8 +215,7 @@ class Renewed:
     late: bool
 
 
-@dataclass(frozen=True, slots=True)
-class RenewalFailed:
+class RenewalFailed(NamedTuple):
     """A renewal could not reach the backend: the hold is in doubt and the renewal is tried
     again soon, until the lease runs out (then ``HoldLost`` with ``expired``). ``error``: what
     the backend call raised; ``lease_left`` as for ``Renewed``."""
