@@ -218,7 +218,8 @@ class Renewed(NamedTuple):
 class RenewalFailed(NamedTuple):
     """A renewal could not reach the backend: the hold is in doubt and the renewal is tried
     again soon, until the lease runs out (then ``HoldLost`` with ``expired``). ``error``: what
-    the backend call raised; ``lease_left`` as for ``Renewed``."""
+    the backend call raised; ``lease_left``: the seconds the client still counts on, when the
+    failure came back."""
 
     acquisition: int
     name: str

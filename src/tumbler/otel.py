@@ -257,8 +257,13 @@ class OpenTelemetryObserver(Observer):
         )
         span = self._acquiring.pop(event.acquisition, None)
         if span is not None:
-            span.set_attribute("tumbler.acquire.outcome", outcome)
-            span.set_attribute("tumbler.acquire.waited", waited)
+            ending: SpanAttributes = {
+                "tumbler.acquire.outcome": outcome,
+                "tumbler.acquire.waited": waited,
+            }
+            if isinstance(event, AcquireGranted):
+                ending["tumbler.lock.fencing_token"] = event.token
+            span.set_attributes(ending)
         return span
 
     def acquire_granted(self, event: AcquireGranted) -> None:
@@ -266,7 +271,6 @@ class OpenTelemetryObserver(Observer):
         self._grants.add(1, attributes)
         span = self._acquired(event, "granted", attributes)
         if span is not None:
-            span.set_attribute("tumbler.lock.fencing_token", event.token)
             span.end()
 
     def acquire_timed_out(self, event: AcquireTimedOut) -> None:

@@ -57,38 +57,41 @@ class Recorder(Observer):
     def __init__(self) -> None:
         self.events: list[object] = []
 
+    def note(self, event: object) -> None:
+        self.events.append(event)
+
     def of(self, kind: type[E]) -> list[E]:
         return [event for event in self.events if isinstance(event, kind)]
 
     def acquire_started(self, event: AcquireStarted) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def acquire_waiting(self, event: AcquireWaiting) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def acquire_granted(self, event: AcquireGranted) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def acquire_timed_out(self, event: AcquireTimedOut) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def acquire_failed(self, event: AcquireFailed) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def release_started(self, event: ReleaseStarted) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def released(self, event: Released) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def lost(self, event: HoldLost) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def renewed(self, event: Renewed) -> None:
-        self.events.append(event)
+        self.note(event)
 
     def renewal_failed(self, event: RenewalFailed) -> None:
-        self.events.append(event)
+        self.note(event)
 
 
 class Telemetry:

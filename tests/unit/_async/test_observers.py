@@ -271,3 +271,42 @@ async def test_without_observers_a_client_has_no_dispatch():
         assert locks._observers is None
         async with locks.lock(NAME) as hold:
             assert hold._observed is None
+
+
+class GuardWatch(Recorder):
+    """Notes, at each event, whether the client's guard (its books' lock) was held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.guard: object = None
+        self.held_at: list[object] = []
+
+    def note(self, event: object) -> None:
+        super().note(event)
+        if self.guard is not None and self.guard.locked():
+            self.held_at.append(event)
+
+
+async def test_observers_are_never_called_under_the_clients_guard():
+    clock, watch = ManualClock(), GuardWatch()
+    async with await aconnect(clock, [watch]) as locks:
+        watch.guard = locks._gate.guard
+        holder = locks.lock(NAME, ttl=TTL)
+        assert await holder.acquire()
+        waiter = locks.lock(NAME, ttl=TTL)
+        call = abackground(lambda: waiter.acquire(timeout=60))
+
+        async def waiting():
+            return watch.of(AcquireWaiting)
+
+        await aeventually(waiting, "the second acquisition waits")
+        clock.advance(TTL / 3)
+        await locks.settle()
+        await holder.release()
+        assert await call.result() is True
+        assert await locks.lock("other", ttl=TTL, renew=False).acquire()
+        clock.advance(TTL)
+        await locks.settle()
+    kinds = {type(event).__name__ for event in watch.events}
+    assert {"AcquireWaiting", "Renewed", "Released", "HoldLost"} <= kinds
+    assert watch.held_at == []
