@@ -450,6 +450,26 @@ def test_a_grant_found_by_asking_is_taken_up_with_the_lease_asked(
         assert waiter.release("stock", "b")
 
 
+def test_a_hand_off_names_its_waiter_by_the_owner_its_entry_stores(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The wake-up's tag is the owner the waiter's entry stores, and the waiter's client
+    finds the grant under it: the store and the hand-offs hash an owner alike."""
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        _handed_over(one._backend, two._backend)
+        query = sql.SQL(
+            "SELECT owner, token FROM {}.tumbler_entries WHERE name = 'stock' AND token IS NOT NULL"
+        ).format(sql.Identifier(schema))
+        row = admin.execute(query).fetchone()
+        assert row is not None
+        stored, token = row
+        assert stored == owner_hash("b")
+        # as the waiter's next try looks for it: by its owner id
+        handed = two._backend.wakeups.handoffs.grant(_request("stock", "b"))
+        assert handed is not None
+        assert handed.token == token
+
+
 def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(url: str) -> None:
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
         holder, waiter = one._backend, two._backend
