@@ -506,7 +506,7 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
             assert holder.try_grant(_request("stock", "a")) is not None
             with waiter.watch("stock", "b"):
                 assert waiter.try_grant(_request("stock", "b")) is None
-                key = waiter.wakeups.listener_key
+                key = waiter.wakeups.key
                 assert _listener_held(admin, key)
         finally:
             waiter.close()
@@ -538,7 +538,7 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
             assert await waiter.try_grant(request) is None
             assert not waiter.wakeups.subscribed()
             watch.close()
-            return waiter.wakeups.listener_key
+            return waiter.wakeups.key
         finally:
             await waiter.close()
 
@@ -552,7 +552,7 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
                 assert waiter.try_grant(request) is None
                 assert not waiter.wakeups.subscribed()
                 watch.close()
-                key = waiter.wakeups.listener_key
+                key = waiter.wakeups.key
             finally:
                 waiter.close()
         else:
