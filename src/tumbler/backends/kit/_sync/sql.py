@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from ...._acompat import sleep_real
-from ...._clock import Clock
+from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import Decision, Write, WritePlan, plan
 from ....errors import (
     BackendUnavailable,
@@ -69,13 +69,14 @@ class _Busy(Exception):
 
 
 class SQLPool(Generic[C, B]):
-    """The client's connections for calls: at most ``limit`` in use at once (the others wait
-    ``wait`` seconds for a place, then ``BackendUnavailable``), idle ones kept for the next
-    call. A connection a call left in doubt (an error, a cancellation, a limit run out) is
-    closed rather than reused; after a connection failed, the idle ones are dropped too (a
-    restarted server has closed them all, and a network that dropped one's replies may have
-    dropped theirs). An idle connection the server closed meanwhile is dropped before a call
-    gets it, and so are the other idle ones.
+    """The client's connections for calls to the store ``label``: at most ``limit`` in use at
+    once (the others wait for a place ``wait``: its seconds, and the URL option they come
+    from; then ``BackendUnavailable``), idle ones kept for the next call. A connection a call
+    left in doubt (an error, a cancellation, a limit run out) is closed rather than reused;
+    after a connection failed, the idle ones are dropped too (a restarted server has closed
+    them all, and a network that dropped one's replies may have dropped theirs). An idle
+    connection the server closed meanwhile is dropped before a call gets it, and so are the
+    other idle ones.
 
     What is the driver's: ``_open``, ``_close``, ``_closed_by_server``, ``_refused_now`` (a
     failed connect a restart explains), ``_lost`` (a failure that may have closed every
@@ -85,13 +86,13 @@ class SQLPool(Generic[C, B]):
     returned (whether its connection may serve the next call).
     """
 
-    def __init__(self, *, url: str, label: str, limit: int, wait: float, wait_option: str) -> None:
+    def __init__(self, url: str, label: str, limit: int, wait: tuple[float, str]) -> None:
         self._url = url
         self._label = label
-        self._wait_option = wait_option
+        self._wait_option = wait[1]
         self._idle: list[C] = []
         self._lock = threading.Lock()
-        self._slots = Slots(limit, wait, _Busy)
+        self._slots = Slots(limit, wait[0], _Busy)
         self._closed = False
 
     # -- the driver's seams ----------------------------------------------------------------
@@ -335,17 +336,19 @@ class SQLBackend(Generic[C]):
     runs one backend call (``_grant``, ``_take_up``, ``_release`` ...: the seams) on a
     connection of the pool, its driver's errors translated (``_translated``)."""
 
-    url: str
-    clock: Clock
-    hub: WakeHub
-    capabilities: Capabilities
     pool: SQLPool[C, Any]
     wakeups: SQLListener
-    #: whether the client listens for wake-ups (the URL may ask it to poll)
-    listens: bool
     #: grants between two sweeps of what ran out
     sweep_every: int
-    _grants: int = 0
+
+    def __init__(self, url: str, capabilities: Capabilities, *, listens: bool) -> None:
+        self.url = url
+        self.capabilities = capabilities
+        self.clock: Clock = SYSTEM_CLOCK
+        self.hub = WakeHub()
+        #: whether the client listens for wake-ups (the URL may ask it to poll)
+        self.listens = listens
+        self._grants = 0
 
     # -- the backend's seams ---------------------------------------------------------------
 
@@ -539,6 +542,8 @@ class SQLListener(Listener):
     key, is what its waiters' entries name and what its listener holds while it listens (a
     release hands the lock only to a waiter whose client's key is held)."""
 
+    _backend: SQLBackend[Any]
+
     def __init__(
         self,
         backend: SQLBackend[Any],
@@ -550,13 +555,13 @@ class SQLListener(Listener):
         super().__init__(
             backend.clock, backend.hub, backend.url, label=label, log=log, patience=patience
         )
-        self._sql_backend = backend
+        self._backend = backend
         self.key = secrets.randbits(62)
 
     def _refused(self, failure: Exception, name: str) -> TumblerError | None:
         # what waiting for the next attempt will not mend soon: a server out of connections,
         # refused credentials, a database or schema that is not there
-        error = self._sql_backend._tumbler_error(failure, name)
+        error = self._backend._tumbler_error(failure, name)
         if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
             return error
         return None

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
-from ...contract import GrantRequest, Renewal, SessionEvents, WakeHub
+from ...contract import GrantRequest, Renewal, SessionEvents
 from ...kit._sync.sql import (
     SQLBackend,
     SQLListener,
@@ -119,13 +118,8 @@ class Pool(SQLPool[Any, "float | None"]):
     server has its connection ended before the next call (``_kill_abandoned``)."""
 
     def __init__(self, config: MySQLConfig) -> None:
-        super().__init__(
-            url=config.url,
-            label="MySQL",
-            limit=config.max_connections,
-            wait=config.socket_timeout,
-            wait_option="socket_timeout",
-        )
+        wait = (config.socket_timeout, "socket_timeout")
+        super().__init__(config.url, "MySQL", config.max_connections, wait)
         self._config = config
         #: server thread ids of connections given up while a statement may still run there
         self._abandoned: list[int] = []
@@ -284,15 +278,7 @@ class Wakeups(SQLListener):
     ``statements``). The reader reads its wake-ups, keeps the grants handed over, and wakes
     just those waiters."""
 
-    def __init__(self, backend: MySQLBackend) -> None:
-        config = backend.config
-        super().__init__(
-            backend,
-            label="MySQL",
-            log=_log,
-            patience=config.connect_timeout + config.socket_timeout,
-        )
-        self._backend = backend
+    _backend: MySQLBackend
 
     def _listen(self) -> None:
         backend = self._backend
@@ -393,15 +379,12 @@ class MySQLBackend(SQLBackend[Any]):
 
     def __init__(self, config: MySQLConfig) -> None:
         self.config = config
-        self.url = config.url
-        self.capabilities = CAPABILITIES
-        self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
-        self.listens = config.ring
+        super().__init__(config.url, CAPABILITIES, listens=config.ring)
         self.sql = Statements.of(config.prefix)
         self.pool: Pool = Pool(config)
-        self.wakeups: Wakeups = Wakeups(self)
-        self._grants = 0
+        self.wakeups: Wakeups = Wakeups(
+            self, label="MySQL", log=_log, patience=config.connect_timeout + config.socket_timeout
+        )
 
     def _translated(self, name: str | None = None) -> contextlib.AbstractContextManager[None]:
         return translate_errors(self.url, name)

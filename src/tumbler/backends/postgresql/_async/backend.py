@@ -19,9 +19,8 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
-from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, TumblerError
-from ...contract import GrantRequest, Renewal, SessionEvents, WakeHub
+from ...contract import GrantRequest, Renewal, SessionEvents
 from ...kit._async.sql import (
     AsyncSQLBackend,
     AsyncSQLListener,
@@ -111,13 +110,8 @@ class AsyncPool(AsyncSQLPool[AsyncConnection[Any], Deadline]):
     ``NoReply``. A connection a transaction was left open on is closed rather than reused."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
-        super().__init__(
-            url=config.url,
-            label="PostgreSQL",
-            limit=config.max_connections,
-            wait=config.statement_timeout,
-            wait_option="statement_timeout",
-        )
+        wait = (config.statement_timeout, "statement_timeout")
+        super().__init__(config.url, "PostgreSQL", config.max_connections, wait)
         self._config = config
         self.bound = AsyncBound()
         milliseconds = str(round(config.statement_timeout * 1000))
@@ -249,15 +243,7 @@ class AsyncWakeups(AsyncSQLListener):
     hash])``, which wakes just that waiter.
     """
 
-    def __init__(self, backend: AsyncPostgreSQLBackend) -> None:
-        config = backend.config
-        super().__init__(
-            backend,
-            label="PostgreSQL",
-            log=_log,
-            patience=config.connect_timeout + config.statement_timeout,
-        )
-        self._backend = backend
+    _backend: AsyncPostgreSQLBackend
 
     async def _listen(self) -> None:
         backend = self._backend
@@ -317,17 +303,17 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self.config = config
-        self.url = config.url
-        self.capabilities = capabilities_for(CAPABILITIES, config)
-        self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
+        super().__init__(config.url, capabilities_for(CAPABILITIES, config), listens=config.listen)
         #: this client's NOTIFY channel; stored with each of its waiters
         self.channel = f"tumbler_{secrets.token_hex(8)}"
-        self.listens = config.listen
         self.sql = Statements.of(config.schema)
         self.pool: AsyncPool = AsyncPool(config)
-        self.wakeups: AsyncWakeups = AsyncWakeups(self)
-        self._grants = 0
+        self.wakeups: AsyncWakeups = AsyncWakeups(
+            self,
+            label="PostgreSQL",
+            log=_log,
+            patience=config.connect_timeout + config.statement_timeout,
+        )
 
     def _translated(self, name: str | None = None) -> contextlib.AbstractContextManager[None]:
         return translate_errors(self.url, name)
