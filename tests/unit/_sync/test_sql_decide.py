@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.kit._sync.sql import decide
+from tumbler.backends.kit._sync.sql import Try, decide
 from tumbler.errors import TooManyWaiters
 
 
@@ -69,36 +69,36 @@ def _request(owner: str, queue: bool = True) -> GrantRequest:
 
 def test_a_free_name_is_granted_with_the_token_the_write_gives() -> None:
     line = ListLine([], "a")
-    assert decide(line, _request("a"), "a", 10, "sql://") == (101, 30.0)
+    assert decide(line, Try(_request("a"), "a", {}), 10, "sql://") == (101, 30.0)
     assert line.writes == ["add_grant"]
     assert line.committed
 
 
 def test_a_grant_already_held_is_taken_up_with_its_token() -> None:
     line = ListLine([("a", 1, False, 1, False, 7)], "a")
-    assert decide(line, _request("a"), "a", 10, "sql://") == (7, 30.0)
+    assert decide(line, Try(_request("a"), "a", {}), 10, "sql://") == (7, 30.0)
     assert line.writes == ["take_up 7"]
 
 
 def test_a_request_behind_a_holder_waits_or_refreshes_its_entry() -> None:
     held = ("a", 1, False, 1, False, 7)
     line = ListLine([held], "b")
-    assert decide(line, _request("b"), "b", 10, "sql://") is None
+    assert decide(line, Try(_request("b"), "b", {}), 10, "sql://") is None
     assert line.writes == ["add_waiter"]
     line = ListLine([held, ("b", 2, False, 1, False, None)], "b")
-    assert decide(line, _request("b"), "b", 10, "sql://") is None
+    assert decide(line, Try(_request("b"), "b", {}), 10, "sql://") is None
     assert line.writes == ["refresh_waiter 2"]
 
 
 def test_a_waiter_at_the_head_of_a_free_line_is_granted() -> None:
     line = ListLine([("b", 2, False, 1, False, None)], "b")
-    assert decide(line, _request("b"), "b", 10, "sql://") == (101, 30.0)
+    assert decide(line, Try(_request("b"), "b", {}), 10, "sql://") == (101, 30.0)
     assert line.writes == ["grant_waiter 2"]
 
 
 def test_a_try_that_would_not_queue_writes_nothing() -> None:
     line = ListLine([("a", 1, False, 1, False, 7)], "b")
-    assert decide(line, _request("b", queue=False), "b", 10, "sql://") is None
+    assert decide(line, Try(_request("b", queue=False), "b", {}), 10, "sql://") is None
     assert line.writes == []
 
 
@@ -106,6 +106,6 @@ def test_a_new_waiter_behind_a_full_line_is_refused_after_an_empty_commit() -> N
     rows = [("a", 1, False, 1, False, 7), ("b", 2, False, 1, False, None)]
     line = ListLine(rows, "c")
     with pytest.raises(TooManyWaiters):
-        decide(line, _request("c"), "c", 1, "sql://")
+        decide(line, Try(_request("c"), "c", {}), 1, "sql://")
     assert line.writes == []
     assert line.committed

@@ -5,8 +5,8 @@ the watch's common part, and the calls that differ between the two only in their
 Each backend keeps what is its own behind a few seams: how its driver connects, closes and
 bounds a call (:class:`AsyncSQLPool`'s ``_open`` ... ``_reusable``), how it reads and writes
 one name's line in a transaction (:class:`AsyncLine`), and the statements of each call
-(:class:`AsyncSQLBackend`'s ``_grant``, ``_release`` ...). Imported from here, not from
-:mod:`tumbler.backends.kit` (its blocking twin needs no asyncio, this one does).
+(:class:`AsyncSQLBackend`'s ``_grant``, ``_release`` ...). Imported from here: the kit's
+package does not import it (a backend that is not on SQL has no use for it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ...._acompat import asleep_real
@@ -45,8 +46,8 @@ __all__ = [
     "AsyncSQLListener",
     "AsyncSQLPool",
     "AsyncSQLWatch",
+    "Try",
     "decide",
-    "entry_of",
 ]
 
 #: a driver's connection
@@ -224,9 +225,37 @@ class AsyncSQLPool(Generic[C, B]):
         await self._drop_idle()
 
 
+@dataclass(frozen=True)
+class Try:
+    """One try for a grant, as the decision on its name's line writes it: the request, its
+    owner as stored, and what its entry stores if it waits (the backend's waiter terms)."""
+
+    request: GrantRequest
+    owner: str
+    waiter: dict[str, Any]
+
+    def entry(self) -> dict[str, Any]:
+        """What the try's entry stores of its request (the owner as stored)."""
+        request = self.request
+        return {
+            "name": request.name,
+            "owner": self.owner,
+            "shared": request.shared,
+            "lim": request.limit,
+            "fair": request.fair,
+            "holder": request.holder,
+        }
+
+    def line_terms(self) -> dict[str, Any]:
+        """What the read of the line needs of the try: the part of it the rule looks at
+        depends on them."""
+        entry = self.entry()
+        return {key: entry[key] for key in ("name", "owner", "fair", "shared", "lim")}
+
+
 class AsyncLine(Protocol[R]):
     """One name's line as a backend reads and writes it for :func:`decide`, in one
-    transaction, for one request and its owner (as stored)."""
+    transaction, for one :class:`Try`."""
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -276,15 +305,16 @@ _FULL = _Full()
 
 
 async def decide(
-    line: AsyncLine[R], request: GrantRequest, owner: str, max_waiters: int, url: str
+    line: AsyncLine[R], attempt: Try, max_waiters: int, url: str
 ) -> tuple[int, float] | None:
-    """Decide ``request`` (``owner``: as stored) by the grant rule on the name's live line,
-    and write what it says, in one transaction: the token and the lease of a grant; None if
-    none; ``TooManyWaiters`` for a new waiter behind ``max_waiters`` (nothing written)."""
+    """Decide ``attempt`` by the grant rule on the name's live ``line``, and write what it
+    says, in one transaction: the token and the lease of a grant; None if none;
+    ``TooManyWaiters`` for a new waiter behind ``max_waiters`` (nothing written)."""
+    request = attempt.request
     async with line.transaction():
         rows = await line.read()
         decided = plan(
-            line_of(rows), owner, request.shared, request.limit, request.fair, request.queue
+            line_of(rows), attempt.owner, request.shared, request.limit, request.fair, request.queue
         )
         written = await _write(line, decided, max_waiters)
     if isinstance(written, _Full):
@@ -317,18 +347,6 @@ async def _write(line: AsyncLine[R], decided: WritePlan, max_waiters: int) -> R 
     return None
 
 
-def entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
-    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
-    return {
-        "name": request.name,
-        "owner": owner,
-        "shared": request.shared,
-        "lim": request.limit,
-        "fair": request.fair,
-        "holder": request.holder,
-    }
-
-
 class AsyncSQLBackend(Generic[C]):
     """The calls of an SQL backend that differ between stores only in their statements: each
     runs one backend call (``_grant``, ``_take_up``, ``_release`` ...: the seams) on a
@@ -356,6 +374,11 @@ class AsyncSQLBackend(Generic[C]):
 
     def _tumbler_error(self, error: Exception, name: str) -> TumblerError | None:
         """The tumbler error for the driver's ``error``; None if it is not the driver's."""
+        raise NotImplementedError
+
+    async def set_up(self, connection: C) -> bool:
+        """Make what the store keeps locks in if any of it is missing (clients racing to
+        make it take turns); whether this call made it."""
         raise NotImplementedError
 
     async def _grant(
@@ -400,6 +423,18 @@ class AsyncSQLBackend(Generic[C]):
     async def _read_evicted(self, connection: C, name: str, owner: str) -> Any:
         """The row whose first column is the note of ``owner``'s eviction, if any."""
         raise NotImplementedError
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and make what the store keeps locks in if any of it is missing."""
+        await self.prepare()
+
+    async def prepare(self) -> bool:
+        """What ``start`` does, and ``tumbler init``: make what the store keeps locks in if
+        any of it is missing; whether this call made it."""
+        with self._translated():
+            return await self.pool.run(self.set_up, idempotent=True)
 
     # -- grants ----------------------------------------------------------------------------
 

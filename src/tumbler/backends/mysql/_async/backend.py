@@ -17,13 +17,7 @@ import pymysql
 
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
-from ...kit._async.sql import (
-    AsyncSQLBackend,
-    AsyncSQLListener,
-    AsyncSQLPool,
-    decide,
-    entry_of,
-)
+from ...kit._async.sql import AsyncSQLBackend, AsyncSQLListener, AsyncSQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from .. import CAPABILITIES
@@ -394,15 +388,10 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Connect, and make the tables and procedures if one is missing (clients racing to
-        make them take turns on a named lock)."""
-        with translate_errors(self.url):
-            await self.pool.run(self.set_up, idempotent=True)
-
     async def set_up(self, connection: Any) -> bool:
         """Check that the server is one this backend's promises hold on, then make the tables
-        and procedures if one is missing; whether it made them."""
+        and procedures if one is missing (clients racing to make them take turns on a named
+        lock); whether it made them."""
         async with connection.cursor() as cursor:
             await cursor.execute(self.sql["cluster"])
             settings = {name.lower(): str(value).upper() for name, value in await cursor.fetchall()}
@@ -516,9 +505,10 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
         if full:
             raise line_full(self.config.max_waiters, request.name, self.url)
         if undecided:
-            line = _Line(self, connection, request, owner, waiter)
+            attempt = Try(request, owner, waiter)
+            line = _Line(self, connection, attempt)
             return await _transaction(
-                lambda: decide(line, request, owner, self.config.max_waiters, self.url)
+                lambda: decide(line, attempt, self.config.max_waiters, self.url)
             )
         return None if token is None else (int(token), float(left))
 
@@ -642,104 +632,79 @@ class _Line:
     transaction the client begins and ends on one cursor; a grant's token comes from the
     token counter as it is written."""
 
-    def __init__(
-        self,
-        backend: AsyncMySQLBackend,
-        connection: Any,
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> None:
-        self._sql = backend.sql
-        self._max_waiters = backend.config.max_waiters
+    def __init__(self, backend: AsyncMySQLBackend, connection: Any, attempt: Try) -> None:
+        self._backend = backend
         self._connection = connection
-        self._request = request
-        self._owner = owner
-        self._waiter = waiter
+        self.attempt = attempt
         self._cursor: Any = None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         async with self._connection.cursor() as cursor:
             self._cursor = cursor
-            await cursor.execute(self._sql["begin"])
+            await self._run("begin")
             try:
                 yield
-                await cursor.execute(self._sql["commit"])
+                await self._run("commit")
             except BaseException:
                 with contextlib.suppress(pymysql.Error):
                     await self._connection.rollback()
                 raise
 
+    async def _run(self, statement: str, arguments: Any = None) -> None:
+        await self._cursor.execute(self._backend.sql[statement], arguments)
+
     async def read(self) -> list[Any]:
-        sql, cursor, request = self._sql, self._cursor, self._request
-        await cursor.execute(sql["lock_name"], (request.name,))
+        request, owner = self.attempt.request, self.attempt.owner
+        await self._run("lock_name", (request.name,))
         # The owner's own entry may have run out since {p}grant deleted the expired
         # ones: missing from the live line read below yet still in the table, where
         # writing it anew would break the by_name key. Deleted first, as there.
-        await cursor.execute(sql["drop_expired"], (request.name,))
-        await cursor.execute(sql["place"], (request.name, self._owner))
-        place = await cursor.fetchone()
-        await cursor.execute(
-            sql["line"],
-            {
-                "name": request.name,
-                "owner": self._owner,
-                "fair": request.fair,
-                "shared": request.shared,
-                "lim": request.limit,
-                "count": max(1, request.limit),
-                "before": _LAST_SEQ if place is None else place[0],
-            },
-        )
-        return list(await cursor.fetchall())
+        await self._run("drop_expired", (request.name,))
+        await self._run("place", (request.name, owner))
+        place = await self._cursor.fetchone()
+        before = _LAST_SEQ if place is None else place[0]
+        terms = {**self.attempt.line_terms(), "count": max(1, request.limit), "before": before}
+        await self._run("line", terms)
+        return list(await self._cursor.fetchall())
 
     async def take_up(self, token: int) -> int | None:
         # unless it ran out this very moment: the owner's next try asks anew
-        arguments = (self._request.ttl, self._request.name, self._owner, token)
-        await self._cursor.execute(self._sql["take_up"], arguments)
+        request = self.attempt.request
+        await self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
         return token if self._cursor.rowcount == 1 else None
 
     async def refresh_waiter(self, seq: int) -> None:
-        await self._cursor.execute(self._sql["refresh_waiter"], {"seq": seq, **self._waiter})
+        await self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     async def _new_token(self) -> int:
-        await self._cursor.execute(self._sql["new_token"])
+        await self._run("new_token")
         token = int(self._cursor.lastrowid)
-        await self._cursor.execute(self._sql["drop_token"])
+        await self._run("drop_token")
         return token
 
     async def grant_waiter(self, seq: int) -> int:
         token = await self._new_token()
-        await self._cursor.execute(
-            self._sql["grant_waiter"], {"seq": seq, "ttl": self._request.ttl, "token": token}
+        await self._run(
+            "grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl, "token": token}
         )
         return token
 
     async def add_grant(self) -> int:
         token = await self._new_token()
-        entry = entry_of(self._request, self._owner)
-        await self._cursor.execute(
-            self._sql["add"],
-            {
-                **entry,
-                "token": token,
-                "ttl": self._request.ttl,
-                "client": None,
-                "lease": None,
-                "stamp": None,
-            },
-        )
+        entry = self.attempt.entry()
+        terms = {"token": token, "ttl": self.attempt.request.ttl}
+        await self._run("add", {**entry, **terms, "client": None, "lease": None, "stamp": None})
         return token
 
     async def waiting(self) -> int:
-        await self._cursor.execute(self._sql["waiting"], (self._request.name, self._max_waiters))
+        await self._run("waiting", (self.attempt.request.name, self._backend.config.max_waiters))
         counted = await self._cursor.fetchone()
         return 0 if counted is None else int(counted[0])
 
     async def add_waiter(self) -> None:
-        entry = entry_of(self._request, self._owner)
-        await self._cursor.execute(self._sql["add"], {**entry, "token": None, **self._waiter})
+        entry = self.attempt.entry()
+        await self._run("add", {**entry, "token": None, **self.attempt.waiter})
 
     async def token(self, written: int) -> int | None:
         return written

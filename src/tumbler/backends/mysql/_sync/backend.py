@@ -19,13 +19,7 @@ import pymysql
 
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
-from ...kit._sync.sql import (
-    SQLBackend,
-    SQLListener,
-    SQLPool,
-    decide,
-    entry_of,
-)
+from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from .. import CAPABILITIES
@@ -394,15 +388,10 @@ class MySQLBackend(SQLBackend[Any]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect, and make the tables and procedures if one is missing (clients racing to
-        make them take turns on a named lock)."""
-        with translate_errors(self.url):
-            self.pool.run(self.set_up, idempotent=True)
-
     def set_up(self, connection: Any) -> bool:
         """Check that the server is one this backend's promises hold on, then make the tables
-        and procedures if one is missing; whether it made them."""
+        and procedures if one is missing (clients racing to make them take turns on a named
+        lock); whether it made them."""
         with connection.cursor() as cursor:
             cursor.execute(self.sql["cluster"])
             settings = {name.lower(): str(value).upper() for name, value in cursor.fetchall()}
@@ -516,10 +505,9 @@ class MySQLBackend(SQLBackend[Any]):
         if full:
             raise line_full(self.config.max_waiters, request.name, self.url)
         if undecided:
-            line = _Line(self, connection, request, owner, waiter)
-            return _transaction(
-                lambda: decide(line, request, owner, self.config.max_waiters, self.url)
-            )
+            attempt = Try(request, owner, waiter)
+            line = _Line(self, connection, attempt)
+            return _transaction(lambda: decide(line, attempt, self.config.max_waiters, self.url))
         return None if token is None else (int(token), float(left))
 
     def _take_up(self, connection: Any, name: str, owner: str, token: int, ttl: float) -> bool:
@@ -638,104 +626,77 @@ class _Line:
     transaction the client begins and ends on one cursor; a grant's token comes from the
     token counter as it is written."""
 
-    def __init__(
-        self,
-        backend: MySQLBackend,
-        connection: Any,
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> None:
-        self._sql = backend.sql
-        self._max_waiters = backend.config.max_waiters
+    def __init__(self, backend: MySQLBackend, connection: Any, attempt: Try) -> None:
+        self._backend = backend
         self._connection = connection
-        self._request = request
-        self._owner = owner
-        self._waiter = waiter
+        self.attempt = attempt
         self._cursor: Any = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         with self._connection.cursor() as cursor:
             self._cursor = cursor
-            cursor.execute(self._sql["begin"])
+            self._run("begin")
             try:
                 yield
-                cursor.execute(self._sql["commit"])
+                self._run("commit")
             except BaseException:
                 with contextlib.suppress(pymysql.Error):
                     self._connection.rollback()
                 raise
 
+    def _run(self, statement: str, arguments: Any = None) -> None:
+        self._cursor.execute(self._backend.sql[statement], arguments)
+
     def read(self) -> list[Any]:
-        sql, cursor, request = self._sql, self._cursor, self._request
-        cursor.execute(sql["lock_name"], (request.name,))
+        request, owner = self.attempt.request, self.attempt.owner
+        self._run("lock_name", (request.name,))
         # The owner's own entry may have run out since {p}grant deleted the expired
         # ones: missing from the live line read below yet still in the table, where
         # writing it anew would break the by_name key. Deleted first, as there.
-        cursor.execute(sql["drop_expired"], (request.name,))
-        cursor.execute(sql["place"], (request.name, self._owner))
-        place = cursor.fetchone()
-        cursor.execute(
-            sql["line"],
-            {
-                "name": request.name,
-                "owner": self._owner,
-                "fair": request.fair,
-                "shared": request.shared,
-                "lim": request.limit,
-                "count": max(1, request.limit),
-                "before": _LAST_SEQ if place is None else place[0],
-            },
-        )
-        return list(cursor.fetchall())
+        self._run("drop_expired", (request.name,))
+        self._run("place", (request.name, owner))
+        place = self._cursor.fetchone()
+        before = _LAST_SEQ if place is None else place[0]
+        terms = {**self.attempt.line_terms(), "count": max(1, request.limit), "before": before}
+        self._run("line", terms)
+        return list(self._cursor.fetchall())
 
     def take_up(self, token: int) -> int | None:
         # unless it ran out this very moment: the owner's next try asks anew
-        arguments = (self._request.ttl, self._request.name, self._owner, token)
-        self._cursor.execute(self._sql["take_up"], arguments)
+        request = self.attempt.request
+        self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
         return token if self._cursor.rowcount == 1 else None
 
     def refresh_waiter(self, seq: int) -> None:
-        self._cursor.execute(self._sql["refresh_waiter"], {"seq": seq, **self._waiter})
+        self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     def _new_token(self) -> int:
-        self._cursor.execute(self._sql["new_token"])
+        self._run("new_token")
         token = int(self._cursor.lastrowid)
-        self._cursor.execute(self._sql["drop_token"])
+        self._run("drop_token")
         return token
 
     def grant_waiter(self, seq: int) -> int:
         token = self._new_token()
-        self._cursor.execute(
-            self._sql["grant_waiter"], {"seq": seq, "ttl": self._request.ttl, "token": token}
-        )
+        self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl, "token": token})
         return token
 
     def add_grant(self) -> int:
         token = self._new_token()
-        entry = entry_of(self._request, self._owner)
-        self._cursor.execute(
-            self._sql["add"],
-            {
-                **entry,
-                "token": token,
-                "ttl": self._request.ttl,
-                "client": None,
-                "lease": None,
-                "stamp": None,
-            },
-        )
+        entry = self.attempt.entry()
+        terms = {"token": token, "ttl": self.attempt.request.ttl}
+        self._run("add", {**entry, **terms, "client": None, "lease": None, "stamp": None})
         return token
 
     def waiting(self) -> int:
-        self._cursor.execute(self._sql["waiting"], (self._request.name, self._max_waiters))
+        self._run("waiting", (self.attempt.request.name, self._backend.config.max_waiters))
         counted = self._cursor.fetchone()
         return 0 if counted is None else int(counted[0])
 
     def add_waiter(self) -> None:
-        entry = entry_of(self._request, self._owner)
-        self._cursor.execute(self._sql["add"], {**entry, "token": None, **self._waiter})
+        entry = self.attempt.entry()
+        self._run("add", {**entry, "token": None, **self.attempt.waiter})
 
     def token(self, written: int) -> int | None:
         return written

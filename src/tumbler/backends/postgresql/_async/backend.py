@@ -21,13 +21,7 @@ from psycopg.pq import TransactionStatus
 from ...._acompat import asleep_real
 from ....errors import BackendUnavailable, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
-from ...kit._async.sql import (
-    AsyncSQLBackend,
-    AsyncSQLListener,
-    AsyncSQLPool,
-    decide,
-    entry_of,
-)
+from ...kit._async.sql import AsyncSQLBackend, AsyncSQLListener, AsyncSQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from .. import CAPABILITIES
@@ -364,14 +358,10 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Connect, and make the schema's tables if they are missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock)."""
-        with translate_errors(self.url):
-            await self.pool.run(self.make_tables, idempotent=True)
-
-    async def make_tables(self, connection: AsyncConnection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing; whether it did."""
+    async def set_up(self, connection: AsyncConnection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing (idempotent; clients
+        racing to make them take turns on a transaction-scoped advisory lock); whether it
+        did."""
         if await self._tables_exist(connection):
             return False
         try:
@@ -404,7 +394,7 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         claimed = await self._claim_listener(connection, request)
-        waiter = self._waiter_terms(request, stamp, claimed)
+        attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
         async with self.alone(connection):
             cursor = await connection.execute(
                 self.sql["grant"],
@@ -412,8 +402,8 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
                     "key": name_key(self.sql.schema, request.name),
                     "queue": request.queue,
                     "max_waiters": self.config.max_waiters,
-                    **entry_of(request, owner),
-                    **waiter,
+                    **attempt.entry(),
+                    **attempt.waiter,
                 },
             )
         row = await cursor.fetchone()
@@ -424,8 +414,8 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         if undecided:
             # Two round trips: the line, then the write and the commit (three for a new
             # waiter, counted first)
-            line = _Line(self, connection, request, owner, waiter)
-            return await decide(line, request, owner, self.config.max_waiters, self.url)
+            line = _Line(self, connection, attempt)
+            return await decide(line, attempt, self.config.max_waiters, self.url)
         return None if token is None else (int(token), float(left))
 
     async def _sweep(self, connection: AsyncConnection[Any]) -> None:
@@ -568,83 +558,66 @@ class _Line:
     cursor the write left."""
 
     def __init__(
-        self,
-        backend: AsyncPostgreSQLBackend,
-        connection: AsyncConnection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
+        self, backend: AsyncPostgreSQLBackend, connection: AsyncConnection[Any], attempt: Try
     ) -> None:
-        self._sql = backend.sql
-        self._batch = backend.batch
-        self._max_waiters = backend.config.max_waiters
+        self._backend = backend
         self._connection = connection
-        self._request = request
-        self._owner = owner
-        self._waiter = waiter
+        self.attempt = attempt
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        async with self._batch(self._connection):
+        async with self._backend.batch(self._connection):
             yield
 
+    async def _run(self, statement: str, arguments: Any = None) -> AsyncCursor[Any]:
+        return await self._connection.execute(self._backend.sql[statement], arguments)
+
     async def read(self) -> list[Any]:
-        request, execute = self._request, self._connection.execute
-        await execute(
-            self._sql["lock_name"], (name_key(self._sql.schema, request.name), request.name)
-        )
+        name = self.attempt.request.name
+        await self._run("lock_name", (name_key(self._backend.sql.schema, name), name))
         # The owner's own entry may have run out since tumbler_grant deleted the expired
         # ones: missing from the live line read below yet still in the table, where
         # writing it anew would break the (name, owner) key. Deleted first, as there.
-        await execute(self._sql["drop_expired"], (request.name,))
-        cursor = await execute(
-            self._sql["line"],
-            {
-                "name": request.name,
-                "owner": self._owner,
-                "fair": request.fair,
-                "shared": request.shared,
-                "lim": request.limit,
-            },
-        )
+        await self._run("drop_expired", (name,))
+        cursor = await self._run("line", self.attempt.line_terms())
         return await cursor.fetchall()
 
     async def take_up(self, token: int) -> AsyncCursor[Any]:
-        request = self._request
-        return await self._connection.execute(
-            self._sql["take_up"], (request.ttl, request.name, self._owner, token)
-        )
+        request = self.attempt.request
+        return await self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
 
     async def refresh_waiter(self, seq: int) -> None:
         # a waiter's entry: one that a crash of the server forgets costs its waiter a
         # re-check, so the commit need not wait for the disk
-        await self._connection.execute(self._sql["no_wait"])
-        await self._connection.execute(self._sql["refresh_waiter"], {"seq": seq, **self._waiter})
+        await self._run("no_wait")
+        await self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     async def grant_waiter(self, seq: int) -> AsyncCursor[Any]:
-        return await self._connection.execute(
-            self._sql["grant_waiter"], {"seq": seq, "ttl": self._request.ttl}
-        )
+        return await self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
 
     async def add_grant(self) -> AsyncCursor[Any]:
-        entry = entry_of(self._request, self._owner)
+        entry = self.attempt.entry()
         entry.update(
-            grant=True, ttl=self._request.ttl, client=None, listener=None, lease=None, stamp=None
+            grant=True,
+            ttl=self.attempt.request.ttl,
+            client=None,
+            listener=None,
+            lease=None,
+            stamp=None,
         )
-        return await self._connection.execute(self._sql["add"], entry)
+        return await self._run("add", entry)
 
     async def waiting(self) -> int:
-        cursor = await self._connection.execute(
-            self._sql["waiting"], (self._request.name, self._max_waiters)
-        )
+        limit = self._backend.config.max_waiters
+        cursor = await self._run("waiting", (self.attempt.request.name, limit))
         counted = await cursor.fetchone()
         return 0 if counted is None else int(counted[0])
 
     async def add_waiter(self) -> None:
         # as refresh_waiter's
-        await self._connection.execute(self._sql["no_wait"])
-        entry = entry_of(self._request, self._owner)
-        await self._connection.execute(self._sql["add"], {**entry, "grant": False, **self._waiter})
+        await self._run("no_wait")
+        entry = self.attempt.entry()
+        await self._run("add", {**entry, "grant": False, **self.attempt.waiter})
 
     async def token(self, written: AsyncCursor[Any]) -> int | None:
         row = await written.fetchone()

@@ -23,13 +23,7 @@ from psycopg.pq import TransactionStatus
 from ...._acompat import sleep_real
 from ....errors import BackendUnavailable, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
-from ...kit._sync.sql import (
-    SQLBackend,
-    SQLListener,
-    SQLPool,
-    decide,
-    entry_of,
-)
+from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
 from .. import CAPABILITIES
@@ -364,14 +358,10 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect, and make the schema's tables if they are missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock)."""
-        with translate_errors(self.url):
-            self.pool.run(self.make_tables, idempotent=True)
-
-    def make_tables(self, connection: Connection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing; whether it did."""
+    def set_up(self, connection: Connection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing (idempotent; clients
+        racing to make them take turns on a transaction-scoped advisory lock); whether it
+        did."""
         if self._tables_exist(connection):
             return False
         try:
@@ -404,7 +394,7 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
         claimed = self._claim_listener(connection, request)
-        waiter = self._waiter_terms(request, stamp, claimed)
+        attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
         with self.alone(connection):
             cursor = connection.execute(
                 self.sql["grant"],
@@ -412,8 +402,8 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
                     "key": name_key(self.sql.schema, request.name),
                     "queue": request.queue,
                     "max_waiters": self.config.max_waiters,
-                    **entry_of(request, owner),
-                    **waiter,
+                    **attempt.entry(),
+                    **attempt.waiter,
                 },
             )
         row = cursor.fetchone()
@@ -424,8 +414,8 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         if undecided:
             # Two round trips: the line, then the write and the commit (three for a new
             # waiter, counted first)
-            line = _Line(self, connection, request, owner, waiter)
-            return decide(line, request, owner, self.config.max_waiters, self.url)
+            line = _Line(self, connection, attempt)
+            return decide(line, attempt, self.config.max_waiters, self.url)
         return None if token is None else (int(token), float(left))
 
     def _sweep(self, connection: Connection[Any]) -> None:
@@ -562,81 +552,66 @@ class _Line:
     cursor the write left."""
 
     def __init__(
-        self,
-        backend: PostgreSQLBackend,
-        connection: Connection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
+        self, backend: PostgreSQLBackend, connection: Connection[Any], attempt: Try
     ) -> None:
-        self._sql = backend.sql
-        self._batch = backend.batch
-        self._max_waiters = backend.config.max_waiters
+        self._backend = backend
         self._connection = connection
-        self._request = request
-        self._owner = owner
-        self._waiter = waiter
+        self.attempt = attempt
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._batch(self._connection):
+        with self._backend.batch(self._connection):
             yield
 
+    def _run(self, statement: str, arguments: Any = None) -> Cursor[Any]:
+        return self._connection.execute(self._backend.sql[statement], arguments)
+
     def read(self) -> list[Any]:
-        request, execute = self._request, self._connection.execute
-        execute(self._sql["lock_name"], (name_key(self._sql.schema, request.name), request.name))
+        name = self.attempt.request.name
+        self._run("lock_name", (name_key(self._backend.sql.schema, name), name))
         # The owner's own entry may have run out since tumbler_grant deleted the expired
         # ones: missing from the live line read below yet still in the table, where
         # writing it anew would break the (name, owner) key. Deleted first, as there.
-        execute(self._sql["drop_expired"], (request.name,))
-        cursor = execute(
-            self._sql["line"],
-            {
-                "name": request.name,
-                "owner": self._owner,
-                "fair": request.fair,
-                "shared": request.shared,
-                "lim": request.limit,
-            },
-        )
+        self._run("drop_expired", (name,))
+        cursor = self._run("line", self.attempt.line_terms())
         return cursor.fetchall()
 
     def take_up(self, token: int) -> Cursor[Any]:
-        request = self._request
-        return self._connection.execute(
-            self._sql["take_up"], (request.ttl, request.name, self._owner, token)
-        )
+        request = self.attempt.request
+        return self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
 
     def refresh_waiter(self, seq: int) -> None:
         # a waiter's entry: one that a crash of the server forgets costs its waiter a
         # re-check, so the commit need not wait for the disk
-        self._connection.execute(self._sql["no_wait"])
-        self._connection.execute(self._sql["refresh_waiter"], {"seq": seq, **self._waiter})
+        self._run("no_wait")
+        self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     def grant_waiter(self, seq: int) -> Cursor[Any]:
-        return self._connection.execute(
-            self._sql["grant_waiter"], {"seq": seq, "ttl": self._request.ttl}
-        )
+        return self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
 
     def add_grant(self) -> Cursor[Any]:
-        entry = entry_of(self._request, self._owner)
+        entry = self.attempt.entry()
         entry.update(
-            grant=True, ttl=self._request.ttl, client=None, listener=None, lease=None, stamp=None
+            grant=True,
+            ttl=self.attempt.request.ttl,
+            client=None,
+            listener=None,
+            lease=None,
+            stamp=None,
         )
-        return self._connection.execute(self._sql["add"], entry)
+        return self._run("add", entry)
 
     def waiting(self) -> int:
-        cursor = self._connection.execute(
-            self._sql["waiting"], (self._request.name, self._max_waiters)
-        )
+        limit = self._backend.config.max_waiters
+        cursor = self._run("waiting", (self.attempt.request.name, limit))
         counted = cursor.fetchone()
         return 0 if counted is None else int(counted[0])
 
     def add_waiter(self) -> None:
         # as refresh_waiter's
-        self._connection.execute(self._sql["no_wait"])
-        entry = entry_of(self._request, self._owner)
-        self._connection.execute(self._sql["add"], {**entry, "grant": False, **self._waiter})
+        self._run("no_wait")
+        entry = self.attempt.entry()
+        self._run("add", {**entry, "grant": False, **self.attempt.waiter})
 
     def token(self, written: Cursor[Any]) -> int | None:
         row = written.fetchone()
