@@ -190,6 +190,7 @@ from .wire import (
 __all__ = [
     "NOTE_GRACE",
     "SHARED",
+    "TURN",
     "Contender",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PORT",
@@ -200,6 +201,10 @@ __all__ = [
     "EtcdConfig",
     "Line",
     "entry_key",
+    "part_key",
+    "seq_in",
+    "turn_in",
+    "turn_of",
     "entry_value",
     "lease_gone",
     "line_key",
@@ -309,6 +314,11 @@ _ENDED = b"ended/"
 #: the parts of a line: the keys of exclusive entries (mutexes, writers), and of shared ones
 EXCLUSIVE = b"x/"
 SHARED = b"s/"
+#: what an entry's turn starts with: a byte below every digit and letter, so that the entries
+#: of this layout sort apart from (before) those of the one before it, ``<part>/<owner hash>``
+TURN = b"#"
+#: where the turns count down from (19 digits: every revision etcd can reach is below it)
+_TURN_TOP = 10**19 - 1
 
 
 def _encoded(name: str) -> bytes:
@@ -321,16 +331,48 @@ def line_key(prefix: bytes, name: str) -> bytes:
     return prefix + _LOCKS + _encoded(name) + b"/"
 
 
-def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool) -> bytes:
-    """The key of one acquisition: under the line's :data:`EXCLUSIVE` or :data:`SHARED` part,
-    so that a reader finds the writers ahead of it without reading the readers."""
-    return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED) + owner_hash.encode()
+def part_key(prefix: bytes, name: str, exclusive: bool) -> bytes:
+    """The prefix of the keys of one part of ``name``'s line: the :data:`EXCLUSIVE` or the
+    :data:`SHARED` entries."""
+    return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED)
+
+
+def turn_of(seq: int) -> bytes:
+    """The start of the last part of the key of an entry that came at ``seq``: later turns
+    have lower keys, so that a range from an entry's key to the end of its part reads the
+    entries ahead of it nearest first, which etcd does without sorting."""
+    if not 0 < seq <= _TURN_TOP:
+        raise ValueError(f"a turn is from 1 to {_TURN_TOP}")
+    return TURN + b"%019d" % (_TURN_TOP - seq) + b"."
+
+
+def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool, seq: int) -> bytes:
+    """The key of one acquisition that came at ``seq`` (see "Key layout"): under the line's
+    :data:`EXCLUSIVE` or :data:`SHARED` part, so that a reader finds the writers ahead of it
+    without reading the readers."""
+    return part_key(prefix, name, exclusive) + turn_of(seq) + owner_hash.encode()
+
+
+def seq_in(key: bytes) -> int:
+    """The turn of entry key ``key``, one of this layout."""
+    digits = turn_in(key)[len(TURN) :].partition(b".")[0]
+    return _TURN_TOP - int(digits)
+
+
+def turn_in(key: bytes) -> bytes:
+    """The last part of an entry's key, by which entries of both parts of a line compare."""
+    return key[key.rindex(b"/") + 1 :]
 
 
 def ended_key(prefix: bytes, entry: bytes) -> bytes:
-    """The key that marks the end of the acquisition whose entry key is ``entry`` (see
-    "Requests that arrive late")."""
-    return prefix + _ENDED + entry[len(prefix + _LOCKS) :]
+    """The key that marks the end of the acquisitions of the owner and kind of entry key
+    ``entry`` (see "Requests that arrive late"): the same whatever the entry's turn, so that it
+    also turns away a late request for a key of the same acquisition the client gave up for a
+    later turn."""
+    part, _slash, last = entry.rpartition(b"/")
+    if last.startswith(TURN):
+        last = last.partition(b".")[2]
+    return prefix + _ENDED + part[len(prefix + _LOCKS) :] + b"/" + last
 
 
 def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
@@ -426,9 +468,18 @@ def _contender(kv: dict[str, Any]) -> Contender:
         shared, limit = True, _whole(record.get("permits"), 1, MAX_PERMITS)
     else:
         raise ValueError(f"no entry is of kind {kind!r}")
-    part, owner_part = kv["key"].rsplit(b"/", 2)[-2:]
+    part, last = kv["key"].rsplit(b"/", 2)[-2:]
     if part + b"/" != (SHARED if shared else EXCLUSIVE):
         raise ValueError("an entry's key is in the part of the line of its kind")
+    if last.startswith(TURN):
+        digits, dot, owner_part = last[len(TURN) :].partition(b".")
+        if not (dot and owner_part and len(digits) == 19 and digits.isdigit()):
+            raise ValueError("an entry's turn is 19 digits and a dot")
+        # no client takes a turn past the revision its key is created at
+        if not 0 < _TURN_TOP - int(digits) <= kv["create_revision"]:
+            raise ValueError("an entry's turn comes after its key was made")
+    else:
+        owner_part = last  # the layout before turns: ``<part>/<owner hash>``
     owner = owner_part.decode("ascii", "replace")
     return Contender(
         kv["key"], owner, kv["create_revision"], kv["lease"], shared, limit, holder, lease_ttl
