@@ -13,6 +13,7 @@ entries are written with a plain gateway client, as another program would.
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Iterator
@@ -189,7 +190,7 @@ class _Counting:
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["writer", "reader"])
-def test_a_grant_attempt_reads_the_head_of_the_line_not_all_of_it(
+def test_a_grant_attempt_reads_the_entries_nearest_ahead_not_the_line(
     url: str, raw: Gateway, shared: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lease = _crowd(raw, url, "crowded")
@@ -262,12 +263,21 @@ def _ranges(body: Any) -> Iterator[dict[str, Any]]:
 
 
 class _Reads:
-    """Records the range reads a backend's gateway sends to the server."""
+    """Records the range reads a backend's gateway (of either flavour) sends to the server."""
 
     def __init__(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reads: list[dict[str, Any]] = []
         gateway = backend.gateway
         original = gateway.call
+
+        if inspect.iscoroutinefunction(original):
+
+            async def acall(path: str, body: Any, **options: Any) -> Any:
+                self.reads.extend(_ranges(body))
+                return await original(path, body, **options)
+
+            monkeypatch.setattr(gateway, "call", acall)
+            return
 
         def call(path: str, body: Any, **options: Any) -> Any:
             self.reads.extend(_ranges(body))
@@ -311,6 +321,23 @@ def test_no_read_of_a_grant_a_wake_up_or_a_release_makes_etcd_sort_or_fetch_the_
         eventually(lambda: backend.try_grant(waiter) is not None, "the waiter is granted")
         assert backend.release("woken", "waiter") is True
         assert len(reads.reads) >= 8
+        assert reads.costly() == []
+    raw.revoke(lease)
+
+
+@pytest.mark.asyncio
+async def test_no_read_of_a_grant_or_a_release_makes_etcd_sort_or_fetch_the_line_asyncio(
+    url: str, raw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = _crowd(raw, url, "crowded")
+    async with await tumbler.aio.connect(url) as locks:
+        reads = _Reads(locks._backend, monkeypatch)
+        assert not await locks.lock("crowded").acquire(blocking=False)
+        assert not await locks.rwlock("crowded").read().acquire(blocking=False)
+        lock = locks.lock("alone")
+        assert await lock.acquire(timeout=PATIENCE)
+        await lock.release()
+        assert len(reads.reads) >= 4
         assert reads.costly() == []
     raw.revoke(lease)
 
