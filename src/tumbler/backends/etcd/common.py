@@ -188,7 +188,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
@@ -196,7 +195,7 @@ from urllib.parse import quote, unquote
 from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
-from ..kit.errors import ErrorMap, Rule, Site
+from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
@@ -566,6 +565,6 @@ ERRORS = ErrorMap(
 )
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert the gateway's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at
