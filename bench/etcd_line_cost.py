@@ -56,10 +56,14 @@ def _request(owner: str, shared: bool, queue: bool = False) -> GrantRequest:
     return GrantRequest(NAME, owner, shared, 0 if shared else 1, True, 30.0, "bench", queue)
 
 
-def _key(prefix: bytes, owner: str, exclusive: bool) -> bytes:
-    """An entry's key as the tumbler being measured lays it out (by kind, or not)."""
-    if "exclusive" in inspect.signature(common.entry_key).parameters:
-        return common.entry_key(prefix, NAME, owner_hash(owner), exclusive=exclusive)
+def _key(prefix: bytes, owner: str, exclusive: bool, turn: int) -> bytes:
+    """An entry's key as the tumbler being measured lays it out (by turn and kind, by kind,
+    or by owner alone); ``turn``: the revision its transaction makes."""
+    parameters = inspect.signature(common.entry_key).parameters
+    if "seq" in parameters:
+        return common.entry_key(prefix, NAME, owner_hash(owner), exclusive, turn)
+    if "exclusive" in parameters:
+        return common.entry_key(prefix, NAME, owner_hash(owner), exclusive=exclusive)  # type: ignore[call-arg]
     return common.entry_key(prefix, NAME, owner_hash(owner))  # type: ignore[call-arg]
 
 
@@ -80,12 +84,15 @@ def _measure(server: EtcdServer, waiters: int, repeat: int) -> dict[str, str]:
         lease, _ttl = raw.grant_lease(3600)
         holder = json.dumps({"holder": "bench", "kind": "read", "lease_ttl": 10}).encode()
         writer = json.dumps({"holder": "bench", "kind": "lock", "lease_ttl": 10}).encode()
-        raw.txn([], [put(_key(config.prefix, "holder", False), holder, lease)], [])
+        raw.txn(
+            [], [put(_key(config.prefix, "holder", False, raw.revision + 1), holder, lease)], []
+        )
         for start in range(0, waiters, 100):
+            turn = raw.revision + 1
             raw.txn(
                 [],
                 [
-                    put(_key(config.prefix, f"writer{i}", True), writer, lease)
+                    put(_key(config.prefix, f"writer{i}", True, turn), writer, lease)
                     for i in range(start, min(waiters, start + 100))
                 ],
                 [],

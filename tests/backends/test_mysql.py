@@ -121,6 +121,35 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_once_the_server_shows_it(
         assert one.status("stock").holders == ()
 
 
+def test_a_hand_off_names_its_waiter_by_the_owner_its_entry_stores(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """The wake-up's tag is the owner the waiter's entry stores, and the waiter's client
+    finds the grant under it: the store and the hand-offs hash an owner alike."""
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    url = f"{mariadb_server.url}?table_prefix={prefix}"
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(_request("stock", "a")) is not None
+        with waiter.watch("stock", "b") as watch:  # listens: its releases reach it
+            assert waiter.try_grant(_request("stock", "b")) is None  # queued
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+            cursor.execute(
+                f"SELECT owner, token FROM {prefix}entries WHERE name = %s AND token IS NOT NULL",
+                ("stock",),
+            )
+            row = cursor.fetchone()
+        assert row is not None
+        stored, token = row
+        assert (stored.decode() if isinstance(stored, bytes) else stored) == owner_hash("b")
+        # as the waiter's next try looks for it: by its owner id
+        handed = waiter.wakeups.handoffs.grant(_request("stock", "b"))
+        assert handed is not None
+        assert handed.token == token
+
+
 def test_the_listener_outlives_a_short_socket_timeout(mariadb_server: MariaDBServer) -> None:
     """The listener's sleep ends within socket_timeout (which the blocking driver applies to
     every read, the sleep's too): with a timeout shorter than the re-check interval it keeps

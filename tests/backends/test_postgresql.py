@@ -450,6 +450,26 @@ def test_a_grant_found_by_asking_is_taken_up_with_the_lease_asked(
         assert waiter.release("stock", "b")
 
 
+def test_a_hand_off_names_its_waiter_by_the_owner_its_entry_stores(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The wake-up's tag is the owner the waiter's entry stores, and the waiter's client
+    finds the grant under it: the store and the hand-offs hash an owner alike."""
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        _handed_over(one._backend, two._backend)
+        query = sql.SQL(
+            "SELECT owner, token FROM {}.tumbler_entries WHERE name = 'stock' AND token IS NOT NULL"
+        ).format(sql.Identifier(schema))
+        row = admin.execute(query).fetchone()
+        assert row is not None
+        stored, token = row
+        assert stored == owner_hash("b")
+        # as the waiter's next try looks for it: by its owner id
+        handed = two._backend.wakeups.handoffs.grant(_request("stock", "b"))
+        assert handed is not None
+        assert handed.token == token
+
+
 def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(url: str) -> None:
     with tumbler.connect(url) as one, tumbler.connect(url) as two:
         holder, waiter = one._backend, two._backend
@@ -486,7 +506,7 @@ def test_a_waiter_whose_client_is_gone_is_not_handed_the_lock(
             assert holder.try_grant(_request("stock", "a")) is not None
             with waiter.watch("stock", "b"):
                 assert waiter.try_grant(_request("stock", "b")) is None
-                key = waiter.wakeups.listener_key
+                key = waiter.wakeups.key
                 assert _listener_held(admin, key)
         finally:
             waiter.close()
@@ -518,7 +538,7 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
             assert await waiter.try_grant(request) is None
             assert not waiter.wakeups.subscribed()
             watch.close()
-            return waiter.wakeups.listener_key
+            return waiter.wakeups.key
         finally:
             await waiter.close()
 
@@ -532,7 +552,7 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
                 assert waiter.try_grant(request) is None
                 assert not waiter.wakeups.subscribed()
                 watch.close()
-                key = waiter.wakeups.listener_key
+                key = waiter.wakeups.key
             finally:
                 waiter.close()
         else:

@@ -23,7 +23,7 @@ import tumbler.aio
 from tumbler import PermissionDenied
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.kit.handoffs import owner_tag
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.redis import opener as redis_backend
 from tumbler.backends.redis.common import ACL_RULES
 from tumbler.backends.redis.lua import Keys
@@ -231,7 +231,7 @@ def test_a_reader_cannot_hand_a_waiter_a_grant(acl_server: RedisServer) -> None:
             reader = acl_server.client(READER.name)
             entries = reader.hvals(Keys(prefix).entries("stock"))
             (client,) = [value.split(b"|")[6] for value in entries if not value.split(b"|")[4]]
-            forged = f"=999999999999,0,0:{owner_tag('b')} stock"
+            forged = f"=999999999999,0,0:{owner_hash('b')} stock"
             with pytest.raises(redis.exceptions.NoPermissionError):
                 reader.publish(Keys(prefix).client_channel(client.decode()), forged)
         assert waiter.try_grant(request("b")) is None

@@ -13,7 +13,6 @@ gives up a grant it never took leaves the lock free. Commands are counted by the
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from collections.abc import Iterator
 
@@ -23,6 +22,7 @@ import redis
 import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE
 
@@ -61,7 +61,7 @@ def server_ms(admin: redis.Redis) -> int:
 def entry_expiry_ms(admin: redis.Redis, url: str, owner: str) -> int:
     """The server's expiry of ``owner``'s entry of the lock (its field in the hash)."""
     prefix = url.split("prefix=", 1)[1]
-    value = admin.hget(f"{prefix}:{{stock}}:e", hashlib.sha1(owner.encode()).hexdigest())
+    value = admin.hget(f"{prefix}:{{stock}}:e", owner_hash(owner))
     assert value is not None
     return int(value.decode().split("|")[5])
 
@@ -132,7 +132,7 @@ def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
             assert waiter.try_grant(request("b")) is None
             assert holder.release("stock", "a")
             watch.wait(PATIENCE)
-        handed = waiter.wakeups.handoffs.take("stock", owner_tag("b"))  # as if not come yet
+        handed = waiter.wakeups.handoffs.take("stock", owner_hash("b"))  # as if not come yet
         assert handed is not None
         expires = entry_expiry_ms(admin, url, "b")
         asked_at = later_ms(admin, expires - round(TTL * 1000))  # time has passed since
@@ -162,10 +162,6 @@ def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(
         assert holder.try_grant(request("c")) is not None
 
 
-def owner_tag(owner: str) -> str:
-    return hashlib.sha1(owner.encode()).hexdigest()
-
-
 @pytest.mark.parametrize(
     ("options", "takes"), [("", True), ("&wait_replicas=1", False)], ids=["plain", "wait_replicas"]
 )
@@ -183,5 +179,5 @@ def test_a_waiter_leaves_hand_off_terms_unless_its_grants_must_wait_for_replicas
         with waiter.watch("stock", "b"):
             assert waiter.try_grant(request("b")) is None  # queued, subscribed
             terms = admin.hgetall(f"{prefix}:{{stock}}:g")
-            assert (owner_tag("b").encode() in terms) is takes, terms
+            assert (owner_hash("b").encode() in terms) is takes, terms
             assert holder.release("stock", "a")

@@ -23,7 +23,7 @@ import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
-from tumbler.backends.kit.handoffs import owner_tag
+from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redlock._sync.backend import RedlockBackend
 from tumbler.backends.redlock.common import quorum
@@ -486,7 +486,7 @@ def test_a_wake_up_never_grants_a_waiter(
                 )
 
             eventually(subscribed, "the waiter listens on every master")
-            forged = f"=999999999999,0,0:{owner_tag('b')} stock"
+            forged = f"=999999999999,0,0:{owner_hash('b')} stock"
             for index in range(5):
                 masters.client(index).publish(channel, forged)
             assert backend.try_grant(request("stock", "b")) is None

@@ -33,6 +33,8 @@ CI_ROUNDS: dict[str, list[str]] = {
     "sqlite": ["kill", "pause"],
     "redis": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "redis-aof": ["restart"],
+    # what Fedora and RHEL ship for Redis: Redis's rounds
+    "valkey": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "redis-cluster": ["kill", "minority"],
     "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "zookeeper-ensemble": ["minority", "leader", "minority-pause+leader-pause", "member-blackhole"],
@@ -143,6 +145,11 @@ def test_redis_holder_cut_off_alone_is_told_before_the_next_grant(tmp_path: Path
     }, report
     assert all(record.acq is not None for record in round_.faults), report
     _assert_kept_promises(run)
+
+
+@pytest.mark.timeout(120)
+def test_valkey(tmp_path: Path) -> None:
+    _assert_kept_promises(_torture("valkey", CI_ROUNDS["valkey"], tmp_path))
 
 
 @pytest.mark.timeout(60)

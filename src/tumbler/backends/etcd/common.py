@@ -31,24 +31,38 @@ Members
     election. The client's watch stream leaves a member as soon as a call finds it failing.
 
 Key layout
-    Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/x/<owner hash>``
-    for exclusive entries (mutexes, writers) and ``.../s/<owner hash>`` for shared ones (read
-    locks, semaphores), one per acquisition (the owner hash is ``kit.owners.owner_hash``: the
-    owner id itself is never stored); a key whose part does not match its kind is not an
-    entry. All clients of a prefix must lay keys out alike (this layout came with the bounded
-    grant reads below). A key's value is JSON: the holder's description, the kind of entry (a
-    mutex or write lock, a read lock, a semaphore and its permits), the client's lease TTL,
-    and, for a semaphore entry granted after waiting, that it was granted. A granted key is
-    attached to its client's lease, a waiting one to its client's waiters' lease (below).
-    ``force_release`` leaves its note for an evicted owner in
+    Lock ``name`` is the line of keys ``PREFIX/lock/<name, percent-encoded>/x/#<turn>.<owner
+    hash>`` for exclusive entries (mutexes, writers) and ``.../s/#<turn>.<owner hash>`` for
+    shared ones (read locks, semaphores), one per acquisition (the owner hash is
+    ``kit.owners.owner_hash``: the owner id itself is never stored); a key whose part does not
+    match its kind is not an entry. ``<turn>`` is 19 digits, ``9999999999999999999`` less the
+    entry's turn, a revision no later than the one its key is created at (below), so that a
+    later entry has a lower key: the keys of a part, in etcd's key order, are its entries
+    newest first, and a range from an entry's key to the end of its part reads the entries
+    ahead of it, nearest first, which etcd reads in key order and stops at a limit without
+    sorting anything (etcd 3.4 and 3.5 sort a range asked for in any order in memory, all of
+    it, whatever the limit). A key's value is JSON: the holder's description, the kind of
+    entry (a mutex or write lock, a read lock, a semaphore and its permits), the client's
+    lease TTL, and, for a semaphore entry granted after waiting, that it was granted. A granted
+    key is attached to its client's lease, a waiting one to its client's waiters' lease
+    (below). ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
     that outlives the evicted grant's by ``NOTE_GRACE``. A key of a line whose value no
-    client would have written (see :func:`parse_line`) is skipped by every decision, counted
-    by ``inspect`` (``LockState.malformed``) and deleted by ``force_release``. The end of an
-    acquisition a grant request of which went unanswered is marked by
-    ``PREFIX/ended/<name, percent-encoded>/<x or s>/<owner hash>`` (its entry key's part
-    after ``PREFIX/lock/``), on the client's lease (below): outside every line, so no read
-    of a line meets the marks.
+    client would have written (see :func:`parse_line`), or whose turn is later than the
+    revision it was created at, is skipped by every decision, counted by ``inspect``
+    (``LockState.malformed``) and deleted by ``force_release``. The end of an acquisition a
+    grant request of which went unanswered is marked by ``PREFIX/ended/<name,
+    percent-encoded>/<x or s>/<owner hash>``, on the client's lease (below): outside every
+    line, so no read of a line meets the marks.
+
+    The layout before turns (``.../x/<owner hash>``, ordered by create revision) is still
+    understood: such keys are entries of their line, in their place by create revision. A
+    grant that finds any (a read of each part past the turns, in the same transaction: no key
+    there costs nothing) reads its whole line, as those clients did, until they are gone.
+    The keys of this layout end in their part, ``x`` or ``s``, then one more part, as those
+    clients expect: they read them as entries of their line, and order them by create
+    revision as they order their own (the order of turns), so both kinds of client can share
+    a line during a rolling upgrade.
 
 Requests that arrive late
     A request held on a silent path (a member cut off from its clients, a partition) reaches
@@ -70,23 +84,30 @@ Requests that arrive late
     client waits no more, and the grant with it under a holder that knows nothing.
 
 Who holds the lock
-    The line is ordered by the keys' create revisions, etcd's one counter of changes. An
-    exclusive entry holds the lock when it is first in line; a read entry when no exclusive
-    entry is ahead of it; a semaphore entry when fewer than ``permits`` entries are ahead
-    (``kit.line_position``, as ZooKeeper's sequential nodes). An entry never loses that
-    position, since entries only leave the line ahead of it. A grant is one transaction: the
-    key is put with the client's lease if it does not exist (and its acquisition's end mark is
-    unwritten since the client's latest revision: "Requests that arrive late"), and in the
-    same revision the transaction reads what the rule needs, not the line: its oldest entries
-    (one, or a semaphore's permits and one, and a few more in case keys no client wrote are
-    among them) and the newest entries ahead of it (a reader: of the writers, which alone
-    block it; the others: of the whole line, the first being its predecessor). Only a head
-    crowded with keys no client wrote sends it to read the whole line. A retry after a lost
-    reply finds the key the first attempt made, by its name. Every request is served in
-    arrival order (``fair`` makes no difference). etcd 3.4 sorts a range by create revision in
-    memory, so the server still goes over every key of the line for such a read, but sends
-    only the few asked for. A new waiter that finds more keys in its line than ``max_waiters``
-    reads the line once to count the waiters ahead of it.
+    The line is ordered by the keys' turns, which is the order of their create revisions,
+    etcd's one counter of changes. An exclusive entry holds the lock when it is first in
+    line; a read entry when no exclusive entry is ahead of it; a semaphore entry when fewer
+    than ``permits`` entries are ahead (``kit.line_position``, as ZooKeeper's sequential
+    nodes). An entry never loses that position, since entries only leave the line ahead of it.
+    A grant is one transaction: the key is put with the client's lease if it does not exist
+    (and its acquisition's end mark is unwritten since the client's latest revision: "Requests
+    that arrive late"), and if every key of a later turn than its own, in either part, was
+    created before its turn; a client takes as its turn the latest revision it has seen, plus
+    one, so its key is created at its turn or after, and the condition makes each new entry
+    the last of its line. A grant whose condition fails (arrivals that came together, or a
+    client whose latest revision was behind the line's) takes the revision etcd answered with,
+    plus one, as its next turn; its key of the turn before, if a request for it went
+    unanswered, is deleted and its acquisition's end marked first (that request could land
+    later). In the same revision the transaction reads what the rule needs, not the line:
+    in each part, the entries nearest ahead of the key (one, or a semaphore's permits and one,
+    and a few more in case keys no client wrote are among them). Only reads crowded with keys
+    no client wrote, or keys of the layout before turns, send it to read the whole line. A
+    retry after a lost reply finds the key the first attempt made, by its name. Every request
+    is served in arrival order (``fair`` makes no difference). etcd before 3.5 walks its index
+    of every key of a range it reads, whatever the limit (it reads from disk only up to the
+    limit): a grant behind a long line still costs the server a little more, about 0.1 µs per
+    entry ahead of it. A new waiter that finds more keys ahead of it than ``max_waiters`` reads
+    the line once to count the waiters ahead of it.
 
 Fencing tokens
     The token of a grant is its key's create revision: etcd numbers every change of the
@@ -167,7 +188,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
@@ -175,7 +195,7 @@ from urllib.parse import quote, unquote
 from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
-from ..kit.errors import ErrorMap, Rule, Site
+from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
@@ -191,6 +211,7 @@ from .wire import (
 __all__ = [
     "NOTE_GRACE",
     "SHARED",
+    "TURN",
     "Contender",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PORT",
@@ -201,6 +222,10 @@ __all__ = [
     "EtcdConfig",
     "Line",
     "entry_key",
+    "part_key",
+    "seq_in",
+    "turn_in",
+    "turn_of",
     "entry_value",
     "lease_gone",
     "line_key",
@@ -310,6 +335,11 @@ _ENDED = b"ended/"
 #: the parts of a line: the keys of exclusive entries (mutexes, writers), and of shared ones
 EXCLUSIVE = b"x/"
 SHARED = b"s/"
+#: what an entry's turn starts with: a byte below every digit and letter, so that the entries
+#: of this layout sort apart from (before) those of the one before it, ``<part>/<owner hash>``
+TURN = b"#"
+#: where the turns count down from (19 digits: every revision etcd can reach is below it)
+_TURN_TOP = 10**19 - 1
 
 
 def _encoded(name: str) -> bytes:
@@ -322,16 +352,48 @@ def line_key(prefix: bytes, name: str) -> bytes:
     return prefix + _LOCKS + _encoded(name) + b"/"
 
 
-def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool) -> bytes:
-    """The key of one acquisition: under the line's :data:`EXCLUSIVE` or :data:`SHARED` part,
-    so that a reader finds the writers ahead of it without reading the readers."""
-    return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED) + owner_hash.encode()
+def part_key(prefix: bytes, name: str, exclusive: bool) -> bytes:
+    """The prefix of the keys of one part of ``name``'s line: the :data:`EXCLUSIVE` or the
+    :data:`SHARED` entries."""
+    return line_key(prefix, name) + (EXCLUSIVE if exclusive else SHARED)
+
+
+def turn_of(seq: int) -> bytes:
+    """The start of the last part of the key of an entry that came at ``seq``: later turns
+    have lower keys, so that a range from an entry's key to the end of its part reads the
+    entries ahead of it nearest first, which etcd does without sorting."""
+    if not 0 < seq <= _TURN_TOP:
+        raise ValueError(f"a turn is from 1 to {_TURN_TOP}")
+    return TURN + b"%019d" % (_TURN_TOP - seq) + b"."
+
+
+def entry_key(prefix: bytes, name: str, owner_hash: str, exclusive: bool, seq: int) -> bytes:
+    """The key of one acquisition that came at ``seq`` (see "Key layout"): under the line's
+    :data:`EXCLUSIVE` or :data:`SHARED` part, so that a reader finds the writers ahead of it
+    without reading the readers."""
+    return part_key(prefix, name, exclusive) + turn_of(seq) + owner_hash.encode()
+
+
+def seq_in(key: bytes) -> int:
+    """The turn of entry key ``key``, one of this layout."""
+    digits = turn_in(key)[len(TURN) :].partition(b".")[0]
+    return _TURN_TOP - int(digits)
+
+
+def turn_in(key: bytes) -> bytes:
+    """The last part of an entry's key, by which entries of both parts of a line compare."""
+    return key[key.rindex(b"/") + 1 :]
 
 
 def ended_key(prefix: bytes, entry: bytes) -> bytes:
-    """The key that marks the end of the acquisition whose entry key is ``entry`` (see
-    "Requests that arrive late")."""
-    return prefix + _ENDED + entry[len(prefix + _LOCKS) :]
+    """The key that marks the end of the acquisitions of the owner and kind of entry key
+    ``entry`` (see "Requests that arrive late"): the same whatever the entry's turn, so that it
+    also turns away a late request for a key of the same acquisition the client gave up for a
+    later turn."""
+    part, _slash, last = entry.rpartition(b"/")
+    if last.startswith(TURN):
+        last = last.partition(b".")[2]
+    return prefix + _ENDED + part[len(prefix + _LOCKS) :] + b"/" + last
 
 
 def notes_key(prefix: bytes, name: str, owner_hash: str) -> bytes:
@@ -427,9 +489,18 @@ def _contender(kv: dict[str, Any]) -> Contender:
         shared, limit = True, _whole(record.get("permits"), 1, MAX_PERMITS)
     else:
         raise ValueError(f"no entry is of kind {kind!r}")
-    part, owner_part = kv["key"].rsplit(b"/", 2)[-2:]
+    part, last = kv["key"].rsplit(b"/", 2)[-2:]
     if part + b"/" != (SHARED if shared else EXCLUSIVE):
         raise ValueError("an entry's key is in the part of the line of its kind")
+    if last.startswith(TURN):
+        digits, dot, owner_part = last[len(TURN) :].partition(b".")
+        if not (dot and owner_part and len(digits) == 19 and digits.isdigit()):
+            raise ValueError("an entry's turn is 19 digits and a dot")
+        # no client takes a turn past the revision its key is created at
+        if not 0 < _TURN_TOP - int(digits) <= kv["create_revision"]:
+            raise ValueError("an entry's turn comes after its key was made")
+    else:
+        owner_part = last  # the layout before turns: ``<part>/<owner hash>``
     owner = owner_part.decode("ascii", "replace")
     return Contender(
         kv["key"], owner, kv["create_revision"], kv["lease"], shared, limit, holder, lease_ttl
@@ -437,9 +508,10 @@ def _contender(kv: dict[str, Any]) -> Contender:
 
 
 def parse_line(kvs: list[dict[str, Any]]) -> Line:
-    """The line from a range of its keys by creation order. A key whose value no tumbler
-    client would have written (numbers out of range, an unknown kind, no JSON object) is no
-    contender: it blocks nothing, and it is kept apart, for ``status`` and ``force_release``."""
+    """The line from a range of its keys, in creation order. A key whose value no tumbler
+    client would have written (numbers out of range, an unknown kind, no JSON object), or whose
+    turn is later than its create revision, is no contender: it blocks nothing, and it is kept
+    apart, for ``status`` and ``force_release``."""
     contenders = []
     malformed = []
     for kv in kvs:
@@ -493,6 +565,6 @@ ERRORS = ErrorMap(
 )
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert the gateway's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at

@@ -23,19 +23,18 @@ __all__ = [
     "code_of",
     "compare",
     "count_of",
+    "created_before",
     "delete",
     "put",
     "ranged",
     "read",
     "relet",
-    "read_ahead",
     "read_by_creation",
-    "read_head",
+    "read_range",
     "error_of",
     "kv_of",
     "kvs",
     "nested",
-    "none_older",
     "prefix_end",
     "unb64",
 ]
@@ -177,15 +176,16 @@ def untouched_since(key: bytes, revision: int) -> dict[str, Any]:
     return {"key": b64(key), "target": "MOD", "mod_revision": str(revision + 1), "result": "LESS"}
 
 
-def none_older(prefix: bytes, revision: int) -> dict[str, Any]:
-    """A comparison that holds when no key under ``prefix`` was created before ``revision``
-    (etcd compares every key of a range)."""
+def created_before(key: bytes, range_end: bytes, revision: int) -> dict[str, Any]:
+    """A comparison that holds when every key from ``key`` to ``range_end`` was created before
+    ``revision`` (as it does when there is none: etcd compares an empty range as one key
+    created at 0). etcd reads every key of the range for it: for few keys only."""
     return {
-        "key": b64(prefix),
-        "range_end": b64(prefix_end(prefix)),
+        "key": b64(key),
+        "range_end": b64(range_end),
         "target": "CREATE",
-        "create_revision": str(revision - 1),
-        "result": "GREATER",
+        "create_revision": str(revision),
+        "result": "LESS",
     }
 
 
@@ -228,23 +228,12 @@ def read_by_creation(prefix: bytes) -> dict[str, Any]:
     }
 
 
-def read_head(prefix: bytes, limit: int) -> dict[str, Any]:
-    """A read of the ``limit`` oldest keys under ``prefix``, by create revision; its reply's
-    ``count`` is how many keys there are under ``prefix``."""
-    request = read_by_creation(prefix)
-    request["request_range"]["limit"] = str(limit)
-    return request
-
-
-def read_ahead(prefix: bytes, before: int | None, limit: int) -> dict[str, Any]:
-    """A read of the ``limit`` newest keys under ``prefix`` created before revision ``before``
-    (None: of any), newest first."""
-    request = read_by_creation(prefix)
-    body = request["request_range"]
-    body.update(sort_order="DESCEND", limit=str(limit))
-    if before is not None:
-        body["max_create_revision"] = str(before - 1)
-    return request
+def read_range(key: bytes, range_end: bytes, limit: int) -> dict[str, Any]:
+    """A read of the first ``limit`` keys from ``key`` to ``range_end``, in key order: the one
+    order etcd reads without sorting (any ``sort_order`` makes it fetch and sort the whole
+    range, whatever the limit). Its reply's ``count`` is how many keys the range has, and
+    ``more`` whether some were left out."""
+    return {"request_range": {"key": b64(key), "range_end": b64(range_end), "limit": str(limit)}}
 
 
 def count_of(response: dict[str, Any]) -> int:

@@ -40,14 +40,22 @@ rest from here. Each piece is for:
   :func:`line_position` which entry a waiter must watch (:data:`WATCH_LINE`: the whole line);
   :func:`let_through` says whom a change to a line lets through (one pass over its head).
 - :func:`~tumbler.backends.kit.owners.owner_hash`: an owner as a store keeps it (its SHA-1),
-  so that reading the store gives nobody an owner id to act with. Imported from there.
+  so that reading the store gives nobody an owner id to act with, and as a wake-up or a
+  hand-off names its waiter (``kit.handoffs``). Imported from there.
 - :func:`to_wake`: the waiters of a freed line that the rule lets through now
   (``_core.let_through``: one pass over the head of the line), for a backend whose release
   tells each waiter's client (PostgreSQL, MySQL).
 - :mod:`tumbler.backends.kit._async.listener` (``AsyncListener``, and ``Listener`` in its
   ``_sync`` twin): the life of a client's one listening connection (started at the first
   wait, connected again after a failure, every waiter woken once it listens again), for a
-  backend that fills in how to listen (PostgreSQL, MySQL). Imported from there.
+  backend that fills in how to listen (PostgreSQL, MySQL, etcd). Imported from there.
+- :mod:`tumbler.backends.kit._async.sql` (and its ``_sync`` twin): what the SQL backends
+  (PostgreSQL, MySQL) share: the pool, the decision on a name's line and its write
+  (``decide``, through the backend's ``AsyncLine``), whom a release wakes, the listener's key,
+  the watch, and the calls that differ only in their statements, each store's driver and SQL
+  behind seams. Imported from there.
+- :func:`~tumbler.backends.kit.state.states_of`: rows of live entries, as a store reads them
+  for every name at once, to the ``LockState`` of each name.
 
 The kit imports only the contract, the errors and tumbler's clock and concurrency seams; it
 never imports the lock layer (``tumbler._async``/``tumbler._sync``), so imports point one

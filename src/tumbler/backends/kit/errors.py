@@ -141,6 +141,17 @@ class ErrorMap:
         """Raise the translation of any driver error the block raises, from it."""
         return _Translating(self, site)
 
+    def at(self, backend: str, lock_name: str | None = None) -> AbstractContextManager[None]:
+        """:meth:`translating` at the site of the backend URL ``backend`` (its password already
+        removed) and ``lock_name``: what a backend wraps its driver calls in."""
+        return _Translating(self, Site(backend, lock_name))
+
+    def error_at(
+        self, error: Exception, backend: str, lock_name: str | None = None
+    ) -> TumblerError:
+        """:meth:`tumbler_error` at the site of ``backend`` and ``lock_name``."""
+        return self.tumbler_error(error, Site(backend, lock_name))
+
 
 class _Translating:
     # a class rather than contextlib's generator, which costs several times as much: every

@@ -13,20 +13,13 @@ which token to take up.)
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
 
 from ..contract import Grant, GrantRequest, WakeHub
+from .owners import owner_hash
 
-__all__ = ["HANDED_KEPT", "HandOffs", "owner_tag"]
-
-
-def owner_tag(owner: str) -> str:
-    """How a wake-up names the waiter it is for: the SHA-1 of its owner id (never the id
-    itself, which would let whoever reads the wake-ups release another's grant)."""
-    return hashlib.sha1(owner.encode()).hexdigest()
-
+__all__ = ["HANDED_KEPT", "HandOffs"]
 
 #: how long a grant handed to a waiter of this client is kept for it to take: a waiter takes
 #: its grant as soon as the wake-up reaches it; one nobody takes (its waiter had the grant
@@ -70,7 +63,8 @@ class HandOffs:
             self._handed[name, tag] = (token, began, now + HANDED_KEPT)
 
     def deliver(self, message: str, hub: WakeHub) -> None:
-        """Act on a wake-up ``<tag> <name>`` (``tag``: the waiter's owner hash), which a
+        """Act on a wake-up ``<tag> <name>`` (``tag``: the waiter's owner as its entry stores
+        it, :func:`~tumbler.backends.kit.owners.owner_hash`), which a
         release that granted the waiter marks ``=<terms>:<tag>``: keep that grant for the
         waiter's next try (:meth:`put`), and wake the waiter. An empty tag wakes nobody (a
         reader's nudge to itself)."""
@@ -84,7 +78,7 @@ class HandOffs:
     def forget(self, name: str, owner: str) -> None:
         """Drop a grant handed to ``owner`` that it gives back without taking it."""
         if self._handed:
-            self.take(name, owner_tag(owner))
+            self.take(name, owner_hash(owner))
 
     def take(self, name: str, tag: str) -> tuple[int, float] | None:
         """The (token, lease start) handed to the waiter ``tag`` of lock ``name``, if any."""
@@ -98,7 +92,7 @@ class HandOffs:
         left, if anything)."""
         if not self._handed:
             return None
-        handed = self.take(request.name, owner_tag(request.owner))
+        handed = self.take(request.name, owner_hash(request.owner))
         if handed is None:
             return None
         token, began = handed

@@ -7,6 +7,9 @@ shared entries agree on one. :class:`LockStateBuilder` says that once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 from ..contract import HolderInfo, LockState
 
 
@@ -62,3 +65,27 @@ class LockStateBuilder:
 
     def build(self) -> LockState:
         return LockState(self.name, self.holders, self.waiters, self.limit, self.malformed)
+
+
+def states_of(rows: Iterable[Sequence[Any]]) -> list[LockState]:
+    """The ``LockState`` of each name among ``rows``, the live entries a store read: ``(name,
+    shared, lim, token, expires_in, holder)``, in the order the names first come. A row whose
+    ``expires_in`` is None is one the store could not read as an entry (not written by
+    tumbler): counted as malformed, nothing else. A name may come as bytes (its UTF-8)."""
+    builders: dict[str, LockStateBuilder] = {}
+    for name, shared, lim, token, expires_in, holder in rows:
+        text = name.decode() if isinstance(name, bytes) else name
+        builder = builders.get(text)
+        if builder is None:
+            builder = builders[text] = LockStateBuilder(text)
+        if expires_in is None:
+            builder.malformed += 1
+            continue
+        builder.add(
+            token=token,
+            shared=bool(shared),
+            limit=lim,
+            expires_in=float(expires_in),
+            holder=holder,
+        )
+    return [builder.build() for builder in builders.values()]

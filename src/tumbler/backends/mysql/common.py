@@ -92,7 +92,6 @@ import math
 import select
 import ssl
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -107,16 +106,14 @@ from ...errors import (
     InvalidURL,
     OutOfConnections,
     PermissionDenied,
-    TumblerError,
 )
-from ..kit.errors import ErrorMap, Rule, Site
+from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 __all__ = [
     "DEFAULT_PORT",
     "AsyncReplies",
     "MySQLConfig",
-    "NoConnection",
     "NoReply",
     "Replies",
     "abounded",
@@ -314,24 +311,19 @@ ERRORS = ErrorMap(
 )
 
 
-def tumbler_error(error: pymysql.Error, url: str, name: str | None = None) -> TumblerError:
-    """The tumbler error that says what a driver error means for a lock user."""
-    return ERRORS.tumbler_error(error, Site(url, name))
+#: the tumbler error a driver error means for a lock user: ``tumbler_error(error, url, name)``
+tumbler_error = ERRORS.error_at
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert the driver's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at
 
 
 #: every transaction of a client's sessions, its procedures' and its one-statement ones alike:
 #: no gap locks (a sweep or a listener's delete would hold transactions on other names back,
 #: or deadlock with them), and each statement reads what was committed before it
 SESSION_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
-
-
-class NoConnection(Exception):
-    """Every connection of the client stayed busy for longer than a call may wait."""
 
 
 class NoReply(pymysql.err.OperationalError):

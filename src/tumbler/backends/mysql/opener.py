@@ -13,7 +13,7 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncMySQLBackend
 from ._sync.backend import MySQLBackend
-from .common import parse_config, translate_errors
+from .common import parse_config
 
 if TYPE_CHECKING:
     from ..descriptor import BackendOpener
@@ -27,8 +27,7 @@ def prepare(url: BackendURL) -> str:
     turns), and say which."""
     backend = MySQLBackend(parse_config(url))
     try:
-        with translate_errors(backend.url):
-            made = backend.pool.run(backend.set_up, idempotent=True)
+        made = backend.prepare()
     finally:
         backend.close()
     what = f"the tables and procedures {backend.config.prefix}* in {backend.config.database}"

@@ -114,7 +114,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,10 +127,9 @@ from ...errors import (
     InvalidURL,
     OutOfConnections,
     PermissionDenied,
-    TumblerError,
 )
 from ..contract import Capabilities
-from ..kit.errors import ErrorMap, Rule, Site
+from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
 DEFAULT_PORT = 5432
@@ -258,18 +256,13 @@ ERRORS = ErrorMap(
 )
 
 
-def tumbler_error(error: psycopg.Error, url: str, name: str | None = None) -> TumblerError:
-    """The tumbler error that says what a psycopg error means for a lock user."""
-    return ERRORS.tumbler_error(error, Site(url, name))
+#: the tumbler error a driver error means for a lock user: ``tumbler_error(error, url, name)``
+tumbler_error = ERRORS.error_at
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert psycopg's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
-
-
-class NoConnection(Exception):
-    """Every connection of the pool stayed busy for as long as a call may wait."""
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at
 
 
 class NoReply(psycopg.OperationalError):

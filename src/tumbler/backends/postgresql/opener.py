@@ -13,7 +13,7 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncPostgreSQLBackend
 from ._sync.backend import PostgreSQLBackend
-from .common import parse_config, translate_errors
+from .common import parse_config
 
 if TYPE_CHECKING:
     from ..descriptor import BackendOpener
@@ -27,8 +27,7 @@ def prepare(url: BackendURL) -> str:
     ``init`` racing to do it take turns), and say which."""
     backend = PostgreSQLBackend(parse_config(url))
     try:
-        with translate_errors(backend.url):
-            made = backend.pool.run(backend.make_tables, idempotent=True)
+        made = backend.prepare()
     finally:
         backend.close()
     what = (

@@ -79,7 +79,6 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -256,18 +255,13 @@ ERRORS = ErrorMap(
 )
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert redis-py's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at
 
 
-def tumbler_error(
-    error: redis_errors.RedisError | redis_errors.RedisClusterException | OSError,
-    url: str,
-    name: str | None = None,
-) -> TumblerError:
-    """The tumbler error that says what a redis-py error means for a lock user."""
-    return ERRORS.tumbler_error(error, Site(url, name))
+#: the tumbler error a driver error means for a lock user: ``tumbler_error(error, url, name)``
+tumbler_error = ERRORS.error_at
 
 
 #: redis-py's asyncio clients close with ``aclose()``, its blocking ones with ``close()``: for

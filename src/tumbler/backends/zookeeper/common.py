@@ -146,7 +146,6 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote, unquote
@@ -161,7 +160,7 @@ from kazoo.security import ACL, Permissions, make_digest_acl_credential
 from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
-from ..kit.errors import ErrorMap, Rule, Site
+from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from ..kit.tls import tls_context as kit_tls_context
@@ -194,9 +193,9 @@ ERRORS = ErrorMap(
 )
 
 
-def translate_errors(url: str, name: str | None = None) -> AbstractContextManager[None]:
-    """Convert kazoo's errors to tumbler's at this one edge, keeping the cause."""
-    return ERRORS.translating(Site(url, name))
+#: the driver's errors as tumbler's, at this one edge, keeping the cause:
+#: ``with translate_errors(url, lock_name):``
+translate_errors = ERRORS.at
 
 
 @dataclass(frozen=True)

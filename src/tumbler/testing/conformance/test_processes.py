@@ -94,6 +94,11 @@ def test_without_the_lock_the_same_workers_lose_updates(
                 "--no-lock",
             )
         )
+    ready = tmp_path / "counter.ready"
+    eventually(
+        lambda: ready.exists() and len(ready.read_text().split()) == 4, "the workers are ready"
+    )
+    (tmp_path / "counter.go").touch()  # all at once: the race is then certain
     for process in processes:
         assert process.wait(PATIENCE * 4) == 0
     assert int(counter.read_text()) < 4 * 40

@@ -6,7 +6,9 @@
 
 ``count`` does N read-modify-write increments of a counter file that is not atomic by itself,
 each under the lock (or, with --no-lock, under nothing: the negative control), appending each
-grant's fencing token to TOKENS_FILE. ``hold`` acquires, writes its token to MARKER_FILE, and
+grant's fencing token to TOKENS_FILE. With --no-lock it first says it is ready (a line in
+COUNTER_FILE.ready) and waits for COUNTER_FILE.go, so that the control's workers run at once
+however long each took to start. ``hold`` acquires, writes its token to MARKER_FILE, and
 then blocks until killed. ``forget`` acquires, writes its token, and ends the program without
 releasing or closing anything.
 """
@@ -50,9 +52,22 @@ def increment(counter: str) -> None:
     os.replace(aside, counter)
 
 
+def wait_for_the_others(counter: str) -> None:
+    """Say this worker is ready, then wait until the test says go (it does once every worker
+    is ready): unlocked workers that ran one after the other would race with nobody."""
+    append(f"{counter}.ready", str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(f"{counter}.go"):
+        if time.monotonic() > deadline:
+            raise SystemExit("no go from the test within 120 s")
+        time.sleep(0.001)
+
+
 def count_sync(url: str, name: str, counter: str, tokens: str, n: int, use_lock: bool) -> None:
     with tumbler.connect(url) as locks:
         lock = locks.lock(name, ttl=10)
+        if not use_lock:
+            wait_for_the_others(counter)
         for _ in range(n):
             if not use_lock:
                 increment(counter)

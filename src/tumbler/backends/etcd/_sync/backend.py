@@ -9,6 +9,7 @@ every request goes through the gateway client (``gateway.AsyncGateway``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -29,8 +30,8 @@ from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
 from .. import CAPABILITIES, LEASE_SWEEP, WAITER_TTL
 from ..common import (
-    EXCLUSIVE,
     NOTE_GRACE,
+    TURN,
     Contender,
     EtcdConfig,
     Line,
@@ -43,7 +44,10 @@ from ..common import (
     locks_key,
     notes_key,
     parse_line,
+    part_key,
+    seq_in,
     translate_errors,
+    turn_in,
 )
 from ..http import HTTPFailure
 from ..wire import (
@@ -54,6 +58,7 @@ from ..wire import (
     b64,
     compare,
     count_of,
+    created_before,
     delete,
     kvs,
     nested,
@@ -61,8 +66,7 @@ from ..wire import (
     put,
     ranged,
     read,
-    read_ahead,
-    read_head,
+    read_range,
     relet,
     untouched_since,
 )
@@ -132,28 +136,71 @@ class _OwnEntry:
     read_at: float = 0.0
 
 
-#: how many keys past those the grant rule needs a head read brings: keys no client wrote
-#: there are skipped, and only a head full of them sends the grant to read the whole line
-HEAD_SLACK = 4
+#: how many keys past those the grant rule needs an ahead read brings: keys no client wrote
+#: there are skipped, and only reads crowded with them send the grant to read the whole line
+AHEAD_SLACK = 4
+#: how many later turns a grant request takes when the line has entries newer than the turn
+#: it asked for (arrivals that came together, or a client whose latest revision was behind)
+TURN_TRIES = 64
 #: how long a waiter whose watch is made, and has not fired, goes without reading its line:
 #: the watch tells it of every change it waits for; this read is for what no watch tells
 SAFETY_RECHECK = 30.0
 
 
-def _head_reads(
-    line_prefix: bytes, request: GrantRequest, before: int | None
-) -> list[dict[str, Any]]:
-    """The reads that decide ``request``, beside its own key's: the oldest entries of the
-    line (as many as can be ahead of a grant), and the newest entries ahead of it (created
-    before revision ``before``; without it, newest of all, which are ahead of an entry
-    being created in the same transaction): for a reader the writers, which alone block
-    it, for the others the whole line, whose newest ahead is the entry's predecessor."""
-    needed = request.limit + 1 if request.shared and request.limit else 1
-    sub = line_prefix + EXCLUSIVE if request.shared and not request.limit else line_prefix
-    return [
-        read_head(line_prefix, needed + HEAD_SLACK),
-        read_ahead(sub, before, 2 + HEAD_SLACK),
-    ]
+def _line_reads(prefix: bytes, request: GrantRequest, mine_key: bytes) -> list[dict[str, Any]]:
+    """The reads that decide ``request``, beside its own key's: in each part of its line, the
+    entries nearest ahead of ``mine_key`` (a range from it to the end of the part's turns,
+    which etcd walks in key order and stops at the limit), as many as the rule can need; then,
+    in each part, the keys past the turns: the layout before them, which makes the grant read
+    its whole line."""
+    turn = turn_in(mine_key)
+    shared_needed = request.limit + 1 if request.shared and request.limit else 1
+    reads = []
+    for exclusive, needed in ((True, 1), (False, shared_needed)):
+        part = part_key(prefix, request.name, exclusive)
+        reads.append(read_range(part + turn + b"\0", part + _PAST_TURNS, needed + AHEAD_SLACK))
+    for exclusive in (True, False):
+        part = part_key(prefix, request.name, exclusive)
+        reads.append(read_range(part + _PAST_TURNS, prefix_end(part), 1))
+    return reads
+
+
+#: the byte after :data:`TURN`: the end of a part's turns, the start of the keys past them
+_PAST_TURNS = bytes([TURN[0] + 1])
+
+
+def _last_in_line(prefix: bytes, name: str, mine_key: bytes, seq: int) -> list[dict[str, Any]]:
+    """The comparisons that make an entry of turn ``seq`` the last of its line: every key of
+    a later turn (a lower key, in either part) was created before ``seq``. A client's key is
+    created at its turn or after, so none is; a key no client wrote can be (it changes
+    nothing, and is no entry: ``parse_line``)."""
+    turn = turn_in(mine_key)
+    checks = []
+    for exclusive in (True, False):
+        part = part_key(prefix, name, exclusive)
+        # an equal turn in the other part counts as later: no two entries share a turn
+        end = mine_key if part + turn == mine_key else part + turn + b"\0"
+        checks.append(created_before(part + TURN, end, seq))
+    return checks
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """The entries read nearest ahead of an entry in one part of its line."""
+
+    #: the entries of the range read, nearest first (keys no client wrote left out)
+    entries: list[Contender]
+    #: the read took every key ahead in the part
+    whole: bool
+    #: how many keys are ahead in the part, counted by etcd (keys no client wrote too)
+    count: int
+
+
+def _ahead(response: dict[str, Any]) -> _Ahead:
+    found = ranged(response)
+    line = parse_line(found).contenders
+    line.sort(key=lambda contender: turn_in(contender.key))
+    return _Ahead(line, not _more(response), count_of(response))
 
 
 @dataclass(frozen=True)
@@ -175,41 +222,44 @@ def _place(
     mine: Contender,
     request: GrantRequest,
     line_prefix: bytes,
-    head_response: dict[str, Any],
-    ahead_response: dict[str, Any],
-    bounded: bool,
+    writers: _Ahead,
+    shared: _Ahead,
 ) -> _Place | None:
-    """Where ``mine`` stands, decided from the head of its line and the newest entries ahead
-    of it (``bounded``: that read was limited to entries older than ``mine``); None when
-    these are not enough (keys no client wrote crowd them)."""
-    head = parse_line(ranged(head_response)).contenders
-    ahead = parse_line(ranged(ahead_response)).contenders
-    ahead = [c for c in reversed(ahead) if c.create_revision < mine.create_revision]
-    if not bounded or (not ahead and _more(ahead_response)):
-        return None
-    seen = [c.entry() for c in head] + [c.entry() for c in ahead]
-    nearest = ahead[0] if ahead else None
+    """Where ``mine`` stands, decided from the entries nearest ahead of it in each part of its
+    line; None when these are not enough (keys no client wrote crowd them)."""
+    seen = [c.entry() for c in writers.entries + shared.entries]
     semaphore = bool(request.shared and request.limit)
-    if request.shared and not request.limit:
-        # a reader: only a writer ahead of it blocks it, the nearest one
-        if nearest is None:
+    if writers.whole and shared.whole:
+        # everything ahead is known: the rule over the line up to this entry
+        line = sorted(writers.entries + shared.entries, key=lambda c: c.create_revision)
+        line.append(mine)
+        blocker = line_position([c.entry() for c in line], len(line) - 1)
+        if blocker is None:
             return _Place(True, None, seen)
-        return _Place(False, (nearest.key, None, False), seen)
-    index = next((i for i, c in enumerate(head) if c.key == mine.key), None)
-    if index is None:
-        if len(head) < (request.limit + 1 if semaphore else 1) and _more(head_response):
+        if blocker == WATCH_LINE:
+            return _Place(False, (line_prefix, prefix_end(line_prefix), True), seen)
+        return _Place(False, (line[blocker].key, None, semaphore), seen)
+    nearest_writer = writers.entries[0] if writers.entries else None
+    if nearest_writer is None and not writers.whole:
+        return None
+    if not request.shared:
+        # a mutex or writer waits for its predecessor: the nearer of the two parts' nearest
+        if not shared.entries and not shared.whole:
             return None
-        if nearest is None:
-            return None  # nothing ahead, yet not at the head: a line that changed between
-        # behind every entry the rule can let through: it waits for its predecessor
-        return _Place(False, (nearest.key, None, semaphore), seen)
-    entries = [c.entry() for c in head[: index + 1]]
-    blocker = line_position(entries, index)
-    if blocker is None:
-        return _Place(True, None, seen)
-    if blocker == WATCH_LINE:
-        return _Place(False, (line_prefix, prefix_end(line_prefix), True), seen)
-    return _Place(False, (head[blocker].key, None, semaphore), seen)
+        nearest = min(
+            [c for c in (nearest_writer, *shared.entries[:1]) if c is not None],
+            key=lambda c: turn_in(c.key),
+        )
+        return _Place(False, (nearest.key, None, False), seen)
+    if nearest_writer is not None:
+        # a reader or semaphore entry waits for the nearest writer ahead
+        return _Place(False, (nearest_writer.key, None, semaphore), seen)
+    if not request.limit:
+        return _Place(True, None, seen)  # a reader with no writer ahead
+    if len(shared.entries) > request.limit:
+        # more than the permits ahead: it waits for its predecessor's grant
+        return _Place(False, (shared.entries[0].key, None, True), seen)
+    return None
 
 
 def _place_in(
@@ -821,26 +871,30 @@ class EtcdBackend(InspectEachName):
             self._tidy()
         key = (request.name, request.owner)
         tag = owner_hash(request.owner)
-        mine_key = entry_key(self.config.prefix, request.name, tag, exclusive=not request.shared)
-        ended = ended_key(self.config.prefix, mine_key)
-        line_prefix = line_key(self.config.prefix, request.name)
+        prefix = self.config.prefix
+        line_prefix = line_key(prefix, request.name)
         with translate_errors(self.url, request.name):
             with self._guard:
                 known = self._entries.get(key)
+                # a key the last call may have made unheard is asked for again by its name
+                mine_key = known.key if known is not None else self._uncertain.get(key)
             if known is not None and self._resting(known, request, tag, began):
                 # only the client's lease needs the server now and then, while it only waits
                 self._fresh_lease(began)
                 return None
-            for _ in range(3):
+            if mine_key is None:
+                mine_key = self._new_key(request, tag, self.gateway.revision + 1)
+            ended = ended_key(prefix, mine_key)
+            losses = turns = 0
+            while True:
                 lease = self._fresh_lease(began)
                 value = entry_value(
                     request.holder, request.shared, request.limit, self.config.lease_ttl
                 )
                 with self._guard:
                     self._uncertain[key] = mine_key
-                    known = self._entries.get(key)
-                before = None if known is None else known.create_revision
-                reads = [read(mine_key), *_head_reads(line_prefix, request, before)]
+                seq = seq_in(mine_key)
+                reads = [read(mine_key), *_line_reads(prefix, request, mine_key)]
                 try:
                     # a second run after a lost reply finds the key the first made, by its
                     # name, and reads the same line: it may go to another member. A run
@@ -850,20 +904,34 @@ class EtcdBackend(InspectEachName):
                         [
                             compare(mine_key, "CREATE", 0),
                             untouched_since(ended, self.gateway.revision),
+                            *_last_in_line(prefix, request.name, mine_key, seq),
                         ],
                         [put(mine_key, value, lease.id), *reads],
                         reads,
                         idempotent=True,
-                        unanswered=lambda: self._doubt(mine_key),
+                        unanswered=functools.partial(self._doubt, mine_key),
                     )
                 except EtcdError as error:
-                    if lease_gone(error):
+                    if lease_gone(error) and losses < 3:
+                        losses += 1
                         self._lease_lost(lease)
                         continue  # a new lease, and a new place at the end of the line
+                    if lease_gone(error):
+                        raise EtcdError(0, "the client's lease kept disappearing") from error
                     raise
-                break
-            else:
-                raise EtcdError(0, "the client's lease kept disappearing")
+                if created or ranged(responses[0]):
+                    break
+                # the line has an entry of a later turn than this one (arrivals that came
+                # together, or this client's latest revision was behind): a later turn, once
+                # a request for this key that may yet land is turned away
+                turns += 1
+                if turns == TURN_TRIES:
+                    raise EtcdError(0, f"the line of {request.name!r} kept growing past its turn")
+                with self._guard:
+                    doubtful = mine_key in self._doubtful
+                if doubtful:
+                    self._end(mine_key, ("CREATE", 0))
+                mine_key = self._new_key(request, tag, max(revision, self.gateway.revision) + 1)
             if created:
                 responses = responses[1:]
             found = parse_line(ranged(responses[0])).contenders
@@ -875,13 +943,14 @@ class EtcdBackend(InspectEachName):
             with self._guard:
                 self._entries[key] = entry
                 self._uncertain.pop(key, None)
-            # the newest entries ahead were read bounded by the entry's revision: none, when
-            # it was made in that transaction; else its revision, if it is still that key
-            bounded = before is None if created else before == mine.create_revision
-            place = _place(mine, request, line_prefix, responses[1], responses[2], bounded)
+            writers, shared = _ahead(responses[1]), _ahead(responses[2])
+            earlier_layout = bool(ranged(responses[3]) or ranged(responses[4]))
+            place = None
+            if not earlier_layout:
+                place = _place(mine, request, line_prefix, writers, shared)
             if place is None:
-                # the head read is not enough to decide (keys no client wrote fill it, or the
-                # reads could not be bounded by the entry's revision): the whole line
+                # the nearest entries are not enough to decide (keys no client wrote fill
+                # them), or the line has entries of the layout before turns: the whole line
                 revision, line = self._read_line(request.name)
                 place = _place_in(line.contenders, mine, request, line_prefix)
             try:
@@ -927,7 +996,7 @@ class EtcdBackend(InspectEachName):
             if not request.queue:
                 self._withdraw(key, entry)
                 return None
-            if created and count_of(responses[1]) > self.config.max_waiters:
+            if created and writers.count + shared.count >= self.config.max_waiters:
                 self._check_line_cap(key, entry, request)
             if not self._to_waiters_lease(entry, value):
                 with self._guard:
@@ -938,6 +1007,10 @@ class EtcdBackend(InspectEachName):
             assert place.watch is not None
             self.watches.add(request.name, tag, *place.watch[:2], revision, puts=place.watch[2])
             return None
+
+    def _new_key(self, request: GrantRequest, tag: str, seq: int) -> bytes:
+        """The key of a new entry of ``request`` at turn ``seq``."""
+        return entry_key(self.config.prefix, request.name, tag, not request.shared, seq)
 
     def _check_line_cap(
         self, key: tuple[str, str], entry: _OwnEntry, request: GrantRequest

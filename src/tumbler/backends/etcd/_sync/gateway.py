@@ -276,14 +276,16 @@ class Gateway:
     ) -> tuple[int, list[dict[str, Any]]]:
         """The revision read at, and the keys from ``key`` to ``range_end`` (``key`` alone
         if None), by creation order if asked, each ``{"key", "value", "create_revision",
-        "mod_revision", "lease"}`` decoded."""
+        "mod_revision", "lease"}`` decoded. The creation order is made here: etcd sorts a
+        range it is asked to sort in memory, all of it, whatever the limit."""
         body: dict[str, Any] = {"key": b64(key)}
         if range_end is not None:
             body["range_end"] = b64(range_end)
-        if by_creation:
-            body.update(sort_order="ASCEND", sort_target="CREATE")
         reply = self.call("/v3/kv/range", body, idempotent=True)
-        return int(reply["header"]["revision"]), kvs(reply)
+        found = kvs(reply)
+        if by_creation:
+            found.sort(key=lambda kv: int(kv["create_revision"]))
+        return int(reply["header"]["revision"]), found
 
     def txn(
         self,

@@ -11,33 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pymysql
 
-from ...._acompat import sleep_real
-from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import (
-    BackendUnavailable,
-    ConfigurationError,
-    OutOfConnections,
-    PermissionDenied,
-    TumblerError,
-)
-from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import BaseWatch, Decision, Entry, LockStateBuilder, Write, plan, to_wake
-from ...kit._sync.listener import Listener
+from ....errors import BackendUnavailable, ConfigurationError, TumblerError
+from ...contract import GrantRequest, Renewal, SessionEvents
+from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
-from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
     MySQLConfig,
-    NoConnection,
     NoReply,
     Replies,
     bounded,
@@ -84,9 +71,6 @@ def _code(error: BaseException) -> int:
 
 #: delivered wake-ups a listener keeps before it deletes them, in one statement
 _WAKEUPS_KEPT = 32
-#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
-#: many each time) only while every one read goes through (a run of readers)
-WAKE_HEAD = 16
 #: a seq after every entry's: the place in line of an owner with no entry
 _LAST_SEQ = 2**64 - 1
 
@@ -121,122 +105,39 @@ def _transaction(run: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-class Pool:
-    """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. A connection a call left in doubt (an error, a
-    cancellation, a limit run out) is closed rather than reused."""
+class Pool(SQLPool[Any, "float | None"]):
+    """The client's connections for calls (see ``AsyncSQLPool``), at most
+    ``max_connections`` in use at once, a call waiting up to ``socket_timeout`` for one (or
+    its own deadline's time). A call given up on while its statement may still run on the
+    server has its connection ended before the next call (``_kill_abandoned``)."""
 
     def __init__(self, config: MySQLConfig) -> None:
+        wait = (config.socket_timeout, "socket_timeout")
+        super().__init__(config.url, "MySQL", config.max_connections, wait)
         self._config = config
-        self._idle: list[Any] = []
-        self._lock = threading.Lock()
-        self._slots = Slots(config.max_connections, config.socket_timeout, NoConnection)
         #: server thread ids of connections given up while a statement may still run there
         self._abandoned: list[int] = []
-        self._closed = False
 
     def connect(self, deadline: float | None = None) -> Any:
         """A new connection, tried again for up to ``connect_timeout`` while the server
-        refuses connections for a moment (a restart): a connection that failed ran nothing.
-        ``deadline`` (``time.monotonic()``): a call's own, which bounds each try too."""
+        refuses connections for a moment (see ``AsyncSQLPool._connect``). ``deadline``
+        (``time.monotonic()``): a call's own, which bounds each try too."""
         until = time.monotonic() + self._config.connect_timeout
         if deadline is not None:
             until = min(until, deadline)
-        pause = 0.02
-        while True:
-            try:
-                connection = open_connection(
-                    self._config, None if deadline is None else _left(deadline)
-                )
-            except pymysql.err.OperationalError as error:
-                left = until - time.monotonic()
-                if self._closed or left <= 0 or _code(error) not in _REFUSED_NOW:
-                    raise
-                sleep_real(min(pause, left))
-                pause = min(pause * 2, 0.5)
-                continue
-            return connection
+        return self._connect(until, deadline)
 
     @contextlib.contextmanager
     def connection(self, deadline: float | None = None) -> Iterator[Any]:
         """A connection for one call; ``deadline`` (``time.monotonic()``): the call's own,
         which bounds its wait for a place and a connection, and for each reply."""
-        if self._closed:
-            raise pymysql.err.OperationalError(2006, "the client is closed")
-        slots = self._slots
-        if deadline is not None:
-            slots = slots.within(min(_left(deadline), self._config.socket_timeout))
-        try:
-            with slots:
-                connection = self._idle_connection()
-                if connection is None:
-                    connection = self.connect(deadline)
-                try:
-                    if deadline is not None:
-                        Replies.limit(connection, _left(deadline))
-                    if self._abandoned:
-                        self._kill_abandoned(connection)
-                    yield connection
-                except BaseException as error:
-                    if not _answered(error):
-                        with contextlib.suppress(Exception), self._lock:
-                            self._abandoned.append(int(connection.thread_id()))
-                    close_connection(connection)
-                    if isinstance(error, pymysql.err.OperationalError):
-                        self._drop_idle()  # a restart closed them all
-                    raise
-                if self._closed:
-                    close_connection(connection)
-                    return
-                if deadline is not None:
-                    Replies.limit(connection, self._config.socket_timeout)
-                with self._lock:
-                    self._idle.append(connection)
-        except NoConnection:
-            raise BackendUnavailable(
-                "every connection of this client to MySQL stayed busy for socket_timeout; "
-                "the client makes more calls at once than max_connections (in the URL) allows",
-                backend=self._config.url,
-            ) from None
-
-    def _kill_abandoned(self, connection: Any) -> None:
-        """End the connections calls gave up on (a cancellation, no reply in time, a lost
-        connection), before this call runs. The server runs a statement to its end also when
-        its client has hung up: a grant a caller gave up on, then withdrew, could otherwise
-        land after the withdrawal and hold the lock for a whole lease. Once killed, such a
-        statement has either taken the name's row (and whatever runs next on the name waits
-        for it) or never will."""
-        with self._lock:
-            abandoned, self._abandoned = self._abandoned, []
-        with connection.cursor() as cursor:
-            for thread in abandoned:
-                try:
-                    cursor.execute("KILL CONNECTION %s", (thread,))
-                except pymysql.Error as error:
-                    if _code(error) in _LOST:
-                        raise
-                    # gone already (1094), or not ours to end
-                    _log.debug("could not end connection %s: %s", thread, error)
-
-    def _idle_connection(self) -> Any:
-        """An idle connection the server has not closed, if there is one. One it closed
-        would fail the call that used it (also a release, which is not tried again), so it
-        is dropped here, and so are the other idle ones (a restart closed them all)."""
-        while True:
-            with self._lock:
-                if not self._idle:
-                    return None
-                connection = self._idle.pop()
-            if not closed_by_server(connection):
-                return connection
-            close_connection(connection)
-            self._drop_idle()
-
-    def _drop_idle(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            close_connection(connection)
+        socket_timeout = self._config.socket_timeout
+        with self._using(
+            lambda: self.connect(deadline),
+            lambda connection: deadline,
+            None if deadline is None else lambda: min(_left(deadline), socket_timeout),
+        ) as connection:
+            yield connection
 
     def run(
         self,
@@ -264,9 +165,61 @@ class Pool:
                 if self._closed or time.monotonic() >= until or not retry:
                     raise
 
-    def close(self) -> None:
-        self._closed = True
-        self._drop_idle()
+    def _open(self, deadline: float | None) -> Any:
+        return open_connection(self._config, None if deadline is None else _left(deadline))
+
+    def _close(self, connection: Any) -> None:
+        close_connection(connection)
+
+    def _closed_by_server(self, connection: Any) -> bool:
+        return closed_by_server(connection)
+
+    def _refused_now(self, error: Exception) -> bool:
+        return isinstance(error, pymysql.err.OperationalError) and _code(error) in _REFUSED_NOW
+
+    def _lost(self, error: BaseException) -> bool:
+        return isinstance(error, pymysql.err.OperationalError)
+
+    def _closed_error(self) -> Exception:
+        return pymysql.err.OperationalError(2006, "the client is closed")
+
+    def _ready(self, connection: Any, deadline: float | None) -> None:
+        if deadline is not None:
+            Replies.limit(connection, _left(deadline))
+        if self._abandoned:
+            self._kill_abandoned(connection)
+
+    def _failed(
+        self, connection: Any, deadline: float | None, error: BaseException
+    ) -> BaseException | None:
+        if not _answered(error):
+            with contextlib.suppress(Exception), self._lock:
+                self._abandoned.append(int(connection.thread_id()))
+        return None
+
+    def _reusable(self, connection: Any, deadline: float | None) -> bool:
+        if deadline is not None:
+            Replies.limit(connection, self._config.socket_timeout)
+        return True
+
+    def _kill_abandoned(self, connection: Any) -> None:
+        """End the connections calls gave up on (a cancellation, no reply in time, a lost
+        connection), before this call runs. The server runs a statement to its end also when
+        its client has hung up: a grant a caller gave up on, then withdrew, could otherwise
+        land after the withdrawal and hold the lock for a whole lease. Once killed, such a
+        statement has either taken the name's row (and whatever runs next on the name waits
+        for it) or never will."""
+        with self._lock:
+            abandoned, self._abandoned = self._abandoned, []
+        with connection.cursor() as cursor:
+            for thread in abandoned:
+                try:
+                    cursor.execute("KILL CONNECTION %s", (thread,))
+                except pymysql.Error as error:
+                    if _code(error) in _LOST:
+                        raise
+                    # gone already (1094), or not ours to end
+                    _log.debug("could not end connection %s: %s", thread, error)
 
 
 def _left(deadline: float) -> float:
@@ -312,26 +265,14 @@ def _uninterrupted(connection: Any, statement: str, args: Sequence[Any], limit: 
         return
 
 
-class Wakeups(Listener):
+class Wakeups(SQLListener):
     """The client's one listening connection: it holds the client's listener lock and waits
     for the client's doorbell, which a second connection holds, and a release that wakes one
     of this client's waiters leaves a wake-up row and interrupts that wait (see
     ``statements``). The reader reads its wake-ups, keeps the grants handed over, and wakes
     just those waiters."""
 
-    def __init__(self, backend: MySQLBackend) -> None:
-        config = backend.config
-        super().__init__(
-            backend.clock,
-            backend.hub,
-            config.url,
-            label="MySQL",
-            log=_log,
-            patience=config.connect_timeout + config.socket_timeout,
-        )
-        self._backend = backend
-        #: the client's listener key: its waiters' entries name it, its listener holds it
-        self.key = secrets.randbits(62)
+    _backend: MySQLBackend
 
     def _listen(self) -> None:
         backend = self._backend
@@ -412,15 +353,6 @@ class Wakeups(Listener):
         _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
         _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
-        # what waiting for the next attempt will not mend soon: a server out of connections,
-        # refused credentials, a database or schema that is not there
-        if isinstance(failure, pymysql.Error):
-            error = tumbler_error(failure, self._backend.url, name)
-            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
-                return error
-        return None
-
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
         with contextlib.suppress(pymysql.Error, BackendUnavailable, OSError):
@@ -432,63 +364,34 @@ class Wakeups(Listener):
             self._backend.pool.run(ring)
 
 
-class MySQLWatch(BaseWatch):
-    """A waiter's view of its client's wake-ups (as PostgreSQL's: made before the first
-    try; entering starts listening, and asks for a retry, if the client did not yet)."""
-
-    def __init__(self, backend: MySQLBackend, name: str, owner: str) -> None:
-        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
-        self._backend = backend
-        self._listening = not backend.config.ring or backend.wakeups.subscribed()
-
-    def _subscribe(self) -> bool:
-        if self._listening:
-            return False
-        self._backend.wakeups.subscribe(self.name)
-        return True
-
-
-def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
-    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
-    return {
-        # names go as text (utf8mb4) into VARBINARY: the same bytes, compared as bytes
-        "name": request.name,
-        "owner": owner,
-        "shared": request.shared,
-        "lim": request.limit,
-        "fair": request.fair,
-        "holder": request.holder,
-    }
-
-
-class MySQLBackend:
+class MySQLBackend(SQLBackend[Any]):
     """The MySQL / MariaDB backend contract: a small pool of connections for calls, and one
     listening connection for wake-ups."""
 
     session_events: SessionEvents | None = None
+    sweep_every = SWEEP_EVERY
 
     def __init__(self, config: MySQLConfig) -> None:
         self.config = config
-        self.url = config.url
-        self.capabilities = CAPABILITIES
-        self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
+        super().__init__(config.url, CAPABILITIES, listens=config.ring)
         self.sql = Statements.of(config.prefix)
-        self.pool = Pool(config)
-        self.wakeups = Wakeups(self)
-        self._grants = 0
+        self.pool: Pool = Pool(config)
+        self.wakeups: Wakeups = Wakeups(
+            self, label="MySQL", log=_log, patience=config.connect_timeout + config.socket_timeout
+        )
+
+    def _translated(self, name: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return translate_errors(self.url, name)
+
+    def _tumbler_error(self, error: Exception, name: str) -> TumblerError | None:
+        return tumbler_error(error, self.url, name) if isinstance(error, pymysql.Error) else None
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect, and make the tables and procedures if one is missing (clients racing to
-        make them take turns on a named lock)."""
-        with translate_errors(self.url):
-            self.pool.run(self.set_up, idempotent=True)
-
     def set_up(self, connection: Any) -> bool:
         """Check that the server is one this backend's promises hold on, then make the tables
-        and procedures if one is missing; whether it made them."""
+        and procedures if one is missing (clients racing to make them take turns on a named
+        lock); whether it made them."""
         with connection.cursor() as cursor:
             cursor.execute(self.sql["cluster"])
             settings = {name.lower(): str(value).upper() for name, value in cursor.fetchall()}
@@ -556,19 +459,10 @@ class MySQLBackend:
 
     def _claim(self, connection: Any, request: GrantRequest) -> bool:
         """Whether ``request``'s entry names the client's key though the client does not
-        listen yet, ``connection`` (or another of the client's) holding its waiter lock: when
-        the request would queue and its waiter means to wait (its watch is made: the locks
-        make it before the first try, and enter it, which starts listening, only once that
-        try failed). Till the listener holds its own lock, this one says the client lives:
-        without a key at all, a waiter killed in that moment held a fair line up for its
-        entry's whole lease ({p}hand_off tells a waiter dead by its key's locks)."""
-        if not (
-            request.queue
-            and self.config.ring
-            and not self.wakeups.subscribed()
-            and not self.wakeups.failing()  # a client that cannot listen is not told
-            and self.hub.subscribers(request.name)
-        ):
+        listen yet, ``connection`` (or another of the client's) holding its waiter lock (see
+        ``AsyncSQLBackend._claims``; ``{p}hand_off`` tells a waiter dead by its key's
+        locks)."""
+        if not self._claims(request):
             return False
         _one_row(connection, self.sql["claim"], (self.wakeups.key,))
         return True
@@ -577,11 +471,9 @@ class MySQLBackend:
         self, request: GrantRequest, stamp: int, claimed: bool = False
     ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
-        by each try, and what a release needs to hand it the lock and wake it."""
-        # Only once the client listens, or a connection of it holds its waiter lock
-        # (``claimed``): a release takes a waiter whose client's listener and waiter locks
-        # nobody holds for one whose client is gone, and deletes its entry ({p}hand_off).
-        listening = self.config.ring and (claimed or self.wakeups.subscribed())
+        by each try, and what a release needs to hand it the lock and wake it (its client's
+        key: see ``AsyncSQLBackend._names_listener``, and ``{p}hand_off``)."""
+        listening = self._names_listener(claimed)
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.wakeups.key if listening else None,
@@ -589,167 +481,47 @@ class MySQLBackend:
             "stamp": stamp,
         }
 
-    def try_grant(self, request: GrantRequest) -> Grant | None:
-        owner = owner_hash(request.owner)
-        taken = self.wakeups.take_handed(
-            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
+    def _grant(
+        self, connection: Any, request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | None:
+        waiter = self._waiter_terms(request, stamp, self._claim(connection, request))
+        arguments = (
+            request.name,
+            owner,
+            request.shared,
+            request.limit,
+            request.fair,
+            request.ttl,
+            request.holder,
+            request.queue,
+            waiter["ttl"],
+            waiter["client"],
+            stamp,
+            self.config.max_waiters,
         )
-        if taken is not None:
-            return taken
-        # when this try was sent, on this client's clock: a release that hands the lock to
-        # this waiter says when its lease began in those terms (kit.handoffs)
-        stamp = round(self.clock.now() * 1e6)
+        token, left, undecided, full = _transaction(
+            lambda: _one_row(connection, self.sql["grant"], arguments)
+        )
+        if full:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        if undecided:
+            attempt = Try(request, owner, waiter)
+            line = _Line(self, connection, attempt)
+            return _transaction(lambda: decide(line, attempt, self.config.max_waiters, self.url))
+        return None if token is None else (int(token), float(left))
 
-        def grant(connection: Any) -> tuple[int, float] | None:
-            waiter = self._waiter_terms(request, stamp, self._claim(connection, request))
-            arguments = (
-                request.name,
-                owner,
-                request.shared,
-                request.limit,
-                request.fair,
-                request.ttl,
-                request.holder,
-                request.queue,
-                waiter["ttl"],
-                waiter["client"],
-                stamp,
-                self.config.max_waiters,
-            )
-            token, left, undecided, full = _transaction(
-                lambda: _one_row(connection, self.sql["grant"], arguments)
-            )
-            if full:
-                raise line_full(self.config.max_waiters, request.name, self.url)
-            if undecided:
-                return _transaction(lambda: self._decide(connection, request, owner, waiter))
-            return None if token is None else (int(token), float(left))
-
-        with translate_errors(self.url, request.name):
-            granted = self.pool.run(grant, idempotent=True)
-            self._grants += 1
-            if self._grants % SWEEP_EVERY == 0:
-                self.pool.run(self._sweep, idempotent=True)
-        if granted is None:
-            return None
-        token, left = granted
-        return Grant(request.name, request.owner, token, left)
-
-    def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
-        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
-        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
-        (see ``AsyncListener.take_handed``, and ``{p}hand_off``)."""
-
-        def write(connection: Any) -> bool:
-            arguments = (ttl, name, owner, token)
-            return _transaction(lambda: _execute(connection, self.sql["take_up"], arguments)) == 1
-
-        with translate_errors(self.url, name):
-            return self.pool.run(write, idempotent=True)
+    def _take_up(self, connection: Any, name: str, owner: str, token: int, ttl: float) -> bool:
+        arguments = (ttl, name, owner, token)
+        changed = _transaction(lambda: _execute(connection, self.sql["take_up"], arguments))
+        return changed == 1
 
     def _sweep(self, connection: Any) -> None:
         _transaction(lambda: _execute(connection, self.sql["sweep"], (SWEEP_ROWS,)))
 
-    def _decide(
-        self, connection: Any, request: GrantRequest, owner: str, waiter: dict[str, Any]
-    ) -> tuple[int, float] | None:
-        """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none."""
-        sql = self.sql
-        with connection.cursor() as cursor:
-            cursor.execute(sql["begin"])
-            try:
-                cursor.execute(sql["lock_name"], (request.name,))
-                # The owner's own entry may have run out since {p}grant deleted the expired
-                # ones: missing from the live line read below yet still in the table, where
-                # writing it anew would break the by_name key. Deleted first, as there.
-                cursor.execute(sql["drop_expired"], (request.name,))
-                cursor.execute(sql["place"], (request.name, owner))
-                place = cursor.fetchone()
-                cursor.execute(
-                    sql["line"],
-                    {
-                        "name": request.name,
-                        "owner": owner,
-                        "fair": request.fair,
-                        "shared": request.shared,
-                        "lim": request.limit,
-                        "count": max(1, request.limit),
-                        "before": _LAST_SEQ if place is None else place[0],
-                    },
-                )
-                rows = list(cursor.fetchall())
-                line = [
-                    Entry(entry_owner, seq, bool(shared), lim, bool(fair), token)
-                    for entry_owner, seq, shared, lim, fair, token, _ in rows
-                ]
-                decided = plan(
-                    line, owner, request.shared, request.limit, request.fair, request.queue
-                )
-                answer: tuple[int, float] | None = None
-                full = False  # a new waiter refused: the line has max_waiters already
-                write = decided.write
-                if decided.decision is Decision.HELD:
-                    # granted already, by a release that handed it over or by a try whose
-                    # reply was lost: taken up, with the lease asked for from now (unless it
-                    # ran out this very moment: the owner's next try asks anew)
-                    arguments = (request.ttl, request.name, owner, decided.held_token)
-                    cursor.execute(sql["take_up"], arguments)
-                    if cursor.rowcount == 1:
-                        answer = decided.held_token, request.ttl
-                elif write is Write.REFRESH_WAITER:
-                    assert decided.mine is not None
-                    cursor.execute(sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})
-                elif write in (Write.GRANT_WAITER, Write.ADD_GRANT):
-                    cursor.execute(sql["new_token"])
-                    token = int(cursor.lastrowid)
-                    cursor.execute(sql["drop_token"])
-                    if write is Write.GRANT_WAITER:
-                        assert decided.mine is not None
-                        cursor.execute(
-                            sql["grant_waiter"],
-                            {"seq": decided.mine.seq, "ttl": request.ttl, "token": token},
-                        )
-                    else:
-                        cursor.execute(
-                            sql["add"],
-                            {
-                                **_entry_of(request, owner),
-                                "token": token,
-                                "ttl": request.ttl,
-                                "client": None,
-                                "lease": None,
-                                "stamp": None,
-                            },
-                        )
-                    answer = token, request.ttl
-                elif write is Write.ADD_WAITER:
-                    cursor.execute(sql["waiting"], (request.name, self.config.max_waiters))
-                    counted = cursor.fetchone()
-                    full = counted is not None and counted[0] >= self.config.max_waiters
-                    if not full:
-                        cursor.execute(
-                            sql["add"], {**_entry_of(request, owner), "token": None, **waiter}
-                        )
-                cursor.execute(sql["commit"])
-            except BaseException:
-                with contextlib.suppress(pymysql.Error):
-                    connection.rollback()
-                raise
-        if full:
-            raise line_full(self.config.max_waiters, request.name, self.url)
-        return answer
-
     # -- leases ----------------------------------------------------------------------------
 
-    def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        def renew(connection: Any) -> bool:
-            changed = _execute(connection, self.sql["renew"], (ttl, name, owner_hash(owner)))
-            return changed == 1
-
-        with translate_errors(self.url, name):
-            renewed = self.pool.run(renew, idempotent=True)
-        return ttl if renewed else None
+    def _renew(self, connection: Any, name: str, owner: str, ttl: float) -> bool:
+        return _execute(connection, self.sql["renew"], (ttl, name, owner)) == 1
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
         """Every renewal on one connection, up to ``RENEW_ROWS`` leases of one ttl in each
@@ -801,42 +573,22 @@ class MySQLBackend:
 
     # -- release ---------------------------------------------------------------------------
 
-    def release(self, name: str, owner: str) -> bool:
-        # a grant handed over that its waiter gives back without taking it
-        self.wakeups.handoffs.forget(name, owner)
+    def _release(self, connection: Any, name: str, owner: str) -> bool:
+        removed, others_wait = _transaction(
+            lambda: _one_row(connection, self.sql["release"], (name, owner))
+        )
+        if others_wait and self.config.ring:
+            self._wake(connection, name)
+        return bool(removed)
 
-        def remove(connection: Any) -> bool:
-            removed, others_wait = _transaction(
-                lambda: _one_row(connection, self.sql["release"], (name, owner_hash(owner)))
-            )
-            if others_wait and self.config.ring:
-                self._wake(connection, name)
-            return bool(removed)
-
-        with translate_errors(self.url, name):
-            return self.pool.run(remove)
-
-    def _wake(self, connection: Any, name: str) -> None:
-        """Wake the waiters of ``name`` that the grant rule lets through now (after a
-        release that handed nothing over), reading the name's grants and the head of its
-        line, and more of the line only while every waiter read goes through. A wake-up is a
-        hint: one lost here costs the waiter a re-check."""
+    def _wake_line(self, connection: Any, name: str, after: int, count: int) -> list[Any]:
         with connection.cursor() as cursor:
-            rows: list[Any] = []
-            after, count = -1, WAKE_HEAD
-            while True:
-                arguments = {"name": name, "grants": after < 0, "after": after, "count": count}
-                cursor.execute(self.sql["wake_line"], arguments)
-                read = [
-                    (owner, seq, bool(shared), lim, bool(fair), token, client)
-                    for owner, seq, shared, lim, fair, token, client in cursor.fetchall()
-                ]
-                rows = sorted([*rows, *read], key=lambda row: row[1])
-                woken, complete = to_wake(rows)
-                waiters = [row for row in read if row[5] is None]
-                if complete or len(waiters) < count:
-                    break
-                after, count = waiters[-1][1], count * 2
+            arguments = {"name": name, "grants": after < 0, "after": after, "count": count}
+            cursor.execute(self.sql["wake_line"], arguments)
+            return list(cursor.fetchall())
+
+    def _tell(self, connection: Any, name: str, woken: list[tuple[Any, str]]) -> None:
+        with connection.cursor() as cursor:
             for client, tag in woken:
                 cursor.execute(self.sql["wake"], (client, f"{tag} {name}", client))
                 if cursor.rowcount != 1:
@@ -845,70 +597,106 @@ class MySQLBackend:
                 while cursor.nextset():
                     pass
 
-    def watch(self, name: str, owner: str) -> MySQLWatch:
-        return MySQLWatch(self, name, owner)
-
     # -- inspection and operators ----------------------------------------------------------
 
-    def inspect(self, name: str) -> LockState:
-        states = self._states(name)
-        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+    def _read_states(self, connection: Any, name: str | None) -> list[Any]:
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql["states"], (name,))
+            rows = list(cursor.fetchall())
+            while cursor.nextset():
+                pass
+        return rows
 
-    def inspect_all(self) -> list[LockState]:
-        return sorted(self._states(None), key=lambda state: state.name)
+    def _force_release(self, connection: Any, name: str, note: str) -> int:
+        evicted, others_wait = _transaction(
+            lambda: _one_row(connection, self.sql["force_release"], (name, note, NOTE_GRACE))
+        )
+        if others_wait and self.config.ring:
+            self._wake(connection, name)
+        return int(evicted)
 
-    def _states(self, name: str | None) -> list[LockState]:
-        key = name
+    def _read_evicted(self, connection: Any, name: str, owner: str) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql["evicted"], (name, owner))
+            return cursor.fetchone()
 
-        def read(connection: Any) -> list[Any]:
-            with connection.cursor() as cursor:
-                cursor.execute(self.sql["states"], (key,))
-                rows = list(cursor.fetchall())
-                while cursor.nextset():
-                    pass
-            return rows
 
-        with translate_errors(self.url, name):
-            rows = self.pool.run(read, idempotent=True)
-        builders: dict[str, LockStateBuilder] = {}
-        for entry_name, shared, lim, token, expires_in, holder in rows:
-            text = entry_name.decode() if isinstance(entry_name, bytes) else entry_name
-            if text not in builders:
-                builders[text] = LockStateBuilder(text)
-            if expires_in is None:  # not written by tumbler (statements._UNUSABLE, _FAR)
-                builders[text].malformed += 1
-                continue
-            builders[text].add(
-                token=token,
-                shared=bool(shared),
-                limit=lim,
-                expires_in=float(expires_in),
-                holder=holder,
-            )
-        return [builder.build() for builder in builders.values()]
+class _Line:
+    """A name's line as MySQL's decision reads and writes it (``kit decide``): in one
+    transaction the client begins and ends on one cursor; a grant's token comes from the
+    token counter as it is written."""
 
-    def force_release(self, name: str, note: str) -> int:
-        def force(connection: Any) -> int:
-            evicted, others_wait = _transaction(
-                lambda: _one_row(connection, self.sql["force_release"], (name, note, NOTE_GRACE))
-            )
-            if others_wait and self.config.ring:
-                self._wake(connection, name)
-            return int(evicted)
+    def __init__(self, backend: MySQLBackend, connection: Any, attempt: Try) -> None:
+        self._backend = backend
+        self._connection = connection
+        self.attempt = attempt
+        self._cursor: Any = None
 
-        with translate_errors(self.url, name):
-            return self.pool.run(force)
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._connection.cursor() as cursor:
+            self._cursor = cursor
+            self._run("begin")
+            try:
+                yield
+                self._run("commit")
+            except BaseException:
+                with contextlib.suppress(pymysql.Error):
+                    self._connection.rollback()
+                raise
 
-    def evicted(self, name: str, owner: str) -> str | None:
-        def read(connection: Any) -> Any:
-            with connection.cursor() as cursor:
-                cursor.execute(self.sql["evicted"], (name, owner_hash(owner)))
-                return cursor.fetchone()
+    def _run(self, statement: str, arguments: Any = None) -> None:
+        self._cursor.execute(self._backend.sql[statement], arguments)
 
-        with translate_errors(self.url, name):
-            row = self.pool.run(read, idempotent=True)
-        return None if row is None else str(row[0])
+    def read(self) -> list[Any]:
+        request, owner = self.attempt.request, self.attempt.owner
+        self._run("lock_name", (request.name,))
+        # The owner's own entry may have run out since {p}grant deleted the expired
+        # ones: missing from the live line read below yet still in the table, where
+        # writing it anew would break the by_name key. Deleted first, as there.
+        self._run("drop_expired", (request.name,))
+        self._run("place", (request.name, owner))
+        place = self._cursor.fetchone()
+        before = _LAST_SEQ if place is None else place[0]
+        terms = {**self.attempt.line_terms(), "count": max(1, request.limit), "before": before}
+        self._run("line", terms)
+        return list(self._cursor.fetchall())
 
-    def close(self) -> None:
-        self.wakeups.close()
-        self.pool.close()
+    def take_up(self, token: int) -> int | None:
+        # unless it ran out this very moment: the owner's next try asks anew
+        request = self.attempt.request
+        self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+        return token if self._cursor.rowcount == 1 else None
+
+    def refresh_waiter(self, seq: int) -> None:
+        self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
+
+    def _new_token(self) -> int:
+        self._run("new_token")
+        token = int(self._cursor.lastrowid)
+        self._run("drop_token")
+        return token
+
+    def grant_waiter(self, seq: int) -> int:
+        token = self._new_token()
+        self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl, "token": token})
+        return token
+
+    def add_grant(self) -> int:
+        token = self._new_token()
+        entry = self.attempt.entry()
+        terms = {"token": token, "ttl": self.attempt.request.ttl}
+        self._run("add", {**entry, **terms, "client": None, "lease": None, "stamp": None})
+        return token
+
+    def waiting(self) -> int:
+        self._run("waiting", (self.attempt.request.name, self._backend.config.max_waiters))
+        counted = self._cursor.fetchone()
+        return 0 if counted is None else int(counted[0])
+
+    def add_waiter(self) -> None:
+        entry = self.attempt.entry()
+        self._run("add", {**entry, "token": None, **self.attempt.waiter})
+
+    def token(self, written: int) -> int | None:
+        return written

@@ -10,7 +10,6 @@ import contextlib
 import logging
 import secrets
 import select
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -20,33 +19,15 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
-from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import (
-    BackendUnavailable,
-    ConfigurationError,
-    OutOfConnections,
-    PermissionDenied,
-    TumblerError,
-)
-from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import (
-    AsyncBaseWatch,
-    Decision,
-    Entry,
-    LockStateBuilder,
-    Write,
-    WritePlan,
-    plan,
-    to_wake,
-)
-from ...kit._async.listener import AsyncListener
+from ....errors import BackendUnavailable, TumblerError
+from ...contract import GrantRequest, Renewal, SessionEvents
+from ...kit._async.sql import AsyncSQLBackend, AsyncSQLListener, AsyncSQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
-from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES
 from ..common import (
     AsyncBound,
-    NoConnection,
+    Deadline,
     NoReply,
     PostgreSQLConfig,
     capabilities_for,
@@ -65,30 +46,7 @@ from ..statements import (
 
 _log = logging.getLogger("tumbler.postgresql")
 
-
-class _Full:
-    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
-
-
-FULL = _Full()
-
-#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
-#: many each time) only while every one read goes through (a run of readers)
-WAKE_HEAD = 16
-
 T = TypeVar("T")
-
-
-def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
-    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
-    return {
-        "name": request.name,
-        "owner": owner,
-        "shared": request.shared,
-        "lim": request.limit,
-        "fair": request.fair,
-        "holder": request.holder,
-    }
 
 
 def _closed_by_server(connection: AsyncConnection[Any]) -> bool:
@@ -138,21 +96,17 @@ def _connection_lost(error: psycopg.OperationalError) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-class AsyncPool:
-    """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. Every call on a connection waits for the server's replies
-    for at most ``socket_timeout`` (or the call's own limit): then its connection is shut
-    down and the call raises ``NoReply``. A connection a call left in doubt (an error, a
-    cancellation, a limit run out, a transaction still open) is closed rather than reused;
-    after a connection failed, the idle ones are dropped too (a restarted server has closed
-    them all, and a network that dropped one's replies may have dropped theirs)."""
+class AsyncPool(AsyncSQLPool[AsyncConnection[Any], Deadline]):
+    """The client's connections for calls (see ``AsyncSQLPool``), at most
+    ``max_connections`` in use at once, a call waiting up to ``statement_timeout`` for one.
+    Every call on a connection waits for the server's replies for at most ``socket_timeout``
+    (or the call's own limit): then its connection is shut down and the call raises
+    ``NoReply``. A connection a transaction was left open on is closed rather than reused."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
+        wait = (config.statement_timeout, "statement_timeout")
+        super().__init__(config.url, "PostgreSQL", config.max_connections, wait)
         self._config = config
-        self._idle: list[AsyncConnection[Any]] = []
-        self._lock = threading.Lock()
-        self._slots = AsyncSlots(config.max_connections, config.statement_timeout, NoConnection)
-        self._closed = False
         self.bound = AsyncBound()
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
@@ -174,27 +128,11 @@ class AsyncPool:
             )
 
     async def connect(self, patience: float | None = None) -> AsyncConnection[Any]:
-        """A new connection (autocommit: each call says where its transaction begins).
-
-        A server that refuses connections for a moment (restarting: shutting down, starting
-        up, not listening yet) is tried again for up to ``patience`` seconds (default
-        ``connect_timeout``): a connection that failed ran nothing, so trying again is safe,
-        and a restart then costs callers a wait rather than an error.
-        """
+        """A new connection (autocommit: each call says where its transaction begins), tried
+        again for up to ``patience`` seconds (default ``connect_timeout``) while the server
+        refuses connections for a moment (see ``AsyncSQLPool._connect``)."""
         patience = self._config.connect_timeout if patience is None else patience
-        deadline = time.monotonic() + patience
-        pause = 0.02
-        while True:
-            try:
-                return await AsyncConnection.connect(
-                    autocommit=True, **self._options, **self._config.connect_options
-                )
-            except psycopg.OperationalError as error:
-                left = deadline - time.monotonic()
-                if self._closed or left <= 0 or not _transient(error):
-                    raise
-                await asleep_real(min(pause, left))
-                pause = min(pause * 2, 0.5)
+        return await self._connect(time.monotonic() + patience)
 
     @contextlib.asynccontextmanager
     async def connection(
@@ -202,44 +140,11 @@ class AsyncPool:
     ) -> AsyncIterator[AsyncConnection[Any]]:
         """A connection for one call; ``patience``: see :meth:`connect`; ``limit``: how long
         the call may wait for replies (default ``socket_timeout``)."""
-        if self._closed:
-            raise psycopg.OperationalError("the client is closed")
-        try:
-            async with self._slots:
-                connection = await self._idle_connection()
-                if connection is None:
-                    connection = await self.connect(patience)
-                deadline = self.bound.arm(
-                    connection, self._config.socket_timeout if limit is None else limit
-                )
-                try:
-                    yield connection
-                except BaseException as error:
-                    # disarmed first: the deadline never touches a closed (reusable) socket
-                    fired = deadline.disarm()
-                    await connection.close()
-                    if isinstance(error, psycopg.OperationalError):
-                        await self._drop_idle()
-                    if fired:
-                        raise deadline.no_reply() from error
-                    raise
-                if (
-                    deadline.disarm()
-                    or self._closed
-                    or connection.closed
-                    or connection.info.transaction_status != TransactionStatus.IDLE
-                ):
-                    await connection.close()
-                    return
-                with self._lock:
-                    self._idle.append(connection)
-        except NoConnection:
-            raise BackendUnavailable(
-                "every connection of this client to PostgreSQL stayed busy for "
-                "statement_timeout; the client makes more calls at once than max_connections "
-                "(in the URL) allows",
-                backend=self._config.url,
-            ) from None
+        bound = self._config.socket_timeout if limit is None else limit
+        async with self._using(
+            lambda: self.connect(patience), lambda connection: self.bound.arm(connection, bound)
+        ) as connection:
+            yield connection
 
     async def run(
         self,
@@ -283,58 +188,56 @@ class AsyncPool:
                 await asleep_real(min(pause, left))
                 pause = min(pause * 2, 0.5)
 
-    async def _idle_connection(self) -> AsyncConnection[Any] | None:
-        """An idle connection the server has not closed, if there is one.
+    async def _open(self, deadline: float | None) -> AsyncConnection[Any]:
+        return await AsyncConnection.connect(
+            autocommit=True, **self._options, **self._config.connect_options
+        )
 
-        An idle connection has nothing to read unless the server closed it (a restart, an
-        administrator's ``pg_terminate_backend``, ``idle_session_timeout``): its last words
-        are waiting in the socket. Such a connection would fail the call that used it, so it
-        is dropped here, and so are the other idle ones (a restart closed them all).
-        """
-        while True:
-            with self._lock:
-                if not self._idle:
-                    return None
-                connection = self._idle.pop()
-            if not _closed_by_server(connection):
-                return connection
-            await connection.close()
-            await self._drop_idle()
+    async def _close(self, connection: AsyncConnection[Any]) -> None:
+        await connection.close()
 
-    async def _drop_idle(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            await connection.close()
+    def _closed_by_server(self, connection: AsyncConnection[Any]) -> bool:
+        # An idle connection has nothing to read unless the server closed it: its last words
+        # are waiting in the socket.
+        return _closed_by_server(connection)
+
+    def _refused_now(self, error: Exception) -> bool:
+        return isinstance(error, psycopg.OperationalError) and _transient(error)
+
+    def _lost(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.OperationalError)
+
+    def _closed_error(self) -> Exception:
+        return psycopg.OperationalError("the client is closed")
+
+    def _failed(
+        self, connection: AsyncConnection[Any], bound: Deadline, error: BaseException
+    ) -> BaseException | None:
+        # disarmed before the connection is closed: a deadline never touches a closed socket
+        return bound.no_reply() if bound.disarm() else None
+
+    def _reusable(self, connection: AsyncConnection[Any], bound: Deadline) -> bool:
+        return (
+            not bound.disarm()
+            and not connection.closed
+            and connection.info.transaction_status == TransactionStatus.IDLE
+        )
 
     async def close(self) -> None:
-        self._closed = True
-        await self._drop_idle()
+        await super().close()
         self.bound.close()
 
 
-class AsyncWakeups(AsyncListener):
-    """The client's one listening connection: ``LISTEN`` on the client's own channel.
+class AsyncWakeups(AsyncSQLListener):
+    """The client's one listening connection: ``LISTEN`` on the client's own channel, the
+    client's listener key held (``hold_listener``).
 
     A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
     with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
     hash])``, which wakes just that waiter.
     """
 
-    def __init__(self, backend: AsyncPostgreSQLBackend) -> None:
-        config = backend.config
-        super().__init__(
-            backend.clock,
-            backend.hub,
-            backend.url,
-            label="PostgreSQL",
-            log=_log,
-            patience=config.connect_timeout + config.statement_timeout,
-        )
-        self._backend = backend
-        #: the key the listening connection holds while it listens (``hold_listener``): a
-        #: release hands the lock only to a waiter whose client's key is held
-        self.listener_key = secrets.randbits(62)
+    _backend: AsyncPostgreSQLBackend
 
     async def _listen(self) -> None:
         backend = self._backend
@@ -344,7 +247,7 @@ class AsyncWakeups(AsyncListener):
             await self._bounded(
                 connection,
                 (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
-                (backend.sql["hold_listener"], {"key": self.listener_key}),
+                (backend.sql["hold_listener"], {"key": self.key}),
             )
             self._now_listening()
             ping_due = time.monotonic() + backend.config.socket_timeout
@@ -378,15 +281,6 @@ class AsyncWakeups(AsyncListener):
         if fired:
             raise deadline.no_reply()
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
-        # what waiting for the next attempt will not mend soon: a server out of connections,
-        # refused credentials, a database or schema that is not there
-        if isinstance(failure, psycopg.Error):
-            error = tumbler_error(failure, self._backend.url, name)
-            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
-                return error
-        return None
-
     async def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
         with contextlib.suppress(psycopg.Error, BackendUnavailable):
@@ -394,44 +288,32 @@ class AsyncWakeups(AsyncListener):
                 await connection.execute("SELECT pg_notify(%s, '')", (self._backend.channel,))
 
 
-class AsyncPostgreSQLWatch(AsyncBaseWatch):
-    """A waiter's view of its client's wake-up channel.
-
-    Made before the first try, it registers for local wake-ups at once; if the client listens
-    already, nothing after that try can be missed and entering costs nothing. Otherwise
-    entering starts listening and asks for a retry.
-    """
-
-    def __init__(self, backend: AsyncPostgreSQLBackend, name: str, owner: str) -> None:
-        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
-        self._backend = backend
-        self._listening = not backend.config.listen or backend.wakeups.subscribed()
-
-    async def _subscribe(self) -> bool:
-        if self._listening:
-            return False
-        await self._backend.wakeups.subscribe(self.name)
-        return True
-
-
-class AsyncPostgreSQLBackend:
+class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
     """The PostgreSQL backend contract over psycopg 3: a small pool of connections for calls,
     and one listening connection for wake-ups."""
 
     session_events: SessionEvents | None = None
+    sweep_every = SWEEP_EVERY
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self.config = config
-        self.url = config.url
-        self.capabilities = capabilities_for(CAPABILITIES, config)
-        self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
+        super().__init__(config.url, capabilities_for(CAPABILITIES, config), listens=config.listen)
         #: this client's NOTIFY channel; stored with each of its waiters
         self.channel = f"tumbler_{secrets.token_hex(8)}"
         self.sql = Statements.of(config.schema)
-        self.pool = AsyncPool(config)
-        self.wakeups = AsyncWakeups(self)
-        self._grants = 0
+        self.pool: AsyncPool = AsyncPool(config)
+        self.wakeups: AsyncWakeups = AsyncWakeups(
+            self,
+            label="PostgreSQL",
+            log=_log,
+            patience=config.connect_timeout + config.statement_timeout,
+        )
+
+    def _translated(self, name: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return translate_errors(self.url, name)
+
+    def _tumbler_error(self, error: Exception, name: str) -> TumblerError | None:
+        return tumbler_error(error, self.url, name) if isinstance(error, psycopg.Error) else None
 
     # -- transactions ----------------------------------------------------------------------
 
@@ -476,14 +358,10 @@ class AsyncPostgreSQLBackend:
 
     # -- set-up ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Connect, and make the schema's tables if they are missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock)."""
-        with translate_errors(self.url):
-            await self.pool.run(self.make_tables, idempotent=True)
-
-    async def make_tables(self, connection: AsyncConnection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing; whether it did."""
+    async def set_up(self, connection: AsyncConnection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing (idempotent; clients
+        racing to make them take turns on a transaction-scoped advisory lock); whether it
+        did."""
         if await self._tables_exist(connection):
             return False
         try:
@@ -512,50 +390,33 @@ class AsyncPostgreSQLBackend:
 
     # -- grants ----------------------------------------------------------------------------
 
-    async def try_grant(self, request: GrantRequest) -> Grant | None:
-        owner = owner_hash(request.owner)
-        taken = await self.wakeups.take_handed(
-            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
-        )
-        if taken is not None:
-            return taken
-        # when this try was sent, on this client's clock: a release that hands the lock to
-        # this waiter says when its lease began in those terms (kit.handoffs)
-        stamp = round(self.clock.now() * 1e6)
-
-        # tried again whole if a pooler refused it: a retry by the same owner is idempotent
-        async def grant(connection: AsyncConnection[Any]) -> tuple[int, float] | None:
-            claimed = await self._claim_listener(connection, request)
-            waiter = self._waiter_terms(request, stamp, claimed)
-            async with self.alone(connection):
-                cursor = await connection.execute(
-                    self.sql["grant"],
-                    {
-                        "key": name_key(self.sql.schema, request.name),
-                        "queue": request.queue,
-                        "max_waiters": self.config.max_waiters,
-                        **_entry_of(request, owner),
-                        **waiter,
-                    },
-                )
-            row = await cursor.fetchone()
-            assert row is not None
-            token, left, undecided, full = row
-            if full:
-                raise line_full(self.config.max_waiters, request.name, self.url)
-            if undecided:
-                return await self._decide(connection, request, owner, waiter)
-            return None if token is None else (int(token), float(left))
-
-        with translate_errors(self.url, request.name):
-            granted = await self.pool.run(grant, idempotent=True)
-            self._grants += 1
-            if self._grants % SWEEP_EVERY == 0:
-                await self.pool.run(self._sweep, idempotent=True)
-        if granted is None:
-            return None
-        token, left = granted
-        return Grant(request.name, request.owner, token, left)
+    async def _grant(
+        self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | None:
+        claimed = await self._claim_listener(connection, request)
+        attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
+        async with self.alone(connection):
+            cursor = await connection.execute(
+                self.sql["grant"],
+                {
+                    "key": name_key(self.sql.schema, request.name),
+                    "queue": request.queue,
+                    "max_waiters": self.config.max_waiters,
+                    **attempt.entry(),
+                    **attempt.waiter,
+                },
+            )
+        row = await cursor.fetchone()
+        assert row is not None
+        token, left, undecided, full = row
+        if full:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        if undecided:
+            # Two round trips: the line, then the write and the commit (three for a new
+            # waiter, counted first)
+            line = _Line(self, connection, attempt)
+            return await decide(line, attempt, self.config.max_waiters, self.url)
+        return None if token is None else (int(token), float(left))
 
     async def _sweep(self, connection: AsyncConnection[Any]) -> None:
         async with self.alone(connection):
@@ -568,24 +429,13 @@ class AsyncPostgreSQLBackend:
     async def _claim_listener(
         self, connection: AsyncConnection[Any], request: GrantRequest
     ) -> bool:
-        """Whether ``connection`` holds the client's listener key for ``request``'s entry
-        to name, though the client does not listen yet: taken (shared, for the session) when
-        the request would queue and its waiter means to wait (its watch is made: the locks
-        make it before the first try, and enter it, which starts listening, only once that
-        try failed). Until the listener holds the key too, this connection's hold says the
-        client lives: a release takes a waiter whose key nobody holds for one whose client
-        is gone (``tumbler_hand_off``), and without a key at all its entry held a fair line up
-        for its whole lease when the waiter died in that moment."""
-        if not (
-            request.queue
-            and self.config.listen
-            and not self.wakeups.subscribed()
-            and not self.wakeups.failing()  # a client that cannot listen is not told
-            and self.hub.subscribers(request.name)
-        ):
+        """Whether ``connection`` holds the client's listener key (shared, for the session)
+        for ``request``'s entry to name though the client does not listen yet (see
+        ``AsyncSQLBackend._claims``, and ``tumbler_hand_off``)."""
+        if not self._claims(request):
             return False
         async with self.alone(connection):
-            await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.listener_key})
+            await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
         return True
 
     def _waiter_terms(
@@ -593,144 +443,30 @@ class AsyncPostgreSQLBackend:
     ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        # Only once the client listens, or the connection that writes the entry holds the
-        # key (``claimed``): a release takes a waiter whose listener key nobody holds for one
-        # whose client is gone, and deletes its entry (tumbler_hand_off).
-        listen = self.config.listen and (claimed or self.wakeups.subscribed())
+        listen = self._names_listener(claimed)
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
-            "listener": self.wakeups.listener_key if listen else None,
+            "listener": self.wakeups.key if listen else None,
             "lease": request.ttl,
             "stamp": stamp,
         }
 
-    async def _decide(
-        self,
-        connection: AsyncConnection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> tuple[int, float] | None:
-        """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
-        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
-        write and the commit (three for a new waiter, counted first)."""
-        decided = await self._decided(connection, request, owner, waiter)
-        if decided is FULL:
-            raise line_full(self.config.max_waiters, request.name, self.url)
-        assert not isinstance(decided, _Full)
-        return decided
-
-    async def _decided(
-        self,
-        connection: AsyncConnection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> tuple[int, float] | _Full | None:
-        async with self.batch(connection):
-            await connection.execute(
-                self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
-            )
-            # The owner's own entry may have run out since tumbler_grant deleted the expired
-            # ones: missing from the live line read below yet still in the table, where
-            # writing it anew would break the (name, owner) key. Deleted first, as there.
-            await connection.execute(self.sql["drop_expired"], (request.name,))
-            cursor = await connection.execute(
-                self.sql["line"],
-                {
-                    "name": request.name,
-                    "owner": owner,
-                    "fair": request.fair,
-                    "shared": request.shared,
-                    "lim": request.limit,
-                },
-            )
-            rows = await cursor.fetchall()
-            line = [
-                Entry(entry_owner, seq, shared, lim, fair, token)
-                for entry_owner, seq, shared, lim, fair, token, _ in rows
-            ]
-            decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
-            if decided.decision is Decision.HELD:
-                # granted already, by a release that handed it over or by a try whose reply
-                # was lost: taken up, with the lease asked for from now
-                cursor = await connection.execute(
-                    self.sql["take_up"], (request.ttl, request.name, owner, decided.held_token)
-                )
-            else:
-                written = await self._write(connection, request, owner, waiter, decided)
-                if written is None or isinstance(written, _Full):
-                    return written
-                cursor = written
-        row = await cursor.fetchone()
-        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
-        return None if row is None or row[0] is None else (int(row[0]), request.ttl)
-
-    async def _write(
-        self,
-        connection: AsyncConnection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-        decided: WritePlan,
-    ) -> AsyncCursor[Any] | _Full | None:
-        """Write what the grant rule ``decided`` for ``request`` (not held already), in the
-        caller's transaction: the cursor whose row has the token (None for a waiter); None
-        for nothing to read; ``FULL`` for a new waiter behind ``max_waiters``."""
-        write = decided.write
-        if write is Write.ADD_WAITER:
-            cursor = await connection.execute(
-                self.sql["waiting"], (request.name, self.config.max_waiters)
-            )
-            counted = await cursor.fetchone()
-            if counted is not None and counted[0] >= self.config.max_waiters:
-                return FULL  # nothing written: the transaction commits empty
-        if write is Write.NOTHING:
-            return None
-        if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
-            # a waiter's entry: one that a crash of the server forgets costs its waiter a
-            # re-check, so the commit need not wait for the disk
-            await connection.execute(self.sql["no_wait"])
-        if write is Write.REFRESH_WAITER:
-            assert decided.mine is not None
-            await connection.execute(
-                self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter}
-            )
-            return None
-        if write is Write.GRANT_WAITER:
-            assert decided.mine is not None
-            return await connection.execute(
-                self.sql["grant_waiter"],
-                {"seq": decided.mine.seq, "ttl": request.ttl},
-            )
-        # ADD_GRANT or ADD_WAITER
-        entry = _entry_of(request, owner)
-        if write is Write.ADD_GRANT:
-            entry.update(
-                grant=True,
-                ttl=request.ttl,
-                client=None,
-                listener=None,
-                lease=None,
-                stamp=None,
-            )
-        else:
-            entry.update(grant=False, **waiter)
-        return await connection.execute(self.sql["add"], entry)
+    async def _take_up(
+        self, connection: AsyncConnection[Any], name: str, owner: str, token: int, ttl: float
+    ) -> bool:
+        async with self.alone(connection):
+            cursor = await connection.execute(self.sql["take_up"], (ttl, name, owner, token))
+        return cursor.rowcount == 1
 
     # -- leases ----------------------------------------------------------------------------
 
-    async def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        async def renew(connection: AsyncConnection[Any]) -> bool:
-            async with self.alone(connection):
-                cursor = await connection.execute(self.sql["renew"], (ttl, name, owner_hash(owner)))
-            return cursor.rowcount == 1
-
-        with translate_errors(self.url, name):
-            renewed = await self.pool.run(renew, idempotent=True)
-        return ttl if renewed else None
+    async def _renew(
+        self, connection: AsyncConnection[Any], name: str, owner: str, ttl: float
+    ) -> bool:
+        async with self.alone(connection):
+            cursor = await connection.execute(self.sql["renew"], (ttl, name, owner))
+        return cursor.rowcount == 1
 
     async def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
         """Every renewal in one statement, the server cancelling it past ``timeout`` and the
@@ -759,133 +495,131 @@ class AsyncPostgreSQLBackend:
 
     # -- release ---------------------------------------------------------------------------
 
-    async def release(self, name: str, owner: str) -> bool:
-        # a grant handed over that its waiter gives back without taking it
-        self.wakeups.handoffs.forget(name, owner)
+    async def _release(self, connection: AsyncConnection[Any], name: str, owner: str) -> bool:
+        async with self.alone(connection):
+            cursor = await connection.execute(
+                self.sql["release"], (name_key(self.sql.schema, name), name, owner)
+            )
+        row = await cursor.fetchone()
+        assert row is not None
+        removed, others_wait = row
+        if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
+            await self._wake(connection, name)
+        return bool(removed)
 
-        async def remove(connection: AsyncConnection[Any]) -> bool:
-            async with self.alone(connection):
-                cursor = await connection.execute(
-                    self.sql["release"],
-                    (name_key(self.sql.schema, name), name, owner_hash(owner)),
-                )
-            row = await cursor.fetchone()
-            assert row is not None
-            removed, others_wait = row
-            if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
-                await self._wake(connection, name)
-            return bool(removed)
+    async def _wake_line(
+        self, connection: AsyncConnection[Any], name: str, after: int, count: int
+    ) -> list[Any]:
+        async with self.alone(connection):
+            cursor = await connection.execute(
+                self.sql["wake_line"],
+                {"name": name, "grants": after < 0, "after": after, "count": count},
+            )
+        return await cursor.fetchall()
 
-        with translate_errors(self.url, name):
-            return await self.pool.run(remove)
-
-    async def _wake(self, connection: AsyncConnection[Any], name: str) -> None:
-        """Notify the waiters of ``name`` that the grant rule lets through now (after the
-        commit that let them: a woken waiter tries at once), reading the name's grants and
-        the head of its line, and more of the line only while every waiter read goes
-        through. A wake-up is a hint: one lost here costs the waiter a re-check."""
-        rows: list[Any] = []
-        after, count = -1, WAKE_HEAD
-        while True:
-            async with self.alone(connection):
-                cursor = await connection.execute(
-                    self.sql["wake_line"],
-                    {"name": name, "grants": after < 0, "after": after, "count": count},
-                )
-            read = await cursor.fetchall()
-            rows = sorted([*rows, *read], key=lambda row: row[1])
-            woken, complete = to_wake(rows)
-            waiters = [row for row in read if row[5] is None]
-            if complete or len(waiters) < count:
-                break
-            after, count = waiters[-1][1], count * 2
-        await self._notify(connection, name, woken)
-
-    async def _notify(
-        self, connection: AsyncConnection[Any], name: str, woken: list[tuple[str, str]]
+    async def _tell(
+        self, connection: AsyncConnection[Any], name: str, woken: list[tuple[Any, str]]
     ) -> None:
-        """Send each of ``woken`` (``(channel, owner)``) its wake-up."""
         if woken:
             await connection.execute(
                 self.sql["notify"],
                 ([channel for channel, _ in woken], [f"{tag} {name}" for _, tag in woken]),
             )
 
-    def watch(self, name: str, owner: str) -> AsyncPostgreSQLWatch:
-        return AsyncPostgreSQLWatch(self, name, owner)
-
     # -- inspection and operators ----------------------------------------------------------
 
-    async def inspect(self, name: str) -> LockState:
-        states = await self._states(name)
-        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+    async def _read_states(self, connection: AsyncConnection[Any], name: str | None) -> list[Any]:
+        async with self.alone(connection):
+            cursor = await connection.execute(self.sql["states"], {"name": name})
+        return await cursor.fetchall()
 
-    async def inspect_all(self) -> list[LockState]:
-        return sorted(await self._states(None), key=lambda state: state.name)
-
-    async def _states(self, name: str | None) -> list[LockState]:
-        async def read(connection: AsyncConnection[Any]) -> list[Any]:
-            async with self.alone(connection):
-                cursor = await connection.execute(self.sql["states"], {"name": name})
-            return await cursor.fetchall()
-
-        with translate_errors(self.url, name):
-            rows = await self.pool.run(read, idempotent=True)
-        builders: dict[str, LockStateBuilder] = {}
-        for entry_name, shared, lim, token, expires_in, holder in rows:
-            if entry_name not in builders:
-                builders[entry_name] = LockStateBuilder(entry_name)
-            if expires_in is None:  # not written by tumbler (statements._UNREADABLE)
-                builders[entry_name].malformed += 1
-                continue
-            builders[entry_name].add(
-                token=token, shared=shared, limit=lim, expires_in=expires_in, holder=holder
+    async def _force_release(self, connection: AsyncConnection[Any], name: str, note: str) -> int:
+        async with self.batch(connection):
+            await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
+            await connection.execute(self.sql["drop_expired"], (name,))
+            counted = await connection.execute(
+                self.sql["force_release"], {"name": name, "note": note, "grace": NOTE_GRACE}
             )
-        return [builder.build() for builder in builders.values()]
+            await connection.execute(self.sql["hand_off"], (name,))
+        row = await counted.fetchone()
+        if self.config.listen:
+            await self._wake(connection, name)
+        return int(row[0]) if row else 0
 
-    async def force_release(self, name: str, note: str) -> int:
-        async def force(connection: AsyncConnection[Any]) -> int:
-            async with self.batch(connection):
-                await connection.execute(
-                    self.sql["lock_name"], (name_key(self.sql.schema, name), name)
-                )
-                await connection.execute(self.sql["drop_expired"], (name,))
-                counted = await connection.execute(
-                    self.sql["force_release"],
-                    {"name": name, "note": note, "grace": NOTE_GRACE},
-                )
-                await connection.execute(self.sql["hand_off"], (name,))
-            row = await counted.fetchone()
-            if self.config.listen:
-                await self._wake(connection, name)
-            return int(row[0]) if row else 0
+    async def _read_evicted(self, connection: AsyncConnection[Any], name: str, owner: str) -> Any:
+        async with self.alone(connection):
+            cursor = await connection.execute(self.sql["evicted"], (name, owner))
+        return await cursor.fetchone()
 
-        with translate_errors(self.url, name):
-            return await self.pool.run(force)
 
-    async def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
-        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
-        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
-        (see ``AsyncListener.take_handed``, and ``tumbler_hand_off``)."""
+class _Line:
+    """A name's line as PostgreSQL's decision reads and writes it (``kit decide``): in one
+    pipelined transaction (``batch``); a write's token is read after the commit, from the
+    cursor the write left."""
 
-        async def write(connection: AsyncConnection[Any]) -> bool:
-            async with self.alone(connection):
-                cursor = await connection.execute(self.sql["take_up"], (ttl, name, owner, token))
-            return cursor.rowcount == 1
+    def __init__(
+        self, backend: AsyncPostgreSQLBackend, connection: AsyncConnection[Any], attempt: Try
+    ) -> None:
+        self._backend = backend
+        self._connection = connection
+        self.attempt = attempt
 
-        with translate_errors(self.url, name):
-            return await self.pool.run(write, idempotent=True)
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        async with self._backend.batch(self._connection):
+            yield
 
-    async def evicted(self, name: str, owner: str) -> str | None:
-        async def read(connection: AsyncConnection[Any]) -> Any:
-            async with self.alone(connection):
-                cursor = await connection.execute(self.sql["evicted"], (name, owner_hash(owner)))
-            return await cursor.fetchone()
+    async def _run(self, statement: str, arguments: Any = None) -> AsyncCursor[Any]:
+        return await self._connection.execute(self._backend.sql[statement], arguments)
 
-        with translate_errors(self.url, name):
-            row = await self.pool.run(read, idempotent=True)
-        return None if row is None else str(row[0])
+    async def read(self) -> list[Any]:
+        name = self.attempt.request.name
+        await self._run("lock_name", (name_key(self._backend.sql.schema, name), name))
+        # The owner's own entry may have run out since tumbler_grant deleted the expired
+        # ones: missing from the live line read below yet still in the table, where
+        # writing it anew would break the (name, owner) key. Deleted first, as there.
+        await self._run("drop_expired", (name,))
+        cursor = await self._run("line", self.attempt.line_terms())
+        return await cursor.fetchall()
 
-    async def close(self) -> None:
-        await self.wakeups.close()
-        await self.pool.close()
+    async def take_up(self, token: int) -> AsyncCursor[Any]:
+        request = self.attempt.request
+        return await self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+
+    async def refresh_waiter(self, seq: int) -> None:
+        # a waiter's entry: one that a crash of the server forgets costs its waiter a
+        # re-check, so the commit need not wait for the disk
+        await self._run("no_wait")
+        await self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
+
+    async def grant_waiter(self, seq: int) -> AsyncCursor[Any]:
+        return await self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
+
+    async def add_grant(self) -> AsyncCursor[Any]:
+        entry = self.attempt.entry()
+        entry.update(
+            grant=True,
+            ttl=self.attempt.request.ttl,
+            client=None,
+            listener=None,
+            lease=None,
+            stamp=None,
+        )
+        return await self._run("add", entry)
+
+    async def waiting(self) -> int:
+        limit = self._backend.config.max_waiters
+        cursor = await self._run("waiting", (self.attempt.request.name, limit))
+        counted = await cursor.fetchone()
+        return 0 if counted is None else int(counted[0])
+
+    async def add_waiter(self) -> None:
+        # as refresh_waiter's
+        await self._run("no_wait")
+        entry = self.attempt.entry()
+        await self._run("add", {**entry, "grant": False, **self.attempt.waiter})
+
+    async def token(self, written: AsyncCursor[Any]) -> int | None:
+        row = await written.fetchone()
+        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
+        return None if row is None or row[0] is None else int(row[0])

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import secrets
 import select
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -22,33 +21,15 @@ from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import sleep_real
-from ...._clock import SYSTEM_CLOCK, Clock
-from ....errors import (
-    BackendUnavailable,
-    ConfigurationError,
-    OutOfConnections,
-    PermissionDenied,
-    TumblerError,
-)
-from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import (
-    BaseWatch,
-    Decision,
-    Entry,
-    LockStateBuilder,
-    Write,
-    WritePlan,
-    plan,
-    to_wake,
-)
-from ...kit._sync.listener import Listener
+from ....errors import BackendUnavailable, TumblerError
+from ...contract import GrantRequest, Renewal, SessionEvents
+from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
-from ...kit.slots import Slots
 from .. import CAPABILITIES
 from ..common import (
     Bound,
-    NoConnection,
+    Deadline,
     NoReply,
     PostgreSQLConfig,
     capabilities_for,
@@ -67,30 +48,7 @@ from ..statements import (
 
 _log = logging.getLogger("tumbler.postgresql")
 
-
-class _Full:
-    """A decision that refused a new waiter: the line has ``max_waiters`` already."""
-
-
-FULL = _Full()
-
-#: waiters a release reads at the head of a line to find whom it lets through; more (twice as
-#: many each time) only while every one read goes through (a run of readers)
-WAKE_HEAD = 16
-
 T = TypeVar("T")
-
-
-def _entry_of(request: GrantRequest, owner: str) -> dict[str, Any]:
-    """What an entry of ``request`` stores of it (``owner``: the owner's hash)."""
-    return {
-        "name": request.name,
-        "owner": owner,
-        "shared": request.shared,
-        "lim": request.limit,
-        "fair": request.fair,
-        "holder": request.holder,
-    }
 
 
 def _closed_by_server(connection: Connection[Any]) -> bool:
@@ -140,21 +98,17 @@ def _connection_lost(error: psycopg.OperationalError) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-class Pool:
-    """The client's connections for calls: at most ``max_connections`` in use at once, idle
-    ones kept for the next call. Every call on a connection waits for the server's replies
-    for at most ``socket_timeout`` (or the call's own limit): then its connection is shut
-    down and the call raises ``NoReply``. A connection a call left in doubt (an error, a
-    cancellation, a limit run out, a transaction still open) is closed rather than reused;
-    after a connection failed, the idle ones are dropped too (a restarted server has closed
-    them all, and a network that dropped one's replies may have dropped theirs)."""
+class Pool(SQLPool[Connection[Any], Deadline]):
+    """The client's connections for calls (see ``AsyncSQLPool``), at most
+    ``max_connections`` in use at once, a call waiting up to ``statement_timeout`` for one.
+    Every call on a connection waits for the server's replies for at most ``socket_timeout``
+    (or the call's own limit): then its connection is shut down and the call raises
+    ``NoReply``. A connection a transaction was left open on is closed rather than reused."""
 
     def __init__(self, config: PostgreSQLConfig) -> None:
+        wait = (config.statement_timeout, "statement_timeout")
+        super().__init__(config.url, "PostgreSQL", config.max_connections, wait)
         self._config = config
-        self._idle: list[Connection[Any]] = []
-        self._lock = threading.Lock()
-        self._slots = Slots(config.max_connections, config.statement_timeout, NoConnection)
-        self._closed = False
         self.bound = Bound()
         milliseconds = str(round(config.statement_timeout * 1000))
         #: the bounds every transaction runs with: statement_timeout, lock_timeout,
@@ -176,27 +130,11 @@ class Pool:
             )
 
     def connect(self, patience: float | None = None) -> Connection[Any]:
-        """A new connection (autocommit: each call says where its transaction begins).
-
-        A server that refuses connections for a moment (restarting: shutting down, starting
-        up, not listening yet) is tried again for up to ``patience`` seconds (default
-        ``connect_timeout``): a connection that failed ran nothing, so trying again is safe,
-        and a restart then costs callers a wait rather than an error.
-        """
+        """A new connection (autocommit: each call says where its transaction begins), tried
+        again for up to ``patience`` seconds (default ``connect_timeout``) while the server
+        refuses connections for a moment (see ``AsyncSQLPool._connect``)."""
         patience = self._config.connect_timeout if patience is None else patience
-        deadline = time.monotonic() + patience
-        pause = 0.02
-        while True:
-            try:
-                return Connection.connect(
-                    autocommit=True, **self._options, **self._config.connect_options
-                )
-            except psycopg.OperationalError as error:
-                left = deadline - time.monotonic()
-                if self._closed or left <= 0 or not _transient(error):
-                    raise
-                sleep_real(min(pause, left))
-                pause = min(pause * 2, 0.5)
+        return self._connect(time.monotonic() + patience)
 
     @contextlib.contextmanager
     def connection(
@@ -204,44 +142,11 @@ class Pool:
     ) -> Iterator[Connection[Any]]:
         """A connection for one call; ``patience``: see :meth:`connect`; ``limit``: how long
         the call may wait for replies (default ``socket_timeout``)."""
-        if self._closed:
-            raise psycopg.OperationalError("the client is closed")
-        try:
-            with self._slots:
-                connection = self._idle_connection()
-                if connection is None:
-                    connection = self.connect(patience)
-                deadline = self.bound.arm(
-                    connection, self._config.socket_timeout if limit is None else limit
-                )
-                try:
-                    yield connection
-                except BaseException as error:
-                    # disarmed first: the deadline never touches a closed (reusable) socket
-                    fired = deadline.disarm()
-                    connection.close()
-                    if isinstance(error, psycopg.OperationalError):
-                        self._drop_idle()
-                    if fired:
-                        raise deadline.no_reply() from error
-                    raise
-                if (
-                    deadline.disarm()
-                    or self._closed
-                    or connection.closed
-                    or connection.info.transaction_status != TransactionStatus.IDLE
-                ):
-                    connection.close()
-                    return
-                with self._lock:
-                    self._idle.append(connection)
-        except NoConnection:
-            raise BackendUnavailable(
-                "every connection of this client to PostgreSQL stayed busy for "
-                "statement_timeout; the client makes more calls at once than max_connections "
-                "(in the URL) allows",
-                backend=self._config.url,
-            ) from None
+        bound = self._config.socket_timeout if limit is None else limit
+        with self._using(
+            lambda: self.connect(patience), lambda connection: self.bound.arm(connection, bound)
+        ) as connection:
+            yield connection
 
     def run(
         self,
@@ -285,58 +190,54 @@ class Pool:
                 sleep_real(min(pause, left))
                 pause = min(pause * 2, 0.5)
 
-    def _idle_connection(self) -> Connection[Any] | None:
-        """An idle connection the server has not closed, if there is one.
+    def _open(self, deadline: float | None) -> Connection[Any]:
+        return Connection.connect(autocommit=True, **self._options, **self._config.connect_options)
 
-        An idle connection has nothing to read unless the server closed it (a restart, an
-        administrator's ``pg_terminate_backend``, ``idle_session_timeout``): its last words
-        are waiting in the socket. Such a connection would fail the call that used it, so it
-        is dropped here, and so are the other idle ones (a restart closed them all).
-        """
-        while True:
-            with self._lock:
-                if not self._idle:
-                    return None
-                connection = self._idle.pop()
-            if not _closed_by_server(connection):
-                return connection
-            connection.close()
-            self._drop_idle()
+    def _close(self, connection: Connection[Any]) -> None:
+        connection.close()
 
-    def _drop_idle(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+    def _closed_by_server(self, connection: Connection[Any]) -> bool:
+        # An idle connection has nothing to read unless the server closed it: its last words
+        # are waiting in the socket.
+        return _closed_by_server(connection)
+
+    def _refused_now(self, error: Exception) -> bool:
+        return isinstance(error, psycopg.OperationalError) and _transient(error)
+
+    def _lost(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.OperationalError)
+
+    def _closed_error(self) -> Exception:
+        return psycopg.OperationalError("the client is closed")
+
+    def _failed(
+        self, connection: Connection[Any], bound: Deadline, error: BaseException
+    ) -> BaseException | None:
+        # disarmed before the connection is closed: a deadline never touches a closed socket
+        return bound.no_reply() if bound.disarm() else None
+
+    def _reusable(self, connection: Connection[Any], bound: Deadline) -> bool:
+        return (
+            not bound.disarm()
+            and not connection.closed
+            and connection.info.transaction_status == TransactionStatus.IDLE
+        )
 
     def close(self) -> None:
-        self._closed = True
-        self._drop_idle()
+        super().close()
         self.bound.close()
 
 
-class Wakeups(Listener):
-    """The client's one listening connection: ``LISTEN`` on the client's own channel.
+class Wakeups(SQLListener):
+    """The client's one listening connection: ``LISTEN`` on the client's own channel, the
+    client's listener key held (``hold_listener``).
 
     A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
     with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
     hash])``, which wakes just that waiter.
     """
 
-    def __init__(self, backend: PostgreSQLBackend) -> None:
-        config = backend.config
-        super().__init__(
-            backend.clock,
-            backend.hub,
-            backend.url,
-            label="PostgreSQL",
-            log=_log,
-            patience=config.connect_timeout + config.statement_timeout,
-        )
-        self._backend = backend
-        #: the key the listening connection holds while it listens (``hold_listener``): a
-        #: release hands the lock only to a waiter whose client's key is held
-        self.listener_key = secrets.randbits(62)
+    _backend: PostgreSQLBackend
 
     def _listen(self) -> None:
         backend = self._backend
@@ -346,7 +247,7 @@ class Wakeups(Listener):
             self._bounded(
                 connection,
                 (sql.SQL("LISTEN {}").format(sql.Identifier(backend.channel)), None),
-                (backend.sql["hold_listener"], {"key": self.listener_key}),
+                (backend.sql["hold_listener"], {"key": self.key}),
             )
             self._now_listening()
             ping_due = time.monotonic() + backend.config.socket_timeout
@@ -380,15 +281,6 @@ class Wakeups(Listener):
         if fired:
             raise deadline.no_reply()
 
-    def _refused(self, failure: Exception, name: str) -> TumblerError | None:
-        # what waiting for the next attempt will not mend soon: a server out of connections,
-        # refused credentials, a database or schema that is not there
-        if isinstance(failure, psycopg.Error):
-            error = tumbler_error(failure, self._backend.url, name)
-            if isinstance(error, (OutOfConnections, PermissionDenied, ConfigurationError)):
-                return error
-        return None
-
     def _interrupt(self) -> None:
         # end the reader's wait for notifications now rather than at its next timeout
         with contextlib.suppress(psycopg.Error, BackendUnavailable):
@@ -396,44 +288,32 @@ class Wakeups(Listener):
                 connection.execute("SELECT pg_notify(%s, '')", (self._backend.channel,))
 
 
-class PostgreSQLWatch(BaseWatch):
-    """A waiter's view of its client's wake-up channel.
-
-    Made before the first try, it registers for local wake-ups at once; if the client listens
-    already, nothing after that try can be missed and entering costs nothing. Otherwise
-    entering starts listening and asks for a retry.
-    """
-
-    def __init__(self, backend: PostgreSQLBackend, name: str, owner: str) -> None:
-        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
-        self._backend = backend
-        self._listening = not backend.config.listen or backend.wakeups.subscribed()
-
-    def _subscribe(self) -> bool:
-        if self._listening:
-            return False
-        self._backend.wakeups.subscribe(self.name)
-        return True
-
-
-class PostgreSQLBackend:
+class PostgreSQLBackend(SQLBackend[Connection[Any]]):
     """The PostgreSQL backend contract over psycopg 3: a small pool of connections for calls,
     and one listening connection for wake-ups."""
 
     session_events: SessionEvents | None = None
+    sweep_every = SWEEP_EVERY
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self.config = config
-        self.url = config.url
-        self.capabilities = capabilities_for(CAPABILITIES, config)
-        self.clock: Clock = SYSTEM_CLOCK
-        self.hub = WakeHub()
+        super().__init__(config.url, capabilities_for(CAPABILITIES, config), listens=config.listen)
         #: this client's NOTIFY channel; stored with each of its waiters
         self.channel = f"tumbler_{secrets.token_hex(8)}"
         self.sql = Statements.of(config.schema)
-        self.pool = Pool(config)
-        self.wakeups = Wakeups(self)
-        self._grants = 0
+        self.pool: Pool = Pool(config)
+        self.wakeups: Wakeups = Wakeups(
+            self,
+            label="PostgreSQL",
+            log=_log,
+            patience=config.connect_timeout + config.statement_timeout,
+        )
+
+    def _translated(self, name: str | None = None) -> contextlib.AbstractContextManager[None]:
+        return translate_errors(self.url, name)
+
+    def _tumbler_error(self, error: Exception, name: str) -> TumblerError | None:
+        return tumbler_error(error, self.url, name) if isinstance(error, psycopg.Error) else None
 
     # -- transactions ----------------------------------------------------------------------
 
@@ -478,14 +358,10 @@ class PostgreSQLBackend:
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Connect, and make the schema's tables if they are missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock)."""
-        with translate_errors(self.url):
-            self.pool.run(self.make_tables, idempotent=True)
-
-    def make_tables(self, connection: Connection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing; whether it did."""
+    def set_up(self, connection: Connection[Any]) -> bool:
+        """Make the schema's tables and sequence if one is missing (idempotent; clients
+        racing to make them take turns on a transaction-scoped advisory lock); whether it
+        did."""
         if self._tables_exist(connection):
             return False
         try:
@@ -514,50 +390,33 @@ class PostgreSQLBackend:
 
     # -- grants ----------------------------------------------------------------------------
 
-    def try_grant(self, request: GrantRequest) -> Grant | None:
-        owner = owner_hash(request.owner)
-        taken = self.wakeups.take_handed(
-            request, lambda token: self._take_up(request.name, owner, token, request.ttl)
-        )
-        if taken is not None:
-            return taken
-        # when this try was sent, on this client's clock: a release that hands the lock to
-        # this waiter says when its lease began in those terms (kit.handoffs)
-        stamp = round(self.clock.now() * 1e6)
-
-        # tried again whole if a pooler refused it: a retry by the same owner is idempotent
-        def grant(connection: Connection[Any]) -> tuple[int, float] | None:
-            claimed = self._claim_listener(connection, request)
-            waiter = self._waiter_terms(request, stamp, claimed)
-            with self.alone(connection):
-                cursor = connection.execute(
-                    self.sql["grant"],
-                    {
-                        "key": name_key(self.sql.schema, request.name),
-                        "queue": request.queue,
-                        "max_waiters": self.config.max_waiters,
-                        **_entry_of(request, owner),
-                        **waiter,
-                    },
-                )
-            row = cursor.fetchone()
-            assert row is not None
-            token, left, undecided, full = row
-            if full:
-                raise line_full(self.config.max_waiters, request.name, self.url)
-            if undecided:
-                return self._decide(connection, request, owner, waiter)
-            return None if token is None else (int(token), float(left))
-
-        with translate_errors(self.url, request.name):
-            granted = self.pool.run(grant, idempotent=True)
-            self._grants += 1
-            if self._grants % SWEEP_EVERY == 0:
-                self.pool.run(self._sweep, idempotent=True)
-        if granted is None:
-            return None
-        token, left = granted
-        return Grant(request.name, request.owner, token, left)
+    def _grant(
+        self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
+    ) -> tuple[int, float] | None:
+        claimed = self._claim_listener(connection, request)
+        attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
+        with self.alone(connection):
+            cursor = connection.execute(
+                self.sql["grant"],
+                {
+                    "key": name_key(self.sql.schema, request.name),
+                    "queue": request.queue,
+                    "max_waiters": self.config.max_waiters,
+                    **attempt.entry(),
+                    **attempt.waiter,
+                },
+            )
+        row = cursor.fetchone()
+        assert row is not None
+        token, left, undecided, full = row
+        if full:
+            raise line_full(self.config.max_waiters, request.name, self.url)
+        if undecided:
+            # Two round trips: the line, then the write and the commit (three for a new
+            # waiter, counted first)
+            line = _Line(self, connection, attempt)
+            return decide(line, attempt, self.config.max_waiters, self.url)
+        return None if token is None else (int(token), float(left))
 
     def _sweep(self, connection: Connection[Any]) -> None:
         with self.alone(connection):
@@ -568,24 +427,13 @@ class PostgreSQLBackend:
             connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
     def _claim_listener(self, connection: Connection[Any], request: GrantRequest) -> bool:
-        """Whether ``connection`` holds the client's listener key for ``request``'s entry
-        to name, though the client does not listen yet: taken (shared, for the session) when
-        the request would queue and its waiter means to wait (its watch is made: the locks
-        make it before the first try, and enter it, which starts listening, only once that
-        try failed). Until the listener holds the key too, this connection's hold says the
-        client lives: a release takes a waiter whose key nobody holds for one whose client
-        is gone (``tumbler_hand_off``), and without a key at all its entry held a fair line up
-        for its whole lease when the waiter died in that moment."""
-        if not (
-            request.queue
-            and self.config.listen
-            and not self.wakeups.subscribed()
-            and not self.wakeups.failing()  # a client that cannot listen is not told
-            and self.hub.subscribers(request.name)
-        ):
+        """Whether ``connection`` holds the client's listener key (shared, for the session)
+        for ``request``'s entry to name though the client does not listen yet (see
+        ``AsyncSQLBackend._claims``, and ``tumbler_hand_off``)."""
+        if not self._claims(request):
             return False
         with self.alone(connection):
-            connection.execute(self.sql["hold_listener"], {"key": self.wakeups.listener_key})
+            connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
         return True
 
     def _waiter_terms(
@@ -593,142 +441,28 @@ class PostgreSQLBackend:
     ) -> dict[str, Any]:
         """What a waiter's entry stores besides the request: its own short lease, refreshed
         by each try, and what a release needs to hand it the lock (``tumbler_hand_off``)."""
-        # Only once the client listens, or the connection that writes the entry holds the
-        # key (``claimed``): a release takes a waiter whose listener key nobody holds for one
-        # whose client is gone, and deletes its entry (tumbler_hand_off).
-        listen = self.config.listen and (claimed or self.wakeups.subscribed())
+        listen = self._names_listener(claimed)
         return {
             "ttl": self.capabilities.waiter_ttl,
             "client": self.channel if listen else None,
-            "listener": self.wakeups.listener_key if listen else None,
+            "listener": self.wakeups.key if listen else None,
             "lease": request.ttl,
             "stamp": stamp,
         }
 
-    def _decide(
-        self,
-        connection: Connection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> tuple[int, float] | None:
-        """Decide by the grant rule on the name's live line, and write what it says: the
-        token and the lease left of a grant; None if none; ``TooManyWaiters`` for a new
-        waiter behind ``max_waiters`` (nothing written). Two round trips: the line, then the
-        write and the commit (three for a new waiter, counted first)."""
-        decided = self._decided(connection, request, owner, waiter)
-        if decided is FULL:
-            raise line_full(self.config.max_waiters, request.name, self.url)
-        assert not isinstance(decided, _Full)
-        return decided
-
-    def _decided(
-        self,
-        connection: Connection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-    ) -> tuple[int, float] | _Full | None:
-        with self.batch(connection):
-            connection.execute(
-                self.sql["lock_name"], (name_key(self.sql.schema, request.name), request.name)
-            )
-            # The owner's own entry may have run out since tumbler_grant deleted the expired
-            # ones: missing from the live line read below yet still in the table, where
-            # writing it anew would break the (name, owner) key. Deleted first, as there.
-            connection.execute(self.sql["drop_expired"], (request.name,))
-            cursor = connection.execute(
-                self.sql["line"],
-                {
-                    "name": request.name,
-                    "owner": owner,
-                    "fair": request.fair,
-                    "shared": request.shared,
-                    "lim": request.limit,
-                },
-            )
-            rows = cursor.fetchall()
-            line = [
-                Entry(entry_owner, seq, shared, lim, fair, token)
-                for entry_owner, seq, shared, lim, fair, token, _ in rows
-            ]
-            decided = plan(line, owner, request.shared, request.limit, request.fair, request.queue)
-            if decided.decision is Decision.HELD:
-                # granted already, by a release that handed it over or by a try whose reply
-                # was lost: taken up, with the lease asked for from now
-                cursor = connection.execute(
-                    self.sql["take_up"], (request.ttl, request.name, owner, decided.held_token)
-                )
-            else:
-                written = self._write(connection, request, owner, waiter, decided)
-                if written is None or isinstance(written, _Full):
-                    return written
-                cursor = written
-        row = cursor.fetchone()
-        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
-        return None if row is None or row[0] is None else (int(row[0]), request.ttl)
-
-    def _write(
-        self,
-        connection: Connection[Any],
-        request: GrantRequest,
-        owner: str,
-        waiter: dict[str, Any],
-        decided: WritePlan,
-    ) -> Cursor[Any] | _Full | None:
-        """Write what the grant rule ``decided`` for ``request`` (not held already), in the
-        caller's transaction: the cursor whose row has the token (None for a waiter); None
-        for nothing to read; ``FULL`` for a new waiter behind ``max_waiters``."""
-        write = decided.write
-        if write is Write.ADD_WAITER:
-            cursor = connection.execute(
-                self.sql["waiting"], (request.name, self.config.max_waiters)
-            )
-            counted = cursor.fetchone()
-            if counted is not None and counted[0] >= self.config.max_waiters:
-                return FULL  # nothing written: the transaction commits empty
-        if write is Write.NOTHING:
-            return None
-        if write in (Write.ADD_WAITER, Write.REFRESH_WAITER):
-            # a waiter's entry: one that a crash of the server forgets costs its waiter a
-            # re-check, so the commit need not wait for the disk
-            connection.execute(self.sql["no_wait"])
-        if write is Write.REFRESH_WAITER:
-            assert decided.mine is not None
-            connection.execute(self.sql["refresh_waiter"], {"seq": decided.mine.seq, **waiter})
-            return None
-        if write is Write.GRANT_WAITER:
-            assert decided.mine is not None
-            return connection.execute(
-                self.sql["grant_waiter"],
-                {"seq": decided.mine.seq, "ttl": request.ttl},
-            )
-        # ADD_GRANT or ADD_WAITER
-        entry = _entry_of(request, owner)
-        if write is Write.ADD_GRANT:
-            entry.update(
-                grant=True,
-                ttl=request.ttl,
-                client=None,
-                listener=None,
-                lease=None,
-                stamp=None,
-            )
-        else:
-            entry.update(grant=False, **waiter)
-        return connection.execute(self.sql["add"], entry)
+    def _take_up(
+        self, connection: Connection[Any], name: str, owner: str, token: int, ttl: float
+    ) -> bool:
+        with self.alone(connection):
+            cursor = connection.execute(self.sql["take_up"], (ttl, name, owner, token))
+        return cursor.rowcount == 1
 
     # -- leases ----------------------------------------------------------------------------
 
-    def renew(self, name: str, owner: str, ttl: float) -> float | None:
-        def renew(connection: Connection[Any]) -> bool:
-            with self.alone(connection):
-                cursor = connection.execute(self.sql["renew"], (ttl, name, owner_hash(owner)))
-            return cursor.rowcount == 1
-
-        with translate_errors(self.url, name):
-            renewed = self.pool.run(renew, idempotent=True)
-        return ttl if renewed else None
+    def _renew(self, connection: Connection[Any], name: str, owner: str, ttl: float) -> bool:
+        with self.alone(connection):
+            cursor = connection.execute(self.sql["renew"], (ttl, name, owner))
+        return cursor.rowcount == 1
 
     def renew_all(self, renewals: Sequence[Renewal], timeout: float) -> list[float | None]:
         """Every renewal in one statement, the server cancelling it past ``timeout`` and the
@@ -757,129 +491,129 @@ class PostgreSQLBackend:
 
     # -- release ---------------------------------------------------------------------------
 
-    def release(self, name: str, owner: str) -> bool:
-        # a grant handed over that its waiter gives back without taking it
-        self.wakeups.handoffs.forget(name, owner)
+    def _release(self, connection: Connection[Any], name: str, owner: str) -> bool:
+        with self.alone(connection):
+            cursor = connection.execute(
+                self.sql["release"], (name_key(self.sql.schema, name), name, owner)
+            )
+        row = cursor.fetchone()
+        assert row is not None
+        removed, others_wait = row
+        if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
+            self._wake(connection, name)
+        return bool(removed)
 
-        def remove(connection: Connection[Any]) -> bool:
-            with self.alone(connection):
-                cursor = connection.execute(
-                    self.sql["release"],
-                    (name_key(self.sql.schema, name), name, owner_hash(owner)),
-                )
-            row = cursor.fetchone()
-            assert row is not None
-            removed, others_wait = row
-            if others_wait and self.config.listen:  # not handed over: the rule says whom to wake
-                self._wake(connection, name)
-            return bool(removed)
+    def _wake_line(
+        self, connection: Connection[Any], name: str, after: int, count: int
+    ) -> list[Any]:
+        with self.alone(connection):
+            cursor = connection.execute(
+                self.sql["wake_line"],
+                {"name": name, "grants": after < 0, "after": after, "count": count},
+            )
+        return cursor.fetchall()
 
-        with translate_errors(self.url, name):
-            return self.pool.run(remove)
-
-    def _wake(self, connection: Connection[Any], name: str) -> None:
-        """Notify the waiters of ``name`` that the grant rule lets through now (after the
-        commit that let them: a woken waiter tries at once), reading the name's grants and
-        the head of its line, and more of the line only while every waiter read goes
-        through. A wake-up is a hint: one lost here costs the waiter a re-check."""
-        rows: list[Any] = []
-        after, count = -1, WAKE_HEAD
-        while True:
-            with self.alone(connection):
-                cursor = connection.execute(
-                    self.sql["wake_line"],
-                    {"name": name, "grants": after < 0, "after": after, "count": count},
-                )
-            read = cursor.fetchall()
-            rows = sorted([*rows, *read], key=lambda row: row[1])
-            woken, complete = to_wake(rows)
-            waiters = [row for row in read if row[5] is None]
-            if complete or len(waiters) < count:
-                break
-            after, count = waiters[-1][1], count * 2
-        self._notify(connection, name, woken)
-
-    def _notify(self, connection: Connection[Any], name: str, woken: list[tuple[str, str]]) -> None:
-        """Send each of ``woken`` (``(channel, owner)``) its wake-up."""
+    def _tell(self, connection: Connection[Any], name: str, woken: list[tuple[Any, str]]) -> None:
         if woken:
             connection.execute(
                 self.sql["notify"],
                 ([channel for channel, _ in woken], [f"{tag} {name}" for _, tag in woken]),
             )
 
-    def watch(self, name: str, owner: str) -> PostgreSQLWatch:
-        return PostgreSQLWatch(self, name, owner)
-
     # -- inspection and operators ----------------------------------------------------------
 
-    def inspect(self, name: str) -> LockState:
-        states = self._states(name)
-        return states[0] if states else LockState(name=name, holders=(), waiters=0)
+    def _read_states(self, connection: Connection[Any], name: str | None) -> list[Any]:
+        with self.alone(connection):
+            cursor = connection.execute(self.sql["states"], {"name": name})
+        return cursor.fetchall()
 
-    def inspect_all(self) -> list[LockState]:
-        return sorted(self._states(None), key=lambda state: state.name)
-
-    def _states(self, name: str | None) -> list[LockState]:
-        def read(connection: Connection[Any]) -> list[Any]:
-            with self.alone(connection):
-                cursor = connection.execute(self.sql["states"], {"name": name})
-            return cursor.fetchall()
-
-        with translate_errors(self.url, name):
-            rows = self.pool.run(read, idempotent=True)
-        builders: dict[str, LockStateBuilder] = {}
-        for entry_name, shared, lim, token, expires_in, holder in rows:
-            if entry_name not in builders:
-                builders[entry_name] = LockStateBuilder(entry_name)
-            if expires_in is None:  # not written by tumbler (statements._UNREADABLE)
-                builders[entry_name].malformed += 1
-                continue
-            builders[entry_name].add(
-                token=token, shared=shared, limit=lim, expires_in=expires_in, holder=holder
+    def _force_release(self, connection: Connection[Any], name: str, note: str) -> int:
+        with self.batch(connection):
+            connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
+            connection.execute(self.sql["drop_expired"], (name,))
+            counted = connection.execute(
+                self.sql["force_release"], {"name": name, "note": note, "grace": NOTE_GRACE}
             )
-        return [builder.build() for builder in builders.values()]
+            connection.execute(self.sql["hand_off"], (name,))
+        row = counted.fetchone()
+        if self.config.listen:
+            self._wake(connection, name)
+        return int(row[0]) if row else 0
 
-    def force_release(self, name: str, note: str) -> int:
-        def force(connection: Connection[Any]) -> int:
-            with self.batch(connection):
-                connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
-                connection.execute(self.sql["drop_expired"], (name,))
-                counted = connection.execute(
-                    self.sql["force_release"],
-                    {"name": name, "note": note, "grace": NOTE_GRACE},
-                )
-                connection.execute(self.sql["hand_off"], (name,))
-            row = counted.fetchone()
-            if self.config.listen:
-                self._wake(connection, name)
-            return int(row[0]) if row else 0
+    def _read_evicted(self, connection: Connection[Any], name: str, owner: str) -> Any:
+        with self.alone(connection):
+            cursor = connection.execute(self.sql["evicted"], (name, owner))
+        return cursor.fetchone()
 
-        with translate_errors(self.url, name):
-            return self.pool.run(force)
 
-    def _take_up(self, name: str, owner: str, token: int, ttl: float) -> bool:
-        """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
-        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
-        (see ``AsyncListener.take_handed``, and ``tumbler_hand_off``)."""
+class _Line:
+    """A name's line as PostgreSQL's decision reads and writes it (``kit decide``): in one
+    pipelined transaction (``batch``); a write's token is read after the commit, from the
+    cursor the write left."""
 
-        def write(connection: Connection[Any]) -> bool:
-            with self.alone(connection):
-                cursor = connection.execute(self.sql["take_up"], (ttl, name, owner, token))
-            return cursor.rowcount == 1
+    def __init__(
+        self, backend: PostgreSQLBackend, connection: Connection[Any], attempt: Try
+    ) -> None:
+        self._backend = backend
+        self._connection = connection
+        self.attempt = attempt
 
-        with translate_errors(self.url, name):
-            return self.pool.run(write, idempotent=True)
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._backend.batch(self._connection):
+            yield
 
-    def evicted(self, name: str, owner: str) -> str | None:
-        def read(connection: Connection[Any]) -> Any:
-            with self.alone(connection):
-                cursor = connection.execute(self.sql["evicted"], (name, owner_hash(owner)))
-            return cursor.fetchone()
+    def _run(self, statement: str, arguments: Any = None) -> Cursor[Any]:
+        return self._connection.execute(self._backend.sql[statement], arguments)
 
-        with translate_errors(self.url, name):
-            row = self.pool.run(read, idempotent=True)
-        return None if row is None else str(row[0])
+    def read(self) -> list[Any]:
+        name = self.attempt.request.name
+        self._run("lock_name", (name_key(self._backend.sql.schema, name), name))
+        # The owner's own entry may have run out since tumbler_grant deleted the expired
+        # ones: missing from the live line read below yet still in the table, where
+        # writing it anew would break the (name, owner) key. Deleted first, as there.
+        self._run("drop_expired", (name,))
+        cursor = self._run("line", self.attempt.line_terms())
+        return cursor.fetchall()
 
-    def close(self) -> None:
-        self.wakeups.close()
-        self.pool.close()
+    def take_up(self, token: int) -> Cursor[Any]:
+        request = self.attempt.request
+        return self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+
+    def refresh_waiter(self, seq: int) -> None:
+        # a waiter's entry: one that a crash of the server forgets costs its waiter a
+        # re-check, so the commit need not wait for the disk
+        self._run("no_wait")
+        self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
+
+    def grant_waiter(self, seq: int) -> Cursor[Any]:
+        return self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
+
+    def add_grant(self) -> Cursor[Any]:
+        entry = self.attempt.entry()
+        entry.update(
+            grant=True,
+            ttl=self.attempt.request.ttl,
+            client=None,
+            listener=None,
+            lease=None,
+            stamp=None,
+        )
+        return self._run("add", entry)
+
+    def waiting(self) -> int:
+        limit = self._backend.config.max_waiters
+        cursor = self._run("waiting", (self.attempt.request.name, limit))
+        counted = cursor.fetchone()
+        return 0 if counted is None else int(counted[0])
+
+    def add_waiter(self) -> None:
+        # as refresh_waiter's
+        self._run("no_wait")
+        entry = self.attempt.entry()
+        self._run("add", {**entry, "grant": False, **self.attempt.waiter})
+
+    def token(self, written: Cursor[Any]) -> int | None:
+        row = written.fetchone()
+        # no row: a grant taken up that ran out this very moment (the owner's next try asks)
+        return None if row is None or row[0] is None else int(row[0])

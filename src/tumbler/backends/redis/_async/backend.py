@@ -42,7 +42,8 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
-from ...kit.handoffs import HandOffs, owner_tag
+from ...kit.handoffs import HandOffs
+from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
 from .. import CAPABILITIES, lua
 from ..common import (
@@ -246,7 +247,7 @@ class AsyncRedisWatch(AsyncBaseWatch):
 
     def __init__(self, backend: AsyncRedisBackend, name: str, owner: str) -> None:
         # releases wake the waiters they let through, named by their owner's hash
-        super().__init__(backend.clock, name, backend.hub, owner_tag(owner))
+        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
         self._backend = backend
         self._subscribed = backend.wakeups.subscribed()
 

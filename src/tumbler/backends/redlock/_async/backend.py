@@ -34,7 +34,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
-from ...kit.handoffs import owner_tag
+from ...kit.owners import owner_hash
 from ...redis import lua as redis_lua
 from ...redis._async.backend import AsyncRedisBackend
 from ...redis.common import (
@@ -176,7 +176,7 @@ class AsyncRedlockWatch(AsyncBaseWatch):
     """
 
     def __init__(self, backend: AsyncRedlockBackend, name: str, owner: str) -> None:
-        super().__init__(backend.clock, name, backend.hub, owner_tag(owner))
+        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
         self._backend = backend
 
     async def _subscribe(self) -> bool:

@@ -36,7 +36,7 @@ from ...contract import (
     WakeHub,
 )
 from ...kit import BaseWatch, InspectEachName, LockStateBuilder
-from ...kit.handoffs import owner_tag
+from ...kit.owners import owner_hash
 from ...redis import lua as redis_lua
 from ...redis._sync.backend import RedisBackend
 from ...redis.common import (
@@ -178,7 +178,7 @@ class RedlockWatch(BaseWatch):
     """
 
     def __init__(self, backend: RedlockBackend, name: str, owner: str) -> None:
-        super().__init__(backend.clock, name, backend.hub, owner_tag(owner))
+        super().__init__(backend.clock, name, backend.hub, owner_hash(owner))
         self._backend = backend
 
     def _subscribe(self) -> bool:

