@@ -164,8 +164,9 @@ class AcquireFailed(NamedTuple):
 
 
 class ReleaseStarted(NamedTuple):
-    """The holder's release of a hold began (``release()``, or leaving ``with``). ``held``:
-    seconds from the grant to now."""
+    """The holder's release of a hold began (``release()``, or leaving ``with``; not a call
+    that finds the hold released already, which raises ``NotHeld``). ``held``: seconds from
+    the grant to now."""
 
     acquisition: int
     name: str

@@ -275,20 +275,8 @@ class AsyncHold:
         longer renewed); but if the hold was lost already (its lease ran out while the holder
         was paused, say), ``LockLost`` is what the caller learns either way.
         """
-        observed = self._observed
-        if observed is None:
-            with self._gate.operation(self.name):
-                await self._release()
-            return
-        held = observed.held()
-        observed.release_started(self, held)
-        try:
-            with self._gate.operation(self.name):
-                await self._release()
-        except BaseException as error:
-            observed.released(self, held, error)
-            raise
-        observed.released(self, held, None)
+        with self._gate.operation(self.name):
+            await self._release()
 
     async def _release(self) -> None:
         if self.lost and self._lost_reason is None:
@@ -301,6 +289,21 @@ class AsyncHold:
             if self._state not in GRANTED:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
             self._move(RELEASING)
+        observed = self._observed
+        if observed is None:
+            await self._end_release()
+            return
+        # told only of a release that begins: a second release of the hold is not one
+        held = observed.held()
+        observed.release_started(self, held)
+        try:
+            await self._end_release()
+        except BaseException as error:
+            observed.released(self, held, error)
+            raise
+        observed.released(self, held, None)
+
+    async def _end_release(self) -> None:
         try:
             await ashield(self._release_grant())
         except TumblerError:

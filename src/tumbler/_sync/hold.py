@@ -277,20 +277,8 @@ class Hold:
         longer renewed); but if the hold was lost already (its lease ran out while the holder
         was paused, say), ``LockLost`` is what the caller learns either way.
         """
-        observed = self._observed
-        if observed is None:
-            with self._gate.operation(self.name):
-                self._release()
-            return
-        held = observed.held()
-        observed.release_started(self, held)
-        try:
-            with self._gate.operation(self.name):
-                self._release()
-        except BaseException as error:
-            observed.released(self, held, error)
-            raise
-        observed.released(self, held, None)
+        with self._gate.operation(self.name):
+            self._release()
 
     def _release(self) -> None:
         if self.lost and self._lost_reason is None:
@@ -303,6 +291,21 @@ class Hold:
             if self._state not in GRANTED:
                 raise NotHeld(f"lock {self.name!r} was already released", lock_name=self.name)
             self._move(RELEASING)
+        observed = self._observed
+        if observed is None:
+            self._end_release()
+            return
+        # told only of a release that begins: a second release of the hold is not one
+        held = observed.held()
+        observed.release_started(self, held)
+        try:
+            self._end_release()
+        except BaseException as error:
+            observed.released(self, held, error)
+            raise
+        observed.released(self, held, None)
+
+    def _end_release(self) -> None:
         try:
             shield(self._release_grant())
         except TumblerError:

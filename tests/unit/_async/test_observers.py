@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from tumbler.errors import BackendUnavailable, ClientClosed, LockLost
+from tumbler.errors import BackendUnavailable, ClientClosed, LockLost, NotHeld
 from tumbler.observe import (
     AcquireFailed,
     AcquireGranted,
@@ -310,3 +310,18 @@ async def test_observers_are_never_called_under_the_clients_guard():
     kinds = {type(event).__name__ for event in watch.events}
     assert {"AcquireWaiting", "Renewed", "Released", "HoldLost"} <= kinds
     assert watch.held_at == []
+
+
+async def test_a_release_of_a_hold_already_released_is_not_a_release():
+    clock, recorder = ManualClock(), Recorder()
+    async with await aconnect(clock, [recorder]) as locks:
+        lock = locks.lock(NAME, ttl=TTL)
+        assert await lock.acquire()
+        hold = lock.hold
+        clock.advance(1)
+        await hold.release()
+        clock.advance(1)
+        with pytest.raises(NotHeld):
+            await hold.release()
+    assert [event.held for event in recorder.of(ReleaseStarted)] == [1.0]
+    assert [(event.held, event.error) for event in recorder.of(Released)] == [(1.0, None)]
