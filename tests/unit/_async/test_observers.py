@@ -325,3 +325,19 @@ async def test_a_release_of_a_hold_already_released_is_not_a_release():
             await hold.release()
     assert [event.held for event in recorder.of(ReleaseStarted)] == [1.0]
     assert [(event.held, event.error) for event in recorder.of(Released)] == [(1.0, None)]
+
+
+async def test_an_extension_by_hand_is_a_renewal():
+    clock, recorder = ManualClock(), Recorder()
+    async with await aconnect(clock, [recorder]) as locks:
+        lock = locks.lock(NAME, ttl=TTL, renew=False)
+        assert await lock.acquire()
+        deadline = lock.hold._deadline
+        clock.advance(TTL / 6)
+        await lock.hold.extend()
+        clock.advance(TTL * 5 / 6)
+        await lock.hold.extend()
+        await lock.release()
+    (early, late) = recorder.of(Renewed)
+    assert (early.lease_left, early.late) == (deadline - TTL / 6, False)
+    assert late.late
