@@ -706,7 +706,8 @@ def status(name: str | None, url: str | None, as_json: bool, watch: bool, interv
         return EX_OK
     console = _console()
     console.print(_backend_line(locks, url), soft_wrap=True)
-    _print_states(console, states, name)
+    for part in _status_parts(states, name):
+        console.print(part)
     return EX_OK
 
 
@@ -714,24 +715,24 @@ def _states_json(states: Sequence[LockState], name: str | None) -> Any:
     return _state_json(states[0]) if name is not None else list(map(_state_json, states))
 
 
-def _print_states(
-    console: Console,
-    states: Sequence[LockState],
-    name: str | None,
-    held: dict[tuple[str, int], str] | None = None,
-) -> None:
+def _status_parts(
+    states: Sequence[LockState], name: str | None, held: dict[tuple[str, int], str] | None = None
+) -> list[Table | str]:
+    """What ``status`` prints of ``states`` after the backend's line, in order."""
+    parts: list[Table | str] = []
     if name is not None and not states[0].holders and not states[0].waiters:
-        console.print(f"lock {states[0].name!r} is free: no holders, no waiters")
+        parts.append(f"lock {states[0].name!r} is free: no holders, no waiters")
     elif not states:
-        console.print("no lock has holders or waiters")
+        parts.append("no lock has holders or waiters")
     else:
-        console.print(_status_table(states, held))
-    for state in states:
-        if state.malformed:
-            console.print(
-                f"lock {_printable(state.name)!r}: {state.malformed} entries tumbler did not "
-                "write (skipped; its next grant, release or force release removes them)"
-            )
+        parts.append(_status_table(states, held))
+    parts += [
+        f"lock {_printable(state.name)!r}: {state.malformed} entries tumbler did not write "
+        "(skipped; its next grant, release or force release removes them)"
+        for state in states
+        if state.malformed
+    ]
+    return parts
 
 
 def _watch_status(
@@ -752,35 +753,20 @@ def _watch_status(
             if console is None:
                 click.echo(_json_text(_states_json(states, name), indent=None))
             else:
-                held = watch.held(states)
+                parts = _status_parts(states, name, watch.held(states))
                 if live is not None:
                     from rich.console import Group
 
-                    page = _Page(console)
-                    page.print(_backend_line(locks, url))
-                    _print_states(page, states, name, held)  # type: ignore[arg-type]
-                    live.update(Group(*page.parts), refresh=True)
+                    live.update(Group(_backend_line(locks, url), *parts), refresh=True)
                 else:
-                    console.print(_backend_line(locks, url), soft_wrap=True)
-                    _print_states(console, states, name, held)
-                    console.print()
+                    for part in (_backend_line(locks, url), *parts, ""):
+                        console.print(part)
             time.sleep(interval)  # a watch reads at its interval: nothing to wait on
     except KeyboardInterrupt:
         return EX_OK
     finally:
         if live is not None:
             live.stop()
-
-
-class _Page:
-    """Gathers what :func:`_print_states` prints, for one refresh of a live table."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.parts: list[Any] = []
-
-    def print(self, *objects: Any) -> None:
-        self.parts.extend(objects)
 
 
 # -- release -------------------------------------------------------------------------------------
