@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ._core import DEFAULT_TTL, Seconds, validate_ttl
+from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
 from ._sync.client import Locks
 from ._sync.hold import Hold, SegmentHold
 from ._sync.primitives import Lock, ReadLock, RLock, RWLock, SegmentedLock, Semaphore
@@ -106,6 +106,7 @@ def connect(
     *,
     default_ttl: Seconds = DEFAULT_TTL,
     observers: Iterable[Observer] = (),
+    holder: str | None = None,
     **options: object,
 ) -> Locks:
     """Open a lock client on the backend that ``url`` names.
@@ -116,7 +117,9 @@ def connect(
     ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of
     ``tumbler.observe.Observer`` subclasses, told of every acquisition, release, renewal and
     loss (``tumbler.otel.OpenTelemetryObserver`` makes OpenTelemetry metrics and spans of
-    them); none by default, at no cost.
+    them); none by default, at no cost. ``holder``: how this client describes itself to
+    operators, kept with its grants and waiter entries and shown by ``status`` (one line of
+    at most 200 characters; default ``HOST pid=PID``).
 
     Raises ``UnknownScheme``, ``InvalidURL``, ``MissingDependency`` (naming the extra to
     install), ``ConfigurationError``, ``PermissionDenied`` or ``BackendUnavailable``.
@@ -125,10 +128,12 @@ def connect(
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     watchers = checked(observers)
+    if holder is not None:
+        holder = validate_holder(holder)
     module, parsed = backend_module(url, options)
     backend = module.open_sync(parsed, **options)
     try:
-        return Locks(backend, default_ttl=default_ttl, observers=watchers)
+        return Locks(backend, default_ttl=default_ttl, observers=watchers, holder=holder)
     except BaseException:
         backend.close()
         raise

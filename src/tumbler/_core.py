@@ -537,6 +537,23 @@ class Backoff:
 MAX_REASON = 500
 
 
+#: the longest description a client may give of itself (``connect(holder=...)``): what every
+#: store keeps with a grant (MySQL's column holds 255 characters)
+MAX_HOLDER = 200
+
+
+def validate_holder(holder: object) -> str:
+    """A client's description of itself for operators: one line of 1 to MAX_HOLDER
+    characters."""
+    if not isinstance(holder, str):
+        raise InvalidArgument(f"holder must be text, not {type(holder).__name__}")
+    if not holder.strip() or len(holder) > MAX_HOLDER:
+        raise InvalidArgument(f"holder must be 1 to {MAX_HOLDER} characters")
+    if any(unicodedata.category(char) == "Cc" for char in holder):
+        raise InvalidArgument("holder must be one line without control characters")
+    return holder
+
+
 def validate_reason(reason: object) -> str | None:
     """A forced release's reason: None, or one line of text of at most MAX_REASON characters."""
     if reason is None:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -45,7 +46,7 @@ from tumbler.errors import (
     TumblerError,
 )
 
-__all__ = ["Complain", "Connect", "run_locked"]
+__all__ = ["Complain", "Connect", "holder_for", "run_locked"]
 
 #: says one line to the user (the CLI prefixes it and escapes what a terminal would act on)
 Complain = Callable[[str], None]
@@ -409,6 +410,17 @@ def _waiting_message(name: str, waited: float, state: LockState | None) -> str:
     if state.waiters > 1:
         text += f"; {state.waiters - 1} other waiter(s) in line"
     return text
+
+
+def holder_for(command: Sequence[str]) -> str:
+    """How ``tumbler run``'s client describes itself to operators (``tumbler status``): its
+    host and pid, and the program it runs. Only the program's name: its arguments may carry
+    secrets, and whoever may read the backend is not only who may read this host's process
+    list."""
+    program = os.path.basename(command[0]) if command else ""
+    program = "".join("?" if unicodedata.category(char) == "Cc" else char for char in program)
+    text = f"{os.uname().nodename} pid={os.getpid()} run: {program}"
+    return text if len(text) <= core.MAX_HOLDER else text[: core.MAX_HOLDER - 1] + "…"
 
 
 def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:

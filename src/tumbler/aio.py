@@ -23,7 +23,7 @@ from ._async.primitives import (
     AsyncSegmentedLock,
     AsyncSemaphore,
 )
-from ._core import DEFAULT_TTL, Seconds, validate_ttl
+from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
 from .observe import Observer, checked
 
 __all__ = [
@@ -45,6 +45,7 @@ async def connect(
     *,
     default_ttl: Seconds = DEFAULT_TTL,
     observers: Iterable[Observer] = (),
+    holder: str | None = None,
     **options: object,
 ) -> AsyncLocks:
     """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
@@ -52,10 +53,12 @@ async def connect(
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     watchers = checked(observers)
+    if holder is not None:
+        holder = validate_holder(holder)
     module, parsed = backend_module(url, options)
     backend = await module.open_async(parsed, **options)
     try:
-        return AsyncLocks(backend, default_ttl=default_ttl, observers=watchers)
+        return AsyncLocks(backend, default_ttl=default_ttl, observers=watchers, holder=holder)
     except BaseException:
         await backend.close()
         raise

@@ -221,14 +221,14 @@ def url_option(help_text: str | None = None) -> Callable[[F], F]:
     )
 
 
-def _connect(url: str | None, command: str) -> tumbler.Locks:
+def _connect(url: str | None, command: str, holder: str | None = None) -> tumbler.Locks:
     """Connect for ``command``, refusing a backend whose locks live inside one process.
 
     ``run``, ``status`` and ``release`` are about locks that other processes take: on a
     backend of scope "process" (``memory://``), ``run`` would exclude nobody, and ``status``
     and ``release`` would see only this process's own (none).
     """
-    locks = tumbler.connect(url)
+    locks = tumbler.connect(url, holder=holder)
     if locks.capabilities.scope == "process":
         locks.close()
         raise ConfigurationError(
@@ -523,8 +523,9 @@ def run(
         wait = 0.0
     from tumbler import _supervisor  # only run needs it
 
+    holder = _supervisor.holder_for(command)
     return _supervisor.run_locked(
-        lambda: _connect(url, "run"),
+        lambda: _connect(url, "run", holder),
         name,
         command,
         ttl=ttl,

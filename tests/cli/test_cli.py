@@ -276,6 +276,8 @@ def test_run_holds_the_lock_while_the_command_runs(
     holders = locks.status("job").holders
     assert len(holders) == 1
     assert f"pid={runner.pid}" in holders[0].holder
+    # the program it runs, not its arguments (which may carry secrets)
+    assert holders[0].holder.endswith(f" run: {Path(sys.executable).name}")
     assert not holders[0].shared
     assert 0 < holders[0].expires_in <= 7
 

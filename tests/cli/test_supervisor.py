@@ -67,3 +67,15 @@ def test_a_bad_name_is_refused_before_connecting(url: str) -> None:
 
     with pytest.raises(InvalidLockName):
         _supervisor.run_locked(connect, "", ["true"], complain=pytest.fail)
+
+
+def test_a_run_describes_itself_by_its_program_not_its_arguments() -> None:
+    from tumbler._core import MAX_HOLDER
+    from tumbler._supervisor import holder_for
+
+    assert holder_for(["/usr/bin/mysql", "-pSECRET"]).endswith(" run: mysql")
+    assert "SECRET" not in holder_for(["/usr/bin/mysql", "-pSECRET"])
+    assert holder_for(["./odd\nname"]).endswith(" run: odd?name")
+    long = holder_for(["x" * 500])
+    assert len(long) == MAX_HOLDER
+    assert long.endswith("x…")

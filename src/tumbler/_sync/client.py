@@ -173,6 +173,7 @@ class Locks:
         *,
         default_ttl: core.Seconds = core.DEFAULT_TTL,
         observers: Iterable[Observer] = (),
+        holder: str | None = None,
     ) -> None:
         self._backend = backend
         self._clock = backend.clock
@@ -183,7 +184,11 @@ class Locks:
         self._observers = Observers.of(checked(observers), backend.url, backend.clock)
         self._renewer: Renewer[Hold] = Renewer(backend.clock, self._serve_due, self._expire_overdue)
         self._rng = random.Random()
-        self._holder = f"{os.uname().nodename} pid={self._gate.pid}"
+        self._holder = (
+            f"{os.uname().nodename} pid={self._gate.pid}"
+            if holder is None
+            else core.validate_holder(holder)
+        )
         # The client keeps every hold it granted until it is released, lost or the client
         # closed: a hold must not run out because the caller dropped its lock object.
         self._live: dict[int, Hold] = {}

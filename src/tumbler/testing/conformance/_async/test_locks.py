@@ -659,6 +659,31 @@ async def test_status_all_lists_held_locks_and_waiters(aconnect: AsyncConnect) -
     assert await pending.result() is True
 
 
+#: a client's own description at its longest (core.MAX_HOLDER), with text beyond ASCII
+LONG_HOLDER = ("billing-worker-3 run: ./charge --batch 'à la carte' ☃ " * 10)[:200]
+
+
+async def test_a_client_s_holder_description_is_what_status_shows(
+    aconnect: AsyncConnect,
+) -> None:
+    described, observer = await aconnect(holder=LONG_HOLDER), await aconnect()
+    assert await described.lock("described").acquire()
+    waiting = described.semaphore("described-line", 1)
+    assert await observer.semaphore("described-line", 1).acquire()
+    pending = abackground(lambda: waiting.acquire(timeout=20))
+
+    async def queued() -> bool:
+        return (await observer.status("described-line")).waiters == 1
+
+    await aeventually(queued, "the described client waits")
+    [held] = (await observer.status("described")).holders
+    assert held.holder == LONG_HOLDER
+    assert await observer.force_release("described-line") == 1
+    assert await pending.result() is True
+    [held] = (await observer.status("described-line")).holders
+    assert held.holder == LONG_HOLDER  # its waiter entry carried it to its grant
+
+
 @pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("option", ["fair", "renew"])
 @pytest.mark.parametrize("value", ["no", 0, 1, None])

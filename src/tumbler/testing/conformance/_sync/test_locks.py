@@ -653,6 +653,31 @@ def test_status_all_lists_held_locks_and_waiters(connect: Connect) -> None:
     assert pending.result() is True
 
 
+#: a client's own description at its longest (core.MAX_HOLDER), with text beyond ASCII
+LONG_HOLDER = ("billing-worker-3 run: ./charge --batch 'à la carte' ☃ " * 10)[:200]
+
+
+def test_a_client_s_holder_description_is_what_status_shows(
+    connect: Connect,
+) -> None:
+    described, observer = connect(holder=LONG_HOLDER), connect()
+    assert described.lock("described").acquire()
+    waiting = described.semaphore("described-line", 1)
+    assert observer.semaphore("described-line", 1).acquire()
+    pending = background(lambda: waiting.acquire(timeout=20))
+
+    def queued() -> bool:
+        return (observer.status("described-line")).waiters == 1
+
+    eventually(queued, "the described client waits")
+    [held] = (observer.status("described")).holders
+    assert held.holder == LONG_HOLDER
+    assert observer.force_release("described-line") == 1
+    assert pending.result() is True
+    [held] = (observer.status("described-line")).holders
+    assert held.holder == LONG_HOLDER  # its waiter entry carried it to its grant
+
+
 @pytest.mark.tumbler_lock_layer
 @pytest.mark.parametrize("option", ["fair", "renew"])
 @pytest.mark.parametrize("value", ["no", 0, 1, None])
