@@ -436,8 +436,18 @@ def _busy_message(locks: tumbler.Locks, name: str, wait: float | None) -> str:
     return f"lock {name!r} {when}"
 
 
-def _command_environment() -> dict[str, str]:
-    """The command's environment: ours, with ``$TUMBLER_URL`` stripped of its credentials.
+#: what the command learns of its grant: the lock's name, and the fencing token to hand the
+#: resource it writes to
+LOCK_VARIABLE = "TUMBLER_LOCK"
+TOKEN_VARIABLE = "TUMBLER_TOKEN"
+#: a segmented grant's segment: ``run`` takes a plain lock, so a value inherited from an outer
+#: command would be wrong here
+SEGMENT_VARIABLE = "TUMBLER_SEGMENT"
+
+
+def _command_environment(hold: tumbler.Hold) -> dict[str, str]:
+    """The command's environment: ours, with the grant (``$TUMBLER_LOCK``,
+    ``$TUMBLER_TOKEN``) and with ``$TUMBLER_URL`` stripped of its credentials.
 
     The command does not need them (tumbler holds the lock for it), and every process it
     starts would inherit a password. The URL stays without them rather than going, so that a
@@ -447,6 +457,9 @@ def _command_environment() -> dict[str, str]:
     told.
     """
     environment = dict(os.environ)
+    environment.pop(SEGMENT_VARIABLE, None)
+    environment[LOCK_VARIABLE] = hold.name
+    environment[TOKEN_VARIABLE] = str(hold.token)
     url = environment.pop(URL_VARIABLE, None)
     if url is not None:
         try:
@@ -509,7 +522,7 @@ def _supervise_family(
     try:
         # A session of its own: the terminal's Ctrl-C reaches us only (we pass it on), and the
         # whole process group can be stopped if the lock is lost.
-        child = subprocess.Popen(command, start_new_session=True, env=_command_environment())
+        child = subprocess.Popen(command, start_new_session=True, env=_command_environment(hold))
     except FileNotFoundError:
         relay.phase = relay.FINISHING
         _release_quietly(hold)

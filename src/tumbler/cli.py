@@ -500,8 +500,11 @@ def run(
     passed on to them while the lock is held; while waiting, they end the wait (exit status
     128 + the signal's number).
 
-    CMD's environment is tumbler's, but $TUMBLER_URL loses its credentials (user and
-    password): the command does not need them, and everything it starts would inherit them.
+    CMD's environment is tumbler's, with the grant: $TUMBLER_LOCK (the lock's name) and
+    $TUMBLER_TOKEN (its fencing token, to hand the resource the command writes to, which
+    refuses a token lower than one it has seen); and $TUMBLER_URL loses its credentials (user
+    and password): the command does not need them, and everything it starts would inherit
+    them.
 
     Whom a lock excludes depends on the backend: {excludes}. A backend whose locks live
     inside one process is refused here.

@@ -242,6 +242,37 @@ def test_the_command_gets_no_credentials(
     assert seen["TUMBLER_TEST_OTHER"] == "kept"
 
 
+# Prints the grant it was given, then blocks until its stdin is closed.
+PRINTS_ITS_GRANT = python_command(
+    "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in "
+    "('TUMBLER_LOCK', 'TUMBLER_TOKEN', 'TUMBLER_SEGMENT')}), flush=True); sys.stdin.read()"
+)
+
+
+@pytest.mark.parametrize("malformed_url", [False, True], ids=["url", "malformed-url"])
+def test_the_command_is_handed_its_grant(
+    spawn: Spawn, locks: tumbler.Locks, env: dict[str, str], malformed_url: bool
+) -> None:
+    env["TUMBLER_SEGMENT"] = "3"  # an outer segmented run's: not this run's
+    options = ["--url", env["TUMBLER_URL"]] if malformed_url else []
+    if malformed_url:
+        env["TUMBLER_URL"] = f"redis://tumbler:{SECRET}/x@127.0.0.1:6379/0"
+    runner = spawn(
+        "run", "nightly report", *options, "--", *PRINTS_ITS_GRANT,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    handed = json.loads(read_line(runner))
+    [holder] = locks.status("nightly report").holders
+    assert handed == {
+        "TUMBLER_LOCK": "nightly report",
+        "TUMBLER_TOKEN": str(holder.token),
+        "TUMBLER_SEGMENT": None,
+    }
+    assert runner.stdin is not None
+    runner.stdin.close()
+    assert runner.wait(timeout=30) == 0
+
+
 def test_the_command_gets_no_credentials_from_the_url_tumbler_used(
     env: dict[str, str], redis_tls_server: RedisServer, tmp_path: Path
 ) -> None:
