@@ -285,6 +285,7 @@ DRIVERS = ("redis", "kazoo", "psycopg", "psycopg_pool", "pymysql", "aiomysql", "
 LOAD_THE_SUITE_S_PLUGINS = """
     import json, sys
     import tests.conftest, tests.servers.fixtures, tumbler.testing.conformance.plugin
+    import tumbler.testing.fixtures
 
     print(json.dumps(sorted({m.partition(".")[0] for m in sys.modules})))
 """
