@@ -42,8 +42,8 @@ def test_importing_tumbler_testing_needs_no_server_tooling() -> None:
     assert "launcher: import of mirakuru halted" in result.stdout
 
 
-def test_tumbler_testing_keeps_its_clocks() -> None:
-    assert tumbler.testing.__all__ == ["Clock", "ManualClock", "SystemClock"]
+def test_tumbler_testing_keeps_its_clocks_and_its_wait() -> None:
+    assert tumbler.testing.__all__ == ["Clock", "ManualClock", "SystemClock", "wait_until"]
 
 
 def test_every_exported_name_exists() -> None:
