@@ -449,12 +449,12 @@ def _command_environment(hold: tumbler.Hold) -> dict[str, str]:
     """The command's environment: ours, with the grant (``$TUMBLER_LOCK``,
     ``$TUMBLER_TOKEN``) and with ``$TUMBLER_URL`` stripped of its credentials.
 
-    The command does not need them (tumbler holds the lock for it), and every process it
-    starts would inherit a password. The URL stays without them rather than going, so that a
-    tumbler inside the command names the same backend and is refused there (a clear
-    permission error) instead of falling back to the default SQLite file, whose locks would
-    exclude nobody else. A URL that does not parse is dropped: where its secret is cannot be
-    told.
+    The command does not need the credentials (tumbler holds the lock for it), and every
+    process it starts would inherit a password. The URL stays without them rather than
+    going, so that a tumbler inside the command names the same backend and is refused there
+    (a clear permission error) instead of falling back to the default SQLite file, whose
+    locks would exclude nobody else. A URL that does not parse is dropped: where its secret
+    is cannot be told.
     """
     environment = dict(os.environ)
     environment.pop(SEGMENT_VARIABLE, None)
