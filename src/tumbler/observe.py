@@ -42,7 +42,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Final, Literal, NamedTuple, Protocol
+from typing import Final, Literal, NamedTuple, Protocol, get_args
 
 from ._clock import Clock
 from .errors import InvalidArgument
@@ -85,15 +85,7 @@ LossReason = Literal[
     "client_closed",
     "forked",
 ]
-LOSS_REASONS: Final[tuple[LossReason, ...]] = (
-    "expired",
-    "refused",
-    "force_released",
-    "session_expired",
-    "renewal_error",
-    "client_closed",
-    "forked",
-)
+LOSS_REASONS: Final[tuple[LossReason, ...]] = get_args(LossReason)
 
 #: A renewal is late when it was sent with less than this part of its lease left: one sent on
 #: time has about two thirds left, one sent after a missed turn (a renewal that could not
