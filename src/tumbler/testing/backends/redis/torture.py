@@ -32,12 +32,18 @@ def _redis_options(ttl: float) -> str:
     return f"socket_timeout={timeout:g}&connect_timeout={timeout:g}"
 
 
+def _missing_libraries() -> str | None:
+    """Why no Redis-compatible server can be started or used here (the driver, the
+    launcher's library), or None."""
+    return missing_module("redis", install_command("redis")) or missing_module(
+        "mirakuru", install_command("testing")
+    )
+
+
 def missing_redis() -> str | None:
     """Why Redis servers cannot be started here (the driver, the launcher, the program), or
     None."""
-    missing = missing_module("redis", install_command("redis")) or missing_module(
-        "mirakuru", install_command("testing")
-    )
+    missing = _missing_libraries()
     if missing is None and shutil.which("redis-server") is None:
         return "redis-server is not installed"
     return missing
@@ -47,9 +53,7 @@ def missing_valkey() -> str | None:
     """Why a Valkey server cannot be started here, or None."""
     from .server import RedisNotInstalled, valkey_server_binary
 
-    missing = missing_module("redis", install_command("redis")) or missing_module(
-        "mirakuru", install_command("testing")
-    )
+    missing = _missing_libraries()
     if missing is None:
         try:
             valkey_server_binary()
