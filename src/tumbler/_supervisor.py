@@ -330,7 +330,9 @@ def run_locked(
         try:
             with connect() as locks:
                 lock = locks.lock(name, ttl=ttl)
-                with _WaitReport(locks, name, complain if report_wait else None):
+                # a single try (--no-wait) has nothing to report
+                say = complain if report_wait and wait != 0 else None
+                with _WaitReport(locks, name, say):
                     acquired = lock.acquire(timeout=wait)
                 relay.phase = relay.STARTING
                 if not acquired:

@@ -745,6 +745,7 @@ def _watch_status(
     """``status --watch``: read every ``interval`` seconds until SIGINT."""
     watch = _Watch()
     console = None if as_json else _console()
+    backend = _backend_line(locks, url)
     live = None
     if console is not None and console.is_terminal:
         from rich.live import Live
@@ -761,9 +762,9 @@ def _watch_status(
                 if live is not None:
                     from rich.console import Group
 
-                    live.update(Group(_backend_line(locks, url), *parts), refresh=True)
+                    live.update(Group(backend, *parts), refresh=True)
                 else:
-                    for part in (_backend_line(locks, url), *parts, ""):
+                    for part in (backend, *parts, ""):
                         console.print(part)
             time.sleep(interval)  # a watch reads at its interval: nothing to wait on
     except KeyboardInterrupt:
