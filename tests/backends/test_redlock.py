@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from tumbler.backends.redlock._sync.backend import RedlockBackend
 from tumbler.backends.redlock.common import quorum
 from tumbler.backends.redlock.lua import master_keys
 from tumbler.backends.redlock.opener import open_sync
-from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost
+from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost, TooManyWaiters
 from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.testing.conformance.compat import eventually
 
@@ -388,6 +389,46 @@ def test_a_grant_takes_the_greatest_token_its_masters_drew_and_gives_it_to_all(
         assert hold.token > ahead + 1
 
 
+def test_two_holders_of_a_semaphore_never_share_a_token(
+    masters: RedlockMasters, backend: RedlockBackend
+) -> None:
+    """Two grants of a semaphore that reach the masters in opposite orders (x first on master
+    0, y first on master 1) each draw the greater value on the master the other reached
+    first, and would both raise their quorum to it. A master whose sequence for the name
+    already gave that value out refuses the raise, so neither counts with it; tried again,
+    both are granted, with tokens of their own."""
+    assert backend.try_grant(request("warm-up", "w")) is not None  # every master is marked
+    proposal = time.time_ns() // 1000 + 10**9  # ahead of every sequence: each draws from it
+    x, y = (GrantRequest("permits", owner, True, 2, False, 10.0, holder="case") for owner in "xy")
+
+    def draw(grant: GrantRequest, index: int) -> int:
+        call = backend._grant_call(grant, grant.ttl, False, index, proposal)
+        (replies,) = backend._fan_out({index: [call]}).values()
+        assert not isinstance(replies, Exception)
+        assert int(replies[0][0]) == 1
+        return int(replies[0][1])
+
+    drawn_x, drawn_y = {0: draw(x, 0)}, {1: draw(y, 1)}
+    drawn_x[1], drawn_y[0] = draw(x, 1), draw(y, 0)
+    for index in (2, 3):
+        drawn_x[index] = draw(x, index)
+    for index in (2, 3):
+        drawn_y[index] = draw(y, index)
+    token = proposal + 1
+    assert max(drawn_x.values()) == max(drawn_y.values()) == token
+    needed = quorum(5, True, 2)
+    held_x = backend._raise_token(x, drawn_x, token)
+    held_y = backend._raise_token(y, drawn_y, token)
+    assert held_x < needed or held_y < needed, "two holders of one token"
+    for grant in (x, y):
+        backend.release(grant.name, grant.owner)
+    granted = [backend.try_grant(replace(grant, queue=False)) for grant in (x, y)]
+    tokens = [grant.token for grant in granted if grant is not None]
+    assert len(tokens) == 2
+    assert len(set(tokens)) == 2
+    assert min(tokens) > token
+
+
 def test_tokens_keep_increasing_while_masters_are_killed_and_restarted(
     masters: RedlockMasters, connect: Callable[..., tumbler.Locks]
 ) -> None:
@@ -691,6 +732,47 @@ def test_a_grant_short_of_a_quorum_goes_back_in_line_where_it_was(
     # the second comes first now, but the first is ahead of it on every master
     assert backend.try_grant(request("line", "second", fair=True)) is None
     assert backend.try_grant(request("line", "first", fair=True)) is not None
+
+
+def entries_of(masters: RedlockMasters, prefix: str, name: str, owner: str) -> list[bool]:
+    """Whether each master has an entry (grant or waiter) of ``owner`` for ``name``."""
+    entries = Keys(prefix).entries(name)
+    return [bool(masters.client(index).hexists(entries, owner_hash(owner))) for index in range(5)]
+
+
+def test_an_acquire_refused_for_a_full_line_leaves_no_place_on_any_master(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """One waiter fills the line (``max_waiters=1``) on every master but one, which its try
+    did not reach: a second request is refused there too, not left in line on that master."""
+    backend = open_sync(parse_url(masters.url(prefix, max_waiters=1)))
+    try:
+        assert backend.try_grant(request("full", "holder")) is not None
+        assert backend.try_grant(request("full", "first")) is None
+        backend._release_on("full", "first", [0])
+        with pytest.raises(TooManyWaiters):
+            backend.try_grant(request("full", "second"))
+        assert entries_of(masters, prefix, "full", "second") == [False] * 5
+        assert backend.inspect("full").waiters == 1
+    finally:
+        backend.close()
+
+
+def test_a_waiter_left_in_line_on_a_minority_of_masters_is_not_counted(
+    masters: RedlockMasters, prefix: str, backend: RedlockBackend
+) -> None:
+    """A try that reached some masters later than the others leaves its entry there a little
+    longer: such an entry, on fewer than half the masters, holds up no grant and is no waiter
+    in the lock's state; one in line on most masters is."""
+    assert backend.try_grant(request("line", "holder")) is not None
+    assert backend.try_grant(request("line", "gone")) is None
+    entries = Keys(prefix).entries("line")
+    for index in (1, 2, 3):
+        masters.client(index).hdel(entries, owner_hash("gone"))
+    assert backend.inspect("line").waiters == 0
+    assert backend.try_grant(request("line", "waiting")) is None
+    masters.client(4).hdel(entries, owner_hash("waiting"))
+    assert backend.inspect("line").waiters == 1
 
 
 def test_a_master_left_out_after_a_failure_still_renews_and_releases_the_grant_it_holds(

@@ -50,6 +50,11 @@ Fencing tokens
     name (``<prefix>:token-floor``). A grant's token T is the greatest value its granting
     masters drew; those that drew less are raised to T (the grant's entry, the name's sequence
     and the floor) before the grant counts, and it counts only if a quorum holds it with T.
+    A master whose sequence for the name is at T or past it already refuses the raise: it may
+    have given T to another grant. Two grants that hold at once (a semaphore's permits, read
+    locks) thus never share a token, as their quorums share a master, whose sequence went
+    from below T to T for one of them only; a grant refused so is given back and tried again
+    after a random pause.
 
     The objection: the greatest of independent counters cannot order grants whose quorums
     change while masters lose their data (quorum A, B, C grants; A restarts empty; later

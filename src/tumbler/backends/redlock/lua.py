@@ -16,8 +16,9 @@
     have forgotten). ``MARK`` gives a master that lost its data both, as the others have them.
 
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
-less take it too (``RAISE_TOKEN``) before the grant counts, so that a quorum of masters keeps
-each name's sequence at or above every token granted (the argument is in ``.common``).
+less take it too (``RAISE_TOKEN``, where they never gave it out) before the grant counts, so
+that a quorum of masters keeps each name's sequence at or above every token granted, and no
+two grants share one (the argument is in ``.common``).
 A grant that no quorum made goes back in line where it was (``REQUEUE``): the masters draw
 arrival numbers from the client's proposal too, so they keep their lines in the same order,
 and the waiter that was first on them is first again at the next try. Each
@@ -61,9 +62,12 @@ end
 )
 
 #: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. If the owner
-#: holds a live grant, its token becomes ``token`` (if that is greater), and the name's
-#: sequence and the master's floor at least ``token``: returns 1. Returns 0 (and changes
-#: nothing) if it holds none.
+#: holds a live grant and the name's sequence is below ``token`` (this master never gave it
+#: out), the grant's token becomes ``token``, and the name's sequence and the master's floor at
+#: least ``token``: returns 1, as it does if the grant has the token already. Returns 0 (and
+#: changes nothing) if the owner holds no grant here, or the sequence is at ``token`` or past
+#: it: the master drew it, or was raised to it, for another grant, which may hold beside this
+#: one (a semaphore's, a reader's), and two holders must not share a token.
 RAISE_TOKEN = redis_lua.script(
     """
 local K = lock_keys(1)
@@ -71,13 +75,11 @@ local owner = redis.sha1hex(ARGV[1])
 local token = tonumber(ARGV[2])
 local e = get(K, owner)
 if not e or not e.token then return 0 end
-if e.token < token then
-    e.token = token
-    put(K, e)
-end
-if (counter(call('GET', K.n)) or 0) < token then
-    call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
-end
+if e.token == token then return 1 end
+if e.token > token or (counter(call('GET', K.n)) or 0) >= token then return 0 end
+e.token = token
+put(K, e)
+call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
 if (counter(call('GET', KEYS[10])) or 0) < token then
     call('SET', KEYS[10], string.format('%d', token))
 end

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import functools
 import hashlib
 import logging
@@ -104,6 +105,15 @@ _SCRIPTS = {
 
 #: a master's replies to the commands it was sent, or why it gave none
 _Replies = list[Any] | Exception
+
+
+class _Contended(enum.Enum):
+    """A grant that had its quorum while another grant drew its token first."""
+
+    CONTENDED = "contended"
+
+
+_CONTENDED = _Contended.CONTENDED
 
 
 class _Master:
@@ -432,6 +442,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         # masters would be: socket_timeout.
         patience = self.masters[0].backend.config.client_options["socket_timeout"]
         give_up = time.monotonic()
+        contended = 0
         while True:
             outcome = await self._grant_once(request, needed)
             if isinstance(outcome, Grant):
@@ -440,6 +451,13 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 return outcome
             if outcome is None:
                 return None
+            if outcome is _CONTENDED:
+                # a try that does not queue goes again at once, after a pause of its own
+                contended += 1
+                if contended > ROUNDS:
+                    return None
+                await asleep_real(random.uniform(0, self.config.node_timeout))
+                continue
             answered, results, new = outcome
             if rounds == 0 and any(_timed_out(reply) for reply in results.values()):
                 give_up += patience
@@ -460,9 +478,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
 
     async def _grant_once(
         self, request: GrantRequest, needed: int
-    ) -> Grant | tuple[int, dict[int, _Replies], list[int]] | None:
+    ) -> Grant | tuple[int, dict[int, _Replies], list[int]] | _Contended | None:
         """One grant attempt on every master: the grant, None if a quorum answered without
-        granting, else (how many answered, the replies, the masters that have no marker)."""
+        granting, ``_CONTENDED`` if a try that does not queue had its quorum but another grant
+        drew its token first (see ``_raise_token``), else (how many answered, the replies, the
+        masters that have no marker)."""
         proposal = time.time_ns() // 1000
         calls = {
             master.index: [
@@ -493,11 +513,16 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             elif status == _NO_MARKER:
                 new.append(index)
         if refusal is not None:
-            await self._release_on(request.name, request.owner, list(granted))
+            # every master that answered: those that did not refuse may have queued the
+            # request, and a refused acquire leaves nothing in any line
+            answering = [index for index, replies in results.items() if isinstance(replies, list)]
+            await self._release_on(request.name, request.owner, answering)
             raise refusal
+        contended = False
         if len(granted) >= needed:
             token = max(granted.values())
             holding = await self._raise_token(request, granted, token)
+            contended = holding < needed
             # the lease counts from before the request went out (the lock layer times the
             # hold from then, less the same allowance): none may be left already
             left = lease - (self.clock.now() - sent_at) - core.drift_margin(request.ttl)
@@ -509,7 +534,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 return Grant(request.name, request.owner, token, lease)
         if answered < needed or new or not request.queue:
             await self._release_on(request.name, request.owner, list(granted))
-            return (answered, results, new) if answered < needed or new else None
+            if answered < needed or new:
+                return answered, results, new
+            return _CONTENDED if contended else None
         if granted:
             # The masters were split between clients (or masters ran out of time): the grants
             # go back in line, keeping their places, and the next try comes after a pause of
@@ -556,7 +583,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         await self._fan_out(calls)
 
     async def _raise_token(self, request: GrantRequest, granted: dict[int, int], token: int) -> int:
-        """Give ``token`` to the grants that drew less; how many masters hold it then."""
+        """Give ``token`` to the grants that drew less; how many masters hold it then. A
+        master that gave ``token`` out itself (to a grant that reached it first, which may
+        hold beside this one) refuses: the grant does not count, and is tried again."""
         lower = [index for index, drawn in granted.items() if drawn < token]
         holding = len(granted) - len(lower)
         if not lower:
@@ -830,10 +859,12 @@ class AsyncRedlockBackend(AsyncInspectEachName):
 
     async def inspect(self, name: str) -> LockState:
         """The holders a quorum of masters agree on (with the lease a quorum still gives each),
-        and the waiters any master has in line."""
+        and the waiters most of the masters that answered have in line: an entry left on fewer
+        (by a try that reached them later than the others, then stopped) holds up no grant,
+        and runs out."""
         replies = await self._everywhere(name, _INSPECT.call([self.keys.entries(name)], []))
         grants: dict[str, list[tuple[int, bool, int, float, str]]] = {}
-        waiting: dict[str, tuple[bool, int]] = {}
+        waiting: dict[str, tuple[bool, int, int]] = {}
         malformed = 0
         for raw in replies:
             now_ms, malformed = int(raw[0]), max(malformed, int(raw[1]))
@@ -843,7 +874,8 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                     owner, _text(raw[index + 1])
                 )
                 if token is None:
-                    waiting[owner] = (shared, limit)
+                    seen = waiting.get(owner, (shared, limit, 0))[2]
+                    waiting[owner] = (shared, limit, seen + 1)
                 else:
                     grants.setdefault(owner, []).append(
                         (token, shared, limit, (expires_ms - now_ms) / 1000, holder)
@@ -860,8 +892,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             held.append((token, shared, limit, lefts[needed - 1], holder))
         for token, shared, limit, left, holder in sorted(held):
             state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
-        for shared, limit in waiting.values():
-            state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
+        for shared, limit, seen_on in waiting.values():
+            if 2 * seen_on > len(replies):
+                state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
         return LockState(
             name=name,
             holders=state.holders,
