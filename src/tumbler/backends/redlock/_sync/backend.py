@@ -874,8 +874,8 @@ class RedlockBackend(InspectEachName):
                     owner, _text(raw[index + 1])
                 )
                 if token is None:
-                    seen = waiting.get(owner, (shared, limit, 0))[2]
-                    waiting[owner] = (shared, limit, seen + 1)
+                    lines = waiting.get(owner, (shared, limit, 0))[2]
+                    waiting[owner] = (shared, limit, lines + 1)
                 else:
                     grants.setdefault(owner, []).append(
                         (token, shared, limit, (expires_ms - now_ms) / 1000, holder)
@@ -892,8 +892,8 @@ class RedlockBackend(InspectEachName):
             held.append((token, shared, limit, lefts[needed - 1], holder))
         for token, shared, limit, left, holder in sorted(held):
             state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
-        for shared, limit, seen_on in waiting.values():
-            if 2 * seen_on > len(replies):
+        for shared, limit, lines in waiting.values():
+            if 2 * lines > len(replies):
                 state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
         return LockState(
             name=name,
