@@ -265,3 +265,18 @@ async def test_async_accepts_a_higher_or_equal_token_and_refuses_a_lower(
         connection.close()
     assert writes(connect(), names) == [3, 3, 7]
     assert highest(connect(), names) == [7]
+
+
+def test_a_transaction_whose_snapshot_predates_the_newer_write_is_refused(
+    connect: Connect, names: tuple[str, str]
+) -> None:
+    # InnoDB's REPEATABLE READ: a plain read would see the token as it was at the snapshot
+    stale, newer = connect(), connect()
+    write(stale, names, 4)
+    stale.begin()
+    stale.cursor().execute(f"SELECT COUNT(*) FROM {names[0]}")  # the snapshot: 4 is highest
+    write(newer, names, 5)
+    with pytest.raises(StaleToken) as refused:
+        fencing.fence(stale, "account:7", 4, table=names[0])
+    stale.rollback()
+    assert refused.value.highest == 5
