@@ -7,6 +7,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     ├── AcquireTimeout (TimeoutError)       the lock could not be had within the timeout
     ├── LockLost                            a hold ended without its owner releasing it
     │   └── HoldInDoubt                     check(): the hold cannot be confirmed right now
+    ├── StaleToken                          tumbler.fencing refused a write: a newer holder wrote
     ├── NotHeld (RuntimeError)              release of a lock the caller does not hold
     ├── AlreadyHeld (RuntimeError)          non-re-entrant lock taken twice by one thread/task
     ├── ClientClosed (RuntimeError)         use of a client after close()
@@ -42,7 +43,10 @@ parent's unless this table names it:
     75  EX_TEMPFAIL     AcquireTimeout, TooManyWaiters (busy: worth trying again later)
     77  EX_NOPERM       PermissionDenied
     78  EX_CONFIG       ConfigurationError, InvalidURL (a URL is configuration)
-    79  EX_LOCK_LOST    LockLost (not in sysexits(3))
+    79  EX_LOCK_LOST    LockLost, StaleToken (not in sysexits(3))
+
+A stale token is the resource's word that the hold was lost, and the same write with the same
+token is refused again: not a busy resource (75), so not worth retrying.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ __all__ = [
     "OutOfConnections",
     "PermissionDenied",
     "PermitsMismatch",
+    "StaleToken",
     "TooManyWaiters",
     "TumblerError",
     "UnknownScheme",
@@ -156,6 +161,40 @@ class HoldInDoubt(LockLost):
     renewal confirms it, but until then work that needs the lock must not go on. A subclass of
     ``LockLost``, so code that stops on a lost lock stops here too.
     """
+
+
+class StaleToken(TumblerError):
+    """A write fenced with a token lower than the highest its resource has accepted was refused
+    (by :mod:`tumbler.fencing`), and nothing of it was made.
+
+    A newer holder of the lock has written, so this holder's lease ran out (or an operator
+    force-released it) before the write arrived: it is no longer alone. Retrying with the same
+    token is refused again; stop, and take the lock anew if the work must still be done.
+    ``resource`` is what was fenced, ``token`` the refused token, ``highest`` the highest one
+    the resource had accepted (None where the store did not say).
+    """
+
+    exit_status = EX_LOCK_LOST
+
+    def __init__(
+        self,
+        resource: str,
+        token: int,
+        highest: int | None = None,
+        *,
+        lock_name: str | None = None,
+        backend: str | None = None,
+    ) -> None:
+        accepted = "" if highest is None else f" (it has accepted {highest})"
+        super().__init__(
+            f"{resource!r} refused fencing token {token}{accepted}: a newer holder of the lock "
+            "has written; this holder's lease ran out",
+            lock_name=lock_name,
+            backend=backend,
+        )
+        self.resource = resource
+        self.token = token
+        self.highest = highest
 
 
 class NotHeld(TumblerError, RuntimeError):

@@ -572,6 +572,7 @@ def test_exit_code_mapping() -> None:
         tumbler.TooManyWaiters("crowded"): EX_TEMPFAIL,
         tumbler.LockLost("lost"): EX_LOCK_LOST,
         tumbler.HoldInDoubt("doubt"): EX_LOCK_LOST,
+        tumbler.StaleToken("account:7", 4, 5): EX_LOCK_LOST,
         tumbler.NotHeld("bug"): 70,
         tumbler.TumblerError("bug"): 70,
     }

@@ -14,7 +14,9 @@ ALL_ERRORS = [getattr(errors, name) for name in errors.__all__]
 
 # Errors whose constructor is that of TumblerError (message, lock_name=, backend=).
 PLAIN_ERRORS = [
-    error for error in ALL_ERRORS if error not in (errors.UnknownScheme, errors.MissingDependency)
+    error
+    for error in ALL_ERRORS
+    if error not in (errors.UnknownScheme, errors.MissingDependency, errors.StaleToken)
 ]
 
 # The documented builtin base of each error (module docstring of tumbler.errors).
@@ -57,6 +59,8 @@ def make(error: type[TumblerError]) -> TumblerError:
         return errors.UnknownScheme("nosuch", ["sqlite", "memory"])
     if error is errors.MissingDependency:
         return errors.MissingDependency("redis", "redis", "redis")
+    if error is errors.StaleToken:
+        return errors.StaleToken("account:7", 4, 5)
     return error("it went wrong", lock_name="orders:42", backend="sqlite:///tmp/locks.db")
 
 
@@ -95,7 +99,7 @@ def test_errors_are_also_the_builtin_exception_callers_catch(
 
 @pytest.mark.parametrize(
     "error",
-    [errors.LockLost, errors.ConfigurationError, errors.TumblerError],
+    [errors.LockLost, errors.StaleToken, errors.ConfigurationError, errors.TumblerError],
     ids=lambda error: error.__name__,
 )
 def test_errors_without_a_builtin_base_are_not_value_or_runtime_errors(
@@ -149,6 +153,24 @@ def test_missing_dependency_names_the_extra_and_the_package() -> None:
     assert "'etcd3'" in str(error)
     assert error.extra == "etcd"
     assert error.missing == "etcd3"
+
+
+def test_a_stale_token_says_what_was_refused_and_what_it_means() -> None:
+    error = errors.StaleToken("account:7", 4, 5)
+    assert (error.resource, error.token, error.highest) == ("account:7", 4, 5)
+    text = str(error)
+    assert "'account:7' refused fencing token 4 (it has accepted 5)" in text
+    assert "a newer holder of the lock has written" in text
+    assert "lease ran out" in text
+    # the same write with the same token would be refused again: not a busy resource
+    assert error.exit_status == errors.EX_LOCK_LOST
+    assert not isinstance(error, errors.LockLost)
+
+
+def test_a_stale_token_whose_highest_is_unknown_does_not_make_one_up() -> None:
+    error = errors.StaleToken("account:7", 4)
+    assert error.highest is None
+    assert "None" not in str(error)
 
 
 @pytest.mark.parametrize("error", ALL_ERRORS, ids=lambda error: error.__name__)

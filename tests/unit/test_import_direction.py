@@ -11,6 +11,8 @@ wrong way fails here rather than in a cycle found at run time:
   which imports neither click nor rich, nor the harness, the demo or the backends' kit, so that
   it can be imported without them;
 - the core (``tumbler/_core.py``) imports nothing of the project but its errors;
+- nothing imports ``tumbler.fencing`` (checks at the user's resource, for any backend), and it
+  imports nothing of the project but the errors;
 - the lock layer (everything of tumbler outside ``backends/``, ``testing/`` and ``torture/``)
   never imports the backends' kit;
 - a backend (everything under ``tumbler.backends``: what runs in production) never imports the
@@ -93,6 +95,10 @@ def wrong_way(path: Path) -> list[str]:
     if me == SUPERVISOR:
         beside = ("click", "rich", "tumbler.torture", "tumbler.demo", "tumbler.demo_http")
         wrong |= {m for m in imported if within(m, *beside)}
+    if not within(me, "tumbler.fencing"):
+        wrong |= {m for m in project if within(m, "tumbler.fencing")}
+    else:
+        wrong |= {m for m in project if not within(m, "tumbler.errors", "tumbler.fencing")}
     if me == "tumbler._core":
         wrong |= {m for m in project if not within(m, "tumbler.errors")}
     elif within(me, "tumbler.backends"):
@@ -155,6 +161,14 @@ def test_the_rules_catch_each_wrong_way(tmp_path: Path, monkeypatch: pytest.Monk
             ],
         ),
         "cli.py": ("from . import _supervisor\nimport rich\n", []),
+        "_sync/gate.py": (
+            "from ..fencing import sqlite\n",
+            ["tumbler.fencing", "tumbler.fencing.sqlite"],
+        ),
+        "fencing/redis.py": (
+            "import redis\nfrom ..errors import StaleToken\nfrom .._core import x\n",
+            ["tumbler._core", "tumbler._core.x"],
+        ),
     }
     monkeypatch.setitem(globals(), "SOURCE_ROOT", tmp_path)
     for relative, (text, expected) in cases.items():

@@ -1,0 +1,64 @@
+"""The checks every fence makes of its input before it touches the store."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InvalidArgument
+
+#: the table the SQL fences keep their highest tokens in, unless told another
+FENCE_TABLE = "tumbler_fences"
+
+#: the largest token a SQL fence keeps (a signed 64-bit column, as every SQL store has)
+MAX_SQL_TOKEN = 2**63 - 1
+
+#: the longest resource name a SQL fence keeps, in characters (MySQL's VARCHAR(255))
+MAX_RESOURCE_LENGTH = 255
+
+# a table name is written into statements, so only plain identifiers, optionally with a schema
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
+
+
+def checked_token(token: object, *, most: int | None = None) -> int:
+    """``token`` if it is a fencing token (a positive int, not a bool), else InvalidArgument."""
+    # bool is an int: True would pass as token 1
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise InvalidArgument(
+            f"a fencing token is a positive int (a hold's token), not {type(token).__name__} "
+            f"{token!r}"
+        )
+    if token < 1:
+        raise InvalidArgument(f"a fencing token is a positive int (a hold's token), not {token}")
+    if most is not None and token > most:
+        raise InvalidArgument(
+            f"fencing token {token} is above the largest this store keeps, {most}"
+        )
+    return token
+
+
+def checked_name(name: object, what: str, *, longest: int | None = None) -> str:
+    """``name`` if it is non-empty text without NUL (and at most ``longest`` characters)."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"a {what} is text, not {type(name).__name__} {name!r}")
+    if not name:
+        raise InvalidArgument(f"a {what} cannot be empty")
+    if "\0" in name:
+        raise InvalidArgument(f"a {what} cannot hold NUL: {name!r}")
+    if longest is not None and len(name) > longest:
+        raise InvalidArgument(f"a {what} is at most {longest} characters: {name[:40]!r}...")
+    return name
+
+
+def checked_resource(resource: object) -> str:
+    """A SQL fence's resource name: 1 to 255 characters of text, without NUL."""
+    return checked_name(resource, "fenced resource's name", longest=MAX_RESOURCE_LENGTH)
+
+
+def checked_table(table: object) -> str:
+    """A table name to write into a statement: ``name`` or ``schema.name``, plain identifiers."""
+    if not isinstance(table, str) or not _TABLE.fullmatch(table):
+        raise InvalidArgument(
+            f"a fence table is a plain identifier, or schema.identifier (letters, digits, _), "
+            f"not {table!r}"
+        )
+    return table
