@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from ..errors import ConfigurationError, InvalidArgument, StaleToken
@@ -64,21 +64,20 @@ def write_file(path: str | os.PathLike[str], data: bytes, token: int) -> None:
     target = Path(path)
     if target.is_dir() or not target.name:
         raise InvalidArgument(f"write_file() writes a file, and {str(target)!r} is a directory")
-    directory = target.parent
     try:
-        mode = target.stat().st_mode & 0o7777
+        mode: int | None = target.stat().st_mode & 0o7777
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.")
+        mode = None  # a new file: 0666 less the umask, which the kernel applies at the open
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as staged:
             staged.write(data)
             staged.flush()
-            os.fchmod(staged.fileno(), mode)
+            if mode is not None:
+                os.fchmod(staged.fileno(), mode)
             os.fsync(staged.fileno())
-        _replace(target, Path(temporary), token)
+        _replace(target, temporary, token)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
