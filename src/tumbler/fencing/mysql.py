@@ -27,6 +27,8 @@ is not used: MySQL reports an update to an equal value as 0 rows or 1 by client 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgument, MissingDependency, StaleToken
@@ -92,6 +94,18 @@ def _decided(resource: str, token: int, table: str, row: Any) -> None:
         raise StaleToken(resource, token, highest)
 
 
+@contextlib.contextmanager
+def _missing_table_named(table: str) -> Iterator[None]:
+    """A missing fence table as the ConfigurationError that says how to make it."""
+    try:
+        yield
+    except pymysql.err.ProgrammingError as error:
+        missing = _missing(table, error)
+        if missing is None:
+            raise
+        raise missing from error
+
+
 def _missing(table: str, error: pymysql.err.MySQLError) -> ConfigurationError | None:
     if error.args and error.args[0] == ER.NO_SUCH_TABLE:
         return ConfigurationError(
@@ -145,16 +159,10 @@ def fence(
     be committed alone). A missing table is a ConfigurationError.
     """
     resource, token, quoted = _checked(connection, resource, token, table)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
-            cursor.execute(_HIGHEST.format(quoted), (resource,))
-            row = cursor.fetchone()
-    except pymysql.err.ProgrammingError as error:
-        missing = _missing(table, error)
-        if missing is None:
-            raise
-        raise missing from error
+    with _missing_table_named(table), connection.cursor() as cursor:
+        cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
+        cursor.execute(_HIGHEST.format(quoted), (resource,))
+        row = cursor.fetchone()
     _decided(resource, token, table, row)
 
 
@@ -163,14 +171,9 @@ async def fence_async(
 ) -> None:
     """:func:`fence` on an aiomysql connection (``await conn.begin()`` first)."""
     resource, token, quoted = _checked(connection, resource, token, table)
-    try:
+    with _missing_table_named(table):
         async with connection.cursor() as cursor:
             await cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
             await cursor.execute(_HIGHEST.format(quoted), (resource,))
             row = await cursor.fetchone()
-    except pymysql.err.ProgrammingError as error:
-        missing = _missing(table, error)
-        if missing is None:
-            raise
-        raise missing from error
     _decided(resource, token, table, row)
