@@ -311,6 +311,52 @@ def test_a_release_whose_reply_is_lost_is_completed_by_the_next_call(
             other.close()
 
 
+def test_a_fair_waiter_keeps_its_place_while_its_answers_come_late(
+    etcd_server: EtcdServer,
+) -> None:
+    """etcd answers a keep-alive only once it has applied what it committed: on a slow disk
+    its answers come late. A fair waiter whose every answer comes 0.35 s late (a delay on its
+    path, a third of the test server's waiters' lease and more) keeps that lease, so its
+    place: the waiter behind it, on a quick path, does not pass it."""
+    with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:
+        base = url_of(etcd_server)
+        slow_url = base.replace(f":{etcd_server.port}/", f":{proxy.port}/")
+        holder, slow, quick = (
+            tumbler.connect(base),
+            tumbler.connect(slow_url),
+            tumbler.connect(base),
+        )
+        order: list[str] = []
+
+        def take(locks: tumbler.Locks, who: str) -> None:
+            with locks.lock("line", fair=True, timeout=PATIENCE):
+                order.append(who)
+
+        def waiting(count: int) -> Callable[[], bool]:
+            return lambda: holder.status("line").waiters == count
+
+        try:
+            first = holder.lock("line", fair=True)
+            assert first.acquire()
+            proxy.delay(350, direction="downstream")
+            slow_waits = threading.Thread(target=take, args=(slow, "slow"))
+            slow_waits.start()
+            eventually(waiting(1), "the slow waiter is in line")
+            quick_waits = threading.Thread(target=take, args=(quick, "quick"))
+            quick_waits.start()
+            eventually(waiting(2), "the quick waiter is in line behind it")
+            # the time is the case: several of the slow waiter's keep-alives, each answered late
+            time.sleep(3 * slow._backend._waiter_ttl)
+            first.release()
+            slow_waits.join(PATIENCE)
+            quick_waits.join(PATIENCE)
+            assert order == ["slow", "quick"]
+        finally:
+            proxy.heal()
+            for client in (holder, slow, quick):
+                client.close()
+
+
 @pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
 def test_every_call_gives_up_when_the_network_drops_replies(etcd_server: EtcdServer) -> None:
     with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:

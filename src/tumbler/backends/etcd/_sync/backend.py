@@ -766,8 +766,15 @@ class EtcdBackend(InspectEachName):
             self._keeper = spawn(self._keep_waiter_lease, "tumbler-etcd-waiters-lease")
 
     def _keep_waiter_lease(self) -> None:
-        """Keep the waiters' lease alive every third of its TTL while an entry waits on it: a
-        client that dies stops, and its waiters' entries leave the line with the lease."""
+        """Keep the waiters' lease alive while an entry waits on it: a client that dies stops,
+        and its waiters' entries leave the line with the lease.
+
+        Each keep-alive goes a third of the TTL after the one that last renewed it was sent,
+        not after its answer came: etcd answers one only once it has applied what it has
+        committed, and on a slow disk that takes a while, which would otherwise push every
+        next keep-alive later until one came too late. One that fails is sent again after a
+        quarter of that third."""
+        failed = False
         while True:
             with self._guard:
                 lease = self._waiter_lease
@@ -779,14 +786,18 @@ class EtcdBackend(InspectEachName):
                     self._keeper = None
                     return
                 every = self._waiter_ttl / 3
-            if self._keeper_stop.wait(every):
+            pause = every / 4 if failed else lease.expires - 2 * every - time.monotonic()
+            if self._keeper_stop.wait(max(pause, 0.0)):
                 return
             sent = time.monotonic()
             try:
                 ttl = self.gateway.keep_alive(lease.id, max(every, lease.expires - sent))
             except Exception as error:  # the keeper must outlive any failure but close()
-                _log.warning("could not keep the etcd waiters' lease alive: %s", error)
+                if not failed:  # once for a run of failures, tried again every quarter third
+                    _log.warning("could not keep the etcd waiters' lease alive: %s", error)
+                failed = True
                 continue
+            failed = False
             if ttl > 0:
                 lease.expires = max(lease.expires, sent + ttl)
                 continue
