@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InvalidArgument
+from ..errors import ConfigurationError, InvalidArgument
 
 #: the table the SQL fences keep their highest tokens in, unless told another
 FENCE_TABLE = "tumbler_fences"
@@ -62,3 +62,31 @@ def checked_table(table: object) -> str:
             f"not {table!r}"
         )
     return table
+
+
+def checked_sql_call(resource: object, token: object) -> tuple[str, int]:
+    """A SQL fence's resource and token, checked (InvalidArgument before anything is sent)."""
+    checked = checked_token(token, most=MAX_SQL_TOKEN)
+    return checked_resource(resource), checked
+
+
+def alone_in_autocommit(begin: str) -> InvalidArgument:
+    """The refusal of a fence outside a transaction; ``begin``: how the driver opens one."""
+    return InvalidArgument(
+        f"fence() belongs inside your transaction ({begin}): in autocommit mode it would be "
+        "committed alone, apart from your writes"
+    )
+
+
+def commits_a_transaction(why: str = "") -> InvalidArgument:
+    """The refusal of ``create_table()`` inside a transaction, which it would commit."""
+    return InvalidArgument(
+        f"create_table() commits{why}: call it outside your transaction, not inside one"
+    )
+
+
+def no_fence_table(table: str, module: str) -> ConfigurationError:
+    """A missing fence table, with the call that makes it (``module``: the fence's)."""
+    return ConfigurationError(
+        f"no fence table {table!r} in this database: run {module}.create_table() once first"
+    )

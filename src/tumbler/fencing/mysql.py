@@ -31,8 +31,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ConfigurationError, InvalidArgument, MissingDependency, StaleToken
-from ._checks import FENCE_TABLE, MAX_SQL_TOKEN, checked_resource, checked_table, checked_token
+from ..errors import ConfigurationError, MissingDependency, StaleToken
+from ._checks import (
+    FENCE_TABLE,
+    alone_in_autocommit,
+    checked_sql_call,
+    checked_table,
+    commits_a_transaction,
+    no_fence_table,
+)
 
 try:
     import pymysql
@@ -70,25 +77,18 @@ def _in_transaction(connection: Any) -> bool:
 
 def _setup_refused(connection: Any) -> None:
     if _in_transaction(connection):
-        raise InvalidArgument(
-            "create_table() commits (DDL ends a transaction in MySQL): call it outside your "
-            "transaction, not inside one"
-        )
+        raise commits_a_transaction(" (DDL ends a transaction in MySQL)")
 
 
 def _checked(connection: Any, resource: str, token: int, table: str) -> tuple[str, int, str]:
-    token = checked_token(token, most=MAX_SQL_TOKEN)
-    resource = checked_resource(resource)
+    resource, token = checked_sql_call(resource, token)
     quoted = _quoted(table)
     if connection.get_autocommit() and not _in_transaction(connection):
-        raise InvalidArgument(
-            "fence() belongs inside your transaction (conn.begin() first): in autocommit mode "
-            "it would be committed alone, apart from your writes"
-        )
+        raise alone_in_autocommit("conn.begin() first")
     return resource, token, quoted
 
 
-def _decided(resource: str, token: int, table: str, row: Any) -> None:
+def _decided(resource: str, token: int, row: Any) -> None:
     highest = None if row is None else int(row[0])
     if highest != token:
         raise StaleToken(resource, token, highest)
@@ -108,10 +108,7 @@ def _missing_table_named(table: str) -> Iterator[None]:
 
 def _missing(table: str, error: pymysql.err.MySQLError) -> ConfigurationError | None:
     if error.args and error.args[0] == ER.NO_SUCH_TABLE:
-        return ConfigurationError(
-            f"no fence table {table!r} in this database: run "
-            "tumbler.fencing.mysql.create_table() once first"
-        )
+        return no_fence_table(table, __name__)
     return None
 
 
@@ -163,7 +160,7 @@ def fence(
         cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
         cursor.execute(_HIGHEST.format(quoted), (resource,))
         row = cursor.fetchone()
-    _decided(resource, token, table, row)
+    _decided(resource, token, row)
 
 
 async def fence_async(
@@ -176,4 +173,4 @@ async def fence_async(
             await cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
             await cursor.execute(_HIGHEST.format(quoted), (resource,))
             row = await cursor.fetchone()
-    _decided(resource, token, table, row)
+    _decided(resource, token, row)

@@ -24,8 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigurationError, InvalidArgument, MissingDependency, StaleToken
-from ._checks import FENCE_TABLE, MAX_SQL_TOKEN, checked_resource, checked_table, checked_token
+from ..errors import MissingDependency, StaleToken
+from ._checks import (
+    FENCE_TABLE,
+    alone_in_autocommit,
+    checked_sql_call,
+    checked_table,
+    commits_a_transaction,
+    no_fence_table,
+)
 
 try:
     import psycopg
@@ -58,9 +65,7 @@ def _identifier(table: str) -> sql.Identifier:
 
 def _setup_refused(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     if connection.info.transaction_status != TransactionStatus.IDLE:
-        raise InvalidArgument(
-            "create_table() commits: call it outside your transaction, not inside one"
-        )
+        raise commits_a_transaction()
 
 
 def _checked(
@@ -69,22 +74,11 @@ def _checked(
     token: int,
     table: str,
 ) -> tuple[str, int, sql.Identifier]:
-    token = checked_token(token, most=MAX_SQL_TOKEN)
-    resource = checked_resource(resource)
+    resource, token = checked_sql_call(resource, token)
     name = _identifier(table)
     if connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE:
-        raise InvalidArgument(
-            "fence() belongs inside your transaction (conn.transaction()): in autocommit mode "
-            "it would be committed alone, apart from your writes"
-        )
+        raise alone_in_autocommit("conn.transaction()")
     return resource, token, name
-
-
-def _missing(table: str, error: Exception) -> ConfigurationError:
-    return ConfigurationError(
-        f"no fence table {table!r} in this database: run "
-        "tumbler.fencing.postgresql.create_table() once first"
-    )
 
 
 def create_table(connection: psycopg.Connection[Any], table: str = FENCE_TABLE) -> None:
@@ -128,7 +122,7 @@ def fence(
             return
         row = connection.execute(_HIGHEST.format(name), (resource,)).fetchone()
     except pg_errors.UndefinedTable as error:
-        raise _missing(table, error) from error
+        raise no_fence_table(table, __name__) from error
     raise StaleToken(resource, token, None if row is None else int(row[0]))
 
 
@@ -148,5 +142,5 @@ async def fence_async(
         cursor = await connection.execute(_HIGHEST.format(name), (resource,))
         row = await cursor.fetchone()
     except pg_errors.UndefinedTable as error:
-        raise _missing(table, error) from error
+        raise no_fence_table(table, __name__) from error
     raise StaleToken(resource, token, None if row is None else int(row[0]))

@@ -22,8 +22,15 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..errors import ConfigurationError, InvalidArgument, StaleToken
-from ._checks import FENCE_TABLE, MAX_SQL_TOKEN, checked_resource, checked_table, checked_token
+from ..errors import StaleToken
+from ._checks import (
+    FENCE_TABLE,
+    alone_in_autocommit,
+    checked_sql_call,
+    checked_table,
+    commits_a_transaction,
+    no_fence_table,
+)
 
 __all__ = ["create_table", "fence"]
 
@@ -45,9 +52,7 @@ def create_table(connection: sqlite3.Connection, table: str = FENCE_TABLE) -> No
     and commit. Refused (InvalidArgument) inside an open transaction, which it would commit."""
     table = checked_table(table)
     if connection.in_transaction and getattr(connection, "autocommit", _LEGACY) is not False:
-        raise InvalidArgument(
-            "create_table() commits: call it outside your transaction, not inside one"
-        )
+        raise commits_a_transaction()
     connection.execute(
         f"CREATE TABLE IF NOT EXISTS {table} "
         "(resource TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL)"
@@ -69,14 +74,10 @@ def fence(
     characters of text, a connection in autocommit mode outside a transaction (the fence would
     be committed alone). A missing table is a ConfigurationError.
     """
-    token = checked_token(token, most=MAX_SQL_TOKEN)
-    resource = checked_resource(resource)
+    resource, token = checked_sql_call(resource, token)
     table = checked_table(table)
     if _opens_no_transaction(connection):
-        raise InvalidArgument(
-            "fence() belongs inside your transaction (BEGIN first): in autocommit mode it "
-            "would be committed alone, apart from your writes"
-        )
+        raise alone_in_autocommit("BEGIN first")
     try:
         accepted = connection.execute(
             f"INSERT INTO {table} AS fence (resource, token) VALUES (?, ?) "
@@ -91,9 +92,6 @@ def fence(
         ).fetchone()
     except sqlite3.OperationalError as error:
         if "no such table" in str(error):
-            raise ConfigurationError(
-                f"no fence table {table!r} in this database: run "
-                "tumbler.fencing.sqlite.create_table() once first"
-            ) from error
+            raise no_fence_table(table, __name__) from error
         raise
     raise StaleToken(resource, token, None if row is None else int(row[0]))
