@@ -239,7 +239,11 @@ async def test_a_grant_goes_to_the_thread_while_another_task_polls(tmp_path, thr
         assert await asyncio.wait_for(waiter, PATIENCE)
     assert threads.of("try_grant", "y") != [loop_thread]
     assert len(threads.of("try_grant", "y")) == 1
-    assert set(threads.of("try_grant", "x")) == {loop_thread}
+    # the poller's own tries run on the loop, but for one that came while the thread ran
+    # "y" (a try waits for its answer before the next, so only one can)
+    tries = threads.of("try_grant", "x")
+    assert loop_thread in tries
+    assert len([thread for thread in tries if thread != loop_thread]) <= 1
 
 
 @pytest.mark.asyncio
