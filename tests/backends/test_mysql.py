@@ -15,6 +15,9 @@ renewals go by the batch; closed clients leave no wake-ups behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,7 +34,12 @@ import tumbler.aio
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.mysql.common import open_connection, parse_config
+from tumbler.backends.mysql.common import (
+    aclose_connection,
+    aopen_connection,
+    open_connection,
+    parse_config,
+)
 from tumbler.backends.mysql.opener import open_async, open_sync
 from tumbler.backends.mysql.statements import RENEW_ROWS
 from tumbler.cli import main
@@ -683,6 +691,89 @@ async def test_a_url_that_asks_for_tls_refuses_a_server_that_does_not_offer_it(
                 await (await tumbler.aio.connect(url)).close()
         assert refused.value.__cause__ is not None  # the driver's error, kept
         assert proxy.stats().upstream.forwarded == 0
+
+
+@pytest.fixture(scope="module")
+def mariadb_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A MariaDB that takes only TLS, for this module's cases."""
+    directory = tmp_path_factory.mktemp("mariadb-tls")
+    server = MariaDBServer(directory / "server", tls=make_tls_files(directory / "tls")).start()
+    yield server
+    server.close()
+
+
+def _sockets_to(port: int) -> int:
+    """How many of this process's TCP sockets are open to ``port`` (Linux's /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # an fd closed meanwhile
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    count = 0
+    with open("/proc/self/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                count += 1
+    return count
+
+
+@contextmanager
+def _stalled(server: MariaDBServer) -> Iterator[None]:
+    """The server's processes stopped (SIGSTOP) for the block: it answers nothing."""
+    pids = server.pids()
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+#: how long a connect cut short may leave its socket open: a few turns of the event loop, far
+#: below the 30 s asyncio waits for a stalled server to answer a TLS goodbye
+CLOSED_WITHIN = 5.0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("tls", [False, True], ids=["clear", "tls"])
+async def test_a_connect_cut_short_at_any_point_leaves_no_socket_open(
+    request: pytest.FixtureRequest, tls: bool
+) -> None:
+    """Wherever a connect's time runs out (TCP, the greeting, TLS, the login, the session's
+    settings), its socket is closed at once, though the server then stalls: not left to a
+    TLS goodbye that the server never answers, nor to the garbage collector (which warns of
+    it, or never comes if the event loop ends first)."""
+    server: MariaDBServer = request.getfixturevalue(
+        "mariadb_tls_server" if tls else "mariadb_server"
+    )
+    config = parse_config(parse_url(server.url))
+    began = time.monotonic()
+    await aclose_connection(await aopen_connection(config))
+    whole = time.monotonic() - began
+    await asyncio.sleep(0)
+    baseline = _sockets_to(server.port)
+    cut_short = 0
+    steps = 40
+    for step in range(1, steps + 1):
+        limit = whole * 1.5 * step / steps
+        try:
+            connection = await aopen_connection(config, limit)
+        except (asyncio.TimeoutError, pymysql.err.OperationalError):
+            cut_short += 1
+        else:
+            await aclose_connection(connection)
+        with _stalled(server):
+            closed_by = time.monotonic() + CLOSED_WITHIN
+            while _sockets_to(server.port) > baseline:
+                assert time.monotonic() < closed_by, (
+                    f"a connect cut short at {limit * 1000:.2f} ms left its socket open"
+                )
+                await asyncio.sleep(0.005)
+    assert cut_short > 0
 
 
 def _forge_hand_off(server: MariaDBServer, prefix: str, waiter: Any, name: str, owner: str) -> int:

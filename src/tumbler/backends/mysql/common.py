@@ -88,8 +88,10 @@ Transactions
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import select
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -344,17 +346,60 @@ def _refuses_clear_text(connection: Any) -> None:
 _strict_connection: type | None = None
 
 
+def _abort(connection: Any) -> None:
+    """Close an aiomysql connection's socket at once (no goodbye to the server)."""
+    writer = connection._writer
+    connection._reader = connection._writer = None
+    if writer is not None:
+        writer.transport.abort()
+
+
 def _aiomysql_connection() -> type:
     """aiomysql's connection, made to refuse clear text where TLS is asked for (it falls
-    back to clear text when the server does not offer TLS; PyMySQL refuses, from 1.2)."""
+    back to clear text when the server does not offer TLS; PyMySQL refuses, from 1.2), and
+    to leave no socket open behind a connect that failed or was cancelled.
+
+    aiomysql closes a TLS connection that failed by saying goodbye in TLS, which waits for the
+    server's answer: from a stalled server that never comes, and the socket stays open until
+    the garbage collector finds it (or for ever, if the event loop ends first). A connect
+    cancelled part way (its time was up) it does not close at all. Both are aborted instead.
+    """
     global _strict_connection
     if _strict_connection is None:
         import aiomysql
 
         class StrictConnection(aiomysql.Connection):  # type: ignore[misc]
+            async def _connect(self) -> None:
+                try:
+                    await super()._connect()
+                except BaseException:
+                    _abort(self)
+                    raise
+
             async def _request_authentication(self) -> None:
                 _refuses_clear_text(self)
-                await super()._request_authentication()
+                # aiomysql moves to TLS on a copy of the socket, in a transport it holds only
+                # once the handshake is done: cut short before that, asyncio closes that
+                # transport with a TLS goodbye. A copy of our own shuts the socket down under it.
+                sock = self._writer.transport.get_extra_info("socket")
+                spare = sock.dup() if self._ssl_context and sock is not None else None
+                try:
+                    await super()._request_authentication()
+                except BaseException:
+                    if spare is not None:
+                        with contextlib.suppress(OSError):
+                            spare.shutdown(socket.SHUT_RDWR)
+                    _abort(self)  # before aiomysql's own close, with its TLS goodbye
+                    raise
+                finally:
+                    if spare is not None:
+                        spare.close()
+
+            def close(self) -> None:
+                writer = self._writer
+                super().close()
+                if writer is not None:
+                    writer.transport.abort()
 
         _strict_connection = StrictConnection
     return _strict_connection
