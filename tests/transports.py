@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-import tracemalloc  # noqa: F401  (pytest imports it at a warning: in the collector, not there)
+
+# imported now: pytest's report of a warning imports it, and inside the collector a second
+# warning would find it half imported
+import tracemalloc  # noqa: F401
 from asyncio import selector_events
 from typing import Any
 

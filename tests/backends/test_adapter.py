@@ -121,7 +121,7 @@ def fsync_free_dir(tmp_path: Path) -> Iterator[Path]:
     """A private directory in memory-backed storage (/dev/shm) where the machine has it, else
     ``tmp_path``. The 800 waiters' polls grow the WAL fast, and the worker thread's commit that
     crosses SQLite's threshold checkpoints it, two fsyncs: on a disk that other tests keep busy
-    one took 0.4 s, which a 1 s lease with its renewal queued behind does not survive (shown
+    one took 0.4 s, which a 1 s lease with its renewal queued behind did not survive (shown
     with ``strace -e inject=fdatasync:delay_enter=400000``). The case is about the order of
     calls on the thread, not about the disk."""
     shm = Path("/dev/shm")
@@ -136,9 +136,14 @@ def fsync_free_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_renewals_and_releases_do_not_wait_behind_many_polls(fsync_free_dir, monkeypatch):
-    """800 tasks of one client poll 800 held locks; an idle holder with a 1 s lease on the
+    """800 tasks of one client poll 800 held locks; an idle holder with a 2 s lease on the
     same client keeps it, and no poll starts between a renewal or release being queued and its
     start (only the one poll call already running then, if any, goes first).
+
+    The order is what the adapter promises, and is checked call by call (``late``). The lease
+    is the user's view of it, and is no shorter than the pauses this CPU-bound case (800
+    tasks) gets beside a full run's other workers: a 1 s lease was lost there with every
+    renewal in order.
 
     The names differ because a client's waiters on one lock queue inside the client, behind
     a single poller; another client holds them."""
@@ -151,7 +156,7 @@ async def test_renewals_and_releases_do_not_wait_behind_many_polls(fsync_free_di
             assert await blocker.lock(name).acquire(timeout=0)
         polled_before = log.polled  # the blocker's own grants
         record_queueing(locks._backend, log)
-        idle = locks.lock("idle", ttl=1.0)
+        idle = locks.lock("idle", ttl=2.0)
         assert await idle.acquire(timeout=PATIENCE)
         hold = idle.hold
         hold.on_lost(lambda _: log.add("lost", "", None))
@@ -163,9 +168,9 @@ async def test_renewals_and_releases_do_not_wait_behind_many_polls(fsync_free_di
         await log.wait_for(lambda: log.polled >= polled_before + 2 * WAITERS, "the waiters poll")
         renewals = ("renew", "renew_all")
         renewed = log.count("ran", renewals)
-        # three leases' worth of renewals (every ttl/3) while they poll
+        # two leases' worth of renewals (every ttl/3) while they poll
         await log.wait_for(
-            lambda: log.count("ran", renewals) >= renewed + 9 or log.count("lost", ("",)) > 0,
+            lambda: log.count("ran", renewals) >= renewed + 6 or log.count("lost", ("",)) > 0,
             "renewals ran or the hold was lost",
         )
         assert hold.held
@@ -179,7 +184,7 @@ async def test_renewals_and_releases_do_not_wait_behind_many_polls(fsync_free_di
         await idle.release()
     passed = list(polls_passed(log))
     assert any(kind == "release" and key == (("busy", busy_owner),) for kind, key, _ in passed)
-    assert sum(1 for kind, _, _ in passed if kind in renewals) >= 9
+    assert sum(1 for kind, _, _ in passed if kind in renewals) >= 6
     late = [(kind, count) for kind, _, count in passed if count > 0]
     assert not late, f"urgent calls waited behind polls: {late}"
 

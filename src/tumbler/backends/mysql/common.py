@@ -461,15 +461,12 @@ def open_connection(config: MySQLConfig, limit: float | None = None) -> Any:
 
 
 async def aclose_connection(connection: Any) -> None:
-    """Close an aiomysql connection now. Its own ``close()`` leaves a TLS transport to shut
-    TLS down over the next turns of the loop (or never, if the loop ends first, and the
-    socket then leaks): the transport is aborted instead, and the loop turned once, so that
-    the socket is closed before this returns. The server sees the connection end either way."""
-    writer = getattr(connection, "_writer", None)
-    transport = None if writer is None else writer.transport
+    """Close an aiomysql connection now: its transport is aborted (no TLS goodbye, see
+    :func:`_aiomysql_connection`) and the loop turned once, so that the socket is closed
+    before this returns. The server sees the connection end either way."""
+    open_before = connection._writer is not None
     connection.close()
-    if transport is not None:
-        transport.abort()
+    if open_before:
         await asyncio.sleep(0)
 
 
