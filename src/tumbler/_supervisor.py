@@ -4,8 +4,11 @@
 and keeps the lease renewed while it runs; on Linux it adopts and reaps every process the
 command leaves running, and holds the lock until they have exited too. SIGINT, SIGTERM and
 SIGHUP end the wait, or are passed on to the command's family once the lock is held. If the
-hold is lost, the family gets SIGTERM, then SIGKILL. The lock is released last, and the exit
-status returned: the command's, or one that says what went wrong instead.
+hold cannot be kept, the family gets SIGTERM, then SIGKILL, timed so that the SIGKILL comes
+before the backend's lease could run out (a family that is stopped only once the hold is
+found lost would still be working when another client is granted the lock). The lock is
+released last, and the exit status returned: the command's, or one that says what went wrong
+instead.
 
 It knows nothing of the command line: the CLI parses the options, says how to connect and how
 a message reaches the user (``complain``, which makes it safe for a terminal), and imports this
@@ -41,12 +44,13 @@ from tumbler.errors import (
     EX_SIGNAL_BASE,
     EX_TEMPFAIL,
     BackendUnavailable,
+    InvalidTimeout,
     InvalidURL,
     LockLost,
     TumblerError,
 )
 
-__all__ = ["Complain", "Connect", "holder_for", "run_locked"]
+__all__ = ["Complain", "Connect", "default_kill_after", "holder_for", "run_locked"]
 
 #: says one line to the user (the CLI prefixes it and escapes what a terminal would act on)
 Complain = Callable[[str], None]
@@ -292,6 +296,42 @@ class _Wakeups:
                 pass
 
 
+#: the most of a lease ``kill_after`` may take: the rest is for the renewals, which are due
+#: every third of it, to get through before the command must be stopped
+_KILL_AFTER_SHARE = 1 / 3
+
+
+def default_kill_after(ttl: float) -> float:
+    """Seconds between SIGTERM and SIGKILL unless told: 5, or a quarter of the lease if less."""
+    return min(5.0, ttl / 4)
+
+
+def _validate_kill_after(kill_after: float | None, ttl: float) -> float:
+    if kill_after is None:
+        return default_kill_after(ttl)
+    seconds = core.validate_timeout(kill_after)
+    if seconds is None:  # what waits for ever as a timeout
+        raise InvalidTimeout(
+            f"the time between SIGTERM and SIGKILL must be finite, not {kill_after}"
+        )
+    kill_after = seconds
+    if kill_after > ttl * _KILL_AFTER_SHARE:
+        raise InvalidTimeout(
+            f"the time between SIGTERM and SIGKILL must be at most a third of the lease "
+            f"({ttl * _KILL_AFTER_SHARE:.3g} s with a lease of {ttl:g} s), not {kill_after:g} s: "
+            "the command must be stopped, SIGKILL included, before the lease can run out and "
+            "another client be granted the lock; give a longer lease"
+        )
+    return kill_after
+
+
+def _stop_lead(ttl: float, kill_after: float) -> float:
+    """How long before the client would give the hold up its command gets SIGTERM: time for
+    ``kill_after``, then for the SIGKILL to land on a loaded machine (a tenth of the lease, at
+    most a second)."""
+    return kill_after + min(1.0, ttl / 10)
+
+
 #: how often run re-sends SIGKILL while processes remain (one forked as a round went out
 #: was not in it)
 _KILL_ROUND = 0.05
@@ -308,7 +348,7 @@ def run_locked(
     *,
     ttl: float = 30.0,
     wait: float | None = None,
-    kill_after: float = 5.0,
+    kill_after: float | None = None,
     wait_descendants: bool = True,
     complain: Complain,
     report_wait: bool = True,
@@ -317,15 +357,20 @@ def run_locked(
 
     ``connect()`` opens the client, once the signal handlers are in place (a signal while
     connecting ends the wait as one while waiting does). With ``wait_descendants``, the lock is
-    held until every process the command started has exited. A bad name, TTL or wait raises
-    before anything is connected; tumbler's errors from connecting or acquiring are raised, for
-    the caller to report; everything about the command is said through ``complain``. With
-    ``report_wait``, a wait of over a second is said too (whom it waits for, and how long it
-    has), and again every ten seconds.
+    held until every process the command started has exited. The command's family is stopped
+    (SIGTERM, then SIGKILL ``kill_after`` seconds later: by default
+    :func:`default_kill_after`, at most a third of the lease) once the hold is lost, or once
+    no renewal got through for so long that the SIGKILL must go now to come before the lease
+    could run out. A bad name, TTL, wait or ``kill_after`` raises before anything is
+    connected; tumbler's errors from connecting or acquiring are raised, for the caller to
+    report; everything about the command is said through ``complain``. With ``report_wait``,
+    a wait of over a second is said too (whom it waits for, and how long it has), and again
+    every ten seconds.
     """
     core.validate_name(name)
-    core.validate_ttl(ttl)
+    ttl = core.validate_ttl(ttl)
     core.validate_timeout(wait)
+    kill_after = _validate_kill_after(kill_after, ttl)
     with _SignalRelay() as relay:
         try:
             with connect() as locks:
@@ -341,6 +386,12 @@ def run_locked(
                     return EX_TEMPFAIL
                 hold = lock.hold
                 assert hold is not None
+                if kill_after > hold.ttl * _KILL_AFTER_SHARE:
+                    kill_after = hold.ttl * _KILL_AFTER_SHARE
+                    complain(
+                        f"the backend granted a lease of {hold.ttl:g} s: SIGKILL comes at most "
+                        f"{kill_after:.3g} s after SIGTERM if the lock cannot be kept"
+                    )
                 return _supervise(
                     hold, list(command), kill_after, wait_descendants, relay, complain
                 )
@@ -545,13 +596,24 @@ def _supervise_family(
 
     relay.holding(family)
     hold.on_lost(on_lost)
+    lead = _stop_lead(hold.ttl, kill_after)
     family.collect()
     while not (lost.is_set() or family.done):
-        wakeups.wait()  # signal handlers (passing signals on) run here
+        left = hold.gives_up_in - lead
+        if left <= 0:
+            break
+        wakeups.wait(left)  # signal handlers (passing signals on) run here
         family.collect()
 
-    if lost.is_set():
-        reason = hold.lost_reason or "the lease ran out"
+    if not family.done or lost.is_set():
+        if hold.lost:
+            reason = hold.lost_reason or "the lease ran out"
+            what = f"lock {hold.name!r} was lost while the command ran ({reason})"
+        else:
+            what = (
+                f"lock {hold.name!r} could not be renewed, and its lease could run out before "
+                f"the command, given {kill_after:g} s to exit, had stopped"
+            )
         outcome = "it was stopped"
         if family.returncode is not None:
             outcome = f"it had exited with status {_child_status(family.returncode)}"
@@ -561,7 +623,7 @@ def _supervise_family(
         relay.phase = relay.FINISHING
         family.finish()
         _release_quietly(hold)
-        complain(f"lock {hold.name!r} was lost while the command ran ({reason}); {outcome}")
+        complain(f"{what}; {outcome}")
         return EX_LOCK_LOST
 
     relay.phase = relay.FINISHING

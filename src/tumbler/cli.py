@@ -459,10 +459,10 @@ class _RunCommand(_Described):
 @click.option(
     "--kill-after",
     type=DURATION,
-    default=5.0,
-    show_default=True,
-    help="If the lock is lost, seconds between SIGTERM and SIGKILL to the command and the "
-    "processes it started.",
+    default=None,
+    help="If the lock cannot be kept, seconds between SIGTERM and SIGKILL to the command "
+    "and the processes it started: at most a third of --ttl, since the SIGKILL comes before "
+    "the lease can run out.  [default: 5, or a quarter of --ttl if less]",
 )
 @click.option(
     "--wait-descendants/--no-wait-descendants",
@@ -483,7 +483,7 @@ def run(
     wait: float | None,
     no_wait: bool,
     quiet: bool,
-    kill_after: float,
+    kill_after: float | None,
     wait_descendants: bool,
     url: str | None,
 ) -> int:
@@ -494,9 +494,11 @@ def run(
     exited: tumbler adopts (and reaps) what CMD leaves running in the background, as flock(1)
     keeps its lock while any of them holds the lock file open (a daemon CMD starts keeps it
     for as long as the daemon runs). --no-wait-descendants releases it when CMD itself
-    exits. If the lock is lost meanwhile (its lease ran out, or an operator force-released
-    it), CMD's process group and every process it started get SIGTERM, then SIGKILL after
-    --kill-after seconds, and tumbler exits with status 79. SIGINT, SIGTERM and SIGHUP are
+    exits. If the lock cannot be kept (no renewal got through and the lease could run out
+    before CMD stops, or an operator force-released it), CMD's process group and every
+    process it started get SIGTERM, then SIGKILL after --kill-after seconds, soon enough that
+    the SIGKILL comes before the lease can run out, and tumbler exits with status 79.
+    SIGINT, SIGTERM and SIGHUP are
     passed on to them while the lock is held; while waiting, they end the wait (exit status
     128 + the signal's number).
 

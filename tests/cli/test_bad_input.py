@@ -76,6 +76,12 @@ CLI_CASES = [
     CliCase(
         "kill-after-huge", run_with("job", "--kill-after", "1e12"), EX_USAGE, "more than a year"
     ),
+    CliCase(
+        "kill-after-past-the-lease",
+        run_with("job", "--ttl", "3", "--kill-after", "2"),
+        EX_USAGE,
+        "at most a third of the lease",
+    ),
     # -- URLs: configuration
     CliCase("url-no-scheme", ("status",), EX_CONFIG, "needs a scheme", url="{dir}/locks.db"),
     CliCase("url-unknown-scheme", ("status",), EX_CONFIG, "'etcd3'", url="etcd3://h:2379"),

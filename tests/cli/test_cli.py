@@ -327,7 +327,7 @@ def test_lost_lock_stops_the_command_and_exits_79(
 ) -> None:
     kill_after = 0.5
     runner = spawn(
-        "run", "job", "--ttl", "0.5", "--kill-after", str(kill_after), "--",
+        "run", "job", "--ttl", "1.5", "--kill-after", str(kill_after), "--",
         *python_command(FAMILY.format(ignore_term=ignore_term)),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

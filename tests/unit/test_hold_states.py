@@ -153,6 +153,37 @@ async def test_a_hold_in_doubt_is_confirmed_by_the_next_renewal_asyncio() -> Non
         assert hold._state is async_hold.RELEASED
 
 
+def test_gives_up_in_counts_down_through_doubt_and_is_0_once_lost() -> None:
+    clock = ManualClock()
+    with tumbler.connect(url(), clock=clock) as locks:
+        lock = locks.lock("job", ttl=TTL, renew=False)
+        assert lock.acquire()
+        hold = lock.hold
+        assert hold is not None
+        assert hold.gives_up_in == hold.expires_in > TTL - 1
+        clock.advance(10.0)
+        hold._doubt()  # as when the backend's connection drops
+        # expires_in says the hold cannot be counted on; gives_up_in says how long it has
+        # left to be confirmed
+        assert hold.expires_in == 0.0
+        assert hold.gives_up_in == pytest.approx(TTL - core.drift_margin(TTL) - 10.0)
+        clock.advance(CLIENT_GAVE_UP - 10.0)
+        assert hold.lost
+        assert hold.gives_up_in == 0.0
+        with pytest.raises(tumbler.LockLost):
+            lock.release()
+        assert hold.gives_up_in == 0.0
+
+
+@pytest.mark.asyncio
+async def test_gives_up_in_is_0_once_released_asyncio() -> None:
+    async with await tumbler.aio.connect(url(), clock=ManualClock()) as locks:
+        lock = locks.lock("job", ttl=TTL)
+        async with lock as hold:
+            assert hold.gives_up_in == hold.expires_in > TTL - 1
+        assert hold.gives_up_in == 0.0
+
+
 def test_a_lease_run_out_is_lost_given_back_then_released() -> None:
     clock = ManualClock()
     with tumbler.connect(url(), clock=clock) as locks:

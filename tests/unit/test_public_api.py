@@ -95,11 +95,11 @@ def test_every_sync_class_has_an_asyncio_twin_and_back() -> None:
 SURFACE = {
     "Hold": {
         "name", "token", "ttl", "held", "in_doubt", "lost", "lost_reason", "expires_in",
-        "check", "on_lost", "wait_lost", "extend", "release",
+        "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
     "SegmentHold": {
         "name", "token", "ttl", "segment", "held", "in_doubt", "lost", "lost_reason",
-        "expires_in", "check", "on_lost", "wait_lost", "extend", "release",
+        "expires_in", "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
     "Locks": {
         "url", "capabilities", "lock", "rlock", "semaphore", "segmented", "rwlock",

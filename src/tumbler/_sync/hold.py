@@ -173,6 +173,20 @@ class Hold:
             return 0.0
         return max(0.0, self._deadline - self._gate.clock.now())
 
+    @property
+    def gives_up_in(self) -> float:
+        """Seconds until the client gives this hold up unless a renewal gets through: the same
+        as ``expires_in`` while the hold is held, and the time it has left to be confirmed
+        while it is in doubt (when ``expires_in`` is 0); 0 once it is released or lost.
+
+        For work that must end before the backend could grant the lock to anyone else and that
+        takes time to stop (``tumbler run`` stops its command this long before, less the time
+        the command is given to exit): the backend's lease runs out a little after this.
+        """
+        if self._state not in (HELD, IN_DOUBT) or self.lost:
+            return 0.0
+        return max(0.0, self._deadline - self._gate.clock.now())
+
     def check(self) -> None:
         """Raise ``LockLost`` if the hold was lost, ``HoldInDoubt`` if it is in doubt,
         ``NotHeld`` if it was released."""
