@@ -175,3 +175,9 @@ def test_a_path_isolated_url_and_a_single_host() -> None:
     assert single(parse_url("etcd://h1:1,h2:2/x")) is None
     assert single(parse_url("etcd://h1/x")) == ("h1", 2379)
     assert single(parse_url("etcd:///x")) == ("localhost", 2379)
+    # a URL with no host (the driver's default, e.g. a Unix socket) or servers in its options
+    sql = one_of_hosts(5432, default_host=None, host_options=("host",))
+    assert sql(parse_url("postgresql:///db")) is None
+    assert sql(parse_url("postgresql://h/db?host=/run/postgresql")) is None
+    assert sql(parse_url("postgresql://h:6543/db")) == ("h", 6543)
+    assert sql(parse_url("postgresql://h1,h2/db")) is None

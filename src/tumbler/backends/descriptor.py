@@ -23,7 +23,7 @@ registers its descriptor under the entry point group ``tumbler.backends``
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,16 +79,21 @@ def under_path(default: str) -> Callable[[BackendURL, str], str]:
     return isolate
 
 
-def one_of_hosts(default_port: int) -> Callable[[BackendURL], tuple[str, int] | None]:
+def one_of_hosts(
+    default_port: int, *, default_host: str | None = "localhost", host_options: Sequence[str] = ()
+) -> Callable[[BackendURL], tuple[str, int] | None]:
     """A ``single_server`` for a backend whose URL lists its servers as ``HOST[:PORT],...``
-    (``localhost`` without one): the server, when the URL names just one."""
+    (``default_host`` without one; None: the driver's own default, which names no server):
+    the server, when the URL names just one and none of ``host_options`` (query options that
+    name servers too) is given."""
 
     def single_server(url: BackendURL) -> tuple[str, int] | None:
-        if "," in url.hosts:
+        host = url.hosts or default_host
+        if host is None or "," in host or any(option in url.query for option in host_options):
             return None
         from .kit.options import host_port
 
-        return host_port(url.hosts or "localhost", url, default_port)
+        return host_port(host, url, default_port)
 
     return single_server
 

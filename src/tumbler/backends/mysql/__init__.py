@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, call_on_demand
+from ..descriptor import BackendDescriptor, call_on_demand, one_of_hosts
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
@@ -43,14 +43,6 @@ def _isolate(url: BackendURL, token: str) -> str:
     return f"{url.raw.partition('?')[0]}?{urlencode(query)}"
 
 
-def _single_server(url: BackendURL) -> tuple[str, int] | None:
-    from ..kit.options import host_port
-
-    if not url.hosts or "," in url.hosts:
-        return None
-    return host_port(url.hosts, url, DEFAULT_PORT)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="mysql",
     schemes=("mysql", "mariadb"),
@@ -60,6 +52,6 @@ DESCRIPTOR = BackendDescriptor(
     url_form="mysql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?OPTIONS]",
     extra="mysql",
     isolate=_isolate,
-    single_server=_single_server,
+    single_server=one_of_hosts(DEFAULT_PORT, default_host=None),
     prepare=call_on_demand(f"{__name__}.opener", "prepare"),
 )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from ..contract import Capabilities
-from ..descriptor import BackendDescriptor, call_on_demand
+from ..descriptor import BackendDescriptor, call_on_demand, one_of_hosts
 
 if TYPE_CHECKING:
     from ..._url import BackendURL
@@ -46,14 +46,6 @@ def _isolate(url: BackendURL, token: str) -> str:
     return f"{url.raw.partition('?')[0]}?{urlencode(query)}"
 
 
-def _single_server(url: BackendURL) -> tuple[str, int] | None:
-    from ..kit.options import host_port
-
-    if not url.hosts or "," in url.hosts or "host" in url.query:
-        return None
-    return host_port(url.hosts, url, DEFAULT_PORT)
-
-
 DESCRIPTOR = BackendDescriptor(
     name="postgresql",
     schemes=("postgresql", "postgres"),
@@ -63,6 +55,6 @@ DESCRIPTOR = BackendDescriptor(
     url_form="postgresql://[USER[:PASSWORD]@]HOST[:PORT][/DBNAME][?OPTIONS]",
     extra="postgresql",
     isolate=_isolate,
-    single_server=_single_server,
+    single_server=one_of_hosts(DEFAULT_PORT, default_host=None, host_options=("host",)),
     prepare=call_on_demand(f"{__name__}.opener", "prepare"),
 )
