@@ -219,4 +219,4 @@ def test_damaged_notes_read_as_none_and_are_overwritten(
 
     assert flavour.call(operator, "evicted", "job", holder) == NOTE
     data, _stat = raw.get(f"{base}/#evicted/job")
-    assert list(json.loads(data)["evicted"]) == [zookeeper.owner_hash(holder)]
+    assert list(json.loads(data)["evicted"]) == [zookeeper.node_owner(holder)]

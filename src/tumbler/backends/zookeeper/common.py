@@ -568,8 +568,10 @@ def decode_name(node: str) -> str:
     return unquote(node, errors="strict")
 
 
-def owner_hash(owner: str) -> str:
-    """The owner as it appears in node names (32 hex digits, in place of Curator's UUID)."""
+def node_owner(owner: str) -> str:
+    """The owner as it appears in node names and notes (32 hex digits of its SHA-256, in place
+    of Curator's UUID). Not ``kit.owners.owner_hash``: node names of this form are what every
+    client of a ZooKeeper base reads and writes, so the form is part of the layout."""
     return hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
@@ -581,7 +583,7 @@ def entry_prefix(owner: str, shared: bool, limit: int) -> str:
         kind = "__READ__"
     else:
         kind = f"sem-{limit}-"
-    return f"_c_{owner_hash(owner)}-{kind}"
+    return f"_c_{node_owner(owner)}-{kind}"
 
 
 #: The node under the base that keeps ``force_release``'s notes, one persistent child per lock

@@ -60,8 +60,8 @@ from ..common import (
     entry_data,
     entry_prefix,
     kazoo_result,
+    node_owner,
     notes_data,
-    owner_hash,
     parse_children,
     prune_notes,
     read_entry_data,
@@ -478,7 +478,7 @@ class ZooKeeperBackend(InspectEachName):
 
     def _find(self, path: str, owner: str) -> str | None:
         """The node of ``owner`` among the children, by the owner hash in its name."""
-        marker = f"_c_{owner_hash(owner)}-"
+        marker = f"_c_{node_owner(owner)}-"
         return next((node for node in self._children(path) if node.startswith(marker)), None)
 
     def _watch(
@@ -486,7 +486,7 @@ class ZooKeeperBackend(InspectEachName):
     ) -> list[str] | None:
         """Set a watch on what blocks entry ``index``. Returns None once it is set on an
         unchanged state; otherwise the children as they are now, to decide again."""
-        callback = functools.partial(self._wake, request.name, owner_hash(request.owner))
+        callback = functools.partial(self._wake, request.name, node_owner(request.owner))
         if blocker == WATCH_LINE:
             children: list[str] = self._call(self._client.get_children_async(path, watch=callback))
             ahead = {contender.node for contender in line[:index]}
@@ -627,7 +627,7 @@ class ZooKeeperBackend(InspectEachName):
                 # nobody would ever retry it, so its node would block the line for as long
                 # as the session lives. Look for it when the connection is back.
                 with self._guard:
-                    self._lost_creates.add((path, f"_c_{owner_hash(owner)}-"))
+                    self._lost_creates.add((path, f"_c_{node_owner(owner)}-"))
                 raise
             finally:
                 with self._guard:
@@ -635,7 +635,7 @@ class ZooKeeperBackend(InspectEachName):
             return False  # a lost create was never a grant its caller knew of
 
     def watch(self, name: str, owner: str) -> HubWatch:
-        return HubWatch(self.clock, name, self.hub, owner_hash(owner))
+        return HubWatch(self.clock, name, self.hub, node_owner(owner))
 
     def _holders(self, path: str) -> tuple[list[tuple[Contender, Any]], list[Contender]]:
         """The granted entries of a lock with their stats and data, and the whole line."""
@@ -759,5 +759,5 @@ class ZooKeeperBackend(InspectEachName):
                 data, _stat = self._call(self._client.get_async(self._notes_path(name)))
             except kazoo_errors.NoNodeError:
                 return None
-        found = read_notes(data).get(owner_hash(owner))
+        found = read_notes(data).get(node_owner(owner))
         return None if found is None else found[0]
