@@ -68,6 +68,9 @@ autodoc_default_options = {
     "show-inheritance": True,
 }
 
+# option names and shell lines are quoted as they are typed: no "--" turned into a dash
+smartquotes = False
+
 html_theme = "furo"
 html_title = f"tumbler {release}"
 html_static_path = ["_static"]
