@@ -7,6 +7,8 @@ docstrings, each backend from its module's, the command line from its click comm
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import sys
@@ -40,7 +42,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_out", "**/_build"]
+exclude_patterns = ["_build", "_plots"]
 templates_path: list[str] = []
 
 # Every warning is an error (scripts/docs passes -W), and every reference must resolve.
@@ -177,7 +179,26 @@ def _included(app: Sphinx, relative_path: Path, parent_docname: str, content: li
     content[0] = _LINK.sub(rebased, content[0])
 
 
+# The bench page's plots, drawn from the runs kept in bench/results/ at every build, so that
+# they are never older than the figures they show.
+PLOTS = DOCS / "_plots"
+BENCH_RESULTS = sorted((ROOT / "bench" / "results").glob("*.json"))
+
+
+def _draw_plots(app: Sphinx) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import plots  # bench/plots.py
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        status = plots.main([*map(str, BENCH_RESULTS), "--out", str(PLOTS)])
+    if status != 0:
+        raise RuntimeError(f"bench/plots.py exited {status}")
+
+
 def setup(app: Sphinx) -> None:
+    app.connect("builder-inited", _draw_plots)
     app.connect("include-read", _included)
     app.connect("missing-reference", _public_name)
     app.connect("autodoc-process-signature", _signature)

@@ -100,6 +100,7 @@ def test_console_errors_exceptions_and_failed_loads_are_reported(
 def build_site(out: Path) -> subprocess.CompletedProcess[str]:
     try:
         import furo  # noqa: F401
+        import matplotlib  # noqa: F401
         import myst_parser  # noqa: F401
         import sphinx  # noqa: F401
         import sphinx_click  # noqa: F401
