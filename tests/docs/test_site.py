@@ -23,8 +23,9 @@ from .browser import Browser, broken_links
 pytestmark = pytest.mark.docs
 
 ROOT = Path(__file__).resolve().parents[2]
-# the pages the site must not get wrong: its entrance, the API reference, the matrix
-MAIN_PAGES = ["index.html", "api/index.html", "api/tumbler.html", "choosing.html"]
+# the pages the site must not get wrong: its entrance, the API reference, the matrix, and
+# the bench page, whose plots are drawn at the build (a missing one is a failed load)
+MAIN_PAGES = ["index.html", "api/index.html", "api/tumbler.html", "choosing.html", "bench.html"]
 
 
 @pytest.fixture(scope="module")
