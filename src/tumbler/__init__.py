@@ -1,4 +1,4 @@
-"""tumbler: distributed locks for Python.
+"""tumbler: distributed locks for Python::
 
     import tumbler
     locks = tumbler.connect()              # $TUMBLER_URL, else an SQLite file of the user's

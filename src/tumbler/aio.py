@@ -1,4 +1,4 @@
-"""tumbler for asyncio: the same API as ``tumbler``, with ``async``/``await``.
+"""tumbler for asyncio: the same API as ``tumbler``, with ``async``/``await``::
 
     import tumbler.aio
     async with await tumbler.aio.connect() as locks:

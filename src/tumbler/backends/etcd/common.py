@@ -48,7 +48,7 @@ Key layout
     (below). ``force_release`` leaves its note for an evicted owner in
     ``PREFIX/evicted/<name, percent-encoded>/<owner hash>``, attached to a lease of its own
     that outlives the evicted grant's by ``NOTE_GRACE``. A key of a line whose value no
-    client would have written (see :func:`parse_line`), or whose turn is later than the
+    client would have written (see ``parse_line``), or whose turn is later than the
     revision it was created at, is skipped by every decision, counted by ``inspect``
     (``LockState.malformed``) and deleted by ``force_release``. The end of an acquisition a
     grant request of which went unanswered is marked by ``PREFIX/ended/<name,
