@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.frameworks.wsgi import DJANGO_RECIPE, WebServer, environment
+from tests.frameworks.wsgi import DJANGO_RECIPE, WebServer, environment, start_web_server
 
 if TYPE_CHECKING:
     from tumbler.testing.backends.redis.server import RedisServer
@@ -84,19 +84,19 @@ def runserver(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
     servers: list[WebServer] = []
 
     def start(env: dict[str, str]) -> WebServer:
-        server = WebServer(
+        return start_web_server(
             [sys.executable, "manage.py", "runserver", "--noreload", "127.0.0.1:{port}"],
             cwd=DJANGO_RECIPE,
             env=env,
             log=tmp_path / "runserver.log",
+            started=servers,
         )
-        servers.append(server)
-        server.wait_listening()
-        return server
 
-    yield start
-    for server in servers:
-        server.stop()
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def test_concurrent_buyers_get_exactly_the_stock(

@@ -25,6 +25,7 @@ from tests.frameworks.wsgi import (
     gunicorn_argv,
     process_gone,
     request,
+    start_web_server,
 )
 
 STOCK = 10
@@ -57,10 +58,8 @@ def gunicorn(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
 
     def start(argv: list[str], *, cwd: Path, env: dict[str, str]) -> WebServer:
         env = {**env, "XDG_RUNTIME_DIR": runtime}
-        server = WebServer(argv, cwd=cwd, env=env, log=tmp_path / f"gunicorn-{len(servers)}.log")
-        servers.append(server)
-        server.wait_listening()
-        return server
+        log = tmp_path / f"gunicorn-{len(servers)}.log"
+        return start_web_server(argv, cwd=cwd, env=env, log=log, started=servers)
 
     try:
         yield start

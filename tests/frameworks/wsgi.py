@@ -26,6 +26,8 @@ DJANGO_RECIPE = ROOT / "examples" / "django_recipe"
 GUNICORN_RECIPE = ROOT / "examples" / "gunicorn_recipe"
 #: the seconds a request may take; a sale under a busy lock waits for the others
 REQUEST_TIMEOUT = 60.0
+#: what gunicorn and runserver say when the free port was taken before they bound it
+PORT_IN_USE = ("Connection in use", "That port is already in use")
 
 
 def environment(**variables: str) -> dict[str, str]:
@@ -37,8 +39,23 @@ def environment(**variables: str) -> dict[str, str]:
     return env
 
 
+def start_web_server(
+    argv: list[str], *, cwd: Path, env: dict[str, str], log: Path, started: list[WebServer]
+) -> WebServer:
+    """A web server listening on a free port (a new one if another program took the first),
+    appended to ``started`` (for the caller to stop) as soon as it runs."""
+    for _ in range(3):
+        server = WebServer(argv, cwd=cwd, env=env, log=log)
+        started.append(server)
+        if server.wait_listening():
+            return server
+        started.remove(server)  # it has exited
+    pytest.fail(f"three free ports were taken before the server bound them:\n{server.log()}")
+
+
 class WebServer:
-    """A web server started as ``argv`` in a session of its own, its output in ``log``."""
+    """A web server started as ``argv`` in a session of its own, its output in ``log``; ``{port}``
+    in ``argv`` is a free port's number."""
 
     def __init__(self, argv: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
@@ -55,15 +72,18 @@ class WebServer:
                 start_new_session=True,  # its workers too can be found, and ended, by its id
             )
 
-    def wait_listening(self, timeout: float = 60.0) -> None:
-        """Return once the port accepts connections (requests then wait for a worker)."""
+    def wait_listening(self, timeout: float = 60.0) -> bool:
+        """True once the port accepts connections (requests then wait for a worker); False if
+        the server exited because another program took the port first."""
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
+                if any(words in self.log() for words in PORT_IN_USE):
+                    return False
                 pytest.fail(f"the server exited with {self.process.returncode}:\n{self.log()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
+                return True
             except OSError:
                 if time.monotonic() > deadline:
                     pytest.fail(f"the server did not listen within {timeout} s:\n{self.log()}")
