@@ -1,0 +1,1 @@
+"""Tests of the framework recipes in examples/ against the real frameworks."""
