@@ -68,6 +68,17 @@ def test_the_grants_are_asked_of_the_rounds_that_fault_only_holders() -> None:
     assert alone.min_grants == 500
 
 
+def test_a_round_of_dead_waiters_runs_for_its_faults_only() -> None:
+    """Each dead waiter holds the line up until the backend ends its entry (a second or more
+    on etcd): a kill-waiter round asked for a share of a soak's grants ran for many minutes
+    to get them."""
+    options = Options(min_faults=10, min_grants=1000, primitives=("lock",))
+    plan = [("kill-waiter", "lock"), ("kill", "lock")]
+    dead_waiters = _round_shares([], plan, options)
+    assert (dead_waiters.min_faults, dead_waiters.min_grants) == (10, 0)
+    assert _round_shares([_done(40, *["kill-waiter"] * 10)], plan[1:], options).min_grants == 960
+
+
 def test_a_round_of_joined_kinds_takes_the_largest_share_of_its_kinds() -> None:
     options = Options(min_faults=10, primitives=("lock",))
     plan = [("net-cut+net-drop", "lock"), ("net-drop", "lock")]

@@ -45,7 +45,7 @@ from .check import (
     check_round,
     hazard_exercised,
 )
-from .faults import CLIENT_FAULTS, HOLDER_FAULTS, Nemesis
+from .faults import HOLDER_FAULTS, Nemesis
 from .history import HistoryWriter
 from .pool import PoolError, ResourceProcess, WorkerPool
 
@@ -571,8 +571,10 @@ def _round_shares(
 
     The grants are asked of the rounds whose faults hit only holders (kill, pause), where the
     lock is granted tens of times a second; server and network faults hold the lock up for a
-    second or more each time, so those rounds run for their faults only and add what grants
-    they make. A deployment without such rounds spreads its grants over all of them.
+    second or more each time, and so does a dead waiter (kill-waiter) where the backend ends
+    its entry only with a lease (a second or more on etcd, ZooKeeper and the SQL stores), so
+    those rounds run for their faults only and add what grants they make. A deployment without
+    holder rounds spreads its grants over all of them.
     """
     if not options.min_faults and not options.min_grants:
         return options
@@ -591,7 +593,7 @@ def _round_shares(
 
 
 def _holder_faults_only(fault: str) -> bool:
-    return all(kind in HOLDER_FAULTS or kind in CLIENT_FAULTS for kind in fault.split("+"))
+    return all(kind in HOLDER_FAULTS for kind in fault.split("+"))
 
 
 def run_torture(
