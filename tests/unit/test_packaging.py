@@ -217,6 +217,16 @@ def test_the_backends_without_an_extra_need_none(metadata: Message) -> None:
     assert without.isdisjoint(extras(metadata))
 
 
+def test_the_wheel_holds_of_the_examples_only_the_demos_stock_services(
+    wheel_names: list[str],
+) -> None:
+    examples = {name for name in wheel_names if name.startswith("tumbler/_examples/")}
+    assert examples == {
+        f"tumbler/_examples/{name}"
+        for name in ("stock_service.py", "stock_service_async.py", "stock_store.py")
+    }
+
+
 def test_the_wheel_holds_the_package_and_the_license_only(wheel_names: list[str]) -> None:
     dist_info = f"tumbler_locks-{tumbler.__version__}.dist-info"
     assert "tumbler/py.typed" in wheel_names
