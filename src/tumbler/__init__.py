@@ -15,8 +15,16 @@ from collections.abc import Iterable
 
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
 from ._sync.client import Locks
-from ._sync.hold import Hold, SegmentHold
-from ._sync.primitives import Lock, ReadLock, RLock, RWLock, SegmentedLock, Semaphore
+from ._sync.hold import Hold, MultiHold, SegmentHold
+from ._sync.primitives import (
+    Lock,
+    MultiLock,
+    ReadLock,
+    RLock,
+    RWLock,
+    SegmentedLock,
+    Semaphore,
+)
 from .backends import known_schemes, register_backend
 from .backends.contract import Capabilities, HolderInfo, LockState
 from .errors import (
@@ -80,6 +88,8 @@ __all__ = [
     "LockState",
     "Locks",
     "MissingDependency",
+    "MultiHold",
+    "MultiLock",
     "NotHeld",
     "Observer",
     "OutOfConnections",

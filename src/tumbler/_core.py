@@ -13,7 +13,7 @@ import math
 import random
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Final, TypeAlias
@@ -190,6 +190,33 @@ def validate_segments(segments: object) -> int:
             f"segments must be between 1 and {MAX_SEGMENTS}, not {shown(segments)}"
         )
     return int(segments)
+
+
+def multi_names(names: object) -> tuple[str, ...]:
+    """The names of a multi-lock (``locks.multi()``), canonical and in the one order every
+    caller takes them in (code point order of the canonical forms), or InvalidLockName: a
+    single string (not a collection of names), no name, or a name given twice. Taking locks in
+    one global order is what keeps two callers whose sets overlap from waiting for each other
+    for ever."""
+    if isinstance(names, (str, bytes)):
+        raise InvalidLockName(
+            "multi() takes a collection of lock names, not one name: multi([name, ...])"
+        )
+    if not isinstance(names, Iterable):
+        raise InvalidLockName(
+            f"multi() takes a collection of lock names, not {type(names).__name__}"
+        )
+    given = [validate_name(name) for name in names]
+    if not given:
+        raise InvalidLockName("multi() needs at least one lock name")
+    seen: set[str] = set()
+    for name in given:
+        if name in seen:
+            raise InvalidLockName(
+                f"lock name {shown(name)} is given twice", lock_name=_escaped(name)
+            )
+        seen.add(name)
+    return tuple(sorted(given))
 
 
 def segment_names(name: str, segments: int) -> tuple[str, ...]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ._async.client import AsyncLocks
-from ._async.hold import AsyncHold, AsyncSegmentHold
+from ._async.hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
 from ._async.primitives import (
     AsyncLock,
+    AsyncMultiLock,
     AsyncReadLock,
     AsyncRLock,
     AsyncRWLock,
@@ -31,6 +32,8 @@ __all__ = [
     "AsyncSegmentHold",
     "AsyncLock",
     "AsyncLocks",
+    "AsyncMultiHold",
+    "AsyncMultiLock",
     "AsyncRLock",
     "AsyncRWLock",
     "AsyncReadLock",

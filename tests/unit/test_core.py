@@ -973,3 +973,36 @@ def test_segment_names_carry_the_count_and_leave_room_for_it() -> None:
     core.segment_names("x" * 245, 1024)  # and "#1023/1024": 255 bytes
     with pytest.raises(InvalidLockName):
         core.segment_names("x" * 246, 1024)
+
+
+@given(st.lists(st.text(alphabet="abcé\u0301xyz", min_size=1, max_size=4), min_size=1, max_size=6))
+def test_multi_names_are_canonical_distinct_and_in_one_order_whatever_order_given(
+    names: list[str],
+) -> None:
+    canonical = [unicodedata.normalize("NFC", name) for name in names]
+    if len(set(canonical)) < len(canonical):
+        with pytest.raises(InvalidLockName, match="given twice"):
+            core.multi_names(names)
+        return
+    taken = core.multi_names(names)
+    assert taken == tuple(sorted(canonical))
+    assert core.multi_names(list(reversed(names))) == taken
+
+
+@pytest.mark.parametrize(
+    ("names", "says"),
+    [
+        ("ab", "not one name"),
+        (b"ab", "not one name"),
+        (7, "not int"),
+        ([], "at least one"),
+        (["a", "b", "a"], "given twice"),
+        (["é", "e\u0301"], "given twice"),  # the same name once normalised
+        (["a", ""], "must not be empty"),
+        (["a", 3], "must be str"),
+    ],
+    ids=["str", "bytes", "int", "none", "twice", "twice-normalised", "empty-name", "not-str"],
+)
+def test_bad_multi_names_are_refused(names: object, says: str) -> None:
+    with pytest.raises(InvalidLockName, match=says):
+        core.multi_names(names)

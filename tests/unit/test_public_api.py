@@ -40,6 +40,8 @@ FLAVOURS = {
     "RLock": "AsyncRLock",
     "RWLock": "AsyncRWLock",
     "ReadLock": "AsyncReadLock",
+    "MultiLock": "AsyncMultiLock",
+    "MultiHold": "AsyncMultiHold",
 }
 
 # protocol methods with an asyncio counterpart, under the sync name
@@ -102,8 +104,13 @@ SURFACE = {
         "expires_in", "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
     "Locks": {
-        "url", "capabilities", "lock", "rlock", "semaphore", "segmented", "rwlock",
+        "url", "capabilities", "lock", "rlock", "semaphore", "segmented", "rwlock", "multi",
         "synchronized", "status", "status_all", "force_release", "settle", "close",
+    },
+    "MultiLock": {"names", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release"},
+    "MultiHold": {
+        "names", "holds", "tokens", "held", "in_doubt", "lost", "lost_reason", "expires_in",
+        "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
     "Lock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
     "RLock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
@@ -124,9 +131,9 @@ def _public(instance: object) -> set[str]:
     return {member for member in dir(instance) if not member.startswith("_")}
 
 
-def _surfaces(locks: object, lock: object, segmented: object) -> dict[str, set[str]]:
+def _surfaces(locks: object, lock: object, segmented: object, multi: object) -> dict[str, set[str]]:
     """The public names of a live object of each class of SURFACE, by its sync name (instance
-    attributes show only on an instance); ``lock`` and ``segmented`` are held."""
+    attributes show only on an instance); ``lock``, ``segmented`` and ``multi`` are held."""
     rw = locks.rwlock("rw")  # type: ignore[attr-defined]
     return {
         "Locks": _public(locks),
@@ -138,15 +145,19 @@ def _surfaces(locks: object, lock: object, segmented: object) -> dict[str, set[s
         "SegmentedLock": _public(locks.segmented("g", 2)),  # type: ignore[attr-defined]
         "RWLock": _public(rw),
         "ReadLock": _public(rw.read()),
+        "MultiLock": _public(multi),
+        "MultiHold": _public(multi.hold),  # type: ignore[attr-defined]
     }
 
 
 def test_each_class_shows_only_what_a_user_may_use() -> None:
     with tumbler.connect("memory://") as locks:
         lock, segmented = locks.lock("surface-sync"), locks.segmented("surface-sync-g", 2)
+        multi = locks.multi(["surface-sync-m1", "surface-sync-m2"])
         assert lock.acquire()
         assert segmented.acquire()
-        assert _surfaces(locks, lock, segmented) == SURFACE
+        assert multi.acquire()
+        assert _surfaces(locks, lock, segmented, multi) == SURFACE
 
 
 def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
@@ -154,9 +165,11 @@ def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
         async with await tumbler.aio.connect("memory://") as locks:
             lock = locks.lock("surface-asyncio")
             segmented = locks.segmented("surface-asyncio-g", 2)
+            multi = locks.multi(["surface-asyncio-m1", "surface-asyncio-m2"])
             assert await lock.acquire()
             assert await segmented.acquire()
-            return _surfaces(locks, lock, segmented)
+            assert await multi.acquire()
+            return _surfaces(locks, lock, segmented, multi)
 
     assert asyncio.run(surfaces()) == SURFACE
 

@@ -22,6 +22,8 @@ if segmented.acquire():
     assert segmented.hold is not None
     print(segmented.segment_names[segmented.hold.segment])
 locks.rwlock("rw", ttl=2.5).read()
+with locks.multi(("a1", "a2"), ttl=timedelta(seconds=30), timeout=5) as multi_hold:
+    first_token: int = multi_hold.tokens["a1"]
 if lock.acquire(timeout=timedelta(milliseconds=500)):
     hold = lock.hold
     assert hold is not None
@@ -33,6 +35,8 @@ async def main() -> None:
     alocks = await tumbler.aio.connect("memory://", default_ttl=timedelta(seconds=20))
     async with alocks.segmented("g", 4) as asegment_hold:
         apart: int = asegment_hold.segment
+    async with alocks.multi(["m1", "m2"]) as amulti_hold:
+        atokens: dict[str, int] = dict(amulti_hold.tokens)
     async with alocks.lock("b", ttl=timedelta(seconds=3)) as ahold:
         await ahold.extend(timedelta(seconds=9))
         await ahold.wait_lost(timeout=timedelta(seconds=1))

@@ -46,7 +46,14 @@ from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
 from .gate import AsyncClientGate
 from .hold import GIVE_BACK, RENEW, AsyncHold
-from .primitives import AsyncLock, AsyncRLock, AsyncRWLock, AsyncSegmentedLock, AsyncSemaphore
+from .primitives import (
+    AsyncLock,
+    AsyncMultiLock,
+    AsyncRLock,
+    AsyncRWLock,
+    AsyncSegmentedLock,
+    AsyncSemaphore,
+)
 from .renewal import AsyncRenewer
 
 _log = logging.getLogger("tumbler")
@@ -275,6 +282,23 @@ class AsyncLocks:
         return AsyncSegmentedLock(
             self, name, segments, ttl=ttl, timeout=timeout, fair=fair, renew=renew
         )
+
+    def multi(
+        self,
+        names: Iterable[str],
+        *,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> AsyncMultiLock:
+        """Several mutexes taken as one: all of ``names`` or none, in one order every caller
+        shares (so two callers with overlapping sets never wait for each other for ever),
+        each name with its own fencing token (``hold.tokens``); lost as a whole if any part
+        is. ``ttl``, ``timeout`` (for all the names together), ``fair`` and ``renew`` as for
+        ``lock()``. Raises ``InvalidLockName`` for a bad name, a name given twice, or none.
+        """
+        return AsyncMultiLock(self, names, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
 
     def rwlock(
         self,

@@ -1,4 +1,5 @@
-"""The lock objects: mutex, re-entrant mutex, semaphore, read/write lock.
+"""The lock objects: mutex, re-entrant mutex, semaphore, read/write lock, segmented lock, and
+several locks taken as one (multi-lock).
 
 A lock object is a name and its settings (lease, timeout, fairness, renewal); the grants are
 the client's (``AsyncLocks``) and each lives on its hold (``AsyncHold``). A lock object keeps,
@@ -17,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from .. import _core as core
-from .._acompat import acurrent_context
+from .._acompat import acurrent_context, ashield
 from ..errors import (
     AcquireTimeout,
     AlreadyHeld,
@@ -25,8 +26,9 @@ from ..errors import (
     InvalidTimeout,
     LockLost,
     NotHeld,
+    TumblerError,
 )
-from .hold import AsyncHold, AsyncSegmentHold
+from .hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
 
 if TYPE_CHECKING:
     from .client import AsyncLocks
@@ -422,3 +424,160 @@ class AsyncRWLock:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+class AsyncMultiLock:
+    """Several mutexes taken as one: all of them or none, each name with its own fencing
+    token (``hold.tokens``).
+
+    The names are taken one after the other in one order that every caller shares (the code
+    point order of their canonical forms, ``names``), whatever order they were given in: two
+    callers whose sets overlap then never each hold a name the other waits for. An acquire
+    that cannot have every name within its timeout gives back those it took and returns
+    False. The whole is lost as soon as any part is (see ``AsyncMultiHold``). Each part is a
+    ``lock()`` of its name: a mutex of one of the names held elsewhere, by any client, is
+    waited for, and a name this thread/task holds already raises ``AlreadyHeld``.
+    """
+
+    def __init__(
+        self,
+        locks: AsyncLocks,
+        names: Iterable[str],
+        *,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> None:
+        #: the names (canonical), in the order they are taken
+        self.names: tuple[str, ...] = core.multi_names(names)
+        self._parts = tuple(
+            AsyncLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+            for name in self.names
+        )
+        first = self._parts[0]
+        #: the lease of each name, in seconds
+        self.ttl: float = first.ttl
+        #: how long ``with`` (and ``acquire()`` without a timeout) waits for all of them
+        self.timeout: float | None = first.timeout
+        self.fair: bool = first.fair
+        self.renew: bool = first.renew
+        self._locks = locks
+        self._guard = threading.Lock()
+        self._holds: dict[Hashable, list[AsyncMultiHold]] = {}
+        self._entered: dict[Hashable, list[AsyncMultiHold]] = {}
+
+    @property
+    def hold(self) -> AsyncMultiHold | None:
+        """The calling thread's/task's latest hold of these locks, or None."""
+        with self._guard:
+            holds = self._holds.get(acurrent_context())
+            return holds[-1] if holds else None
+
+    async def acquire(
+        self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
+    ) -> bool:
+        """Acquire every name; True if acquired, False if the timeout ran out first (having
+        given back what it took). ``blocking`` and ``timeout`` as for ``lock().acquire()``;
+        the timeout is for all the names together."""
+        seconds = self._parts[0]._seconds(blocking, timeout)
+        clock = self._locks._clock
+        deadline = None if seconds is None else clock.now() + seconds
+        taken: list[AsyncHold] = []
+        try:
+            for part in self._parts:
+                left = None if deadline is None else max(0.0, deadline - clock.now())
+                if not await part.acquire(timeout=left):
+                    await ashield(_give_back(taken))
+                    return False
+                hold = part.hold
+                assert hold is not None
+                taken.append(hold)
+        except BaseException:
+            await ashield(_give_back(taken))
+            raise
+        multi = AsyncMultiHold(taken, clock)
+        context = acurrent_context()
+        with self._guard:
+            self._holds.setdefault(context, []).append(multi)
+        taken[0]._on_finish(functools.partial(self._forget, context, multi))
+        return True
+
+    async def release(self) -> None:
+        """Release the calling thread's/task's hold of every name (see
+        ``AsyncMultiHold.release``). Raises ``NotHeld`` if it holds none."""
+        hold = self.hold
+        if hold is None:
+            raise NotHeld(
+                f"locks {list(self.names)!r} are not held by this thread/task",
+                lock_name=self.names[0],
+            )
+        await hold.release()
+
+    async def __aenter__(self) -> AsyncMultiHold:
+        if not await self.acquire():
+            raise AcquireTimeout(
+                f"locks {list(self.names)!r} could not all be acquired within {self.timeout} s",
+                lock_name=self.names[0],
+                backend=self._locks.url,
+            )
+        hold = self.hold
+        assert hold is not None
+        with self._guard:
+            self._entered.setdefault(acurrent_context(), []).append(hold)
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        context = acurrent_context()
+        with self._guard:
+            entered = self._entered.get(context)
+            hold = entered.pop() if entered else None
+            if entered is not None and not entered:
+                del self._entered[context]
+        if hold is None:
+            return
+        if hold._release_begun:
+            # released inside the block: report a loss not yet reported
+            if exc_type is None:
+                hold._report_loss()
+            return
+        try:
+            await hold.release()
+        except (LockLost, BackendUnavailable):
+            if exc_type is None:
+                raise
+            _log.warning(
+                "locks %r: a hold lost or not released while leaving on an error",
+                list(self.names),
+            )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {list(self.names)!r} ttl={self.ttl} fair={self.fair}>"
+
+    def _forget(self, context: Hashable, multi: AsyncMultiHold, _part: AsyncHold) -> None:
+        with self._guard:
+            holds = self._holds.get(context)
+            if holds is not None and multi in holds:
+                holds.remove(multi)
+                if not holds:
+                    del self._holds[context]
+
+
+async def _give_back(holds: list[AsyncHold]) -> int:
+    """Release the parts a failed multi-lock acquire took, the last first; how many went
+    back (a part that could not be released frees itself when its lease runs out)."""
+    given = 0
+    for hold in reversed(holds):
+        try:
+            await hold.release()
+            given += 1
+        except TumblerError as error:
+            _log.warning(
+                "lock %r: not given back after a failed multi-lock acquire: %s", hold.name, error
+            )
+    return given

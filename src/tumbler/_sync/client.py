@@ -48,7 +48,14 @@ from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
-from .primitives import Lock, RLock, RWLock, SegmentedLock, Semaphore
+from .primitives import (
+    Lock,
+    MultiLock,
+    RLock,
+    RWLock,
+    SegmentedLock,
+    Semaphore,
+)
 from .renewal import Renewer
 
 _log = logging.getLogger("tumbler")
@@ -273,6 +280,23 @@ class Locks:
         the same ``segments`` for a name.
         """
         return SegmentedLock(self, name, segments, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+
+    def multi(
+        self,
+        names: Iterable[str],
+        *,
+        ttl: core.Seconds | None = None,
+        timeout: core.Seconds | None = None,
+        fair: bool = False,
+        renew: bool = True,
+    ) -> MultiLock:
+        """Several mutexes taken as one: all of ``names`` or none, in one order every caller
+        shares (so two callers with overlapping sets never wait for each other for ever),
+        each name with its own fencing token (``hold.tokens``); lost as a whole if any part
+        is. ``ttl``, ``timeout`` (for all the names together), ``fair`` and ``renew`` as for
+        ``lock()``. Raises ``InvalidLockName`` for a bad name, a name given twice, or none.
+        """
+        return MultiLock(self, names, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
 
     def rwlock(
         self,

@@ -48,11 +48,12 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from .. import _core as core
 from .._acompat import Event, shield
+from .._clock import Clock
 from .._core import (
     GIVEN_BACK,
     GRANTED,
@@ -605,3 +606,174 @@ class SegmentHold(Hold):
 
     def _detail(self) -> str:
         return f" segment={self.segment}"
+
+
+class MultiHold:
+    """The grant of a multi-lock (``locks.multi()``): one hold per name, held and lost as one.
+
+    ``tokens`` maps each name to its grant's fencing token (hand each resource the token of
+    its own name); ``holds`` are the parts, in the order they were taken. The whole is lost
+    as soon as any part is: ``lost``, ``lost_reason`` (the first part lost, and why),
+    ``on_lost`` and ``wait_lost`` speak of the first loss; the other parts stay granted until
+    ``release()`` (or the end of the ``with`` block) gives them all back.
+    """
+
+    def __init__(self, holds: Sequence[Hold], clock: Clock) -> None:
+        #: the holds of the names, in the multi-lock's order
+        self.holds: tuple[Hold, ...] = tuple(holds)
+        #: the names, in the multi-lock's order
+        self.names: tuple[str, ...] = tuple(hold.name for hold in self.holds)
+        self._clock = clock
+        self._guard = threading.Lock()
+        self._first_lost: Hold | None = None
+        self._callbacks: list[Callable[[MultiHold], object]] = []
+        self._wakers: set[Event] = set()
+        for hold in self.holds:
+            hold.on_lost(self._part_lost)
+            hold._on_finish(self._part_ended)
+
+    @property
+    def tokens(self) -> Mapping[str, int]:
+        """Each name's fencing token."""
+        return {hold.name: hold.token for hold in self.holds}
+
+    @property
+    def held(self) -> bool:
+        """True while every part is held (see ``AsyncHold.held``)."""
+        return all(hold.held for hold in self.holds)
+
+    @property
+    def in_doubt(self) -> bool:
+        """True while no part is lost and some part is in doubt."""
+        return not self.lost and any(hold.in_doubt for hold in self.holds)
+
+    @property
+    def lost(self) -> bool:
+        """True once any part was lost."""
+        return any(hold.lost for hold in self.holds)
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Which part was lost first, and why; None while none is."""
+        first = self._first_lost or next((hold for hold in self.holds if hold.lost), None)
+        if first is None:
+            return None
+        return f"lock {first.name!r}: {first.lost_reason}"
+
+    @property
+    def expires_in(self) -> float:
+        """The least ``expires_in`` of the parts: 0 unless every part is held."""
+        return min(hold.expires_in for hold in self.holds)
+
+    @property
+    def gives_up_in(self) -> float:
+        """The least ``gives_up_in`` of the parts (see ``AsyncHold.gives_up_in``)."""
+        return min(hold.gives_up_in for hold in self.holds)
+
+    def check(self) -> None:
+        """Raise what ``check()`` of the first part with a problem raises: ``LockLost``,
+        ``HoldInDoubt`` or ``NotHeld``."""
+        lost = [hold for hold in self.holds if hold.lost]
+        for hold in lost or self.holds:
+            hold.check()
+
+    def on_lost(self, callback: Callable[[MultiHold], object]) -> None:
+        """Call ``callback(multi_hold)`` once when any part is found lost (at once if one
+        already is); where and how as ``AsyncHold.on_lost``."""
+        with self._guard:
+            already = self._first_lost is not None
+            if not already:
+                self._callbacks.append(callback)
+        if already:
+            self._run_callback(callback)
+
+    def wait_lost(self, timeout: core.Seconds | None = None) -> bool:
+        """Wait until any part is found lost or ``timeout`` passes; True if one was lost.
+        Returns at the first part's deadline at the latest, and False once every part is
+        released without a loss."""
+        seconds = core.validate_timeout(timeout)
+        clock = self._clock
+        end = None if seconds is None else clock.now() + seconds
+        # woken by a part's loss or end, and by a clock moved by hand
+        wake = Event()
+        with self._guard:
+            self._wakers.add(wake)
+        clock.add_listener(wake.set_threadsafe)
+        try:
+            while True:
+                wake.clear()
+                for hold in self.holds:
+                    if self._first_lost is None and hold.lost:
+                        # past its deadline, before the client's deadline watch got to it:
+                        # the part's own wait marks it lost and tells the callbacks, ours too
+                        hold.wait_lost(0)
+                live = [hold for hold in self.holds if not hold._settled]
+                if self._first_lost is not None or not live:
+                    break
+                # a part being released has no deadline: its end wakes this wait
+                deadlines = [hold.gives_up_in for hold in live if hold.gives_up_in > 0]
+                left = min(deadlines) if deadlines else None
+                if end is not None:
+                    remaining = end - clock.now()
+                    if remaining <= 0:
+                        break
+                    left = remaining if left is None else min(left, remaining)
+                wake.wait(None if left is None else clock.real_timeout(left))
+        finally:
+            clock.remove_listener(wake.set_threadsafe)
+            with self._guard:
+                self._wakers.discard(wake)
+        return self.lost
+
+    def extend(self, ttl: core.Seconds | None = None) -> None:
+        """``extend(ttl)`` each part (see ``AsyncHold.extend``)."""
+        for hold in self.holds:
+            hold.extend(ttl)
+
+    def release(self) -> None:
+        """Give every part back, the last taken first. Every part is released whatever
+        happens to another; then the first error is raised: ``LockLost`` if a part had been
+        lost, else what a part's release raised."""
+        errors: list[TumblerError] = []
+        for hold in reversed(self.holds):
+            try:
+                hold.release()
+            except TumblerError as error:
+                errors.append(error)
+        lost = [error for error in errors if isinstance(error, LockLost)]
+        if lost or errors:
+            raise (lost or errors)[0]
+
+    @property
+    def _release_begun(self) -> bool:
+        return all(hold._release_begun for hold in self.holds)
+
+    def _report_loss(self) -> None:
+        if self.lost:
+            raise LockLost(f"{self.lost_reason}", lock_name=self.names[0])
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else "held" if self.held else "released"
+        return f"<{type(self).__name__} {list(self.tokens.items())} {state}>"
+
+    def _part_lost(self, hold: Hold) -> None:
+        with self._guard:
+            if self._first_lost is not None:
+                return
+            self._first_lost = hold
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            self._run_callback(callback)
+        self._part_ended(hold)
+
+    def _part_ended(self, _hold: Hold) -> None:
+        with self._guard:
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake.set_threadsafe()
+
+    def _run_callback(self, callback: Callable[[MultiHold], object]) -> None:
+        try:
+            callback(self)
+        except Exception:
+            _log.exception("on_lost callback for locks %r failed", list(self.names))

@@ -1,0 +1,109 @@
+# Generated from src/tumbler/testing/conformance/_async/test_multi.py: do not edit.
+# Change the asyncio source and run tools/generate_sync.py again.
+"""Several locks taken as one (``locks.multi()``), as every backend must keep it (asyncio
+source of the blocking twin).
+
+A multi-lock is a mutex per name, taken in one order every caller shares: all of them or
+none, each with its own fencing token, lost as a whole when any part is.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tumbler import AcquireTimeout, LockLost
+from tumbler._sync.client import Locks
+from tumbler._sync.hold import MultiHold
+
+from ..compat import PATIENCE, Connect, gather
+
+#: long enough that the renewal which learns of a force-release (every third of it) comes
+#: well before the lease could run out on a loaded machine
+LEASE = 3.0
+
+
+def holders(locks: Locks, names: tuple[str, ...]) -> dict[str, list[int]]:
+    return {name: [h.token for h in (locks.status(name)).holders] for name in names}
+
+
+def test_a_multi_lock_takes_every_name_or_none(connect: Connect) -> None:
+    mine, other = connect(), connect()
+    blocker = other.lock("multi-b")
+    assert blocker.acquire()
+    multi = mine.multi(["multi-c", "multi-a", "multi-b"])
+    assert multi.names == ("multi-a", "multi-b", "multi-c")  # the order every caller takes
+
+    assert not multi.acquire(timeout=0.2)
+    assert multi.hold is None
+    # what it took before it met the held name went back
+    assert holders(other, ("multi-a", "multi-c")) == {"multi-a": [], "multi-c": []}
+    with pytest.raises(AcquireTimeout):
+        with mine.multi(["multi-b", "multi-a"], timeout=0):
+            pass
+    assert (other.status("multi-a")).holders == ()
+
+    blocker.release()
+    with multi as hold:
+        assert hold.held
+        assert hold.names == multi.names
+        assert holders(other, multi.names) == {name: [token] for name, token in hold.tokens.items()}
+    assert not hold.held
+    assert holders(other, multi.names) == {name: [] for name in multi.names}
+
+
+def test_each_name_of_a_multi_lock_keeps_its_own_tokens_increasing(
+    connect: Connect,
+) -> None:
+    locks = connect()
+    single = locks.lock("tokens-b")
+    assert single.acquire()
+    first = single.hold
+    assert first is not None
+    single.release()
+    with locks.multi(["tokens-a", "tokens-b"]) as hold:
+        assert hold.tokens["tokens-b"] > first.token
+        again = hold.tokens
+    with locks.multi(["tokens-b", "tokens-a"]) as hold:
+        assert all(hold.tokens[name] > again[name] for name in again)
+
+
+def test_multi_locks_over_one_set_in_opposite_orders_never_wait_for_each_other(
+    connect: Connect,
+) -> None:
+    """Taken in the order given, each caller would soon hold the name the other waits for,
+    and both would wait until their timeouts."""
+    one, two = connect(), connect()
+
+    def take(locks: Locks, names: list[str]) -> int:
+        for _ in range(10):
+            with locks.multi(names, timeout=PATIENCE):
+                pass
+        return 10
+
+    assert gather(
+        lambda: take(one, ["cross-x", "cross-y"]), lambda: take(two, ["cross-y", "cross-x"])
+    ) == [10, 10]
+
+
+def test_a_multi_hold_is_lost_as_a_whole_when_one_name_is_lost(
+    connect: Connect,
+) -> None:
+    holder, operator = connect(), connect()
+    multi = holder.multi(["whole-a", "whole-b"], ttl=LEASE)
+    assert multi.acquire()
+    hold = multi.hold
+    assert hold is not None
+    told: list[MultiHold] = []
+    hold.on_lost(told.append)
+
+    assert operator.force_release("whole-b") == 1
+    assert hold.wait_lost(timeout=PATIENCE)
+    assert told == [hold]
+    assert hold.lost
+    assert not hold.held
+    assert hold.lost_reason is not None
+    assert hold.lost_reason.startswith("lock 'whole-b'")
+    with pytest.raises(LockLost):
+        multi.release()
+    # the name that was not lost went back with it
+    assert (operator.status("whole-a")).holders == ()
