@@ -65,16 +65,6 @@ def read_line(process: subprocess.Popen[bytes], timeout: float = 30.0) -> str:
     return data.decode().strip()
 
 
-def process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie nobody reaped yet counts as exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    # the state follows the command name, which is in parentheses and may contain spaces
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
-
-
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite://{(tmp_path / 'locks.db').as_posix()}"

@@ -18,6 +18,7 @@ import pytest
 import tumbler
 import tumbler.backends
 import tumbler.cli as cli_module
+from tests.processes import process_gone
 from tumbler import errors
 from tumbler.backends import BackendDescriptor, builtin_descriptors
 from tumbler.cli import (
@@ -35,7 +36,6 @@ from tumbler.errors import TumblerError
 
 from .conftest import (
     Spawn,
-    process_gone,
     python_command,
     read_line,
     run_tumbler,

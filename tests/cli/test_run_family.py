@@ -19,10 +19,11 @@ from urllib.parse import quote
 import pytest
 
 import tumbler
+from tests.processes import process_gone
 from tumbler.cli import EX_LOCK_LOST, EX_TEMPFAIL
 from tumbler.testing.backends.redis.server import RedisServer
 
-from .conftest import Spawn, process_gone, python_command, read_line, run_tumbler, wait_until
+from .conftest import Spawn, python_command, read_line, run_tumbler, wait_until
 
 # The command: a shell that starts a background process and exits 3 at once, as a script that
 # ends with `work &` does. The background process says its pid and its shell's, then blocks

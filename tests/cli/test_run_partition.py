@@ -15,11 +15,12 @@ import uuid
 import pytest
 
 import tumbler
+from tests.processes import process_gone
 from tumbler.cli import EX_LOCK_LOST
 from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.torture.proxy import FaultProxy
 
-from .conftest import Spawn, process_gone, python_command, read_line
+from .conftest import Spawn, python_command, read_line
 
 # The command says it runs, then on SIGTERM says when it was stopped (CLOCK_MONOTONIC is
 # system-wide, so the test can compare it with its own clock) and exits.

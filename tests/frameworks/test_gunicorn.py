@@ -23,10 +23,10 @@ from tests.frameworks.wsgi import (
     booted_workers,
     environment,
     gunicorn_argv,
-    process_gone,
     request,
     start_web_server,
 )
+from tests.processes import process_gone
 
 STOCK = 10
 BUYERS = 30

@@ -154,12 +154,3 @@ def gunicorn_argv(app: str, *options: str) -> list[str]:
 def booted_workers(log: str) -> list[int]:
     """The pids of the workers gunicorn says it booted."""
     return [int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", log)]
-
-
-def process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie nobody reaped yet counts as exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")

@@ -15,7 +15,7 @@ import random
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from .. import _core as core
 from .._acompat import acurrent_context, ashield
@@ -50,9 +50,100 @@ _UNSET: Final = _Unset()
 _rng = random.Random()
 
 
-class _AsyncPrimitive(Generic[H]):
-    """What every lock object shares: acquire/release per thread or task, ``with``, ``locked``.
-    ``H``: the kind of hold it makes."""
+class _AsyncReleasable(Protocol):
+    """What ``with`` needs of a hold: its release, and whether one has begun."""
+
+    @property
+    def _release_begun(self) -> bool: ...
+
+    def _report_loss(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+
+#: the kind of hold a ``with`` block gets
+R = TypeVar("R", bound=_AsyncReleasable)
+
+
+class _AsyncHolder(Generic[R]):
+    """What every lock object shares: the holds of each thread or task, and ``with`` (which
+    waits up to ``timeout``, and releases what it took at the end of the block)."""
+
+    timeout: float | None
+    _locks: AsyncLocks
+    _guard: threading.Lock
+    _holds: dict[Hashable, list[R]]
+    _entered: dict[Hashable, list[R]]
+
+    @property
+    def hold(self) -> R | None:
+        """The calling thread's/task's latest hold of this lock, or None."""
+        with self._guard:
+            holds = self._holds.get(acurrent_context())
+            return holds[-1] if holds else None
+
+    async def acquire(
+        self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
+    ) -> bool:
+        raise NotImplementedError
+
+    def _described(self) -> tuple[str, str]:
+        """What messages call the lock (``lock 'x'``), and the lock name errors carry."""
+        raise NotImplementedError
+
+    def _left_counted(self, context: Hashable) -> bool:
+        """Whether leaving a ``with`` block only counts down a re-entrant hold."""
+        return False
+
+    async def __aenter__(self) -> R:
+        if not await self.acquire():
+            what, lock_name = self._described()
+            raise AcquireTimeout(
+                f"{what} could not be acquired within {self.timeout} s",
+                lock_name=lock_name,
+                backend=self._locks.url,
+            )
+        hold = self.hold
+        assert hold is not None
+        with self._guard:
+            self._entered.setdefault(acurrent_context(), []).append(hold)
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        context = acurrent_context()
+        with self._guard:
+            entered = self._entered.get(context)
+            hold = entered.pop() if entered else None
+            if entered is not None and not entered:
+                del self._entered[context]
+            if hold is not None and self._left_counted(context):
+                return
+        if hold is None:
+            return
+        if hold._release_begun:
+            # released inside the block, by hand or by close(): report a loss not yet reported
+            if exc_type is None:
+                hold._report_loss()
+            return
+        try:
+            await hold.release()
+        except (LockLost, BackendUnavailable):
+            if exc_type is None:
+                raise
+            # never hide the exception already on its way out
+            _log.warning(
+                "%s: hold lost or not released while leaving on an error", self._described()[0]
+            )
+
+
+class _AsyncPrimitive(_AsyncHolder[H]):
+    """What every lock object of one name shares: acquire/release per thread or task,
+    ``locked``. ``H``: the kind of hold it makes."""
 
     _shared: bool = False
     #: the same thread/task may acquire again: counted (rlock) ...
@@ -90,13 +181,6 @@ class _AsyncPrimitive(Generic[H]):
         self._holds: dict[Hashable, list[H]] = {}
         self._depth: dict[Hashable, int] = {}
         self._entered: dict[Hashable, list[H]] = {}
-
-    @property
-    def hold(self) -> H | None:
-        """The calling thread's/task's latest hold of this lock, or None."""
-        with self._guard:
-            holds = self._holds.get(acurrent_context())
-            return holds[-1] if holds else None
 
     async def acquire(
         self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
@@ -177,48 +261,15 @@ class _AsyncPrimitive(Generic[H]):
         state = await self._locks.status(self.name)
         return core.would_block([h.shared for h in state.holders], self._shared, self._limit)
 
-    async def __aenter__(self) -> H:
-        if not await self.acquire():
-            raise AcquireTimeout(
-                f"lock {self.name!r} could not be acquired within {self.timeout} s",
-                lock_name=self.name,
-                backend=self._locks.url,
-            )
-        hold = self.hold
-        assert hold is not None
-        with self._guard:
-            self._entered.setdefault(acurrent_context(), []).append(hold)
-        return hold
+    def _described(self) -> tuple[str, str]:
+        return f"lock {self.name!r}", self.name
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        context = acurrent_context()
-        with self._guard:
-            entered = self._entered.get(context)
-            hold = entered.pop() if entered else None
-            if entered is not None and not entered:
-                del self._entered[context]
-            if hold is not None and self._reentrant and self._depth.get(context, 0) > 1:
-                self._depth[context] -= 1
-                return
-        if hold is None:
-            return
-        if hold._release_begun:
-            # released inside the block, by hand or by close(): report a loss not yet reported
-            if exc_type is None:
-                hold._report_loss()
-            return
-        try:
-            await hold.release()
-        except (LockLost, BackendUnavailable):
-            if exc_type is None:
-                raise
-            # never hide the exception already on its way out
-            _log.warning("lock %r: hold lost or not released while leaving on an error", self.name)
+    def _left_counted(self, context: Hashable) -> bool:
+        # called under the guard
+        if self._reentrant and self._depth.get(context, 0) > 1:
+            self._depth[context] -= 1
+            return True
+        return False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ttl={self.ttl} fair={self.fair}>"
@@ -426,7 +477,7 @@ class AsyncRWLock:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-class AsyncMultiLock:
+class AsyncMultiLock(_AsyncHolder[AsyncMultiHold]):
     """Several mutexes taken as one: all of them or none, each name with its own fencing
     token (``hold.tokens``).
 
@@ -466,13 +517,6 @@ class AsyncMultiLock:
         self._guard = threading.Lock()
         self._holds: dict[Hashable, list[AsyncMultiHold]] = {}
         self._entered: dict[Hashable, list[AsyncMultiHold]] = {}
-
-    @property
-    def hold(self) -> AsyncMultiHold | None:
-        """The calling thread's/task's latest hold of these locks, or None."""
-        with self._guard:
-            holds = self._holds.get(acurrent_context())
-            return holds[-1] if holds else None
 
     async def acquire(
         self, blocking: bool = True, timeout: core.Seconds | _Unset | None = _UNSET
@@ -514,47 +558,8 @@ class AsyncMultiLock:
             )
         await hold.release()
 
-    async def __aenter__(self) -> AsyncMultiHold:
-        if not await self.acquire():
-            raise AcquireTimeout(
-                f"locks {list(self.names)!r} could not all be acquired within {self.timeout} s",
-                lock_name=self.names[0],
-                backend=self._locks.url,
-            )
-        hold = self.hold
-        assert hold is not None
-        with self._guard:
-            self._entered.setdefault(acurrent_context(), []).append(hold)
-        return hold
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        context = acurrent_context()
-        with self._guard:
-            entered = self._entered.get(context)
-            hold = entered.pop() if entered else None
-            if entered is not None and not entered:
-                del self._entered[context]
-        if hold is None:
-            return
-        if hold._release_begun:
-            # released inside the block: report a loss not yet reported
-            if exc_type is None:
-                hold._report_loss()
-            return
-        try:
-            await hold.release()
-        except (LockLost, BackendUnavailable):
-            if exc_type is None:
-                raise
-            _log.warning(
-                "locks %r: a hold lost or not released while leaving on an error",
-                list(self.names),
-            )
+    def _described(self) -> tuple[str, str]:
+        return f"locks {list(self.names)!r}", self.names[0]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {list(self.names)!r} ttl={self.ttl} fair={self.fair}>"
