@@ -749,8 +749,9 @@ class MultiHold:
         return all(hold._release_begun for hold in self.holds)
 
     def _report_loss(self) -> None:
-        if self.lost:
-            raise LockLost(f"{self.lost_reason}", lock_name=self.names[0])
+        # each part raises once at most: a loss its release reported is not reported again
+        for hold in self.holds:
+            hold._report_loss()
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "held" if self.held else "released"

@@ -109,3 +109,19 @@ async def test_a_multi_hold_is_lost_as_a_whole_when_one_name_is_lost(
         await multi.release()
     # the name that was not lost went back with it
     assert (await operator.status("whole-a")).holders == ()
+
+
+async def test_a_multi_hold_released_in_its_block_is_released_once(aconnect: AsyncConnect) -> None:
+    holder, operator = await aconnect(), await aconnect()
+    multi = holder.multi(["inside-a", "inside-b"], ttl=LEASE)
+    async with multi as hold:
+        await hold.release()
+        assert not hold.held
+        assert await holders(operator, hold.names) == {name: [] for name in hold.names}
+    # a loss inside the block is told once: by the release that met it, not again at its end
+    async with multi as hold:
+        assert await operator.force_release("inside-a") == 1
+        assert await hold.wait_lost(timeout=PATIENCE)
+        with pytest.raises(LockLost, match="inside-a"):
+            await hold.release()
+    assert (await operator.status("inside-b")).holders == ()

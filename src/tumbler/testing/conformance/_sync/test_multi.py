@@ -107,3 +107,19 @@ def test_a_multi_hold_is_lost_as_a_whole_when_one_name_is_lost(
         multi.release()
     # the name that was not lost went back with it
     assert (operator.status("whole-a")).holders == ()
+
+
+def test_a_multi_hold_released_in_its_block_is_released_once(connect: Connect) -> None:
+    holder, operator = connect(), connect()
+    multi = holder.multi(["inside-a", "inside-b"], ttl=LEASE)
+    with multi as hold:
+        hold.release()
+        assert not hold.held
+        assert holders(operator, hold.names) == {name: [] for name in hold.names}
+    # a loss inside the block is told once: by the release that met it, not again at its end
+    with multi as hold:
+        assert operator.force_release("inside-a") == 1
+        assert hold.wait_lost(timeout=PATIENCE)
+        with pytest.raises(LockLost, match="inside-a"):
+            hold.release()
+    assert (operator.status("inside-b")).holders == ()
