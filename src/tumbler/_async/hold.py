@@ -752,7 +752,12 @@ class AsyncMultiHold:
             hold._report_loss()
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost else "held" if self.held else "released"
+        if self.lost:
+            state = "lost"
+        elif self.held or self.in_doubt:
+            state = "held"  # in doubt reads as held, as a single hold's repr has it
+        else:
+            state = "released"
         return f"<{type(self).__name__} {list(self.tokens.items())} {state}>"
 
     def _part_lost(self, hold: AsyncHold) -> None:
