@@ -155,6 +155,13 @@ def _start_etcd_cluster(directory: Path, settings: Settings) -> Deployment:
     return deployment
 
 
+#: A dead waiter's entry lives on its client's waiters' lease: it goes when etcd ends that
+#: lease, up to a second (the shortest lease these servers grant) after the last keep-alive
+#: and up to a sweep of etcd's (every 0.5 s) later; and half a second for a busy 2-core
+#: machine, as torture's DEAD_WAITER_BOUND allows every backend. etcd reports a lease's time
+#: to live in whole seconds, so no client can end a dead waiter's sooner.
+DEAD_WAITER_BOUND = 1.0 + 0.5 + 0.5
+
 DEPLOYMENTS = (
     BackendSpec(
         name="etcd",
@@ -166,6 +173,7 @@ DEPLOYMENTS = (
         promise="exclusion and increasing tokens (create revisions) across crashes and "
         "restarts; a dead holder's lease runs out",
         recovery_grace=5.0,
+        dead_waiter_bound=DEAD_WAITER_BOUND,
         start=_start_etcd,
         missing=_missing_etcd,
         # a blip well within a lease: no acquire fails, no hold is lost
@@ -190,6 +198,7 @@ DEPLOYMENTS = (
         "from the clients) no acquire fails and no hold is lost, and through a leader's loss "
         "no acquire fails",
         recovery_grace=8.0,
+        dead_waiter_bound=DEAD_WAITER_BOUND,
         start=_start_etcd_cluster,
         missing=_missing_etcd,
         available={
