@@ -45,6 +45,11 @@ pytestmark = pytest.mark.asyncio  # async-only
 # a short lease, for cases about expiry: long enough for a loaded 2-core machine (two test
 # workers, their servers and their child processes) to renew in time
 SHORT_TTL = 1.0
+# the lease of a hold that must hear of a force-release from its next renewal (every third of
+# the lease): with a second, a renewal held up on a loaded machine (the store busy with the
+# force-release itself, a starved renewal thread) lets the lease run out first, and the hold
+# is lost without learning who forced it
+FORCED_TTL = 3.0
 
 
 @pytest.mark.tumbler_connection
@@ -407,7 +412,7 @@ async def test_lock_lost_does_not_hide_the_exception_on_its_way_out(aconnect: As
 @pytest.mark.tumbler_connection
 async def test_force_release_takes_the_lock_from_its_holder(aconnect: AsyncConnect) -> None:
     holder, operator, next_client = await aconnect(), await aconnect(), await aconnect()
-    lock = holder.lock("stuck", ttl=SHORT_TTL)
+    lock = holder.lock("stuck", ttl=FORCED_TTL)
     assert await lock.acquire()
     hold = lock.hold
     assert hold is not None
@@ -860,7 +865,7 @@ async def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
     aconnect: AsyncConnect, caplog: pytest.LogCaptureFixture
 ) -> None:
     holder, operator = await aconnect(), await aconnect()
-    renewed = holder.lock("evicted", ttl=SHORT_TTL)
+    renewed = holder.lock("evicted", ttl=FORCED_TTL)
     unrenewed = holder.lock("evicted-quietly", ttl=30, renew=False)
     assert await renewed.acquire()
     assert await unrenewed.acquire()
