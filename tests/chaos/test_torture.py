@@ -201,7 +201,9 @@ def test_etcd(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
-    primitives = ("lock", "fair", "semaphore", "rwlock")
+    # etcd serves every request in arrival order, fair or not (one code path): "fair" would
+    # be the lock's round again, and etcd's rounds are the costliest of CI's
+    primitives = ("lock", "semaphore", "rwlock")
     run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster"], tmp_path, primitives=primitives)
     _assert_kept_promises(run)
 
