@@ -486,8 +486,9 @@ class AsyncMultiLock(_AsyncHolder[AsyncMultiHold]):
     callers whose sets overlap then never each hold a name the other waits for. An acquire
     that cannot have every name within its timeout gives back those it took and returns
     False. The whole is lost as soon as any part is (see ``AsyncMultiHold``). Each part is a
-    ``lock()`` of its name: a mutex of one of the names held elsewhere, by any client, is
-    waited for, and a name this thread/task holds already raises ``AlreadyHeld``.
+    ``lock()`` of its name: a mutex of one of the names held elsewhere (by any client, or by
+    this thread/task through another lock object) is waited for, and acquiring this
+    multi-lock again in the thread/task that holds it raises ``AlreadyHeld``.
     """
 
     def __init__(
