@@ -130,15 +130,8 @@ def draw_pairs(all_stores: Sequence[Store], about: str, path: Path) -> None:
         positions = list(range(len(store.pairs)))
         _draw_bars(axes, store.pairs, positions, 0.7)
         axes.set_yticks(positions, [bar.contender for bar in store.pairs], fontsize="small")
-        axes.invert_yaxis()
-        axes.set_title(store.backend, fontsize="medium", loc="left")
-        axes.set_xlabel("pair median, µs")
-        axes.set_xlim(left=0)
-    _legend(panels[0, 0])
-    figure.suptitle(f"Uncontended acquire+release\n{about}", fontsize="medium")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        _label(axes, store, "pair median, µs")
+    _save(figure, panels, f"Uncontended acquire+release\n{about}", path)
 
 
 def draw_handoffs(all_stores: Sequence[Store], about: str, path: Path) -> None:
@@ -175,12 +168,24 @@ def draw_handoffs(all_stores: Sequence[Store], about: str, path: Path) -> None:
                     color="white",
                 )
         axes.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize="small")
-        axes.invert_yaxis()
-        axes.set_title(store.backend, fontsize="medium", loc="left")
-        axes.set_xlabel("hand-off median, ms (release to the next holder's grant)")
-        axes.set_xlim(left=0)
+        _label(axes, store, "hand-off median, ms (release to the next holder's grant)")
+    _save(figure, panels, f"Contended: P workers on one lock\n{about}", path)
+
+
+def _label(axes: Any, store: Store, xlabel: str) -> None:
+    """A store's panel: its rows top down, its name, the figure's axis from 0."""
+    axes.invert_yaxis()
+    axes.set_title(store.backend, fontsize="medium", loc="left")
+    axes.set_xlabel(xlabel)
+    axes.set_xlim(left=0)
+
+
+def _save(figure: Any, panels: Any, title: str, path: Path) -> None:
+    """The legend once (on the first panel), the title, and the PNG."""
+    import matplotlib.pyplot as plt
+
     _legend(panels[0, 0])
-    figure.suptitle(f"Contended: P workers on one lock\n{about}", fontsize="medium")
+    figure.suptitle(title, fontsize="medium")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
