@@ -21,8 +21,15 @@ from typing import Any
 
 #: how many calls of the stack that made a transport it remembers
 _DEPTH = 40
-#: the calls it leaves out of what it tells: asyncio's own, and pytest's around the test
-_MACHINERY = ("/asyncio/", "/_pytest/", "/pluggy/", "/pytest_asyncio/")
+#: the calls it leaves out of what it tells: the standard library's asyncio (not a package's
+#: ``asyncio`` module, such as redis-py's, whose calls say where the transport was made), and
+#: pytest's around the test
+_MACHINERY = (
+    os.path.dirname(selector_events.__file__) + os.sep,
+    "/_pytest/",
+    "/pluggy/",
+    "/pytest_asyncio/",
+)
 
 _Transport: Any = selector_events._SelectorTransport
 _made = _Transport.__init__

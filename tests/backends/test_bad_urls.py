@@ -21,6 +21,7 @@ import gc
 import os
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -38,6 +39,7 @@ from tumbler import (
     TumblerError,
     UnknownScheme,
 )
+from tumbler.torture.proxy import FaultProxy
 
 #: a password no other part of the URLs contains: finding it in a message is a leak
 SECRET = "Sw0rdf1sh-secret"
@@ -681,3 +683,26 @@ def test_what_the_server_refuses_is_refused_at_once(
         with locks.lock("after-refusal", timeout=0) as hold:
             assert hold.held
         assert locks.status_all() == []
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["server", "cluster"])
+def test_a_refused_tls_connect_leaves_no_socket_open_however_late_the_server_says_goodbye(
+    cluster: bool, redis_tls_server
+) -> None:
+    """redis-py closes a connection whose AUTH was refused without waiting for the server's
+    TLS goodbye. With ``asyncio.run`` around the connect, the event loop ends right after the
+    refusal: a goodbye that comes later (200 ms here, as under load) must not find the socket
+    still open, with nobody left to close it."""
+    server = redis_tls_server
+    with FaultProxy((server.host, server.port)) as proxy:
+        proxy.delay(200, direction="downstream")
+        url = (
+            f"rediss://tumbler:{SECRET}@127.0.0.1:{proxy.port}/0?ssl_ca_certs={server.ca_path}"
+        ) + ("&cluster=true" if cluster else "")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(PermissionDenied):
+                connect_and_close("asyncio", url, {})
+            gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == []

@@ -284,10 +284,21 @@ class AsyncClosings:
 
     def follow(self, pool: redis.asyncio.ConnectionPool) -> None:
         """Follow the closes of ``pool``'s connections (made from now on)."""
-        base = pool.connection_class
+        pool.connection_class = self._followed(pool.connection_class)
+
+    def follow_cluster(self, client: redis.asyncio.RedisCluster) -> None:
+        """Follow the closes of the connections ``client``'s nodes make from now on: those
+        of the nodes it knows, and of the nodes it learns of (made from its nodes manager's
+        connection options)."""
+        options = client.nodes_manager.connection_kwargs
+        options["connection_class"] = self._followed(options["connection_class"])
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_class = options["connection_class"]
+
+    def _followed(self, base: type[Any]) -> type[Any]:
         closings = self
 
-        class FollowedConnection(base):  # type: ignore[valid-type,misc]
+        class FollowedConnection(base):  # type: ignore[misc]
             async def disconnect(self, nowait: bool = False, **options: Any) -> None:
                 writer = self._writer
                 finished = False
@@ -298,7 +309,7 @@ class AsyncClosings:
                     if writer is not None and not finished:
                         closings._follow(writer)
 
-        pool.connection_class = FollowedConnection
+        return FollowedConnection
 
     def _follow(self, writer: asyncio.StreamWriter) -> None:
         async def closed() -> None:
@@ -323,6 +334,9 @@ class Closings:
     at once, so there is nothing to follow."""
 
     def follow(self, pool: object) -> None:
+        pass
+
+    def follow_cluster(self, client: object) -> None:
         pass
 
     def finish(self) -> None:

@@ -289,8 +289,7 @@ class RedisBackend(InspectEachName):
         #: names this client's wake-up channel; stored with each of its waiters
         self.client_id = secrets.token_hex(8) if client_id is None else client_id
         wait = config.client_options["socket_timeout"]
-        # What redis-py closes without waiting, close() finishes: every connection but the
-        # cluster client's own, which its nodes make.
+        # What redis-py closes without waiting, close() finishes.
         self.closings = Closings()
         self.client: Redis | RedisCluster
         if config.cluster:
@@ -314,6 +313,7 @@ class RedisBackend(InspectEachName):
                     if connection is not None:
                         connection.close()
                 raise
+            self.closings.follow_cluster(self.client)
             # its node pools fail a call at once when full: the gate keeps them from filling
             self._gate = Slots(config.max_connections, wait, no_connection)
         else:
