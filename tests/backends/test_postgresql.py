@@ -34,7 +34,7 @@ from tumbler._url import parse_url
 from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.postgresql.common import parse_config
+from tumbler.backends.postgresql.common import POLLING_WAITER_TTL, parse_config
 from tumbler.backends.postgresql.opener import open_async, open_sync
 from tumbler.backends.postgresql.statements import name_key
 from tumbler.cli import main
@@ -562,6 +562,26 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
         assert holder.release("stock", "a")
         assert one.status("stock").holders == ()  # not handed over
         assert one.status("stock").waiters == 0  # and its entry gone
+
+
+def test_a_polling_waiters_entry_runs_out_a_second_after_its_last_poll(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """Nothing tells a release that a polling waiter died (its client holds no listening
+    connection): its entry running out is what ends it, and the line waits for that. Each
+    poll (0.1 s apart at most) writes the entry again, so it lives 1 s, not the 3 s of a
+    listening client's waiter (refreshed once a second)."""
+    waiter_entry = sql.SQL(
+        "SELECT extract(epoch FROM expires_at - statement_timestamp()) "
+        "FROM {}.tumbler_entries WHERE name = %s AND token IS NULL"
+    ).format(sql.Identifier(schema))
+    fair = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+    with tumbler.connect(url) as one, tumbler.connect(f"{url}&wakeups=poll") as polling:
+        assert one._backend.try_grant(_request("stock", "a")) is not None
+        assert polling._backend.try_grant(fair) is None
+        row = admin.execute(waiter_entry, ("stock",)).fetchone()
+        assert row is not None
+        assert 0.5 < float(row[0]) <= POLLING_WAITER_TTL == 1.0
 
 
 def test_a_shared_waiter_is_woken_to_ask_rather_than_handed_the_lock(url: str) -> None:

@@ -342,7 +342,15 @@ def _worker_processes(directory: Path) -> list[int]:
 
 
 #: the deployments whose fair lines CI checks with a waiter killed in them
-DEAD_WAITER_DEPLOYMENTS = ["sqlite", "redis", "zookeeper", "etcd", "postgresql", "mysql"]
+DEAD_WAITER_DEPLOYMENTS = [
+    "sqlite",
+    "redis",
+    "zookeeper",
+    "etcd",
+    "postgresql",
+    "postgresql-pgbouncer",
+    "mysql",
+]
 
 
 @pytest.mark.timeout(90)

@@ -71,7 +71,8 @@ What it guarantees
     to see its connection close, not until its entry runs out (``waiter_ttl``, 3 s). A waiter
     names its client's listener key once the client listens, or means to (its watch is
     made: the connection that writes its entry then holds the key too, till the listener
-    does); one whose client polls cannot be told dead: its entry runs out.
+    does); one whose client polls cannot be told dead: its entry runs out, 1 s after its
+    last poll (a polling waiter's entry is refreshed by every poll, and lives that long).
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.
@@ -525,8 +526,17 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
     )
 
 
+#: A polling waiter's entry, refreshed by every poll (``poll_cap`` apart at most, plus the
+#: time a poll queues for a connection), lives 1 s: 10 polls' worth, so a live waiter keeps its
+#: place through a stall of most of a second, and one stalled longer only joins the line again
+#: at the back. Its client cannot be seen to die (no listening connection): the entry running
+#: out is what ends a dead waiter, so this is also how long one holds a fair line up.
+POLLING_WAITER_TTL = 1.0
+
+
 def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabilities:
-    """The descriptor's capabilities, without push wake-ups when the URL asks to poll."""
+    """The descriptor's capabilities, without push wake-ups and with polling waiters' shorter
+    entries when the URL asks to poll."""
     if config.listen:
         return base
-    return dataclasses.replace(base, push_wakeups=False)
+    return dataclasses.replace(base, push_wakeups=False, waiter_ttl=POLLING_WAITER_TTL)
