@@ -664,6 +664,9 @@ def test_a_fair_lock_grants_in_arrival_order() -> None:
 def test_a_waiter_overtaken_on_a_fair_lock_is_found() -> None:
     result = _fair(b_invoke=100, b_grant=301, a_end=340)
     assert result.by_kind() == {"unfair": 1}
+    # a's own pause ended long enough before it started (fair_lapse, 6 s) to be no excuse
+    paused = FaultRecord("pause", -9000 * MS, -6100 * MS, "worker a", "a", None)
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[paused]).by_kind()["unfair"] == 1
     # timed out still waiting, after b was granted and released: overtaken all the same
     assert _fair(b_invoke=100, b_grant=301, a_end=4000, a_why="timeout").by_kind() == {"unfair": 1}
 
@@ -678,6 +681,10 @@ def test_fairness_is_not_judged_where_arrival_order_is_uncertain() -> None:
     # a was paused while waiting (its entry may have lapsed), or a server fault came between
     pause = FaultRecord("pause", 50 * MS, 60 * MS, "worker a", "a", None)
     assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[pause]).violations == []
+    # a was paused just before it started (it held the lock then): resumed, its client
+    # reconnects before a's first request reaches the backend
+    resumed = FaultRecord("pause", -3000 * MS, -4 * MS, "worker a", "a", None)
+    assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[resumed]).violations == []
     restart = FaultRecord("restart", -3000 * MS, -2000 * MS, "every server")
     assert _fair(b_invoke=100, b_grant=301, a_end=340, faults=[restart]).violations == []
     # b granted while a still waited, but a's grant came before b began its release: the

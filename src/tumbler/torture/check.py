@@ -944,9 +944,11 @@ def _check_fair(
     on (it ended later with a grant or a timeout: an acquire that ended in an error had
     trouble with the backend meanwhile, and one never ended on record was killed). Begun its
     release, not only been granted: then B was certainly granted first at the backend, A's
-    grant reply cannot still have been on its way. Exempt: pairs where A's own worker was
-    killed or paused in between, and pairs near a server or network fault (from A's start
-    back to ``fair_lapse`` before, until B's release): a waiter's entry may lapse there."""
+    grant reply cannot still have been on its way. Exempt: pairs near a fault of A's own
+    worker or of a server or the network (from ``fair_lapse`` before A's start until B's
+    release): a waiter's entry may lapse there, and a worker that has just resumed from a
+    pause may have to reconnect (ZooKeeper: a new session, its old one expired) before its
+    first request reaches the backend, behind requests made after its start."""
     waits = _waits(history)
     starts = [wait.t_invoke for wait in waits]
     slack = int(history.fair_slack * _NS)
@@ -957,10 +959,10 @@ def _check_fair(
     fault_windows = [
         (fault.t0, fault.t1 + lapse) for fault in history.faults if fault.kind not in HOLDER_FAULTS
     ]
-    own_faults: dict[str, list[int]] = {}
+    own_faults: dict[str, list[tuple[int, int]]] = {}
     for fault in history.faults:
         if fault.kind in HOLDER_FAULTS and fault.client is not None:
-            own_faults.setdefault(fault.client, []).append(fault.t0)
+            own_faults.setdefault(fault.client, []).append((fault.t0, fault.t1 + lapse))
     for life in lives.values():
         overtaker = life.grant
         released = life.release_t0
@@ -974,9 +976,8 @@ def _check_fair(
                 continue
             if wait.t_end <= overtaker.t_invoke or wait.outcome not in ("granted", "timeout"):
                 continue  # not waiting beside it, or in trouble with the backend
-            if any(wait.t_invoke <= t <= released for t in own_faults.get(wait.client, ())):
-                continue
-            if any(t0 <= released and wait.t_invoke <= t1 for t0, t1 in fault_windows):
+            near = [*own_faults.get(wait.client, ()), *fault_windows]
+            if any(t0 <= released and wait.t_invoke <= t1 for t0, t1 in near):
                 continue
             result.fair_pairs += 1
             if wait.t_end > released:
