@@ -345,6 +345,7 @@ def _worker_processes(directory: Path) -> list[int]:
 DEAD_WAITER_DEPLOYMENTS = [
     "sqlite",
     "redis",
+    "redis-cluster",
     "zookeeper",
     "etcd",
     "postgresql",

@@ -5,6 +5,7 @@ layout in :mod:`.lua`; the client in :mod:`._async.backend` (and its generated b
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -20,8 +21,8 @@ CAPABILITIES = Capabilities(
     server_clock=True,
     # A waiter's entry is refreshed by its re-check, once a second: 3 s lets two re-checks go
     # missing (a paused or busy client) before a live waiter loses its place, and bounds how
-    # long the entry of a waiter that died unseen (Redis Cluster, a vanished host) holds up a
-    # fair line.
+    # long the entry of a waiter that died unseen (a vanished host) holds up a fair line. A
+    # waiter whose process dies is seen at once: a release's wake-up reaches nobody.
     waiter_ttl=3.0,
     recheck_interval=1.0,
     # Leases are timed in milliseconds on the server, so precision is not the limit: the
@@ -33,6 +34,12 @@ CAPABILITIES = Capabilities(
     scope="network",
     line_cap=True,
 )
+
+#: Redis Cluster: a release cannot see that a waiter died (PUBLISH counts the subscribers of
+#: one node), so a dead waiter's entry ends only by running out; entries live 1 s, refreshed
+#: by re-checks every third of that (the lock layer's), so a dead waiter holds a fair line up
+#: for a second at most, and a live one keeps its place through a stall of two re-checks.
+CLUSTER_CAPABILITIES = dataclasses.replace(CAPABILITIES, waiter_ttl=1.0)
 
 DEFAULT_PORT = 6379
 

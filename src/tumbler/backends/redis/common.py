@@ -45,9 +45,11 @@ What it guarantees
     listens (its process died, and the server closed its connections) drops that waiter and
     wakes the next at once, on a single server. On Redis Cluster, where a
     release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
-    (1.5 s if both are fair: the woken one's entry is cut to run out by then). A waiter whose
-    host vanished without closing its connections holds a fair line up on a single server
-    until its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are
+    (0.6 s if both are fair: the woken one's entry is cut to run out by then), and a waiter's
+    entry lives 1 s (``waiter_ttl``; its re-checks, every third of that, renew it), so a dead
+    waiter anywhere in a line (two in a row, say) holds it up for a second at most. A waiter
+    whose host vanished without closing its connections holds a fair line up on a single
+    server until its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are
     renewed together: one script call per 500 of them (per hash slot on Redis Cluster), all
     pipelined, within the time their leases have left.
 
@@ -134,9 +136,9 @@ RENEWALS_PER_CALL = 500
 KEYS_CACHED = 1024
 #: Redis Cluster, where a release cannot tell a dead waiter (see ``.lua``): how long a
 #: fair waiter that a release woke has to come before the fair waiter behind it may pass it.
-#: Longer than a re-check (1 s) and its round trip, so that a live waiter whose wake-up was
-#: lost still comes in time.
-BACKUP_FAIR_MS = 1500
+#: Longer than a re-check there (a third of its 1 s waiter entries) and its round trip, so
+#: that a live waiter whose wake-up was lost still comes in time.
+BACKUP_FAIR_MS = 600
 #: ... and when the waiter behind is not held up by the woken one's entry, how long after the
 #: release it tries anyway (a live woken waiter has taken the lock within milliseconds)
 BACKUP_RETRY_MS = 200

@@ -20,8 +20,11 @@ CAPABILITIES = Capabilities(
     durable_fencing=False,
     # each master times its leases on its own clock; the client allows for their drift
     server_clock=True,
-    # as on one Redis server: each master keeps a waiter's entry alive through its re-checks
-    waiter_ttl=3.0,
+    # Each master keeps a waiter's entry alive through its re-checks (every third of it). A
+    # master sees a waiter's death only once it has dropped the waiter's connections, which
+    # a release in the moment after the death comes before: the line then waits for the dead
+    # waiter's entries to run out, so they live 1 s, not a single server's 3 s.
+    waiter_ttl=1.0,
     recheck_interval=1.0,
     min_ttl=1.0,
     scope="network",

@@ -47,7 +47,7 @@ from ...kit import BaseWatch, InspectEachName, LockStateBuilder
 from ...kit.handoffs import HandOffs
 from ...kit.owners import owner_hash
 from ...kit.slots import Slots
-from .. import CAPABILITIES, lua
+from .. import CAPABILITIES, CLUSTER_CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
     BACKUP_FAIR_MS,
@@ -283,6 +283,7 @@ class RedisBackend(InspectEachName):
         masters), so that a wake-up from any of their servers reaches the client's waiters."""
         self.config = config
         self.url = config.url
+        self.capabilities = CLUSTER_CAPABILITIES if config.cluster else CAPABILITIES
         self.clock: Clock = SYSTEM_CLOCK
         self.hub = WakeHub() if hub is None else hub
         self.keys = lua.Keys(config.prefix)
