@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
 from ._sync.client import Locks
@@ -56,6 +57,9 @@ from .errors import (
     WrongEventLoop,
 )
 from .observe import Observer, checked
+
+if TYPE_CHECKING:
+    from .backends.contract import Backend
 
 __version__ = "0.1.0"
 
@@ -114,18 +118,27 @@ __all__ = [
 
 
 def connect(
-    url: str | None = None,
+    url: str | object | None = None,
     *,
     default_ttl: Seconds = DEFAULT_TTL,
     observers: Iterable[Observer] = (),
     holder: str | None = None,
     **options: object,
 ) -> Locks:
-    """Open a lock client on the backend that ``url`` names.
+    """Open a lock client on the backend that ``url`` names, or on the servers a client the
+    application configured already connects to.
 
     ``url`` defaults to ``$TUMBLER_URL``, else ``sqlite://`` (a file in the user's cache
     directory). The scheme picks the backend: ``sqlite://``, ``memory://``, and those of
     installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
+
+    In place of a URL, ``url`` may be a blocking client of a driver: a ``redis.Redis`` or
+    ``redis.cluster.RedisCluster``. tumbler then connects to the same servers the same way
+    (TLS, credentials, a ``credential_provider``, timeouts; a client without a
+    ``socket_timeout`` gets 5 s) over connections of its own, and takes the options a URL
+    would carry that a client does not say (``prefix``, ``max_connections``, ``max_waiters``,
+    ``wait_replicas``, ``wait_timeout``). The client stays the caller's: closing the lock
+    client does not close it. An asyncio client goes to ``tumbler.aio.connect``.
     ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of
     ``tumbler.observe.Observer`` subclasses, told of every acquisition, release, renewal and
     loss (``tumbler.otel.OpenTelemetryObserver`` makes OpenTelemetry metrics and spans of
@@ -134,16 +147,22 @@ def connect(
     at most 200 characters; default ``HOST pid=PID``).
 
     Raises ``UnknownScheme``, ``InvalidURL``, ``MissingDependency`` (naming the extra to
-    install), ``ConfigurationError``, ``PermissionDenied`` or ``BackendUnavailable``.
+    install), ``InvalidArgument`` (a client of no backend, of the other flavour, or an option
+    the backend does not take), ``ConfigurationError``, ``PermissionDenied`` or
+    ``BackendUnavailable``.
     """
-    from ._connect import backend_module
+    from ._connect import backend_module, client_module
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     watchers = checked(observers)
     if holder is not None:
         holder = validate_holder(holder)
-    module, parsed = backend_module(url, options)
-    backend = module.open_sync(parsed, **options)
+    backend: Backend
+    if url is None or isinstance(url, str):
+        module, parsed = backend_module(url, options)
+        backend = module.open_sync(parsed, **options)
+    else:
+        backend = client_module(url, options).open_client_sync(url, **options)
     try:
         return Locks(backend, default_ttl=default_ttl, observers=watchers, holder=holder)
     except BaseException:

@@ -12,6 +12,7 @@ a cancelled waiter withdraws from the line, and a cancelled release still comple
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ._async.client import AsyncLocks
 from ._async.hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
@@ -26,6 +27,9 @@ from ._async.primitives import (
 )
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
 from .observe import Observer, checked
+
+if TYPE_CHECKING:
+    from .backends.contract import AsyncBackend
 
 __all__ = [
     "AsyncHold",
@@ -44,22 +48,28 @@ __all__ = [
 
 
 async def connect(
-    url: str | None = None,
+    url: str | object | None = None,
     *,
     default_ttl: Seconds = DEFAULT_TTL,
     observers: Iterable[Observer] = (),
     holder: str | None = None,
     **options: object,
 ) -> AsyncLocks:
-    """Open an asyncio lock client; the arguments are those of ``tumbler.connect``."""
-    from ._connect import backend_module
+    """Open an asyncio lock client; the arguments are those of ``tumbler.connect``, and a
+    client in place of a URL is an asyncio one (``redis.asyncio.Redis``,
+    ``redis.asyncio.cluster.RedisCluster``)."""
+    from ._connect import backend_module, client_module
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
     watchers = checked(observers)
     if holder is not None:
         holder = validate_holder(holder)
-    module, parsed = backend_module(url, options)
-    backend = await module.open_async(parsed, **options)
+    backend: AsyncBackend
+    if url is None or isinstance(url, str):
+        module, parsed = backend_module(url, options)
+        backend = await module.open_async(parsed, **options)
+    else:
+        backend = await client_module(url, options).open_client_async(url, **options)
     try:
         return AsyncLocks(backend, default_ttl=default_ttl, observers=watchers, holder=holder)
     except BaseException:

@@ -18,7 +18,7 @@ import pkgutil
 from typing import cast
 
 from .._url import BackendURL, parse_url
-from ..errors import BrokenBackend, MissingDependency, UnknownScheme
+from ..errors import BrokenBackend, InvalidArgument, MissingDependency, UnknownScheme
 from .contract import Capabilities
 from .descriptor import BackendDescriptor, BackendOpener
 
@@ -28,6 +28,7 @@ __all__ = [
     "BackendDescriptor",
     "builtin_descriptors",
     "descriptor_for",
+    "descriptor_for_client",
     "known_schemes",
     "load_backend",
     "prepare",
@@ -146,6 +147,22 @@ def descriptor_for(scheme: str) -> BackendDescriptor:
     if descriptor is None:
         raise UnknownScheme(scheme, known_schemes())
     return descriptor
+
+
+def descriptor_for_client(client: object) -> BackendDescriptor:
+    """The descriptor of the backend that takes ``client`` (a configured driver client) in
+    place of a URL (``BackendDescriptor.clients``: registered backends first, then the
+    built-ins); InvalidArgument, naming every class some backend takes, if none does."""
+    names = {f"{klass.__module__}.{klass.__qualname__}" for klass in type(client).__mro__}
+    descriptors = [*_registered.values(), *builtin_descriptors()]
+    for descriptor in descriptors:
+        if names.intersection(descriptor.clients):
+            return descriptor
+    taken = sorted({name for descriptor in descriptors for name in descriptor.clients})
+    raise InvalidArgument(
+        f"connect takes a URL (a str) or a configured client of one of: {', '.join(taken)}; "
+        f"not a {type(client).__module__}.{type(client).__qualname__}"
+    )
 
 
 def known_schemes() -> list[str]:

@@ -112,6 +112,22 @@ class BackendOpener(Protocol):
     def open_async(self) -> Callable[..., Awaitable[AsyncBackend]]: ...
 
 
+class ClientOpener(Protocol):
+    """What the opener module of a backend that declares ``BackendDescriptor.clients`` also
+    has: ``connect`` calls these with the application's client in place of a URL.
+
+    Both take the client and ``connect()``'s keyword arguments (checked against
+    ``open_client_sync``'s signature first, as for a URL). The client stays the caller's:
+    closing the backend does not close it.
+    """
+
+    @property
+    def open_client_sync(self) -> Callable[..., Backend]: ...
+
+    @property
+    def open_client_async(self) -> Callable[..., Awaitable[AsyncBackend]]: ...
+
+
 @dataclass(frozen=True)
 class BackendDescriptor:
     """One backend, described once. Only ``name``, ``schemes``, ``opener`` and
@@ -148,6 +164,10 @@ class BackendDescriptor:
     #: errors are tumbler's, as ``connect``'s are; the opener's module is imported first, so
     #: a missing driver is ``MissingDependency``.
     prepare: Callable[[BackendURL], str] | None = field(default=None, repr=False)
+    #: the classes of configured clients ``connect`` takes in place of a URL, by module and
+    #: name (``redis.client.Redis``), matched against a client's class and its bases without
+    #: importing the driver; the opener then also is a :class:`ClientOpener`
+    clients: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.schemes:

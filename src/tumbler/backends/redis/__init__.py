@@ -68,6 +68,12 @@ DESCRIPTOR = BackendDescriptor(
     summary="one Redis server (7.0 or newer) or a Redis Cluster",
     url_form="redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]",
     extra="redis",
+    clients=(
+        "redis.client.Redis",
+        "redis.asyncio.client.Redis",
+        "redis.cluster.RedisCluster",
+        "redis.asyncio.cluster.RedisCluster",
+    ),
     isolate=isolate_under_prefix,
     single_server=_single_server,
 )

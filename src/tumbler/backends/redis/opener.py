@@ -12,12 +12,13 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncRedisBackend
 from ._sync.backend import RedisBackend
+from .clients import OPTIONS, config_from_client
 from .common import check_tls_files, parse_config
 
 if TYPE_CHECKING:
-    from ..descriptor import BackendOpener
+    from ..descriptor import BackendOpener, ClientOpener
 
-__all__ = ["open_async", "open_sync"]
+__all__ = ["open_async", "open_client_async", "open_client_sync", "open_sync"]
 
 
 def open_sync(url: BackendURL) -> RedisBackend:
@@ -34,8 +35,44 @@ async def open_async(url: BackendURL) -> AsyncRedisBackend:
     return await astart_or_close(backend)
 
 
+def open_client_sync(
+    client: object,
+    *,
+    prefix: str | None = None,
+    max_connections: int | None = None,
+    max_waiters: int | None = None,
+    wait_replicas: int | None = None,
+    wait_timeout: float | None = None,
+) -> RedisBackend:
+    """The backend on the servers a blocking ``redis.Redis`` or ``RedisCluster`` connects to,
+    with connections of its own made as the client makes its (see :mod:`.clients`)."""
+    options = _given(prefix, max_connections, max_waiters, wait_replicas, wait_timeout)
+    backend = RedisBackend(config_from_client(client, asyncio=False, **options))
+    return start_or_close(backend)
+
+
+async def open_client_async(
+    client: object,
+    *,
+    prefix: str | None = None,
+    max_connections: int | None = None,
+    max_waiters: int | None = None,
+    wait_replicas: int | None = None,
+    wait_timeout: float | None = None,
+) -> AsyncRedisBackend:
+    """:func:`open_client_sync` for an asyncio ``redis.asyncio.Redis`` or ``RedisCluster``."""
+    options = _given(prefix, max_connections, max_waiters, wait_replicas, wait_timeout)
+    backend = AsyncRedisBackend(config_from_client(client, asyncio=True, **options))
+    return await astart_or_close(backend)
+
+
+def _given(*values: object) -> dict[str, object]:
+    return {name: value for name, value in zip(OPTIONS, values, strict=True) if value is not None}
+
+
 if TYPE_CHECKING:
     # mypy checks here that this module has what tumbler.connect calls
     from . import opener as _this
 
     _checked: BackendOpener = _this
+    _checked_clients: ClientOpener = _this

@@ -1,0 +1,216 @@
+"""``tumbler.connect`` (and ``tumbler.aio.connect``) given the application's configured
+redis-py client in place of a URL: the same servers, reached the same way, over connections
+of tumbler's own; the client stays the application's.
+
+Real redis-server processes only (fixtures in ``tests/servers``): one plain server, the TLS
+server with ACL users, a Redis Cluster of 3 masters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.credentials import UsernamePasswordCredentialProvider
+from redis.sentinel import Sentinel
+
+import tumbler
+import tumbler.aio
+from tumbler import InvalidArgument, PermissionDenied
+
+FLAVOURS = ["sync", "asyncio"]
+
+
+def _prefix() -> str:
+    return f"tumbler:clients-{uuid.uuid4().hex[:12]}"
+
+
+def _client(flavour: str, cluster: bool, **settings: Any) -> Any:
+    """A client of the flavour, as an application configures one."""
+    if cluster:
+        nodes = settings.pop("nodes")
+        if flavour == "sync":
+            return redis.cluster.RedisCluster(
+                startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in nodes], **settings
+            )
+        return redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes], **settings
+        )
+    if flavour == "sync":
+        return redis.Redis(**settings)
+    return redis.asyncio.Redis(**settings)
+
+
+def _use(flavour: str, client: Any, **options: object) -> dict[str, Any]:
+    """Connect tumbler with ``client``, take and release a lock, close tumbler's client, then
+    check that the application's client still works: what was seen, for the test."""
+
+    def blocking() -> dict[str, Any]:
+        with tumbler.connect(client, **options) as locks:
+            with locks.lock("stock") as hold:
+                seen = {"token": hold.token, "holders": len(locks.status("stock").holders)}
+            seen["config"] = locks._backend.config
+        seen["ping"] = client.ping()
+        client.close()
+        return seen
+
+    async def in_asyncio() -> dict[str, Any]:
+        locks = await tumbler.aio.connect(client, **options)
+        async with locks:
+            async with locks.lock("stock") as hold:
+                state = await locks.status("stock")
+                seen = {"token": hold.token, "holders": len(state.holders)}
+            seen["config"] = locks._backend.config
+        seen["ping"] = await client.ping()
+        await client.aclose()
+        return seen
+
+    return blocking() if flavour == "sync" else asyncio.run(in_asyncio())
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_plain_client_serves_tumbler_whatever_it_decodes_and_the_client_lives_on(
+    flavour: str, redis_server
+) -> None:
+    """The application's client reads text over RESP3 and sets no timeouts: tumbler's own
+    connections read bytes over RESP2 and time out after 5 s all the same."""
+    client = _client(
+        flavour, False, host=redis_server.host, port=redis_server.port, db=3,
+        decode_responses=True, protocol=3,
+    )  # fmt: skip
+    seen = _use(flavour, client, prefix=_prefix(), max_connections=7)
+    assert seen["holders"] == 1
+    assert seen["token"] > 0
+    assert seen["ping"] is True  # closing tumbler's client left the application's open
+    config = seen["config"]
+    assert config.db == 3
+    assert config.max_connections == 7
+    assert config.nodes == ((redis_server.host, redis_server.port),)
+    assert config.client_options["socket_timeout"] == 5.0
+    assert config.client_options["socket_connect_timeout"] == 5.0
+    assert "decode_responses" not in config.client_options
+    assert "protocol" not in config.client_options
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("credentials", ["password", "credential_provider"])
+def test_a_tls_client_with_an_acl_user_gives_tumbler_its_certificates_and_credentials(
+    flavour: str, credentials: str, redis_tls_server
+) -> None:
+    server = redis_tls_server
+    user = server.users["tumbler"]
+    given: dict[str, Any] = (
+        {"username": "tumbler", "password": user.password}
+        if credentials == "password"
+        else {"credential_provider": UsernamePasswordCredentialProvider("tumbler", user.password)}
+    )
+    client = _client(
+        flavour, False, host=server.host, port=server.port, ssl=True,
+        ssl_ca_certs=str(server.ca_path), socket_timeout=2.5, **given,
+    )  # fmt: skip
+    seen = _use(flavour, client, prefix=_prefix())
+    assert seen["holders"] == 1
+    assert seen["ping"] is True
+    options = seen["config"].client_options
+    assert options["ssl"] is True
+    assert options["ssl_ca_certs"] == str(server.ca_path)
+    assert options["socket_timeout"] == 2.5
+    assert seen["config"].url.startswith("rediss://")
+    assert user.password not in seen["config"].url
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_cluster_client_gives_tumbler_its_nodes(flavour: str, redis_cluster) -> None:
+    nodes = [(node.host, node.port) for node in redis_cluster.nodes]
+    client = _client(flavour, True, nodes=nodes[:1], decode_responses=True)
+    seen = _use(flavour, client, prefix=_prefix())
+    assert seen["holders"] == 1
+    assert seen["ping"] is True
+    assert seen["config"].cluster is True
+    # the nodes the client knows: the one it was given, and those it learnt of since (the
+    # blocking client asks for them when it is made)
+    assert nodes[0] in seen["config"].nodes
+    assert set(seen["config"].nodes) <= set(nodes)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_client_whose_credentials_the_server_refuses_is_refused_without_its_password(
+    flavour: str, redis_tls_server
+) -> None:
+    server = redis_tls_server
+    client = _client(
+        flavour, False, host=server.host, port=server.port, ssl=True,
+        ssl_ca_certs=str(server.ca_path), username="tumbler", password="Sw0rdf1sh-wrong",
+    )  # fmt: skip
+    with pytest.raises(PermissionDenied) as refused:
+        _use(flavour, client, prefix=_prefix())
+    assert "Sw0rdf1sh-wrong" not in str(refused.value)
+    assert f"{server.host}:{server.port}" in str(refused.value)
+
+
+def _refused(flavour: str, client: object, **options: object) -> InvalidArgument:
+    connect: Callable[[], object]
+    if flavour == "sync":
+
+        def connect() -> object:
+            return tumbler.connect(client, **options)
+    else:
+
+        def connect() -> object:
+            return asyncio.run(tumbler.aio.connect(client, **options))
+
+    with pytest.raises(InvalidArgument) as refused:
+        connect()
+    return refused.value
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_client_of_the_other_flavour_is_refused_with_where_it_goes(flavour: str) -> None:
+    other = "asyncio" if flavour == "sync" else "sync"
+    refusal = _refused(flavour, _client(other, False, host="127.0.0.1", port=1))
+    expected = "tumbler.aio.connect" if other == "asyncio" else "tumbler.connect"
+    assert f"give it to {expected}" in str(refusal)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_what_no_backend_takes_is_refused_with_what_they_take(flavour: str) -> None:
+    refusal = _refused(flavour, b"redis://127.0.0.1")
+    assert "redis.client.Redis" in str(refusal)
+    assert "not a builtins.bytes" in str(refusal)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_options_a_client_says_itself_or_bad_ones_are_refused_before_anything_is_opened(
+    flavour: str,
+) -> None:
+    # port 1: nothing listens there, so a refusal that connected first would say so instead
+    client = _client(flavour, False, host="127.0.0.1", port=1)
+    said = _refused(flavour, client, socket_timeout=1)
+    assert "does not take the option(s) socket_timeout" in str(said)
+    assert "prefix, max_connections" in str(said)
+    bad = _refused(flavour, client, prefix="no{braces}")
+    assert "prefix must be 1 to 100 characters without braces" in str(bad)
+    assert "127.0.0.1:1" in str(bad)
+    quick = _client(flavour, False, host="127.0.0.1", port=1, socket_timeout=1)
+    wait = _refused(flavour, quick, wait_replicas=1, wait_timeout=2)
+    assert "wait_timeout must be shorter than the client's socket_timeout" in str(wait)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_sentinel_managed_client_is_refused_with_what_to_give_instead(flavour: str) -> None:
+    sentinel = Sentinel([("127.0.0.1", 1)]) if flavour == "sync" else None
+    if sentinel is not None:
+        client: Any = sentinel.master_for("mymaster")
+    else:
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+        client = AsyncSentinel([("127.0.0.1", 1)]).master_for("mymaster")
+    refusal = _refused(flavour, client)
+    assert "managed by Sentinel" in str(refusal)
