@@ -133,12 +133,15 @@ def connect(
     installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
 
     In place of a URL, ``url`` may be a blocking client of a driver: a ``redis.Redis`` or
-    ``redis.cluster.RedisCluster``. tumbler then connects to the same servers the same way
-    (TLS, credentials, a ``credential_provider``, timeouts; a client without a
-    ``socket_timeout`` gets 5 s) over connections of its own, and takes the options a URL
-    would carry that a client does not say (``prefix``, ``max_connections``, ``max_waiters``,
-    ``wait_replicas``, ``wait_timeout``). The client stays the caller's: closing the lock
-    client does not close it. An asyncio client goes to ``tumbler.aio.connect``.
+    ``redis.cluster.RedisCluster`` (tumbler copies its servers, TLS, credentials or
+    ``credential_provider`` and timeouts; a client without a ``socket_timeout`` gets 5 s), or
+    a ``psycopg_pool.ConnectionPool`` (its connection string and libpq arguments). tumbler
+    then connects to the same servers the same way over connections of its own, and takes
+    the options a URL would carry that a client does not say (Redis: ``prefix``,
+    ``max_connections``, ``max_waiters``, ``wait_replicas``, ``wait_timeout``; PostgreSQL:
+    ``schema``, the timeouts, ``max_connections``, ``max_waiters``, ``wakeups``, ``pooler``).
+    The client stays the caller's: closing the lock client does not close it. An asyncio
+    client goes to ``tumbler.aio.connect``.
     ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of
     ``tumbler.observe.Observer`` subclasses, told of every acquisition, release, renewal and
     loss (``tumbler.otel.OpenTelemetryObserver`` makes OpenTelemetry metrics and spans of

@@ -57,4 +57,8 @@ DESCRIPTOR = BackendDescriptor(
     isolate=_isolate,
     single_server=one_of_hosts(DEFAULT_PORT, default_host=None, host_options=("host",)),
     prepare=call_on_demand(f"{__name__}.opener", "prepare"),
+    clients=(
+        "psycopg_pool.pool.ConnectionPool",
+        "psycopg_pool.pool_async.AsyncConnectionPool",
+    ),
 )
