@@ -132,14 +132,18 @@ def connect(
     directory). The scheme picks the backend: ``sqlite://``, ``memory://``, and those of
     installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
 
-    In place of a URL, ``url`` may be a blocking client of a driver: a ``redis.Redis`` or
+    In place of a URL, ``url`` may be a blocking client of a driver: a ``redis.Redis`` (one
+    that Sentinels manage too: tumbler then asks the same ``Sentinel`` for the master) or
     ``redis.cluster.RedisCluster`` (tumbler copies its servers, TLS, credentials or
-    ``credential_provider`` and timeouts; a client without a ``socket_timeout`` gets 5 s), or
-    a ``psycopg_pool.ConnectionPool`` (its connection string and libpq arguments). tumbler
-    then connects to the same servers the same way over connections of its own, and takes
-    the options a URL would carry that a client does not say (Redis: ``prefix``,
+    ``credential_provider`` and timeouts; a client without a ``socket_timeout`` gets 5 s), a
+    ``psycopg_pool.ConnectionPool`` (its connection string and libpq arguments), or a kazoo
+    ``KazooClient`` (its ensemble, chroot, digest user, TLS and session timeout). tumbler
+    then connects to the same servers the same way over connections (a session) of its own,
+    and takes the options a URL would carry that a client does not say (Redis: ``prefix``,
     ``max_connections``, ``max_waiters``, ``wait_replicas``, ``wait_timeout``; PostgreSQL:
-    ``schema``, the timeouts, ``max_connections``, ``max_waiters``, ``wakeups``, ``pooler``).
+    ``schema``, the timeouts, ``max_connections``, ``max_waiters``, ``wakeups``, ``pooler``;
+    ZooKeeper: ``base``, under the client's chroot, ``connect_timeout``,
+    ``request_timeout``, ``max_waiters``).
     The client stays the caller's: closing the lock client does not close it. An asyncio
     client goes to ``tumbler.aio.connect``.
     ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of

@@ -57,7 +57,8 @@ async def connect(
 ) -> AsyncLocks:
     """Open an asyncio lock client; the arguments are those of ``tumbler.connect``, and a
     client in place of a URL is an asyncio one (``redis.asyncio.Redis``,
-    ``redis.asyncio.cluster.RedisCluster``, ``psycopg_pool.AsyncConnectionPool``)."""
+    ``redis.asyncio.cluster.RedisCluster``, ``psycopg_pool.AsyncConnectionPool``; a kazoo
+    ``KazooClient``, which has one flavour, goes to either)."""
     from ._connect import backend_module, client_module
 
     default_ttl = validate_ttl(default_ttl)  # before anything is opened or created

@@ -11,11 +11,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import h11
+import httpx
 import pytest
 
 from tumbler.backends.etcd._async.gateway import AsyncGateway
 from tumbler.backends.etcd._sync.gateway import Gateway
-from tumbler.backends.etcd.http import HTTPFailure
+from tumbler.backends.etcd.http import HTTPFailure, apost, not_sent, post
 from tumbler.backends.etcd.wire import (
     EtcdError,
     GatewayUnavailable,
@@ -223,3 +225,34 @@ async def test_a_closed_gateway_makes_no_client_that_nobody_would_close(
         async with gateway.watch([WatchRequest(b"/t/closed", None, 1)]):
             pytest.fail("a watch opened on a closed gateway")
     assert gateway._clients == {}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_request_h11_refuses_to_write_is_a_failure_to_send_again(flavour: str) -> None:
+    """httpcore lets h11's refusal through when a pooled connection is handed out in a state
+    where no request can start (it was: a CI torture worker died of it). The seam gives it
+    as httpx maps it elsewhere, a transport failure, and one of a request surely not sent,
+    which the gateway sends again on the next member."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise h11.LocalProtocolError(
+            "can't handle event type Request when role=CLIENT and state=DONE"
+        )
+
+    transport = httpx.MockTransport(refuse)
+    with pytest.raises(HTTPFailure) as failed:
+        if flavour == "sync":
+            with httpx.Client(transport=transport, base_url="http://127.0.0.1:1") as client:
+                post(client, "/v3/kv/range", {"key": "eA=="}, {})
+        else:
+
+            async def main() -> None:
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://127.0.0.1:1"
+                ) as client:
+                    await apost(client, "/v3/kv/range", {"key": "eA=="}, {})
+
+            asyncio.run(main())
+    assert isinstance(failed.value, httpx.LocalProtocolError)
+    assert not_sent(failed.value)
+    assert "state=DONE" in str(failed.value)

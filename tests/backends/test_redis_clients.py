@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,12 +18,17 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.credentials import UsernamePasswordCredentialProvider
 from redis.sentinel import Sentinel
 
 import tumbler
 import tumbler.aio
 from tumbler import InvalidArgument, PermissionDenied
+from tumbler.testing.backends.redis.server import RedisSentinel, RedisServer
+from tumbler.testing.conformance.compat import eventually
+from tumbler.testing.conformance.plugin import server_unavailable
+from tumbler.testing.servers import ServerError
 
 FLAVOURS = ["sync", "asyncio"]
 
@@ -203,14 +208,126 @@ def test_options_a_client_says_itself_or_bad_ones_are_refused_before_anything_is
     assert "wait_timeout must be shorter than the client's socket_timeout" in str(wait)
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_sentinel_managed_client_is_refused_with_what_to_give_instead(flavour: str) -> None:
-    sentinel = Sentinel([("127.0.0.1", 1)]) if flavour == "sync" else None
-    if sentinel is not None:
-        client: Any = sentinel.master_for("mymaster")
-    else:
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinel]:
+    """A master, its replica and one Sentinel watching them (``mymaster``), this module's
+    own: a test fails the master over."""
+    workdir = tmp_path_factory.mktemp("sentinel")
+    started: list[RedisServer] = []
+    try:
+        # a replica's sync at once (each becomes the master in turn), not after the 5 s a
+        # diskless sync waits by default
+        master = RedisServer(workdir / "master", extra_config=["repl-diskless-sync-delay 0"])
+        master.start()
+        started.append(master)
+        replica = RedisServer(
+            workdir / "replica",
+            extra_config=[f"replicaof {master.host} {master.port}", "repl-diskless-sync-delay 0"],
+        ).start()
+        started.append(replica)
+        watcher = RedisSentinel(master, workdir / "sentinel").start()
+        started.append(watcher)
+    except (ServerError, OSError) as error:
+        for server in reversed(started):
+            server.close()
+        server_unavailable(f"cannot start a master, a replica and a Sentinel: {error}")
+    eventually(lambda: _settled(watcher), "the Sentinel can promote the replica")
+    yield watcher
+    for server in reversed(started):
+        server.close()
 
-        client = AsyncSentinel([("127.0.0.1", 1)]).master_for("mymaster")
-    refusal = _refused(flavour, client)
-    assert "managed by Sentinel" in str(refusal)
+
+def _promotable(watcher: RedisSentinel) -> bool:
+    """Whether the Sentinel would promote a replica now: one it has heard from (its INFO
+    read) whose link to the master is up (else a failover is refused: NOGOODSLAVE)."""
+    with redis.Redis(host=watcher.host, port=watcher.port) as client:
+        replicas = client.sentinel_slaves(watcher.service)
+    return any(
+        not replica.get("is_disconnected")
+        and replica.get("master-link-status") == "ok"
+        and 0 < int(replica.get("info-refresh", 0)) < 30_000
+        for replica in replicas
+    )
+
+
+def _settled(watcher: RedisSentinel) -> bool:
+    """No failover under way (one asked for now would be refused: INPROG), and a replica the
+    Sentinel would promote."""
+    with redis.Redis(host=watcher.host, port=watcher.port) as client:
+        flags = str(client.sentinel_master(watcher.service).get("flags", ""))
+    return "failover" not in flags and _promotable(watcher)
+
+
+def _serves_as_master(address: tuple[str, int] | None) -> bool:
+    if address is None:
+        return False
+    with redis.Redis(host=address[0], port=address[1], socket_timeout=2.0) as client:
+        return bool(client.role()[0] in (b"master", "master"))
+
+
+def _sentinel_client(flavour: str, watcher: RedisSentinel, replica: bool = False) -> Any:
+    address = [(watcher.host, watcher.port)]
+    if flavour == "sync":
+        sentinels: Any = Sentinel(address, socket_timeout=2.0)
+    else:
+        sentinels = AsyncSentinel(address, socket_timeout=2.0)
+    if replica:
+        return sentinels.slave_for(watcher.service)
+    return sentinels.master_for(watcher.service, socket_timeout=2.0)
+
+
+def test_sentinel_managed_clients_follow_the_master_through_a_failover(
+    sentinel: RedisSentinel,
+) -> None:
+    """tumbler's connections ask the application's Sentinels for the master, as its client's
+    do: lock clients of both flavours, open across a failover, are granted locks by the new
+    master after it, tokens still increasing (the sequence came over with the data). One
+    failover for both: the Sentinel takes 20 s to see the old master in sync again."""
+    eventually(lambda: _settled(sentinel), "the Sentinel is ready for a failover")
+    prefix = _prefix()
+    before = sentinel.master_address()
+    blocking_app = _sentinel_client("sync", sentinel)
+    asyncio_app = _sentinel_client("asyncio", sentinel)
+    loop = asyncio.new_event_loop()
+    locks = tumbler.connect(blocking_app, prefix=prefix)
+    alocks = loop.run_until_complete(tumbler.aio.connect(asyncio_app, prefix=prefix))
+
+    async def atoken(name: str) -> int:
+        async with alocks.lock(name, timeout=10) as hold:
+            return hold.token
+
+    def token(name: str) -> int:
+        with locks.lock(name, timeout=10) as hold:
+            return hold.token
+
+    try:
+        assert locks._backend.config.url.startswith(
+            f"redis+sentinel://{sentinel.host}:{sentinel.port}/mymaster/0"
+        )
+        tokens = [token("stock"), loop.run_until_complete(atoken("stock"))]
+        sentinel.failover()
+        eventually(
+            lambda: (
+                sentinel.master_address() not in (None, before)
+                and _serves_as_master(sentinel.master_address())
+            ),
+            "the replica is the master",
+        )
+        tokens += [token("stock"), loop.run_until_complete(atoken("stock"))]
+        assert tokens == sorted(set(tokens))
+        assert blocking_app.ping() is True  # the application's clients, on the new master
+        assert loop.run_until_complete(asyncio_app.ping()) is True
+    finally:
+        locks.close()
+        loop.run_until_complete(alocks.close())
+        blocking_app.close()
+        loop.run_until_complete(asyncio_app.aclose())
+        loop.close()
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_client_of_a_sentinels_replica_is_refused_for_the_masters(
+    flavour: str, sentinel: RedisSentinel
+) -> None:
+    refusal = _refused(flavour, _sentinel_client(flavour, sentinel, replica=True))
+    assert "tumbler writes, so it needs the master's client (master_for)" in str(refusal)

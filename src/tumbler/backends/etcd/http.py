@@ -22,6 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import h11
 import httpx
 
 __all__ = [
@@ -52,9 +53,23 @@ HTTPFailure = httpx.HTTPError
 
 
 def not_sent(failure: Exception) -> bool:
-    """Whether a request that failed with ``failure`` surely did not reach the member (its
-    connection could not be made)."""
-    return isinstance(failure, (httpx.ConnectError, httpx.ConnectTimeout))
+    """Whether a request that failed with ``failure`` surely did not reach the member: its
+    connection could not be made, or the HTTP/1.1 layer refused to write the request (h11
+    checks each part before it writes a byte of it)."""
+    return isinstance(failure, (httpx.ConnectError, httpx.ConnectTimeout, httpx.LocalProtocolError))
+
+
+@contextlib.contextmanager
+def _h11_refusals() -> Iterator[None]:
+    """h11's refusal to write a request as ``httpx.LocalProtocolError``, as httpx maps it
+    elsewhere: httpcore lets it through when a pooled connection is handed out in a state
+    where a new request cannot start (its last exchange not ended; encode/httpx#2834), and
+    the caller would take it for a bug rather than a connection to drop (httpcore drops it)
+    and a request to send again."""
+    try:
+        yield
+    except h11.LocalProtocolError as refusal:
+        raise httpx.LocalProtocolError(str(refusal)) from refusal
 
 
 def _options(base_url: str, tls: ssl.SSLContext | None, timeout: float) -> dict[str, Any]:
@@ -91,7 +106,10 @@ async def apost(
 ) -> tuple[int, Any]:
     """POST ``body`` as JSON to ``path``; the HTTP status and the decoded JSON reply.
     ``timeout``: this request's bound, if not the client's."""
-    reply = await client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
+    with _h11_refusals():
+        reply = await client.post(
+            path, json=body, headers=headers, timeout=_timeout(client, timeout)
+        )
     return _decoded(reply)
 
 
@@ -99,9 +117,9 @@ def post(
     client: Any, path: str, body: Any, headers: dict[str, str], timeout: float | None = None
 ) -> tuple[int, Any]:
     """The blocking twin of :func:`apost`."""
-    return _decoded(
-        client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
-    )
+    with _h11_refusals():
+        reply = client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
+    return _decoded(reply)
 
 
 class LineStream:

@@ -1,5 +1,5 @@
-"""A client the application configured already (``redis.Redis``, ``RedisCluster``, in either
-flavour), read into the configuration a URL would give.
+"""A client the application configured already (``redis.Redis``, one that Sentinels manage,
+``RedisCluster``, in either flavour), read into the configuration a URL would give.
 
 tumbler does not send its calls through the application's client: it needs connections of
 its own that redis-py never retries on (a retried release whose first reply was lost looks
@@ -10,6 +10,12 @@ certificate among them), the credentials (a ``credential_provider`` too: the sam
 rotated credentials reach tumbler's connections as well) and the timeouts. What concerns only
 the application's own calls (``decode_responses``, ``protocol``, its retries, its pool's
 size) is left alone, and the client stays the application's: tumbler never closes it.
+
+A client that Sentinels manage has no address of its own: each of its connections asks the
+application's ``Sentinel`` for the master of its service. tumbler's do the same, through the
+same ``Sentinel`` (which it never closes either), so they follow a failover as the
+application's do. Nothing Sentinel does makes a failover safe for a lock: a grant the old
+master had not passed on to the replica is forgotten (see :mod:`.common`).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
             f"to {'tumbler.aio.connect' if flavour_is_asyncio else 'tumbler.connect'}"
         )
     cluster = hasattr(client, "nodes_manager")
+    sentinel = None
     if cluster:
         manager: Any = getattr(client, "nodes_manager")  # noqa: B009 (typed Any on purpose)
         settings = dict(manager.connection_kwargs)
@@ -63,14 +70,14 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
         pool: Any = getattr(client, "connection_pool", None)
         if pool is None or not hasattr(pool, "connection_kwargs"):
             raise InvalidArgument(f"{kind} has no connection pool tumbler can read")
-        if "sentinel" in type(pool).__module__.lower() or "Sentinel" in type(pool).__name__:
-            raise InvalidArgument(
-                f"{kind} is managed by Sentinel, which tumbler cannot follow through a "
-                "failover yet: give tumbler.connect the master's URL"
-            )
         settings = dict(pool.connection_kwargs, connection_class=pool.connection_class)
+        sentinel = _sentinel_of(kind, pool)
         unix_path = settings.get("path")
-        nodes = [] if unix_path else [(settings["host"], int(settings["port"]))]
+        if sentinel is not None:
+            # each connection asks the Sentinels for the master: no address of its own
+            nodes = list(sentinel[2])
+        else:
+            nodes = [] if unix_path else [(settings["host"], int(settings["port"]))]
         db = int(settings.get("db") or 0)
     # the blocking RedisCluster keeps the arguments it was given (``ssl``), the others the
     # class of connection they make
@@ -80,7 +87,8 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
     known = {"Connection", "SSLConnection", "UnixDomainSocketConnection"}
     if connection_class is not None and not names & known:
         raise InvalidArgument(f"{kind} makes connections tumbler does not know: {connection_class}")
-    config = _parsed(tls, cluster, nodes, unix_path, db, options)
+    # (the first Sentinel stands for the master here: its URL checks the options)
+    config = _parsed(tls, cluster, nodes[:1] if sentinel else nodes, unix_path, db, options)
     copied = {
         name: value
         for name, value in settings.items()
@@ -97,7 +105,49 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
             "wait_timeout must be shorter than the client's socket_timeout (the WAIT would "
             "time out first)"
         )
-    return dataclasses.replace(config, client_options=copied)
+    if sentinel is None:
+        return dataclasses.replace(config, client_options=copied)
+    service, manager_of_sentinels, _addresses = sentinel
+    return dataclasses.replace(
+        config,
+        # no URL names a Sentinel's master: this form says which, for messages
+        url=_sentinel_url(config.url, nodes, service, db, tls),
+        nodes=(),
+        client_options=copied,
+        sentinel=(service, manager_of_sentinels),
+    )
+
+
+def _sentinel_url(
+    url: str, sentinels: list[tuple[str, int]], service: str, db: int, tls: bool
+) -> str:
+    """``redis+sentinel://SENTINEL,SENTINEL/SERVICE/DB?OPTIONS`` (``rediss+sentinel`` over
+    TLS): the master of ``service`` as the Sentinels at those addresses name it."""
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in sentinels)
+    query = url.partition("?")[2]
+    scheme = "rediss+sentinel" if tls else "redis+sentinel"
+    return f"{scheme}://{hosts}/{service}/{db}" + (f"?{query}" if query else "")
+
+
+def _sentinel_of(kind: str, pool: Any) -> tuple[str, Any, list[tuple[str, int]]] | None:
+    """The service, the ``Sentinel`` and the Sentinels' addresses of a pool whose connections
+    go to the master Sentinels name; None for another pool. A replica's pool is refused:
+    tumbler writes."""
+    service = getattr(pool, "service_name", None)
+    manager = getattr(pool, "sentinel_manager", None)
+    if service is None or manager is None:
+        return None
+    proxy = getattr(pool, "proxy", pool)
+    if not getattr(proxy, "is_master", getattr(pool, "is_master", True)):
+        raise InvalidArgument(
+            f"{kind} reaches a replica of {service!r} (slave_for): tumbler writes, so it needs "
+            "the master's client (master_for)"
+        )
+    addresses = []
+    for sentinel in manager.sentinels:
+        options = sentinel.connection_pool.connection_kwargs
+        addresses.append((str(options["host"]), int(options["port"])))
+    return str(service), manager, addresses
 
 
 def _parsed(

@@ -503,6 +503,10 @@ class RedisConfig:
     max_waiters: int
     #: keyword arguments for redis-py's clients (credentials included: never log this)
     client_options: dict[str, Any] = field(repr=False)
+    #: a master that Sentinels name, for a client given in place of a URL: the service's
+    #: name and the application's ``Sentinel`` (tumbler asks it for the master, never closes
+    #: it); None: the URL's servers
+    sentinel: tuple[str, Any] | None = field(default=None, repr=False)
 
 
 def parse_config(url: BackendURL) -> RedisConfig:

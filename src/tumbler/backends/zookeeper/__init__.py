@@ -45,4 +45,5 @@ DESCRIPTOR = BackendDescriptor(
     # every node the backend makes is under the URL's path
     isolate=under_path("/tumbler"),
     single_server=one_of_hosts(DEFAULT_PORT),
+    clients=("kazoo.client.KazooClient",),
 )

@@ -27,6 +27,7 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 
@@ -315,6 +316,10 @@ class AsyncRedisBackend(AsyncInspectEachName):
             self.closings.follow_cluster(self.client)
             # its node pools fail a call at once when full: the gate keeps them from filling
             self._gate = AsyncSlots(config.max_connections, wait, no_connection)
+        elif config.sentinel is not None:
+            self.client = Redis.from_pool(self._pool(None, max_connections=config.max_connections))
+            # a Sentinel's pool fails a call at once when full: the gate keeps it from filling
+            self._gate = AsyncSlots(config.max_connections, wait, no_connection)
         else:
             connection_class, options = self._connection_options(None)
             pool = BlockingConnectionPool(
@@ -379,10 +384,18 @@ class AsyncRedisBackend(AsyncInspectEachName):
         options.update(host=host, port=port, db=self.config.db)
         return (SSLConnection if tls else Connection), options
 
-    def _pool(self, address: tuple[str, int] | None) -> ConnectionPool:
-        """A pool of its own, which never waits, for connections to ``address``."""
-        connection_class, options = self._connection_options(address)
-        pool = ConnectionPool(connection_class=connection_class, **options)
+    def _pool(self, address: tuple[str, int] | None, **limits: Any) -> ConnectionPool:
+        """A pool of its own, which never waits, for connections to ``address`` (None: the
+        URL's server, or the master its Sentinels name at each connection)."""
+        if self.config.sentinel is not None:
+            service, sentinels = self.config.sentinel
+            options = dict(self.config.client_options, retry=Retry(NoBackoff(), 0))
+            pool: ConnectionPool = SentinelConnectionPool(
+                service, sentinels, db=self.config.db, **options, **limits
+            )
+        else:
+            connection_class, options = self._connection_options(address)
+            pool = ConnectionPool(connection_class=connection_class, **options, **limits)
         self.closings.follow(pool)
         return pool
 

@@ -333,10 +333,16 @@ class MariaDBServer(ProcessLauncher, TLSServerFiles):
         # a query, not an open port: the server opens its socket before InnoDB's recovery ends
         try:
             with self.connect(connect_timeout=2) as probe, probe.cursor() as cursor:
-                cursor.execute("SELECT 1")
+                if not self.galera:
+                    cursor.execute("SELECT 1")
+                    return True
+                # a Galera node answers SELECT 1 before it serves tables (error 1047, "WSREP
+                # has not yet prepared node for application use"): until wsrep_ready is ON
+                cursor.execute("SHOW STATUS LIKE 'wsrep_ready'")
+                row = cursor.fetchone()
         except pymysql.OperationalError:
             return False
-        return True
+        return row is not None and str(row[1]).upper() == "ON"
 
     def start(self) -> MariaDBServer:
         """Start the server (``mariadb-install-db`` first, the first time) and wait until it

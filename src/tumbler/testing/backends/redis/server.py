@@ -59,6 +59,7 @@ __all__ = [
     "RedisNotInstalled",
     "RedisServer",
     "RedisServerCluster",
+    "RedisSentinel",
     "RedisServerError",
     "RedisUser",
     "flush_redis",
@@ -618,6 +619,79 @@ class RedisServerCluster(Launcher):
 
     def __repr__(self) -> str:
         return f"<RedisServerCluster {self.startup_nodes} in {self.dir}>"
+
+
+class RedisSentinel(RedisServer):
+    """One Redis Sentinel (``redis-server CONFIG --sentinel``) watching one master, under the
+    service name ``service``; it finds the master's replicas by itself. Ready once it names
+    the master; decides a failover alone (quorum 1), after ``down_after`` seconds without an
+    answer, or at ``SENTINEL FAILOVER``. In clear, without ACL users (Sentinel's own)."""
+
+    def __init__(
+        self,
+        master: RedisServer,
+        workdir: str | Path | None = None,
+        *,
+        service: str = "mymaster",
+        down_after: float = 1.0,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        if master.tls is not None or master.admin is not None:
+            raise InvalidArgument("the sentinel launcher watches masters in clear without ACL")
+        super().__init__(workdir, startup_timeout=startup_timeout)
+        self.master = master
+        self.service = service
+        self.down_after = down_after
+        self.config_path = self.dir / "sentinel.conf"
+
+    def _config_lines(self) -> list[str]:
+        ms = round(self.down_after * 1000)
+        return [
+            f"bind {self.host}",
+            f"port {self.port}",
+            "daemonize no",
+            f"dir {_quote(self.dir)}",
+            f"logfile {_quote(self.log_path)}",
+            f"sentinel monitor {self.service} {self.master.host} {self.master.port} 1",
+            f"sentinel down-after-milliseconds {self.service} {ms}",
+            f"sentinel failover-timeout {self.service} {max(ms * 3, 3000)}",
+            f"sentinel parallel-syncs {self.service} 1",
+        ]
+
+    def _command(self) -> list[str]:
+        return [*super()._command(), "--sentinel"]
+
+    def _ready(self) -> bool:
+        probe = redis.Redis(
+            host=self.host,
+            port=self.port,
+            socket_timeout=1.0,
+            socket_connect_timeout=1.0,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            with probe:
+                return probe.sentinel_get_master_addr_by_name(self.service) is not None
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            return False
+
+    def master_address(self) -> tuple[str, int] | None:
+        """The master's address as this sentinel sees it now."""
+        with redis.Redis(host=self.host, port=self.port, socket_timeout=5.0) as sentinel:
+            found = sentinel.sentinel_get_master_addr_by_name(self.service)
+        if found is None:
+            return None
+        host = found[0].decode() if isinstance(found[0], bytes) else str(found[0])
+        return host, int(found[1])
+
+    def failover(self) -> None:
+        """Ask for a failover now (``SENTINEL FAILOVER``): a replica becomes the master."""
+        with redis.Redis(host=self.host, port=self.port, socket_timeout=5.0) as sentinel:
+            sentinel.sentinel_failover(self.service)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<RedisSentinel {self.service} {self.host}:{self.port} {state} in {self.dir}>"
 
 
 def flush_redis(target: RedisServer | RedisServerCluster) -> None:
