@@ -8,23 +8,20 @@ its own.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import pytest
 from psycopg_pool import AsyncConnectionPool, AsyncNullConnectionPool, ConnectionPool
 
-import tumbler
-import tumbler.aio
-from tumbler import InvalidArgument, PermissionDenied
+from tumbler import PermissionDenied
 from tumbler.testing.backends.postgresql.server import (
     TUMBLER_DATABASE,
     TUMBLER_PASSWORD,
     TUMBLER_USER,
 )
 
-FLAVOURS = ["sync", "asyncio"]
+from .configured_clients import FLAVOURS, lock_through, refused
 
 
 def _schema() -> str:
@@ -40,33 +37,24 @@ def _conninfo(server: Any, password: str = TUMBLER_PASSWORD) -> str:
 
 
 def _use(flavour: str, pool: Any, **options: object) -> dict[str, Any]:
-    """Connect tumbler with ``pool``, take and release a lock, close tumbler's client, then
-    check that the application's pool still serves: what was seen, for the test."""
+    """:func:`lock_through` inside the opened pool, then a query on one of its connections
+    (``served``)."""
 
-    def blocking() -> dict[str, Any]:
-        with pool:
-            with tumbler.connect(pool, **options) as locks:
-                with locks.lock("stock") as hold:
-                    seen = {"token": hold.token, "holders": len(locks.status("stock").holders)}
-                seen["config"] = locks._backend.config
+    def then() -> Any:
+        if flavour == "sync":
             with pool.connection() as connection:
-                seen["served"] = connection.execute("SELECT 1").fetchone()
-        return seen
+                return connection.execute("SELECT 1").fetchone()
 
-    async def in_asyncio() -> dict[str, Any]:
-        async with pool:
-            locks = await tumbler.aio.connect(pool, **options)
-            async with locks:
-                async with locks.lock("stock") as hold:
-                    state = await locks.status("stock")
-                    seen = {"token": hold.token, "holders": len(state.holders)}
-                seen["config"] = locks._backend.config
+        async def in_asyncio() -> Any:
             async with pool.connection() as connection:
                 cursor = await connection.execute("SELECT 1")
-                seen["served"] = await cursor.fetchone()
-        return seen
+                return await cursor.fetchone()
 
-    return blocking() if flavour == "sync" else asyncio.run(in_asyncio())
+        return in_asyncio()
+
+    seen = lock_through(flavour, pool, then=then, around=lambda: pool, **options)
+    seen["served"] = seen.pop("then")
+    return seen
 
 
 def _pool(flavour: str, conninfo: str, **settings: Any) -> Any:
@@ -127,15 +115,6 @@ def test_a_pool_whose_password_the_server_refuses_is_refused_without_it(
     assert f"{postgresql_server.host}:{postgresql_server.port}" in str(refused.value)
 
 
-def _refused(flavour: str, pool: object, **options: object) -> InvalidArgument:
-    with pytest.raises(InvalidArgument) as refused:
-        if flavour == "sync":
-            tumbler.connect(pool, **options)
-        else:
-            asyncio.run(tumbler.aio.connect(pool, **options))
-    return refused.value
-
-
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_pool_of_the_other_flavour_or_a_bad_option_is_refused_before_anything_opens(
     flavour: str,
@@ -144,10 +123,10 @@ def test_a_pool_of_the_other_flavour_or_a_bad_option_is_refused_before_anything_
     conninfo = "host=127.0.0.1 port=1 dbname=tumbler user=tumbler"
     other = _pool("asyncio" if flavour == "sync" else "sync", conninfo)
     expected = "tumbler.aio.connect" if flavour == "sync" else "tumbler.connect"
-    assert f"give it to {expected}" in str(_refused(flavour, other))
+    assert f"give it to {expected}" in str(refused(flavour, other))
     pool = _pool(flavour, conninfo)
-    said = _refused(flavour, pool, sslmode="require")
+    said = refused(flavour, pool, sslmode="require")
     assert "does not take the option(s) sslmode" in str(said)
-    bad = _refused(flavour, pool, lock_timeout=9, statement_timeout=3)
+    bad = refused(flavour, pool, lock_timeout=9, statement_timeout=3)
     assert "lock_timeout must not be longer than statement_timeout" in str(bad)
     assert "127.0.0.1:1" in str(bad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +24,13 @@ from redis.sentinel import Sentinel
 
 import tumbler
 import tumbler.aio
-from tumbler import InvalidArgument, PermissionDenied
+from tumbler import PermissionDenied
 from tumbler.testing.backends.redis.server import RedisSentinel, RedisServer
 from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.conformance.plugin import server_unavailable
 from tumbler.testing.servers import ServerError
 
-FLAVOURS = ["sync", "asyncio"]
+from .configured_clients import FLAVOURS, lock_through, refused
 
 
 def _prefix() -> str:
@@ -54,30 +54,24 @@ def _client(flavour: str, cluster: bool, **settings: Any) -> Any:
 
 
 def _use(flavour: str, client: Any, **options: object) -> dict[str, Any]:
-    """Connect tumbler with ``client``, take and release a lock, close tumbler's client, then
-    check that the application's client still works: what was seen, for the test."""
+    """:func:`lock_through`, then the application's client pinged (``ping``) and closed."""
 
-    def blocking() -> dict[str, Any]:
-        with tumbler.connect(client, **options) as locks:
-            with locks.lock("stock") as hold:
-                seen = {"token": hold.token, "holders": len(locks.status("stock").holders)}
-            seen["config"] = locks._backend.config
-        seen["ping"] = client.ping()
-        client.close()
-        return seen
+    def then() -> Any:
+        if flavour == "sync":
+            answer = client.ping()
+            client.close()
+            return answer
 
-    async def in_asyncio() -> dict[str, Any]:
-        locks = await tumbler.aio.connect(client, **options)
-        async with locks:
-            async with locks.lock("stock") as hold:
-                state = await locks.status("stock")
-                seen = {"token": hold.token, "holders": len(state.holders)}
-            seen["config"] = locks._backend.config
-        seen["ping"] = await client.ping()
-        await client.aclose()
-        return seen
+        async def in_asyncio() -> Any:
+            answer = await client.ping()
+            await client.aclose()
+            return answer
 
-    return blocking() if flavour == "sync" else asyncio.run(in_asyncio())
+        return in_asyncio()
+
+    seen = lock_through(flavour, client, then=then, **options)
+    seen["ping"] = seen.pop("then")
+    return seen
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -160,33 +154,17 @@ def test_a_client_whose_credentials_the_server_refuses_is_refused_without_its_pa
     assert f"{server.host}:{server.port}" in str(refused.value)
 
 
-def _refused(flavour: str, client: object, **options: object) -> InvalidArgument:
-    connect: Callable[[], object]
-    if flavour == "sync":
-
-        def connect() -> object:
-            return tumbler.connect(client, **options)
-    else:
-
-        def connect() -> object:
-            return asyncio.run(tumbler.aio.connect(client, **options))
-
-    with pytest.raises(InvalidArgument) as refused:
-        connect()
-    return refused.value
-
-
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_client_of_the_other_flavour_is_refused_with_where_it_goes(flavour: str) -> None:
     other = "asyncio" if flavour == "sync" else "sync"
-    refusal = _refused(flavour, _client(other, False, host="127.0.0.1", port=1))
+    refusal = refused(flavour, _client(other, False, host="127.0.0.1", port=1))
     expected = "tumbler.aio.connect" if other == "asyncio" else "tumbler.connect"
     assert f"give it to {expected}" in str(refusal)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_what_no_backend_takes_is_refused_with_what_they_take(flavour: str) -> None:
-    refusal = _refused(flavour, b"redis://127.0.0.1")
+    refusal = refused(flavour, b"redis://127.0.0.1")
     assert "redis.client.Redis" in str(refusal)
     assert "not a builtins.bytes" in str(refusal)
 
@@ -197,14 +175,14 @@ def test_options_a_client_says_itself_or_bad_ones_are_refused_before_anything_is
 ) -> None:
     # port 1: nothing listens there, so a refusal that connected first would say so instead
     client = _client(flavour, False, host="127.0.0.1", port=1)
-    said = _refused(flavour, client, socket_timeout=1)
+    said = refused(flavour, client, socket_timeout=1)
     assert "does not take the option(s) socket_timeout" in str(said)
     assert "prefix, max_connections" in str(said)
-    bad = _refused(flavour, client, prefix="no{braces}")
+    bad = refused(flavour, client, prefix="no{braces}")
     assert "prefix must be 1 to 100 characters without braces" in str(bad)
     assert "127.0.0.1:1" in str(bad)
     quick = _client(flavour, False, host="127.0.0.1", port=1, socket_timeout=1)
-    wait = _refused(flavour, quick, wait_replicas=1, wait_timeout=2)
+    wait = refused(flavour, quick, wait_replicas=1, wait_timeout=2)
     assert "wait_timeout must be shorter than the client's socket_timeout" in str(wait)
 
 
@@ -329,5 +307,5 @@ def test_sentinel_managed_clients_follow_the_master_through_a_failover(
 def test_a_client_of_a_sentinels_replica_is_refused_for_the_masters(
     flavour: str, sentinel: RedisSentinel
 ) -> None:
-    refusal = _refused(flavour, _sentinel_client(flavour, sentinel, replica=True))
+    refusal = refused(flavour, _sentinel_client(flavour, sentinel, replica=True))
     assert "tumbler writes, so it needs the master's client (master_for)" in str(refusal)

@@ -8,7 +8,6 @@ test keeps to a chroot of its own.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -16,11 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-import tumbler
-import tumbler.aio
-from tumbler import InvalidArgument
-
-FLAVOURS = ["sync", "asyncio"]
+from .configured_clients import FLAVOURS, lock_through, refused
 
 
 def _chroot() -> str:
@@ -28,28 +23,13 @@ def _chroot() -> str:
 
 
 def _use(flavour: str, client: KazooClient, **options: object) -> dict[str, Any]:
-    """Connect tumbler with ``client``, take and release a lock, close tumbler's client: what
-    was seen, for the test."""
-
-    def blocking() -> dict[str, Any]:
-        with tumbler.connect(client, **options) as locks:
-            with locks.lock("stock") as hold:
-                seen = {"token": hold.token, "holders": len(locks.status("stock").holders)}
-            seen["config"] = locks._backend.config
-            seen["session"] = locks._backend._client.client_id
-        return seen
-
-    async def in_asyncio() -> dict[str, Any]:
-        locks = await tumbler.aio.connect(client, **options)
-        async with locks:
-            async with locks.lock("stock") as hold:
-                state = await locks.status("stock")
-                seen = {"token": hold.token, "holders": len(state.holders)}
-            seen["config"] = locks._backend.config
-            seen["session"] = locks._backend._client.client_id
-        return seen
-
-    return blocking() if flavour == "sync" else asyncio.run(in_asyncio())
+    """:func:`lock_through`, seeing tumbler's session (``session``) while it is open."""
+    return lock_through(
+        flavour,
+        client,
+        look=lambda locks: {"session": locks._backend._client.client_id},
+        **options,
+    )
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -105,15 +85,6 @@ def test_a_tls_client_gives_tumbler_its_certificates(flavour: str, zookeeper_tls
     assert seen["config"].url.startswith("zookeepers://")
 
 
-def _refused(flavour: str, client: object, **options: object) -> InvalidArgument:
-    with pytest.raises(InvalidArgument) as refused:
-        if flavour == "sync":
-            tumbler.connect(client, **options)
-        else:
-            asyncio.run(tumbler.aio.connect(client, **options))
-    return refused.value
-
-
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_what_tumbler_cannot_copy_or_a_bad_option_is_refused_before_anything_opens(
     flavour: str,
@@ -121,13 +92,13 @@ def test_what_tumbler_cannot_copy_or_a_bad_option_is_refused_before_anything_ope
     # port 1: nothing listens there, so a refusal that connected first would say so instead
     hosts = "127.0.0.1:1"
     sasl = KazooClient(hosts=hosts, auth_data=[("ip", "127.0.0.1")])
-    assert "authenticates with one digest" in str(_refused(flavour, sasl))
+    assert "authenticates with one digest" in str(refused(flavour, sasl))
     unverified = KazooClient(hosts=hosts, use_ssl=True, verify_certs=False)
-    assert "does not verify the servers' certificates" in str(_refused(flavour, unverified))
+    assert "does not verify the servers' certificates" in str(refused(flavour, unverified))
     plain = KazooClient(hosts=hosts)
-    said = _refused(flavour, plain, session_timeout=5)
+    said = refused(flavour, plain, session_timeout=5)
     assert "does not take the option(s) session_timeout" in str(said)
-    assert "base must be an absolute path" in str(_refused(flavour, plain, base="locks"))
-    bad = _refused(flavour, plain, base="/zookeeper/quota")
+    assert "base must be an absolute path" in str(refused(flavour, plain, base="locks"))
+    bad = refused(flavour, plain, base="/zookeeper/quota")
     assert "bad base path" in str(bad)
     assert "127.0.0.1:1" in str(bad)

@@ -1,9 +1,16 @@
-"""URL pieces that several backends parse alike: flags, durations, host lists."""
+"""URL pieces that several backends parse alike: flags, durations, host lists; and the
+options ``connect`` takes beside a configured client, parsed as a URL's."""
 
 from __future__ import annotations
 
-from ..._url import BackendURL
-from ...errors import InvalidURL, TooManyWaiters
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+from urllib.parse import urlencode
+
+from ..._url import BackendURL, parse_url
+from ...errors import InvalidArgument, InvalidURL, TooManyWaiters
+
+ConfigT = TypeVar("ConfigT")
 
 
 def flag(text: str) -> bool:
@@ -72,3 +79,29 @@ def host_port(text: str, url: BackendURL, default_port: int) -> tuple[str, int]:
     if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
     return host, int(port)
+
+
+def parsed_with_options(
+    url: str,
+    options: Mapping[str, object],
+    accepted: Sequence[str],
+    what: str,
+    parse: Callable[[BackendURL], ConfigT],
+) -> ConfigT:
+    """What ``parse`` makes of ``url`` (naming a configured client's servers) with
+    ``options``, connect's keyword arguments beside the client, added to its query: they are
+    checked as a URL's options are. ``InvalidArgument`` (``what``: the client, for the
+    message) for an option not in ``accepted``, or a bad value."""
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InvalidArgument(
+            f"{what} does not take the option(s) {', '.join(unknown)}; "
+            f"it takes: {', '.join(accepted)}"
+        )
+    query = urlencode({name: str(value) for name, value in options.items()})
+    if query:
+        url += ("&" if "?" in url else "?") + query
+    try:
+        return parse(parse_url(url))
+    except InvalidURL as error:
+        raise InvalidArgument(error.message, backend=error.backend) from None

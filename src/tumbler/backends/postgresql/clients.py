@@ -18,8 +18,8 @@ import dataclasses
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..._url import parse_url
-from ...errors import InvalidArgument, InvalidURL
+from ...errors import InvalidArgument
+from ..kit.options import parsed_with_options
 from .common import PostgreSQLConfig, parse_config
 
 #: what tumbler's own options for a pool are (those of a URL that the pool does not say)
@@ -68,7 +68,7 @@ def config_from_pool(pool: object, *, asyncio: bool, **options: object) -> Postg
         for name, value in conninfo_to_dict(getattr(pool, "conninfo", ""), **libpq).items()
         if value is not None and name != "options"
     }
-    config = _parsed(params, options)
+    config = _parsed(kind, params, options)
     connect_options = dict(params)
     for name in _TUMBLER_OWN:
         if name in config.connect_options:
@@ -77,15 +77,15 @@ def config_from_pool(pool: object, *, asyncio: bool, **options: object) -> Postg
     return dataclasses.replace(config, connect_options=connect_options)
 
 
-def _parsed(params: dict[str, Any], options: dict[str, object]) -> PostgreSQLConfig:
+def _parsed(kind: str, params: dict[str, Any], options: dict[str, object]) -> PostgreSQLConfig:
     """What a URL naming the pool's server, database and user and carrying ``options`` would
     configure: the options are checked as a URL's are, and the URL (without the password)
     names the backend in messages."""
-    query = {name: str(value) for name, value in options.items()}
     host = str(params.get("host") or "")
     netloc = ""
+    query = ""
     if host.startswith("/"):  # a Unix socket directory
-        query["host"] = host
+        query = "?" + urlencode({"host": host})
     elif host:
         port = params.get("port")
         netloc = f"[{host}]" if ":" in host else host
@@ -95,8 +95,5 @@ def _parsed(params: dict[str, Any], options: dict[str, object]) -> PostgreSQLCon
     if user:
         netloc = f"{quote(str(user), safe='')}@{netloc}"
     database = quote(str(params.get("dbname") or ""), safe="")
-    url = f"postgresql://{netloc}/{database}"
-    try:
-        return parse_config(parse_url(f"{url}?{urlencode(query)}" if query else url))
-    except InvalidURL as error:
-        raise InvalidArgument(error.message, backend=error.backend) from None
+    url = f"postgresql://{netloc}/{database}{query}"
+    return parsed_with_options(url, options, OPTIONS, kind, parse_config)

@@ -13,7 +13,7 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncPostgreSQLBackend
 from ._sync.backend import PostgreSQLBackend
-from .clients import OPTIONS, config_from_pool
+from .clients import config_from_pool
 from .common import parse_config
 
 if TYPE_CHECKING:
@@ -48,62 +48,18 @@ async def open_async(url: BackendURL) -> AsyncPostgreSQLBackend:
     return await astart_or_close(AsyncPostgreSQLBackend(parse_config(url)))
 
 
-def open_client_sync(
-    pool: object,
-    *,
-    schema: str | None = None,
-    statement_timeout: float | None = None,
-    socket_timeout: float | None = None,
-    lock_timeout: float | None = None,
-    max_connections: int | None = None,
-    max_waiters: int | None = None,
-    wakeups: str | None = None,
-    pooler: str | None = None,
-) -> PostgreSQLBackend:
-    """The backend on the server a psycopg ``ConnectionPool`` connects to, with connections of
-    its own made as the pool makes its (see :mod:`.clients`)."""
-    options = _given(
-        schema,
-        statement_timeout,
-        socket_timeout,
-        lock_timeout,
-        max_connections,
-        max_waiters,
-        wakeups,
-        pooler,
-    )
-    return start_or_close(PostgreSQLBackend(config_from_pool(pool, asyncio=False, **options)))
+def open_client_sync(client: object, **options: object) -> PostgreSQLBackend:
+    """The backend on the server a blocking psycopg ``ConnectionPool`` connects to, over
+    connections of its own made as the pool makes its (see :mod:`.clients`); ``options``:
+    the URL's that a pool does not say (``clients.OPTIONS``)."""
+    config = config_from_pool(client, asyncio=False, **options)
+    return start_or_close(PostgreSQLBackend(config))
 
 
-async def open_client_async(
-    pool: object,
-    *,
-    schema: str | None = None,
-    statement_timeout: float | None = None,
-    socket_timeout: float | None = None,
-    lock_timeout: float | None = None,
-    max_connections: int | None = None,
-    max_waiters: int | None = None,
-    wakeups: str | None = None,
-    pooler: str | None = None,
-) -> AsyncPostgreSQLBackend:
-    """:func:`open_client_sync` for an ``AsyncConnectionPool``."""
-    options = _given(
-        schema,
-        statement_timeout,
-        socket_timeout,
-        lock_timeout,
-        max_connections,
-        max_waiters,
-        wakeups,
-        pooler,
-    )
-    config = config_from_pool(pool, asyncio=True, **options)
+async def open_client_async(client: object, **options: object) -> AsyncPostgreSQLBackend:
+    """:func:`open_client_sync` for tumbler's asyncio flavour."""
+    config = config_from_pool(client, asyncio=True, **options)
     return await astart_or_close(AsyncPostgreSQLBackend(config))
-
-
-def _given(*values: object) -> dict[str, object]:
-    return {name: value for name, value in zip(OPTIONS, values, strict=True) if value is not None}
 
 
 if TYPE_CHECKING:

@@ -23,10 +23,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from typing import Any
-from urllib.parse import urlencode
 
-from ..._url import parse_url
-from ...errors import InvalidArgument, InvalidURL
+from ...errors import InvalidArgument
+from ..kit.options import parsed_with_options
 from .common import RedisConfig, parse_config
 
 #: how long a call or a connection set-up may take when the client sets no limit (redis-py's
@@ -88,7 +87,7 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
     if connection_class is not None and not names & known:
         raise InvalidArgument(f"{kind} makes connections tumbler does not know: {connection_class}")
     # (the first Sentinel stands for the master here: its URL checks the options)
-    config = _parsed(tls, cluster, nodes[:1] if sentinel else nodes, unix_path, db, options)
+    config = _parsed(kind, tls, cluster, nodes[:1] if sentinel else nodes, unix_path, db, options)
     copied = {
         name: value
         for name, value in settings.items()
@@ -151,6 +150,7 @@ def _sentinel_of(kind: str, pool: Any) -> tuple[str, Any, list[tuple[str, int]]]
 
 
 def _parsed(
+    kind: str,
     tls: bool,
     cluster: bool,
     nodes: list[tuple[str, int]],
@@ -161,21 +161,16 @@ def _parsed(
     """What a URL naming the client's servers and carrying ``options`` would configure: the
     options are checked as a URL's are, and the URL (without credentials) names the backend
     in messages."""
-    query = {name: str(value) for name, value in options.items()}
     if unix_path is not None:
-        url = f"redis+unix://{unix_path}"
-        query["db"] = str(db)
+        url = f"redis+unix://{unix_path}?db={db}"
     else:
         hosts = ",".join(
             f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in nodes
         )
         url = f"{'rediss' if tls else 'redis'}://{hosts}/{db}"
         if cluster:
-            query["cluster"] = "true"
-    try:
-        return parse_config(parse_url(f"{url}?{urlencode(query)}" if query else url))
-    except InvalidURL as error:
-        raise InvalidArgument(error.message, backend=error.backend) from None
+            url += "?cluster=true"
+    return parsed_with_options(url, options, OPTIONS, kind, parse_config)
 
 
 def _taken_by_the_cluster_client(settings: dict[str, Any], asyncio: bool) -> dict[str, Any]:

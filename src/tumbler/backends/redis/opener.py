@@ -12,7 +12,7 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncRedisBackend
 from ._sync.backend import RedisBackend
-from .clients import OPTIONS, config_from_client
+from .clients import config_from_client
 from .common import check_tls_files, parse_config
 
 if TYPE_CHECKING:
@@ -35,39 +35,19 @@ async def open_async(url: BackendURL) -> AsyncRedisBackend:
     return await astart_or_close(backend)
 
 
-def open_client_sync(
-    client: object,
-    *,
-    prefix: str | None = None,
-    max_connections: int | None = None,
-    max_waiters: int | None = None,
-    wait_replicas: int | None = None,
-    wait_timeout: float | None = None,
-) -> RedisBackend:
-    """The backend on the servers a blocking ``redis.Redis`` or ``RedisCluster`` connects to,
-    with connections of its own made as the client makes its (see :mod:`.clients`)."""
-    options = _given(prefix, max_connections, max_waiters, wait_replicas, wait_timeout)
-    backend = RedisBackend(config_from_client(client, asyncio=False, **options))
-    return start_or_close(backend)
+def open_client_sync(client: object, **options: object) -> RedisBackend:
+    """The backend on the servers a blocking ``redis.Redis`` (Sentinel-managed too) or
+    ``RedisCluster`` connects to, over connections of its own made as the client makes its
+    (see :mod:`.clients`); ``options``: the URL's that a client does not say
+    (``clients.OPTIONS``)."""
+    config = config_from_client(client, asyncio=False, **options)
+    return start_or_close(RedisBackend(config))
 
 
-async def open_client_async(
-    client: object,
-    *,
-    prefix: str | None = None,
-    max_connections: int | None = None,
-    max_waiters: int | None = None,
-    wait_replicas: int | None = None,
-    wait_timeout: float | None = None,
-) -> AsyncRedisBackend:
-    """:func:`open_client_sync` for an asyncio ``redis.asyncio.Redis`` or ``RedisCluster``."""
-    options = _given(prefix, max_connections, max_waiters, wait_replicas, wait_timeout)
-    backend = AsyncRedisBackend(config_from_client(client, asyncio=True, **options))
-    return await astart_or_close(backend)
-
-
-def _given(*values: object) -> dict[str, object]:
-    return {name: value for name, value in zip(OPTIONS, values, strict=True) if value is not None}
+async def open_client_async(client: object, **options: object) -> AsyncRedisBackend:
+    """:func:`open_client_sync` for tumbler's asyncio flavour."""
+    config = config_from_client(client, asyncio=True, **options)
+    return await astart_or_close(AsyncRedisBackend(config))
 
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..._url import parse_url
-from ...errors import InvalidArgument, InvalidURL
+from ...errors import InvalidArgument
+from ..kit.options import parsed_with_options
 from .common import DEFAULT_BASE, TLS_SCHEME, ZooKeeperConfig, parse_config
 
 #: tumbler's own options for a client (those of a URL that the client does not say); ``base``
@@ -57,10 +57,10 @@ def config_from_client(client: Any, **options: object) -> ZooKeeperConfig:
         ):
             if value:
                 query[name] = str(value)
+    options = dict(options)
     base = str(options.pop("base", DEFAULT_BASE))
     if not base.startswith("/"):
         raise InvalidArgument(f"base must be an absolute path, not {base!r}")
-    query.update({name: str(value) for name, value in options.items()})
     hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in client.hosts)
     userinfo = ""
     if digests:
@@ -69,7 +69,4 @@ def config_from_client(client: Any, **options: object) -> ZooKeeperConfig:
     scheme = TLS_SCHEME if client.use_ssl else "zookeeper"
     path = (client.chroot or "") + base
     url = f"{scheme}://{userinfo}{hosts}{quote(path)}?{urlencode(query)}"
-    try:
-        return parse_config(parse_url(url))
-    except InvalidURL as error:
-        raise InvalidArgument(error.message, backend=error.backend) from None
+    return parsed_with_options(url, options, OPTIONS, kind, parse_config)

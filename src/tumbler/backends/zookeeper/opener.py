@@ -12,7 +12,7 @@ from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncZooKeeperBackend
 from ._sync.backend import ZooKeeperBackend
-from .clients import OPTIONS, config_from_client
+from .clients import config_from_client
 from .common import parse_config
 
 if TYPE_CHECKING:
@@ -31,35 +31,18 @@ async def open_async(url: BackendURL) -> AsyncZooKeeperBackend:
     return await astart_or_close(backend)
 
 
-def open_client_sync(
-    client: object,
-    *,
-    base: str | None = None,
-    connect_timeout: float | None = None,
-    request_timeout: float | None = None,
-    max_waiters: int | None = None,
-) -> ZooKeeperBackend:
-    """The backend on the ensemble a ``KazooClient`` connects to, in a session of its own
-    opened as the client opens its (see :mod:`.clients`)."""
-    options = _given(base, connect_timeout, request_timeout, max_waiters)
-    return start_or_close(ZooKeeperBackend(config_from_client(client, **options)))
+def open_client_sync(client: object, **options: object) -> ZooKeeperBackend:
+    """The backend on the ensemble a kazoo ``KazooClient`` connects to, in a session of its
+    own opened as the client opens its (see :mod:`.clients`); ``options``: the URL's that a
+    client does not say (``clients.OPTIONS``)."""
+    config = config_from_client(client, **options)
+    return start_or_close(ZooKeeperBackend(config))
 
 
-async def open_client_async(
-    client: object,
-    *,
-    base: str | None = None,
-    connect_timeout: float | None = None,
-    request_timeout: float | None = None,
-    max_waiters: int | None = None,
-) -> AsyncZooKeeperBackend:
-    """:func:`open_client_sync` for tumbler's asyncio client (kazoo has one flavour)."""
-    options = _given(base, connect_timeout, request_timeout, max_waiters)
-    return await astart_or_close(AsyncZooKeeperBackend(config_from_client(client, **options)))
-
-
-def _given(*values: object) -> dict[str, object]:
-    return {name: value for name, value in zip(OPTIONS, values, strict=True) if value is not None}
+async def open_client_async(client: object, **options: object) -> AsyncZooKeeperBackend:
+    """:func:`open_client_sync` for tumbler's asyncio flavour."""
+    config = config_from_client(client, **options)
+    return await astart_or_close(AsyncZooKeeperBackend(config))
 
 
 if TYPE_CHECKING:
