@@ -20,18 +20,14 @@ from urllib.parse import quote, urlencode
 
 from ...errors import InvalidArgument
 from ..kit.options import parsed_with_options
+from .common import _OPTIONS as URL_OPTIONS
 from .common import PostgreSQLConfig, parse_config
 
 #: what tumbler's own options for a pool are (those of a URL that the pool does not say)
-OPTIONS = (
-    "schema",
-    "statement_timeout",
-    "socket_timeout",
-    "lock_timeout",
-    "max_connections",
-    "max_waiters",
-    "wakeups",
-    "pooler",
+OPTIONS = tuple(
+    name
+    for name in URL_OPTIONS
+    if name not in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "host")
 )
 #: what tumbler sets on its connections whatever the pool says: its timeouts and keepalives
 #: (a call must give up in time), and the name operators see
