@@ -10,7 +10,9 @@ here does that check at one kind of store, atomically with the write, and raises
 - :mod:`tumbler.fencing.sqlite`, :mod:`tumbler.fencing.postgresql`,
   :mod:`tumbler.fencing.mysql`: ``fence(conn, resource, token)`` inside the caller's own
   transaction, against a table of highest tokens (``tumbler_fences``, made once by
-  ``create_table``);
+  ``create_table``); ``conn`` is the driver's connection, or an SQLAlchemy ``Connection``
+  or ``Session`` (``AsyncConnection``/``AsyncSession`` for ``fence_async``) in its
+  transaction;
 - :mod:`tumbler.fencing.redis`: a guarded ``SET`` and ``HSET`` of the caller's key, in one
   script (``RedisFence``, ``AsyncRedisFence``);
 - :mod:`tumbler.fencing.files`: a file replaced by rename only if its token is not stale.

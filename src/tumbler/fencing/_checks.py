@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..errors import ConfigurationError, InvalidArgument
 
@@ -90,3 +91,48 @@ def no_fence_table(table: str, module: str) -> ConfigurationError:
     return ConfigurationError(
         f"no fence table {table!r} in this database: run {module}.create_table() once first"
     )
+
+
+def _from_sqlalchemy(connection: Any) -> bool:
+    return type(connection).__module__.startswith("sqlalchemy.")
+
+
+def _in_sqlalchemy_transaction(connection: Any) -> None:
+    if not connection.in_transaction():
+        raise alone_in_autocommit("with engine.begin() as conn:, or session.begin()")
+
+
+def driver_connection(connection: Any) -> Any:
+    """The driver's connection a fence runs its statements on: ``connection`` itself, or the
+    one under an SQLAlchemy ``Connection`` or ``Session``, in whose transaction (begun by
+    SQLAlchemy, refused with InvalidArgument if there is none) the fence's statements then
+    run, beside the caller's own."""
+    if not _from_sqlalchemy(connection):
+        return connection
+    _in_sqlalchemy_transaction(connection)
+    if not hasattr(connection, "dialect"):  # a Session: its Connection, in its transaction
+        connection = connection.connection()
+    return connection.connection.driver_connection
+
+
+async def driver_connection_async(connection: Any) -> Any:
+    """:func:`driver_connection` for asyncio: an SQLAlchemy ``AsyncConnection`` or
+    ``AsyncSession`` gives the asyncio driver's connection under it."""
+    if not _from_sqlalchemy(connection):
+        return connection
+    _in_sqlalchemy_transaction(connection)
+    if not hasattr(connection, "dialect"):  # an AsyncSession
+        connection = await connection.connection()
+    raw = await connection.get_raw_connection()
+    return raw.driver_connection
+
+
+def setup_connection(connection: Any) -> Any:
+    """The driver's connection ``create_table`` runs on: ``connection`` itself, or the one
+    under an SQLAlchemy ``Connection``, which must not be in a transaction (refused with
+    InvalidArgument: ``create_table`` commits)."""
+    if not _from_sqlalchemy(connection):
+        return connection
+    if connection.in_transaction() or not hasattr(connection, "dialect"):
+        raise commits_a_transaction(" (give it an SQLAlchemy Connection outside a transaction)")
+    return connection.connection.driver_connection

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, MissingDependency, StaleToken
 from ._checks import (
@@ -38,7 +38,10 @@ from ._checks import (
     checked_sql_call,
     checked_table,
     commits_a_transaction,
+    driver_connection,
+    driver_connection_async,
     no_fence_table,
+    setup_connection,
 )
 
 try:
@@ -48,6 +51,12 @@ except ImportError as error:  # pragma: no cover - the mysql extra is not instal
     raise MissingDependency(None, "mysql", "PyMySQL", needed_by="tumbler.fencing.mysql") from error
 
 __all__ = ["create_table", "create_table_async", "fence", "fence_async"]
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection as SQLAlchemyConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SQLAlchemyAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
 
 _CREATE = (
     "CREATE TABLE IF NOT EXISTS {} ("
@@ -112,15 +121,18 @@ def _missing(table: str, error: pymysql.err.MySQLError) -> ConfigurationError | 
     return None
 
 
-def create_table(connection: pymysql.connections.Connection[Any], table: str = FENCE_TABLE) -> None:
+def create_table(
+    connection: pymysql.connections.Connection[Any] | SQLAlchemyConnection, table: str = FENCE_TABLE
+) -> None:
     """Create the fence table (``resource VARCHAR(255) PRIMARY KEY, token BIGINT``, InnoDB) if
     it is missing. ``table`` may name a database (``app.fences``). Refused (InvalidArgument)
     inside an open transaction, which the DDL would commit."""
+    driver: pymysql.connections.Connection[Any] = setup_connection(connection)
     quoted = _quoted(table)
-    _setup_refused(connection)
-    with connection.cursor() as cursor:
+    _setup_refused(driver)
+    with driver.cursor() as cursor:
         cursor.execute(_CREATE.format(quoted))
-    connection.commit()
+    driver.commit()
 
 
 async def create_table_async(connection: Any, table: str = FENCE_TABLE) -> None:
@@ -138,7 +150,7 @@ async def create_table_async(connection: Any, table: str = FENCE_TABLE) -> None:
 
 
 def fence(
-    connection: pymysql.connections.Connection[Any],
+    connection: pymysql.connections.Connection[Any] | SQLAlchemyConnection | Session,
     resource: str,
     token: int,
     *,
@@ -155,8 +167,9 @@ def fence(
     characters of text, a connection in autocommit mode outside a transaction (the fence would
     be committed alone). A missing table is a ConfigurationError.
     """
-    resource, token, quoted = _checked(connection, resource, token, table)
-    with _missing_table_named(table), connection.cursor() as cursor:
+    driver: pymysql.connections.Connection[Any] = driver_connection(connection)
+    resource, token, quoted = _checked(driver, resource, token, table)
+    with _missing_table_named(table), driver.cursor() as cursor:
         cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
         cursor.execute(_HIGHEST.format(quoted), (resource,))
         row = cursor.fetchone()
@@ -164,12 +177,17 @@ def fence(
 
 
 async def fence_async(
-    connection: Any, resource: str, token: int, *, table: str = FENCE_TABLE
+    connection: Any | SQLAlchemyAsyncConnection | AsyncSession,
+    resource: str,
+    token: int,
+    *,
+    table: str = FENCE_TABLE,
 ) -> None:
     """:func:`fence` on an aiomysql connection (``await conn.begin()`` first)."""
-    resource, token, quoted = _checked(connection, resource, token, table)
+    driver: Any = await driver_connection_async(connection)
+    resource, token, quoted = _checked(driver, resource, token, table)
     with _missing_table_named(table):
-        async with connection.cursor() as cursor:
+        async with driver.cursor() as cursor:
             await cursor.execute(_ACCEPT.format(quoted), (resource, token, token))
             await cursor.execute(_HIGHEST.format(quoted), (resource,))
             row = await cursor.fetchone()

@@ -22,7 +22,7 @@ concurrent one fails with PostgreSQL's serialization error instead: retry as for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingDependency, StaleToken
 from ._checks import (
@@ -31,7 +31,10 @@ from ._checks import (
     checked_sql_call,
     checked_table,
     commits_a_transaction,
+    driver_connection,
+    driver_connection_async,
     no_fence_table,
+    setup_connection,
 )
 
 try:
@@ -45,6 +48,12 @@ except ImportError as error:  # pragma: no cover - the postgresql extra is not i
     ) from error
 
 __all__ = ["create_table", "create_table_async", "fence", "fence_async"]
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection as SQLAlchemyConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SQLAlchemyAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
 
 _CREATE = sql.SQL(
     "CREATE TABLE IF NOT EXISTS {} "
@@ -81,14 +90,17 @@ def _checked(
     return resource, token, name
 
 
-def create_table(connection: psycopg.Connection[Any], table: str = FENCE_TABLE) -> None:
+def create_table(
+    connection: psycopg.Connection[Any] | SQLAlchemyConnection, table: str = FENCE_TABLE
+) -> None:
     """Create the fence table (``resource text PRIMARY KEY, token bigint``) if it is missing,
     and commit. ``table`` may name a schema (``app.fences``). Refused (InvalidArgument) inside
     an open transaction, which it would commit."""
+    driver: psycopg.Connection[Any] = setup_connection(connection)
     name = _identifier(table)
-    _setup_refused(connection)
-    with connection.transaction():
-        connection.execute(_CREATE.format(name))
+    _setup_refused(driver)
+    with driver.transaction():
+        driver.execute(_CREATE.format(name))
 
 
 async def create_table_async(
@@ -102,7 +114,11 @@ async def create_table_async(
 
 
 def fence(
-    connection: psycopg.Connection[Any], resource: str, token: int, *, table: str = FENCE_TABLE
+    connection: psycopg.Connection[Any] | SQLAlchemyConnection | Session,
+    resource: str,
+    token: int,
+    *,
+    table: str = FENCE_TABLE,
 ) -> None:
     """Accept ``token`` for ``resource`` in the caller's transaction, or raise
     :class:`~tumbler.errors.StaleToken` if a higher token has been accepted for it.
@@ -116,30 +132,32 @@ def fence(
     would be committed alone). A missing table is a ConfigurationError (and, as any error
     does, it aborts the transaction).
     """
-    resource, token, name = _checked(connection, resource, token, table)
+    driver: psycopg.Connection[Any] = driver_connection(connection)
+    resource, token, name = _checked(driver, resource, token, table)
     try:
-        if connection.execute(_ACCEPT.format(name), (resource, token)).fetchone() is not None:
+        if driver.execute(_ACCEPT.format(name), (resource, token)).fetchone() is not None:
             return
-        row = connection.execute(_HIGHEST.format(name), (resource,)).fetchone()
+        row = driver.execute(_HIGHEST.format(name), (resource,)).fetchone()
     except pg_errors.UndefinedTable as error:
         raise no_fence_table(table, __name__) from error
     raise StaleToken(resource, token, None if row is None else int(row[0]))
 
 
 async def fence_async(
-    connection: psycopg.AsyncConnection[Any],
+    connection: psycopg.AsyncConnection[Any] | SQLAlchemyAsyncConnection | AsyncSession,
     resource: str,
     token: int,
     *,
     table: str = FENCE_TABLE,
 ) -> None:
     """:func:`fence` on an ``AsyncConnection``, inside ``async with conn.transaction()``."""
-    resource, token, name = _checked(connection, resource, token, table)
+    driver: psycopg.AsyncConnection[Any] = await driver_connection_async(connection)
+    resource, token, name = _checked(driver, resource, token, table)
     try:
-        cursor = await connection.execute(_ACCEPT.format(name), (resource, token))
+        cursor = await driver.execute(_ACCEPT.format(name), (resource, token))
         if await cursor.fetchone() is not None:
             return
-        cursor = await connection.execute(_HIGHEST.format(name), (resource,))
+        cursor = await driver.execute(_HIGHEST.format(name), (resource,))
         row = await cursor.fetchone()
     except pg_errors.UndefinedTable as error:
         raise no_fence_table(table, __name__) from error

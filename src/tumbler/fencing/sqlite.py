@@ -21,6 +21,7 @@ transaction can slip in between the check and your writes: they are one transact
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from ..errors import StaleToken
 from ._checks import (
@@ -29,10 +30,16 @@ from ._checks import (
     checked_sql_call,
     checked_table,
     commits_a_transaction,
+    driver_connection,
     no_fence_table,
+    setup_connection,
 )
 
 __all__ = ["create_table", "fence"]
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection as SQLAlchemyConnection
+    from sqlalchemy.orm import Session
 
 # sqlite3.LEGACY_TRANSACTION_CONTROL (3.12): the transaction handling of every earlier Python
 _LEGACY = -1
@@ -47,21 +54,28 @@ def _opens_no_transaction(connection: sqlite3.Connection) -> bool:
     return False
 
 
-def create_table(connection: sqlite3.Connection, table: str = FENCE_TABLE) -> None:
+def create_table(
+    connection: sqlite3.Connection | SQLAlchemyConnection, table: str = FENCE_TABLE
+) -> None:
     """Create the fence table (``resource TEXT PRIMARY KEY, token INTEGER``) if it is missing,
     and commit. Refused (InvalidArgument) inside an open transaction, which it would commit."""
+    driver: sqlite3.Connection = setup_connection(connection)
     table = checked_table(table)
-    if connection.in_transaction and getattr(connection, "autocommit", _LEGACY) is not False:
+    if driver.in_transaction and getattr(driver, "autocommit", _LEGACY) is not False:
         raise commits_a_transaction()
-    connection.execute(
+    driver.execute(
         f"CREATE TABLE IF NOT EXISTS {table} "
         "(resource TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL)"
     )
-    connection.commit()
+    driver.commit()
 
 
 def fence(
-    connection: sqlite3.Connection, resource: str, token: int, *, table: str = FENCE_TABLE
+    connection: sqlite3.Connection | SQLAlchemyConnection | Session,
+    resource: str,
+    token: int,
+    *,
+    table: str = FENCE_TABLE,
 ) -> None:
     """Accept ``token`` for ``resource`` in the caller's transaction, or raise
     :class:`~tumbler.errors.StaleToken` if a higher token has been accepted for it.
@@ -74,12 +88,13 @@ def fence(
     characters of text, a connection in autocommit mode outside a transaction (the fence would
     be committed alone). A missing table is a ConfigurationError.
     """
+    driver: sqlite3.Connection = driver_connection(connection)
     resource, token = checked_sql_call(resource, token)
     table = checked_table(table)
-    if _opens_no_transaction(connection):
+    if _opens_no_transaction(driver):
         raise alone_in_autocommit("BEGIN first")
     try:
-        accepted = connection.execute(
+        accepted = driver.execute(
             f"INSERT INTO {table} AS fence (resource, token) VALUES (?, ?) "
             "ON CONFLICT (resource) DO UPDATE SET token = excluded.token "
             "WHERE fence.token <= excluded.token",
@@ -87,7 +102,7 @@ def fence(
         ).rowcount
         if accepted:
             return
-        row = connection.execute(
+        row = driver.execute(
             f"SELECT token FROM {table} WHERE resource = ?", (resource,)
         ).fetchone()
     except sqlite3.OperationalError as error:
