@@ -155,6 +155,24 @@ def test_a_client_whose_credentials_the_server_refuses_is_refused_without_its_pa
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_client_whose_user_may_only_read_is_refused_with_the_rules_tumbler_needs(
+    flavour: str, redis_tls_server
+) -> None:
+    """The application's client may serve the application with fewer rights than a lock
+    needs: connect says so, naming the command refused (here the first, INFO)."""
+    server = redis_tls_server
+    reader = server.users["reader"]
+    client = _client(
+        flavour, False, host=server.host, port=server.port, ssl=True,
+        ssl_ca_certs=str(server.ca_path), username="reader", password=reader.password,
+    )  # fmt: skip
+    with pytest.raises(PermissionDenied) as refused:
+        _use(flavour, client, prefix="tumbler:reader-rights")
+    assert "the Redis user lacks a permission tumbler needs" in str(refused.value)
+    assert "'info' command" in str(refused.value)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_client_of_the_other_flavour_is_refused_with_where_it_goes(flavour: str) -> None:
     other = "asyncio" if flavour == "sync" else "sync"
     refusal = refused(flavour, _client(other, False, host="127.0.0.1", port=1))
@@ -298,8 +316,13 @@ def test_sentinel_managed_clients_follow_the_master_through_a_failover(
     finally:
         locks.close()
         loop.run_until_complete(alocks.close())
+        # the application's: its clients, and those its Sentinel objects keep to the Sentinel
         blocking_app.close()
+        for client in blocking_app.connection_pool.sentinel_manager.sentinels:
+            client.close()
         loop.run_until_complete(asyncio_app.aclose())
+        for client in asyncio_app.connection_pool.sentinel_manager.sentinels:
+            loop.run_until_complete(client.aclose())
         loop.close()
 
 
