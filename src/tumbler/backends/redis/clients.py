@@ -31,12 +31,12 @@ from .common import RedisConfig, parse_config
 #: how long a call or a connection set-up may take when the client sets no limit (redis-py's
 #: default): as for a URL without ``socket_timeout``/``connect_timeout``
 DEFAULT_TIMEOUT = 5.0
-#: the settings of the client's connections that tumbler's take over (and every ``ssl_*``)
+#: the settings of the client's connections that tumbler's take over (and every ``ssl_*``;
+#: not its ``client_name``, which names the application's connections, not tumbler's)
 _COPIED = (
     "username",
     "password",
     "credential_provider",
-    "client_name",
     "socket_timeout",
     "socket_connect_timeout",
     "socket_keepalive",

@@ -39,6 +39,7 @@ def config_from_client(client: Any, **options: object) -> ZooKeeperConfig:
             f"{kind} authenticates with {', '.join(others) or 'several digests'}: tumbler "
             "authenticates with one digest (USER:PASSWORD) only"
         )
+    # kazoo keeps the session timeout it was given (in ms) only there
     query: dict[str, str] = {"session_timeout": str(client._session_timeout / 1000)}
     if client.use_ssl:
         if not client.verify_certs:

@@ -317,8 +317,11 @@ class AsyncRedisBackend(AsyncInspectEachName):
             # its node pools fail a call at once when full: the gate keeps them from filling
             self._gate = AsyncSlots(config.max_connections, wait, no_connection)
         elif config.sentinel is not None:
-            self.client = Redis.from_pool(self._pool(None, max_connections=config.max_connections))
-            # a Sentinel's pool fails a call at once when full: the gate keeps it from filling
+            # A Sentinel's pool fails a call at once when full: the gate keeps the calls to
+            # max_connections, and the pool has room for one more, the connection start()
+            # keeps for grants and releases, outside the gate.
+            pool = self._pool(None, max_connections=config.max_connections + 1)
+            self.client = Redis.from_pool(pool)
             self._gate = AsyncSlots(config.max_connections, wait, no_connection)
         else:
             connection_class, options = self._connection_options(None)
