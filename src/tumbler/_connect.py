@@ -24,8 +24,8 @@ def backend_module(url: str | None, options: dict[str, object]) -> tuple[Backend
 
 def client_module(client: object, options: dict[str, object]) -> ClientOpener:
     """The opener of the backend that takes the configured ``client`` in place of a URL;
-    refuses options it does not take. The client's driver is imported already: the caller
-    made the client with it."""
+    refuses options its signature does not take. The client's driver is imported already:
+    the caller made the client with it."""
     descriptor = descriptor_for_client(client)
     module = importlib.import_module(descriptor.opener)
     if not hasattr(module, "open_client_sync") or not hasattr(module, "open_client_async"):

@@ -116,9 +116,10 @@ class ClientOpener(Protocol):
     """What the opener module of a backend that declares ``BackendDescriptor.clients`` also
     has: ``connect`` calls these with the application's client in place of a URL.
 
-    Both take the client and ``connect()``'s keyword arguments (checked against
-    ``open_client_sync``'s signature first, as for a URL). The client stays the caller's:
-    closing the backend does not close it.
+    Both take the client and ``connect()``'s keyword arguments (refused with
+    InvalidArgument, naming those taken, if ``open_client_sync``'s signature does not take
+    them; one that takes ``**options`` refuses what it does not know itself, as the
+    built-in ones do). The client stays the caller's: closing the backend does not close it.
     """
 
     @property
