@@ -82,8 +82,10 @@ html_show_sourcelink = False
 # The drivers' own types in the fences' and the observer's signatures: their projects'
 # inventories are on the network, which the build does not use, so they stay plain names.
 nitpick_ignore_regex = [
-    ("py:class", r"(psycopg|pymysql|redis|opentelemetry)(\..+)?"),
+    ("py:class", r"(psycopg|pymysql|redis|opentelemetry|sqlalchemy)(\..+)?"),
     ("py:class", r"(MeterProvider|TracerProvider)"),
+    # SQLAlchemy's, as the fences' signatures name them
+    ("py:class", r"(SQLAlchemyConnection|SQLAlchemyAsyncConnection|Session|AsyncSession)"),
     # the type variables of generic signatures (synchronized's P and R, a hold's H)
     ("py:class", r"(tumbler\.[\w.]+\.)?[PRHT]"),
 ]

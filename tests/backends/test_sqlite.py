@@ -124,7 +124,9 @@ def test_rows_of_released_and_expired_locks_do_not_pile_up(tmp_path):
         "os._exit(0)\n"  # exit without releasing: like a crash
     )
     subprocess.run([sys.executable, "-c", script], check=True)
-    assert rows(path) == 200
+    # All 200 left behind, unless taking them outlasted the 1 s lease (a loaded machine):
+    # then the script's own later grants swept the first, as what follows checks for all.
+    assert 0 < rows(path) <= 200
     eventually(lambda: live_rows(path) == 0, "the abandoned leases have run out")
     with tumbler.connect(url) as locks:
         for index in range(40):
