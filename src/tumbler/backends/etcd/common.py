@@ -196,7 +196,14 @@ from ..._core import MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
 from ..kit.errors import ErrorMap, Rule
-from ..kit.options import DEFAULT_MAX_WAITERS, MAX_SECONDS, host_port, seconds, waiter_count
+from ..kit.options import (
+    DEFAULT_MAX_WAITERS,
+    MAX_SECONDS,
+    address,
+    host_port,
+    seconds,
+    waiter_count,
+)
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from . import DEFAULT_LEASE_TTL, DEFAULT_PORT
 from .wire import (
@@ -303,10 +310,7 @@ def parse_config(url: BackendURL) -> EtcdConfig:
     if not hosts:
         hosts = [("localhost", DEFAULT_PORT)]
     scheme = "https" if tls is not None else "http"
-    endpoints = tuple(
-        f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
-        for host, port in hosts
-    )
+    endpoints = tuple(f"{scheme}://{address(host, port)}" for host, port in hosts)
     if url.password is not None and not url.username:
         raise InvalidURL("a password needs a user name: USER:PASSWORD@", backend=url.redacted)
     credentials = None if url.username is None else (url.username, url.password or "")

@@ -3,7 +3,7 @@ options ``connect`` takes beside a configured client, parsed as a URL's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 from urllib.parse import urlencode
 
@@ -79,6 +79,17 @@ def host_port(text: str, url: BackendURL, default_port: int) -> tuple[str, int]:
     if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise InvalidURL(f"bad port {port!r}: 1 to 65535", backend=url.redacted)
     return host, int(port)
+
+
+def address(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it: ``[IPv6]:port`` for an IPv6 address (the inverse of
+    :func:`host_port`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def host_list(hosts: Iterable[tuple[str, int]]) -> str:
+    """A URL's comma-separated host list of ``hosts``."""
+    return ",".join(address(host, port) for host, port in hosts)
 
 
 def parsed_with_options(

@@ -25,7 +25,7 @@ import inspect
 from typing import Any
 
 from ...errors import InvalidArgument
-from ..kit.options import parsed_with_options
+from ..kit.options import host_list, parsed_with_options
 from .common import RedisConfig, parse_config
 
 #: how long a call or a connection set-up may take when the client sets no limit (redis-py's
@@ -122,10 +122,9 @@ def _sentinel_url(
 ) -> str:
     """``redis+sentinel://SENTINEL,SENTINEL/SERVICE/DB?OPTIONS`` (``rediss+sentinel`` over
     TLS): the master of ``service`` as the Sentinels at those addresses name it."""
-    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in sentinels)
     query = url.partition("?")[2]
     scheme = "rediss+sentinel" if tls else "redis+sentinel"
-    return f"{scheme}://{hosts}/{service}/{db}" + (f"?{query}" if query else "")
+    return f"{scheme}://{host_list(sentinels)}/{service}/{db}" + (f"?{query}" if query else "")
 
 
 def _sentinel_of(kind: str, pool: Any) -> tuple[str, Any, list[tuple[str, int]]] | None:
@@ -164,10 +163,7 @@ def _parsed(
     if unix_path is not None:
         url = f"redis+unix://{unix_path}?db={db}"
     else:
-        hosts = ",".join(
-            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in nodes
-        )
-        url = f"{'rediss' if tls else 'redis'}://{hosts}/{db}"
+        url = f"{'rediss' if tls else 'redis'}://{host_list(nodes)}/{db}"
         if cluster:
             url += "?cluster=true"
     return parsed_with_options(url, options, OPTIONS, kind, parse_config)

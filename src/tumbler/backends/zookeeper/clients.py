@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ...errors import InvalidArgument
-from ..kit.options import parsed_with_options
+from ..kit.options import host_list, parsed_with_options
 from .common import DEFAULT_BASE, TLS_SCHEME, ZooKeeperConfig, parse_config
 
 #: tumbler's own options for a client (those of a URL that the client does not say); ``base``
@@ -62,12 +62,11 @@ def config_from_client(client: Any, **options: object) -> ZooKeeperConfig:
     base = str(options.pop("base", DEFAULT_BASE))
     if not base.startswith("/"):
         raise InvalidArgument(f"base must be an absolute path, not {base!r}")
-    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in client.hosts)
     userinfo = ""
     if digests:
         user, _, password = digests[0].partition(":")
         userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}@"
     scheme = TLS_SCHEME if client.use_ssl else "zookeeper"
     path = (client.chroot or "") + base
-    url = f"{scheme}://{userinfo}{hosts}{quote(path)}?{urlencode(query)}"
+    url = f"{scheme}://{userinfo}{host_list(client.hosts)}{quote(path)}?{urlencode(query)}"
     return parsed_with_options(url, options, OPTIONS, kind, parse_config)

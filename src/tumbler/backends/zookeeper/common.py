@@ -161,7 +161,14 @@ from ..._core import Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from ..kit.errors import ErrorMap, Rule
-from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
+from ..kit.options import (
+    DEFAULT_MAX_WAITERS,
+    address,
+    host_list,
+    host_port,
+    seconds,
+    waiter_count,
+)
 from ..kit.tls import TLS_OPTIONS, TLSConfig, tls_options
 from ..kit.tls import tls_context as kit_tls_context
 from . import DEFAULT_PORT, DEFAULT_SESSION_TIMEOUT, MIN_TTL
@@ -217,7 +224,7 @@ class ZooKeeperConfig:
 
     @property
     def connect_string(self) -> str:
-        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
+        return host_list(self.hosts)
 
 
 def parse_config(url: BackendURL) -> ZooKeeperConfig:
@@ -442,7 +449,7 @@ class ConnectAttempts:
     def failure(self, timeout: float) -> str:
         """Why the start failed, naming the hosts (never credentials: they are not here)."""
         with self._lock:
-            names = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._hosts]
+            names = [address(h, p) for h, p in self._hosts]
             if self._every_host(_refused):
                 return f"connection refused by every ZooKeeper host ({', '.join(names)})"
             hopeless = self._every_host(_hopeless)
