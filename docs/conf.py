@@ -42,7 +42,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_plots"]
+exclude_patterns = ["_build", "_plots", "_screenshots"]
 templates_path: list[str] = []
 
 # Every warning is an error (scripts/docs passes -W), and every reference must resolve.

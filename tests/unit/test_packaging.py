@@ -256,3 +256,4 @@ def test_the_sdist_holds_what_a_rebuild_needs(built: tuple[Path, Path]) -> None:
     ]:
         assert needed in files, needed
     assert not [name for name in files if "__pycache__" in name or name.startswith(".venv")]
+    assert not [name for name in files if name.startswith("docs/_screenshots")]
