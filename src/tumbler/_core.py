@@ -576,8 +576,7 @@ def validate_holder(holder: object) -> str:
         raise InvalidArgument(f"holder must be text, not {type(holder).__name__}")
     if not holder.strip() or len(holder) > MAX_HOLDER:
         raise InvalidArgument(f"holder must be 1 to {MAX_HOLDER} characters")
-    if any(unicodedata.category(char) == "Cc" for char in holder):
-        raise InvalidArgument("holder must be one line without control characters")
+    _check_one_line(holder, "holder")
     return holder
 
 
@@ -590,9 +589,19 @@ def validate_reason(reason: object) -> str | None:
     text = reason.strip()
     if not text or len(text) > MAX_REASON:
         raise InvalidArgument(f"reason must be 1 to {MAX_REASON} characters")
-    if any(unicodedata.category(char) == "Cc" for char in text):
-        raise InvalidArgument("reason must be one line without control characters")
+    _check_one_line(text, "reason")
     return text
+
+
+def _check_one_line(text: str, what: str) -> None:
+    """Refuse what a lock name may not contain either: controls would break the line it is
+    shown on, a lone surrogate cannot be stored (no UTF-8 for it), a bidirectional override
+    would make it display as other text."""
+    forbidden = _FORBIDDEN.search(text)
+    if forbidden is not None:
+        raise InvalidArgument(
+            f"{what} must be one line of text without the character U+{ord(forbidden.group()):04X}"
+        )
 
 
 # -- the life of a hold (the lock layer's hold follows this table) ---------------------------

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import random
+import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from tumbler import _core as core
 from tumbler._core import Backoff, Decision, Entry, decide, would_block
 from tumbler.errors import (
+    InvalidArgument,
     InvalidLockName,
     InvalidPermits,
     InvalidSegments,
@@ -1006,3 +1008,30 @@ def test_multi_names_are_canonical_distinct_and_in_one_order_whatever_order_give
 def test_bad_multi_names_are_refused(names: object, says: str) -> None:
     with pytest.raises(InvalidLockName, match=says):
         core.multi_names(names)
+
+
+# -- what a client says of itself, and an operator's reason ------------------------------------
+
+ONE_LINE_REFUSALS = [
+    pytest.param("a\nb", "U+000A", id="newline"),
+    pytest.param("a\x1b[31m", "U+001B", id="ansi-escape"),
+    pytest.param("x\ud800", "U+D800", id="lone-surrogate"),
+    pytest.param("pay\u202egnp.exe", "U+202E", id="bidi-override"),
+    pytest.param("a\u2028b", "U+2028", id="line-separator"),
+    pytest.param("a\uffff", "U+FFFF", id="noncharacter"),
+]
+
+
+@pytest.mark.parametrize(("text", "character"), ONE_LINE_REFUSALS)
+def test_a_holder_or_reason_that_cannot_be_shown_on_one_line_or_stored_is_refused(
+    text: str, character: str
+) -> None:
+    for validate, what in [(core.validate_holder, "holder"), (core.validate_reason, "reason")]:
+        with pytest.raises(InvalidArgument, match=rf"^{what} must be .*{re.escape(character)}"):
+            validate(text)
+
+
+def test_a_holder_or_reason_of_any_script_is_kept_as_given() -> None:
+    text = "worker-7 on Zürich-東京 (pid 42) 🔒 שלום"
+    assert core.validate_holder(text) == text
+    assert core.validate_reason(f"  {text}  ") == text

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -403,3 +404,16 @@ def test_sync_and_async_objects_have_the_same_attributes() -> None:
     assert {"segments", "segment_names"} <= sync["SegmentedLock"]
     assert "segment" not in sync["Hold"]
     assert "segment" in sync["SegmentHold"]
+
+
+def test_a_holder_that_no_store_could_keep_is_refused_before_a_client_opens(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate has no UTF-8: a client described by one would fail at its first grant
+    with the encoder's error, not a typed one."""
+    url = f"sqlite:///{tmp_path}/locks.db"
+    with pytest.raises(tumbler.errors.InvalidArgument, match=r"U\+D800"):
+        tumbler.connect(url, holder="worker \ud800")
+    with pytest.raises(tumbler.errors.InvalidArgument, match=r"U\+D800"):
+        asyncio.run(tumbler.aio.connect(url, holder="worker \ud800"))
+    assert list(tmp_path.iterdir()) == []

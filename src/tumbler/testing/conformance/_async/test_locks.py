@@ -891,7 +891,7 @@ async def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
 
 
 @pytest.mark.tumbler_lock_layer
-@pytest.mark.parametrize("reason", ["", "two\nlines", "x" * 501, 42])
+@pytest.mark.parametrize("reason", ["", "two\nlines", "x\ud800", "x" * 501, 42])
 async def test_a_bad_reason_is_refused_and_releases_nothing(
     aconnect: AsyncConnect, reason: object
 ) -> None:

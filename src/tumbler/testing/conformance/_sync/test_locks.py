@@ -883,7 +883,7 @@ def test_a_forced_release_tells_its_holders_who_forced_it_and_why(
 
 
 @pytest.mark.tumbler_lock_layer
-@pytest.mark.parametrize("reason", ["", "two\nlines", "x" * 501, 42])
+@pytest.mark.parametrize("reason", ["", "two\nlines", "x\ud800", "x" * 501, 42])
 def test_a_bad_reason_is_refused_and_releases_nothing(connect: Connect, reason: object) -> None:
     holder, operator = connect(), connect()
     assert holder.lock("kept").acquire()
