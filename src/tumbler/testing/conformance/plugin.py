@@ -18,11 +18,12 @@ Options:
     under the entry point group ``tumbler.harnesses``.
 
 Without either, the cases run on every test target of every built-in harness: the project's
-own run. Two markers narrow that: a case marked ``tumbler_lock_layer`` checks what the lock
-layer refuses before any backend call, and runs on one target of the run (one that needs no
-server, where there is one); a target that differs from another only by its connection (TLS,
-another user: ``TestTarget.connection_variant``) runs only the cases marked
-``tumbler_connection``. A target's servers start once per session (per xdist worker), when a
+own run. Two markers narrow that: a case marked ``tumbler_lock_layer`` checks what does not
+depend on the backend (what the lock layer refuses before any backend call; a control run
+that uses no lock), and runs on one target of the run (one that declares what the case
+requires and, where there is one, needs no server); a target that differs from another only
+by its connection (TLS, another user: ``TestTarget.connection_variant``) runs only the cases
+marked ``tumbler_connection``. A target's servers start once per session (per xdist worker), when a
 test first needs them, and stop at its end. A target whose servers cannot start fails its
 tests when ``$CI`` is true (``1``, ``true`` or ``yes``), where a skipped suite would look like
 a passing one, and skips them with the reason elsewhere.
@@ -233,16 +234,23 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "tumbler_lock_layer: the conformance case checks what the lock layer refuses before any "
-        "backend call, so it runs on one target of the run",
+        "tumbler_lock_layer: the conformance case checks what does not depend on the backend "
+        "(what the lock layer refuses before any backend call, a control run without a lock), "
+        "so it runs on one target of the run",
     )
 
 
-def _lock_layer_target(targets: list[Target]) -> list[Target]:
-    """The one target of ``targets`` that the lock layer's own cases run on: the first whose
-    store needs no server (the cheapest), else the first."""
-    serverless = [target for target in targets if not target.needs_servers]
-    return (serverless or targets)[:1]
+def _lock_layer_target(targets: list[Target], requires: set[str]) -> list[Target]:
+    """The one target of ``targets`` that a case independent of the backend runs on: of those
+    that declare what the case ``requires`` (all of them if none does: the case then skips
+    with the reason), the first whose store needs no server (the cheapest), else the first."""
+    able = [
+        target
+        for target in targets
+        if all(REQUIREMENTS[name][1](target.descriptor) for name in requires)
+    ] or targets
+    serverless = [target for target in able if not target.needs_servers]
+    return (serverless or able)[:1]
 
 
 def _in_suite(module_name: str) -> bool:
@@ -254,6 +262,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if "conformance_target" not in metafunc.fixturenames:
         return
+    requires: set[str] = set()
     for mark in metafunc.definition.iter_markers("tumbler_requires"):
         unknown = [name for name in mark.args if name not in REQUIREMENTS]
         if unknown:
@@ -261,11 +270,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"{metafunc.definition.nodeid}: unknown tumbler_requires {unknown}; "
                 f"known: {', '.join(REQUIREMENTS)}"
             )
+        requires.update(mark.args)
     if _TARGETS not in metafunc.config.stash:
         metafunc.config.stash[_TARGETS] = _targets(metafunc.config)
     targets = metafunc.config.stash[_TARGETS]
     if metafunc.definition.get_closest_marker("tumbler_lock_layer") is not None:
-        targets = _lock_layer_target(targets)
+        targets = _lock_layer_target(targets, requires)
     elif metafunc.definition.get_closest_marker("tumbler_connection") is None:
         targets = [target for target in targets if not target.connection_variant]
     metafunc.parametrize(

@@ -75,10 +75,12 @@ def test_processes_exclude_each_other(
     assert granted == sorted(set(granted))
 
 
+@pytest.mark.tumbler_lock_layer
 def test_without_the_lock_the_same_workers_lose_updates(
     process_backend_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    """The negative control: the counting workload does race when nothing excludes."""
+    """The negative control: the counting workload does race when nothing excludes. Its
+    workers take no lock, so one backend stands for all."""
     counter = tmp_path / "counter"
     counter.write_text("0")
     for _ in range(4):
