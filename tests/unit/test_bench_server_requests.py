@@ -118,6 +118,7 @@ def test_a_store_without_a_counter_has_no_figure(measure: Any) -> None:
     assert figures["n"] == 20
 
 
+@pytest.mark.servers
 def test_the_bench_counts_zookeepers_requests_per_pair(tmp_path: Path) -> None:
     # a smoke test of the bench on the store's own counter; without a ZooKeeper to start, skip
     servers = pytest.importorskip("tumbler.testing.backends.zookeeper.server")

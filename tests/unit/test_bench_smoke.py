@@ -120,6 +120,7 @@ def test_counter_check_catches_a_lock_that_excludes_nothing(tmp_path: Path) -> N
     assert "FAIL" in result.stdout
 
 
+@pytest.mark.servers
 def test_redis_peers_and_tumbler_rows_run_on_a_throwaway_server(tmp_path: Path) -> None:
     # a smoke test of the bench, not of a backend: without a Redis to start, skip
     servers = pytest.importorskip("tumbler.testing.backends.redis.server")  # the testing extra
