@@ -115,13 +115,14 @@ def leases_of(raw: Gateway) -> set[int]:
 def test_an_entry_is_a_key_of_the_line_on_the_clients_lease(connect, url, raw) -> None:
     before = leases_of(raw)
     locks = connect()
-    assert leases_of(raw) == before  # a client grants its lease at its first acquisition
+    # a client takes its lease when it connects: an acquire's first write is its entry
+    (lease,) = leases_of(raw) - before
     with locks.lock("layout/a b") as hold:
         (entry,) = line_of(raw, url, "layout/a b")
         # one name's line is never inside another's: the name is encoded whole
         assert entry["key"].startswith(the_prefix(url) + b"lock/layout%2Fa%20b/")
         assert hold.token == entry["create_revision"]
-        assert entry["lease"] in leases_of(raw) - before
+        assert entry["lease"] == lease
         assert json.loads(entry["value"])["kind"] == "lock"
         with locks.semaphore("layout-sem", 3):
             (permit,) = line_of(raw, url, "layout-sem")
@@ -130,6 +131,40 @@ def test_an_entry_is_a_key_of_the_line_on_the_clients_lease(connect, url, raw) -
     assert line_of(raw, url, "layout/a b") == []
     locks.close()
     assert leases_of(raw) == before  # revoked at close
+
+
+def test_an_acquires_first_write_is_its_entry_in_line(connect) -> None:
+    """A fair lock serves its line in the order of the entries: an acquire that first took
+    or kept alive its client's lease would enter behind acquires that began after it. The
+    client takes its lease when it connects, and an entry goes in on the lease as it is while
+    a third of it is left; the grant is timed from a keep-alive all the same. A lease past
+    its end is replaced without a keep-alive to learn that it is gone."""
+    locks = connect()
+    gateway = locks._backend.gateway
+    paths: list[str] = []
+    original = gateway.call
+
+    def recording(path, *args, **kwargs):
+        paths.append(path)
+        return original(path, *args, **kwargs)
+
+    gateway.call = recording
+    with locks.lock("first-write"):
+        assert paths == ["/v3/kv/txn"]
+    # half the lease gone since it was last kept alive, as far as the client knows
+    locks._backend._lease.expires = time.monotonic() + LEASE_TTL / 2
+    paths.clear()
+    with locks.lock("first-write") as hold:
+        assert paths == ["/v3/kv/txn", "/v3/lease/keepalive"]
+        assert LEASE_TTL * 2 / 3 < hold.ttl <= LEASE_TTL
+    # a client that held nothing past its lease's end takes a new lease at once
+    lease = locks._backend._lease
+    lease.expires = time.monotonic()
+    paths.clear()
+    with locks.lock("first-write") as hold:
+        assert paths == ["/v3/lease/grant", "/v3/kv/txn"]
+        assert locks._backend._lease.id != lease.id
+        assert hold.ttl == LEASE_TTL
 
 
 def test_tokens_are_create_revisions_and_keep_rising(connect) -> None:

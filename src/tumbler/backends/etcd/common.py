@@ -130,15 +130,18 @@ Waking waiters
     answer); a watch etcd sends no creation notice for is asked for again.
 
 The leases
-    The client grants its lease at its first acquisition and revokes it when it closes,
-    which deletes every key still attached. The lease is kept alive by the client's
-    renewals (``renew_all``: one keep-alive, and one read of the renewed keys, so that a
-    forced release is seen) and, while the client only waits, by its waiters' re-checks
-    (a keep-alive when a third of it has gone, even when the re-check reads nothing); a
-    grant made when a third of the lease has gone since it was last kept alive keeps it alive
-    first, so a grant's lease (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed
-    from a keep-alive etcd has answered. A holder that dies frees its locks after
-    ``lease_ttl``, whatever their ``ttl``.
+    The client grants its lease when it connects and revokes it when it closes, which deletes
+    every key still attached. The lease is kept alive by the client's renewals (``renew_all``:
+    one keep-alive, and one read of the renewed keys, so that a forced release is seen) and,
+    while the client only waits, by its waiters' re-checks (a keep-alive when a third of it has
+    gone, even when the re-check reads nothing). An acquire's first write is its entry, on the
+    lease as it is while a third of it is left: a keep-alive or a grant first would put it in
+    line behind acquires that began after it. A grant made when a third of the lease has gone
+    since it was last kept alive keeps it alive first, so a grant's lease
+    (``Grant.granted_ttl``, at most ``lease_ttl``) is always timed from a keep-alive etcd has
+    answered. A holder that dies frees its locks after ``lease_ttl``, whatever their ``ttl``; a
+    client that holds nothing for longer lets its lease run out, and takes a new one at its next
+    acquire.
 
     A waiter's key is moved, once it is found waiting, to the client's waiters' lease: the
     shortest etcd grants (its floor: 1.5 election timeouts rounded up to whole seconds, 2 s

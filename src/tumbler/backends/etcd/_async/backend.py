@@ -601,7 +601,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
     # -- connection ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Reach a member, and check that the prefix may be read (with the URL's user)."""
+        """Reach a member, check that the prefix may be read (with the URL's user), and take
+        the client's lease: a first acquire's first request is then its entry in line, and
+        a fair lock serves it before every acquire that began after it."""
         prefix = self.config.prefix
         with translate_errors(self.url):
             await self.gateway.call(
@@ -610,6 +612,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 idempotent=True,
                 timeout=self.config.connect_timeout,
             )
+            async with self._leasing:
+                await self._grant_lease()
 
     async def close(self) -> None:
         """Revoke the client's lease (etcd deletes every key still attached to it), end the
@@ -643,12 +647,17 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             if self._lease is not lease:
                 return  # already known
             self._lease = None
+            had = bool(self._entries)
             self._entries.clear()
             self._uncertain.clear()
             self._orphans.clear()  # gone with the lease
             # a late grant request attaches its key to a lease that is gone: etcd refuses it
             self._doubtful.clear()
-        _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
+        if had:
+            _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
+        else:
+            # a client that held nothing for longer than its lease (nobody kept it alive)
+            _log.debug("the etcd lease of this idle client ran out: a new one is granted")
         self.session_events.notify(SessionEvents.EXPIRED)
         self.hub.notify_all()
 
@@ -664,6 +673,13 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             if lease is not None:
                 if not lease.doomed and lease.expires - time.monotonic() >= fresh:
                     return lease  # kept alive meanwhile
+                with self._guard:
+                    idle = not self._entries
+                if idle and lease.expires <= time.monotonic():
+                    # past its end for all the client knows, and nothing on it: a new one at
+                    # once, not a keep-alive to learn that it is gone first
+                    self._lease_lost(lease)
+                    return await self._grant_lease()
                 if not lease.doomed:
                     sent = time.monotonic()
                     answer = await self.gateway.lease_keep_alive(lease.id)
@@ -675,6 +691,19 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                     return await self._rehome(lease)
                 return lease
             return await self._grant_lease()
+
+    async def _lease_to_enter(self, began: float) -> _Lease:
+        """The lease a new entry goes in line on: the client's as it is, without a request,
+        while a third of it is left (or a request's timeout, if less), else
+        :meth:`_fresh_lease`. A keep-alive first would put the entry behind those of
+        acquires that began after this one; a grant is timed by a fresh lease all the same
+        (``try_grant`` freshens it). Should the lease end before the entry's write lands,
+        etcd refuses the write, and the client takes a new lease and a new place."""
+        lease = self._lease
+        margin = min(self.config.request_timeout, self.config.lease_ttl / 3)
+        if lease is not None and not lease.doomed and lease.expires - time.monotonic() >= margin:
+            return lease
+        return await self._fresh_lease(began)
 
     async def _grant_lease(self) -> _Lease:
         """A new lease for the client (with ``_leasing`` held)."""
@@ -896,7 +925,7 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             ended = ended_key(prefix, mine_key)
             losses = turns = 0
             while True:
-                lease = await self._fresh_lease(began)
+                lease = await self._lease_to_enter(began)
                 value = entry_value(
                     request.holder, request.shared, request.limit, self.config.lease_ttl
                 )
@@ -968,6 +997,8 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 await self._withdraw(key, entry)
                 raise
             if place.granted:
+                # the lease the entry went in on may be older than a grant may be timed by
+                lease = await self._fresh_lease(began)
                 if entry.lease != lease.id:
                     # a waiter's entry lives with the waiters' short lease: a grant lives
                     # with the client's (the waiter behind a semaphore entry learns of the
