@@ -25,6 +25,8 @@ from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments, spec_for_url
 from tumbler.torture.harness import BackendRun, Options, RoundResult, run_backend, run_torture
 
+pytestmark = pytest.mark.spread
+
 #: seconds of faults per round: enough for at least one fault of each kind
 SECONDS = 3.0
 
