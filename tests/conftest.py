@@ -20,12 +20,12 @@ SPREAD_OVER = 0.75
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deal the long, busy cases (marker ``spread``: the torture runs, a minute each, four
-    processes and their servers) out evenly over the first three quarters of each worker's
-    share. xdist gives each worker a slice of this order and an idle one takes the end of
-    another's: collected together, they ran side by side at the end of the run, on a machine
-    they left no core of, and the worker that drew the last one ended half a minute after
-    the others."""
+    """Deal the long, busy cases (marker ``spread``: the torture runs, each up to a minute of
+    four processes and their servers; a conformance run in a process of its own) out evenly
+    over the first three quarters of each worker's share. xdist gives each worker a slice of
+    this order and an idle one takes the end of another's: collected together, they ran side
+    by side at the end of the run, on a machine they left no core of, and the worker that
+    drew the last one ended half a minute after the others."""
     spread = [item for item in items if item.get_closest_marker("spread")]
     if not spread:
         return

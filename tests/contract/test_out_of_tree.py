@@ -154,6 +154,7 @@ def test_the_example_is_typed_strictly(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.spread
 @pytest.mark.timeout(900)
 def test_the_example_passes_the_conformance_suite(tmp_path: Path) -> None:
     _installed_example()
