@@ -45,6 +45,7 @@ from tumbler.testing.backends.etcd.server import TUMBLER_USER, EtcdCluster, Etcd
 from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 
+from .herd import count_wakeups, queued
 from .test_postgresql import every_call_gives_up_when_replies_are_dropped
 
 PATIENCE = 30.0
@@ -184,38 +185,8 @@ def test_a_release_wakes_only_the_next_waiter(connect) -> None:
     lock = holder.lock("herd")
     assert lock.acquire()
     waiters = [connect() for _ in range(4)]
-    # what each waiting client's hub is told (a re-check is not a wake-up)
-    woken = [0] * len(waiters)
-    for index, client in enumerate(waiters):
-        hub = client._backend.hub
-        original = hub.notify
-
-        def counting(name, tags=None, index=index, original=original):
-            woken[index] += 1
-            original(name, tags)
-
-        hub.notify = counting
-    first_granted, proceed = threading.Event(), threading.Event()
-    order: list[int] = []
-
-    def wait(index: int) -> None:
-        mine = waiters[index].lock("herd")
-        assert mine.acquire(timeout=PATIENCE)
-        order.append(index)
-        if index == 0:
-            first_granted.set()
-            proceed.wait(PATIENCE)
-        mine.release()
-
-    threads = []
-    try:
-        for index in range(len(waiters)):
-            thread = threading.Thread(target=wait, args=(index,))
-            thread.start()
-            threads.append(thread)
-            eventually(
-                lambda n=index + 1: holder.status("herd").waiters == n, f"{index + 1} waiting"
-            )
+    woken = count_wakeups(waiters)
+    with queued(holder, waiters, "herd", PATIENCE) as line:
         for client in waiters:
             # its watch is made, and the waiter, woken once to read its line again (its read
             # was older than the watch), waits on it
@@ -225,21 +196,16 @@ def test_a_release_wakes_only_the_next_waiter(connect) -> None:
         # again (it read its line anew meanwhile): what a release does is counted by what
         # the streams deliver, which nothing but a change of a watched key adds to.
         delivered = [client._backend.watches.events_received for client in waiters]
-        woken[0] = 0
         lock.release()
-        assert first_granted.wait(PATIENCE)
+        assert line.first_granted.wait(PATIENCE)
         # the next in line was woken; nobody behind it was told of anything
-        assert woken[0] >= 1
+        eventually(lambda: woken[0] >= 1, "the next in line was woken")
         news = [
             client._backend.watches.events_received - before
             for client, before in zip(waiters, delivered, strict=True)
         ]
         assert news[1:] == [0, 0, 0]
-    finally:
-        proceed.set()
-        for thread in threads:
-            thread.join(timeout=PATIENCE)
-    assert order == [0, 1, 2, 3]
+    assert line.order == [0, 1, 2, 3]
 
 
 def test_one_stream_carries_every_waiter_of_a_client(connect) -> None:

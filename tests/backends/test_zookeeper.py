@@ -28,6 +28,8 @@ from tumbler.testing.conformance.compat import eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import FaultProxy
 
+from .herd import count_wakeups, queued
+
 PATIENCE = 30.0
 
 
@@ -263,50 +265,17 @@ def test_a_release_wakes_only_the_next_waiter(connect) -> None:
     assert lock.acquire()
     waiters = [connect() for _ in range(4)]
     # what ZooKeeper's watches deliver to each waiting client (re-checks do not count)
-    woken = [0] * len(waiters)
-    for index, client in enumerate(waiters):
-        hub = client._backend.hub
-        original = hub.notify
-
-        def counting(name, tags=None, index=index, original=original):
-            woken[index] += 1
-            original(name, tags)
-
-        hub.notify = counting
-    first_granted, proceed = threading.Event(), threading.Event()
-    order: list[int] = []
-
-    def wait(index: int) -> None:
-        mine = waiters[index].lock("herd")
-        assert mine.acquire(timeout=PATIENCE)
-        order.append(index)
-        if index == 0:
-            first_granted.set()
-            proceed.wait(PATIENCE)
-        mine.release()
-
-    threads = []
-    try:
-        for index in range(len(waiters)):
-            thread = threading.Thread(target=wait, args=(index,))
-            thread.start()
-            threads.append(thread)
-            eventually(
-                lambda n=index + 1: holder.status("herd").waiters == n, f"{index + 1} waiting"
-            )
+    woken = count_wakeups(waiters)
+    with queued(holder, waiters, "herd", PATIENCE) as line:
         assert woken == [0, 0, 0, 0]
         lock.release()
-        assert first_granted.wait(PATIENCE)
+        assert line.first_granted.wait(PATIENCE)
         # The next in line was woken; nobody behind it was. Its re-check may have let it in
         # before its client's event thread delivered the watch that the release fired (a
         # loaded machine): the watch comes all the same.
         eventually(lambda: woken[0] >= 1, "the watch of the next in line fired")
         assert woken[1:] == [0, 0, 0]
-    finally:
-        proceed.set()  # a failed check leaves no waiter behind for the tests that follow
-        for thread in threads:
-            thread.join(timeout=PATIENCE)
-    assert order == [0, 1, 2, 3]
+    assert line.order == [0, 1, 2, 3]
 
 
 # -- sessions --------------------------------------------------------------------------------
