@@ -138,8 +138,7 @@ def test_an_acquires_first_write_is_its_entry_in_line(connect) -> None:
     """A fair lock serves its line in the order of the entries: an acquire that first took
     or kept alive its client's lease would enter behind acquires that began after it. The
     client takes its lease when it connects, and an entry goes in on the lease as it is while
-    a third of it is left; the grant is timed from a keep-alive all the same. A lease past
-    its end is replaced without a keep-alive to learn that it is gone."""
+    a third of it is left; the grant is timed from a keep-alive all the same."""
     locks = connect()
     gateway = locks._backend.gateway
     paths: list[str] = []
@@ -158,14 +157,6 @@ def test_an_acquires_first_write_is_its_entry_in_line(connect) -> None:
     with locks.lock("first-write") as hold:
         assert paths == ["/v3/kv/txn", "/v3/lease/keepalive"]
         assert LEASE_TTL * 2 / 3 < hold.ttl <= LEASE_TTL
-    # a client that held nothing past its lease's end takes a new lease at once
-    lease = locks._backend._lease
-    lease.expires = time.monotonic()
-    paths.clear()
-    with locks.lock("first-write") as hold:
-        assert paths == ["/v3/lease/grant", "/v3/kv/txn"]
-        assert locks._backend._lease.id != lease.id
-        assert hold.ttl == LEASE_TTL
 
 
 def test_tokens_are_create_revisions_and_keep_rising(connect) -> None:

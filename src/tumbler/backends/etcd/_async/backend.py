@@ -673,13 +673,6 @@ class AsyncEtcdBackend(AsyncInspectEachName):
             if lease is not None:
                 if not lease.doomed and lease.expires - time.monotonic() >= fresh:
                     return lease  # kept alive meanwhile
-                with self._guard:
-                    idle = not self._entries
-                if idle and lease.expires <= time.monotonic():
-                    # past its end for all the client knows, and nothing on it: a new one at
-                    # once, not a keep-alive to learn that it is gone first
-                    self._lease_lost(lease)
-                    return await self._grant_lease()
                 if not lease.doomed:
                     sent = time.monotonic()
                     answer = await self.gateway.lease_keep_alive(lease.id)
