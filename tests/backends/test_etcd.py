@@ -159,6 +159,28 @@ def test_an_acquires_first_write_is_its_entry_in_line(connect) -> None:
         assert LEASE_TTL * 2 / 3 < hold.ttl <= LEASE_TTL
 
 
+@pytest.mark.asyncio
+async def test_an_acquires_first_write_is_its_entry_in_line_asyncio(url) -> None:
+    """The case above, through the asyncio flavour's backend."""
+    async with await tumbler.aio.connect(url) as locks:
+        gateway = locks._backend.gateway
+        paths: list[str] = []
+        original = gateway.call
+
+        async def recording(path, *args, **kwargs):
+            paths.append(path)
+            return await original(path, *args, **kwargs)
+
+        gateway.call = recording
+        async with locks.lock("first-write"):
+            assert paths == ["/v3/kv/txn"]
+        locks._backend._lease.expires = time.monotonic() + LEASE_TTL / 2
+        paths.clear()
+        async with locks.lock("first-write") as hold:
+            assert paths == ["/v3/kv/txn", "/v3/lease/keepalive"]
+            assert LEASE_TTL * 2 / 3 < hold.ttl <= LEASE_TTL
+
+
 def test_tokens_are_create_revisions_and_keep_rising(connect) -> None:
     one, other = connect(), connect()
     tokens = []
