@@ -79,7 +79,11 @@ class Renewer(Generic[T]):
             # The worker sleeps until the earliest due time: wake it only if that moved
             # earlier (a thread switch per acquisition would cost more than the grant).
             earliest = self._heap[0][0] == due
-            earlier = deadline is not None and (self._watched is None or deadline < self._watched)
+            # While the watch is looking (busy) it may have read the holds before this one
+            # was added, and goes to sleep until what it found: it must look again.
+            earlier = deadline is not None and (
+                self._watch_busy or self._watched is None or deadline < self._watched
+            )
             if not self._workers and not self._closed:
                 self._workers = [
                     spawn(self._run, "tumbler-renewal"),

@@ -1,8 +1,13 @@
-"""A holder cut off in silence (the connection open, no byte flowing: a dead switch) is told
-its hold is lost before the backend can grant the lock to anyone else.
+"""A holder cut off in silence (the connection open, no byte flowing: a dead switch) has
+given its hold up before the backend can grant the lock to anyone else, and is told.
 
-The holder's renewal call then blocks until its bound; ``on_lost`` must not wait for it. Run
-on the server backends, through the fault proxy, in both flavours.
+The holder's renewal call then blocks until its bound; the loss must not wait for it. What is
+exact is the holder's belief: from its local deadline on, ``hold.lost`` is True, and the
+backend's lease outlives that deadline, so whoever is granted next finds the holder already
+knowing. The ``on_lost`` callback runs in a background worker at that deadline; when it runs
+on a machine that does not schedule the holder's process for longer than the drift margin
+depends on that machine, so the case checks it was told, not by which millisecond. Run on the
+server backends, through the fault proxy, in both flavours.
 """
 
 from __future__ import annotations
@@ -41,17 +46,19 @@ def test_a_silenced_holder_is_told_before_anyone_else_is_granted(
     server_url: tuple[str, tuple[str, int]], flavour: str
 ) -> None:
     url, (host, port) = server_url
-    events: list[str] = []
     told = threading.Event()
+    # whether the holder had given its hold up at the moment another client was granted
+    gave_up_first: list[bool] = []
+    held: list[tumbler.Hold | tumbler.aio.AsyncHold] = []
 
     def lost(_hold: object) -> None:
-        events.append("holder told")
         told.set()
 
     def other_takes_the_lock() -> None:
         with tumbler.connect(url) as other:
             assert other.lock("silenced").acquire(timeout=PATIENCE)
-            events.append("other granted")
+            (hold,) = held
+            gave_up_first.append(hold.lost and not hold.held)
 
     with FaultProxy((host, port), seed=11) as proxy:
         cut_url = url.replace(f":{port}/", f":{proxy.port}/", 1)
@@ -61,6 +68,7 @@ def test_a_silenced_holder_is_told_before_anyone_else_is_granted(
             assert lock.acquire()
             assert lock.hold is not None
             lock.hold.on_lost(lost)
+            held.append(lock.hold)
             proxy.blackhole()
             other_takes_the_lock()
             assert told.wait(PATIENCE)
@@ -74,6 +82,7 @@ def test_a_silenced_holder_is_told_before_anyone_else_is_granted(
                 assert await lock.acquire()
                 assert lock.hold is not None
                 lock.hold.on_lost(lost)
+                held.append(lock.hold)
                 proxy.blackhole()
                 await asyncio.to_thread(other_takes_the_lock)
                 assert await asyncio.to_thread(told.wait, PATIENCE)
@@ -81,4 +90,6 @@ def test_a_silenced_holder_is_told_before_anyone_else_is_granted(
                 await holder.close()
 
             asyncio.run(main())
-    assert events == ["holder told", "other granted"]
+    assert gave_up_first == [True]
+    (hold,) = held
+    assert hold.lost_reason == "the lease ran out before a renewal succeeded"
