@@ -644,18 +644,25 @@ class EtcdBackend(InspectEachName):
     # -- the lease ---------------------------------------------------------------------------
 
     def _lease_lost(self, lease: _Lease) -> None:
-        """etcd no longer has ``lease``: every entry on it is gone, every hold lost."""
+        """etcd no longer has ``lease``: every entry on it is gone, every hold on it lost.
+
+        Only those: a waiter's entry lives on the waiters' lease, and stays in line. Were
+        the client to forget it, its acquire would queue again behind it, and the client's
+        next waiters would keep the forgotten entry alive with their lease: a line stalled
+        for as long as the client has waiters. Keys whose deletion did not get through are
+        deleted still (by their guard: one gone with the lease is found gone)."""
         with self._guard:
             if self._lease is not lease:
                 return  # already known
             self._lease = None
-            had = bool(self._entries)
-            self._entries.clear()
+            gone = [key for key, entry in self._entries.items() if entry.lease == lease.id]
+            for key in gone:
+                del self._entries[key]
+            # made on the client's lease, and a late grant request attaches its key to a
+            # lease that is gone: etcd refuses it
             self._uncertain.clear()
-            self._orphans.clear()  # gone with the lease
-            # a late grant request attaches its key to a lease that is gone: etcd refuses it
             self._doubtful.clear()
-        if had:
+        if gone:
             _log.warning("the etcd lease of this client is gone: every hold of this client is lost")
         else:
             # a client that held nothing for longer than its lease (nobody kept it alive)
@@ -1005,16 +1012,19 @@ class EtcdBackend(InspectEachName):
                         self.config.lease_ttl,
                         granted=bool(request.shared and request.limit),
                     )
-                    try:
-                        moved = self._move(entry, granted_value, lease.id)
-                    except EtcdError as error:
-                        if not lease_gone(error):
-                            raise
+                    for losses in range(3):
+                        try:
+                            moved = self._move(entry, granted_value, lease.id)
+                            break
+                        except EtcdError as error:
+                            if not lease_gone(error) or losses == 2:
+                                raise
+                        # the client's lease is gone, not the entry, which is on the
+                        # waiters' lease: it keeps its place, and moves to a new lease
                         self._lease_lost(lease)
-                        moved = False
+                        lease = self._fresh_lease(began)
                     if not moved:
-                        # the waiters' lease ran out (a new place at the end of the line),
-                        # or the client's did (a new lease first)
+                        # the waiters' lease ran out: a new place at the end of the line
                         with self._guard:
                             if self._entries.get(key) is entry:
                                 del self._entries[key]
