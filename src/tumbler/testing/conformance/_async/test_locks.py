@@ -748,14 +748,20 @@ async def test_a_grant_stays_held_after_its_lock_object_is_dropped(aconnect: Asy
     first, second = await aconnect(), await aconnect()
     # A full collection pauses every thread for as long as the heap takes to walk (most of a
     # second in a test worker that has run a thousand cases, on a loaded machine): made
-    # inside the lease, it would pause the renewal past the lease's end. So one now, and only
-    # the young generations, where the dropped lock object is, once it is dropped.
+    # inside the lease, it would pause the renewal past the lease's end, as a pause of the
+    # whole process does. So one now, none that the collector decides on by itself while the
+    # leases run, and only the young generations, where the dropped lock object is, once it
+    # is dropped.
     gc.collect()
-    # the caller keeps no reference: the client must still renew the grant
-    assert await first.lock("dropped", ttl=SHORT_TTL).acquire()
-    gc.collect(1)
-    # several leases pass without a renewal failing: the lock stays taken
-    assert not await second.lock("dropped").acquire(timeout=3 * SHORT_TTL)
+    gc.disable()
+    try:
+        # the caller keeps no reference: the client must still renew the grant
+        assert await first.lock("dropped", ttl=SHORT_TTL).acquire()
+        gc.collect(1)
+        # several leases pass without a renewal failing: the lock stays taken
+        assert not await second.lock("dropped").acquire(timeout=3 * SHORT_TTL)
+    finally:
+        gc.enable()
     state = await first.status("dropped")
     assert len(state.holders) == 1
 
