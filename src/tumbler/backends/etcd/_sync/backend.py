@@ -1017,8 +1017,11 @@ class EtcdBackend(InspectEachName):
                             moved = self._move(entry, granted_value, lease.id)
                             break
                         except EtcdError as error:
-                            if not lease_gone(error) or losses == 2:
+                            if not lease_gone(error):
                                 raise
+                            if losses == 2:
+                                gone = "the client's lease kept disappearing"
+                                raise EtcdError(0, gone) from error
                         # the client's lease is gone, not the entry, which is on the
                         # waiters' lease: it keeps its place, and moves to a new lease
                         self._lease_lost(lease)
