@@ -1,5 +1,6 @@
 """etcd backend cases beyond the contract suite: the key layout and its lease, herd-free
-wake-ups on one watch stream per client, a lease lost (every hold with it), a waiter whose
+wake-ups on one watch stream per client, a lease lost (every hold with it, and nothing of
+its waiters', which live on the waiters' lease), a waiter whose
 lease ran out while it waited (etcd's own mutex reported a grant then), a killed waiter that
 leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
@@ -35,6 +36,7 @@ import tumbler.testing.conformance as conformance
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.etcd import http as etcd_http
+from tumbler.backends.etcd import wire as etcd_wire
 from tumbler.backends.etcd._sync.backend import KeyWatches, _Lease
 from tumbler.backends.etcd._sync.gateway import Gateway, LeaseAnswer
 from tumbler.backends.etcd.common import line_key, parse_config
@@ -368,6 +370,64 @@ def test_a_release_whose_reply_is_lost_is_completed_by_the_next_call(
         finally:
             holder.close()
             other.close()
+
+
+def test_a_withdrawal_that_did_not_get_through_outlives_the_clients_lease(
+    connect, url, raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter's entry whose withdrawal did not get through is deleted at the client's next
+    call, even when the client's lease was lost meanwhile: it is on the waiters' lease, which
+    the client's other waiters keep alive, and would hold its line up for as long."""
+    holder, waiter = connect(), connect()
+    held(holder.lock("orphaned"))
+    other = held(holder.lock("still-waited-for"))
+    backend = waiter._backend
+    kept: list[bool] = []
+    # a waiter of the client that stays: it keeps the waiters' lease alive
+    staying = threading.Thread(
+        target=lambda: kept.append(waiter.lock("still-waited-for").acquire(timeout=PATIENCE))
+    )
+    staying.start()
+    results: list[bool] = []
+    refused: list[bytes] = []
+
+    def on_the_waiters_lease() -> int:
+        waiting = backend._waiter_lease
+        entries = list(backend._entries.values())
+        return sum(1 for e in entries if waiting is not None and e.lease == waiting.id)
+
+    real_end = backend._end
+    orphaned_line = line_key(the_prefix(url), "orphaned")
+
+    def unheard(key: bytes, guard: tuple[str, int], timeout: float | None = None) -> bool:
+        if key.startswith(orphaned_line) and not refused:
+            refused.append(key)
+            # the request, or its reply, lost on the way
+            raise etcd_wire.GatewayUnavailable("no member answered (the case's)")
+        return real_end(key, guard, timeout)
+
+    monkeypatch.setattr(backend, "_end", unheard)
+    leaving = threading.Thread(
+        target=lambda: results.append(waiter.lock("orphaned").acquire(timeout=2))
+    )
+    leaving.start()
+    eventually(lambda: on_the_waiters_lease() == 2, "both waiters' entries are in line")
+    leaving.join(PATIENCE)
+    assert results == [False]
+    assert refused
+    assert refused[0] in backend._orphans
+    lease = backend._lease
+    assert lease is not None
+    # an operator's revoke (or it ran out already: a client that only waits keeps its lease
+    # alive only now and then), and what the call that finds it gone does
+    raw.revoke(lease.id)
+    backend._lease_lost(lease)
+    with waiter.lock("anything else"):
+        pass  # the client's next call
+    assert len(line_of(raw, url, "orphaned")) == 1  # the holder's entry alone
+    other.release()
+    staying.join(PATIENCE)
+    assert kept == [True]
 
 
 def test_a_fair_waiter_keeps_its_place_while_its_answers_come_late(
