@@ -332,7 +332,9 @@ def test_a_waiter_keeps_its_place_when_its_clients_lease_is_lost(connect, raw, f
     thread.start()
     eventually(lambda: waiter._backend._waiter_lease is not None, "the waiter's entry is moved")
     own = waiter._backend._lease.id
-    assert raw.revoke(own)  # an operator's revoke, or a lease that ran out unheard
+    # an operator's revoke (or it ran out unheard already: a client that only waits keeps
+    # its lease alive only now and then)
+    raw.revoke(own)
     before = [kv["key"] for kv in line_of(raw, holder.url, "kept-place")]
     assert len(before) == 2  # the holder's entry and the waiter's, on the waiters' lease
     hold.release()
