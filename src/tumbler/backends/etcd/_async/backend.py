@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 import threading
@@ -137,6 +138,8 @@ class _OwnEntry:
 #: how many keys past those the grant rule needs an ahead read brings: keys no client wrote
 #: there are skipped, and only reads crowded with them send the grant to read the whole line
 AHEAD_SLACK = 4
+#: how many times in a row one call takes a new lease for the client's lease found gone
+LEASE_LOSSES = 3
 #: how many later turns a grant request takes when the line has entries newer than the turn
 #: it asked for (arrivals that came together, or a client whose latest revision was behind)
 TURN_TRIES = 64
@@ -668,6 +671,13 @@ class AsyncEtcdBackend(AsyncInspectEachName):
         self.session_events.notify(SessionEvents.EXPIRED)
         self.hub.notify_all()
 
+    def _lease_gone(self, lease: _Lease, error: EtcdError, before: int) -> None:
+        """A call found ``lease`` gone (``error``) after ``before`` such losses in a row:
+        forget it (a new one is granted next), unless that keeps happening."""
+        if before >= LEASE_LOSSES:
+            raise EtcdError(0, "the client's lease kept disappearing") from error
+        self._lease_lost(lease)
+
     async def _fresh_lease(self, began: float) -> _Lease:
         """The client's lease, with at least two thirds of its TTL left from ``began``:
         granted if the client has none, kept alive first if a third has gone."""
@@ -950,13 +960,11 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                         unanswered=functools.partial(self._doubt, mine_key),
                     )
                 except EtcdError as error:
-                    if lease_gone(error) and losses < 3:
-                        losses += 1
-                        self._lease_lost(lease)
-                        continue  # a new lease, and a new place at the end of the line
-                    if lease_gone(error):
-                        raise EtcdError(0, "the client's lease kept disappearing") from error
-                    raise
+                    if not lease_gone(error):
+                        raise
+                    self._lease_gone(lease, error, losses)
+                    losses += 1
+                    continue  # a new lease, and a new place at the end of the line
                 if created or ranged(responses[0]):
                     break
                 # the line has an entry of a later turn than this one (arrivals that came
@@ -1010,19 +1018,16 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                         self.config.lease_ttl,
                         granted=bool(request.shared and request.limit),
                     )
-                    for losses in range(3):
+                    for moves in itertools.count():
                         try:
                             moved = await self._move(entry, granted_value, lease.id)
                             break
                         except EtcdError as error:
                             if not lease_gone(error):
                                 raise
-                            if losses == 2:
-                                gone = "the client's lease kept disappearing"
-                                raise EtcdError(0, gone) from error
-                        # the client's lease is gone, not the entry, which is on the
-                        # waiters' lease: it keeps its place, and moves to a new lease
-                        self._lease_lost(lease)
+                            # the client's lease is gone, not the entry, which is on the
+                            # waiters' lease: it keeps its place, and moves to a new lease
+                            self._lease_gone(lease, error, moves)
                         lease = await self._fresh_lease(began)
                     if not moved:
                         # the waiters' lease ran out: a new place at the end of the line
