@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import pytest
 from tests.servers.fixtures import server_unavailable
 from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments
+from tumbler.torture.check import FaultRecord
 from tumbler.torture.faults import Nemesis
 from tumbler.torture.history import HistoryTail, HistoryWriter
 from tumbler.torture.pool import WorkerPool, WorkerSlot
@@ -400,3 +402,61 @@ def test_only_network_rounds_reach_the_masters_through_the_proxies(redlock: Depl
     for kinds in (["kill"], ["minority"], ["minority-pause"], ["restart"], []):
         assert redlock.workers_url(kinds) == redlock.admin_url
     assert redlock.isolatable() is None  # several addresses: no proxy of each worker's own
+
+
+@dataclass
+class _ReapedPool(WorkerPool):
+    """Notes when each worker it kills has been reaped, and puts no new one in its place."""
+
+    reaped: list[int] = field(default_factory=list)
+
+    def kill(self, slot: WorkerSlot) -> str | None:
+        acq = super().kill(slot)
+        self.reaped.append(time.monotonic_ns())
+        return acq
+
+    def replace(self, slot: WorkerSlot) -> None:
+        self.retired.append(slot)
+
+
+@pytest.mark.parametrize("kind", ["kill", "kill-waiter"])
+def test_a_kill_ends_once_its_worker_is_dead(tmp_path: Path, kind: str) -> None:
+    """The checker measures from a kill's end (the next release must let the next waiter in
+    within the dead-waiter bound; recovery): that end is the worker's death, when the kernel
+    has closed its connections, not the signal, which a loaded machine can act on much later
+    (a release meanwhile still reaches the dying waiter, as Redis's wake-up count did)."""
+    pool = _ReapedPool(
+        url="memory://", lock="torture-test", resource=tmp_path / "resource.sock",
+        directory=tmp_path, count=0, ttl=TTL, think=0.02, acquire_timeout=1.0, idle=0.0, seed=0,
+    )  # fmt: skip
+    writers = []
+    for client, state in (("w0", "holding"), ("w1", "waiting")):
+        process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                   stdin=subprocess.PIPE)  # fmt: skip
+        history = tmp_path / f"{client}.jsonl"
+        slot = WorkerSlot(len(pool.slots), 0, client, process, history, HistoryTail(history))
+        pool.slots.append(slot)
+        writer = HistoryWriter(history)
+        writers.append(writer)
+        writer.write("start", pid=process.pid)
+        writer.write("acquire", acq=f"{client}.1")
+        if state == "holding":
+            writer.write("grant", acq=f"{client}.1", token=1)
+            t0 = time.monotonic_ns()
+            writer.write("op", acq=f"{client}.1", kind="read", t0=t0, held=True, outcome="ok",
+                         think=THINK)  # fmt: skip
+    try:
+        nemesis = Nemesis(Deployment("memory://", "memory://"), pool, ttl=TTL, rng=random.Random(7))
+        record: FaultRecord | None = nemesis.inject(kind)
+        assert record is not None
+        assert record.client == ("w0" if kind == "kill" else "w1")
+        assert record.t0 < pool.reaped[0] <= record.t1
+    finally:
+        for slot in [*pool.slots, *pool.retired]:
+            slot.process.kill()
+            slot.process.wait()
+            assert slot.process.stdin is not None
+            slot.process.stdin.close()
+            slot.tail.close()
+        for writer in writers:
+            writer.close()

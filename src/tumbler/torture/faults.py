@@ -378,20 +378,24 @@ class Nemesis:
         if slot is None:
             return None
         client, pid = slot.client, slot.process.pid
-        t = time.monotonic_ns()
+        t0 = time.monotonic_ns()
         acq = self.pool.kill(slot)
+        # The kill ends when the worker is dead, not when it is signalled: a loaded machine
+        # can run its exit (which closes its connections, what a server sees) much later.
+        t1 = time.monotonic_ns()
         self.pool.replace(slot)
-        return FaultRecord("kill", t, t, f"worker {client} pid {pid}", client, acq)
+        return FaultRecord("kill", t0, t1, f"worker {client} pid {pid}", client, acq)
 
     def _kill_waiter(self) -> FaultRecord | None:
         slot = self.pool.find_waiter(timeout=5 * self.ttl + 5, queued_for=0.1 * self.ttl)
         if slot is None:
             return None
         client, pid = slot.client, slot.process.pid
-        t = time.monotonic_ns()
+        t0 = time.monotonic_ns()
         self.pool.kill(slot)
+        t1 = time.monotonic_ns()  # dead, as above
         self.pool.replace(slot)
-        return FaultRecord("kill-waiter", t, t, f"worker {client} pid {pid} (waiting)", client)
+        return FaultRecord("kill-waiter", t0, t1, f"worker {client} pid {pid} (waiting)", client)
 
     def _pause(self) -> FaultRecord | None:
         slot = self.pool.find_holder(timeout=5 * self.ttl + 5)
