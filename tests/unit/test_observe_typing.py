@@ -10,6 +10,8 @@ import pytest
 
 from tests.unit.test_typing import check
 
+pytestmark = pytest.mark.tools  # mypy, the build, the bench: the same on every Python
+
 ACCEPTED = """
 import tumbler, tumbler.aio
 from tumbler.observe import AcquireGranted, HoldLost, LossReason, Observer

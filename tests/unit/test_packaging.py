@@ -23,6 +23,8 @@ import tumbler
 from tumbler.backends import BackendDescriptor, builtin_descriptors
 from tumbler.errors import MissingDependency
 
+pytestmark = pytest.mark.tools  # mypy, the build, the bench: the same on every Python
+
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "tumbler-locks"
 

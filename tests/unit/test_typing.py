@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from mypy import api
 
+pytestmark = pytest.mark.tools  # mypy, the build, the bench: the same on every Python
+
 ACCEPTED = """
 from datetime import timedelta
 import tumbler, tumbler.aio
