@@ -39,7 +39,6 @@ own and deletes its keys.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import uuid
 from collections.abc import Iterator, Sequence
@@ -51,6 +50,7 @@ import redis
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from tests.search import THOROUGH, examples
 from tumbler import _core as core
 from tumbler._core import Decision, Entry
 from tumbler.backends.redis import lua
@@ -60,9 +60,8 @@ from tumbler.testing.backends.redis.server import RedisServer
 
 NAME = "orders:42"
 #: examples per property (twice as many for releases): about 6 s in all on an idle machine;
-#: TUMBLER_HYPOTHESIS as for
-#: tests/unit/test_core.py searches harder (a run before a release, or after touching the Lua)
-EXAMPLES = 3000 if os.environ.get("TUMBLER_HYPOTHESIS") == "tumbler-unit-thorough" else 150
+#: a thorough depth (tests/search.py) searches harder
+EXAMPLES = 3000 if THOROUGH else examples(150)
 #: every live lease and waiter entry: far longer than any example runs
 LONG_MS = 600_000
 #: the raw owner ids of the random tables; a few, so that owners try again

@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.search import examples
 from tumbler import _core as core
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.sqlite.backend import _Line
@@ -37,7 +38,7 @@ def decided(entries: list[core.Entry], request: GrantRequest) -> object:
         return ("mismatch", str(error))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(requests(), st.data())
 def test_the_relevant_part_decides_as_the_whole_line(made, data):
     entries: list[core.Entry] = []  # the whole line, as the backend used to decide on it

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
 import re
 import unicodedata
@@ -22,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests.search import PROFILE
 from tumbler import _core as core
 from tumbler._core import Backoff, Decision, Entry, decide, would_block
 from tumbler.errors import (
@@ -34,12 +34,6 @@ from tumbler.errors import (
     PermitsMismatch,
     TumblerError,
 )
-
-# "tumbler-unit" keeps the whole unit suite fast; TUMBLER_HYPOTHESIS=tumbler-unit-thorough
-# searches harder (for a run before a release, or after touching _core).
-settings.register_profile("tumbler-unit", max_examples=150, deadline=None)
-settings.register_profile("tumbler-unit-thorough", max_examples=5000, deadline=None)
-PROFILE = settings.get_profile(os.environ.get("TUMBLER_HYPOTHESIS", "tumbler-unit"))
 
 
 def raises_exactly(error: type[Exception], function: object, *args: object) -> Exception:

@@ -16,6 +16,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.search import examples
 from tumbler._core import Decision, Entry, decide, let_through
 from tumbler.errors import PermitsMismatch
 
@@ -69,20 +70,20 @@ def head(line: list[Entry], through: list[int]) -> list[int]:
     return kept
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(lines())
 def test_the_pass_is_the_rule_up_to_the_first_waiter_that_cannot_go(line: list[Entry]) -> None:
     through, _ = let_through(line)
     assert through == head(line, oracle(line))
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(lines(fair=True))
 def test_on_a_fair_line_the_pass_is_the_whole_rule(line: list[Entry]) -> None:
     assert let_through(line)[0] == oracle(line)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(lines(), st.data())
 def test_a_complete_pass_is_not_changed_by_more_of_the_line(
     line: list[Entry], data: st.DataObject

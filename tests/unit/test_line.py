@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.search import examples
 from tumbler._core import WATCH_LINE, Entry, admits, line_position
 
 
@@ -37,7 +38,7 @@ def granted(line: list[Entry]) -> list[int]:
     return [i for i in range(len(line)) if line_position(line, i) is None]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(lines())
 def test_granted_entries_are_compatible(line: list[Entry]) -> None:
     holders = [line[i] for i in granted(line)]
@@ -48,13 +49,13 @@ def test_granted_entries_are_compatible(line: list[Entry]) -> None:
             assert len(holders) <= entry.limit
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(lines())
 def test_the_head_of_the_line_is_always_granted(line: list[Entry]) -> None:
     assert 0 in granted(line)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(lines())
 def test_the_line_is_served_in_order(line: list[Entry]) -> None:
     # a waiter never holds while an earlier entry of the same kind waits
@@ -65,7 +66,7 @@ def test_the_line_is_served_in_order(line: list[Entry]) -> None:
                 assert j in holders
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(lines(), st.data())
 def test_a_waiter_is_woken_by_every_change_that_can_let_it_through(
     line: list[Entry], data: st.DataObject

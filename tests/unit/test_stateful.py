@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import tumbler
+from tests.search import examples
 from tumbler.testing import ManualClock
 
 TTL = 30.0
@@ -321,7 +322,7 @@ class LockMachine(RuleBasedStateMachine):
 
 
 LockMachine.TestCase.settings = settings(
-    max_examples=300,
+    max_examples=examples(300),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

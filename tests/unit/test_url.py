@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.search import PROFILE
 from tumbler._url import BackendURL, parse_url
 from tumbler.errors import InvalidURL, TumblerError
-
-settings.register_profile("tumbler-unit", max_examples=150, deadline=None)
-settings.register_profile("tumbler-unit-thorough", max_examples=5000, deadline=None)
-PROFILE = settings.get_profile(os.environ.get("TUMBLER_HYPOTHESIS", "tumbler-unit"))
 
 # A secret no other part of the test URLs contains, so finding it anywhere means a leak.
 SECRET = "Xy7SECRETq"
