@@ -1,6 +1,6 @@
 """The nemesis's aim: which node a ``minority`` fault kills, which member's proxy a
 ``member-blackhole`` fault cuts, and whether a fault hit its hold; which Redlock masters a
-``minority`` or ``minority-pause`` fault takes out.
+``minority`` or ``minority-pause`` fault takes out; when a kill of a worker ends.
 
 The pool's state is built by hand: each worker slot is a real process holding a real kazoo
 session on the ensemble member the test chooses, and its history file says what the harness
