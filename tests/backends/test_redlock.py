@@ -758,6 +758,25 @@ def test_an_acquire_refused_for_a_full_line_leaves_no_place_on_any_master(
         backend.close()
 
 
+def test_a_line_full_on_a_minority_of_masters_refuses_no_waiter(
+    masters: RedlockMasters, prefix: str
+) -> None:
+    """An entry left in line on fewer than half the masters (a refused try whose release
+    reached them later than the others) fills the line there alone: with ``max_waiters=1``,
+    the waiter that comes next is not refused, but queues on the masters that have room and
+    is the lock's one waiter."""
+    backend = open_sync(parse_url(masters.url(prefix, max_waiters=1)))
+    try:
+        assert backend.try_grant(request("crowded", "holder")) is not None
+        assert backend.try_grant(request("crowded", "left")) is None
+        backend._release_on("crowded", "left", [2, 3, 4])
+        assert backend.try_grant(request("crowded", "waiting")) is None
+        assert entries_of(masters, prefix, "crowded", "waiting") == [False, False, True, True, True]
+        assert backend.inspect("crowded").waiters == 1
+    finally:
+        backend.close()
+
+
 def test_a_waiter_left_in_line_on_a_minority_of_masters_is_not_counted(
     masters: RedlockMasters, prefix: str, backend: RedlockBackend
 ) -> None:

@@ -499,14 +499,16 @@ class RedlockBackend(InspectEachName):
         answered = 0
         new: list[int] = []
         refusal: TumblerError | None = None
+        refusals = 0
         for index, replies in results.items():
             if isinstance(replies, Exception):
                 continue
             reply = replies[0]
+            answered += 1
             if isinstance(reply, redis_errors.ResponseError):
                 refusal = refusal or tumbler_error(reply, self.url, request.name)
+                refusals += 1
                 continue
-            answered += 1
             status = int(reply[0])
             if status == 1:
                 granted[index] = int(reply[1])
@@ -514,11 +516,14 @@ class RedlockBackend(InspectEachName):
                     lease = min(lease, int(reply[2]) / 1000)
             elif status == _NO_MARKER:
                 new.append(index)
-        if refusal is not None:
-            # every master that answered: those that did not refuse may have queued the
-            # request, and a refused acquire leaves nothing in any line
-            answering = [index for index, replies in results.items() if isinstance(replies, list)]
-            self._release_on(request.name, request.owner, answering)
+        if refusal is not None and refusals > len(self.masters) - needed:
+            # Refused where no quorum can form without the masters that refused. Every master
+            # asked, those whose reply came too late too, may have queued the request: a
+            # refused acquire leaves nothing in any line. A minority's refusal counts as its
+            # not granting, as any other master's answer does: a line that a waiter left
+            # there a little longer than elsewhere (a try that reached it late) is full on
+            # that master alone, and the waiter it would refuse is in line on the others.
+            self._release_on(request.name, request.owner, list(results))
             raise refusal
         contended = False
         if len(granted) >= needed:
