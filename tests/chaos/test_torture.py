@@ -35,8 +35,9 @@ CI_ROUNDS: dict[str, list[str]] = {
     "sqlite": ["kill", "pause"],
     "redis": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "redis-aof": ["restart"],
-    # what Fedora and RHEL ship for Redis: Redis's rounds
-    "valkey": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
+    # what Fedora and RHEL ship for Redis: the rounds whose faults are the server's (the
+    # network's reach the same client and scripts as Redis's rounds do)
+    "valkey": ["kill", "pause", "restart"],
     "redis-cluster": ["kill", "minority"],
     "zookeeper": ["kill", "pause", "restart", "net-cut+net-drop+net-delay+net-reset", "net-blip"],
     "zookeeper-ensemble": ["minority", "leader", "minority-pause+leader-pause", "member-blackhole"],

@@ -17,16 +17,26 @@ Options:
     harnesses' (:mod:`tumbler.testing.backends`), or a harness an installed package registers
     under the entry point group ``tumbler.harnesses``.
 
-Without either, the cases run on every test target of every built-in harness: the project's
-own run. Two markers narrow that: a case marked ``tumbler_lock_layer`` checks what does not
-depend on the backend (what the lock layer refuses before any backend call; a control run
-that uses no lock), and runs on one target of the run (one that declares what the case
-requires and, where there is one, needs no server); a target that differs from another only
-by its connection (TLS, another user: ``TestTarget.connection_variant``) runs only the cases
-marked ``tumbler_connection``. A target's servers start once per session (per xdist worker), when a
-test first needs them, and stop at its end. A target whose servers cannot start fails its
-tests when ``$CI`` is true (``1``, ``true`` or ``yes``), where a skipped suite would look like
-a passing one, and skips them with the reason elsewhere.
+``--tumbler-split-flavours SEED``
+    Run each case that has a blocking and an asyncio twin in one flavour only on each target
+    whose store is served by servers, the flavour chosen by ``SEED``, the case (with its
+    parameters) and the target: half the cases each way on every such target, both flavours
+    of every case across them, and both flavours of every case on the targets without a
+    server. The project's full run passes the commit's hash, so that the half it leaves out
+    changes with every commit; without the option, every case runs in both flavours
+    everywhere.
+
+Without ``--tumbler-url`` or ``--tumbler-target``, the cases run on every test target of every
+built-in harness: the project's own run. Two markers narrow that: a case marked
+``tumbler_lock_layer`` checks what does not depend on the backend (what the lock layer refuses
+before any backend call; a control run that uses no lock), and runs on one target of the run
+(one that declares what the case requires and, where there is one, needs no server); a target
+that differs from another only by its connection (TLS, another user:
+``TestTarget.connection_variant``) runs only the cases marked ``tumbler_connection``. A
+target's servers start once per session (per xdist worker), when a test first needs them, and
+stop at its end. A target whose servers cannot start fails its tests when ``$CI`` is true
+(``1``, ``true`` or ``yes``), where a skipped suite would look like a passing one, and skips
+them with the reason elsewhere.
 
 A case that needs something not every backend promises says so with
 ``@pytest.mark.tumbler_requires(NAME, ...)`` (names: :data:`REQUIREMENTS`); on a backend whose
@@ -37,6 +47,7 @@ the backend.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import signal
@@ -219,6 +230,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run the conformance suite on this test target only (repeatable)",
     )
+    group.addoption(
+        "--tumbler-split-flavours",
+        metavar="SEED",
+        default=None,
+        help="on targets with servers, run each case in one flavour (blocking or asyncio) "
+        "chosen by SEED, rather than in both",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -281,6 +299,51 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(
         "conformance_target", targets, indirect=True, ids=[target.name for target in targets]
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seed: str | None = config.getoption("tumbler_split_flavours")
+    if seed is None:
+        return
+    twins: dict[tuple[object, ...], list[tuple[pytest.Item, str]]] = {}
+    for item in items:
+        case = _flavoured_case(item)
+        if case is not None:
+            key, flavour = case
+            twins.setdefault(key, []).append((item, flavour))
+    left_out: set[pytest.Item] = set()
+    for key, pair in twins.items():
+        if len(pair) != 2 or pair[0][1] == pair[1][1]:
+            continue
+        kept = ("sync", "async")[hashlib.sha256(f"{seed}:{key!r}".encode()).digest()[0] % 2]
+        left_out.update(item for item, flavour in pair if flavour != kept)
+    if left_out:
+        config.hook.pytest_deselected(items=[item for item in items if item in left_out])
+        items[:] = [item for item in items if item not in left_out]
+
+
+def _flavoured_case(item: pytest.Item) -> tuple[tuple[object, ...], str] | None:
+    """For a case of the suite on a target with servers that has a twin in the other flavour:
+    what names the pair (the case, its other parameters, the target), and its flavour."""
+    callspec = getattr(item, "callspec", None)
+    module = getattr(item, "module", None)
+    if callspec is None or module is None or not _in_suite(module.__name__):
+        return None
+    target = callspec.params.get("conformance_target")
+    if not isinstance(target, Target) or not target.needs_servers:
+        return None
+    package = module.__name__.rsplit(".", 2)[-2]
+    flavour = {"_sync": "sync", "_async": "async"}.get(package, callspec.params.get("flavour"))
+    if flavour not in ("sync", "async"):
+        return None
+    # the other parameters by their place in their lists, the same in both twins
+    others = sorted(
+        (name, index)
+        for name, index in callspec.indices.items()
+        if name not in ("conformance_target", "flavour")
+    )
+    case = getattr(item, "originalname", item.name)
+    return (module.__name__.rsplit(".", 1)[-1], case, tuple(others), target.name), flavour
 
 
 class _Running:
