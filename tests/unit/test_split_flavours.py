@@ -18,7 +18,7 @@ pytestmark = pytest.mark.tools
 
 SUITE = Path(__file__).parents[2] / "src" / "tumbler" / "testing" / "conformance"
 
-COLLECTOR = '''
+COLLECTOR = """
 import json, os
 
 def pytest_collection_finish(session):
@@ -42,7 +42,7 @@ def pytest_collection_finish(session):
         ])
     with open(os.environ["COLLECTED"], "w") as out:
         json.dump(rows, out)
-'''
+"""
 
 
 def _collect(tmp_path: Path, *options: str) -> list[tuple[str, str, str, str, bool, str | None]]:
@@ -53,9 +53,9 @@ def _collect(tmp_path: Path, *options: str) -> list[tuple[str, str, str, str, bo
         "COLLECTED": str(out),
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
     }
+    pytest_options = ["--co", "-q", "-p", "no:cacheprovider", "-p", "collector"]
     subprocess.run(
-        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider"]
-        + ["-p", "collector", str(SUITE), *options],
+        [sys.executable, "-m", "pytest", *pytest_options, str(SUITE), *options],
         check=True,
         env=env,
         capture_output=True,
@@ -90,9 +90,7 @@ def test_each_case_runs_in_one_flavour_per_server_target_and_in_both_elsewhere(
             else:
                 assert sorted(flavours[key]) == ["async", "sync"]
         # what is not a twin (a case in one flavour, a target with no twin case) is all kept
-        assert {row for row in every if (row[0], row[1], row[2], row[3]) not in paired} <= set(
-            rows
-        )
+        assert {row for row in every if (row[0], row[1], row[2], row[3]) not in paired} <= set(rows)
         # both flavours on every target with servers, and of every case across the targets
         for target in {key[3] for key in kept}:
             assert {kept[key] for key in kept if key[3] == target} == {"sync", "async"}, target
