@@ -22,9 +22,9 @@ Options:
     whose store is served by servers, the flavour chosen by ``SEED``, the case (with its
     parameters) and the target: half the cases each way on every such target, both flavours
     of every case across them, and both flavours of every case on the targets without a
-    server. The project's full run passes the commit's hash, so that the half it leaves out
-    changes with every commit; without the option, every case runs in both flavours
-    everywhere.
+    server (``--tumbler-split-serverless``: on those too). The project's full run passes the
+    commit's hash, so that the half it leaves out changes with every commit; without the
+    option, every case runs in both flavours everywhere.
 
 Without ``--tumbler-url`` or ``--tumbler-target``, the cases run on every test target of every
 built-in harness: the project's own run. Two markers narrow that: a case marked
@@ -237,6 +237,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="on targets with servers, run each case in one flavour (blocking or asyncio) "
         "chosen by SEED, rather than in both",
     )
+    group.addoption(
+        "--tumbler-split-serverless",
+        action="store_true",
+        default=False,
+        help="with --tumbler-split-flavours: on the targets without servers too",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -305,9 +311,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seed: str | None = config.getoption("tumbler_split_flavours")
     if seed is None:
         return
+    serverless: bool = config.getoption("tumbler_split_serverless")
     twins: dict[tuple[object, ...], list[tuple[pytest.Item, str]]] = {}
     for item in items:
-        case = _flavoured_case(item)
+        case = _flavoured_case(item, serverless)
         if case is not None:
             key, flavour = case
             twins.setdefault(key, []).append((item, flavour))
@@ -322,15 +329,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in left_out]
 
 
-def _flavoured_case(item: pytest.Item) -> tuple[tuple[object, ...], str] | None:
-    """For a case of the suite on a target with servers that has a twin in the other flavour:
-    what names the pair (the case, its other parameters, the target), and its flavour."""
+def _flavoured_case(
+    item: pytest.Item, serverless: bool
+) -> tuple[tuple[object, ...], str] | None:
+    """For a case of the suite on a target with servers (or any, if ``serverless``) that has
+    a twin in the other flavour: what names the pair (the case, its other parameters, the
+    target), and its flavour."""
     callspec = getattr(item, "callspec", None)
     module = getattr(item, "module", None)
     if callspec is None or module is None or not _in_suite(module.__name__):
         return None
     target = callspec.params.get("conformance_target")
-    if not isinstance(target, Target) or not target.needs_servers:
+    if not isinstance(target, Target) or not (target.needs_servers or serverless):
         return None
     package = module.__name__.rsplit(".", 2)[-2]
     flavour = {"_sync": "sync", "_async": "async"}.get(package, callspec.params.get("flavour"))
