@@ -329,9 +329,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in left_out]
 
 
-def _flavoured_case(
-    item: pytest.Item, serverless: bool
-) -> tuple[tuple[object, ...], str] | None:
+def _flavoured_case(item: pytest.Item, serverless: bool) -> tuple[tuple[object, ...], str] | None:
     """For a case of the suite on a target with servers (or any, if ``serverless``) that has
     a twin in the other flavour: what names the pair (the case, its other parameters, the
     target), and its flavour."""
