@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spread
 #: seconds of faults per round: enough for at least one fault of each kind
 SECONDS = 3.0
 
-#: every network fault at once on one server, each kind in turn (see ``next_fault``)
+#: the five network faults in one round, each in turn (see ``next_fault``)
 NETWORK = "net-cut+net-drop+net-delay+net-reset+net-blip"
 
 #: The rounds CI runs per backend. Kinds the deployment promises the same through share a
