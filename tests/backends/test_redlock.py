@@ -10,6 +10,7 @@ call's; configurations refused at connect.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -29,7 +30,7 @@ from tumbler.backends.redis.lua import Keys
 from tumbler.backends.redlock._sync.backend import RedlockBackend
 from tumbler.backends.redlock.common import quorum
 from tumbler.backends.redlock.lua import master_keys
-from tumbler.backends.redlock.opener import open_sync
+from tumbler.backends.redlock.opener import open_async, open_sync
 from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost, TooManyWaiters
 from tumbler.testing.backends.redlock.server import RedlockMasters
 from tumbler.testing.conformance.compat import eventually
@@ -758,23 +759,41 @@ def test_an_acquire_refused_for_a_full_line_leaves_no_place_on_any_master(
         backend.close()
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
 def test_a_line_full_on_a_minority_of_masters_refuses_no_waiter(
-    masters: RedlockMasters, prefix: str
+    masters: RedlockMasters, prefix: str, flavour: str
 ) -> None:
     """An entry left in line on fewer than half the masters (a refused try whose release
     reached them later than the others) fills the line there alone: with ``max_waiters=1``,
     the waiter that comes next is not refused, but queues on the masters that have room and
     is the lock's one waiter."""
-    backend = open_sync(parse_url(masters.url(prefix, max_waiters=1)))
-    try:
-        assert backend.try_grant(request("crowded", "holder")) is not None
-        assert backend.try_grant(request("crowded", "left")) is None
-        backend._release_on("crowded", "left", [2, 3, 4])
-        assert backend.try_grant(request("crowded", "waiting")) is None
-        assert entries_of(masters, prefix, "crowded", "waiting") == [False, False, True, True, True]
-        assert backend.inspect("crowded").waiters == 1
-    finally:
-        backend.close()
+    url = parse_url(masters.url(prefix, max_waiters=1))
+    if flavour == "sync":
+        backend = open_sync(url)
+        try:
+            assert backend.try_grant(request("crowded", "holder")) is not None
+            assert backend.try_grant(request("crowded", "left")) is None
+            backend._release_on("crowded", "left", [2, 3, 4])
+            assert backend.try_grant(request("crowded", "waiting")) is None
+            waiters = backend.inspect("crowded").waiters
+        finally:
+            backend.close()
+    else:
+
+        async def queue() -> int:
+            backend = await open_async(url)
+            try:
+                assert await backend.try_grant(request("crowded", "holder")) is not None
+                assert await backend.try_grant(request("crowded", "left")) is None
+                await backend._release_on("crowded", "left", [2, 3, 4])
+                assert await backend.try_grant(request("crowded", "waiting")) is None
+                return (await backend.inspect("crowded")).waiters
+            finally:
+                await backend.close()
+
+        waiters = asyncio.run(queue())
+    assert entries_of(masters, prefix, "crowded", "waiting") == [False, False, True, True, True]
+    assert waiters == 1
 
 
 def test_a_waiter_left_in_line_on_a_minority_of_masters_is_not_counted(
