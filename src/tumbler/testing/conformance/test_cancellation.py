@@ -105,6 +105,10 @@ async def test_cancelled_at_any_point_of_a_use_leaves_nothing(aconnect: AsyncCon
     The same clients go through every point, so nothing a cancelled use left in its client
     may hold up the next either."""
     locks, observer, contender = await aconnect(), await aconnect(), await aconnect()
+
+    async def empty() -> bool:
+        return await nothing_left(observer)
+
     for steps in STEPS:
         name = f"contended-{steps}"
         held = contender.lock(name)
@@ -124,10 +128,6 @@ async def test_cancelled_at_any_point_of_a_use_leaves_nothing(aconnect: AsyncCon
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-        async def empty() -> bool:
-            return await nothing_left(observer)
-
         await aeventually(empty, f"no entry is left of the use cancelled after {steps} steps")
         after = observer.lock(name)
         assert await after.acquire(blocking=False), steps
