@@ -4,6 +4,7 @@ its waiters', which live on the waiters' lease), a waiter whose
 lease ran out while it waited (etcd's own mutex reported a grant then), a killed waiter that
 leaves the line with the waiters' short lease, withdrawals whose
 reply was lost, no key and no lease left behind by a close, a crash or a cancelled acquire,
+a blocking acquire interrupted amid its HTTP connection's bookkeeping,
 authentication, and a 3-member cluster whose leader is killed while a lock is held and waited
 for, whose member in use stops answering (both flavours), or whose leader hangs past the
 lease and comes back to revoke it (both flavours), with the rule that times a lease by the
@@ -48,6 +49,7 @@ from tumbler.testing.conformance.compat import aeventually, eventually
 from tumbler.torture.proxy import FaultProxy
 
 from .herd import count_wakeups, queued
+from .test_etcd_gateway import interrupted_amid_h11s_next_cycle
 from .test_postgresql import every_call_gives_up_when_replies_are_dropped
 
 PATIENCE = 30.0
@@ -553,6 +555,22 @@ def test_close_crash_and_cancelled_acquire_leave_no_key_and_no_lease(
     assert crashed.stdout == "held\n"
     assert len(leases_of(raw) - before) == 1
     eventually(lambda: not keys() and leases_of(raw) == before, "the dead client's lease ran out")
+
+
+def test_an_acquire_interrupted_amid_its_connections_bookkeeping_is_withdrawn(connect) -> None:
+    """A blocking acquire interrupted (SIGINT, or a signal handler's exception) right after
+    its entry's reply, where the interrupt leaves the pooled connection unusable: the
+    withdrawal that follows still gets through, the interrupt reaches the caller, and the
+    client goes on. (asyncio's cancellation comes only at an await, never inside the HTTP
+    client's bookkeeping.)"""
+    holder, waiter = connect(), connect()
+    held(waiter.lock("warm")).release()  # the client's lease and connections are made
+    hold = held(holder.lock("interrupted"))
+    with pytest.raises(KeyboardInterrupt), interrupted_amid_h11s_next_cycle():
+        waiter.lock("interrupted").acquire(timeout=PATIENCE)
+    assert holder.status("interrupted").waiters == 0
+    hold.release()
+    held(waiter.lock("interrupted")).release()
 
 
 # -- authentication --------------------------------------------------------------------------

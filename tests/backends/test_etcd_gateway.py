@@ -7,9 +7,13 @@ goes away, and none left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import h11
 import httpx
@@ -256,3 +260,43 @@ def test_a_request_h11_refuses_to_write_is_a_failure_to_send_again(flavour: str)
     assert isinstance(failed.value, httpx.LocalProtocolError)
     assert not_sent(failed.value)
     assert "state=DONE" in str(failed.value)
+
+
+@contextlib.contextmanager
+def interrupted_amid_h11s_next_cycle() -> Iterator[None]:
+    """``KeyboardInterrupt`` in this thread at the first start of h11's next cycle on a
+    connection (after a reply is read whole), at the point where the connection's state is
+    ready for a request and its writer not yet: where a signal's exception leaves a pooled
+    connection that httpcore hands out again."""
+    before = sys.gettrace()
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> None:
+        caller = frame.f_back
+        if (
+            event == "call"
+            and frame.f_code.co_name == "_respond_to_state_changes"
+            and caller is not None
+            and caller.f_code.co_name == "start_next_cycle"
+        ):
+            sys.settrace(before)
+            raise KeyboardInterrupt
+
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
+
+
+def test_an_interrupt_amid_a_connections_next_cycle_costs_no_later_request(
+    gateway: Gateway,
+) -> None:
+    """An interrupt can land anywhere in a blocking call (the torture harness's SIGTERM,
+    a user's SIGINT): one that lands halfway through h11's start of a connection's next
+    cycle leaves httpcore a pooled connection with no writer for the next request (a CI
+    torture worker died of h11's failed assertion, in the withdrawal that followed)."""
+    key = b"/interrupted"
+    gateway.range(key, prefix_end(key))
+    with pytest.raises(KeyboardInterrupt), interrupted_amid_h11s_next_cycle():
+        gateway.range(key, prefix_end(key))
+    assert gateway.range(key, prefix_end(key))[1] == []

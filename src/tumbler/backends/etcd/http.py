@@ -60,16 +60,33 @@ def not_sent(failure: Exception) -> bool:
 
 
 @contextlib.contextmanager
-def _h11_refusals() -> Iterator[None]:
-    """h11's refusal to write a request as ``httpx.LocalProtocolError``, as httpx maps it
-    elsewhere: httpcore lets it through when a pooled connection is handed out in a state
-    where a new request cannot start (its last exchange not ended; encode/httpx#2834), and
-    the caller would take it for a bug rather than a connection to drop (httpcore drops it)
-    and a request to send again."""
+def _broken_connections() -> Iterator[None]:
+    """A pooled connection that h11 cannot write a request on, as ``httpx.LocalProtocolError``
+    (a request surely not sent, on a connection httpcore has dropped by then), not as a bug.
+
+    httpcore hands such a connection out when an interrupt (SIGINT, a signal handler's
+    exception) landed in the middle of its bookkeeping after the connection's last reply:
+    before h11 began its next cycle it refuses the request (``h11.LocalProtocolError``;
+    encode/httpx#2834), and halfway through that cycle's start it has no writer for it and
+    fails an assertion. Either way nothing of the request was written: h11 checks the event
+    before it writes a byte."""
     try:
         yield
     except h11.LocalProtocolError as refusal:
         raise httpx.LocalProtocolError(str(refusal)) from refusal
+    except AssertionError as broken:
+        if not _raised_by_h11(broken):
+            raise
+        raise httpx.LocalProtocolError(f"the connection was left unusable: {broken!r}") from broken
+
+
+def _raised_by_h11(error: BaseException) -> bool:
+    frame = error.__traceback__
+    if frame is None:
+        return False
+    while frame.tb_next is not None:
+        frame = frame.tb_next
+    return str(frame.tb_frame.f_globals.get("__name__", "")).startswith("h11.")
 
 
 def _options(base_url: str, tls: ssl.SSLContext | None, timeout: float) -> dict[str, Any]:
@@ -106,7 +123,7 @@ async def apost(
 ) -> tuple[int, Any]:
     """POST ``body`` as JSON to ``path``; the HTTP status and the decoded JSON reply.
     ``timeout``: this request's bound, if not the client's."""
-    with _h11_refusals():
+    with _broken_connections():
         reply = await client.post(
             path, json=body, headers=headers, timeout=_timeout(client, timeout)
         )
@@ -117,7 +134,7 @@ def post(
     client: Any, path: str, body: Any, headers: dict[str, str], timeout: float | None = None
 ) -> tuple[int, Any]:
     """The blocking twin of :func:`apost`."""
-    with _h11_refusals():
+    with _broken_connections():
         reply = client.post(path, json=body, headers=headers, timeout=_timeout(client, timeout))
     return _decoded(reply)
 
@@ -203,21 +220,24 @@ async def astream_lines(
             stream._connected(info["return_value"])
 
     timeout = httpx.Timeout(client.timeout.connect, read=None)
-    async with client.stream(
-        "POST",
-        path,
-        content=_messages(bodies),
-        headers={**headers, **_JSON},
-        timeout=timeout,
-        extensions={"trace": trace},
-    ) as reply:
-        if reply.status_code != 200:
-            await reply.aread()
-            raise httpx.HTTPStatusError(
-                f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
-            )
-        stream.lines = reply.aiter_lines()
-        yield stream
+    with _broken_connections():
+        async with client.stream(
+            "POST",
+            path,
+            content=_messages(bodies),
+            headers={**headers, **_JSON},
+            timeout=timeout,
+            extensions={"trace": trace},
+        ) as reply:
+            if reply.status_code != 200:
+                await reply.aread()
+                raise httpx.HTTPStatusError(
+                    f"{path}: {reply.status_code} {reply.text}",
+                    request=reply.request,
+                    response=reply,
+                )
+            stream.lines = reply.aiter_lines()
+            yield stream
 
 
 @contextlib.contextmanager
@@ -231,18 +251,23 @@ def stream_lines(
             stream._connected(info["return_value"])
 
     timeout = httpx.Timeout(client.timeout.connect, read=None)
-    with client.stream(
-        "POST",
-        path,
-        content=_messages(bodies),
-        headers={**headers, **_JSON},
-        timeout=timeout,
-        extensions={"trace": trace},
-    ) as reply:
+    with (
+        _broken_connections(),
+        client.stream(
+            "POST",
+            path,
+            content=_messages(bodies),
+            headers={**headers, **_JSON},
+            timeout=timeout,
+            extensions={"trace": trace},
+        ) as reply,
+    ):
         if reply.status_code != 200:
             reply.read()
             raise httpx.HTTPStatusError(
-                f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
+                f"{path}: {reply.status_code} {reply.text}",
+                request=reply.request,
+                response=reply,
             )
         stream.lines = reply.iter_lines()
         yield stream
