@@ -71,6 +71,7 @@ from .test_postgresql import (
     held_across_restart,
     killed_fair_waiter_holds_nothing_up,
     waits_by_polling,
+    waits_out_another_clients_set_up,
 )
 
 
@@ -174,6 +175,27 @@ def test_the_listener_outlives_a_short_socket_timeout(mariadb_server: MariaDBSer
             eventually(lambda: time.monotonic() - started > 1.5, "1.5 s went by")
             assert backend.pool.run(_listener_of(backend.wakeups.key)) == listener
             assert backend.wakeups.subscribed()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_client_that_starts_while_another_makes_the_tables_waits_for_them(
+    mariadb_server: MariaDBServer, flavour: str
+) -> None:
+    prefix = f"s{uuid.uuid4().hex[:8]}_"
+
+    @contextlib.contextmanager
+    def another_making() -> Iterator[Callable[[], None]]:
+        with mariadb_server.connect(TUMBLER_DATABASE) as maker, maker.cursor() as cursor:
+            name = "LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), '.', %s))), 64)"
+            cursor.execute(f"SELECT GET_LOCK({name}, 0)", (f"tumbler-schema-{prefix}",))
+            assert cursor.fetchone() == (1,)
+            yield lambda: cursor.execute(
+                f"SELECT RELEASE_LOCK({name})", (f"tumbler-schema-{prefix}",)
+            )
+
+    url = f"{mariadb_server.url}?table_prefix={prefix}&socket_timeout=0.3&lock_timeout=0.1"
+    waits_out_another_clients_set_up(url, flavour, 0.3, another_making())
+    assert main(["init", url]) == 0  # made: nothing left to make
 
 
 def _listener_of(key: int) -> Any:

@@ -11,6 +11,8 @@ docs list; the URL grammar. A real ``postgres`` from Debian's packages, one per 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import os
 import signal
@@ -36,7 +38,7 @@ from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.postgresql.common import POLLING_WAITER_TTL, parse_config
 from tumbler.backends.postgresql.opener import open_async, open_sync
-from tumbler.backends.postgresql.statements import name_key
+from tumbler.backends.postgresql.statements import name_key, schema_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
 from tumbler.testing.backends.postgresql.server import (
@@ -894,6 +896,57 @@ def test_init_makes_the_schema_once_and_says_what_it_made(
     assert TUMBLER_PASSWORD not in again
     with tumbler.connect(url) as locks, locks.lock("after-init") as hold:
         assert hold.token == 1  # the sequence init made, untouched by the second run
+
+
+def waits_out_another_clients_set_up(
+    url: str,
+    flavour: str,
+    bound: float,
+    another_making: contextlib.AbstractContextManager[Callable[[], None]],
+) -> None:
+    """The instances of a service start together on a fresh database: all but one wait for
+    the one making the tables, however short the URL's bounds on a call are (they are for
+    calls on locks, not for another client's set-up). ``url``'s bounds are at most
+    ``bound``; ``another_making`` holds the lock that makers take turns on, and gives the
+    call that lets it go, having made nothing."""
+
+    def start() -> None:
+        if flavour == "sync":
+            tumbler.connect(url).close()
+            return
+
+        async def main() -> None:
+            await (await tumbler.aio.connect(url)).close()
+
+        asyncio.run(main())
+
+    with another_making as give_up, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(start)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            starting.result(timeout=3 * bound)  # still waiting, past every bound
+        give_up()
+        starting.result(timeout=PATIENCE)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_client_that_starts_while_another_makes_the_tables_waits_for_them(
+    server: PostgreSQLServer, url: str, schema: str, admin: psycopg.Connection[Any], flavour: str
+) -> None:
+    @contextlib.contextmanager
+    def another_making() -> Iterator[Callable[[], None]]:
+        with server.connect(TUMBLER_DATABASE) as maker:
+            key = schema_key(schema)
+            maker.execute("SELECT pg_advisory_lock(%s)", (key,))
+            yield lambda: maker.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()
+
+    short = f"{url}&lock_timeout=0.05&statement_timeout=0.2&socket_timeout=0.3"
+    waits_out_another_clients_set_up(short, flavour, 0.3, another_making())
+    made = admin.execute(
+        "SELECT count(*) FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace "
+        "WHERE nspname = %s AND relname = 'tumbler_entries'",
+        (schema,),
+    ).fetchone()
+    assert made == (1,)
 
 
 def test_init_takes_the_url_from_the_environment(

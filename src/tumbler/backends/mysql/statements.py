@@ -676,9 +676,10 @@ _STATEMENTS = {
     "sweep": "CALL {p}sweep(%s)",
     # Galera (MariaDB, Percona XtraDB Cluster): no rows where the variable does not exist
     "cluster": "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'",
-    # clients racing to make the tables take turns (a name of 64 characters at most)
+    # clients racing to make the tables take turns, each only trying (a name of 64
+    # characters at most)
     "schema_lock": "SELECT GET_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
-    "'.', %s))), 64), %s)",
+    "'.', %s))), 64), 0)",
     "schema_unlock": "SELECT RELEASE_LOCK(LEFT(CONCAT('tumbler-schema-', MD5(CONCAT(DATABASE(), "
     "'.', %s))), 64))",
     # the version the last object made names (see VERSION), '' if it is not there

@@ -354,7 +354,7 @@ _STATEMENTS = {
     # -- a decision on one name ---------------------------------------------------------------
     "lock_name": "SELECT {s}.tumbler_take_name(%s, %s)",
     # clients racing to make the schema take turns (no name's row exists yet)
-    "lock_schema": "SELECT pg_advisory_xact_lock(%s)",
+    "try_lock_schema": "SELECT pg_try_advisory_xact_lock(%s)",
     # A client's listening connection holds its listener key (62 random bits, as two 31-bit
     # halves: the two-integer advisory locks are apart from the names' 64-bit ones) for as
     # long as it listens, so a release can tell whether a waiter's client still does.

@@ -62,6 +62,10 @@ T = TypeVar("T")
 #: many each time) only while every one read goes through (a run of readers)
 WAKE_HEAD = 16
 
+#: how long a client's start may spend making the store's tables, or waiting while another
+#: client makes them: a bound of its own, as the URL's bounds are for calls on locks
+SET_UP_PATIENCE = 30.0
+
 
 class _Busy(Exception):
     """Every connection of the pool stayed busy for as long as a call may wait."""
@@ -195,8 +199,15 @@ class AsyncSQLPool(Generic[C, B]):
                 backend=self._url,
             ) from None
 
-    async def run(self, call: Callable[[C], Awaitable[T]], *, idempotent: bool = False) -> T:
-        """``call`` on a connection of the pool (tried again as the backend says)."""
+    async def run(
+        self,
+        call: Callable[[C], Awaitable[T]],
+        *,
+        idempotent: bool = False,
+        limit: float | None = None,
+    ) -> T:
+        """``call`` on a connection of the pool (tried again as the backend says);
+        ``limit``: how long it may wait for replies, if not as long as the URL's bound."""
         raise NotImplementedError
 
     async def _idle_connection(self) -> C | None:
@@ -376,9 +387,16 @@ class AsyncSQLBackend(Generic[C]):
         """The tumbler error for the driver's ``error``; None if it is not the driver's."""
         raise NotImplementedError
 
-    async def set_up(self, connection: C) -> bool:
-        """Make what the store keeps locks in if any of it is missing (clients racing to
-        make it take turns); whether this call made it."""
+    async def is_set_up(self, connection: C) -> bool:
+        """Whether what the store keeps locks in is all there, as this version makes it;
+        raises if the server is one the backend's promises do not hold on."""
+        raise NotImplementedError
+
+    async def set_up(self, connection: C) -> bool | None:
+        """Make what the store keeps locks in; whether this call made it (False: another
+        client had made it), or None, at once, while another client is making it. Clients
+        racing to make it take turns on a lock that each only tries: a wait for it would be
+        cut short by the URL's bounds on a call, which another's set-up may outlast."""
         raise NotImplementedError
 
     async def _grant(
@@ -433,8 +451,21 @@ class AsyncSQLBackend(Generic[C]):
     async def prepare(self) -> bool:
         """What ``start`` does, and ``tumbler init``: make what the store keeps locks in if
         any of it is missing; whether this call made it."""
+        deadline = time.monotonic() + SET_UP_PATIENCE
+        pause = 0.01
         with self._translated():
-            return await self.pool.run(self.set_up, idempotent=True)
+            while not await self.pool.run(self.is_set_up, idempotent=True):
+                made = await self.pool.run(self.set_up, idempotent=True, limit=SET_UP_PATIENCE)
+                if made is not None:
+                    return made
+                if time.monotonic() >= deadline:
+                    raise BackendUnavailable(
+                        f"another client has been making the tables for {SET_UP_PATIENCE:g} s",
+                        backend=self.url,
+                    )
+                await asleep_real(pause)
+                pause = min(pause * 2, 0.25)
+        return False
 
     # -- grants ----------------------------------------------------------------------------
 

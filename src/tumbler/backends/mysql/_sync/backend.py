@@ -145,21 +145,25 @@ class Pool(SQLPool[Any, "float | None"]):
         *,
         idempotent: bool = False,
         deadline: float | None = None,
+        limit: float | None = None,
     ) -> T:
         """``call`` on a connection of :meth:`connection`, bounded by ``socket_timeout``;
         tried again on a fresh connection for up to ``connect_timeout`` when it is
         ``idempotent`` and its connection was found gone (an idle one the server closed).
-        ``deadline`` (``time.monotonic()``): the call's own, which bounds all of it."""
+        ``deadline`` (``time.monotonic()``): the call's own, which bounds all of it;
+        ``limit``: the seconds it may take instead of ``socket_timeout`` (set-up's DDL)."""
         until = time.monotonic() + self._config.connect_timeout
         if deadline is not None:
             until = min(until, deadline)
         while True:
+            ends = (deadline, None if limit is None else time.monotonic() + limit)
+            within = min((end for end in ends if end is not None), default=None)
             try:
-                with self.connection(deadline) as connection:
-                    limit = self._config.socket_timeout
+                with self.connection(within) as connection:
+                    bound = self._config.socket_timeout if limit is None else limit
                     if deadline is not None:
-                        limit = min(limit, _left(deadline))
-                    return bounded(call(connection), limit)
+                        bound = min(bound, _left(deadline))
+                    return bounded(call(connection), bound)
             except pymysql.err.OperationalError as error:
                 retry = idempotent and _code(error) in _LOST and not isinstance(error, NoReply)
                 if self._closed or time.monotonic() >= until or not retry:
@@ -388,10 +392,9 @@ class MySQLBackend(SQLBackend[Any]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def set_up(self, connection: Any) -> bool:
-        """Check that the server is one this backend's promises hold on, then make the tables
-        and procedures if one is missing (clients racing to make them take turns on a named
-        lock); whether it made them."""
+    def is_set_up(self, connection: Any) -> bool:
+        """Check that the server is one this backend's promises hold on; whether the tables
+        and procedures are there, as this version makes them."""
         with connection.cursor() as cursor:
             cursor.execute(self.sql["cluster"])
             settings = {name.lower(): str(value).upper() for name, value in cursor.fetchall()}
@@ -404,18 +407,15 @@ class MySQLBackend(SQLBackend[Any]):
                 "cluster",
                 backend=self.url,
             )
-        return self.make_tables(connection)
+        return self._tables_exist(connection)
 
-    def make_tables(self, connection: Any) -> bool:
-        """Make the tables and procedures if one is missing, and bring those an earlier
-        version made up to this one's (its indexes added, its procedures made again);
-        whether it did."""
-        if self._tables_exist(connection):
-            return False
+    def set_up(self, connection: Any) -> bool | None:
+        """Make the tables and procedures, or bring those an earlier version made up to this
+        one's (its indexes added, its procedures made again); whether it did, or None while
+        another client holds the named lock that makers take turns on."""
         lock = f"tumbler-schema-{self.config.prefix}"
-        got = _one_row(connection, self.sql["schema_lock"], (lock, 30))
-        if got != (1,):
-            raise pymysql.err.OperationalError(1205, "another client kept the tables' lock")
+        if _one_row(connection, self.sql["schema_lock"], (lock,)) != (1,):
+            return None
         try:
             if self._tables_exist(connection):
                 return False

@@ -358,22 +358,28 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    async def set_up(self, connection: AsyncConnection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock); whether it
-        did."""
-        if await self._tables_exist(connection):
-            return False
+    async def is_set_up(self, connection: AsyncConnection[Any]) -> bool:
+        """Whether the schema's tables and functions are there, as this version makes them."""
+        return await self._tables_exist(connection)
+
+    async def set_up(self, connection: AsyncConnection[Any]) -> bool | None:
+        """Make the schema's tables, sequence and functions; whether it did, or None while
+        another client holds the transaction-scoped advisory lock that makers take turns
+        on."""
         try:
             async with self.transaction(connection):
-                await connection.execute(self.sql["lock_schema"], (schema_key(self.sql.schema),))
+                cursor = await connection.execute(
+                    self.sql["try_lock_schema"], (schema_key(self.sql.schema),)
+                )
+                row = await cursor.fetchone()
+                if not (row and row[0]):
+                    return None
                 for statement in self.sql.create:
                     await connection.execute(statement)
         except psycopg.Error as error:
-            # Another client made them while this one waited for the advisory lock: the
-            # waiting statement's catalog snapshot (which "IF NOT EXISTS" consults) can
-            # predate the other's commit, as the wait for an advisory lock does not refresh
-            # it, and the CREATE then collides with the rows the other committed.
+            # Another client made them in the moment between this one's look and its lock:
+            # the statement's catalog snapshot (which "IF NOT EXISTS" consults) can predate
+            # the other's commit, and the CREATE then collides with the rows it committed.
             if error.sqlstate not in _MADE_MEANWHILE or not await self._tables_exist(connection):
                 raise
             return False

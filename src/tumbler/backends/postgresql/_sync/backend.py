@@ -358,22 +358,28 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
 
     # -- set-up ----------------------------------------------------------------------------
 
-    def set_up(self, connection: Connection[Any]) -> bool:
-        """Make the schema's tables and sequence if one is missing (idempotent; clients
-        racing to make them take turns on a transaction-scoped advisory lock); whether it
-        did."""
-        if self._tables_exist(connection):
-            return False
+    def is_set_up(self, connection: Connection[Any]) -> bool:
+        """Whether the schema's tables and functions are there, as this version makes them."""
+        return self._tables_exist(connection)
+
+    def set_up(self, connection: Connection[Any]) -> bool | None:
+        """Make the schema's tables, sequence and functions; whether it did, or None while
+        another client holds the transaction-scoped advisory lock that makers take turns
+        on."""
         try:
             with self.transaction(connection):
-                connection.execute(self.sql["lock_schema"], (schema_key(self.sql.schema),))
+                cursor = connection.execute(
+                    self.sql["try_lock_schema"], (schema_key(self.sql.schema),)
+                )
+                row = cursor.fetchone()
+                if not (row and row[0]):
+                    return None
                 for statement in self.sql.create:
                     connection.execute(statement)
         except psycopg.Error as error:
-            # Another client made them while this one waited for the advisory lock: the
-            # waiting statement's catalog snapshot (which "IF NOT EXISTS" consults) can
-            # predate the other's commit, as the wait for an advisory lock does not refresh
-            # it, and the CREATE then collides with the rows the other committed.
+            # Another client made them in the moment between this one's look and its lock:
+            # the statement's catalog snapshot (which "IF NOT EXISTS" consults) can predate
+            # the other's commit, and the CREATE then collides with the rows it committed.
             if error.sqlstate not in _MADE_MEANWHILE or not self._tables_exist(connection):
                 raise
             return False
