@@ -81,6 +81,30 @@ def test_a_client_made_before_a_fork_is_refused_in_the_child(locks):
     lock.release()
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_processes_forked_after_the_import_draw_their_segments_apart(flavour):
+    """A server that imports tumbler and then forks its workers (gunicorn's preload, a
+    fork server): each worker draws its own segments to try first, not the same sequence."""
+    if flavour == "sync":
+        from tumbler._sync import primitives
+    else:
+        from tumbler._async import primitives
+    readable, writable = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+        pid = os.fork()
+    if pid == 0:  # the child: its first draw, on the pipe
+        try:
+            os.write(writable, repr(primitives._rng.random()).encode())
+        finally:
+            os._exit(0)
+    os.close(writable)
+    os.waitpid(pid, 0)
+    with os.fdopen(readable) as pipe:
+        child = float(pipe.read())
+    assert child != primitives._rng.random()
+
+
 def test_a_clients_segmented_waiters_wait_in_one_line_whatever_segment_they_start_at(locks):
     from tumbler.testing.conformance.compat import background, eventually
 

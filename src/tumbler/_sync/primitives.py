@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Hashable, Iterable
@@ -48,8 +49,11 @@ class _Unset:
 
 _UNSET: Final = _Unset()
 
-#: where segmented locks draw the segment they try first
+#: where segmented locks draw the segment they try first; drawn afresh in a forked child, so
+#: that the processes a server forks after importing tumbler do not all try the same
+#: segments in the same order
 _rng = random.Random()
+os.register_at_fork(after_in_child=_rng.seed)
 
 
 class _Releasable(Protocol):
