@@ -82,7 +82,7 @@ def _faults_help() -> str:
     default=None,
     help="Torture an existing server: only faults on the clients (kill, pause) and, for a URL "
     "that names one network server, network faults through a local proxy. Default: $TUMBLER_URL "
-    "when no --backend is given. The workers get it on a pipe, never on their command line.",
+    "when no --backend is given. The workers get it from the harness, never on their command line.",
 )
 @click.option(
     "--backend",

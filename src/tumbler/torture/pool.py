@@ -9,16 +9,22 @@ moment the ``kill`` and ``pause`` faults aim at. A killed worker is replaced by 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from pathlib import Path
+from typing import Protocol
 
 from ..backends import URL_VARIABLE
 from .backends import with_netloc
@@ -26,7 +32,14 @@ from .faults import ProxyControl
 from .history import HistoryFile, HistoryTail, read_history
 from .resource import ResourceClient, ResourceError
 
-__all__ = ["PoolError", "ResourceProcess", "WorkerPool", "WorkerSlot"]
+__all__ = [
+    "ForkedProcess",
+    "PoolError",
+    "ResourceProcess",
+    "WorkerPool",
+    "WorkerProcess",
+    "WorkerSlot",
+]
 
 #: how often the harness looks at the workers' histories while it waits for something
 _POLL = 0.002
@@ -36,14 +49,133 @@ class PoolError(Exception):
     """A process of the round could not be started."""
 
 
-def _module_command(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
-
-
 def _child_environment() -> dict[str, str]:
     """The harness's environment without ``$TUMBLER_URL``: the children get the URL they need
     on a pipe, and a password in it must not be copied into every process's environment."""
     return {name: value for name, value in os.environ.items() if name != URL_VARIABLE}
+
+
+# -- starting processes ------------------------------------------------------------------
+#
+# A round's processes are forked by multiprocessing's fork server, which has imported the
+# worker, the resource and every built-in backend with its driver once: a fresh interpreter
+# spent 0.3 to 0.8 s of CPU importing them for each worker (a round starts one more for each
+# worker it kills), which is what the harness's own measurements then compete with. The
+# fork server is a process of its own, without threads, started from an environment without
+# ``$TUMBLER_URL``; each child is given its URL and environment through it (never on a
+# command line), and starts a session of its own with its standard error in a file.
+
+_forks_lock = threading.Lock()
+
+
+def _forks() -> multiprocessing.context.ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    with _forks_lock:
+        if not _fork_server_running():
+            from ..backends import builtin_descriptors
+
+            context.set_forkserver_preload(
+                [
+                    "__main__",
+                    "tumbler.torture.worker",
+                    "tumbler.torture.resource",
+                    *(descriptor.opener for descriptor in builtin_descriptors()),
+                ]
+            )
+            saved = os.environ.pop(URL_VARIABLE, None)
+            try:
+                forkserver.ensure_running()
+            finally:
+                if saved is not None:
+                    os.environ[URL_VARIABLE] = saved
+    return context
+
+
+def _fork_server_running() -> bool:
+    return forkserver._forkserver._forkserver_pid is not None  # type: ignore[attr-defined]
+
+
+def _child(
+    program: Callable[[list[str], str | None], int],
+    argv: list[str],
+    url: str | None,
+    environment: dict[str, str],
+    stderr: str | None,
+) -> None:
+    """What a forked child runs: ``program(argv, url)`` in a session of its own."""
+    os.setsid()  # a Ctrl-C at the terminal reaches the harness only, which stops it in order
+    if stderr is not None:
+        descriptor = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(descriptor, 2)
+        os.close(descriptor)
+    os.environ.clear()
+    os.environ.update(environment)
+    sys.exit(program(argv, url))
+
+
+class WorkerProcess(Protocol):
+    """What the pool uses of a worker's process: ``subprocess.Popen``'s, and a
+    :class:`ForkedProcess`'s."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class ForkedProcess:
+    """A process the fork server made, with the part of ``subprocess.Popen``'s interface
+    the pool uses (``returncode`` is ``-N`` for a process ended by signal N)."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess) -> None:
+        self._process = process
+        assert process.pid is not None
+        self.pid: int = process.pid
+
+    @classmethod
+    def start(
+        cls,
+        program: Callable[[list[str], str | None], int],
+        argv: list[str],
+        *,
+        url: str | None = None,
+        stderr: Path | None = None,
+    ) -> ForkedProcess:
+        process = _forks().Process(
+            target=_child,
+            args=(
+                program,
+                argv,
+                url,
+                _child_environment(),
+                None if stderr is None else str(stderr),
+            ),
+            daemon=True,
+        )
+        process.start()
+        return cls(process)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"process {self.pid}", timeout or 0.0)
+        return code
+
+    def terminate(self) -> None:
+        _signal(self.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        _signal(self.pid, signal.SIGKILL)
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -61,20 +193,12 @@ class ResourceProcess:
             self.socket_path = Path(tempfile.mkdtemp(prefix="torture-")) / "resource.sock"
         self.log_path = directory / "resource.jsonl"
         self.fencing = fencing
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ForkedProcess | None = None
 
     def start(self, timeout: float = 20.0) -> ResourceProcess:
-        self.process = subprocess.Popen(
-            _module_command(
-                "tumbler.torture.resource",
-                str(self.socket_path),
-                str(self.log_path),
-                "--fencing",
-                self.fencing,
-            ),
-            stdin=subprocess.DEVNULL,
-            env=_child_environment(),
-            start_new_session=True,
+        self.process = ForkedProcess.start(
+            _resource_main,
+            [str(self.socket_path), str(self.log_path), "--fencing", self.fencing],
         )
         deadline = time.monotonic() + timeout
         while True:
@@ -110,16 +234,16 @@ class ResourceProcess:
         return read_history(self.log_path)
 
 
-def _send_url(process: subprocess.Popen[bytes], url: str) -> None:
-    """Give a new worker its URL on its standard input (the command line and the environment
-    are readable by others: ``ps``, ``/proc``), then close the pipe."""
-    assert process.stdin is not None
-    try:
-        # a URL is far below a pipe's capacity: the write never waits for the reader
-        process.stdin.write(url.encode() + b"\n")
-        process.stdin.close()
-    except BrokenPipeError:
-        pass  # it died first: wait_started reports its exit status and stderr
+def _resource_main(argv: list[str], url: str | None) -> int:
+    from .resource import main
+
+    return main(argv)
+
+
+def _worker_main(argv: list[str], url: str | None) -> int:
+    from .worker import main
+
+    return main(argv, url=url)
 
 
 @dataclass
@@ -129,7 +253,7 @@ class WorkerSlot:
     index: int
     incarnation: int
     client: str
-    process: subprocess.Popen[bytes]
+    process: WorkerProcess
     history: Path
     tail: HistoryTail
     #: starting, idle, waiting, holding, critical (read done, write pending), stopped, failed
@@ -194,8 +318,7 @@ class WorkerPool:
     def _spawn(self, index: int, incarnation: int) -> WorkerSlot:
         client = f"w{index}" if incarnation == 0 else f"w{index}r{incarnation}"
         history = self.directory / f"{client}.jsonl"
-        command = _module_command(
-            "tumbler.torture.worker",
+        argv = [
             "--lock", self.lock,
             "--resource", str(self.resource),
             "--history", str(history),
@@ -210,7 +333,7 @@ class WorkerPool:
             "--primitive", self.primitive,
             "--permits", str(self.permits),
             "--flavour", self.flavour_of(index),
-        )  # fmt: skip
+        ]  # fmt: skip
         url, proxy = self.url, None
         if self.own_proxies is not None:
             try:
@@ -218,20 +341,9 @@ class WorkerPool:
             except OSError as error:
                 raise PoolError(f"no proxy for worker {client}: {error}") from error
             url = with_netloc(self.url, "127.0.0.1", proxy.port)
-        stderr = (self.directory / f"{client}.stderr").open("wb")
-        try:
-            # a session of its own: a Ctrl-C at the terminal reaches the harness only, which
-            # then stops the workers in order
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stderr=stderr,
-                env=_child_environment(),
-                start_new_session=True,
-            )
-        finally:
-            stderr.close()
-        _send_url(process, url)
+        process = ForkedProcess.start(
+            _worker_main, argv, url=url, stderr=self.directory / f"{client}.stderr"
+        )
         return WorkerSlot(
             index, incarnation, client, process, history, HistoryTail(history), proxy=proxy
         )
@@ -453,22 +565,21 @@ class WorkerPool:
         deadline = time.monotonic() + timeout
         for slot in self.slots:
             try:
-                slot.process.wait(max(0.0, deadline - time.monotonic()))
+                code = slot.process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal(slot.process.pid, signal.SIGKILL)
                 slot.process.wait()
                 self.bad_exits[slot.client] = -signal.SIGKILL
                 continue
-            code = slot.process.returncode
             self._follow(slot)
             if code == -signal.SIGTERM and slot.state == "starting":
                 continue
             if code != 0 and slot.client not in self.killed:
                 self.bad_exits[slot.client] = code
         for slot in self.retired:
-            code = slot.process.returncode
-            if code not in (0, None) and slot.client not in self.killed:
-                self.bad_exits[slot.client] = code
+            exited = slot.process.returncode
+            if exited is not None and exited != 0 and slot.client not in self.killed:
+                self.bad_exits[slot.client] = exited
         self.poll()
 
     def kill_all(self) -> None:

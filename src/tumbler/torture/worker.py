@@ -4,8 +4,9 @@ Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --histor
 --client ID [--primitive lock|fair|semaphore|rwlock] [--permits N] [--read-share F]
 [--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
 [--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one
-line), never on the command line or in the environment, where anyone on the machine could
-read its password (``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3
+line; from the harness, which forks its workers, through its fork server), never on the
+command line or in the environment, where anyone on the machine could read its password
+(``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3
 to ``M`` (default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
 
 The primitive: ``lock`` (a mutex), ``fair`` (a mutex with ``fair=True``), ``semaphore`` (of
@@ -605,7 +606,9 @@ def _read_url(stream: IO[str]) -> str | None:
     return url or None
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, url: str | None = None) -> int:
+    """The worker's program: ``argv`` as on its command line; ``url`` if not on standard
+    input (a worker forked by the harness gets it through the fork server)."""
     parser = argparse.ArgumentParser(
         prog="python -m tumbler.torture.worker",
         description="A torture worker; reads the backend URL from standard input.",
@@ -626,7 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-hold", type=float, default=0.0)
     parser.add_argument("--long-max", type=float, default=1.2)
     args = parser.parse_args(argv)
-    url = _read_url(sys.stdin)
+    if url is None:
+        url = _read_url(sys.stdin)
     if url is None:
         print("torture worker: no backend URL on standard input", file=sys.stderr)
         return EX_USAGE
