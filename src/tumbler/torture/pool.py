@@ -69,30 +69,27 @@ _forks_lock = threading.Lock()
 
 
 def _forks() -> multiprocessing.context.ForkServerContext:
+    """multiprocessing's fork server, started if it is not running (the preload is read
+    when it starts, and the environment it starts from is its children's)."""
+    from ..backends import builtin_descriptors
+
     context = multiprocessing.get_context("forkserver")
     with _forks_lock:
-        if not _fork_server_running():
-            from ..backends import builtin_descriptors
-
-            context.set_forkserver_preload(
-                [
-                    "__main__",
-                    "tumbler.torture.worker",
-                    "tumbler.torture.resource",
-                    *(descriptor.opener for descriptor in builtin_descriptors()),
-                ]
-            )
-            saved = os.environ.pop(URL_VARIABLE, None)
-            try:
-                forkserver.ensure_running()
-            finally:
-                if saved is not None:
-                    os.environ[URL_VARIABLE] = saved
+        context.set_forkserver_preload(
+            [
+                "__main__",
+                "tumbler.torture.worker",
+                "tumbler.torture.resource",
+                *(descriptor.opener for descriptor in builtin_descriptors()),
+            ]
+        )
+        saved = os.environ.pop(URL_VARIABLE, None)
+        try:
+            forkserver.ensure_running()
+        finally:
+            if saved is not None:
+                os.environ[URL_VARIABLE] = saved
     return context
-
-
-def _fork_server_running() -> bool:
-    return forkserver._forkserver._forkserver_pid is not None  # type: ignore[attr-defined]
 
 
 def _child(
