@@ -51,7 +51,8 @@ class PoolError(Exception):
 
 def _child_environment() -> dict[str, str]:
     """The harness's environment without ``$TUMBLER_URL``: the children get the URL they need
-    on a pipe, and a password in it must not be copied into every process's environment."""
+    through the fork server, and a password in it must not be copied into every process's
+    environment."""
     return {name: value for name, value in os.environ.items() if name != URL_VARIABLE}
 
 
@@ -59,7 +60,7 @@ def _child_environment() -> dict[str, str]:
 #
 # A round's processes are forked by multiprocessing's fork server, which has imported the
 # worker, the resource and every built-in backend with its driver once: a fresh interpreter
-# spent 0.3 to 0.8 s of CPU importing them for each worker (a round starts one more for each
+# spent 0.2 to 0.45 s of CPU importing them for each worker (a round starts one more for each
 # worker it kills), which is what the harness's own measurements then compete with. The
 # fork server is a process of its own, without threads, started from an environment without
 # ``$TUMBLER_URL``; each child is given its URL and environment through it (never on a
