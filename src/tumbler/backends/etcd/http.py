@@ -207,6 +207,25 @@ def _messages(bodies: Sequence[Any]) -> bytes:
 _JSON = {"Content-Type": "application/json"}
 
 
+def _stream_options(
+    client: Any, bodies: Sequence[Any], headers: dict[str, str], trace: Any
+) -> dict[str, Any]:
+    """What both flavours' streaming calls send: the messages, no read timeout, and the
+    ``trace`` that hands the connection to its :class:`LineStream`."""
+    return {
+        "content": _messages(bodies),
+        "headers": {**headers, **_JSON},
+        "timeout": httpx.Timeout(client.timeout.connect, read=None),
+        "extensions": {"trace": trace},
+    }
+
+
+def _refused(path: str, reply: httpx.Response) -> httpx.HTTPStatusError:
+    return httpx.HTTPStatusError(
+        f"{path}: {reply.status_code} {reply.text}", request=reply.request, response=reply
+    )
+
+
 @contextlib.asynccontextmanager
 async def astream_lines(
     client: Any, path: str, bodies: Sequence[Any], headers: dict[str, str], stream: LineStream
@@ -219,23 +238,12 @@ async def astream_lines(
         if event in _CONNECTED:
             stream._connected(info["return_value"])
 
-    timeout = httpx.Timeout(client.timeout.connect, read=None)
+    options = _stream_options(client, bodies, headers, trace)
     with _broken_connections():
-        async with client.stream(
-            "POST",
-            path,
-            content=_messages(bodies),
-            headers={**headers, **_JSON},
-            timeout=timeout,
-            extensions={"trace": trace},
-        ) as reply:
+        async with client.stream("POST", path, **options) as reply:
             if reply.status_code != 200:
                 await reply.aread()
-                raise httpx.HTTPStatusError(
-                    f"{path}: {reply.status_code} {reply.text}",
-                    request=reply.request,
-                    response=reply,
-                )
+                raise _refused(path, reply)
             stream.lines = reply.aiter_lines()
             yield stream
 
@@ -250,25 +258,11 @@ def stream_lines(
         if event in _CONNECTED:
             stream._connected(info["return_value"])
 
-    timeout = httpx.Timeout(client.timeout.connect, read=None)
-    with (
-        _broken_connections(),
-        client.stream(
-            "POST",
-            path,
-            content=_messages(bodies),
-            headers={**headers, **_JSON},
-            timeout=timeout,
-            extensions={"trace": trace},
-        ) as reply,
-    ):
+    options = _stream_options(client, bodies, headers, trace)
+    with _broken_connections(), client.stream("POST", path, **options) as reply:
         if reply.status_code != 200:
             reply.read()
-            raise httpx.HTTPStatusError(
-                f"{path}: {reply.status_code} {reply.text}",
-                request=reply.request,
-                response=reply,
-            )
+            raise _refused(path, reply)
         stream.lines = reply.iter_lines()
         yield stream
 
