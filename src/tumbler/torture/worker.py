@@ -4,10 +4,10 @@ Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --histor
 --client ID [--primitive lock|fair|semaphore|rwlock] [--permits N] [--read-share F]
 [--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
 [--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one
-line; from the harness, which forks its workers, through its fork server), never on the
-command line or in the environment, where anyone on the machine could read its password
-(``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3
-to ``M`` (default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
+line), or through the fork server to a worker the harness forks; never on the command line or
+in the environment, where anyone on the machine could read its password (``ps``,
+``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to ``M`` (default 1.2) TTL
+instead of ``--think`` (their lease is renewed meanwhile).
 
 The primitive: ``lock`` (a mutex), ``fair`` (a mutex with ``fair=True``), ``semaphore`` (of
 ``--permits``), ``rwlock`` (each acquire takes the read side with probability
