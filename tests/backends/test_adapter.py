@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 import tumbler.aio
-from tumbler.backends.contract import GrantRequest
+from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.sqlite.backend import SQLiteBackend
+from tumbler.errors import BackendUnavailable
 from tumbler.testing.conformance.compat import PATIENCE
 
 pytestmark = pytest.mark.asyncio
@@ -79,41 +80,50 @@ def record_worker_calls(monkeypatch: pytest.MonkeyPatch, log: Log) -> None:
     wrap("release", lambda name, owner: ((name, owner),))
 
 
-URGENT = ("renew", "renew_all", "release")
 POLLS = ("try_grant", "try_grant_many")
 
 
 def record_queueing(adapter: Any, log: Log) -> None:
-    """Note when an urgent call is in the worker's queue (logged as ``submit`` returns)."""
+    """Note when an urgent call is in the worker's queue (logged as ``submit`` returns) and
+    when the worker begins it, both by the call's future: a call that never runs (its caller
+    gave up, or a renewal's bound ran out while it was queued) must not be matched with a
+    later call about the same holds."""
     worker = adapter._worker
-    original = worker.submit
+    submit, run_one = worker.submit, worker._run_one
 
-    def submit(function: Any, args: Any, *, urgent: bool, keys: Any = ()) -> Any:
-        future = original(function, args, urgent=urgent, keys=keys)
+    def queued(function: Any, args: Any, *, urgent: bool, keys: Any = ()) -> Any:
+        future = submit(function, args, urgent=urgent, keys=keys)
         if urgent:
-            log.add("queued", "urgent", tuple(keys))
+            log.add("queued", "urgent", future)
         return future
 
-    worker.submit = submit
+    def began(call: Any) -> Any:
+        log.add("began", "", call.future)
+        return run_one(call)
+
+    worker.submit = queued
+    worker._run_one = began
 
 
 def polls_passed(log: Log) -> Iterator[tuple[str, object, int]]:
-    """For each urgent call: how many poll calls (a batch counts once) started after it was
-    queued and before it started. Calls about one hold follow each other (each waits for the
-    last), so the i-th queueing of some keys goes with the i-th start of a call with them."""
+    """For each urgent call that ran on the worker: the backend method it ran and that
+    method's holds, and how many poll calls (a batch counts once) started after it was queued
+    and before it began."""
     entries = list(log.entries)
-    queued: dict[object, list[int]] = {}
-    started: dict[object, list[int]] = {}
-    for index, (event, kind, key) in enumerate(entries):
-        if event == "queued":
-            queued.setdefault(key, []).append(index)
-        elif event == "ran" and kind in URGENT:
-            started.setdefault(key, []).append(index)
-    for key, indices in queued.items():
-        for at, began in zip(indices, started[key], strict=False):
-            kind = entries[began][1]
-            polls = sum(1 for e, k, _ in entries[at + 1 : began] if e == "ran" and k in POLLS)
-            yield kind, key, polls
+    began = [index for index, (event, _, _) in enumerate(entries) if event == "began"]
+    starts = {id(entries[index][2]): index for index in began}
+    for at, (event, _, future) in enumerate(entries):
+        start = starts.get(id(future)) if event == "queued" else None
+        if start is None:
+            continue
+        # what it ran is logged before the worker begins its next call (only the loop's
+        # queueing can come between); nothing, if its bound ran out in the queue
+        end = next((index for index in began if index > start), len(entries))
+        kind, key = next(
+            ((k, key) for e, k, key in entries[start + 1 : end] if e == "ran"), ("expired", None)
+        )
+        polls = sum(1 for e, k, _ in entries[at + 1 : start] if e == "ran" and k in POLLS)
+        yield kind, key, polls
 
 
 @pytest.fixture
@@ -187,6 +197,49 @@ async def test_renewals_and_releases_do_not_wait_behind_many_polls(fsync_free_di
     assert sum(1 for kind, _, _ in passed if kind in renewals) >= 6
     late = [(kind, count) for kind, _, count in passed if count > 0]
     assert not late, f"urgent calls waited behind polls: {late}"
+
+
+async def test_the_order_check_matches_each_urgent_call_with_its_own_start(tmp_path, monkeypatch):
+    """The check above must not pair a renewal that never began (its bound ran out in the
+    queue) with the next call about the same hold: a poll that ran between the two would be
+    counted against the renewal, which the worker never ran."""
+    log = Log()
+    record_worker_calls(monkeypatch, log)
+    gates = [threading.Event(), threading.Event()]
+    entered = [threading.Event(), threading.Event()]
+    original = SQLiteBackend.force_release
+
+    def held(self: SQLiteBackend, name: str, note: str) -> int:
+        index = int(name)
+        entered[index].set()
+        assert gates[index].wait(PATIENCE)
+        return original(self, name, note)
+
+    monkeypatch.setattr(SQLiteBackend, "force_release", held)
+    async with await tumbler.aio.connect(f"sqlite:///{tmp_path / 'locks.db'}") as locks:
+        adapter = locks._backend
+        record_queueing(adapter, log)
+        assert await adapter.try_grant(request("x", "a")) is not None
+        # the worker busy: what follows queues behind it
+        first = asyncio.create_task(adapter.force_release("0", "a test"))
+        assert await asyncio.to_thread(entered[0].wait, PATIENCE)
+        with pytest.raises(BackendUnavailable):
+            await adapter.renew_all([Renewal("x", "a", 30.0)], timeout=0.05)
+        poll = asyncio.create_task(adapter.try_grant(request("y", "b")))
+        await asyncio.sleep(0)  # queued
+        gates[0].set()
+        await first
+        assert await poll is not None
+        second = asyncio.create_task(adapter.force_release("1", "a test"))
+        assert await asyncio.to_thread(entered[1].wait, PATIENCE)
+        release = asyncio.create_task(adapter.release("x", "a"))
+        await asyncio.sleep(0)  # queued
+        gates[1].set()
+        await second
+        assert await release is True
+    assert log.count("queued", ("urgent",)) == 2
+    assert log.count("ran", ("try_grant",)) == 2
+    assert list(polls_passed(log)) == [("release", (("x", "a"),), 0)]
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ from tumbler.testing.servers import ServerError, make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
 from .test_postgresql import (
+    _LINGERS,
     a_silent_listener_is_replaced,
     close_on,
     every_call_gives_up_when_replies_are_dropped,
@@ -1199,6 +1200,18 @@ def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
     """As PostgreSQL's case (``handed_to_the_dead_holds_nothing_up``)."""
     handed_to_the_dead_holds_nothing_up(
         f"{mariadb_server.url}?table_prefix=dead_{uuid.uuid4().hex[:8]}_", flavour, fair
+    )
+
+
+def test_a_waiter_handed_the_lock_keeps_it_till_it_dies_then_the_next_has_it(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """As PostgreSQL's case."""
+    handed_to_the_dead_holds_nothing_up(
+        f"{mariadb_server.url}?table_prefix=linger_{uuid.uuid4().hex[:8]}_",
+        "sync",
+        True,
+        lingers=_LINGERS,
     )
 
 

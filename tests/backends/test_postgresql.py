@@ -1527,14 +1527,26 @@ def _handed_lease_left(state: Any) -> float:
     return float(handed.expires_in)
 
 
-def handed_to_the_dead_holds_nothing_up(url: str, flavour: str, fair: bool) -> None:
+#: how long the dead waiter of the lingering case lives on after the hand-off reached it:
+#: more than the dead-waiter bound, less than the short lease the handed grant lives on
+_LINGERS = 1.6
+
+
+def handed_to_the_dead_holds_nothing_up(
+    url: str, flavour: str, fair: bool, lingers: float = 0.0
+) -> None:
     """A release hands the lock to the first waiter while its client still listens, and the
     client dies before it takes the grant up (its connections closed, nothing said: the
-    moment after a kill, before the server saw it). The grant lives on the waiter's own short
-    lease (``waiter_ttl``), never on the 30 s it asked for, and the next live waiter has the
-    lock within the dead-waiter bound of the release, with a greater token."""
+    moment after a kill, before the server saw it), ``lingers`` seconds after the hand-off
+    reached it. The grant lives on the waiter's own short lease (``waiter_ttl``), never on the
+    30 s it asked for, and stays its while its client lives; the next live waiter has the lock
+    within the dead-waiter bound of the death, with a greater token.
+
+    The bound counts from the death, not from the release: the next waiter learns of the
+    death at its first re-check after it, and a re-check that ran between the release and the
+    death (the moments a loaded machine stretches) found the waiter alive."""
     if flavour == "async":
-        asyncio.run(_handed_to_the_dead_holds_nothing_up_async(url, fair))
+        asyncio.run(_handed_to_the_dead_holds_nothing_up_async(url, fair, lingers))
         return
     backend_of = load_backend(parse_url(url))
     with tumbler.connect(url) as locks, tumbler.connect(url) as others:
@@ -1546,19 +1558,22 @@ def handed_to_the_dead_holds_nothing_up(url: str, flavour: str, fair: bool) -> N
                 assert dead.try_grant(_dead_waiters_request(fair)) is None
             nexts = background(lambda: others.lock("line", fair=fair).acquire(timeout=_NEXT_WAITS))
             eventually(lambda: locks.status("line").waiters == 2, "the next waiter waits behind")
-            released_at = time.monotonic()
             holder.release()
             eventually(lambda: bool(dead.wakeups.handoffs), "the hand-off reached the waiter")
             assert _handed_lease_left(locks.status("line")) <= dead.capabilities.waiter_ttl
+            if lingers:
+                time.sleep(lingers)  # alive, and so still the lock's, however often re-checked
+                assert not nexts.done()
         finally:
             dead.close()  # gone before it took the grant up
+            gone_at = time.monotonic()
         assert nexts.result() is True
-        assert time.monotonic() - released_at < DEAD_WAITER_BOUND
+        assert time.monotonic() - gone_at < DEAD_WAITER_BOUND
         (state,) = locks.status_all()
         assert len(state.holders) == 1  # the next waiter's, not the dead one's
 
 
-async def _handed_to_the_dead_holds_nothing_up_async(url: str, fair: bool) -> None:
+async def _handed_to_the_dead_holds_nothing_up_async(url: str, fair: bool, lingers: float) -> None:
     backend_of = load_backend(parse_url(url))
     async with await tumbler.aio.connect(url) as locks, await tumbler.aio.connect(url) as others:
         holder = locks.lock("line", fair=fair)
@@ -1576,7 +1591,6 @@ async def _handed_to_the_dead_holds_nothing_up_async(url: str, fair: bool) -> No
                 return (await locks.status("line")).waiters == 2
 
             await aeventually(two_wait, "the next waiter waits behind")
-            released_at = time.monotonic()
             await holder.release()
 
             async def handed() -> bool:
@@ -1585,13 +1599,17 @@ async def _handed_to_the_dead_holds_nothing_up_async(url: str, fair: bool) -> No
             await aeventually(handed, "the hand-off reached the waiter")
             left = _handed_lease_left(await locks.status("line"))
             assert left <= dead.capabilities.waiter_ttl
+            if lingers:
+                await asyncio.sleep(lingers)
+                assert not nexts.done()
         except BaseException:
             nexts.cancel()
             raise
         finally:
             await dead.close()
+            gone_at = time.monotonic()
         assert await nexts is True
-        assert time.monotonic() - released_at < DEAD_WAITER_BOUND
+        assert time.monotonic() - gone_at < DEAD_WAITER_BOUND
         (state,) = await locks.status_all()
         assert len(state.holders) == 1
 
@@ -1602,6 +1620,10 @@ def test_a_hand_off_to_a_waiter_that_died_before_taking_it_holds_nothing_up(
     url: str, flavour: str, fair: bool
 ) -> None:
     handed_to_the_dead_holds_nothing_up(url, flavour, fair)
+
+
+def test_a_waiter_handed_the_lock_keeps_it_till_it_dies_then_the_next_has_it(url: str) -> None:
+    handed_to_the_dead_holds_nothing_up(url, "sync", True, lingers=_LINGERS)
 
 
 # -- max_waiters ---------------------------------------------------------------------------
