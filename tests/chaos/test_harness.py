@@ -3,12 +3,16 @@ stop (no servers)."""
 
 from __future__ import annotations
 
+import re
 import signal
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from tumbler.torture.harness import Options, _round_shares, next_fault
-from tumbler.torture.pool import WorkerPool
+from tumbler.torture.pool import PoolError, ResourceProcess, WorkerPool
 from tumbler.torture.report import _soak_text
 
 
@@ -124,3 +128,34 @@ def test_a_worker_stopped_before_it_began_is_no_bad_exit(tmp_path: Path) -> None
         pool.kill_all()
     assert slot.process.returncode == -signal.SIGTERM  # it was stopped before it began
     assert pool.bad_exits == {}
+
+
+def test_workers_that_cannot_connect_are_named_with_what_they_met(tmp_path: Path) -> None:
+    # On a loaded machine this message is all there is to go on when a round cannot start:
+    # it names each worker still connecting and the last error it recorded.
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    resource = ResourceProcess(tmp_path, "on").start()
+    pool = WorkerPool(
+        url=f"redis://127.0.0.1:{port}/0",
+        lock="torture-test",
+        resource=resource.socket_path,
+        directory=tmp_path,
+        count=1,
+        ttl=1.0,
+        think=0.02,
+        acquire_timeout=1.0,
+        idle=0.0,
+        seed=0,
+    )
+    try:
+        with pytest.raises(PoolError, match="did not connect within 1 s") as raised:
+            pool.start(timeout=1.0)
+    finally:
+        pool.kill_all()
+        resource.stop()
+    message = str(raised.value)
+    assert "w0 (pid " in message, message
+    assert "running" in message, message
+    assert re.search(r"[1-9]\d* connect errors, the last: .*\S", message), message

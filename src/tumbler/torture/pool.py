@@ -364,8 +364,27 @@ class WorkerPool:
                         f"before it started: {self._stderr_tail(slot)}"
                     )
             if time.monotonic() > deadline:
-                raise PoolError(f"the workers did not connect within {timeout:g} s")
+                waiting = "; ".join(
+                    self._why_not_started(slot) for slot in self.slots if slot.state == "starting"
+                )
+                raise PoolError(f"the workers did not connect within {timeout:g} s: {waiting}")
             time.sleep(0.01)
+
+    def _why_not_started(self, slot: WorkerSlot) -> str:
+        """What a worker that has not connected has recorded: it is the only account there is
+        of a start that failed on a busy machine."""
+        errors = [
+            str(event.get("why", "?")).strip().splitlines()[-1:]
+            for event in read_history(slot.history).events
+            if event.get("ev") == "connect_error"
+        ]
+        alive = "running" if slot.process.poll() is None else f"exited {slot.process.returncode}"
+        last = errors[-1][0] if errors and errors[-1] else "none"
+        stderr = self._stderr_tail(slot) or "empty"
+        return (
+            f"{slot.client} (pid {slot.process.pid}, {alive}): {len(errors)} connect errors, "
+            f"the last: {last}; stderr: {stderr}"
+        )
 
     @staticmethod
     def _last_error(slot: WorkerSlot) -> str:
