@@ -201,6 +201,25 @@ def test_slow_recovery_is_a_violation() -> None:
     assert result.recovery == [pytest.approx(2.6, abs=0.01)]
 
 
+def test_recovery_counts_from_when_the_servers_served_again() -> None:
+    # an election the servers took 2.4 s over is theirs: the client's recovery is the 0.5 s
+    # after it, within the bound
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)])
+    t_grant = built.grants[1][3]
+    fault = FaultRecord("leader", t_grant - 3_200 * MS, t_grant - 2_900 * MS)
+    built.faults.append(dataclasses.replace(fault, served=t_grant - 500 * MS))
+    result = check_round(built.round())
+    assert result.violations == []
+    assert result.recovery == [pytest.approx(0.5, abs=0.01)]
+    # a client slow after the servers came back is counted from then, and named with it
+    built.faults[-1] = dataclasses.replace(fault, served=t_grant - 2_600 * MS)
+    slow = check_round(built.round())
+    assert slow.recovery == [pytest.approx(2.6, abs=0.02)]
+    (violation,) = slow.violations
+    assert violation.kind == "no-recovery"
+    assert "the servers served again 0.30 s after it ended" in violation.detail
+
+
 # -- work after another's grant (issue 11) -----------------------------------------------
 
 

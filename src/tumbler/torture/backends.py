@@ -121,6 +121,13 @@ class Deployment:
         """The node that leads now, for backends with one."""
         return None
 
+    def wait_serving(self, timeout: float) -> str | None:
+        """Wait until the servers serve clients again after a fault of theirs: on a cluster
+        that elects, until a leader has a quorum. None once they do; past ``timeout`` seconds,
+        what the servers were doing. A single server serves once its restart has returned:
+        nothing to wait for."""
+        return None
+
     def node_of(self, lock: str) -> int | None:
         """The node that stores ``lock``'s grants now, for backends that shard (else None)."""
         return None

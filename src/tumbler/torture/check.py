@@ -44,7 +44,10 @@ Properties (each violation kind names one):
     pair of waiters is judged (certainly queued in a known order, no fault in between).
 ``no-recovery``
     Liveness: after each fault ends the lock is granted again within the recovery bound (TTL
-    plus the backend's grace), and after the workers stop it is free again. After a waiter
+    plus the backend's grace), and after the workers stop it is free again. Where a fault
+    took servers out of a cluster that elects, the bound counts from when a quorum had a
+    leader again (:attr:`FaultRecord.served`): the election's length is the servers', and
+    the report gives it. After a waiter
     is killed (``kill-waiter``), the first release that follows lets the next waiter in
     within ``RoundHistory.dead_waiter_bound``: a dead waiter's entry does not stall the line.
 ``worker-error``
@@ -165,6 +168,15 @@ class FaultRecord:
     #: what the fault measurably hit, by its own count (network faults: bytes dropped or
     #: held, connections reset)
     hits: int = 0
+    #: when the servers served clients again after a fault of theirs (a quorum had a leader),
+    #: where the harness waited for that: an election is the servers' time, not the client's
+    served: int | None = None
+
+    @property
+    def over(self) -> int:
+        """When the fault's own effect was over: healed, and the servers serving again. The
+        recovery bound, and the windows the fault excuses or promises, count from here."""
+        return self.t1 if self.served is None else max(self.t1, self.served)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +184,7 @@ class FaultRecord:
             "kind": self.kind,
             "t0": self.t0,
             "t1": self.t1,
+            "served": self.served,
             "target": self.target,
             "client": self.client,
             "acq": self.acq,
@@ -957,7 +970,9 @@ def _check_fair(
         (wait.t_end - wait.t_invoke for wait in waits if wait.t_end is not None), default=0
     )
     fault_windows = [
-        (fault.t0, fault.t1 + lapse) for fault in history.faults if fault.kind not in HOLDER_FAULTS
+        (fault.t0, fault.over + lapse)
+        for fault in history.faults
+        if fault.kind not in HOLDER_FAULTS
     ]
     own_faults: dict[str, list[tuple[int, int]]] = {}
     for fault in history.faults:
@@ -1022,9 +1037,15 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
     if not grants and any(history.workers.values()):
         result.violations.append(Violation(NO_RECOVERY, "no worker was ever granted the lock"))
     for fault in history.faults:
-        index = bisect.bisect_right(done_times, fault.t1)
+        index = bisect.bisect_right(done_times, fault.over)
+        served = (
+            ""
+            if fault.served is None
+            else f"; the servers served again {max(0, fault.served - fault.t1) / _NS:.2f} s "
+            "after it ended"
+        )
         if index < len(done_times):
-            waited = done_times[index] - fault.t1
+            waited = done_times[index] - fault.over
             result.recovery.append(waited / _NS)
             if bound_ns and waited > bound_ns:
                 result.violations.append(
@@ -1032,17 +1053,17 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
                         NO_RECOVERY,
                         f"after {fault.kind} ({fault.target}) the lock was "
                         f"granted again only after {waited / _NS:.2f} s (bound "
-                        f"{history.recovery_bound:.2f} s)",
-                        fault.t1,
+                        f"{history.recovery_bound:.2f} s{served})",
+                        fault.over,
                     )
                 )
-        elif history.t_end and history.t_end - fault.t1 > bound_ns:
+        elif history.t_end and history.t_end - fault.over > bound_ns:
             result.violations.append(
                 Violation(
                     NO_RECOVERY,
                     f"after {fault.kind} ({fault.target}) the lock was never "
-                    f"granted again in {(history.t_end - fault.t1) / _NS:.2f} s",
-                    fault.t1,
+                    f"granted again in {(history.t_end - fault.over) / _NS:.2f} s{served}",
+                    fault.over,
                 )
             )
     if history.free_after_stop is None:
@@ -1101,7 +1122,7 @@ def _check_availability(history: RoundHistory, result: CheckResult) -> None:
 
     def promised(t: int, what: str) -> FaultRecord | None:
         """The fault that promised ``what`` at ``t``, unless another one excuses it."""
-        during = [f for f in history.faults if f.t0 <= t <= f.t1 + bound_ns]
+        during = [f for f in history.faults if f.t0 <= t <= f.over + bound_ns]
         if any(what not in history.available.get(f.kind, ()) for f in during):
             return None
         return during[-1] if during else None

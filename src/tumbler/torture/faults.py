@@ -104,6 +104,7 @@ __all__ = [
     "NETWORK_FAULTS",
     "PROXY_FAULTS",
     "SERVER_FAULTS",
+    "SERVING_PATIENCE",
     "Nemesis",
     "ProxyControl",
     "network_faults_missing",
@@ -118,6 +119,9 @@ SERVER_FAULTS = frozenset(
 NETWORK_FAULTS = frozenset(
     {"net-delay", "net-cut", "net-drop", "net-blip", "net-reset", "net-isolate"}
 )
+#: seconds the servers may take to serve again after a fault of theirs (an election, a
+#: restart) before the round counts the wait against the client
+SERVING_PATIENCE = 60.0
 #: faults on one member's own proxy (``Deployment.member_proxies``)
 MEMBER_FAULTS = frozenset({MEMBER_BLACKHOLE})
 #: the faults that need the fault proxy
@@ -310,6 +314,8 @@ class Nemesis:
                 if slot is not None and slot.acq is not None:
                     self._target = _Target(slot, slot.acq)
         record = self._inject[kind]()
+        if record is not None and kind in SERVER_FAULTS:
+            record = self._served_again(record)
         if record is not None:
             if kind in HOLDER_FAULTS:
                 self.landed = record.acq is not None
@@ -318,6 +324,15 @@ class Nemesis:
             else:
                 self.landed = self._struck or record.hits > 0
         return record
+
+    def _served_again(self, record: FaultRecord) -> FaultRecord:
+        """``record`` with when the servers served clients again; as it is if they did not
+        within :data:`SERVING_PATIENCE` (the recovery bound then counts from the fault's
+        end, and is sure to be exceeded)."""
+        why_not = self.deployment.wait_serving(SERVING_PATIENCE)
+        if why_not is not None:
+            return dataclasses.replace(record, detail=f"{record.detail}; {why_not}".lstrip("; "))
+        return dataclasses.replace(record, served=time.monotonic_ns())
 
     def _holder_on_a_follower(self, timeout: float) -> _Target | None:
         """A worker in a long hold whose session is on a follower, and that follower: the

@@ -45,7 +45,7 @@ from .check import (
     check_round,
     hazard_exercised,
 )
-from .faults import HOLDER_FAULTS, Nemesis
+from .faults import HOLDER_FAULTS, SERVING_PATIENCE, Nemesis
 from .history import HistoryWriter
 from .pool import PoolError, ResourceProcess, WorkerPool
 
@@ -340,6 +340,11 @@ def run_round(
     directory.mkdir(parents=True)
     lock = f"torture-{spec.name}-{fault}-{primitive}-{options.seed}-{rng.randrange(1 << 30):x}"
     bound = options.ttl + spec.recovery_grace
+    # the last round's faults may have left an election under way: the workers start once
+    # the servers serve, or the round cannot start
+    why_not = deployment.wait_serving(SERVING_PATIENCE)
+    if why_not is not None:
+        raise SetupError(f"the servers do not serve: {why_not}")
     resource = ResourceProcess(directory, options.fencing).start()
     pool = WorkerPool(
         url=deployment.workers_url(kinds),
@@ -401,7 +406,7 @@ def run_round(
                 + ("" if nemesis.landed else " (hit no hold for certain)")
             )
             # recovered: granted again (or the bound passed: the checker reports it)
-            pool.grant_after(record.t1, timeout=bound)
+            pool.grant_after(record.over, timeout=bound)
             time.sleep(rng.uniform(0.1, 0.5) * options.ttl)
         if not kinds:
             # a baseline: its seconds, and on until its grants (within the limit)
@@ -414,7 +419,7 @@ def run_round(
                     f"stopped at {options.round_limit:g} s with {len(pool.grant_times)} grants"
                 )
         elif records:
-            pool.grant_after(records[-1].t1, timeout=bound)
+            pool.grant_after(records[-1].over, timeout=bound)
         t_end = time.monotonic_ns()
         pool.stop(timeout=options.acquire_timeout + options.ttl + 10)
         free = _free_after_stop(deployment.admin_url, lock, bound)

@@ -130,6 +130,15 @@ class _EtcdClusterDeployment(QuorumDeployment):
             return None
         return leader
 
+    def wait_serving(self, timeout: float) -> str | None:
+        from .server import EtcdServerError
+
+        try:
+            self.cluster.leader(timeout=timeout)
+        except EtcdServerError as error:
+            return str(error)
+        return None
+
     def node_ports(self) -> list[int]:
         return [int(member.port) for member in self.cluster.members]
 

@@ -114,6 +114,15 @@ class _ZooKeeperEnsembleDeployment(QuorumDeployment):
         leader: int | None = self.ensemble.leader()
         return leader
 
+    def wait_serving(self, timeout: float) -> str | None:
+        from .server import ZooKeeperServerError
+
+        try:
+            self.ensemble.wait_for_quorum(timeout)
+        except ZooKeeperServerError as error:
+            return str(error)
+        return None
+
     def node_ports(self) -> list[int]:
         return [int(member.port) for member in self.ensemble.members]
 
