@@ -8,11 +8,14 @@ Every case runs against a real ZooKeeper started by the fixtures in tests/server
 
 from __future__ import annotations
 
+import asyncio
 import binascii
+import contextlib
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -21,10 +24,11 @@ from kazoo.security import make_digest_acl
 import tumbler
 import tumbler.aio
 from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
 from tumbler.backends.zookeeper.common import encode_name, entry_data, entry_prefix, parse_config
 from tumbler.errors import BackendUnavailable, HoldInDoubt, InvalidURL, PermissionDenied
 from tumbler.testing.backends.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
-from tumbler.testing.conformance.compat import eventually
+from tumbler.testing.conformance.compat import background, eventually
 from tumbler.testing.servers import free_port
 from tumbler.torture.proxy import FaultProxy
 
@@ -317,6 +321,85 @@ def test_an_expired_session_loses_every_hold_at_once(connect, zookeeper_server) 
             return False
 
     eventually(acquired, "the client has a new session")
+
+
+def test_an_entry_of_its_own_session_left_by_a_lost_create_is_cleared_from_the_line(
+    zookeeper_server: ZooKeeperServer, raw: KazooClient
+) -> None:
+    """A create whose reply was lost with a member, applied by the ensemble only after the
+    retry had looked for it and made a second entry: the first is this session's, of this
+    owner, and unknown to the client. It is deleted when the line is read, not left to hold
+    every waiter up for as long as the session lives; an entry of the same owner made by
+    another session (another client given that owner) is left alone."""
+    base = base_path()
+    with tumbler.connect(f"{zookeeper_server.url_for(base)}?session_timeout=10") as locks:
+        backend = locks._backend
+        request = GrantRequest("stray", "a", False, 1, True, 10.0, "test")
+        prefix = f"{base}/stray/{entry_prefix('a', False, 1)}"
+        stray = backend._client.create(prefix, b"", ephemeral=True, sequence=True, makepath=True)
+        grant = backend.try_grant(request)
+        assert grant is not None
+        assert raw.exists(stray) is None
+        assert backend.release("stray", "a")
+        # the same owner's entry from another session stays, ahead of this one's
+        theirs = raw.create(prefix, b"", ephemeral=True, sequence=True)
+        assert backend.try_grant(request) is None
+        assert raw.exists(theirs) is not None
+        raw.delete(theirs)
+        eventually(lambda: backend.try_grant(request) is not None, "the lock is granted")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_reply_out_of_order_fails_the_call_as_a_lost_connection(
+    zookeeper_server: ZooKeeperServer, flavour: str
+) -> None:
+    """One reply lost while the next ones pass: kazoo meets a reply to a later request, drops
+    the connection and fails the call it waited for with a bare ``RuntimeError`` ("xids do
+    not match"). Its caller is told what it met, a lost connection (``BackendUnavailable``),
+    and the client goes on."""
+    upstream = (zookeeper_server.host, zookeeper_server.port)
+    with FaultProxy(upstream) as proxy:
+        url = f"zookeeper://127.0.0.1:{proxy.port}{base_path()}?session_timeout=20"
+        if flavour == "sync":
+            locks = tumbler.connect(url)
+            status, close = locks.status, locks.close
+        else:
+            loop = asyncio.new_event_loop()
+            alocks = loop.run_until_complete(tumbler.aio.connect(url))
+
+            def status(name: str) -> Any:
+                return asyncio.run_coroutine_threadsafe(alocks.status(name), loop).result()
+
+            running = threading.Thread(target=loop.run_forever, daemon=True)
+            running.start()
+
+            def close() -> None:
+                asyncio.run_coroutine_threadsafe(alocks.close(), loop).result()
+                loop.call_soon_threadsafe(loop.stop)
+                running.join()
+                loop.close()
+
+        try:
+            assert status("before").holders == ()
+            proxy.drop("downstream")
+            first = background(lambda: status("first"))
+            eventually(lambda: proxy.stats().downstream.dropped > 0, "the first reply is lost")
+            proxy.heal()
+            second = background(lambda: status("second"))
+            with pytest.raises(BackendUnavailable, match="reply came out of order"):
+                first.result()
+            with contextlib.suppress(BackendUnavailable):  # it met the lost connection, or not
+                second.result()
+
+            def answers() -> bool:
+                try:
+                    return status("after").holders == ()
+                except BackendUnavailable:
+                    return False  # still connecting again
+
+            eventually(answers, "the client answers again")
+        finally:
+            close()
 
 
 def test_a_dropped_connection_puts_holds_in_doubt_until_confirmed(

@@ -869,7 +869,7 @@ class SessionProbe:
         try:
             request.get_nowait()
         except BaseException as error:  # kazoo's error: the callers' to handle
-            shared.set_exception(error)
+            shared.set_exception(kazoo_error(error))
         else:
             shared.set(session)
 
@@ -882,9 +882,35 @@ class SessionProbe:
 SYNC_RENAMES = {"kazoo_aresult": "kazoo_result", "arun_blocking": "run_blocking"}
 
 
+def kazoo_error(error: BaseException) -> BaseException:
+    """kazoo's error for one call, as a class that says what happened to it.
+
+    A reply that is not the one kazoo waits for (one before it was lost) makes kazoo drop
+    the connection and fail the call it waited for with a bare ``RuntimeError`` ("xids do
+    not match"): the call met a lost connection, its outcome unknown, like any other
+    ``ConnectionLoss``."""
+    if type(error) is not RuntimeError or not error.args:
+        return error
+    template, *values = error.args
+    if not str(template).startswith("xids do not match"):
+        return error
+    try:
+        text = str(template) % tuple(values)
+    except (TypeError, ValueError):
+        text = " ".join(map(str, error.args))
+    lost: BaseException = kazoo_errors.ConnectionLoss(
+        f"the connection broke: a reply came out of order ({text})"
+    )
+    lost.__cause__ = error
+    return lost
+
+
 def kazoo_result(result: Any, timeout: float) -> Any:
     """The value of a kazoo ``*_async`` call, waiting at most ``timeout`` seconds."""
-    return result.get(timeout=timeout)
+    try:
+        return result.get(timeout=timeout)
+    except RuntimeError as error:
+        raise kazoo_error(error) from error
 
 
 async def kazoo_aresult(result: Any, timeout: float) -> Any:
@@ -902,7 +928,7 @@ async def kazoo_aresult(result: Any, timeout: float) -> Any:
         try:
             future.set_result(done.get_nowait())
         except BaseException as error:  # kazoo's error for the call: the caller's to handle
-            future.set_exception(error)
+            future.set_exception(kazoo_error(error))
 
     def on_done(done: Any) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more

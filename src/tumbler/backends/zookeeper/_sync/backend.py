@@ -59,6 +59,7 @@ from ..common import (
     encode_name,
     entry_data,
     entry_prefix,
+    kazoo_error,
     kazoo_result,
     node_owner,
     notes_data,
@@ -171,6 +172,22 @@ class ZooKeeperBackend(InspectEachName):
             return read_timeout, connect_timeout
 
         connection._connect = connect_and_learn
+        read_response = connection._read_response
+
+        def read_response_or_drop(header: Any, buffer: bytes, offset: int) -> Any:
+            # A reply out of order (ZOOKEEPER-1863, or one lost while later ones passed) is a
+            # bare RuntimeError to kazoo, which ends its connection thread: the client would
+            # never connect again. It is a broken connection, dropped and made again with the
+            # same session, as the Java client does.
+            try:
+                return read_response(header, buffer, offset)
+            except RuntimeError as error:
+                dropped = kazoo_error(error)
+                if dropped is error:
+                    raise
+                raise kazoo_errors.ConnectionDropped(str(dropped)) from error
+
+        connection._read_response = read_response_or_drop
 
     def _on_state(self, state: str) -> None:
         """kazoo's connection states, reported on its thread: must not block."""
@@ -358,6 +375,11 @@ class ZooKeeperBackend(InspectEachName):
                     self._watches.forget(mine)
                     mine, created, children = self._entry(request, path)
                     continue
+                own = line[index].owner
+                strays = [c.node for c in line if c.owner == own and c.node != mine.node]
+                if strays and self._delete_strays(path, strays, mine):
+                    children = None
+                    continue
                 entries = [contender.entry() for contender in line]
                 try:
                     check_limits(entries, entries[index].owner, request.shared, request.limit)
@@ -475,6 +497,23 @@ class ZooKeeperBackend(InspectEachName):
         except kazoo_errors.NoNodeError:
             return []
         return children
+
+    def _delete_strays(self, path: str, nodes: list[str], mine: OwnEntry) -> bool:
+        """Delete the entries named ``nodes`` (of this acquisition's owner, not its entry) that
+        this session made; whether any was. Such a one is a create whose reply was lost and
+        that the server applied only after the retry had looked for it: ZooKeeper keeps a
+        session's requests in order on one connection, not across a reconnection to another
+        member. Left, it would hold the line up for as long as the session lives. An entry
+        of another session (a client given the same owner) is that client's, and stays."""
+        deleted = False
+        for node in nodes:
+            stat = self._call(self._client.exists_async(f"{path}/{node}"))
+            if stat is None or stat.ephemeralOwner != mine.session:
+                continue
+            with contextlib.suppress(kazoo_errors.NoNodeError):
+                self._call(self._client.delete_async(f"{path}/{node}"))
+            deleted = True
+        return deleted
 
     def _find(self, path: str, owner: str) -> str | None:
         """The node of ``owner`` among the children, by the owner hash in its name."""

@@ -587,8 +587,12 @@ class ZooKeeperEnsemble(Launcher):
     on one of them and keep its ports and data directory, the way a crashed or rebooted
     machine comes back. :attr:`url` names every member, as a client of the whole ensemble
     would. ``init_limit`` and ``sync_limit`` are in ticks (``zoo.cfg``'s ``initLimit`` and
-    ``syncLimit``); the other options are :class:`ZooKeeperServer`'s and apply to every
-    member. Each member lives in ``workdir/member-N`` (a temporary directory, removed on
+    ``syncLimit``). ``init_limit`` is also how long a member elected leader waits for a
+    quorum to follow it before it gives up and another election begins: when a paused leader
+    comes back in the middle of an election, members can be elected whom nobody follows, each
+    costing that wait, so it is kept as short as a follower's sync of a small tree allows
+    (2 s at the default tick). The other options are :class:`ZooKeeperServer`'s and apply to
+    every member. Each member lives in ``workdir/member-N`` (a temporary directory, removed on
     :meth:`close`, if no ``workdir``).
     """
 
@@ -597,7 +601,7 @@ class ZooKeeperEnsemble(Launcher):
         workdir: str | Path | None = None,
         *,
         size: int = 3,
-        init_limit: int = 25,
+        init_limit: int = 10,
         sync_limit: int = 10,
         tick_time: int = DEFAULT_TICK_TIME,
         min_session_timeout: int = DEFAULT_MIN_SESSION_TIMEOUT,
