@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -460,3 +461,25 @@ def test_a_kill_ends_once_its_worker_is_dead(tmp_path: Path, kind: str) -> None:
             slot.tail.close()
         for writer in writers:
             writer.close()
+
+
+def test_an_ensembles_account_says_what_each_member_answers_directly_and_through_its_proxy(
+    ensemble: Deployment,
+) -> None:
+    # the account of a round that could not start tells a member that does not answer from a
+    # proxy that does not pass its answers on
+    assert ensemble.member_proxies, "the fault proxy is installed with the test dependencies"
+    account = ensemble.account().split("; ")
+    assert len(account) == 3, account
+    for part in account:
+        assert re.fullmatch(
+            r"node \d: 'Mode: (leader|follower)' in .*, through its proxy "
+            r"'Mode: (leader|follower)' in .*",
+            part,
+        ), part
+    ensemble.member_proxies[1].cut()
+    try:
+        cut = ensemble.account().split("; ")[1]
+    finally:
+        ensemble.member_proxies[1].heal()
+    assert re.fullmatch(r"node 1: 'Mode: \w+' in .*, through its proxy no answer .*", cut), cut

@@ -121,6 +121,12 @@ class Deployment:
         """The node that leads now, for backends with one."""
         return None
 
+    def account(self) -> str:
+        """What the servers say of themselves now, for a round that could not start: on a
+        cluster, each member asked directly and through its own proxy (empty if there is
+        nothing more to say than the error)."""
+        return ""
+
     def wait_serving(self, timeout: float) -> str | None:
         """Wait until the servers serve clients again after a fault of theirs: on a cluster
         that elects, until a leader has a quorum. None once they do; past ``timeout`` seconds,

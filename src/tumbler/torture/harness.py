@@ -554,7 +554,11 @@ def run_backend(
                 )
             except setup_errors as error:
                 # a worker that cannot start, a server that does not come back
-                raise SetupError(f"{spec.name} {fault} {primitive}: {error}") from error
+                account = deployment.account()
+                raise SetupError(
+                    f"{spec.name} {fault} {primitive}: {error}"
+                    + (f" (the servers: {account})" if account else "")
+                ) from error
             # kept when there is anything to look at: a violation (promised or not), or a
             # fault that never bit
             if not options.keep and not result.check.violations and result.exercised:

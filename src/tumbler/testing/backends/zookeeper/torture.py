@@ -4,6 +4,7 @@ proxy of its own."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,32 @@ class _ZooKeeperEnsembleDeployment(QuorumDeployment):
     def leader(self) -> int | None:
         leader: int | None = self.ensemble.leader()
         return leader
+
+    def account(self) -> str:
+        from .server import four_letter_word
+
+        def mode(port: int) -> str:
+            started = time.monotonic()
+            try:
+                answer = four_letter_word("127.0.0.1", port, "srvr", timeout=2.0)
+            except OSError as error:
+                return f"no answer ({error or type(error).__name__})"
+            took = time.monotonic() - started
+            found = [line for line in answer.splitlines() if line.startswith("Mode:")]
+            return f"{found[0] if found else answer.strip()[:60]!r} in {took:.2f} s"
+
+        parts = []
+        for index, member in enumerate(self.ensemble.members):
+            part = f"node {index}: {mode(int(member.port))}"
+            if index < len(self.member_proxies):
+                proxy = self.member_proxies[index]
+                stats = proxy.stats()
+                part += (
+                    f", through its proxy {mode(proxy.port)} ({stats.accepted} accepted, "
+                    f"{stats.open} open, {stats.upstream_failed} could not reach it)"
+                )
+            parts.append(part)
+        return "; ".join(parts)
 
     def wait_serving(self, timeout: float) -> str | None:
         from .server import ZooKeeperServerError
