@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 import signal
 import socket
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tumbler.torture.harness import Options, _round_shares, next_fault
+from tumbler.torture.harness import Options, _busiest_threads, _round_shares, next_fault
 from tumbler.torture.pool import PoolError, ResourceProcess, WorkerPool
 from tumbler.torture.report import _soak_text
 
@@ -159,3 +161,32 @@ def test_workers_that_cannot_connect_are_named_with_what_they_met(tmp_path: Path
     assert "w0 (pid " in message, message
     assert "running" in message, message
     assert re.search(r"[1-9]\d* connect errors, the last: .*\S", message), message
+
+
+def test_the_harness_ranks_its_threads_by_the_cpu_they_used() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    idler = threading.Thread(target=stop.wait, name="idler", daemon=True)
+    spinner = threading.Thread(target=spin, name="spinner", daemon=True)
+    idler.start()
+    spinner.start()
+    try:
+        # the spinner ahead of the idler, whatever else the process runs
+        deadline = time.monotonic() + 30
+        while True:
+            named = _busiest_threads(top=1000)
+            used = re.search(r"spinner (\d+\.\d) s", named)
+            if (used and float(used[1]) >= 0.2) or time.monotonic() > deadline:
+                break
+            stop.wait(0.05)
+        assert used, named
+        assert float(used[1]) >= 0.2, named
+        assert named.index("spinner") < named.index("idler"), named
+    finally:
+        stop.set()
+        spinner.join()
+        idler.join()

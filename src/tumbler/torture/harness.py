@@ -18,6 +18,7 @@ faults that kill them); each round gets its own directory with every history fil
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 import platform
@@ -558,6 +559,7 @@ def run_backend(
                 raise SetupError(
                     f"{spec.name} {fault} {primitive}: {error}"
                     + (f" (the servers: {account})" if account else "")
+                    + f" (the harness: {_busiest_threads()})"
                 ) from error
             # kept when there is anything to look at: a violation (promised or not), or a
             # fault that never bit
@@ -568,6 +570,23 @@ def run_backend(
     finally:
         deployment.close()
     return run
+
+
+def _busiest_threads(top: int = 4) -> str:
+    """The harness's threads that used the most CPU, for a round that could not start: its
+    proxies forward the workers' traffic, and a thread left spinning by something else in
+    the process would starve them."""
+    try:
+        # psutil comes with mirakuru, which starts the servers (it has no type hints)
+        psutil: Any = importlib.import_module("psutil")
+        threads = psutil.Process().threads()
+    except Exception as error:  # no psutil: nothing more to say
+        return f"threads not known ({error})"
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    busiest = sorted(threads, key=lambda t: t.user_time + t.system_time, reverse=True)[:top]
+    return f"{len(threads)} threads, the busiest " + ", ".join(
+        f"{names.get(t.id, t.id)} {t.user_time + t.system_time:.1f} s" for t in busiest
+    )
 
 
 def _round_shares(
