@@ -323,6 +323,46 @@ def test_an_expired_session_loses_every_hold_at_once(connect, zookeeper_server) 
     eventually(acquired, "the client has a new session")
 
 
+def test_a_waiter_is_granted_on_a_read_made_after_a_sync_with_the_leader(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    """A member answers reads from what it has applied, which may be behind the leader: a
+    waiter that finds itself first in such a read could be granted a lock the leader has
+    given to another (its own session expired and its entry with it). The read that grants a
+    waiter comes after a sync; an acquire that is granted by its own creation needs none (the
+    member has applied at least that)."""
+    base = base_path()
+    url = f"{zookeeper_server.url_for(base)}?session_timeout=10"
+    with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
+        synced: list[str] = []
+        client = waiter._backend._client
+        sync_async = client.sync_async
+
+        def recorded(path: str) -> Any:
+            synced.append(path)
+            return sync_async(path)
+
+        client.sync_async = recorded
+        answers: list[object] = []
+        try_grant = waiter._backend.try_grant
+
+        def answered(request: GrantRequest) -> Any:
+            answers.append(try_grant(request))
+            return answers[-1]
+
+        waiter._backend.try_grant = answered
+        assert waiter.lock("free").acquire(timeout=0)
+        assert synced == []
+        lock = holder.lock("busy")
+        assert lock.acquire(timeout=0)
+        waiting = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
+        eventually(lambda: None in answers, "the waiter waits, its watch set")
+        assert synced == []
+        lock.release()
+        assert waiting.result() is True
+        assert synced == [f"{base}/{encode_name('busy')}"]
+
+
 def test_an_entry_of_its_own_session_left_by_a_lost_create_is_cleared_from_the_line(
     zookeeper_server: ZooKeeperServer, raw: KazooClient
 ) -> None:

@@ -361,6 +361,7 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         path = self._lock_path(request.name)
         with translate_errors(self.url, request.name):
             mine, created, children = await self._entry(request, path)
+            synced = False
             while True:
                 if children is None:
                     children = await self._children(path)
@@ -385,6 +386,15 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                     await self._forget(key, path, mine)
                     raise
                 blocker = line_position(entries, index)
+                if blocker is None and not created and not synced:
+                    # A grant decided on a read made apart from this entry's creation: the
+                    # member this client is on may lag the leader, and show the entry first in
+                    # a line the leader has moved on from (its session expired and the entry
+                    # with it, another granted). The read again after a sync shows what the
+                    # leader had committed when the sync reached it.
+                    children = await self._synced_children(path)
+                    synced = True
+                    continue
                 if blocker is not None and created and request.queue:
                     # A new waiter: every entry ahead of it was created before it, and is in
                     # the children read after its creation. Those that hold the lock are the
@@ -494,6 +504,18 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
     async def _children(self, path: str) -> list[str]:
         try:
             children: list[str] = await self._call(self._client.get_children_async(path))
+        except kazoo_errors.NoNodeError:
+            return []
+        return children
+
+    async def _synced_children(self, path: str) -> list[str]:
+        """The children once this client's member has caught up with the leader: the sync
+        and the read go together, and the member answers a session's requests in order."""
+        syncing = self._client.sync_async(path)
+        listing = self._client.get_children_async(path)
+        await self._call(syncing)
+        try:
+            children: list[str] = await self._call(listing)
         except kazoo_errors.NoNodeError:
             return []
         return children
