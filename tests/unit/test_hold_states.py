@@ -244,3 +244,35 @@ async def test_close_loses_and_releases_what_is_held_asyncio() -> None:
     await locks.close()
     assert hold._state is async_hold.RELEASED
     assert hold.lost_reason == "the client was closed"
+
+
+@pytest.mark.parametrize("late", [1, 2])
+def test_a_grant_whose_reply_came_after_its_lease_is_given_back_and_asked_again(
+    late: int,
+) -> None:
+    """A reply that comes after the lease it grants ran out (a store slow for a round trip)
+    is given back, and the request made again at once: a try without waiting is refused a
+    lock nobody holds only when the replies keep coming late."""
+    clock = ManualClock()
+    with tumbler.connect(url(), clock=clock) as locks:
+        backend = locks._backend
+        try_grant = backend.try_grant
+        tries: list[bool] = []
+
+        def slow(request: object) -> object:
+            grant = try_grant(request)
+            tries.append(grant is not None)
+            if len(tries) <= late:
+                clock.advance(TTL)  # the reply comes as the lease runs out
+            return grant
+
+        backend.try_grant = slow
+        lock = locks.lock("job", ttl=TTL)
+        assert lock.acquire(blocking=False) is (late < 2)
+        assert tries == [True, True]
+        holders = locks.status("job").holders
+        assert len(holders) == (1 if late < 2 else 0)
+        if late < 2:
+            assert lock.hold is not None
+            assert [h.token for h in holders] == [lock.hold.token]
+            lock.release()

@@ -59,6 +59,8 @@ from .renewal import AsyncRenewer
 _log = logging.getLogger("tumbler")
 #: the longest pause between grant requests of a waiter whose backend is not answering
 UNAVAILABLE_RETRY_CAP = 0.5
+#: how many times one try asks for a grant whose reply keeps coming after its lease ran out
+LATE_GRANT_TRIES = 2
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -807,19 +809,22 @@ class AsyncLocks:
         return None
 
     async def _try(self, request: GrantRequest, make: HoldMaker[H]) -> H | None:
-        sent_at = self._clock.now()
-        grant = await self._backend.try_grant(request)
-        acheck_cancelled()
-        if grant is None:
-            return None
-        if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
-            hold = self._new_hold(make(request, grant, sent_at), sent_at)
-            if hold is not None:
-                return hold
-        # The reply came too late to use the lease (the caller tries again), or close() began
-        # meanwhile and nobody would renew it: give it back.
-        await ashield(self._gate.release_entry(request.name, request.owner))
-        self._gate.check_usable(request.name)
+        for _ in range(LATE_GRANT_TRIES):
+            sent_at = self._clock.now()
+            grant = await self._backend.try_grant(request)
+            acheck_cancelled()
+            if grant is None:
+                return None
+            if core.local_deadline(sent_at, grant.granted_ttl) > self._clock.now():
+                hold = self._new_hold(make(request, grant, sent_at), sent_at)
+                if hold is not None:
+                    return hold
+            # The reply came too late to use the lease, or close() began meanwhile and nobody
+            # would renew it: give it back. A late reply is the store's slowness, not another
+            # holder: the request is made again at once, so that a lock nobody holds is not
+            # refused to a try without waiting (timeout 0) for one slow round trip.
+            await ashield(self._gate.release_entry(request.name, request.owner))
+            self._gate.check_usable(request.name)
         return None
 
     async def _withdraw_all(self, requests: tuple[GrantRequest, ...], names: set[str]) -> bool:
