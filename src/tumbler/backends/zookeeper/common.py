@@ -66,6 +66,12 @@ Who holds the lock
     that blocks it (for a mutex its predecessor, for a reader the nearest writer ahead), so a
     release wakes one waiter, not all of them. The first semaphore waiter watches the line; the
     ones behind it watch their predecessor, which touches its node when it is granted.
+    A member answers reads from what it has applied, which may be behind the leader: a waiter
+    granted on a read made apart from its entry's creation reads the line again after a
+    ``sync`` (one more round trip, to the leader), or it could take a lock the leader has
+    given to another while its own session's expiry was on its way. Entries of the client's
+    own session and owner that it does not know of (a create whose reply was lost, applied
+    after the retry looked for it) are deleted when the line is read.
 
 Fencing tokens
     The token of a grant is the creation zxid (``czxid``) of its entry: ZooKeeper numbers every
