@@ -47,9 +47,9 @@ Properties (each violation kind names one):
     plus the backend's grace), and after the workers stop it is free again. Where a fault
     took servers out of a cluster that elects, the bound counts from when a quorum had a
     leader again (:attr:`FaultRecord.served`): the election's length is the servers', and
-    the report gives it. After a waiter
-    is killed (``kill-waiter``), the first release that follows lets the next waiter in
-    within ``RoundHistory.dead_waiter_bound``: a dead waiter's entry does not stall the line.
+    the report gives it. After a waiter is killed (``kill-waiter``), the first release that
+    follows lets the next waiter in within ``RoundHistory.dead_waiter_bound``: a dead
+    waiter's entry does not stall the line.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
 ``unavailable``
