@@ -106,22 +106,27 @@ def test_the_report_names_a_soaks_totals_per_deployment() -> None:
     )
 
 
-def test_a_worker_stopped_before_it_began_is_no_bad_exit(tmp_path: Path) -> None:
-    # A worker started as the round ends (the replacement of a killed one, on a loaded
-    # machine) may get the stop request before its interpreter has put in the handler that
-    # makes it stop cleanly: SIGTERM ends it then, having done nothing.
-    pool = WorkerPool(
-        url="memory://",
+def _pool(url: str, resource: Path, directory: Path, count: int) -> WorkerPool:
+    """A pool of ``count`` workers of a 1 s lease, not started."""
+    return WorkerPool(
+        url=url,
         lock="torture-test",
-        resource=tmp_path / "resource.sock",
-        directory=tmp_path,
-        count=0,
+        resource=resource,
+        directory=directory,
+        count=count,
         ttl=1.0,
         think=0.02,
         acquire_timeout=1.0,
         idle=0.0,
         seed=0,
     )
+
+
+def test_a_worker_stopped_before_it_began_is_no_bad_exit(tmp_path: Path) -> None:
+    # A worker started as the round ends (the replacement of a killed one, on a loaded
+    # machine) may get the stop request before its interpreter has put in the handler that
+    # makes it stop cleanly: SIGTERM ends it then, having done nothing.
+    pool = _pool("memory://", tmp_path / "resource.sock", tmp_path, count=0)
     slot = pool._spawn(0, 1)
     pool.slots.append(slot)
     try:
@@ -139,18 +144,7 @@ def test_workers_that_cannot_connect_are_named_with_what_they_met(tmp_path: Path
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
     resource = ResourceProcess(tmp_path, "on").start()
-    pool = WorkerPool(
-        url=f"redis://127.0.0.1:{port}/0",
-        lock="torture-test",
-        resource=resource.socket_path,
-        directory=tmp_path,
-        count=1,
-        ttl=1.0,
-        think=0.02,
-        acquire_timeout=1.0,
-        idle=0.0,
-        seed=0,
-    )
+    pool = _pool(f"redis://127.0.0.1:{port}/0", resource.socket_path, tmp_path, count=1)
     try:
         with pytest.raises(PoolError, match="did not connect within 1 s") as raised:
             pool.start(timeout=1.0)
