@@ -192,7 +192,9 @@ class _AsyncPrimitive(_AsyncHolder[H]):
         """Acquire the lock; True if acquired, False if the timeout ran out first.
 
         ``blocking=False`` tries once. ``timeout`` (seconds) defaults to the lock's own
-        ``timeout``; None or -1 waits for ever, 0 tries once. A wait rides out a backend
+        ``timeout``; None or -1 waits for ever, 0 tries once (a grant whose reply came after
+        its lease ran out is given back and asked for again once, so that one slow round
+        trip does not refuse a lock nobody holds). A wait rides out a backend
         that stops answering: it asks again until the timeout, then raises the last
         ``BackendUnavailable`` (without a timeout, once the backend has answered it, it waits
         for the backend too).
