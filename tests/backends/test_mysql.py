@@ -1170,14 +1170,13 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
     prefix = f"killed_{uuid.uuid4().hex[:8]}_"
     admin = mariadb_server.connect(TUMBLER_DATABASE)
 
-    def first_waiters_listener() -> Any:
+    def waiters_listeners() -> list[Any]:
         with admin.cursor() as cursor:
             cursor.execute(
                 f"SELECT client FROM {prefix}entries WHERE name = 'line' AND token IS NULL "
-                "ORDER BY seq LIMIT 1"
+                "ORDER BY seq"
             )
-            row = cursor.fetchone()
-        return None if row is None else row[0]
+            return [row[0] for row in cursor.fetchall()]
 
     def listens(key: Any) -> bool:
         with admin.cursor() as cursor:
@@ -1186,7 +1185,7 @@ def test_a_killed_fair_waiter_holds_the_line_up_no_longer_than_a_recheck(
 
     try:
         killed_fair_waiter_holds_nothing_up(
-            f"{mariadb_server.url}?table_prefix={prefix}", flavour, first_waiters_listener, listens
+            f"{mariadb_server.url}?table_prefix={prefix}", flavour, waiters_listeners, listens
         )
     finally:
         admin.close()
