@@ -819,6 +819,27 @@ def test_a_waiter_left_in_line_on_a_minority_of_masters_is_not_counted(
     assert backend.inspect("line").waiters == 1
 
 
+def test_a_waiter_on_most_of_the_masters_that_answer_but_no_quorum_is_not_counted(
+    masters: RedlockMasters, prefix: str, backend: RedlockBackend
+) -> None:
+    """With two of five masters not answering, an entry on two of the three that do is most
+    of the answers but no quorum: it cannot be granted, and a request made after it can be
+    ahead of it on a quorum (the order a fair line keeps), so it is no waiter yet."""
+    assert backend.try_grant(request("line", "holder")) is not None
+    assert backend.try_grant(request("line", "waiting")) is None
+    masters.client(2).hdel(Keys(prefix).entries("line"), owner_hash("waiting"))
+    assert backend.inspect("line").waiters == 1  # in line on four of the five
+    masters.pause(3)
+    masters.pause(4)
+    try:
+        state = backend.inspect("line")
+    finally:
+        masters.resume(3)
+        masters.resume(4)
+    assert len(state.holders) == 1
+    assert state.waiters == 0
+
+
 def test_a_master_left_out_after_a_failure_still_renews_and_releases_the_grant_it_holds(
     masters: RedlockMasters, prefix: str, backend: RedlockBackend
 ) -> None:

@@ -864,9 +864,11 @@ class RedlockBackend(InspectEachName):
 
     def inspect(self, name: str) -> LockState:
         """The holders a quorum of masters agree on (with the lease a quorum still gives each),
-        and the waiters most of the masters that answered have in line: an entry left on fewer
-        (by a try that reached them later than the others, then stopped) holds up no grant,
-        and runs out."""
+        and the waiters in line on a quorum of the masters: an entry left on fewer (by a try
+        that reached them later than the others, then stopped, or that is still on its way to
+        the others) holds up no grant, and runs out. A waiter is counted once it is in line
+        where it can be granted, so that a request made after that cannot be ahead of it on
+        a quorum (the arrival order a fair lock keeps)."""
         replies = self._everywhere(name, _INSPECT.call([self.keys.entries(name)], []))
         grants: dict[str, list[tuple[int, bool, int, float, str]]] = {}
         waiting: dict[str, tuple[bool, int, int]] = {}
@@ -898,7 +900,7 @@ class RedlockBackend(InspectEachName):
         for token, shared, limit, left, holder in sorted(held):
             state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
         for shared, limit, lines in waiting.values():
-            if 2 * lines > len(replies):
+            if lines >= quorum(len(self.masters), shared, limit):
                 state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
         return LockState(
             name=name,
