@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import ssl
 import sys
 import threading
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import pytest
 
 from tumbler.backends.etcd._async.gateway import AsyncGateway
 from tumbler.backends.etcd._sync.gateway import Gateway
-from tumbler.backends.etcd.http import HTTPFailure, apost, not_sent, post
+from tumbler.backends.etcd.http import HTTPFailure, aopen_client, apost, not_sent, post
 from tumbler.backends.etcd.wire import (
     EtcdError,
     GatewayUnavailable,
@@ -35,6 +37,7 @@ from tumbler.testing.backends.etcd.server import (
     EtcdCluster,
     EtcdServer,
 )
+from tumbler.testing.conformance.compat import PATIENCE
 
 
 @pytest.fixture(scope="module")
@@ -300,3 +303,29 @@ def test_an_interrupt_amid_a_connections_next_cycle_costs_no_later_request(
     with pytest.raises(KeyboardInterrupt), interrupted_amid_h11s_next_cycle():
         gateway.range(key, prefix_end(key))
     assert gateway.range(key, prefix_end(key))[1] == []
+
+
+@pytest.mark.asyncio
+async def test_a_request_cancelled_in_its_tls_handshake_closes_its_connection() -> None:
+    """httpcore closes a connection whose TLS handshake fails, not one whose task is
+    cancelled during it: the seam closes it then, so that no socket is left open for the
+    garbage collector (a ResourceWarning, a file descriptor held meanwhile)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        silent.settimeout(PATIENCE)
+        port = silent.getsockname()[1]
+        context = ssl.create_default_context()
+        client = aopen_client(f"https://127.0.0.1:{port}", context, 30.0)
+        try:
+            request = asyncio.ensure_future(client.get("/health"))
+            accepted, _ = await asyncio.to_thread(silent.accept)
+            with accepted:
+                accepted.settimeout(PATIENCE)
+                assert await asyncio.to_thread(accepted.recv, 1)  # the ClientHello has come
+                request.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await request
+                # the client closed its end: the server reads the end of the stream
+                while await asyncio.to_thread(accepted.recv, 4096):
+                    pass
+        finally:
+            await client.aclose()

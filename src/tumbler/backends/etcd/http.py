@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import h11
+import httpcore
 import httpx
 
 __all__ = [
@@ -96,10 +97,64 @@ def _options(base_url: str, tls: ssl.SSLContext | None, timeout: float) -> dict[
     return options
 
 
+class _ClosedWhenCancelled(httpcore.AsyncNetworkStream):
+    """A connection whose TLS handshake, cancelled, closes it: httpcore closes it when the
+    handshake fails but not when the task is cancelled meanwhile, and the socket would be
+    left open for the garbage collector to find."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        except BaseException:
+            await self._stream.aclose()
+            raise
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _ClosingBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, its connections :class:`_ClosedWhenCancelled`."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+        self._backend = backend
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _ClosedWhenCancelled(await self._backend.connect_tcp(*args, **kwargs))
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        return _ClosedWhenCancelled(await self._backend.connect_unix_socket(*args, **kwargs))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
 def aopen_client(base_url: str, tls: ssl.SSLContext | None, timeout: float) -> Any:
     """An asyncio client for one member (``http[s]://HOST:PORT``); requests time out after
     ``timeout`` seconds without progress."""
-    return httpx.AsyncClient(**_options(base_url, tls, timeout))
+    client = httpx.AsyncClient(**_options(base_url, tls, timeout))
+    # httpx takes no network backend: its pool's is wrapped, for the connections it makes
+    transport: Any = client._transport
+    pool = transport._pool
+    pool._network_backend = _ClosingBackend(pool._network_backend)
+    return client
 
 
 def open_client(base_url: str, tls: ssl.SSLContext | None, timeout: float) -> Any:
