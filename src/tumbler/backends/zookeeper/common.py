@@ -911,6 +911,26 @@ def kazoo_error(error: BaseException) -> BaseException:
     return lost
 
 
+def drop_on_reply_out_of_order(connection: Any) -> None:
+    """Make a reply out of order (ZOOKEEPER-1863, or one lost while later ones passed) end
+    kazoo's ``connection`` as a broken one, made again with the same session, as the Java
+    client does: kazoo raises it as a bare ``RuntimeError``, which ends its connection
+    thread, and the client would never connect again. (The call that waited for the reply
+    has kazoo's ``RuntimeError`` already: :func:`kazoo_error` names it.)"""
+    read_response = connection._read_response
+
+    def read_response_or_drop(header: Any, buffer: bytes, offset: int) -> Any:
+        try:
+            return read_response(header, buffer, offset)
+        except RuntimeError as error:
+            dropped = kazoo_error(error)
+            if dropped is error:
+                raise
+            raise kazoo_errors.ConnectionDropped(str(dropped)) from error
+
+    connection._read_response = read_response_or_drop
+
+
 def kazoo_result(result: Any, timeout: float) -> Any:
     """The value of a kazoo ``*_async`` call, waiting at most ``timeout`` seconds."""
     try:

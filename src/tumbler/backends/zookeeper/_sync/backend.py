@@ -56,10 +56,10 @@ from ..common import (
     client_secrets,
     decode_name,
     digest_identity,
+    drop_on_reply_out_of_order,
     encode_name,
     entry_data,
     entry_prefix,
-    kazoo_error,
     kazoo_result,
     node_owner,
     notes_data,
@@ -172,22 +172,7 @@ class ZooKeeperBackend(InspectEachName):
             return read_timeout, connect_timeout
 
         connection._connect = connect_and_learn
-        read_response = connection._read_response
-
-        def read_response_or_drop(header: Any, buffer: bytes, offset: int) -> Any:
-            # A reply out of order (ZOOKEEPER-1863, or one lost while later ones passed) is a
-            # bare RuntimeError to kazoo, which ends its connection thread: the client would
-            # never connect again. It is a broken connection, dropped and made again with the
-            # same session, as the Java client does.
-            try:
-                return read_response(header, buffer, offset)
-            except RuntimeError as error:
-                dropped = kazoo_error(error)
-                if dropped is error:
-                    raise
-                raise kazoo_errors.ConnectionDropped(str(dropped)) from error
-
-        connection._read_response = read_response_or_drop
+        drop_on_reply_out_of_order(connection)
 
     def _on_state(self, state: str) -> None:
         """kazoo's connection states, reported on its thread: must not block."""
