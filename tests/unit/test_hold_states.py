@@ -276,3 +276,33 @@ def test_a_grant_whose_reply_came_after_its_lease_is_given_back_and_asked_again(
             assert lock.hold is not None
             assert [h.token for h in holders] == [lock.hold.token]
             lock.release()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("late", [1, 2])
+async def test_a_grant_whose_reply_came_after_its_lease_is_given_back_and_asked_again_asyncio(
+    late: int,
+) -> None:
+    clock = ManualClock()
+    async with await tumbler.aio.connect(url(), clock=clock) as locks:
+        backend = locks._backend
+        try_grant = backend.try_grant
+        tries: list[bool] = []
+
+        async def slow(request: object) -> object:
+            grant = await try_grant(request)
+            tries.append(grant is not None)
+            if len(tries) <= late:
+                clock.advance(TTL)  # the reply comes as the lease runs out
+            return grant
+
+        backend.try_grant = slow
+        lock = locks.lock("job", ttl=TTL)
+        assert await lock.acquire(blocking=False) is (late < 2)
+        assert tries == [True, True]
+        holders = (await locks.status("job")).holders
+        assert len(holders) == (1 if late < 2 else 0)
+        if late < 2:
+            assert lock.hold is not None
+            assert [h.token for h in holders] == [lock.hold.token]
+            await lock.release()
