@@ -463,7 +463,8 @@ class Locks:
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
-            self._request(name, shared, limit, fair, ttl, queue=timeout != 0) for name in names
+            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0)
+            for name in names
         )
         if self._observers is None:
             make: HoldMaker[H] = functools.partial(hold_type, self, auto_renew=renew)
@@ -500,7 +501,14 @@ class Locks:
         self._renewer.expedite()
 
     def _request(
-        self, name: str, shared: bool, limit: int, fair: bool, ttl: float, queue: bool = True
+        self,
+        name: str,
+        shared: bool,
+        limit: int,
+        fair: bool,
+        ttl: float,
+        renew: bool,
+        queue: bool = True,
     ) -> GrantRequest:
         return GrantRequest(
             name=name,
@@ -511,6 +519,8 @@ class Locks:
             ttl=self._gate.grantable(ttl),
             holder=self._holder,
             queue=queue,
+            # _new_hold schedules the first renewal at a third of the lease granted
+            renewed=renew,
         )
 
     def _acquire(

@@ -131,6 +131,14 @@ class GrantRequest:
     holder: str
     #: if not granted, leave a waiter entry (False for a single try, which never waits)
     queue: bool = True
+    #: the lock layer renews the grant's lease while it is held, the first renewal at a third
+    #: of the lease granted (``RENEW_FRACTION``), each asking for ``ttl``. Then a backend may
+    #: grant a shorter lease than ``ttl``, for the first renewal to extend: Redis does for a
+    #: grant that a release hands straight to a waiter, which may have died unseen, so that
+    #: such a grant lasts a second unless its waiter shows it lives. False (the default: a
+    #: caller that says nothing may never renew): grant ``ttl``, up to ``max_ttl``, as a
+    #: backend that ignores this field does.
+    renewed: bool = False
 
 
 @dataclass(frozen=True)

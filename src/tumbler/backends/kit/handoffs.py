@@ -5,7 +5,10 @@ payload): the waiter's next try takes its grant from here instead of asking the 
 The lease began at the release, which the waiter learns of later; so a waiter leaves with
 its entry the time it sent its request, on its own clock (``stamp``), and the release tells
 it the server's time from that entry's write to the release (``elapsed``): the lease began
-no earlier than ``stamp + elapsed`` on the waiter's clock, whatever the two clocks say.
+no earlier than ``stamp + elapsed`` on the waiter's clock, whatever the two clocks say. A
+release may hand over a shorter lease than the waiter asked for (Redis's, to a waiter whose
+hold will be renewed: until its first renewal the grant is provisional) and then says how
+long (``lease``).
 (PostgreSQL and MySQL hand a grant over on the waiter's own short lease, and the waiter's
 try takes it up with a write that sets its lease anew: for them a grant kept here only says
 which token to take up.)
@@ -40,8 +43,9 @@ class HandOffs:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._now = clock
         self._lock = threading.Lock()
-        #: (name, owner hash) -> (fencing token, local time the lease began, kept until)
-        self._handed: dict[tuple[str, str], tuple[int, float, float]] = {}
+        #: (name, owner hash) -> (fencing token, local time the lease began, the lease handed
+        #: over in seconds or None for the one asked, kept until)
+        self._handed: dict[tuple[str, str], tuple[int, float, float | None, float]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._handed)
@@ -49,18 +53,22 @@ class HandOffs:
     def put(self, name: str, tag: str, terms: str) -> None:
         """Keep the grant a release handed over: ``terms`` is ``<token>,<stamp>,<elapsed>``,
         the token, the client's clock (µs) when the waiter's last request was sent, and the
-        server's time (µs) from that request's arrival to the release. The lease began at
+        server's time (µs) from that request's arrival to the release, then ``,<lease>`` (ms)
+        if the release handed over a lease shorter than the one asked for. The lease began at
         the release, so no earlier than ``stamp + elapsed`` on this client's clock."""
         try:
-            token, stamp, elapsed = (int(part) for part in terms.split(","))
+            token, stamp, elapsed, *rest = (int(part) for part in terms.split(","))
         except ValueError:
             return  # not ours to parse: the waiter asks the server instead
+        if len(rest) > 1:
+            return
+        lease = rest[0] / 1000 if rest else None
         began = (stamp + elapsed) / 1e6
         now = self._now()
         with self._lock:
-            for key in [key for key, (_, _, until) in self._handed.items() if until <= now]:
+            for key in [key for key, kept in self._handed.items() if kept[-1] <= now]:
                 del self._handed[key]
-            self._handed[name, tag] = (token, began, now + HANDED_KEPT)
+            self._handed[name, tag] = (token, began, lease, now + HANDED_KEPT)
 
     def deliver(self, message: str, hub: WakeHub) -> None:
         """Act on a wake-up ``<tag> <name>`` (``tag``: the waiter's owner as its entry stores
@@ -82,21 +90,25 @@ class HandOffs:
 
     def take(self, name: str, tag: str) -> tuple[int, float] | None:
         """The (token, lease start) handed to the waiter ``tag`` of lock ``name``, if any."""
-        with self._lock:
-            found = self._handed.pop((name, tag), None)
+        found = self._take(name, tag)
         return None if found is None else found[:2]
 
+    def _take(self, name: str, tag: str) -> tuple[int, float, float | None] | None:
+        with self._lock:
+            found = self._handed.pop((name, tag), None)
+        return None if found is None else found[:3]
+
     def grant(self, request: GrantRequest) -> Grant | None:
-        """The grant handed to ``request``'s waiter, with what is left of its lease; None if
-        none came, or if its lease has run out on this clock (the server then says what is
-        left, if anything)."""
+        """The grant handed to ``request``'s waiter, with what is left of its lease (the one
+        handed over, if shorter than the one asked for); None if none came, or if its lease
+        has run out on this clock (the server then says what is left, if anything)."""
         if not self._handed:
             return None
-        handed = self.take(request.name, owner_hash(request.owner))
+        handed = self._take(request.name, owner_hash(request.owner))
         if handed is None:
             return None
-        token, began = handed
-        left = request.ttl - (self._now() - began)
+        token, began, lease = handed
+        left = (request.ttl if lease is None else min(request.ttl, lease)) - (self._now() - began)
         if left <= 0:
             return None
         return Grant(request.name, request.owner, token, left)
