@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,12 +45,13 @@ from tumbler import (
 )
 from tumbler._url import parse_url
 from tumbler.backends.redis import lua
-from tumbler.backends.redis.common import parse_config
+from tumbler.backends.redis.common import BACKUP_SLACK, HAND_OFF_CONFIRM_MS, parse_config
 from tumbler.testing.backends.redis.server import (
     TUMBLER_PASSWORD,
     RedisServer,
     RedisServerCluster,
     RedisUser,
+    valkey_server_binary,
 )
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually, gather
 from tumbler.testing.servers import free_port, make_tls_files
@@ -808,6 +810,227 @@ def test_a_failed_subscription_is_tried_again(tmp_path: Path) -> None:
             eventually(lambda: holder.status("orders:42").waiters == 1, "the waiter queued")
             lock.release()
             assert later.result() is True
+
+
+# -- waiters that die as a release comes ------------------------------------------------------
+
+#: a waiter in a process of its own, which the test stops while it waits:
+#: ``python -c WAITER URL NAME KIND FLAVOUR TTL``
+WAITER = """
+import asyncio, sys, threading
+import tumbler, tumbler.aio
+
+url, name, kind, flavour, ttl = sys.argv[1:]
+
+
+def lock_of(locks):
+    if kind == "rwlock":
+        return locks.rwlock(name, ttl=float(ttl)).read()
+    fair, renew = kind != "lock", kind != "fair-not-renewed"
+    return locks.lock(name, ttl=float(ttl), fair=fair, renew=renew)
+
+
+async def main():
+    async with await tumbler.aio.connect(url) as locks:
+        await lock_of(locks).acquire()
+        await asyncio.Event().wait()
+
+
+if flavour == "asyncio":
+    asyncio.run(main())
+else:
+    with tumbler.connect(url) as locks:
+        lock_of(locks).acquire()
+        threading.Event().wait()
+"""
+#: a lease far longer than the provisional one, so that a grant handed to the stopped
+#: waiter for the whole of it could not pass for one cut to the window
+LONG_LEASE = 5.0
+#: how long after a release the waiter behind a dead one may get the lock: the grant or the
+#: cut entry handed to the dead one runs out, the backup wake-up's try comes a little later,
+#: and then one round trip and a loaded machine's scheduling delays (a re-check's half)
+DEAD_WAITER_STALL = HAND_OFF_CONFIRM_MS / 1000 + BACKUP_SLACK + RECHECK / 2
+
+
+def start_server(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> RedisServer:
+    """The session's Redis, or a Valkey server of the test's own."""
+    if kind == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        return server
+    stack: contextlib.ExitStack = request.getfixturevalue("server_stack")
+    return stack.enter_context(RedisServer(tmp_path / "valkey", binary=valkey_server_binary()))
+
+
+@pytest.fixture
+def server_stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()  # stopped or not
+        child.wait()
+
+
+def queued_clients(admin: redis.Redis, url: str, name: str) -> list[str]:
+    """The client channel each waiter's entry names, in line order ("" before it listens)."""
+    entries = lua.Keys(parse_url(url).query["prefix"]).entries(name)
+    line = []
+    for value in admin.hgetall(entries).values():
+        seq, _shared, _limit, _fair, token, _expires, client, _holder = text(value).split("|", 7)
+        if not token:
+            line.append((int(seq), client))
+    return [client for _seq, client in sorted(line)]
+
+
+def all_listen(admin: redis.Redis, url: str, name: str, waiters: int) -> bool:
+    """Whether ``waiters`` wait on ``name``, each with its client listening (a release can
+    tell it, and hand it the lock)."""
+    clients = queued_clients(admin, url, name)
+    return len(clients) == waiters and "" not in clients
+
+
+def stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T"
+
+
+def live_lock(locks: tumbler.Locks, kind: str, name: str) -> tumbler.Lock:
+    if kind == "rwlock":
+        return locks.rwlock(name, ttl=LONG_LEASE).write()
+    return locks.lock(name, ttl=LONG_LEASE, fair=kind != "lock")
+
+
+def alive_lock(locks: tumbler.aio.AsyncLocks, kind: str, name: str) -> tumbler.aio.AsyncLock:
+    if kind == "rwlock":
+        return locks.rwlock(name, ttl=LONG_LEASE).write()
+    return locks.lock(name, ttl=LONG_LEASE, fair=kind != "lock")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("kind", ["lock", "fair", "rwlock", "fair-not-renewed"])
+@pytest.mark.parametrize("server_kind", ["redis", "valkey"])
+def test_a_waiter_stopped_as_the_release_comes_holds_the_line_up_a_second(
+    server_kind: str,
+    kind: str,
+    flavour: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    """A process that dies while it waits still listens for a few milliseconds (the server
+    sees its connections close after the kernel has torn it down): a release in that moment
+    judges it alive, and hands it the lock (or, if its hold is not renewed, wakes it). A
+    stopped waiter is that moment made to last: its connections stay open and subscribed.
+    The grant handed to it is provisional and the woken fair one's entry cut, so the live
+    waiter behind it (a writer behind a reader, on the read-write lock) gets the lock once
+    they run out, told by its backup wake-up: not after the stopped one's whole lease."""
+    server = start_server(server_kind, request, tmp_path)
+    admin = server.client()
+    url = f"{server.url}?prefix={new_prefix()}"
+    name = "line"
+    with tumbler.connect(url) as locks:
+        holder = live_lock(locks, kind, name)
+        assert holder.acquire(timeout=0)
+        child = subprocess.Popen(
+            [sys.executable, "-c", WAITER, url, name, kind, flavour, str(LONG_LEASE)]
+        )
+        children.append(child)
+        eventually(lambda: all_listen(admin, url, name, 1), "the doomed waiter listens")
+        acquired = threading.Event()
+        acquired_at: list[float] = []
+
+        def got_it() -> None:
+            acquired_at.append(time.monotonic())
+            acquired.set()
+
+        def wait_for_it() -> None:
+            if flavour == "sync":
+                with tumbler.connect(url) as other:
+                    waiting = live_lock(other, kind, name)
+                    assert waiting.acquire(timeout=PATIENCE)
+                    got_it()
+                    waiting.release()
+                return
+
+            async def main() -> None:
+                async with await tumbler.aio.connect(url) as other:
+                    waiting = alive_lock(other, kind, name)
+                    assert await waiting.acquire(timeout=PATIENCE)
+                    got_it()
+                    await waiting.release()
+
+            asyncio.run(main())
+
+        live = background(wait_for_it)
+        eventually(lambda: all_listen(admin, url, name, 2), "the live waiter listens behind")
+        child.send_signal(signal.SIGSTOP)
+        eventually(lambda: stopped(child.pid), "the waiter stopped")
+        released_at = time.monotonic()
+        holder.release()
+        assert acquired.wait(PATIENCE)
+        live.result()
+    stall = acquired_at[0] - released_at
+    assert stall < DEAD_WAITER_STALL, f"the live waiter got the lock {stall:.2f} s after"
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("renew", [True, False], ids=["renewed", "not-renewed"])
+def test_a_waiter_handed_the_lock_keeps_the_lease_it_asked_for(
+    redis_server: RedisServer, flavour: str, renew: bool
+) -> None:
+    """The grant a release hands over is provisional, and the waiter's first renewal, at a
+    third of it, makes it the lease asked for; a hold that is not renewed is not handed a
+    grant at all, but woken, and granted the whole lease by its own try."""
+    admin = redis_server.client()
+    url = f"{redis_server.url}?prefix={new_prefix()}"
+    window = HAND_OFF_CONFIRM_MS / 1000
+    with tumbler.connect(url) as locks:
+        holder = locks.lock("kept", ttl=LONG_LEASE)
+        assert holder.acquire(timeout=0)
+        held = holder.hold
+        assert held is not None
+
+        def release_once_it_listens() -> None:
+            eventually(lambda: all_listen(admin, url, "kept", 1), "the waiter listens")
+            held.release()
+
+        releasing = background(release_once_it_listens)
+        if flavour == "sync":
+            with tumbler.connect(url) as other:
+                lock = other.lock("kept", ttl=LONG_LEASE, renew=renew)
+                assert lock.acquire(timeout=PATIENCE)
+                hold = lock.hold
+                assert hold is not None
+                first_ttl = hold.ttl
+                # past the provisional lease: still held
+                assert not hold.wait_lost(timeout=2 * window)
+                last_ttl = hold.ttl
+                lock.release()
+        else:
+
+            async def main() -> tuple[float, float]:
+                async with await tumbler.aio.connect(url) as other:
+                    lock = other.lock("kept", ttl=LONG_LEASE, renew=renew)
+                    assert await lock.acquire(timeout=PATIENCE)
+                    hold = lock.hold
+                    assert hold is not None
+                    first = hold.ttl
+                    assert not await hold.wait_lost(timeout=2 * window)
+                    await lock.release()  # raises LockLost had the server lost it
+                    return first, hold.ttl
+
+            first_ttl, last_ttl = asyncio.run(main())
+        releasing.result()
+    if renew:
+        assert first_ttl <= window  # handed over: provisional
+    else:
+        assert first_ttl == LONG_LEASE  # its own try's grant
+    assert last_ttl == LONG_LEASE
 
 
 # -- replication ---------------------------------------------------------------------------

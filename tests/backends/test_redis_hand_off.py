@@ -23,6 +23,7 @@ import tumbler
 import tumbler.aio
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.backends.redis.common import HAND_OFF_CONFIRM_MS
 from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE
 
@@ -40,9 +41,21 @@ def new_url(server: RedisServer) -> str:
     return f"{server.url}?prefix=tumbler:test-{uuid.uuid4().hex[:12]}"
 
 
-def request(owner: str, ttl: float = TTL) -> GrantRequest:
+#: the longest lease of a grant a release hands over, until the waiter's first renewal
+WINDOW = HAND_OFF_CONFIRM_MS / 1000
+
+
+def request(owner: str, ttl: float = TTL, renewed: bool = True) -> GrantRequest:
+    """A request of a hold that the lock layer renews (those a release hands the lock to)."""
     return GrantRequest(
-        name="stock", owner=owner, shared=False, limit=1, fair=False, ttl=ttl, holder="a test"
+        name="stock",
+        owner=owner,
+        shared=False,
+        limit=1,
+        fair=False,
+        ttl=ttl,
+        holder="a test",
+        renewed=renewed,
     )
 
 
@@ -90,8 +103,9 @@ def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_script(
         assert script_calls(admin) == before  # taken from the wake-up: no round trip
         assert grant is not None
         assert grant.token > first.token
-        # its lease never outlasts the server's, counted from the release
-        assert 0 < grant.granted_ttl <= TTL
+        # its lease never outlasts the server's, counted from the release, which handed over
+        # a provisional one
+        assert 0 < grant.granted_ttl <= WINDOW
         state = one.status("stock")
         assert [h.token for h in state.holders] == [grant.token]
         assert waiter.release("stock", "b")
@@ -115,7 +129,7 @@ async def test_a_waiter_takes_the_grant_its_wake_up_carries_without_a_script_asy
         assert await asyncio.to_thread(script_calls, admin) == before
         assert grant is not None
         assert grant.token > first.token
-        assert 0 < grant.granted_ttl <= TTL
+        assert 0 < grant.granted_ttl <= WINDOW
         assert await waiter.release("stock", "b")
 
 
@@ -135,7 +149,7 @@ def test_a_grant_found_by_asking_reports_the_lease_left_not_a_new_one(
         handed = waiter.wakeups.handoffs.take("stock", owner_hash("b"))  # as if not come yet
         assert handed is not None
         expires = entry_expiry_ms(admin, url, "b")
-        asked_at = later_ms(admin, expires - round(TTL * 1000))  # time has passed since
+        asked_at = later_ms(admin, expires - HAND_OFF_CONFIRM_MS)  # time has passed since
         grant = waiter.try_grant(request("b"))
         assert grant is not None
         assert grant.token == handed[0]
@@ -163,21 +177,79 @@ def test_a_waiter_that_gives_up_a_grant_it_never_took_frees_the_lock(
 
 
 @pytest.mark.parametrize(
-    ("options", "takes"), [("", True), ("&wait_replicas=1", False)], ids=["plain", "wait_replicas"]
+    ("options", "renewed", "takes"),
+    [("", True, True), ("&wait_replicas=1", True, False), ("", False, False)],
+    ids=["plain", "wait_replicas", "not-renewed"],
 )
 def test_a_waiter_leaves_hand_off_terms_unless_its_grants_must_wait_for_replicas(
-    fresh_redis_server: RedisServer, admin: redis.Redis, options: str, takes: bool
+    fresh_redis_server: RedisServer,
+    admin: redis.Redis,
+    options: str,
+    renewed: bool,
+    takes: bool,
 ) -> None:
     """With ``wait_replicas`` a grant counts once the client's own WAIT saw it replicated,
     and a WAIT covers only its own connection's writes: a grant written by a release would
-    skip it. So such a waiter leaves no terms, and is woken, not handed the lock."""
+    skip it. A grant handed over lasts until the waiter's first renewal: a hold that will
+    not be renewed would lose it. So such a waiter leaves no terms, and is woken, not handed
+    the lock; its own try grants it the whole lease."""
     url = new_url(fresh_redis_server)
     prefix = url.split("prefix=", 1)[1]
     with tumbler.connect(url) as one, tumbler.connect(url + options) as two:
         holder, waiter = one._backend, two._backend
         assert holder.try_grant(request("a")) is not None
-        with waiter.watch("stock", "b"):
-            assert waiter.try_grant(request("b")) is None  # queued, subscribed
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(request("b", renewed=renewed)) is None  # queued, subscribed
             terms = admin.hgetall(f"{prefix}:{{stock}}:g")
             assert (owner_hash("b").encode() in terms) is takes, terms
             assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+        if options:
+            return  # no replica here: no grant of this waiter's would count
+        before = script_calls(admin)
+        grant = waiter.try_grant(request("b", renewed=renewed))
+        assert grant is not None
+        if takes:
+            assert script_calls(admin) == before
+            assert grant.granted_ttl <= WINDOW
+        else:
+            assert script_calls(admin) > before  # its own try
+            assert grant.granted_ttl == TTL
+        assert waiter.release("stock", "b")
+
+
+def test_terms_a_tumbler_before_provisional_grants_left_get_the_whole_lease(
+    fresh_redis_server: RedisServer, admin: redis.Redis
+) -> None:
+    """During an upgrade, a waiter of an older tumbler may not renew the grant it takes (it
+    left terms whatever its hold): a release hands it the whole lease, in the wake-up that
+    client reads (without the lease), as that tumbler's releases did."""
+    url = new_url(fresh_redis_server)
+    prefix = url.split("prefix=", 1)[1]
+    with tumbler.connect(url) as one, tumbler.connect(url) as two:
+        holder, waiter = one._backend, two._backend
+        assert holder.try_grant(request("a")) is not None
+        with waiter.watch("stock", "b") as watch:
+            assert waiter.try_grant(request("b")) is None
+            terms_key = f"{prefix}:{{stock}}:g"
+            terms = admin.hget(terms_key, owner_hash("b"))
+            assert terms is not None
+            assert terms.decode().endswith("|1")
+            admin.hset(terms_key, owner_hash("b"), terms.decode()[: -len("|1")])
+            heard = admin.pubsub()
+            heard.subscribe(f"{prefix}:c:{waiter.client_id}")
+            assert heard.get_message(timeout=PATIENCE) is not None  # subscribed
+            released_at = server_ms(admin)
+            assert holder.release("stock", "a")
+            watch.wait(PATIENCE)
+            message = heard.get_message(timeout=PATIENCE)
+            heard.close()
+        assert message is not None
+        handed, _, _name = message["data"].decode().partition(" ")
+        assert handed.startswith("=")
+        assert handed[1:].partition(":")[0].count(",") == 2  # token, stamp, elapsed
+        assert entry_expiry_ms(admin, url, "b") >= released_at + round(TTL * 1000)
+        grant = waiter.try_grant(request("b"))
+        assert grant is not None
+        assert grant.granted_ttl > TTL - WINDOW
+        assert waiter.release("stock", "b")

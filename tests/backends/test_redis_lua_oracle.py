@@ -14,11 +14,11 @@ the waiters it lets through. These properties hold the Lua to the Python rule:
 - **release**: the waiters a RELEASE wakes are exactly those that ``decide`` would grant if
   each retried now, in arrival order (the oracle ``let_through`` below, written from that
   sentence, not from the Lua), among the first ``WAKE_SCAN`` waiters: no lost wake-up, no
-  extra one, but for the documented extras (the Cluster mode's *backup* wake-up to the first
-  waiter that may not go, which only makes it re-check) and removals (a waiter whose client is
-  gone, when the release may judge it). Where the release may judge, a waiter that left
-  hand-off terms is granted by the release itself, with a token above every one before, and
-  its wake-up says so.
+  extra one, but for the documented extras (the *backup* wake-up to the first waiter that may
+  not go, which only makes it re-check) and removals (a waiter whose client is gone, when the
+  release may judge it). Where the release may judge, a waiter that left hand-off terms is
+  granted by the release itself, with a token above every one before and a provisional
+  lease, and its wake-up says so.
 
 Tables are made by the scripts themselves: a random sequence of grant attempts (queueing or
 not, of random owners, kinds and clients), releases, and holders that crash. A crash, and an
@@ -54,7 +54,7 @@ from tests.search import THOROUGH, examples
 from tumbler import _core as core
 from tumbler._core import Decision, Entry
 from tumbler.backends.redis import lua
-from tumbler.backends.redis.common import BACKUP_FAIR_MS, BACKUP_RETRY_MS
+from tumbler.backends.redis.common import BACKUP_FAIR_MS, BACKUP_RETRY_MS, HAND_OFF_CONFIRM_MS
 from tumbler.errors import PermitsMismatch
 from tumbler.testing.backends.redis.server import RedisServer
 
@@ -75,9 +75,10 @@ STAMPS = ["", "", "1000", "123456789"]
 SENTINEL = "sentinel"
 
 #: the release modes the backend uses (judge, backup_ms, retry_ms): one server, where a
-#: wake-up that reaches nobody means the waiter is gone; Redis Cluster, where nobody is judged
-#: and the first waiter held back gets a backup wake-up
-SINGLE = (1, 0, 0)
+#: wake-up that reaches nobody means the waiter is gone, and a grant handed over is
+#: provisional; Redis Cluster, where nobody is judged and the first waiter held back gets a
+#: backup wake-up
+SINGLE = (1, HAND_OFF_CONFIRM_MS, 0)
 CLUSTER = (0, BACKUP_FAIR_MS, BACKUP_RETRY_MS)
 #: the releases that build a table: nobody judged (no subscriber listens then), no backup
 QUIET = (0, 0, 0)
@@ -94,7 +95,7 @@ RAW_OWNER = {owner_hash(owner): owner for owner in [*OWNERS, "owner-new", "owner
 @dataclass(frozen=True)
 class Stored:
     """One entry of the lock's hash, as ``_core`` sees it plus what only Redis keeps: its
-    expiry, its client's channel, and its hand-off terms (``ttl_ms|stamp``, without the
+    expiry, its client's channel, and its hand-off terms (``ttl_ms|stamp|1``, without the
     time they were written) if it left any."""
 
     entry: Entry
@@ -155,7 +156,9 @@ class Lock:
         for owner, value in terms.items():
             assert owner in table, (owner, value, table)
             assert not table[owner].entry.granted, (owner, value, table)
-            table[owner] = replace(table[owner], terms=value.rsplit("|", 1)[0])
+            fields = value.split("|")
+            del fields[2]  # the time they were written
+            table[owner] = replace(table[owner], terms="|".join(fields))
         return table
 
     def sequence(self) -> int:
@@ -481,8 +484,9 @@ def check_grant(lock: Lock, request: Request) -> None:
         base = mine  # one in line keeps its place
     assert ours.entry == base, context
     assert ours.client == request.client, context  # it tells its current channel
-    # a waiter whose client listens leaves the terms of this request for a hand-off
-    terms = f"{LONG_MS}|{request.stamp}" if request.client and request.stamp else None
+    # a waiter whose client listens leaves the terms of this request for a hand-off, which
+    # say that it renews the grant it takes (its client sends a stamp only then)
+    terms = f"{LONG_MS}|{request.stamp}|1" if request.client and request.stamp else None
     assert ours.terms == terms, context
     assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
     kept.pop(owner, None)
@@ -580,8 +584,10 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     if wakes != let_through(live, clients, alive, bool(judge)):
         event("the known gap: a waiter behind a fair one held back is not woken")
 
-    # where it may judge, a release grants a waiter that left hand-off terms itself
+    # where it may judge, a release grants a waiter that left hand-off terms itself, for a
+    # provisional lease where it has a window to cut it to (backup_ms)
     handed = [o for o in wakes.let_through if judge and before[o].terms is not None]
+    lease_ms = min(LONG_MS, backup_ms) if backup_ms else LONG_MS
     expected = [
         (clients[o], f"{'=' if o in handed else ''}{o} {NAME}")
         for o in wakes.let_through
@@ -590,16 +596,21 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     backup = wakes.held_back
     cut = False
     if backup_ms and backup and wakes.let_through and clients[backup] != "":
-        fair = before[backup].entry.fair and any(before[o].entry.fair for o in wakes.let_through)
-        cut = fair
-        if clients[backup] in alive:
-            delay = backup_ms if fair else retry_ms
+        # the woken fair waiters' entries are cut when the one held back is fair (a grant
+        # handed over has its own lease), and it tries again when they, or the provisional
+        # grants, run out
+        woken = [o for o in wakes.let_through if o not in handed]
+        cut = before[backup].entry.fair and any(before[o].entry.fair for o in woken)
+        delay = backup_ms if cut or handed else retry_ms
+        if delay and clients[backup] in alive:
             expected.append((clients[backup], f"~{delay}:{backup} {NAME}"))
     holders = sum(e.granted for e in live)
     waiters = len(live) - holders
     event(f"{holders} left holding, {waiters} waiting, {len(wakes.let_through)} let through")
     sequence = max([lock_sequence_before(before), *(e.token or 0 for e in live)])
-    heard, tokens = read_hand_offs(heard, before, sequence)
+    heard, tokens = read_hand_offs(
+        heard, before, sequence, None if lease_ms == LONG_MS else lease_ms
+    )
     if tokens:
         event("a release handed the lock over")
     heard_owners = {text.split(" ")[0].lstrip("=") for _, text in heard if text[0] != "~"}
@@ -613,14 +624,14 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     gone = {released, *wakes.dropped}
     kept = {o: s for o, s in before.items() if s.live(t0) and o not in gone}
     for o, token in tokens.items():
-        # granted by the release: the token of its wake-up, the lease of its terms
-        assert t0 + LONG_MS <= after[o].expires_ms <= t1 + LONG_MS, context
+        # granted by the release: the token of its wake-up, the lease of its terms (cut)
+        assert t0 + lease_ms <= after[o].expires_ms <= t1 + lease_ms, context
         entry = replace(kept[o].entry, token=token)
         kept[o] = replace(kept[o], entry=entry, expires_ms=after[o].expires_ms, terms=None)
     if cut:
         # a woken fair waiter has backup_ms to come before the fair one behind may pass it
         for o in wakes.let_through:
-            if before[o].entry.fair:
+            if before[o].entry.fair and o not in handed:
                 assert t0 + backup_ms <= after[o].expires_ms <= t1 + backup_ms, context
                 kept[o] = replace(kept[o], expires_ms=after[o].expires_ms)
     assert after == kept, context
@@ -635,13 +646,14 @@ def lock_sequence_before(table: dict[str, Stored]) -> int:
 
 
 def read_hand_offs(
-    heard: list[tuple[str, str]], before: dict[str, Stored], newest: int
+    heard: list[tuple[str, str]], before: dict[str, Stored], newest: int, lease_ms: int | None
 ) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """The wake-ups heard, with each hand-off's ``=<token>,<stamp>,<elapsed>:<owner> <name>``
-    written ``=<owner> <name>``, and the tokens they carried, by owner: each checked to be
-    above every token and arrival number before, in the order they were sent, with the
-    waiter's own stamp and a time that did not run backwards."""
-    pattern = re.compile(rf"=(\d+),(\d+),(\d+):([0-9a-f]+) {re.escape(NAME)}")
+    """The wake-ups heard, with each hand-off's ``=<token>,<stamp>,<elapsed>[,<lease>]:<owner>
+    <name>`` written ``=<owner> <name>``, and the tokens they carried, by owner: each checked
+    to be above every token and arrival number before, in the order they were sent, with the
+    waiter's own stamp, a time that did not run backwards, and the provisional lease
+    ``lease_ms`` (None: the whole lease, unsaid)."""
+    pattern = re.compile(rf"=(\d+),(\d+),(\d+)(?:,(\d+))?:([0-9a-f]+) {re.escape(NAME)}")
     written: list[tuple[str, str]] = []
     tokens: dict[str, int] = {}
     for client, text in heard:
@@ -650,10 +662,11 @@ def read_hand_offs(
             assert not text.startswith("="), text
             written.append((client, text))
             continue
-        token, stamp, _elapsed, owner = match.groups()
+        token, stamp, _elapsed, lease, owner = match.groups()
         terms = before[owner].terms
         assert terms is not None, (text, before)
-        assert terms.endswith(f"|{stamp}"), (text, terms)
+        assert terms.split("|")[1] == stamp, (text, terms)
+        assert (None if lease is None else int(lease)) == lease_ms, (text, lease_ms)
         assert int(token) > max([newest, *tokens.values()]), (text, newest, tokens)
         tokens[owner] = int(token)
         written.append((client, f"={owner} {NAME}"))

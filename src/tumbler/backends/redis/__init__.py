@@ -22,7 +22,9 @@ CAPABILITIES = Capabilities(
     # A waiter's entry is refreshed by its re-check, once a second: 3 s lets two re-checks go
     # missing (a paused or busy client) before a live waiter loses its place, and bounds how
     # long the entry of a waiter that died unseen (a vanished host) holds up a fair line. A
-    # waiter whose process dies is seen at once: a release's wake-up reaches nobody.
+    # waiter whose process dies is seen at once: a release's wake-up reaches nobody. One that
+    # dies just before a release still listens: the grant the release hands it, or the cut
+    # entry of a fair waiter it wakes, lasts a second (common.HAND_OFF_CONFIRM_MS).
     waiter_ttl=3.0,
     recheck_interval=1.0,
     # Leases are timed in milliseconds on the server, so precision is not the limit: the

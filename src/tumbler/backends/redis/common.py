@@ -37,21 +37,26 @@ What it guarantees
     re-check every second in case a message is lost; on a single server the release grants
     the lock to the waiters it lets through itself, and the wake-up carries the grant (the
     waiter takes it without a round trip; see ``.lua``), unless ``wait_replicas`` is set
-    (each grant must then be the waiter's own write, which its WAIT covers). A grant attempt
-    costs the server the same however long the lock's line is (the line is kept in sorted
-    sets, see ``.lua``), and a line is at most ``max_waiters`` long. Entries of a lock's hash that
-    do not parse block nothing: the scripts skip and drop them (``status`` counts them:
-    ``LockState.malformed``). A release that wakes a waiter whose client no longer
-    listens (its process died, and the server closed its connections) drops that waiter and
-    wakes the next at once, on a single server. On Redis Cluster, where a
-    release cannot tell, it also wakes the next waiter as a backup, which tries 0.2 s later
-    (0.6 s if both are fair: the woken one's entry is cut to run out by then), and a waiter's
-    entry lives 1 s (``waiter_ttl``; its re-checks, every third of that, renew it), so a dead
-    waiter anywhere in a line (two in a row, say) holds it up for a second at most. A waiter
-    whose host vanished without closing its connections holds a fair line up on a single
-    server until its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are
-    renewed together: one script call per 500 of them (per hash slot on Redis Cluster), all
-    pipelined, within the time their leases have left.
+    (each grant must then be the waiter's own write, which its WAIT covers) or the hold will
+    not be renewed (``renew=False``). A grant so handed over lasts a second, until the
+    waiter's first renewal (due a third of a second later) gives it the lease asked for. A
+    grant attempt costs the server the same however long the lock's line is (the line is
+    kept in sorted sets, see ``.lua``), and a line is at most ``max_waiters`` long. Entries
+    of a lock's hash that do not parse block nothing: the scripts skip and drop them
+    (``status`` counts them: ``LockState.malformed``). A release that wakes a waiter whose
+    client no longer listens (its process died, and the server closed its connections)
+    drops that waiter and wakes the next at once, on a single server; a waiter killed a
+    moment before the release still listens, and holds the line up for the second its grant
+    (or, fair, its cut entry) lasts, after which the waiter behind tries again, told by a
+    backup wake-up. On Redis Cluster, where a release cannot tell, it also wakes the next
+    waiter as a backup, which tries 0.2 s later (0.6 s if both are fair: the woken one's
+    entry is cut to run out by then), and a waiter's entry lives 1 s (``waiter_ttl``; its
+    re-checks, every third of that, renew it), so a dead waiter anywhere in a line (two in a
+    row, say) holds it up for a second at most. A waiter whose host vanished without closing
+    its connections holds a fair line up on a single server until its entry runs out, within
+    ``waiter_ttl`` (3 s). All the leases of a client are renewed together: one script call
+    per 500 of them (per hash slot on Redis Cluster), all pipelined, within the time their
+    leases have left.
 
 What it cannot promise
     Redis replicates asynchronously. If the primary fails after acknowledging a grant but
@@ -67,7 +72,8 @@ What it cannot promise
 
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused or could not
-    reach Redis for the whole lease); an operator force-released it (the force release leaves
+    reach Redis for the whole lease, or, for a grant a release handed over, for its first
+    second); an operator force-released it (the force release leaves
     its note for each evicted holder under the lock's ``:evicted`` key, where ``evicted``
     finds it until that lease would have run out, and a little longer); Redis lost it (above).
 """
@@ -142,6 +148,23 @@ BACKUP_FAIR_MS = 600
 #: ... and when the waiter behind is not held up by the woken one's entry, how long after the
 #: release it tries anyway (a live woken waiter has taken the lock within milliseconds)
 BACKUP_RETRY_MS = 200
+#: A single server, where a release hands the lock to a waiter itself (see ``.lua``): the
+#: longest lease of a grant so handed over, until the waiter's first renewal gives it the
+#: lease it asked for; and how long a woken fair waiter has to come before the fair waiter
+#: behind it may pass it. A release cannot tell a waiter whose process is dying from a live
+#: one (the server sees its connections close only milliseconds later), so this is how long
+#: such a waiter holds the line up: with the backup wake-up's try behind it, within the
+#: 1.5 s the torture allows a dead waiter (``torture.backends.DEAD_WAITER_BOUND``). And it
+#: must leave a live waiter's renewal, due at a third of it, the time any lease gives its
+#: renewals: a second is ``min_ttl`` (see ``CAPABILITIES``), two thirds of it for one round
+#: trip, the client's scheduling delays and a second try.
+HAND_OFF_CONFIRM_MS = 1000
+#: how much later than a backup wake-up says its waiter tries again: the provisional grant
+#: or cut entry it waits behind runs out on the server's clock, and the wait, counted from
+#: the wake-up's arrival (after the release), is timed on the client's; 2% of a second
+#: covers twice the 1% drift between the two that every lease allows (``drift_margin``), so
+#: that the try does not come a moment early and wait a whole re-check more
+BACKUP_SLACK = 0.02
 #: what a pool (or a Cluster gate) says when no connection came free in time
 NO_CONNECTION = "No connection available."
 

@@ -24,10 +24,12 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     the key expired still exceeds every earlier one unless the server's clock stepped back by
     more than the time since that name's last grant.
 ``<prefix>:{<name>}:g``
-    a hash: owner hash -> ``ttl_ms|stamp|written_us``, the terms on which a waiter takes the
+    a hash: owner hash -> ``ttl_ms|stamp|written_us|1``, the terms on which a waiter takes the
     lock straight from a release (*hand-off*): the lease it asked for, the client's clock
     reading sent with the request that last wrote its entry, and the server's time of that
-    write. Written for a waiter whose client listens to its channel; gone with its entry.
+    write; the last field says that the waiter renews the grant it takes (terms without it,
+    left by a tumbler before provisional grants, get the whole lease). Written for a waiter
+    whose client listens to its channel and whose hold will be renewed; gone with its entry.
 ``<prefix>:{<name>}:evicted``
     a hash: owner hash -> ``keep_until_ms|note``, the note an operator's force release left
     for each holder it evicted (who, where, when, why: written by the lock logic), so that
@@ -46,22 +48,43 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     waiter and lets the next one through at once, instead of leaving the line to wait for the
     dead waiter's entry to run out. There, a waiter with hand-off terms is not merely woken
     but granted by the release itself: the release publishes
-    ``=<token>,<stamp>,<elapsed_us>:<owner hash> <name>`` and, if the waiter's client heard
-    it, makes the waiter's entry a grant with that token and the lease of its terms. So a
+    ``=<token>,<stamp>,<elapsed_us>,<lease_ms>:<owner hash> <name>`` and, if the waiter's
+    client heard it, makes the waiter's entry a grant with that token and that lease. So a
     hand-off costs one push, not a push and a grant's round trip. The waiter's lease began
     at the release; its client counts it from ``stamp + elapsed_us`` on its own clock (its
     request was sent at ``stamp``, reached the server no earlier, and the release came
-    ``elapsed_us`` of server time after that), which is never later than the release. (A
-    client that dies between hearing the hand-off and taking it leaves a grant that runs out
-    with its lease, as any holder that dies does.) On Redis Cluster PUBLISH counts only the
-    subscribers on the node that runs the script, so there nobody is judged by it, and no
-    release hands over (a grant handed to a dead client would hold the lock for a whole
-    lease); instead a release also sends a *backup* wake-up, ``~<ms>:<owner hash> <name>``,
-    to the first waiter it does not let through: that waiter tries again ``ms`` later, and
-    takes the lock if the woken one never came. A fair waiter cannot pass a fair waiter
-    ahead of it, so then the release also cuts the woken fair waiters' entries to run out in
-    that time (a live one renews its entry when it tries again, and that is within a
-    re-check even if the wake-up is lost).
+    ``elapsed_us`` of server time after that), which is never later than the release.
+
+    A client that heard the wake-up may still be dead: the kernel closes a killed process's
+    sockets only after tearing its memory down, and the server sees the close later still
+    (8 and 18 ms measured), so a waiter killed just before a release still listens. A grant
+    handed to it would hold the line up for a whole lease. So the grant a release hands over
+    is *provisional*: its lease is the one the waiter asked for cut to ``backup_ms`` (the
+    release's argument on a single server: ``common.HAND_OFF_CONFIRM_MS``, a second), and
+    the wake-up says so (``lease_ms``). A live waiter's first renewal, due at a third of
+    that lease, asks for the whole lease; a waiter whose hold will not be renewed leaves no
+    terms, and is only woken (its own try grants it the whole lease). A woken fair waiter
+    may be just as dead, and holds the fair waiters behind it until its entry runs out: when
+    the first waiter not let through is fair, the woken fair waiters' entries are cut to run
+    out in ``backup_ms`` (a live one renews its entry when it tries, at once). (A client
+    that dies between hearing a hand-off and renewing its grant leaves a grant that runs out
+    with its provisional lease.)
+
+    The waiter behind learns of it by a *backup* wake-up, ``~<ms>:<owner hash> <name>``: the
+    release sends it to the first waiter it does not let through, which tries again ``ms``
+    later (and a little more, ``common.BACKUP_SLACK``: its clock is not the server's), and
+    takes the lock if the provisional grant or the cut entry ran out meanwhile. On a single
+    server a release sends it, with ``ms = backup_ms``, after a provisional grant or a cut
+    only: a waiter behind nothing but woken waiters that are not fair is not held up by
+    their entries, and re-checks within a second anyway. A backup that comes once its
+    waiter has the lock (the holder let go sooner, and its release handed the lock on) wakes
+    nobody: it costs no call. On Redis Cluster PUBLISH counts only the subscribers on the
+    node that runs the script, so there nobody is judged by it and no release hands over (it
+    would hand a grant to a waiter that died long ago as readily as to a live one); instead
+    every release that lets a waiter through sends the backup wake-up: after ``backup_ms``
+    when the waiter held back and a woken one are both fair (the woken fair waiters' entries
+    cut as above: a live one renews its entry when it tries again, and that is within a
+    re-check even if the wake-up is lost), else after ``retry_ms``.
 
 Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
 is ignored by every script and dropped by the next grant, release or force release of its
@@ -358,29 +381,46 @@ local function wake(e, channel_prefix, name, judge)
 end
 
 -- grant waiter e at once and tell its client so, on the terms it left (see the ``g`` key);
--- nil if it left none (it is woken instead), false if its client is gone. Only where a
--- wake-up that reaches nobody tells that (judge): elsewhere a grant handed to a dead client
--- would hold the lock for a whole lease.
-local function hand_off(K, e, channel_prefix, name)
+-- nil if it left none (it is woken instead), false if its client is gone, else true and
+-- whether the grant is provisional: one that runs out confirm_ms from now unless its waiter
+-- renews it (terms that say the waiter renews its hold, and confirm_ms > 0). Only where a
+-- wake-up that reaches nobody tells that the client is gone (judge): elsewhere a grant handed
+-- to a dead client would hold the lock for a whole lease. Even there a client that is dying
+-- still listens for a few milliseconds, hence the provisional grant.
+local function hand_off(K, e, channel_prefix, name, confirm_ms)
     local terms = call('HGET', K.g, e.owner)
     if not terms then return nil end
-    local ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)$')
+    local ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)|1$')
+    local provisional = ttl_ms ~= nil and confirm_ms > 0
+    if not ttl_ms then
+        -- left by a tumbler before provisional grants, whose waiter may never renew
+        ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)$')
+    end
     if not ttl_ms or #ttl_ms > 12 or #stamp > 16 or #written_us > 16 then return nil end
+    local lease_ms = tonumber(ttl_ms)
     local token = next_value(K)
-    local message = string.format('=%d,%s,%d:%s %s', token, stamp,
-                                  math.max(0, now_us - tonumber(written_us)), e.owner, name)
+    local elapsed_us = math.max(0, now_us - tonumber(written_us))
+    local message
+    if provisional then
+        lease_ms = math.min(lease_ms, confirm_ms)
+        message = string.format('=%d,%s,%d,%d:%s %s', token, stamp, elapsed_us, lease_ms,
+                                e.owner, name)
+    else
+        message = string.format('=%d,%s,%d:%s %s', token, stamp, elapsed_us, e.owner, name)
+    end
     if call('PUBLISH', channel_prefix .. e.client, message) == 0 then return false end
     e.token = token
-    e.expires = now_ms + tonumber(ttl_ms)
+    e.expires = now_ms + lease_ms
     put(K, e, true)
-    return true
+    return true, provisional
 end
 
 -- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
 -- client is gone is removed, and the next one considered in its place, in the same pass.
--- With backup_ms (when nobody is judged), the first waiter not let through is told to try
--- again later in case the woken ones are dead (above); a fair one after backup_ms, when the
--- woken include a fair waiter, whose entry is cut to run out by then; else after retry_ms.
+-- With backup_ms, the first waiter not let through is told to try again later in case a
+-- waiter let through is dead (above): after backup_ms when a grant was handed over
+-- provisionally (it runs out by then unless renewed) or, when it is fair, the woken include
+-- a fair waiter, whose entry is cut to run out by then; else after retry_ms (none if 0).
 local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_ms)
     local ahead, exclusive_ahead, limit = 0, false, nil
     for _, e in ipairs(holders(K)) do
@@ -388,6 +428,7 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
         if e.shared then limit = e.limit else exclusive_ahead = true end
     end
     local woken, backup, after, examined, fair_held = {}, nil, nil, 0, false
+    local provisional = false
     while examined < WAKE_SCAN do
         local e = first_after(K, 'w', after)
         if not e then break end
@@ -402,12 +443,15 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
             admitted = ahead == 0
         end
         if admitted then
-            local through = nil
-            if judge and e.client ~= '' then through = hand_off(K, e, channel_prefix, name) end
+            local through, cut = nil, false
+            if judge and e.client ~= '' then
+                through, cut = hand_off(K, e, channel_prefix, name, backup_ms)
+            end
             if through == nil then through = wake(e, channel_prefix, name, judge) end
             if through then
                 ahead = ahead + 1
                 if not e.shared then exclusive_ahead = true end
+                if cut then provisional = true end
                 woken[#woken + 1] = e
             else
                 remove(K, e.owner, e)
@@ -423,9 +467,11 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
     end
     if backup_ms > 0 and backup and #woken > 0 and backup.client ~= '' then
         local delay_ms = retry_ms
+        if provisional then delay_ms = backup_ms end
         if backup.fair then
             for _, e in ipairs(woken) do
-                if e.fair then
+                -- a waiter woken, not a grant handed over: a grant's lease is its holder's
+                if e.fair and not e.token then
                     delay_ms = backup_ms
                     if e.expires > now_ms + backup_ms then
                         e.expires = now_ms + backup_ms
@@ -434,8 +480,10 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
                 end
             end
         end
-        call('PUBLISH', channel_prefix .. backup.client,
-             '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
+        if delay_ms > 0 then
+            call('PUBLISH', channel_prefix .. backup.client,
+                 '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
+        end
     end
 end
 
@@ -461,7 +509,8 @@ _COMMON = _BASE + _LINE
 #: ttl_ms, holder, queue (0/1), waiter_ttl_ms, client (whose channel wakes this waiter; empty
 #: while the client has not subscribed to it yet), max_waiters, stamp (the client's clock in
 #: microseconds when it sent this call: with a client, the waiter takes a hand-off on these
-#: terms; empty: it is only woken). Returns
+#: terms, and renews the grant it takes, which may be provisional; empty: it is only woken).
+#: Returns
 #: {1, token} if granted now, {1, token, ms_left} if the owner held it already (its lease
 #: began earlier and has ms_left to run), {0} if not; an error reply
 #: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones', and
@@ -576,7 +625,8 @@ elseif mine or queue then
     mine.expires = now_ms + waiter_ttl_ms
     put(K, mine)
     if client ~= '' and string.match(stamp, '^%d+$') and #stamp <= 16 then
-        call('HSET', K.g, owner, string.format('%d|%s|%d', ttl_ms, stamp, now_us))
+        -- the last field: this waiter renews the grant it takes (see hand_off)
+        call('HSET', K.g, owner, string.format('%d|%s|%d|1', ttl_ms, stamp, now_us))
     else
         call('HDEL', K.g, owner)
     end
@@ -620,7 +670,8 @@ return renewed
 
 #: KEYS: the lock's keys. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up
 #: that reaches nobody means the waiter's client is gone; 0 on Redis Cluster), backup_ms and
-#: retry_ms (0 and 0: no backup wake-up; see above). Removes the owner's entry (grant or
+#: retry_ms (see above: with judge, backup_ms also cuts the grants handed over; 0 and 0: no
+#: backup wake-up, and whole leases handed over). Removes the owner's entry (grant or
 #: waiter) and nobody else's; wakes the waiters that can now go, removing those whose client
 #: is gone. Returns 1 if a live grant was removed.
 RELEASE = (

@@ -53,6 +53,8 @@ from ..common import (
     ACL_RULES,
     BACKUP_FAIR_MS,
     BACKUP_RETRY_MS,
+    BACKUP_SLACK,
+    HAND_OFF_CONFIRM_MS,
     KEYS_CACHED,
     MINIMUM_SERVER,
     NO_CLIENT_INFO,
@@ -213,9 +215,9 @@ class Wakeups:
                 data = message["data"]
                 text = data.decode() if isinstance(data, bytes) else str(data)
                 tag, _, name = text.partition(" ")
-                if tag.startswith("~"):  # a backup: try later, if the woken waiter never came
+                if tag.startswith("~"):  # a backup: try later, in case one let through was dead
                     delay_ms, _, tag = tag[1:].partition(":")
-                    due = time.monotonic() + int(delay_ms) / 1000
+                    due = time.monotonic() + int(delay_ms) / 1000 + BACKUP_SLACK
                     heapq.heappush(backups, (due, name, tag))
                 else:
                     self.handoffs.deliver(text, hub)
@@ -343,9 +345,10 @@ class RedisBackend(InspectEachName):
         self._renewal_pools: dict[tuple[str, int] | None, ConnectionPool] = {}
         self._bound = Bound()
         # how a release finds dead waiters: by the wake-up reaching nobody (a single server
-        # sees every subscriber), else by a backup wake-up (see .lua)
+        # sees every subscriber), and by a backup wake-up once the grant it handed over or
+        # the entry it cut runs out, in case the waiter was dying (see .lua)
         self._wake_args: list[str | int] = (
-            [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, 0, 0]
+            [0, BACKUP_FAIR_MS, BACKUP_RETRY_MS] if config.cluster else [1, HAND_OFF_CONFIRM_MS, 0]
         )
         self.wakeups = Wakeups(self)
         self._grant = Script(self.client, lua.GRANT)
@@ -581,9 +584,10 @@ class RedisBackend(InspectEachName):
             # that reaches nobody for a sign that this waiter is gone
             *(self._grant_tail if subscribed else self._grant_tail_unsubscribed),
             # when this was sent: a release that hands this waiter the lock tells it when the
-            # lease began, on this clock (see lua)
+            # lease began, on this clock (see lua); only for a hold that will be renewed, as
+            # the grant handed over lasts until the first renewal confirms it
             round(self.clock.now() * 1e6)
-            if subscribed and request.queue and self._takes_hand_offs
+            if subscribed and request.queue and request.renewed and self._takes_hand_offs
             else b"",
         ]
         if on is None:
