@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from tumbler.testing.conformance.plugin import in_ci
@@ -19,7 +21,48 @@ import tests.transports  # noqa: E402, F401
 SPREAD_OVER = 0.75
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        metavar="SEED:INDEX/COUNT",
+        help="run only the cases dealt to shard INDEX of COUNT (0-based) by the hash of SEED "
+        "and each case's id: every case falls in exactly one shard, and which one changes "
+        "with SEED (.ci/run's quick tiers: one shard on each of the other Pythons)",
+    )
+
+
+def shard_of(seed: str, nodeid: str, count: int) -> int:
+    """The shard of ``count`` that case ``nodeid`` is dealt to under ``seed``."""
+    digest = hashlib.sha256(f"{seed}:{nodeid}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def _parse_shard(value: str) -> tuple[str, int, int]:
+    seed, _, place = value.rpartition(":")
+    index, _, count = place.partition("/")
+    try:
+        shard = (seed, int(index), int(count))
+    except ValueError:
+        shard = None
+    if not seed or shard is None or not 0 <= shard[1] < shard[2]:
+        raise pytest.UsageError(
+            f"--shard wants SEED:INDEX/COUNT with 0 <= INDEX < COUNT: {value!r}"
+        )
+    return shard
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("shard")
+    if shard:
+        seed, index, count = _parse_shard(shard)
+        deselected = [item for item in items if shard_of(seed, item.nodeid, count) != index]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if shard_of(seed, item.nodeid, count) == index]
+    _spread(config, items)
+
+
+def _spread(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deal the long, busy cases (marker ``spread``: the torture runs, each up to a minute of
     four processes and their servers; a conformance run in a process of its own) out evenly
     over the first three quarters of each worker's share. xdist gives each worker a slice of
