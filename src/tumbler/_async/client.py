@@ -509,7 +509,7 @@ class AsyncLocks:
         limit: int,
         fair: bool,
         ttl: float,
-        renew: bool,
+        renew: bool = True,
         queue: bool = True,
     ) -> GrantRequest:
         return GrantRequest(

@@ -507,7 +507,7 @@ class Locks:
         limit: int,
         fair: bool,
         ttl: float,
-        renew: bool,
+        renew: bool = True,
         queue: bool = True,
     ) -> GrantRequest:
         return GrantRequest(
