@@ -26,7 +26,7 @@ from typing import Any
 
 from ...errors import InvalidArgument
 from ..kit.options import host_list, parsed_with_options
-from .common import RedisConfig, parse_config
+from .common import CLIENT_INFO, RedisConfig, parse_config
 
 #: how long a call or a connection set-up may take when the client sets no limit (redis-py's
 #: default): as for a URL without ``socket_timeout``/``connect_timeout``
@@ -97,6 +97,7 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
     copied.setdefault("socket_connect_timeout", copied["socket_timeout"])
     if tls:
         copied["ssl"] = True
+    copied.update(CLIENT_INFO)
     if cluster:
         copied = _taken_by_the_cluster_client(copied, asyncio)
     if config.wait_replicas and config.wait_timeout >= copied["socket_timeout"]:

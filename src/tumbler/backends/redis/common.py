@@ -170,13 +170,31 @@ NO_CONNECTION = "No connection available."
 
 MINIMUM_SERVER = (7, 0)
 
+_TAKES_DRIVER_INFO = (
+    "driver_info" in inspect.signature(redis_connection.AbstractConnection.__init__).parameters
+)
 #: the connection options that make redis-py send no CLIENT SETINFO when it connects
 #: (``driver_info`` in the newer redis-py, ``lib_name`` and ``lib_version`` before)
 NO_CLIENT_INFO: dict[str, None] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis_connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
+    {"driver_info": None} if _TAKES_DRIVER_INFO else {"lib_name": None, "lib_version": None}
 )
+
+
+def _client_info() -> dict[str, Any]:
+    """The connection option that names the driver in CLIENT SETINFO, made once: given none,
+    the newer redis-py (``driver_info``) makes it anew for each connection it opens, reading its
+    own version from the installed package's metadata every time: 1 to 2 ms of CPU per
+    connection (9.5 of the 130 s of a profiled Redlock conformance run, 4,340 connections).
+    The older one reads it once, when it is imported."""
+    if not _TAKES_DRIVER_INFO:
+        return {}
+    from redis.driver_info import DriverInfo
+
+    return {"driver_info": DriverInfo()}
+
+
+#: what every connection the backend opens says of its driver (the same as redis-py's own)
+CLIENT_INFO = _client_info()
 
 T = TypeVar("T")
 
@@ -547,6 +565,7 @@ def parse_config(url: BackendURL) -> RedisConfig:
         "password": url.password,
         "socket_timeout": url.option("socket_timeout", seconds, 5.0),
         "socket_connect_timeout": url.option("connect_timeout", seconds, 5.0),
+        **CLIENT_INFO,
     }
     unix_path = None
     db_text = url.query.get("db")
