@@ -36,6 +36,7 @@ import trustme
 
 import tumbler
 import tumbler.aio
+from tests.backends.timed_waiter import TimedWaiter
 from tumbler import (
     BackendUnavailable,
     InvalidURL,
@@ -977,40 +978,19 @@ def test_a_waiter_stopped_as_the_release_comes_holds_the_line_up_a_second(
         )
         children.append(child)
         eventually(lambda: all_listen(admin, url, name, 1), "the doomed waiter listens")
-        acquired = threading.Event()
-        acquired_at: list[float] = []
-
-        def got_it() -> None:
-            acquired_at.append(time.monotonic())
-            acquired.set()
-
-        def wait_for_it() -> None:
-            if flavour == "sync":
-                with tumbler.connect(url) as other:
-                    waiting = live_lock(other, kind, name)
-                    assert waiting.acquire(timeout=PATIENCE)
-                    got_it()
-                    waiting.release()
-                return
-
-            async def main() -> None:
-                async with await tumbler.aio.connect(url) as other:
-                    waiting = alive_lock(other, kind, name)
-                    assert await waiting.acquire(timeout=PATIENCE)
-                    got_it()
-                    await waiting.release()
-
-            asyncio.run(main())
-
-        live = background(wait_for_it)
+        live = TimedWaiter(
+            url,
+            flavour,
+            lambda other: live_lock(other, kind, name),
+            lambda other: alive_lock(other, kind, name),
+        )
         eventually(lambda: all_listen(admin, url, name, 2), "the live waiter listens behind")
         child.send_signal(signal.SIGSTOP)
         eventually(lambda: stopped(child.pid), "the waiter stopped")
         released_at = time.monotonic()
         holder.release()
-        assert acquired.wait(PATIENCE)
-        live.result()
-    stall = acquired_at[0] - released_at
+        granted_at = live.granted_at()
+    stall = granted_at - released_at
     assert stall < DEAD_WAITER_STALL, f"the live waiter got the lock {stall:.2f} s after"
 
 
