@@ -55,10 +55,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = config.getoption("shard")
     if shard:
         seed, index, count = _parse_shard(shard)
-        deselected = [item for item in items if shard_of(seed, item.nodeid, count) != index]
+        kept: list[pytest.Item] = []
+        deselected: list[pytest.Item] = []
+        for item in items:
+            (kept if shard_of(seed, item.nodeid, count) == index else deselected).append(item)
         if deselected:
             config.hook.pytest_deselected(items=deselected)
-            items[:] = [item for item in items if shard_of(seed, item.nodeid, count) == index]
+            items[:] = kept
     _spread(config, items)
 
 
