@@ -4,6 +4,7 @@ items a small plugin writes out."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -109,3 +110,13 @@ def test_each_case_runs_in_one_flavour_per_server_target_and_in_both_elsewhere(
     # another seed leaves out another half
     changed = sum(1 for key in kept_by_seed[0] if kept_by_seed[0][key] != kept_by_seed[1][key])
     assert 0.3 * len(kept_by_seed[0]) < changed < 0.7 * len(kept_by_seed[0])
+
+
+def test_the_suite_comes_target_by_target(tmp_path: Path) -> None:
+    """A worker of pytest-xdist is given a stretch of the run in a row and starts the servers
+    of every target it meets: the suite's cases come one target's after another's."""
+    rows = _collect(tmp_path, "--tumbler-target", "memory", "--tumbler-target", "sqlite")
+    assert [target for target, _ in itertools.groupby(row[3] for row in rows)] == [
+        "memory",
+        "sqlite",
+    ]

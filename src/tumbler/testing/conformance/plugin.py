@@ -308,6 +308,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _target_by_target(items)
     seed: str | None = config.getoption("tumbler_split_flavours")
     if seed is None:
         return
@@ -327,6 +328,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=[item for item in items if item in left_out])
         items[:] = [item for item in items if item not in left_out]
+
+
+def _target_by_target(items: list[pytest.Item]) -> None:
+    """Put the suite's cases in the places they were collected in, but one target's after
+    another (the targets in the order they first come): a worker of pytest-xdist is given a
+    stretch of the run in a row, and starts the servers of each target it meets. Collected
+    case by case, every worker that ran some of the suite met every target, and kept all of
+    their servers until the end of its session."""
+    places: list[int] = []
+    ranks: list[int] = []
+    rank: dict[str, int] = {}
+    for index, item in enumerate(items):
+        target = getattr(getattr(item, "callspec", None), "params", {}).get("conformance_target")
+        if isinstance(target, Target):
+            places.append(index)
+            ranks.append(rank.setdefault(target.name, len(rank)))
+    cases = [items[index] for _, index in sorted(zip(ranks, places, strict=True))]
+    for index, item in zip(places, cases, strict=True):
+        items[index] = item
 
 
 def _flavoured_case(item: pytest.Item, serverless: bool) -> tuple[tuple[object, ...], str] | None:
