@@ -76,6 +76,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_runtest_logfinish() -> None:
+    # mypy's API (which tests/unit/test_typing.py runs in the worker) thaws everything when
+    # it is done: what is left is frozen again
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+
+
 def _spread(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deal the long, busy cases (marker ``spread``: the torture runs, each up to a minute of
     four processes and their servers; a conformance run in a process of its own) out evenly
