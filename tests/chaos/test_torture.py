@@ -14,6 +14,7 @@ In CI ($CI set) a backend whose servers cannot start fails its test instead of s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from pathlib import Path
 
@@ -206,13 +207,41 @@ def test_etcd(tmp_path: Path) -> None:
     _assert_kept_promises(_torture("etcd", CI_ROUNDS["etcd"], tmp_path))
 
 
+#: the primitives of the etcd cluster's round: etcd serves every request in arrival order,
+#: fair or not (one code path), so "fair" would be the lock's round again
+ETCD_CLUSTER_PRIMITIVES = ("lock", "semaphore", "rwlock")
+
+
+def primitives_of_this_run(seed: str | None, primitives: tuple[str, ...]) -> tuple[str, ...]:
+    """All of ``primitives``, or, in a run with a seed (the full run's
+    ``--tumbler-split-flavours``: the commit's hash), the one the seed picks: another with
+    each commit, so that each has its round every few commits."""
+    if seed is None:
+        return primitives
+    digest = hashlib.sha256(f"{seed}:primitives".encode()).digest()
+    return (primitives[digest[0] % len(primitives)],)
+
+
 @pytest.mark.timeout(240)
-def test_etcd_cluster_with_every_primitive(tmp_path: Path) -> None:
-    # etcd serves every request in arrival order, fair or not (one code path): "fair" would
-    # be the lock's round again, and etcd's rounds are the costliest of CI's
-    primitives = ("lock", "semaphore", "rwlock")
+def test_etcd_cluster_with_each_primitive_in_turn(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The costliest of CI's rounds (a minute or more on two busy cores for each primitive,
+    beside its three members' CPU): the full run takes one primitive, another each commit."""
+    seed = request.config.getoption("tumbler_split_flavours")
+    primitives = primitives_of_this_run(seed, ETCD_CLUSTER_PRIMITIVES)
     run = _torture("etcd-cluster", CI_ROUNDS["etcd-cluster"], tmp_path, primitives=primitives)
     _assert_kept_promises(run)
+
+
+def test_a_run_with_a_seed_takes_one_primitive_and_each_in_turn() -> None:
+    assert primitives_of_this_run(None, ETCD_CLUSTER_PRIMITIVES) == ETCD_CLUSTER_PRIMITIVES
+    picked = [primitives_of_this_run(f"commit{n}", ETCD_CLUSTER_PRIMITIVES) for n in range(30)]
+    assert all(len(chosen) == 1 for chosen in picked)
+    assert set(picked) == {(primitive,) for primitive in ETCD_CLUSTER_PRIMITIVES}
+    assert picked == [
+        primitives_of_this_run(f"commit{n}", ETCD_CLUSTER_PRIMITIVES) for n in range(30)
+    ]
 
 
 def _assert_cut_off_the_holders_member(run: BackendRun, promised: set[str]) -> None:
