@@ -69,9 +69,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Set what collection made aside from the garbage collector: it lives to the end of the
     session, and every full collection went through it again. In each worker of the full run
-    that is some 300,000 objects, and on two busy cores a collection stopped every thread of
-    the worker for 0.3 to 1.2 s, 20 times or more per worker: a case's clients with it, past a
-    one-second lease's renewals and a fair waiter's turn (600 ms on Redis Cluster)."""
+    that is some 300,000 objects (a quarter of a CPU-second a collection), and on two busy
+    cores collections held every thread of the worker for 0.3 to 1.2 s, 13 to 23 times per
+    worker: a case's clients with them, past a one-second lease's renewals or a fair waiter's
+    turn (600 ms on Redis Cluster)."""
     gc.collect()
     gc.freeze()
 
