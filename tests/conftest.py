@@ -71,8 +71,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session, and every full collection went through it again. In each worker of the full run
     that is some 300,000 objects (a quarter of a CPU-second a collection), and on two busy
     cores collections held every thread of the worker for 0.3 to 1.2 s, 13 to 23 times per
-    worker: a case's clients with them, past a one-second lease's renewals or a fair waiter's
-    turn (600 ms on Redis Cluster)."""
+    worker, a case's clients with them: in one run a fair waiter's turn on Redis Cluster
+    (600 ms) ran out while its worker was held for 0.71 s."""
     gc.collect()
     gc.freeze()
 

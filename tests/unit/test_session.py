@@ -6,6 +6,6 @@ import gc
 
 
 def test_what_collection_made_is_out_of_the_garbage_collectors_way() -> None:
-    """Frozen (gc.freeze): each full collection went through it again, and on two busy cores
-    stopped the worker's clients for up to a second, past their leases' renewals."""
+    """Frozen (gc.freeze): each full collection went through it again, holding every thread
+    of the worker, its cases' clients with them."""
     assert gc.get_freeze_count() > 10_000
