@@ -73,16 +73,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cores collections held every thread of the worker for 0.3 to 1.2 s, 13 to 23 times per
     worker, a case's clients with them: in one run a fair waiter's turn on Redis Cluster
     (600 ms) ran out while its worker was held for 0.71 s."""
-    gc.collect()
-    gc.freeze()
+    _freeze_what_lives()
 
 
 def pytest_runtest_logfinish() -> None:
     # mypy's API (which tests/unit/test_typing.py runs in the worker) thaws everything when
     # it is done: what is left is frozen again
     if gc.get_freeze_count() == 0:
-        gc.collect()
-        gc.freeze()
+        _freeze_what_lives()
+
+
+def _freeze_what_lives() -> None:
+    gc.collect()  # garbage frozen would never be collected
+    gc.freeze()
 
 
 def _spread(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,13 +14,13 @@ In CI ($CI set) a backend whose servers cannot start fails its test instead of s
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.conftest import shard_of
 from tests.servers.fixtures import server_unavailable
 from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.torture.backends import Deployment, Settings, SetupError, deployments, spec_for_url
@@ -218,8 +218,7 @@ def primitives_of_this_run(seed: str | None, primitives: tuple[str, ...]) -> tup
     each commit, so that each has its round every few commits."""
     if seed is None:
         return primitives
-    digest = hashlib.sha256(f"{seed}:primitives".encode()).digest()
-    return (primitives[digest[0] % len(primitives)],)
+    return (primitives[shard_of(seed, "primitives", len(primitives))],)
 
 
 @pytest.mark.timeout(240)
