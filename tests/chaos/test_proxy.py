@@ -285,10 +285,14 @@ def test_blackhole_holds_pubsub_messages_until_heal(
 ) -> None:
     channel = key()
     with client_through(redis_proxy, socket_timeout=None) as client:
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        pubsub = client.pubsub()
         with contextlib.closing(pubsub):
             pubsub.subscribe(channel)
-            eventually(lambda: admin.pubsub_numsub(channel)[0][1] == 1, "subscribed")
+            # The server's confirmation is read before the cut: held with the message, it
+            # would come first after the heal, and be the one message read.
+            confirmation = pubsub.get_message(timeout=PATIENCE)
+            assert confirmation is not None
+            assert confirmation["type"] == "subscribe"
             redis_proxy.blackhole("downstream")
             assert admin.publish(channel, "held") == 1
             eventually(lambda: redis_proxy.stats().downstream.pending > 0, "the message is held")
@@ -296,7 +300,29 @@ def test_blackhole_holds_pubsub_messages_until_heal(
             redis_proxy.heal()
             message = pubsub.get_message(timeout=PATIENCE)
             assert message is not None
-            assert message["data"] == b"held"
+            assert (message["type"], message["data"]) == ("message", b"held")
+
+
+def test_a_held_subscribe_confirmation_comes_before_the_held_message(
+    redis_proxy: FaultProxy, admin: redis.Redis
+) -> None:
+    first, channel = key(), key()
+    with client_through(redis_proxy, socket_timeout=None) as client:
+        pubsub = client.pubsub()
+        with contextlib.closing(pubsub):
+            # a connection made before the cut: redis-py waits for replies while it connects
+            pubsub.subscribe(first)
+            assert pubsub.get_message(timeout=PATIENCE) is not None
+            redis_proxy.blackhole("downstream")
+            pubsub.subscribe(channel)
+            eventually(lambda: admin.pubsub_numsub(channel)[0][1] == 1, "subscribed")
+            assert admin.publish(channel, "held") == 1
+            redis_proxy.heal()
+            received = [pubsub.get_message(timeout=PATIENCE) for _ in range(2)]
+            assert [(m["type"], m["data"]) for m in received if m is not None] == [
+                ("subscribe", 2),
+                ("message", b"held"),
+            ]
 
 
 # -- drop --------------------------------------------------------------------------------
