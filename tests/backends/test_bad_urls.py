@@ -422,6 +422,54 @@ BAD_URLS = [
         "hold no usable certificate and private key",
         prepare="not-a-certificate",
     ),
+    BadURL(
+        "redis-ssl-option-in-clear",
+        "redis://u:{secret}@127.0.0.1:1/0?ssl_ca_certs=/{dir}/ca.pem",
+        InvalidURL,
+        "ssl_* options need a rediss:// URL",
+    ),
+    BadURL(
+        "redis-keyfile-without-certfile",
+        "rediss://u:{secret}@127.0.0.1:1/0?ssl_keyfile=/{dir}/key.pem",
+        InvalidURL,
+        "ssl_keyfile needs ssl_certfile",
+    ),
+    BadURL(
+        "redis-ca-file-missing",
+        "rediss://u:{secret}@127.0.0.1:1/0?ssl_ca_certs=/{dir}/missing.pem",
+        ConfigurationError,
+        "missing.pem is not a file",
+    ),
+    BadURL(
+        "redis-ca-file-not-a-certificate",
+        "rediss://u:{secret}@127.0.0.1:1/0?ssl_ca_certs=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "holds no usable CA certificate",
+        prepare="not-a-certificate",
+    ),
+    BadURL(
+        "redis-certfile-not-a-certificate",
+        "rediss://u:{secret}@127.0.0.1:1/0?ssl_certfile=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "hold no usable certificate and private key",
+        prepare="not-a-certificate",
+    ),
+    BadURL(
+        "redis-cluster-certfile-not-a-certificate",
+        "rediss://u:{secret}@127.0.0.1:1,127.0.0.1:2/0?cluster=true"
+        "&ssl_certfile=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "hold no usable certificate and private key",
+        prepare="not-a-certificate",
+    ),
+    BadURL(
+        "redlock-certfile-not-a-certificate",
+        "redlocks://u:{secret}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0"
+        "?ssl_certfile=/{dir}/not-a-certificate.pem",
+        ConfigurationError,
+        "hold no usable certificate and private key",
+        prepare="not-a-certificate",
+    ),
 ]
 
 

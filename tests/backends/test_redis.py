@@ -37,6 +37,7 @@ import trustme
 import tumbler
 import tumbler.aio
 from tests.backends.timed_waiter import TimedWaiter
+from tests.backends.tls_contexts import ContextsMade
 from tumbler import (
     BackendUnavailable,
     InvalidURL,
@@ -54,7 +55,13 @@ from tumbler.testing.backends.redis.server import (
     RedisUser,
     valkey_server_binary,
 )
-from tumbler.testing.conformance.compat import PATIENCE, background, eventually, gather
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    aeventually,
+    background,
+    eventually,
+    gather,
+)
 from tumbler.testing.servers import free_port, make_tls_files
 from tumbler.torture.proxy import FaultProxy
 
@@ -456,6 +463,96 @@ def test_ssl_check_hostname_decides_on_a_certificate_for_another_name(tmp_path: 
             locks.lock("unchecked") as hold,
         ):
             assert hold.held
+
+
+def tumbler_connections(admin: redis.Redis, after: int) -> int:
+    """How many connections user tumbler has open that the server accepted after id ``after``."""
+    return sum(
+        1
+        for client in admin.client_list()
+        if client["user"] == "tumbler" and int(client["id"]) > after
+    )
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_client_reads_its_tls_files_once_for_all_its_connections(
+    redis_tls_server: RedisServer, monkeypatch: pytest.MonkeyPatch, flavour: str
+) -> None:
+    server = redis_tls_server
+    admin = server.client()
+    after = max(int(client["id"]) for client in admin.client_list())
+    url = tls_url(
+        server,
+        ssl_ca_certs=server.ca_path,
+        ssl_certfile=server.client_cert_path,
+        ssl_keyfile=server.client_key_path,
+    )
+    contexts = ContextsMade(monkeypatch)
+    names = [f"tls-{index}" for index in range(8)]
+    if flavour == "sync":
+        all_held, counted = threading.Barrier(len(names) + 1), threading.Event()
+
+        def hold(name: str) -> bool:
+            lock = locks.lock(name)
+            assert lock.acquire(timeout=PATIENCE)
+            all_held.wait(PATIENCE)
+            assert counted.wait(PATIENCE)
+            lock.release()
+            return True
+
+        def wait(name: str) -> bool:
+            lock = locks.lock(name)
+            granted = lock.acquire(timeout=PATIENCE)
+            lock.release()
+            return granted
+
+        with tumbler.connect(url) as locks:
+            holders = [background(functools.partial(hold, name)) for name in names]
+            all_held.wait(PATIENCE)
+            waiter = background(functools.partial(wait, names[0]))
+            eventually(lambda: locks.status(names[0]).waiters == 1, "the waiter waits")
+            connections = tumbler_connections(admin, after)
+            counted.set()
+            assert all(holder.result() for holder in holders)
+            assert waiter.result()
+    else:
+
+        async def main() -> int:
+            async with await tumbler.aio.connect(url) as locks:
+                held, counted = asyncio.Semaphore(0), asyncio.Event()
+
+                async def hold(name: str) -> bool:
+                    lock = locks.lock(name)
+                    assert await lock.acquire(timeout=PATIENCE)
+                    held.release()
+                    await counted.wait()
+                    await lock.release()
+                    return True
+
+                async def wait(name: str) -> bool:
+                    lock = locks.lock(name)
+                    granted = await lock.acquire(timeout=PATIENCE)
+                    await lock.release()
+                    return granted
+
+                async def waiting() -> bool:
+                    return (await locks.status(names[0])).waiters == 1
+
+                holders = [asyncio.create_task(hold(name)) for name in names]
+                for _ in names:
+                    await asyncio.wait_for(held.acquire(), PATIENCE)
+                waiter = asyncio.create_task(wait(names[0]))
+                await aeventually(waiting, "the waiter waits")
+                made = tumbler_connections(admin, after)
+                counted.set()
+                assert all(await asyncio.gather(*holders))
+                assert await waiter
+                return made
+
+        connections = asyncio.run(main())
+    # the grants, the renewals, the waiter's wake-ups: connections of their own, one context
+    assert connections >= 3
+    assert contexts.count == 1
 
 
 def test_plain_redis_to_a_tls_port_fails_cleanly(redis_tls_server: RedisServer) -> None:

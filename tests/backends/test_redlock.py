@@ -17,12 +17,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tumbler
 import tumbler.aio
+from tests.backends.tls_contexts import ContextsMade
 from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit.owners import owner_hash
@@ -32,7 +34,7 @@ from tumbler.backends.redlock.common import quorum
 from tumbler.backends.redlock.lua import master_keys
 from tumbler.backends.redlock.opener import open_async, open_sync
 from tumbler.errors import BackendUnavailable, ConfigurationError, LockLost, TooManyWaiters
-from tumbler.testing.backends.redlock.server import RedlockMasters
+from tumbler.testing.backends.redlock.server import RedlockMasters, start_tls_masters
 from tumbler.testing.conformance.compat import eventually
 
 #: a lease short enough that a case waits for one to run out in a few seconds
@@ -889,3 +891,14 @@ def test_a_renewal_does_not_ask_again_masters_that_are_down(
     for _ in range(5000):  # a master down for a long while
         backend.masters[0].failed()
     assert backend.masters[0].out_until - time.monotonic() <= 2.0
+
+
+def test_a_client_reads_its_tls_files_once_for_all_its_masters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with start_tls_masters(tmp_path / "tls", 3) as masters:
+        contexts = ContextsMade(monkeypatch)
+        url = masters.url(f"tumbler:{uuid.uuid4().hex}")
+        with tumbler.connect(url) as locks, locks.lock("tls") as hold:
+            assert hold.held
+        assert contexts.count == 1

@@ -106,7 +106,7 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
             "time out first)"
         )
     if sentinel is None:
-        return dataclasses.replace(config, client_options=copied)
+        return dataclasses.replace(config, client_options=copied, tls=None)
     service, manager_of_sentinels, _addresses = sentinel
     return dataclasses.replace(
         config,
@@ -114,6 +114,7 @@ def config_from_client(client: object, *, asyncio: bool, **options: object) -> R
         url=_sentinel_url(config.url, nodes, service, db, tls),
         nodes=(),
         client_options=copied,
+        tls=None,
         sentinel=(service, manager_of_sentinels),
     )
 

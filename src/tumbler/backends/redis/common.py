@@ -14,7 +14,12 @@ Percent-encode ``@ : / ? #`` in a password. Options: ``prefix`` (of every key, d
 for a free connection, up to ``socket_timeout``), ``max_waiters`` (default 10000: the most
 waiters one lock queues; one more acquire that would wait gets ``TooManyWaiters``),
 ``wait_replicas`` and ``wait_timeout`` (see replication below), and for ``rediss://``:
-``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname`` (default true).
+``ssl_ca_certs`` (the CA the server's certificate must chain to; the system's CAs without
+it), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate), ``ssl_check_hostname``
+(default true). A client reads these files once, when it connects (unusable ones fail the
+connect with ``ConfigurationError``), and its connections share what it read; on Redis
+Cluster, redis-py's cluster client reads them for each connection, and trusts the system's
+CAs beside ``ssl_ca_certs``.
 Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME`` and ``redis.acl_check_cmd``).
 
 With ACLs, the user needs the keys and channels under the prefix and exactly these commands
@@ -88,9 +93,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import redis.asyncio.connection as redis_async_connection
 import redis.connection as redis_connection
 import redis.exceptions as redis_errors  # the driver: without it, MissingDependency
 
@@ -112,6 +117,7 @@ from ..kit.options import (
     seconds,
     waiter_count,
 )
+from ..kit.tls import TLSConfig, tls_options
 from . import DEFAULT_PORT
 from .lua import SCRIPT_COMMANDS
 
@@ -386,6 +392,37 @@ class Closings:
         pass
 
 
+class AsyncTLSConnection(redis_async_connection.SSLConnection):
+    """redis-py's asyncio TLS connection, on the client's TLS context (``tls_context``).
+
+    redis-py's own builds a context per connection object (its blocking one, each time it
+    connects), and building one loads the CA certificates: 30-45 ms of CPU with the system's
+    store, paid again for each new connection, five times over for five Redlock masters.
+    One context serves any number of connections at once.
+    """
+
+    def __init__(self, *, tls_context: ssl.SSLContext, **options: Any) -> None:
+        super().__init__(**options)
+        self.tls_context = tls_context
+
+    def _connection_arguments(self) -> Any:
+        # the plain connection's arguments: redis-py's SSLConnection would build a context
+        arguments = dict(redis_async_connection.Connection._connection_arguments(self))
+        arguments["ssl"] = self.tls_context
+        return arguments
+
+
+class TLSConnection(redis_connection.SSLConnection):
+    """Blocking twin of :class:`AsyncTLSConnection`."""
+
+    def __init__(self, *, tls_context: ssl.SSLContext, **options: Any) -> None:
+        super().__init__(**options)
+        self.tls_context = tls_context
+
+    def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+        return self.tls_context.wrap_socket(sock, server_hostname=self.host)
+
+
 def no_connection() -> redis_errors.ConnectionError:
     """What a call gets when no connection came free in time: redis-py's own error for a full
     pool, so that one translation (``tumbler_error``) serves both."""
@@ -495,24 +532,6 @@ _OPTIONS = (
 )
 
 
-def check_tls_files(url: BackendURL) -> None:
-    """Refuse unusable certificate files before connecting: redis-py would report them as a
-    connection failure, which reads as "try again later" rather than "fix the URL"."""
-    for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
-        path = url.query.get(option)
-        if path is not None and not Path(path).is_file():
-            raise ConfigurationError(f"{option}: {path} is not a file", backend=url.redacted)
-    ca = url.query.get("ssl_ca_certs")
-    if ca is not None:
-        try:
-            ssl.create_default_context(cafile=ca)
-        except (ssl.SSLError, OSError) as error:
-            raise ConfigurationError(
-                f"ssl_ca_certs: {ca} holds no usable CA certificate: {error}",
-                backend=url.redacted,
-            ) from None
-
-
 def connection_count(text: str) -> int:
     """``max_connections``: a whole number of connections, 1 to MAX_CONNECTIONS."""
     # int() would take "1_0", " 10" and other scripts' digits: refuse what a reader would not
@@ -544,6 +563,9 @@ class RedisConfig:
     max_waiters: int
     #: keyword arguments for redis-py's clients (credentials included: never log this)
     client_options: dict[str, Any] = field(repr=False)
+    #: the URL's TLS settings; None in clear, and for a client given in place of a URL,
+    #: whose connections keep redis-py's own TLS (its every ``ssl_*`` setting, copied)
+    tls: TLSConfig | None = None
     #: a master that Sentinels name, for a client given in place of a URL: the service's
     #: name and the application's ``Sentinel`` (tumbler asks it for the master, never closes
     #: it); None: the URL's servers
@@ -552,10 +574,8 @@ class RedisConfig:
 
 def parse_config(url: BackendURL) -> RedisConfig:
     url.allow_options(_OPTIONS)
-    tls = url.scheme == "rediss"
+    tls = tls_options(url, "rediss", "the server's TLS port")
     unix = url.scheme == "redis+unix"
-    if not tls and any(name.startswith("ssl_") for name in url.query):
-        raise InvalidURL("ssl_* options need a rediss:// URL", backend=url.redacted)
     prefix = url.option("prefix", str, DEFAULT_PREFIX)
     if not prefix or any(ch in prefix for ch in "{}") or len(prefix) > 100:
         raise InvalidURL("prefix must be 1 to 100 characters without braces", backend=url.redacted)
@@ -604,14 +624,15 @@ def parse_config(url: BackendURL) -> RedisConfig:
         raise InvalidURL(f"bad database number {db}", backend=url.redacted)
     if cluster and db != 0:
         raise InvalidURL("Redis Cluster has only database 0", backend=url.redacted)
-    if tls:
+    if tls is not None:
+        # what redis-py's own clients take (Redis Cluster's, Sentinel's), on the same files
         options.update(
             ssl=True,
             ssl_cert_reqs="required",
-            ssl_ca_certs=url.query.get("ssl_ca_certs"),
-            ssl_certfile=url.query.get("ssl_certfile"),
-            ssl_keyfile=url.query.get("ssl_keyfile"),
-            ssl_check_hostname=url.option("ssl_check_hostname", flag, True),
+            ssl_ca_certs=tls.ca_certs,
+            ssl_certfile=tls.certfile,
+            ssl_keyfile=tls.keyfile,
+            ssl_check_hostname=tls.check_hostname,
         )
     max_connections = url.option("max_connections", connection_count, DEFAULT_MAX_CONNECTIONS)
     max_waiters = url.option("max_waiters", waiter_count, DEFAULT_MAX_WAITERS)
@@ -638,4 +659,5 @@ def parse_config(url: BackendURL) -> RedisConfig:
         max_connections=max_connections,
         max_waiters=max_waiters,
         client_options=options,
+        tls=tls,
     )

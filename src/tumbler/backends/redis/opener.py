@@ -13,7 +13,7 @@ from ..kit import astart_or_close, start_or_close
 from ._async.backend import AsyncRedisBackend
 from ._sync.backend import RedisBackend
 from .clients import config_from_client
-from .common import check_tls_files, parse_config
+from .common import parse_config
 
 if TYPE_CHECKING:
     from ..descriptor import BackendOpener, ClientOpener
@@ -23,14 +23,12 @@ __all__ = ["open_async", "open_client_async", "open_client_sync", "open_sync"]
 
 def open_sync(url: BackendURL) -> RedisBackend:
     config = parse_config(url)
-    check_tls_files(url)
     backend = RedisBackend(config)
     return start_or_close(backend)
 
 
 async def open_async(url: BackendURL) -> AsyncRedisBackend:
     config = parse_config(url)
-    check_tls_files(url)
     backend = AsyncRedisBackend(config)
     return await astart_or_close(backend)
 

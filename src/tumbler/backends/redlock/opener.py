@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from ..._url import BackendURL
 from ..kit import astart_or_close, start_or_close
-from ..redis.common import check_tls_files
 from ._async.backend import AsyncRedlockBackend
 from ._sync.backend import RedlockBackend
 from .common import parse_config
@@ -23,13 +22,11 @@ __all__ = ["open_async", "open_sync"]
 
 def open_sync(url: BackendURL) -> RedlockBackend:
     config = parse_config(url)
-    check_tls_files(url)
     return start_or_close(RedlockBackend(config))
 
 
 async def open_async(url: BackendURL) -> AsyncRedlockBackend:
     config = parse_config(url)
-    check_tls_files(url)
     return await astart_or_close(AsyncRedlockBackend(config))
 
 

@@ -11,6 +11,7 @@ import hashlib
 import heapq
 import logging
 import secrets
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit.handoffs import HandOffs
 from ...kit.owners import owner_hash
 from ...kit.slots import AsyncSlots
+from ...kit.tls import tls_context
 from .. import CAPABILITIES, CLUSTER_CAPABILITIES, lua
 from ..common import (
     ACL_RULES,
@@ -59,6 +61,7 @@ from ..common import (
     RENEWALS_PER_CALL,
     AsyncBound,
     AsyncClosings,
+    AsyncTLSConnection,
     AsyncTurn,
     RedisConfig,
     no_connection,
@@ -278,10 +281,22 @@ class AsyncRedisBackend(AsyncInspectEachName):
     session_events: SessionEvents | None = None
 
     def __init__(
-        self, config: RedisConfig, *, hub: WakeHub | None = None, client_id: str | None = None
+        self,
+        config: RedisConfig,
+        *,
+        hub: WakeHub | None = None,
+        client_id: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``hub`` and ``client_id``: shared with other backends of one client (Redlock's
-        masters), so that a wake-up from any of their servers reaches the client's waiters."""
+        masters), so that a wake-up from any of their servers reaches the client's waiters;
+        ``tls``: their TLS context, made from ``config.tls`` when not given (which refuses
+        unusable files with ``ConfigurationError`` before anything connects)."""
+        if tls is None and config.tls is not None:
+            tls = tls_context(config.tls, config.url)
+        #: the context of the connections tumbler makes (None in clear, and for a client given
+        #: in place of a URL, whose connections redis-py makes as the client's)
+        self.tls = tls
         self.config = config
         self.url = config.url
         self.capabilities = CLUSTER_CAPABILITIES if config.cluster else CAPABILITIES
@@ -388,7 +403,11 @@ class AsyncRedisBackend(AsyncInspectEachName):
             return UnixDomainSocketConnection, options
         host, port = address if address is not None else self.config.nodes[0]
         options.update(host=host, port=port, db=self.config.db)
-        return (SSLConnection if tls else Connection), options
+        if not tls:
+            return Connection, options
+        if self.tls is None:
+            return SSLConnection, options
+        return AsyncTLSConnection, dict(options, tls_context=self.tls)
 
     def _pool(self, address: tuple[str, int] | None, **limits: Any) -> ConnectionPool:
         """A pool of its own, which never waits, for connections to ``address`` (None: the

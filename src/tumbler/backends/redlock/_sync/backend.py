@@ -38,6 +38,7 @@ from ...contract import (
 )
 from ...kit import BaseWatch, InspectEachName, LockStateBuilder
 from ...kit.owners import owner_hash
+from ...kit.tls import tls_context
 from ...redis import lua as redis_lua
 from ...redis._sync.backend import RedisBackend
 from ...redis.common import (
@@ -212,8 +213,11 @@ class RedlockBackend(InspectEachName):
         self._master_keys = lua.master_keys(config.prefix)
         self._restart_delay_ms = round(config.restart_delay * 1000)
         client_id = secrets.token_hex(8)
+        # the masters' URLs are one URL's: one TLS context serves them all
+        tls = config.masters[0].tls
+        shared = None if tls is None else tls_context(tls, config.url)
         self.masters = [
-            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id))
+            _Master(index, RedisBackend(master, hub=self.hub, client_id=client_id, tls=shared))
             for index, master in enumerate(config.masters)
         ]
         #: the quorum of a lock, a read lock and a semaphore of one permit
