@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import gc
 
+from tests import conftest
+
 
 def test_what_collection_made_is_out_of_the_garbage_collectors_way() -> None:
     """Frozen (gc.freeze): each full collection went through it again, holding every thread
     of the worker, its cases' clients with them."""
+    assert gc.get_freeze_count() > 10_000
+
+
+def test_what_a_case_thaws_is_frozen_again_after_it() -> None:
+    """mypy's API thaws everything (``gc.unfreeze``) when it is done."""
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    conftest.pytest_runtest_logfinish()
     assert gc.get_freeze_count() > 10_000
