@@ -463,7 +463,7 @@ def test_a_kill_ends_once_its_worker_is_dead(tmp_path: Path, kind: str) -> None:
             writer.close()
 
 
-def test_an_ensembles_account_says_what_each_member_answers_directly_and_through_its_proxy(
+def test_an_ensembles_account_tells_each_members_answer_and_session_directly_and_by_proxy(
     ensemble: Deployment,
 ) -> None:
     # the account of a round that could not start tells a member that does not answer from a
@@ -473,8 +473,8 @@ def test_an_ensembles_account_says_what_each_member_answers_directly_and_through
     assert len(account) == 3, account
     for part in account:
         assert re.fullmatch(
-            r"node \d: 'Mode: (leader|follower)' in .*, through its proxy "
-            r"'Mode: (leader|follower)' in .*",
+            r"node \d: 'Mode: (leader|follower)' in .*, a session in .*, through its proxy "
+            r"'Mode: (leader|follower)' in .*, a session in .*",
             part,
         ), part
     ensemble.member_proxies[1].cut()
@@ -482,4 +482,8 @@ def test_an_ensembles_account_says_what_each_member_answers_directly_and_through
         cut = ensemble.account().split("; ")[1]
     finally:
         ensemble.member_proxies[1].heal()
-    assert re.fullmatch(r"node 1: 'Mode: \w+' in .*, through its proxy no answer .*", cut), cut
+    assert re.fullmatch(
+        r"node 1: 'Mode: \w+' in .*, a session in .*, through its proxy no answer .*, "
+        r"no session in .*",
+        cut,
+    ), cut

@@ -128,14 +128,33 @@ class _ZooKeeperEnsembleDeployment(QuorumDeployment):
             found = [line for line in answer.splitlines() if line.startswith("Mode:")]
             return f"{found[0] if found else answer.strip()[:60]!r} in {took:.2f} s"
 
+        def session(port: int) -> str:
+            # srvr is answered by the connection's own thread; a session is a transaction
+            # that a quorum commits, which is what the workers wait for
+            from kazoo.client import KazooClient
+
+            client = KazooClient(hosts=f"127.0.0.1:{port}", timeout=10.0)
+            started = time.monotonic()
+            try:
+                client.start(timeout=2.0)
+            except Exception as error:
+                return f"no session in {time.monotonic() - started:.2f} s ({error})"
+            else:
+                return f"a session in {time.monotonic() - started:.2f} s"
+            finally:
+                client.stop()
+                client.close()
+
         parts = []
         for index, member in enumerate(self.ensemble.members):
-            part = f"node {index}: {mode(int(member.port))}"
+            port = int(member.port)
+            part = f"node {index}: {mode(port)}, {session(port)}"
             if index < len(self.member_proxies):
                 proxy = self.member_proxies[index]
                 stats = proxy.stats()
                 part += (
-                    f", through its proxy {mode(proxy.port)} ({stats.accepted} accepted, "
+                    f", through its proxy {mode(proxy.port)}, {session(proxy.port)} "
+                    f"({stats.accepted} accepted, "
                     f"{stats.open} open, {stats.upstream_failed} could not reach it)"
                 )
             parts.append(part)
