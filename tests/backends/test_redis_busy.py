@@ -34,15 +34,13 @@ from tests.backends.timed_waiter import TimedWaiter
 from tumbler import BackendUnavailable
 from tumbler.backends.contract import Renewal
 from tumbler.backends.redis import CAPABILITIES, lua
+from tumbler.backends.redis.common import BACKUP_FAIR_MS
 from tumbler.testing.backends.redis.server import RedisServer, RedisServerCluster, RedisUser
 from tumbler.testing.conformance.compat import background, eventually
 from tumbler.testing.conformance.test_processes import WORKER
 from tumbler.torture.proxy import FaultProxy
 
 FLAVOURS = ["sync", "asyncio"]
-#: how long a fair waiter woken on Redis Cluster has before the next may pass it (documented
-#: in tumbler.backends.redis.lua)
-BACKUP_FAIR_MS = 1500
 #: how often a waiter re-checks on its own (``capabilities.recheck_interval``)
 RECHECK = 1.0
 
@@ -432,8 +430,8 @@ def test_a_waiter_killed_while_waiting_does_not_hold_up_the_next(
     On a single server the release wakes the killed one, finds its client gone, and wakes the
     live one in the same script: well within a re-check. On Redis Cluster the release cannot
     tell; its backup wake-up makes the live waiter try again 0.2 s later, or, both being fair,
-    1.5 s later, when the woken one's entry (cut short by the release) has run out: well
-    within the dead entry's own lease (3 s) plus a re-check.
+    ``BACKUP_FAIR_MS`` (0.6 s) later, when the woken one's entry (cut short by the release) has
+    run out: well within the dead entry's own lease (3 s) plus a re-check.
     """
     admin: Any
     if kind == "redis":
