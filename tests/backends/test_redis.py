@@ -1092,6 +1092,59 @@ def test_a_waiter_stopped_as_the_release_comes_holds_the_line_up_a_second(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("kind", ["lock", "fair"])
+def test_a_dead_waiter_behind_a_stopped_one_holds_the_line_up_no_longer(
+    redis_server: RedisServer,
+    kind: str,
+    flavour: str,
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    """The release hands the stopped waiter a grant (or, fair, cuts its entry) and sends the
+    backup wake-up to the waiter behind it; that one is dead, its connections closed, so the
+    backup reaches nobody: the release drops it and tells the live waiter behind instead,
+    which gets the lock once the stopped one's second is up, not once the dead one's entry
+    runs out (``waiter_ttl``, 3 s)."""
+    admin = redis_server.client()
+    url = f"{redis_server.url}?prefix={new_prefix()}"
+    name = "line"
+    with tumbler.connect(url) as locks:
+        holder = live_lock(locks, kind, name)
+        assert holder.acquire(timeout=0)
+        for waiters in (1, 2):
+            children.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", WAITER, url, name, kind, flavour, str(LONG_LEASE)]
+                )
+            )
+            eventually(
+                functools.partial(all_listen, admin, url, name, waiters), "the waiter listens"
+            )
+        stopping, dying = children
+        live = TimedWaiter(
+            url,
+            flavour,
+            lambda other: live_lock(other, kind, name),
+            lambda other: alive_lock(other, kind, name),
+        )
+        eventually(lambda: all_listen(admin, url, name, 3), "the live waiter listens last")
+        keys = lua.Keys(parse_url(url).query["prefix"])
+        dead_channel = keys.client_channel(queued_clients(admin, url, name)[1])
+        dying.kill()
+        dying.wait()
+        eventually(
+            lambda: admin.pubsub_numsub(dead_channel)[0][1] == 0,
+            "the server saw the second waiter die",
+        )
+        stopping.send_signal(signal.SIGSTOP)
+        eventually(lambda: stopped(stopping.pid), "the first waiter stopped")
+        released_at = time.monotonic()
+        holder.release()
+        granted_at = live.granted_at()
+    stall = granted_at - released_at
+    assert stall < DEAD_WAITER_STALL, f"the live waiter got the lock {stall:.2f} s after"
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
 @pytest.mark.parametrize("renew", [True, False], ids=["renewed", "not-renewed"])
 def test_a_waiter_handed_the_lock_keeps_the_lease_it_asked_for(
     redis_server: RedisServer, flavour: str, renew: bool

@@ -595,6 +595,7 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     ]
     backup = wakes.held_back
     cut = False
+    dropped_behind: list[str] = []
     if backup_ms and backup and wakes.let_through and clients[backup] != "":
         # the woken fair waiters' entries are cut when the one held back is fair (a grant
         # handed over has its own lease), and it tries again when they, or the provisional
@@ -602,8 +603,24 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
         woken = [o for o in wakes.let_through if o not in handed]
         cut = before[backup].entry.fair and any(before[o].entry.fair for o in woken)
         delay = backup_ms if cut or handed else retry_ms
-        if delay and clients[backup] in alive:
-            expected.append((clients[backup], f"~{delay}:{backup} {NAME}"))
+        # where it may judge, a backup that reaches nobody drops its waiter, and the next
+        # one held back is told instead
+        behind = [
+            e.owner
+            for e in sorted(live, key=lambda e: e.seq)
+            if not e.granted
+            and e.seq > before[backup].entry.seq
+            and e.owner not in wakes.let_through
+            and e.owner not in wakes.dropped
+        ]
+        told: str | None = backup
+        while delay and judge and told and clients[told] != "" and clients[told] not in alive:
+            dropped_behind.append(told)
+            told = behind.pop(0) if behind else None
+        if dropped_behind:
+            event("a backup wake-up reached nobody, and the next waiter was told")
+        if delay and told and clients[told] in alive:
+            expected.append((clients[told], f"~{delay}:{told} {NAME}"))
     holders = sum(e.granted for e in live)
     waiters = len(live) - holders
     event(f"{holders} left holding, {waiters} waiting, {len(wakes.let_through)} let through")
@@ -621,7 +638,7 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     assert not heard_owners - expected_owners, ("woken but may not go", heard, expected, context)
     assert heard == expected, context
 
-    gone = {released, *wakes.dropped}
+    gone = {released, *wakes.dropped, *dropped_behind}
     kept = {o: s for o, s in before.items() if s.live(t0) and o not in gone}
     for o, token in tokens.items():
         # granted by the release: the token of its wake-up, the lease of its terms (cut)

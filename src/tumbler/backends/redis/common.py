@@ -53,15 +53,16 @@ What it guarantees
     drops that waiter and wakes the next at once, on a single server; a waiter killed a
     moment before the release still listens, and holds the line up for the second its grant
     (or, fair, its cut entry) lasts, after which the waiter behind tries again, told by a
-    backup wake-up. On Redis Cluster, where a release cannot tell, it also wakes the next
-    waiter as a backup, which tries 0.2 s later (0.6 s if both are fair: the woken one's
-    entry is cut to run out by then), and a waiter's entry lives 1 s (``waiter_ttl``; its
-    re-checks, every third of that, renew it), so a dead waiter anywhere in a line (two in a
-    row, say) holds it up for a second at most. A waiter whose host vanished without closing
-    its connections holds a fair line up on a single server until its entry runs out, within
-    ``waiter_ttl`` (3 s). All the leases of a client are renewed together: one script call
-    per 500 of them (per hash slot on Redis Cluster), all pipelined, within the time their
-    leases have left.
+    backup wake-up (a dead waiter behind it, which that backup reaches not, is dropped then,
+    and the backup goes to the next). On Redis Cluster, where a release cannot tell, it also
+    wakes the next waiter as a backup, which tries 0.2 s later (0.6 s if both are fair: the
+    woken one's entry is cut to run out by then), and a waiter's entry lives 1 s
+    (``waiter_ttl``; its re-checks, every third of that, renew it), so a dead waiter anywhere
+    in a line (two in a row, say) holds it up for a second at most. A waiter whose host
+    vanished without closing its connections holds a fair line up on a single server until
+    its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are renewed
+    together: one script call per 500 of them (per hash slot on Redis Cluster), all
+    pipelined, within the time their leases have left.
 
 What it cannot promise
     Redis replicates asynchronously. If the primary fails after acknowledging a grant but

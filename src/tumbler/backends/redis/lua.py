@@ -73,18 +73,21 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     The waiter behind learns of it by a *backup* wake-up, ``~<ms>:<owner hash> <name>``: the
     release sends it to the first waiter it does not let through, which tries again ``ms``
     later (and a little more, ``common.BACKUP_SLACK``: its clock is not the server's), and
-    takes the lock if the provisional grant or the cut entry ran out meanwhile. On a single
-    server a release sends it, with ``ms = backup_ms``, after a provisional grant or a cut
-    only: a waiter behind nothing but woken waiters that are not fair is not held up by
-    their entries, and re-checks within a second anyway. A backup that comes once its
-    waiter has the lock (the holder let go sooner, and its release handed the lock on) wakes
-    nobody: it costs no call. On Redis Cluster PUBLISH counts only the subscribers on the
-    node that runs the script, so there nobody is judged by it and no release hands over (it
-    would hand a grant to a waiter that died long ago as readily as to a live one); instead
-    every release that lets a waiter through sends the backup wake-up: after ``backup_ms``
-    when the waiter held back and a woken one are both fair (the woken fair waiters' entries
-    cut as above: a live one renews its entry when it tries again, and that is within a
-    re-check even if the wake-up is lost), else after ``retry_ms``.
+    takes the lock if the provisional grant or the cut entry ran out meanwhile. A backup that
+    reaches nobody where that tells (a single server) tells what a wake-up does: that waiter's
+    client is gone, so the release removes it and tells the next waiter it holds back instead
+    (else a dead waiter right behind a dying one would hold the line up until its own entry
+    ran out, ``waiter_ttl``). On a single server a release sends it, with ``ms = backup_ms``,
+    after a provisional grant or a cut only: a waiter behind nothing but woken waiters that
+    are not fair is not held up by their entries, and re-checks within a second anyway. A
+    backup that comes once its waiter has the lock (the holder let go sooner, and its release
+    handed the lock on) wakes nobody: it costs no call. On Redis Cluster PUBLISH counts only
+    the subscribers on the node that runs the script, so there nobody is judged by it and no
+    release hands over (it would hand a grant to a waiter that died long ago as readily as to
+    a live one); instead every release that lets a waiter through sends the backup wake-up:
+    after ``backup_ms`` when the waiter held back and a woken one are both fair (the woken
+    fair waiters' entries cut as above: a live one renews its entry when it tries again, and
+    that is within a re-check even if the wake-up is lost), else after ``retry_ms``.
 
 Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
 is ignored by every script and dropped by the next grant, release or force release of its
@@ -415,6 +418,23 @@ local function hand_off(K, e, channel_prefix, name, confirm_ms)
     return true, provisional
 end
 
+-- send the backup wake-up to waiter e, the first held back; one that reaches nobody where
+-- that tells the client is gone (judge) removes e, as a wake-up would, and goes to the next
+-- waiter held back (not among the woken) instead: else a dead waiter right behind a dying
+-- one would hold the line until its own entry ran out, not the dying one's cut lease
+local function tell_backup(K, channel_prefix, name, judge, e, woken, delay_ms)
+    local skipped = {}
+    for _, w in ipairs(woken) do skipped[w.owner] = true end
+    local message = '~' .. delay_ms .. ':'
+    for _ = 1, WAKE_SCAN do
+        if not e or e.client == '' then return end
+        local heard = call('PUBLISH', channel_prefix .. e.client, message .. e.owner .. ' ' .. name)
+        if heard > 0 or not judge then return end
+        remove(K, e.owner, e)
+        repeat e = first_after(K, 'w', e.seq) until not e or not skipped[e.owner]
+    end
+end
+
 -- wake the waiters that can go now, in arrival order (just them: no herd). A waiter whose
 -- client is gone is removed, and the next one considered in its place, in the same pass.
 -- With backup_ms, the first waiter not let through is told to try again later in case a
@@ -481,8 +501,7 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
             end
         end
         if delay_ms > 0 then
-            call('PUBLISH', channel_prefix .. backup.client,
-                 '~' .. delay_ms .. ':' .. backup.owner .. ' ' .. name)
+            tell_backup(K, channel_prefix, name, judge, backup, woken, delay_ms)
         end
     end
 end
