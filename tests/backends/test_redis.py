@@ -1045,6 +1045,35 @@ def alive_lock(locks: tumbler.aio.AsyncLocks, kind: str, name: str) -> tumbler.a
     return locks.lock(name, ttl=LONG_LEASE, fair=kind != "lock")
 
 
+def waiter_process(url: str, name: str, kind: str, flavour: str) -> subprocess.Popen[bytes]:
+    """A process that waits for ``name`` (``live_lock``'s kind) and never lets go."""
+    return subprocess.Popen(
+        [sys.executable, "-c", WAITER, url, name, kind, flavour, str(LONG_LEASE)]
+    )
+
+
+def timed_live_waiter(url: str, flavour: str, kind: str, name: str) -> TimedWaiter:
+    return TimedWaiter(
+        url,
+        flavour,
+        lambda other: live_lock(other, kind, name),
+        lambda other: alive_lock(other, kind, name),
+    )
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    """SIGSTOP: its connections stay open and subscribed, and it acts on nothing."""
+    child.send_signal(signal.SIGSTOP)
+    eventually(lambda: stopped(child.pid), "the waiter stopped")
+
+
+def stall_after_release(holder: tumbler.Lock, live: TimedWaiter) -> float:
+    """Seconds from ``holder``'s release until ``live`` was granted the lock."""
+    released_at = time.monotonic()
+    holder.release()
+    return live.granted_at() - released_at
+
+
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
 @pytest.mark.parametrize("kind", ["lock", "fair", "rwlock", "fair-not-renewed"])
 @pytest.mark.parametrize("server_kind", ["redis", "valkey"])
@@ -1070,24 +1099,13 @@ def test_a_waiter_stopped_as_the_release_comes_holds_the_line_up_a_second(
     with tumbler.connect(url) as locks:
         holder = live_lock(locks, kind, name)
         assert holder.acquire(timeout=0)
-        child = subprocess.Popen(
-            [sys.executable, "-c", WAITER, url, name, kind, flavour, str(LONG_LEASE)]
-        )
+        child = waiter_process(url, name, kind, flavour)
         children.append(child)
         eventually(lambda: all_listen(admin, url, name, 1), "the doomed waiter listens")
-        live = TimedWaiter(
-            url,
-            flavour,
-            lambda other: live_lock(other, kind, name),
-            lambda other: alive_lock(other, kind, name),
-        )
+        live = timed_live_waiter(url, flavour, kind, name)
         eventually(lambda: all_listen(admin, url, name, 2), "the live waiter listens behind")
-        child.send_signal(signal.SIGSTOP)
-        eventually(lambda: stopped(child.pid), "the waiter stopped")
-        released_at = time.monotonic()
-        holder.release()
-        granted_at = live.granted_at()
-    stall = granted_at - released_at
+        stop(child)
+        stall = stall_after_release(holder, live)
     assert stall < DEAD_WAITER_STALL, f"the live waiter got the lock {stall:.2f} s after"
 
 
@@ -1111,21 +1129,12 @@ def test_a_dead_waiter_behind_a_stopped_one_holds_the_line_up_no_longer(
         holder = live_lock(locks, kind, name)
         assert holder.acquire(timeout=0)
         for waiters in (1, 2):
-            children.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", WAITER, url, name, kind, flavour, str(LONG_LEASE)]
-                )
-            )
+            children.append(waiter_process(url, name, kind, flavour))
             eventually(
                 functools.partial(all_listen, admin, url, name, waiters), "the waiter listens"
             )
         stopping, dying = children
-        live = TimedWaiter(
-            url,
-            flavour,
-            lambda other: live_lock(other, kind, name),
-            lambda other: alive_lock(other, kind, name),
-        )
+        live = timed_live_waiter(url, flavour, kind, name)
         eventually(lambda: all_listen(admin, url, name, 3), "the live waiter listens last")
         keys = lua.Keys(parse_url(url).query["prefix"])
         dead_channel = keys.client_channel(queued_clients(admin, url, name)[1])
@@ -1135,12 +1144,8 @@ def test_a_dead_waiter_behind_a_stopped_one_holds_the_line_up_no_longer(
             lambda: admin.pubsub_numsub(dead_channel)[0][1] == 0,
             "the server saw the second waiter die",
         )
-        stopping.send_signal(signal.SIGSTOP)
-        eventually(lambda: stopped(stopping.pid), "the first waiter stopped")
-        released_at = time.monotonic()
-        holder.release()
-        granted_at = live.granted_at()
-    stall = granted_at - released_at
+        stop(stopping)
+        stall = stall_after_release(holder, live)
     assert stall < DEAD_WAITER_STALL, f"the live waiter got the lock {stall:.2f} s after"
 
 
