@@ -893,12 +893,21 @@ def test_a_renewal_does_not_ask_again_masters_that_are_down(
     assert backend.masters[0].out_until - time.monotonic() <= 2.0
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
 def test_a_client_reads_its_tls_files_once_for_all_its_masters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavour: str
 ) -> None:
     with start_tls_masters(tmp_path / "tls", 3) as masters:
         contexts = ContextsMade(monkeypatch)
         url = masters.url(f"tumbler:{uuid.uuid4().hex}")
-        with tumbler.connect(url) as locks, locks.lock("tls") as hold:
-            assert hold.held
+        if flavour == "sync":
+            with tumbler.connect(url) as locks, locks.lock("tls") as hold:
+                assert hold.held
+        else:
+
+            async def main() -> None:
+                async with await tumbler.aio.connect(url) as locks, locks.lock("tls") as hold:
+                    assert hold.held
+
+            asyncio.run(main())
         assert contexts.count == 1
