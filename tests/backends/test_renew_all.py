@@ -179,7 +179,10 @@ async def test_asyncio_renew_all_gives_up_at_its_timeout_behind_a_stuck_call(tmp
         original: Callable[..., Any] = SQLiteBackend.try_grant
 
         def noted(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
-            started.set()
+            # the call is first tried on the loop, refused there (the write lock is taken),
+            # and only then runs on the thread, where it waits
+            if threading.current_thread().name == "tumbler-backend":
+                started.set()
             return original(self, grant_request)
 
         blocker = Blocker(path)
@@ -195,3 +198,31 @@ async def test_asyncio_renew_all_gives_up_at_its_timeout_behind_a_stuck_call(tmp
             blocker.close()
         assert await stuck
         assert await adapter.renew_all([Renewal("job", "owner", 30.0)], 5.0) == [30.0]
+
+
+@pytest.mark.asyncio
+async def test_a_call_the_locked_database_refuses_on_the_loop_runs_again_on_the_thread(tmp_path):
+    """Why the stuck-call case waits for the call on the thread: the adapter first tries it on
+    the event loop, where the write lock of another process refuses it, and the caller goes
+    on before the thread has taken it."""
+    path = tmp_path / "locks.db"
+    async with await tumbler.aio.connect(f"sqlite:///{path}?busy_timeout=30") as locks:
+        adapter = locks._backend
+        threads: list[str] = []
+        original: Callable[..., Any] = SQLiteBackend.try_grant
+
+        def noted(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
+            threads.append(threading.current_thread().name)
+            return original(self, grant_request)
+
+        blocker = Blocker(path)
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(SQLiteBackend, "try_grant", noted)
+                waiting = asyncio.create_task(adapter.try_grant(request("job", "owner")))
+                await asyncio.sleep(0)  # the task's first step: its try on the loop
+                assert threads[:1] == [threading.current_thread().name]
+        finally:
+            blocker.close()
+        assert await waiting
+        assert threads == [threading.current_thread().name, "tumbler-backend"]
