@@ -19,3 +19,11 @@ def test_what_a_case_thaws_is_frozen_again_after_it() -> None:
     assert gc.get_freeze_count() == 0
     conftest.pytest_runtest_logfinish()
     assert gc.get_freeze_count() > 10_000
+
+
+def test_the_collectors_thresholds_a_case_changes_are_put_back_after_it() -> None:
+    """mypy's API makes the young generation 200,000 objects, and does not put it back."""
+    gc.set_threshold(200_000, 30, 30)
+    conftest.pytest_runtest_logfinish()
+    assert gc.get_threshold() == conftest.COLLECTOR_THRESHOLDS
+    assert gc.get_threshold()[0] < 10_000
