@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 from tests import conftest
 
@@ -27,3 +28,20 @@ def test_the_collectors_thresholds_a_case_changes_are_put_back_after_it() -> Non
     conftest.pytest_runtest_logfinish()
     assert gc.get_threshold() == conftest.COLLECTOR_THRESHOLDS
     assert gc.get_threshold()[0] < 10_000
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_what_a_case_leaves_alive_is_frozen_after_it_and_its_garbage_collected() -> None:
+    """A collection in a case walks only what that case made."""
+    before = gc.get_freeze_count()
+    kept = [_Node() for _ in range(10_000)]
+    dropped = _Node()
+    freed = weakref.finalize(dropped, lambda: None)
+    del dropped
+    conftest.pytest_runtest_logfinish()
+    assert not freed.alive
+    assert gc.get_freeze_count() >= before + len(kept)
