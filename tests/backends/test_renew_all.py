@@ -12,7 +12,7 @@ import contextlib
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,39 @@ class Blocker:
         self.db.close()
 
 
+class NotedGrants:
+    """What :func:`noted_grants_behind_a_blocker` saw of ``SQLiteBackend.try_grant``."""
+
+    def __init__(self) -> None:
+        #: the thread of each call, in order
+        self.threads: list[str] = []
+        #: set once a call runs on the adapter's thread
+        self.on_thread = threading.Event()
+
+
+@contextlib.contextmanager
+def noted_grants_behind_a_blocker(path: Path) -> Iterator[NotedGrants]:
+    """``SQLiteBackend.try_grant`` noting the thread of each call, while another process's
+    connection holds the write lock of the database at ``path`` (released on leaving)."""
+    noted = NotedGrants()
+    original: Callable[..., Any] = SQLiteBackend.try_grant
+
+    def noting(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
+        thread = threading.current_thread().name
+        noted.threads.append(thread)
+        if thread == "tumbler-backend":
+            noted.on_thread.set()
+        return original(self, grant_request)
+
+    blocker = Blocker(path)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(SQLiteBackend, "try_grant", noting)
+            yield noted
+    finally:
+        blocker.close()
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_sqlite_renew_all_gives_up_at_its_timeout_not_busy_timeout(tmp_path, flavour):
@@ -175,27 +208,14 @@ async def test_asyncio_renew_all_gives_up_at_its_timeout_behind_a_stuck_call(tmp
     async with await tumbler.aio.connect(f"sqlite:///{path}?busy_timeout=30") as locks:
         adapter = locks._backend
         assert await adapter.try_grant(request("job", "owner"))
-        started = threading.Event()
-        original: Callable[..., Any] = SQLiteBackend.try_grant
-
-        def noted(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
+        with noted_grants_behind_a_blocker(path) as noted:
+            stuck = asyncio.create_task(adapter.try_grant(request("other", "owner-2")))
             # the call is first tried on the loop, refused there (the write lock is taken),
             # and only then runs on the thread, where it waits
-            if threading.current_thread().name == "tumbler-backend":
-                started.set()
-            return original(self, grant_request)
-
-        blocker = Blocker(path)
-        try:
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(SQLiteBackend, "try_grant", noted)
-                stuck = asyncio.create_task(adapter.try_grant(request("other", "owner-2")))
-                assert await asyncio.to_thread(started.wait, PATIENCE)
-                with pytest.raises(BackendUnavailable, match="did not finish within"):
-                    await adapter.renew_all([Renewal("job", "owner", 30.0)], 0.2)
-                assert not stuck.done()
-        finally:
-            blocker.close()
+            assert await asyncio.to_thread(noted.on_thread.wait, PATIENCE)
+            with pytest.raises(BackendUnavailable, match="did not finish within"):
+                await adapter.renew_all([Renewal("job", "owner", 30.0)], 0.2)
+            assert not stuck.done()
         assert await stuck
         assert await adapter.renew_all([Renewal("job", "owner", 30.0)], 5.0) == [30.0]
 
@@ -208,21 +228,9 @@ async def test_a_call_the_locked_database_refuses_on_the_loop_runs_again_on_the_
     path = tmp_path / "locks.db"
     async with await tumbler.aio.connect(f"sqlite:///{path}?busy_timeout=30") as locks:
         adapter = locks._backend
-        threads: list[str] = []
-        original: Callable[..., Any] = SQLiteBackend.try_grant
-
-        def noted(self: SQLiteBackend, grant_request: GrantRequest) -> Any:
-            threads.append(threading.current_thread().name)
-            return original(self, grant_request)
-
-        blocker = Blocker(path)
-        try:
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(SQLiteBackend, "try_grant", noted)
-                waiting = asyncio.create_task(adapter.try_grant(request("job", "owner")))
-                await asyncio.sleep(0)  # the task's first step: its try on the loop
-                assert threads[:1] == [threading.current_thread().name]
-        finally:
-            blocker.close()
+        with noted_grants_behind_a_blocker(path) as noted:
+            waiting = asyncio.create_task(adapter.try_grant(request("job", "owner")))
+            await asyncio.sleep(0)  # the task's first step: its try on the loop
+            assert noted.threads[:1] == [threading.current_thread().name]
         assert await waiting
-        assert threads == [threading.current_thread().name, "tumbler-backend"]
+        assert noted.threads == [threading.current_thread().name, "tumbler-backend"]
