@@ -373,13 +373,15 @@ local function set_expiry(K)
     end
 end
 
--- tell a waiter's client that the waiter may go now; false if the client is known to be
--- gone (judge: PUBLISH reached nobody on a server that sees every subscriber, see above)
-local function wake(e, channel_prefix, name, judge)
+-- tell a waiter's client that the waiter may go now (or, with prefix '~<ms>:', that it try
+-- again ms from now: a backup wake-up); false if the client is known to be gone (judge:
+-- PUBLISH reached nobody on a server that sees every subscriber, see above)
+local function wake(e, channel_prefix, name, judge, prefix)
     if e.client == '' then
         return true  -- not subscribed yet: it tries again by itself once it is
     end
-    local heard = call('PUBLISH', channel_prefix .. e.client, e.owner .. ' ' .. name)
+    local message = (prefix or '') .. e.owner .. ' ' .. name
+    local heard = call('PUBLISH', channel_prefix .. e.client, message)
     return heard > 0 or not judge
 end
 
@@ -425,11 +427,9 @@ end
 local function tell_backup(K, channel_prefix, name, judge, e, woken, delay_ms)
     local skipped = {}
     for _, w in ipairs(woken) do skipped[w.owner] = true end
-    local message = '~' .. delay_ms .. ':'
+    local prefix = '~' .. delay_ms .. ':'
     for _ = 1, WAKE_SCAN do
-        if not e or e.client == '' then return end
-        local heard = call('PUBLISH', channel_prefix .. e.client, message .. e.owner .. ' ' .. name)
-        if heard > 0 or not judge then return end
+        if not e or wake(e, channel_prefix, name, judge, prefix) then return end
         remove(K, e.owner, e)
         repeat e = first_after(K, 'w', e.seq) until not e or not skipped[e.owner]
     end
