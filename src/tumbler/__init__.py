@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
+from ._sync.changes import StateChanges
 from ._sync.client import Locks
+from ._sync.election import Election, LeaderChanges, Leadership
 from ._sync.hold import Hold, MultiHold, SegmentHold
 from ._sync.primitives import (
     Lock,
@@ -27,7 +29,7 @@ from ._sync.primitives import (
     Semaphore,
 )
 from .backends import known_schemes, register_backend
-from .backends.contract import Capabilities, HolderInfo, LockState
+from .backends.contract import Capabilities, HolderInfo, Leader, LockState
 from .errors import (
     AcquireTimeout,
     AlreadyHeld,
@@ -76,6 +78,7 @@ __all__ = [
     "Capabilities",
     "ClientClosed",
     "ConfigurationError",
+    "Election",
     "ForkedClient",
     "Hold",
     "HoldInDoubt",
@@ -87,6 +90,9 @@ __all__ = [
     "InvalidTTL",
     "InvalidTimeout",
     "InvalidURL",
+    "Leader",
+    "LeaderChanges",
+    "Leadership",
     "Lock",
     "LockLost",
     "LockState",
@@ -106,6 +112,7 @@ __all__ = [
     "SegmentedLock",
     "Semaphore",
     "StaleToken",
+    "StateChanges",
     "TooManyWaiters",
     "TumblerError",
     "UnknownScheme",

@@ -43,6 +43,7 @@ from tumbler.errors import (
     EX_NOT_FOUND,
     EX_SIGNAL_BASE,
     EX_TEMPFAIL,
+    AcquireTimeout,
     BackendUnavailable,
     InvalidTimeout,
     InvalidURL,
@@ -352,8 +353,11 @@ def run_locked(
     wait_descendants: bool = True,
     complain: Complain,
     report_wait: bool = True,
+    leader: str | None = None,
 ) -> int:
-    """Hold the lock ``name`` while ``command`` runs; return the exit status.
+    """Hold the lock ``name`` while ``command`` runs; return the exit status. With ``leader``,
+    lead the election ``name`` instead, campaigning with that value (candidates lead in the
+    order they came), and run the command while leading.
 
     ``connect()`` opens the client, once the signal handlers are in place (a signal while
     connecting ends the wait as one while waiting does). With ``wait_descendants``, the lock is
@@ -370,22 +374,21 @@ def run_locked(
     core.validate_name(name)
     ttl = core.validate_ttl(ttl)
     core.validate_timeout(wait)
+    if leader is not None:
+        core.validate_holder(leader)
     kill_after = _validate_kill_after(kill_after, ttl)
     with _SignalRelay() as relay:
         try:
             with connect() as locks:
-                lock = locks.lock(name, ttl=ttl)
                 # a single try (--no-wait) has nothing to report
                 say = complain if report_wait and wait != 0 else None
                 with _WaitReport(locks, name, say):
-                    acquired = lock.acquire(timeout=wait)
+                    hold = _take(locks, name, ttl, wait, leader)
                 relay.phase = relay.STARTING
-                if not acquired:
+                if hold is None:
                     relay.phase = relay.FINISHING
                     complain(_busy_message(locks, name, wait))
                     return EX_TEMPFAIL
-                hold = lock.hold
-                assert hold is not None
                 if kill_after > hold.ttl * _KILL_AFTER_SHARE:
                     kill_after = hold.ttl * _KILL_AFTER_SHARE
                     complain(
@@ -399,6 +402,20 @@ def run_locked(
             what = signal.Signals(signalled.signum).name
             complain(f"{what} while waiting for lock {name!r}: not run")
             return EX_SIGNAL_BASE + signalled.signum
+
+
+def _take(
+    locks: tumbler.Locks, name: str, ttl: float, wait: float | None, leader: str | None
+) -> tumbler.Hold | None:
+    """The lock ``name``, or with ``leader`` the leadership of the election ``name``; None
+    if ``wait`` ran out first."""
+    if leader is None:
+        lock = locks.lock(name, ttl=ttl)
+        return lock.hold if lock.acquire(timeout=wait) else None
+    try:
+        return locks.election(name, ttl=ttl).campaign(leader, timeout=wait)
+    except AcquireTimeout:
+        return None
 
 
 class _WaitReport:

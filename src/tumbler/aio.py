@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ._async.changes import AsyncStateChanges
 from ._async.client import AsyncLocks
+from ._async.election import AsyncElection, AsyncLeaderChanges, AsyncLeadership
 from ._async.hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
 from ._async.primitives import (
     AsyncLock,
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     from .backends.contract import AsyncBackend
 
 __all__ = [
+    "AsyncElection",
     "AsyncHold",
+    "AsyncLeaderChanges",
+    "AsyncLeadership",
     "AsyncSegmentHold",
     "AsyncLock",
     "AsyncLocks",
@@ -43,6 +48,7 @@ __all__ = [
     "AsyncReadLock",
     "AsyncSegmentedLock",
     "AsyncSemaphore",
+    "AsyncStateChanges",
     "connect",
 ]
 

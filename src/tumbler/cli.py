@@ -465,6 +465,20 @@ class _RunCommand(_Described):
     "the lease can run out.  [default: 5, or a quarter of --ttl if less]",
 )
 @click.option(
+    "--elect",
+    is_flag=True,
+    help="Run CMD as the leader of the election NAME: candidates lead one at a time, in the "
+    "order they came, each term's $TUMBLER_TOKEN greater than the last. For a singleton "
+    "worker: start one on every host, with a restart policy.",
+)
+@click.option(
+    "--value",
+    metavar="TEXT",
+    default=None,
+    help="With --elect, what the others read of this leader (tumbler status NAME): an "
+    "address, say.  [default: this host, pid and program]",
+)
+@click.option(
     "--wait-descendants/--no-wait-descendants",
     default=True,
     help="Keep the lock until every process CMD started has exited, also those it left "
@@ -484,10 +498,13 @@ def run(
     no_wait: bool,
     quiet: bool,
     kill_after: float | None,
+    elect: bool,
+    value: str | None,
     wait_descendants: bool,
     url: str | None,
 ) -> int:
-    """Run a command while holding the lock NAME: a distributed flock(1).
+    """Run a command while holding the lock NAME: a distributed flock(1), or with --elect
+    a leader election.
 
     Waits for the lock, runs CMD in its own process group, keeps the lease renewed, and
     exits with CMD's status. The lock is released once CMD and every process it started have
@@ -518,6 +535,9 @@ def run(
         tumbler run --no-wait nightly-report -- ./report.sh
     Jobs of one machine that must not overlap:
       tumbler run --url sqlite:///var/lib/app/locks.db backup -- ./backup.sh
+    One scheduler for the whole fleet, the others standing by (under systemd's
+    Restart=always, each takes over in turn when the leader dies or its lease is lost):
+      tumbler run --elect --value "$(hostname):8080" scheduler -- ./scheduler
     """
     command: list[str] | None = ctx.meta[_RunCommand.COMMAND_KEY]
     if not command:
@@ -526,6 +546,8 @@ def run(
         if wait not in (None, 0):
             raise click.UsageError("--no-wait and --wait are contradictory", ctx)
         wait = 0.0
+    if value is not None and not elect:
+        raise click.UsageError("--value is the leader's: it needs --elect", ctx)
     from tumbler import _supervisor  # only run needs it
 
     holder = _supervisor.holder_for(command)
@@ -539,6 +561,7 @@ def run(
         wait_descendants=wait_descendants,
         complain=_complain,
         report_wait=not quiet,
+        leader=(holder if value is None else value) if elect else None,
     )
 
 

@@ -290,6 +290,41 @@ def test_run_holds_the_lock_while_the_command_runs(
     assert locks.status("job").holders == ()
 
 
+def test_run_elect_runs_one_leader_at_a_time_in_the_order_they_came(
+    spawn: Spawn, locks: tumbler.Locks
+) -> None:
+    """Each runs its command while it leads, with its term as $TUMBLER_TOKEN; the leader's
+    value is what the others read."""
+    says_its_term = python_command(
+        "import os, sys; print(os.environ['TUMBLER_TOKEN'], flush=True); sys.stdin.read()"
+    )
+    election = locks.election("scheduler")
+    leader = spawn(
+        "run", "--elect", "--value", "host-a:8080", "scheduler", "--", *says_its_term,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    term = int(read_line(leader))
+    assert election.leader() == tumbler.Leader("host-a:8080", term)
+    standby = spawn(
+        "run", "--elect", "scheduler", "--", *says_its_term,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    wait_until(lambda: locks.status("scheduler").waiters == 1, "the standby waits in line")
+    assert leader.stdin is not None
+    leader.stdin.close()
+    assert leader.wait(timeout=30) == 0
+    next_term = int(read_line(standby))
+    assert next_term > term
+    current = election.leader()
+    assert current is not None
+    assert current.term == next_term
+    assert current.value.endswith(f" run: {Path(sys.executable).name}")  # its default value
+    assert standby.stdin is not None
+    standby.stdin.close()
+    assert standby.wait(timeout=30) == 0
+    assert election.leader() is None
+
+
 def test_run_renews_the_lease_while_the_command_runs(spawn: Spawn, locks: tumbler.Locks) -> None:
     runner = spawn(
         "run", "job", "--ttl", "0.6", "--", *BLOCKS_ON_STDIN,
@@ -458,6 +493,8 @@ def test_command_not_executable_exits_126(
         ["status", ""],
         ["release", "job"],
         ["release", "--force", ""],
+        ["run", "--value", "host-a", "job", "--", "true"],
+        ["run", "--elect", "--value", "two\nlines", "job", "--", "true"],
         ["demo", "--workers", "0"],
         ["demo", "--url", "memory://x"],
         ["no-such-command"],

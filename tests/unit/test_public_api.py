@@ -43,6 +43,10 @@ FLAVOURS = {
     "ReadLock": "AsyncReadLock",
     "MultiLock": "AsyncMultiLock",
     "MultiHold": "AsyncMultiHold",
+    "Election": "AsyncElection",
+    "Leadership": "AsyncLeadership",
+    "LeaderChanges": "AsyncLeaderChanges",
+    "StateChanges": "AsyncStateChanges",
 }
 
 # protocol methods with an asyncio counterpart, under the sync name
@@ -106,8 +110,17 @@ SURFACE = {
     },
     "Locks": {
         "url", "capabilities", "lock", "rlock", "semaphore", "segmented", "rwlock", "multi",
-        "synchronized", "status", "status_all", "force_release", "settle", "close",
+        "election", "synchronized", "watch", "status", "status_all", "force_release", "settle",
+        "close",
     },
+    "Election": {"name", "ttl", "campaign", "leader", "observe"},
+    "Leadership": {
+        "name", "token", "term", "value", "ttl", "held", "in_doubt", "lost", "lost_reason",
+        "expires_in", "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
+        "resign",
+    },
+    "StateChanges": {"name", "close"},
+    "LeaderChanges": {"close"},
     "MultiLock": {"names", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release"},
     "MultiHold": {
         "names", "holds", "tokens", "held", "in_doubt", "lost", "lost_reason", "expires_in",
@@ -132,11 +145,19 @@ def _public(instance: object) -> set[str]:
     return {member for member in dir(instance) if not member.startswith("_")}
 
 
-def _surfaces(locks: object, lock: object, segmented: object, multi: object) -> dict[str, set[str]]:
+def _surfaces(
+    locks: object, lock: object, segmented: object, multi: object, leadership: object
+) -> dict[str, set[str]]:
     """The public names of a live object of each class of SURFACE, by its sync name (instance
-    attributes show only on an instance); ``lock``, ``segmented`` and ``multi`` are held."""
+    attributes show only on an instance); ``lock``, ``segmented`` and ``multi`` are held,
+    ``leadership`` leads."""
     rw = locks.rwlock("rw")  # type: ignore[attr-defined]
+    election = locks.election("e")  # type: ignore[attr-defined]
     return {
+        "Election": _public(election),
+        "Leadership": _public(leadership),
+        "StateChanges": _public(locks.watch("w")),  # type: ignore[attr-defined]
+        "LeaderChanges": _public(election.observe()),
         "Locks": _public(locks),
         "Lock": _public(lock),
         "Hold": _public(lock.hold),  # type: ignore[attr-defined]
@@ -158,7 +179,8 @@ def test_each_class_shows_only_what_a_user_may_use() -> None:
         assert lock.acquire()
         assert segmented.acquire()
         assert multi.acquire()
-        assert _surfaces(locks, lock, segmented, multi) == SURFACE
+        leadership = locks.election("surface-sync-e").campaign("me")
+        assert _surfaces(locks, lock, segmented, multi, leadership) == SURFACE
 
 
 def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
@@ -170,7 +192,8 @@ def test_each_asyncio_class_shows_only_what_a_user_may_use() -> None:
             assert await lock.acquire()
             assert await segmented.acquire()
             assert await multi.acquire()
-            return _surfaces(locks, lock, segmented, multi)
+            leadership = await locks.election("surface-asyncio-e").campaign("me")
+            return _surfaces(locks, lock, segmented, multi, leadership)
 
     assert asyncio.run(surfaces()) == SURFACE
 

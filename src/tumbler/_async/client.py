@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 from .. import _core as core
 from .._acompat import (
@@ -35,6 +35,7 @@ from .._acompat import (
 from .._clock import Clock
 from ..backends.contract import (
     AsyncBackend,
+    AsyncStateWatching,
     AsyncWatch,
     Capabilities,
     Grant,
@@ -44,6 +45,8 @@ from ..backends.contract import (
 )
 from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
+from .changes import AsyncStateChanges
+from .election import AsyncElection
 from .gate import AsyncClientGate
 from .hold import GIVE_BACK, RENEW, AsyncHold
 from .primitives import (
@@ -352,6 +355,38 @@ class AsyncLocks:
 
     # -- operators ---------------------------------------------------------------------------
 
+    def election(self, name: str, *, ttl: core.Seconds | None = None) -> AsyncElection:
+        """A leader election named ``name``: ``campaign(value)`` waits until the caller leads
+        and returns its leadership (a hold whose ``term``, its fencing token, strictly grows
+        from leader to leader); ``leader()`` reads who leads; ``observe()`` follows it.
+
+        ``ttl``: the leadership's lease (default the client's, 30 s): a leader that dies is
+        replaced this long after its last renewal; one that lives is renewed every ``ttl/3``
+        and told (``lost``, ``on_lost``) before anyone else could lead if that fails. The
+        election is the lock ``name`` with its leader as holder, as ``status`` shows it.
+        """
+        return AsyncElection(self, name, ttl=ttl)
+
+    def watch(self, name: str) -> AsyncStateChanges:
+        """The state of lock ``name`` (as ``status`` reads it) now, then each time its
+        entries change: ``async for state in locks.watch(name)`` (``for`` in the blocking
+        flavour). See :class:`AsyncStateChanges`."""
+        canonical = core.validate_name(name)
+        backend = self._backend
+        watch: AsyncWatch
+        if backend.capabilities.state_wakeups:
+            watch = cast(AsyncStateWatching, backend).watch_state(canonical)
+        else:
+            watch = _AsyncAnyWatch([], self._clock)  # a poller: woken by close() alone
+        try:
+            with self._guard:
+                self._gate.check_usable(canonical)
+                self._watches.add(watch)  # close() wakes it
+        except BaseException:
+            watch.close()
+            raise
+        return AsyncStateChanges(self, canonical, watch)
+
     async def status(self, name: str) -> LockState:
         """Holders (with fencing token and lease left) and waiters of one lock."""
         canonical = core.validate_name(name)
@@ -455,17 +490,19 @@ class AsyncLocks:
         ttl: float,
         timeout: float | None,
         renew: bool,
+        holder: str | None = None,
     ) -> H | None:
         """A new grant of one of ``names`` (canonical; one lock, or the segments a segmented
         lock may take, tried in this order and waited for all at once), held by a new owner;
         None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held.
         ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
         binds what its holds need besides). ``lock_name``: the lock object's name, for the
-        client's observers."""
+        client's observers. ``holder``: what operators read of the holder (validated), if not
+        the client's own."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
-            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0)
+            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0, holder=holder)
             for name in names
         )
         if self._observers is None:
@@ -511,6 +548,7 @@ class AsyncLocks:
         ttl: float,
         renew: bool = True,
         queue: bool = True,
+        holder: str | None = None,
     ) -> GrantRequest:
         return GrantRequest(
             name=name,
@@ -519,7 +557,7 @@ class AsyncLocks:
             limit=limit,
             fair=fair,
             ttl=self._gate.grantable(ttl),
-            holder=self._holder,
+            holder=self._holder if holder is None else holder,
             queue=queue,
             # _new_hold schedules the first renewal at a third of the lease granted
             renewed=renew,
@@ -619,6 +657,12 @@ class AsyncLocks:
                 gate.end(context)
             if watched is not None:
                 watched.close()
+
+    def _forget_watch(self, watch: AsyncWatch) -> None:
+        """A state watcher's ``watch`` is done with (from any thread)."""
+        with self._guard:
+            self._watches.discard(watch)
+        watch.close()
 
     def _watch(self, requests: tuple[GrantRequest, ...]) -> AsyncWatch:
         """The watch for ``requests``: the backend's own for one lock, all of theirs at once

@@ -127,22 +127,25 @@ class _AsyncHolder(Generic[R]):
                 del self._entered[context]
             if hold is not None and self._left_counted(context):
                 return
-        if hold is None:
-            return
-        if hold._release_begun:
-            # released inside the block, by hand or by close(): report a loss not yet reported
-            if exc_type is None:
-                hold._report_loss()
-            return
-        try:
-            await hold.release()
-        except (LockLost, BackendUnavailable):
-            if exc_type is None:
-                raise
-            # never hide the exception already on its way out
-            _log.warning(
-                "%s: hold lost or not released while leaving on an error", self._described()[0]
-            )
+        if hold is not None:
+            await release_on_leaving(hold, exc_type is not None, self._described()[0])
+
+
+async def release_on_leaving(hold: _AsyncReleasable, failing: bool, what: str) -> None:
+    """The end of a ``with`` block of ``hold`` (``what``: ``lock 'x'``, for the log): release
+    it, and raise ``LockLost`` if it had been lost, unless the block is ``failing`` (an
+    exception on its way out, which is never hidden: the loss is logged instead)."""
+    if hold._release_begun:
+        # released inside the block, by hand or by close(): report a loss not yet reported
+        if not failing:
+            hold._report_loss()
+        return
+    try:
+        await hold.release()
+    except (LockLost, BackendUnavailable):
+        if not failing:
+            raise
+        _log.warning("%s: hold lost or not released while leaving on an error", what)
 
 
 class _AsyncPrimitive(_AsyncHolder[H]):

@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, cast
 
 from .. import _core as core
 from .._acompat import (
@@ -42,10 +42,13 @@ from ..backends.contract import (
     GrantRequest,
     LockState,
     SessionEvents,
+    StateWatching,
     Watch,
 )
 from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
+from .changes import StateChanges
+from .election import Election
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
 from .primitives import (
@@ -350,6 +353,38 @@ class Locks:
 
     # -- operators ---------------------------------------------------------------------------
 
+    def election(self, name: str, *, ttl: core.Seconds | None = None) -> Election:
+        """A leader election named ``name``: ``campaign(value)`` waits until the caller leads
+        and returns its leadership (a hold whose ``term``, its fencing token, strictly grows
+        from leader to leader); ``leader()`` reads who leads; ``observe()`` follows it.
+
+        ``ttl``: the leadership's lease (default the client's, 30 s): a leader that dies is
+        replaced this long after its last renewal; one that lives is renewed every ``ttl/3``
+        and told (``lost``, ``on_lost``) before anyone else could lead if that fails. The
+        election is the lock ``name`` with its leader as holder, as ``status`` shows it.
+        """
+        return Election(self, name, ttl=ttl)
+
+    def watch(self, name: str) -> StateChanges:
+        """The state of lock ``name`` (as ``status`` reads it) now, then each time its
+        entries change: ``async for state in locks.watch(name)`` (``for`` in the blocking
+        flavour). See :class:`AsyncStateChanges`."""
+        canonical = core.validate_name(name)
+        backend = self._backend
+        watch: Watch
+        if backend.capabilities.state_wakeups:
+            watch = cast(StateWatching, backend).watch_state(canonical)
+        else:
+            watch = _AnyWatch([], self._clock)  # a poller: woken by close() alone
+        try:
+            with self._guard:
+                self._gate.check_usable(canonical)
+                self._watches.add(watch)  # close() wakes it
+        except BaseException:
+            watch.close()
+            raise
+        return StateChanges(self, canonical, watch)
+
     def status(self, name: str) -> LockState:
         """Holders (with fencing token and lease left) and waiters of one lock."""
         canonical = core.validate_name(name)
@@ -453,17 +488,19 @@ class Locks:
         ttl: float,
         timeout: float | None,
         renew: bool,
+        holder: str | None = None,
     ) -> H | None:
         """A new grant of one of ``names`` (canonical; one lock, or the segments a segmented
         lock may take, tried in this order and waited for all at once), held by a new owner;
         None if ``timeout`` ran out first. ``renew``: keep the lease renewed while held.
         ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
         binds what its holds need besides). ``lock_name``: the lock object's name, for the
-        client's observers."""
+        client's observers. ``holder``: what operators read of the holder (validated), if not
+        the client's own."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
-            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0)
+            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0, holder=holder)
             for name in names
         )
         if self._observers is None:
@@ -509,6 +546,7 @@ class Locks:
         ttl: float,
         renew: bool = True,
         queue: bool = True,
+        holder: str | None = None,
     ) -> GrantRequest:
         return GrantRequest(
             name=name,
@@ -517,7 +555,7 @@ class Locks:
             limit=limit,
             fair=fair,
             ttl=self._gate.grantable(ttl),
-            holder=self._holder,
+            holder=self._holder if holder is None else holder,
             queue=queue,
             # _new_hold schedules the first renewal at a third of the lease granted
             renewed=renew,
@@ -617,6 +655,12 @@ class Locks:
                 gate.end(context)
             if watched is not None:
                 watched.close()
+
+    def _forget_watch(self, watch: Watch) -> None:
+        """A state watcher's ``watch`` is done with (from any thread)."""
+        with self._guard:
+            self._watches.discard(watch)
+        watch.close()
 
     def _watch(self, requests: tuple[GrantRequest, ...]) -> Watch:
         """The watch for ``requests``: the backend's own for one lock, all of theirs at once

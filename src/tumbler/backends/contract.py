@@ -80,6 +80,16 @@ Losing the server
     ``PermissionDenied``. A ``renew`` that raises ``BackendUnavailable`` is retried by the lock
     logic until the client's local deadline, then the hold is reported lost.
 
+Watching a name's state (``watch_state``, optional)
+    A backend that declares ``capabilities.state_wakeups`` also has ``watch_state(name)``:
+    a :class:`Watch` (made and entered as a waiter's is) woken at every change of the name's
+    entries that the backend makes or learns of: a grant, a release, a waiter arriving or
+    leaving, a forced release, and an expiry where the store itself removes what ran out (a
+    ZooKeeper session, an etcd lease). It wakes the name's state watchers only (a waiter is
+    not woken by a grant to someone else). The lock layer reads ``inspect`` after each
+    wake-up, times its next read by the holders' leases where the store is silent about an
+    expiry, and polls every ``recheck_interval`` anyway; without the capability it polls.
+
 Inspection and operators
     ``inspect(name)`` and ``inspect_all()`` read without changing anything; ``force_release``
     removes every grant of a name (their holders learn at their next renewal) and returns how
@@ -192,6 +202,33 @@ class LockState:
     def locked(self) -> bool:
         return bool(self.holders)
 
+    def same_entries(self, other: LockState) -> bool:
+        """Whether ``other`` reads the same entries: the same grants (by token, kind and
+        holder), waiters, permits and malformed entries; the time left on leases aside."""
+        return _entries_of(self) == _entries_of(other)
+
+
+def _entries_of(state: LockState) -> tuple[object, ...]:
+    grants = sorted((h.token, h.shared, h.holder, h.session) for h in state.holders)
+    return (state.name, grants, state.waiters, state.limit, state.malformed)
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The leader of an election, as read from its lock: the ``value`` it campaigned with,
+    and its ``term`` (the fencing token of its grant: greater for every later leader)."""
+
+    value: str
+    term: int
+
+    @classmethod
+    def of(cls, state: LockState) -> Leader | None:
+        """The leader ``state`` shows: its exclusive holder, or None."""
+        holders = [holder for holder in state.holders if not holder.shared]
+        if len(holders) != 1:
+            return None
+        return cls(holders[0].holder, holders[0].token)
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -219,6 +256,9 @@ class Capabilities:
     #: who the locks exclude: ``"process"`` (threads and tasks of one process only),
     #: ``"host"`` (processes of one machine) or ``"network"`` (processes on any machine)
     scope: str = "network"
+    #: ``watch_state`` is woken by the backend at every change of a name's entries (see
+    #: "Watching a name's state"); without it a state watcher polls
+    state_wakeups: bool = False
     #: a lock's line is bounded: the URL option ``max_waiters`` (default 10,000) is the most
     #: waiters one lock queues, and an acquire that would queue behind that many gets
     #: ``TooManyWaiters`` and leaves nothing behind (a try that does not wait still answers)
@@ -394,6 +434,12 @@ class AsyncWatch(Protocol):
         ...
 
 
+#: the tag a backend wakes a name's state watchers by (``WakeHub.notify(name, (STATE_TAG,))``,
+#: or an untagged ``notify(name)``, which also reaches them): a grant or a waiter's arrival
+#: concerns no waiter, so they are not woken by it
+STATE_TAG = "\x00state"
+
+
 class Backend(Protocol):
     """The blocking backend contract (the module docstring has the guarantees at length).
 
@@ -483,6 +529,24 @@ class Backend(Protocol):
         ...
 
 
+class StateWatching(Protocol):
+    """What a backend with ``capabilities.state_wakeups`` has besides :class:`Backend`."""
+
+    def watch_state(self, name: str) -> Watch:
+        """A :class:`Watch` on ``name``, made without I/O, that catches every change of its
+        entries the backend delivers from this call on (see "Watching a name's state")."""
+        ...
+
+
+class AsyncStateWatching(Protocol):
+    """What an asyncio backend with ``capabilities.state_wakeups`` has besides
+    :class:`AsyncBackend`."""
+
+    def watch_state(self, name: str) -> AsyncWatch:
+        """As :meth:`StateWatching.watch_state`, returning an :class:`AsyncWatch`."""
+        ...
+
+
 class AsyncBackend(Protocol):
     """The asyncio backend contract: :class:`Backend` with awaitable I/O, the same names and
     the same guarantees; ``watch`` stays a plain call (it does no I/O). Cancelling a call
@@ -540,7 +604,9 @@ class AsyncBackend(Protocol):
 
 
 __all__ = [
+    "STATE_TAG",
     "AsyncBackend",
+    "AsyncStateWatching",
     "AsyncWatch",
     "Backend",
     "BackendURL",
@@ -549,9 +615,11 @@ __all__ = [
     "Grant",
     "GrantRequest",
     "HolderInfo",
+    "Leader",
     "LockState",
     "Renewal",
     "SessionEvents",
+    "StateWatching",
     "SystemClock",
     "WakeHub",
     "Watch",

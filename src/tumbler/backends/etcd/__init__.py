@@ -42,6 +42,8 @@ CAPABILITIES = Capabilities(
     max_ttl=float(DEFAULT_LEASE_TTL),
     # a cluster serves clients on any machine that reaches it
     scope="network",
+    # the watch stream follows a lock's whole line: every entry put or deleted
+    state_wakeups=True,
     # max_waiters: a new waiter that finds that many ahead of it withdraws
     line_cap=True,
 )

@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ...errors import BackendUnavailable, TumblerError
-from ..contract import Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
+from ..contract import STATE_TAG, Backend, Grant, GrantRequest, LockState, Renewal, WakeHub
 from ._async.watch import AsyncHubWatch
 
 T = TypeVar("T")
@@ -385,6 +385,10 @@ class AsyncAdapter:
 
     def watch(self, name: str, owner: str) -> AsyncHubWatch:
         return AsyncHubWatch(self.clock, name, self._hub)
+
+    def watch_state(self, name: str) -> AsyncHubWatch:
+        """For a blocking backend with ``state_wakeups``, whose hub is this one's."""
+        return AsyncHubWatch(self.clock, name, self._hub, STATE_TAG)
 
     async def inspect(self, name: str) -> LockState:
         return await self._call(self.backend.inspect, name)

@@ -25,6 +25,7 @@ CAPABILITIES = Capabilities(
     # tens of ms). On a ManualClock the test moves time itself, so any lease will do.
     min_ttl=0.2,
     scope="process",
+    state_wakeups=True,
     line_cap=True,
 )
 

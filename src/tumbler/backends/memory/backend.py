@@ -40,6 +40,7 @@ from ..._clock import SYSTEM_CLOCK, Clock, ManualClock
 from ..._url import BackendURL
 from ...errors import ConfigurationError, InvalidURL
 from ..contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -129,6 +130,7 @@ class MemoryBackend:
             mine = next((row for row in rows if row.entry is plan.mine), None)
             write = plan.write
             result: Grant | None = None
+            changed = expired
             if plan.decision is core.Decision.HELD:
                 return Grant(request.name, request.owner, plan.held_token, request.ttl)
             if write is core.Write.ADD_GRANT or write is core.Write.GRANT_WAITER:
@@ -145,6 +147,7 @@ class MemoryBackend:
                     rows.append(row)
                 store.rows[request.name] = rows
                 result = Grant(request.name, request.owner, token, request.ttl)
+                changed = True
             elif write is core.Write.REFRESH_WAITER:
                 assert mine is not None
                 mine.expires_at = now + self.capabilities.waiter_ttl
@@ -161,8 +164,11 @@ class MemoryBackend:
                 )
                 rows.append(_Row(entry, now + self.capabilities.waiter_ttl, request.holder))
                 store.rows[request.name] = rows
+                changed = True
         if expired:
             store.hub.notify(request.name)
+        elif changed:
+            store.hub.notify(request.name, (STATE_TAG,))  # no waiter's turn came
         return result
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
@@ -202,6 +208,9 @@ class MemoryBackend:
 
     def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name, self.hub)
+
+    def watch_state(self, name: str) -> HubWatch:
+        return HubWatch(self.clock, name, self.hub, STATE_TAG)
 
     def inspect(self, name: str) -> LockState:
         store = self._store

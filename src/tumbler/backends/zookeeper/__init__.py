@@ -30,6 +30,8 @@ CAPABILITIES = Capabilities(
     max_ttl=DEFAULT_SESSION_TIMEOUT,
     # an ensemble serves clients on any machine that reaches it
     scope="network",
+    # a children watch on the lock's node sees every entry made or deleted
+    state_wakeups=True,
     line_cap=True,
 )
 

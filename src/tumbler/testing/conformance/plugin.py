@@ -94,6 +94,10 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[BackendDescriptor], bool]]] = {
         "waiters woken by the backend (push_wakeups)",
         lambda descriptor: descriptor.capabilities.push_wakeups,
     ),
+    "state_wakeups": (
+        "state watchers woken by the backend (state_wakeups)",
+        lambda descriptor: descriptor.capabilities.state_wakeups,
+    ),
     "durable_fencing": (
         "fencing tokens that survive a restart (durable_fencing)",
         lambda descriptor: descriptor.capabilities.durable_fencing,

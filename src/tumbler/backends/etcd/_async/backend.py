@@ -21,8 +21,16 @@ from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, ashield, as
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, Entry, check_limits, let_through, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
-from ...contract import Grant, GrantRequest, LockState, Renewal, SessionEvents, WakeHub
-from ...kit import AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
+from ...contract import (
+    STATE_TAG,
+    Grant,
+    GrantRequest,
+    LockState,
+    Renewal,
+    SessionEvents,
+    WakeHub,
+)
+from ...kit import AsyncBaseWatch, AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit._async.listener import AsyncListener
 from ...kit.options import line_full
 from ...kit.owners import owner_hash
@@ -331,6 +339,8 @@ class AsyncKeyWatches(AsyncListener):
         self._interests: dict[Slot, dict[tuple[str, str], int]] = {}
         #: the slot each registered waiter is in
         self._slot_of: dict[tuple[str, str], Slot] = {}
+        #: the registrations a change does not end: state watchers' (:meth:`follow`)
+        self._kept: set[tuple[str, str]] = set()
         #: the keys the open stream watches, in the order it asked for them
         self._streamed: list[Slot] = []
         #: the revision each of them was created at, once etcd said
@@ -380,6 +390,24 @@ class AsyncKeyWatches(AsyncListener):
                 stream.interrupt()
         self._start_reader()
 
+    def follow(self, name: str, tag: str, key: bytes, range_end: bytes) -> None:
+        """Wake ``tag`` of ``name`` at every change of the keys from ``key`` to ``range_end``
+        from now on, until :meth:`drop`: a state watcher's registration, which a change does
+        not end (its watcher reads the state again, and still watches)."""
+        slot = (key, range_end, True)
+        with self._lock:
+            self._drop(name, tag)
+            self._interests.setdefault(slot, {})[(name, tag)] = self._gateway.revision
+            self._slot_of[(name, tag)] = slot
+            self._kept.add((name, tag))
+            stream = None if slot in self._streamed else self._stream
+            restart = slot not in self._streamed
+        if restart:
+            self._changed.set_threadsafe()
+            if stream is not None:
+                stream.interrupt()
+        self._start_reader()
+
     def watching(self, name: str, tag: str) -> bool:
         """Whether waiter ``tag`` of ``name`` is registered on a watch the open stream has
         made: whatever it waits for has not changed since its read (it would have been woken,
@@ -399,6 +427,7 @@ class AsyncKeyWatches(AsyncListener):
             stream.interrupt()
 
     def _drop(self, name: str, tag: str) -> None:
+        self._kept.discard((name, tag))
         slot = self._slot_of.pop((name, tag), None)
         waiters = self._interests.get(slot) if slot is not None else None
         if slot is not None and waiters is not None:
@@ -417,10 +446,13 @@ class AsyncKeyWatches(AsyncListener):
         with self._lock:
             for slot, waiters in list(self._interests.items()):
                 if (slot[2] or not puts) and any(_covers(slot, key) for key in keys):
-                    for name, tag in waiters:
+                    for name, tag in list(waiters):
                         woken.setdefault(name, set()).add(tag)
-                        self._slot_of.pop((name, tag), None)
-                    del self._interests[slot]
+                        if (name, tag) not in self._kept:
+                            del waiters[(name, tag)]
+                            self._slot_of.pop((name, tag), None)
+                    if not waiters:
+                        del self._interests[slot]
         self._wake(woken)
 
     def _told(self, events: Sequence[WatchEvent]) -> None:
@@ -445,6 +477,9 @@ class AsyncKeyWatches(AsyncListener):
             for (name, tag), read in list(waiters.items()):
                 if read < revision:
                     woken.setdefault(name, set()).add(tag)
+                    if (name, tag) in self._kept:
+                        waiters[(name, tag)] = revision
+                        continue
                     del waiters[(name, tag)]
                     self._slot_of.pop((name, tag), None)
             if slot in self._interests and not waiters:
@@ -553,6 +588,30 @@ class AsyncKeyWatches(AsyncListener):
             stream = self._stream
         if stream is not None:
             stream.interrupt()
+
+
+class AsyncEtcdStateWatch(AsyncBaseWatch):
+    """A state watcher's watch: the client's watch stream follows the lock's whole line (every
+    entry put or deleted, a lease's expiry included), and each change wakes the watcher."""
+
+    def __init__(self, backend: AsyncEtcdBackend, name: str) -> None:
+        self._watches = backend.watches
+        self._line = line_key(backend.config.prefix, name)
+        # a tag of its own: the stream's registrations are one per (name, tag)
+        tag = f"{STATE_TAG}{next(_state_watchers)}"
+        self._tag = tag
+        super().__init__(backend.clock, name, backend.hub, tag)
+
+    async def _subscribe(self) -> bool:
+        self._watches.follow(self.name, self._tag, self._line, prefix_end(self._line))
+        return False
+
+    def _unsubscribe(self) -> None:
+        self._watches.drop(self.name, self._tag)
+
+
+#: numbers the state watchers of a process, for their tags
+_state_watchers = itertools.count(1)
 
 
 class AsyncEtcdBackend(AsyncInspectEachName):
@@ -1253,6 +1312,9 @@ class AsyncEtcdBackend(AsyncInspectEachName):
                 with self._guard:
                     self._uncertain.pop(key, None)
             return False  # a lost create was never a grant its caller knew of
+
+    def watch_state(self, name: str) -> AsyncEtcdStateWatch:
+        return AsyncEtcdStateWatch(self, name)
 
     def watch(self, name: str, owner: str) -> AsyncHubWatch:
         return AsyncHubWatch(self.clock, name, self.hub, owner_hash(owner))

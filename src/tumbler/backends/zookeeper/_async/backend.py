@@ -27,6 +27,7 @@ from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, check_limits, let_through, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -34,7 +35,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
+from ...kit import AsyncBaseWatch, AsyncHubWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit.options import line_full
 from .. import CAPABILITIES
 from ..common import (
@@ -76,6 +77,73 @@ _log = logging.getLogger("tumbler.zookeeper")
 
 #: how many lock nodes a client remembers having seen (``_remember_lock_node``)
 LOCK_NODES_REMEMBERED = 10_000
+
+
+class AsyncZooKeeperStateWatch(AsyncBaseWatch):
+    """A state watcher's watch: a children watch on the lock's node, which fires at every
+    entry made or deleted (a grant follows a deletion ahead of it; an expired session's
+    entries are deleted by the server), or, while the node does not exist (it is a container,
+    removed when empty), a watch for its creation.
+
+    ZooKeeper's watches fire once: the watch is set again as it fires, before the watcher is
+    woken, so that the read the watcher then makes comes after it on the session (whose
+    requests the member answers in order) and no change between the two goes unseen. It is
+    set again too at the backend's every wake-up of all (a new session has none of the old
+    one's watches) and before a wait that finds it not set (the request that set it failed).
+    """
+
+    def __init__(self, backend: AsyncZooKeeperBackend, name: str) -> None:
+        self._client = backend._client
+        self._path = backend._lock_path(name)
+        self._entered = False
+        self._armed = False
+        # one bound method, so that the watches kazoo keeps per path are one per watcher
+        self._fired_callback = self._fired
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+
+    async def _subscribe(self) -> bool:
+        self._entered = True
+        self._arm()
+        return False
+
+    def _on_change(self) -> None:
+        if self._entered:
+            self._arm()
+        super()._on_change()
+
+    async def wait(self, timeout: float) -> None:
+        if not self._armed:
+            self._arm()
+        await super().wait(timeout)
+
+    def _fired(self, _event: Any) -> None:
+        self._on_change()
+
+    def _arm(self) -> None:
+        """Ask for the watch (kazoo's thread may call this: it sends, and never waits)."""
+        if self._closed:
+            return
+        self._armed = True
+        listing = self._client.get_children_async(self._path, watch=self._fired_callback)
+        listing.rawlink(self._listed)
+
+    def _listed(self, result: Any) -> None:
+        try:
+            result.get()
+        except kazoo_errors.NoNodeError:
+            exists = self._client.exists_async(self._path, watch=self._fired_callback)
+            exists.rawlink(self._looked)
+        except Exception:  # not set (the connection is down): the next wait sets it again
+            self._armed = False
+
+    def _looked(self, result: Any) -> None:
+        try:
+            stat = result.get()
+        except Exception:
+            self._armed = False
+            return
+        if stat is not None:
+            self._arm()  # made since the listing: watch its children
 
 
 class AsyncZooKeeperBackend(AsyncInspectEachName):
@@ -686,6 +754,9 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
 
     def watch(self, name: str, owner: str) -> AsyncHubWatch:
         return AsyncHubWatch(self.clock, name, self.hub, node_owner(owner))
+
+    def watch_state(self, name: str) -> AsyncZooKeeperStateWatch:
+        return AsyncZooKeeperStateWatch(self, name)
 
     async def _holders(self, path: str) -> tuple[list[tuple[Contender, Any]], list[Contender]]:
         """The granted entries of a lock with their stats and data, and the whole line."""

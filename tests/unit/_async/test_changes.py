@@ -1,0 +1,80 @@
+"""Watching a lock's state and an election's leader through the lock layer, on ``memory://``
+(asyncio source of the blocking twin in ``tests/unit/_sync/test_changes.py``).
+
+The conformance suite holds every backend to the same; here is what the lock layer adds on
+its own: an expiry no backend announces is read when the lease ends, bad input is refused at
+the call, and closing ends a watch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tumbler import ClientClosed, InvalidArgument, InvalidLockName
+from tumbler._async.client import AsyncLocks
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.memory.backend import open_sync
+from tumbler.testing.conformance.compat import PATIENCE, abackground
+
+from ..clients import aconnect, fresh_url
+
+pytestmark = pytest.mark.asyncio  # async-only
+
+
+async def client() -> AsyncLocks:
+    return await aconnect(fresh_url())
+
+
+async def test_a_watch_reads_an_expiry_when_the_lease_ends() -> None:
+    """A grant nobody renews nor gives back (its holder died): the memory backend tells
+    nobody of its expiry, and the watcher's re-reads are an hour apart, so only the read timed
+    by the holder's lease sees it end."""
+    url = fresh_url()
+    locks = await aconnect(url)
+    backend = locks._backend
+    backend.capabilities = dataclasses.replace(backend.capabilities, recheck_interval=3600.0)
+    dead = open_sync(parse_url(url))
+    request = GrantRequest("expiring", "dead", False, 1, False, ttl=0.3, holder="dead")
+    assert dead.try_grant(request) is not None
+    async with locks.watch("expiring") as changes:
+        held = await changes.__anext__()
+        assert len(held.holders) == 1
+        freed = await abackground(changes.__anext__).result()
+        assert freed.holders == ()
+    await locks.close()
+
+
+async def test_closing_ends_a_watch_and_closing_the_client_ends_it_with_an_error() -> None:
+    locks = await client()
+    changes = locks.watch("watched")
+    assert (await changes.__anext__()).holders == ()
+    waiting = abackground(changes.__anext__)
+    changes.close()
+    with pytest.raises(StopAsyncIteration):
+        await waiting.result()
+    assert not locks._watches  # nothing of it is left with the client
+
+    observed = locks.election("elected").observe()
+    assert await observed.__anext__() is None
+    waiting = abackground(observed.__anext__)
+    await locks.close()
+    with pytest.raises(ClientClosed):
+        await waiting.result()
+
+
+async def test_bad_input_is_refused_at_the_call_and_changes_nothing() -> None:
+    locks = await client()
+    with pytest.raises(InvalidLockName):
+        locks.watch("")
+    with pytest.raises(InvalidLockName):
+        locks.election("bad\nname")
+    election = locks.election("elected")
+    for value in ("", "two\nlines", "x" * 1000):
+        with pytest.raises(InvalidArgument):
+            await election.campaign(value, timeout=PATIENCE)
+    assert await locks.status_all() == []
+    assert not locks._watches
+    await locks.close()
