@@ -32,12 +32,20 @@ REIGN = 0.5
 
 def candidate(url: str, value: str, diary: Path) -> None:
     """Campaign, then work as the leader until killed."""
-    with tumbler.connect(url) as locks:
-        with locks.election("scheduler", ttl=LEASE).campaign(value) as leadership:
-            while leadership.held:
-                with diary.open("a") as entries:
-                    entries.write(f"{leadership.term} {value}\n")
-                time.sleep(0.05)
+    with (
+        tumbler.connect(url) as locks,
+        locks.election("scheduler", ttl=LEASE).campaign(value) as leadership,
+    ):
+        while leadership.held:
+            with diary.open("a") as entries:
+                entries.write(f"{leadership.term} {value}\n")
+            time.sleep(0.05)
+
+
+def kill(process: multiprocessing.process.BaseProcess, signum: int) -> None:
+    assert process.pid is not None
+    os.kill(process.pid, signum)
+    process.join()
 
 
 def main() -> None:
@@ -56,7 +64,7 @@ def main() -> None:
             for process in candidates.values():
                 process.start()
             killed_at = None
-            reigns = 0
+            reigns = []
             for leader in leaders:
                 if leader is None:
                     print("nobody leads")
@@ -64,19 +72,13 @@ def main() -> None:
                 now = time.monotonic()
                 after = "" if killed_at is None else f", {now - killed_at:.2f} s after the kill"
                 print(f"{leader.value} leads, term {leader.term}{after}")
-                reigns += 1
-                if reigns == CANDIDATES:
+                reigns.append(leader.value)
+                if len(reigns) == CANDIDATES:
                     break
                 time.sleep(REIGN)
-                process = candidates[leader.value]
-                assert process.pid is not None
-                os.kill(process.pid, signal.SIGKILL)
-                process.join()
+                kill(candidates[leader.value], signal.SIGKILL)
                 killed_at = time.monotonic()
-            last = candidates[leader.value]
-            assert last.pid is not None
-            os.kill(last.pid, signal.SIGTERM)
-            last.join()
+            kill(candidates[reigns[-1]], signal.SIGTERM)
         terms = [int(line.split()[0]) for line in diary.read_text().splitlines()]
     print(f"{len(set(terms))} terms worked in, in order: {terms == sorted(terms)}")
 

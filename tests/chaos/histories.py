@@ -352,6 +352,14 @@ def break_liveness(built: Built, pick: int) -> str:
     return "no-recovery"
 
 
+def break_servers(built: Built, pick: int) -> str:
+    """A fault after which the servers never served again, and nor was the lock granted."""
+    t = built.t_end + MS
+    built.faults.append(FaultRecord("restart", t, t + MS, "every server", unserved=True))
+    built.t_end = t + int((BOUND + 1) * S)
+    return "servers-down"
+
+
 def break_worker(built: Built, pick: int) -> str:
     """A worker hit a bug, or exited with an unexpected status."""
     client = sorted(built.workers)[pick % len(built.workers)]
@@ -414,6 +422,7 @@ MUTATIONS = (
     break_late_work,
     break_accounting,
     break_liveness,
+    break_servers,
     break_worker,
     break_fairness,
     break_availability,

@@ -220,6 +220,23 @@ def test_recovery_counts_from_when_the_servers_served_again() -> None:
     assert "the servers served again 0.30 s after it ended" in violation.detail
 
 
+def test_servers_that_never_served_again_are_their_own_outage_not_the_clients() -> None:
+    """A fault after which the servers did not serve within the harness's patience (their
+    modes said they did, no session was made): the lock's long wait is ``servers-down``,
+    which no deployment promises, not ``no-recovery``."""
+    built = build([Step(0, "normal", 0, 1), Step(1, "normal", 0, 1)])
+    t_grant = built.grants[1][3]
+    fault = FaultRecord(
+        "leader-pause", t_grant - 3_200 * MS, t_grant - 2_900 * MS, "node 1",
+        detail="stopped 2.06 s; no session made in 60 s", unserved=True,
+    )  # fmt: skip
+    built.faults.append(fault)
+    (violation,) = check_round(built.round()).violations
+    assert violation.kind == "servers-down"
+    assert "the servers did not serve again: stopped 2.06 s; no session made" in violation.detail
+    assert fault.as_json()["unserved"] is True
+
+
 # -- work after another's grant (issue 11) -----------------------------------------------
 
 
@@ -712,6 +729,13 @@ def test_fairness_is_not_judged_where_arrival_order_is_uncertain() -> None:
     assert "unfair" not in _fair(b_invoke=100, b_grant=301, a_end=320).by_kind()
     # and on a lock that is not fair, the same overtaking is no violation
     assert _fair(b_invoke=100, b_grant=301, a_end=340, primitive="lock").violations == []
+
+
+def test_an_election_is_checked_as_the_fair_mutex_it_is() -> None:
+    """Candidates lead in the order they came: a later one leading first is found."""
+    assert _fair(b_invoke=100, b_grant=340, a_end=301, primitive="election").violations == []
+    overtaken = _fair(b_invoke=100, b_grant=301, a_end=340, primitive="election")
+    assert overtaken.by_kind() == {"unfair": 1}
 
 
 # -- availability (issue 29) ---------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_sqlite(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("primitive", ["fair", "semaphore", "rwlock"])
+@pytest.mark.parametrize("primitive", ["fair", "semaphore", "rwlock", "election"])
 def test_sqlite_primitives_in_both_flavours(primitive: str, tmp_path: Path) -> None:
     """Each primitive through pauses, half the workers blocking and half asyncio: both
     flavours are granted, and the checker's properties for the primitive hold."""

@@ -50,6 +50,12 @@ Properties (each violation kind names one):
     the report gives it. After a waiter is killed (``kill-waiter``), the first release that
     follows lets the next waiter in within ``RoundHistory.dead_waiter_bound``: a dead
     waiter's entry does not stall the line.
+``servers-down``
+    After a fault of the servers' they did not serve again (a write committed, where the
+    deployment can tell) within the harness's patience: what followed was the servers' own
+    outage (ZooKeeper 3.8.0's leader that resumes in the middle of its followers' election
+    commits nothing until the next election, ZOOKEEPER-4785), which no client can ride out.
+    Reported where ``no-recovery`` would be; never promised.
 ``worker-error``
     A worker hit an exception that is not a ``TumblerError`` (a bug), or exited unexpectedly.
 ``unavailable``
@@ -113,7 +119,13 @@ UNNOTICED_LOSS = "unnoticed-loss"
 WORK_AFTER_GRANT = "work-after-grant"
 UNACCOUNTED = "unaccounted"
 UNFAIR = "unfair"
+
+#: the primitives whose grants are exclusive (an election's leader is a fair mutex's holder)
+EXCLUSIVE_PRIMITIVES = ("lock", "fair", "election")
+#: the primitives that grant in arrival order
+FAIR_PRIMITIVES = ("fair", "election")
 NO_RECOVERY = "no-recovery"
+SERVERS_DOWN = "servers-down"
 WORKER_ERROR = "worker-error"
 UNAVAILABLE = "unavailable"
 #: what a deployment may promise to keep through a fault (``RoundHistory.available``)
@@ -134,6 +146,7 @@ ALL_KINDS = (
     UNACCOUNTED,
     UNFAIR,
     NO_RECOVERY,
+    SERVERS_DOWN,
     WORKER_ERROR,
     UNAVAILABLE,
 )
@@ -168,9 +181,12 @@ class FaultRecord:
     #: what the fault measurably hit, by its own count (network faults: bytes dropped or
     #: held, connections reset)
     hits: int = 0
-    #: when the servers served clients again after a fault of theirs (a quorum had a leader),
-    #: where the harness waited for that: an election is the servers' time, not the client's
+    #: when the servers served clients again after a fault of theirs (a quorum had a leader,
+    #: and a write committed where the deployment can tell), where the harness waited for
+    #: that: an election is the servers' time, not the client's
     served: int | None = None
+    #: the servers did not serve again within the harness's patience (``servers-down``)
+    unserved: bool = False
 
     @property
     def over(self) -> int:
@@ -185,6 +201,7 @@ class FaultRecord:
             "t0": self.t0,
             "t1": self.t1,
             "served": self.served,
+            "unserved": self.unserved,
             "target": self.target,
             "client": self.client,
             "acq": self.acq,
@@ -215,8 +232,9 @@ class RoundHistory:
     t_end: int = 0
     #: seconds from the workers' stop until the lock had no holder (None: never within bound)
     free_after_stop: float | None = 0.0
-    #: the primitive the workers took: ``lock``, ``fair``, ``semaphore`` (of ``permits``) or
-    #: ``rwlock`` (each grant's side is in its ``grant`` event)
+    #: the primitive the workers took: ``lock``, ``fair``, ``semaphore`` (of ``permits``),
+    #: ``rwlock`` (each grant's side is in its ``grant`` event) or ``election`` (each grant a
+    #: leadership, its token the term: checked as ``fair``)
     primitive: str = "lock"
     permits: int = 1
     #: ``fair``: how much earlier a waiter's acquire must have started than another's for the
@@ -401,7 +419,7 @@ def check_round(history: RoundHistory) -> CheckResult:
     _check_belief(history, lives, grants, result)
     _check_work(history, lives, grants, result)
     _check_accounting(history, lives, result)
-    if history.primitive == "fair":
+    if history.primitive in FAIR_PRIMITIVES:
         _check_fair(history, lives, result)
     _check_liveness(history, grants, result)
     _check_dead_waiters(history, lives, grants, result)
@@ -529,7 +547,7 @@ def _check_resource(
                     t,
                 )
             )
-        if history.primitive not in ("lock", "fair"):
+        if history.primitive not in EXCLUSIVE_PRIMITIVES:
             # shared grants interleave legitimately: spans are compared after the loop
             if not unfenced_stale:
                 first, _ = spans.get(acq, (index, index))
@@ -1044,13 +1062,16 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
             else f"; the servers served again {max(0, fault.served - fault.t1) / _NS:.2f} s "
             "after it ended"
         )
+        if fault.unserved:
+            served = f"; the servers did not serve again: {fault.detail}"
+        kind = SERVERS_DOWN if fault.unserved else NO_RECOVERY
         if index < len(done_times):
             waited = done_times[index] - fault.over
             result.recovery.append(waited / _NS)
             if bound_ns and waited > bound_ns:
                 result.violations.append(
                     Violation(
-                        NO_RECOVERY,
+                        kind,
                         f"after {fault.kind} ({fault.target}) the lock was "
                         f"granted again only after {waited / _NS:.2f} s (bound "
                         f"{history.recovery_bound:.2f} s{served})",
@@ -1060,7 +1081,7 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
         elif history.t_end and history.t_end - fault.over > bound_ns:
             result.violations.append(
                 Violation(
-                    NO_RECOVERY,
+                    kind,
                     f"after {fault.kind} ({fault.target}) the lock was never "
                     f"granted again in {(history.t_end - fault.over) / _NS:.2f} s{served}",
                     fault.over,

@@ -137,7 +137,8 @@ def _faults_help() -> str:
     metavar="LIST",
     multiple=True,
     help="The primitives, one round each per fault: lock (the default), fair (a lock with "
-    "fair=True), semaphore (of --permits), rwlock (3 in 4 acquires take the read side), or all. "
+    "fair=True), semaphore (of --permits), rwlock (3 in 4 acquires take the read side), "
+    "election (each acquire a campaign, the leader the holder), or all. "
     "Repeatable or comma-separated.",
 )
 @click.option(

@@ -326,12 +326,13 @@ class Nemesis:
         return record
 
     def _served_again(self, record: FaultRecord) -> FaultRecord:
-        """``record`` with when the servers served clients again; as it is if they did not
-        within :data:`SERVING_PATIENCE` (the recovery bound then counts from the fault's
-        end, and is sure to be exceeded)."""
+        """``record`` with when the servers served clients again; marked ``unserved`` if they
+        did not within :data:`SERVING_PATIENCE` (the recovery bound then counts from the
+        fault's end, and is sure to be exceeded: ``servers-down``, the servers' outage)."""
         why_not = self.deployment.wait_serving(SERVING_PATIENCE)
         if why_not is not None:
-            return dataclasses.replace(record, detail=f"{record.detail}; {why_not}".lstrip("; "))
+            detail = f"{record.detail}; {why_not}".lstrip("; ")
+            return dataclasses.replace(record, detail=detail, unserved=True)
         return dataclasses.replace(record, served=time.monotonic_ns())
 
     def _holder_on_a_follower(self, timeout: float) -> _Target | None:

@@ -39,6 +39,7 @@ from .backends import BackendSpec, Deployment, Settings, SetupError, deployments
 from .check import (
     ALL_KINDS,
     FENCED_KINDS,
+    SERVERS_DOWN,
     CheckResult,
     FaultRecord,
     RoundHistory,
@@ -453,6 +454,11 @@ def run_round(
     )
     result = check_round(history)
     not_promised = spec.not_promised_under(fault)
+    not_promised.setdefault(
+        SERVERS_DOWN,
+        "the servers did not serve again within the harness's patience: their own outage, "
+        "which no client rides out",
+    )
     if options.fencing != "on":
         for kind in FENCED_KINDS:
             not_promised.setdefault(

@@ -1,7 +1,7 @@
 """A torture worker: one OS process that loops acquire -> work at the resource -> release.
 
 Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --history FILE
---client ID [--primitive lock|fair|semaphore|rwlock] [--permits N] [--read-share F]
+--client ID [--primitive lock|fair|semaphore|rwlock|election] [--permits N] [--read-share F]
 [--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
 [--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one
 line), or through the fork server to a worker the harness forks; never on the command line or
@@ -11,9 +11,11 @@ instead of ``--think`` (their lease is renewed meanwhile).
 
 The primitive: ``lock`` (a mutex), ``fair`` (a mutex with ``fair=True``), ``semaphore`` (of
 ``--permits``), ``rwlock`` (each acquire takes the read side with probability
-``--read-share``, default 3/4, else the write side). An exclusive holder (a mutex's, a write
-side's) reads the counter, thinks and writes it plus one; a shared holder (a read side's, a
-semaphore permit's) reads it, thinks and reads it again: it never writes.
+``--read-share``, default 3/4, else the write side), ``election`` (each acquire a campaign,
+the worker's id its value, the leadership its hold: a leader is a holder). An exclusive holder
+(a mutex's, a write side's, a leader) reads the counter, thinks and writes it plus one; a
+shared holder (a read side's, a semaphore permit's) reads it, thinks and reads it again: it
+never writes.
 
 It uses only the public API (``tumbler.connect`` or ``tumbler.aio.connect``, the lock objects'
 ``acquire``, their ``hold``) and records every step in its history file (see
@@ -55,7 +57,7 @@ from typing import IO, Any, Literal, Protocol
 
 import tumbler
 import tumbler.aio
-from tumbler.errors import BackendUnavailable, LockLost, NotHeld, TumblerError
+from tumbler.errors import AcquireTimeout, BackendUnavailable, LockLost, NotHeld, TumblerError
 
 from .history import HistoryWriter
 from .resource import ResourceClient, ResourceError
@@ -65,8 +67,9 @@ __all__ = ["FLAVOURS", "PRIMITIVES", "WorkerSpec", "main", "run_worker"]
 EX_USAGE = 64
 EX_SOFTWARE = 70
 
-#: the primitives a worker can take (``fair``: a mutex made with ``fair=True``)
-PRIMITIVES = ("lock", "fair", "semaphore", "rwlock")
+#: the primitives a worker can take (``fair``: a mutex made with ``fair=True``; ``election``:
+#: a campaign in a leader election, which is a fair mutex with the leader as holder)
+PRIMITIVES = ("lock", "fair", "semaphore", "rwlock", "election")
 #: the flavours of the API a worker can use
 FLAVOURS = ("sync", "asyncio")
 
@@ -342,9 +345,47 @@ def _critical_section(
 # -- the drivers ----------------------------------------------------------------------------
 
 
+class _Candidate:
+    """A candidate of an election, taken as the drivers take a lock: ``acquire(timeout)``
+    campaigns (with the worker's id as its value), then ``hold`` is the leadership."""
+
+    def __init__(self, election: tumbler.Election, value: str) -> None:
+        self._election = election
+        self._value = value
+        self.hold: tumbler.Leadership | None = None
+
+    def acquire(self, timeout: float | None) -> bool:
+        try:
+            self.hold = self._election.campaign(self._value, timeout=timeout)
+        except AcquireTimeout:
+            self.hold = None
+        return self.hold is not None
+
+
+class _AsyncCandidate:
+    """:class:`_Candidate` for ``tumbler.aio``."""
+
+    def __init__(self, election: tumbler.aio.AsyncElection, value: str) -> None:
+        self._election = election
+        self._value = value
+        self.hold: tumbler.aio.AsyncLeadership | None = None
+
+    async def acquire(self, timeout: float | None) -> bool:
+        try:
+            self.hold = await self._election.campaign(self._value, timeout=timeout)
+        except AcquireTimeout:
+            self.hold = None
+        return self.hold is not None
+
+
 def _primitives(locks: Any, spec: WorkerSpec) -> dict[str, Any]:
     """The lock objects of each side, from either flavour's client (same names in both)."""
     name, ttl = spec.lock_name, spec.ttl
+    if spec.primitive == "election":
+        election = locks.election(name, ttl=ttl)
+        if isinstance(locks, tumbler.aio.AsyncLocks):
+            return {"lock": _AsyncCandidate(election, spec.client)}
+        return {"lock": _Candidate(election, spec.client)}
     if spec.primitive == "semaphore":
         return {"lock": locks.semaphore(name, spec.permits, ttl=ttl)}
     if spec.primitive == "rwlock":
