@@ -283,3 +283,26 @@ def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
         assert flat[floor]["summary"]["pair_median_per_peer"] is None
         assert flat[floor]["summary"]["pair_median_per_floor"] is None
     assert "x floor" in result.stdout
+
+
+FAILOVER = BENCH.with_name("failover.py")
+
+
+def test_failover_times_a_new_leader_after_the_leader_is_killed(tmp_path: Path) -> None:
+    """Two failovers on a fresh SQLite file: each is timed, and none can come before the dead
+    leader's lease ran out (it was just granted or renewed when killed: at least two thirds
+    of the lease were left)."""
+    figures = tmp_path / "failover.json"
+    result = subprocess.run(
+        [sys.executable, str(FAILOVER), "--runs", "2", "--ttl", "0.6", "--json", str(figures)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(figures.read_text())
+    assert row["runs"] == 2
+    assert row["ttl"] == 0.6
+    assert 0.4 <= row["median_s"] <= row["max_s"]
+    assert "median s" in result.stdout

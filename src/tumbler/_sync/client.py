@@ -359,9 +359,12 @@ class Locks:
         from leader to leader); ``leader()`` reads who leads; ``observe()`` follows it.
 
         ``ttl``: the leadership's lease (default the client's, 30 s): a leader that dies is
-        replaced this long after its last renewal; one that lives is renewed every ``ttl/3``
-        and told (``lost``, ``on_lost``) before anyone else could lead if that fails. The
-        election is the lock ``name`` with its leader as holder, as ``status`` shows it.
+        replaced this long after its last renewal (where grants live with the client's
+        session or lease, ZooKeeper's and etcd's, when that ends: the URL's
+        ``session_timeout`` or ``lease_ttl``, ``capabilities.max_ttl``); one that lives is
+        renewed every ``ttl/3`` and told (``lost``, ``on_lost``) before anyone else could
+        lead if that fails. The election is the lock ``name`` with its leader as holder, as
+        ``status`` shows it.
         """
         return Election(self, name, ttl=ttl)
 

@@ -12,8 +12,9 @@ promises, leadership promises:
 - **told before another leads**: a leader whose lease ran out (its process paused, the
   backend out of reach) finds its leadership lost on its own clock before the backend could
   grant the name to anyone else, and its ``on_lost`` callbacks run then;
-- **a dead leader is replaced** once its lease runs out (at once on a backend whose grants
-  live with the holder's session, when the session ends);
+- **a dead leader is replaced** once its grant ends: its lease runs out, or, where grants
+  live with the client's session or lease (ZooKeeper's session timeout, etcd's client lease:
+  ``capabilities.max_ttl``), that session ends;
 - candidates lead in the order they began campaigning.
 
 The leader, read by anyone (``leader()``, ``observe()``, ``tumbler status NAME``), is the
@@ -94,7 +95,8 @@ class Election:
         #: the election's name, which is its lock's (canonical NFC form)
         self.name: str = core.validate_name(name)
         #: the lease of a leadership, in seconds: a dead leader is replaced this long after
-        #: its last renewal (renewed every third of it while the leader lives)
+        #: its last renewal (renewed every third of it while the leader lives), or when its
+        #: client's session ends where grants live with it (see the module's notes)
         self.ttl: float = locks._lease_for(ttl)
         self._locks = locks
 
