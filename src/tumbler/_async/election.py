@@ -25,14 +25,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .. import _core as core
-from ..backends.contract import Grant, GrantRequest, Leader
+from ..backends.contract import Leader
 from ..errors import AcquireTimeout
 from .changes import AsyncStateChanges
 from .hold import AsyncHold
 from .primitives import release_on_leaving
 
 if TYPE_CHECKING:
-    from ..observe import Acquisition
     from .client import AsyncLocks
 
 
@@ -46,19 +45,10 @@ class AsyncLeadership(AsyncHold):
     meanwhile, as a lock's block does.
     """
 
-    def __init__(
-        self,
-        locks: AsyncLocks,
-        request: GrantRequest,
-        grant: Grant,
-        sent_at: float,
-        auto_renew: bool,
-        *,
-        observed: Acquisition | None = None,
-    ) -> None:
-        super().__init__(locks, request, grant, sent_at, auto_renew, observed=observed)
-        #: what the leader campaigned with, as the others read it
-        self.value: str = request.holder
+    @property
+    def value(self) -> str:
+        """What the leader campaigned with, as the others read it."""
+        return self._request.holder
 
     @property
     def term(self) -> int:
