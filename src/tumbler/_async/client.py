@@ -373,7 +373,8 @@ class AsyncLocks:
     def watch(self, name: str) -> AsyncStateChanges:
         """The state of lock ``name`` (as ``status`` reads it) now, then each time its
         entries change: ``async for state in locks.watch(name)`` (``for`` in the blocking
-        flavour). See :class:`AsyncStateChanges`."""
+        flavour). The iterator's class says what counts as a change and how it is learnt
+        of; ``close()`` it, or use it in a ``with`` block, to stop watching."""
         canonical = core.validate_name(name)
         backend = self._backend
         watch: AsyncWatch

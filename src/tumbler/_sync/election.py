@@ -127,8 +127,9 @@ class Election:
 
     def observe(self) -> LeaderChanges:
         """Who leads now, then at each change of leadership: ``async for leader in
-        election.observe()`` (``for`` in the blocking flavour). See
-        :class:`AsyncLeaderChanges`."""
+        election.observe()`` (``for`` in the blocking flavour), a leader or None while
+        nobody leads, never an older term than one already given. ``close()`` the iterator,
+        or use it in a ``with`` block, to stop watching."""
         return LeaderChanges(self._locks.watch(self.name))
 
     def __repr__(self) -> str:
@@ -141,8 +142,8 @@ class LeaderChanges:
 
     Never a term older than one already given (a read from a member behind the others).
     Woken by the backend where it tells of changes (``capabilities.state_wakeups``), else by
-    polling, as :class:`AsyncStateChanges` is; changes that come and go while the caller is
-    busy elsewhere are seen as one. ``close()``, or leaving ``async with``, stops watching,
+    polling, as ``locks.watch()`` is; changes that come and go while the caller is busy
+    elsewhere are seen as one. ``close()``, or leaving ``async with``, stops watching,
     and ends the iteration. Raises ``ClientClosed`` when the client closes.
     """
 
