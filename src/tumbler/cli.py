@@ -29,6 +29,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -695,8 +696,9 @@ def _backend_line(locks: tumbler.Locks, url: str | None) -> str:
 @click.option(
     "--watch",
     is_flag=True,
-    help="Read again every --interval seconds until Ctrl-C: a live table with how long each "
-    "grant has been held, or with --json one line of JSON per read.",
+    help="Read again every --interval seconds until Ctrl-C, and at once when lock NAME "
+    "changes: a live table with how long each grant has been held, or with --json one line "
+    "of JSON per read.",
 )
 @click.option(
     "--interval",
@@ -719,7 +721,9 @@ def status(name: str | None, url: str | None, as_json: bool, watch: bool, interv
     "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
     expires_in is null for a session's grant, session_timeout null for the others; malformed
     counts entries tumbler did not write, which block nothing. With --watch, it reads again
-    every --interval seconds until Ctrl-C (exit status 0): a live table whose "held" column
+    every --interval seconds until Ctrl-C (exit status 0), and for one NAME at once when the
+    lock changes (a grant, a release, a waiter; told by the backend where it can, else read
+    four times a second): a live table whose "held" column
     says how long each grant has been held as far as the watch saw (≥ for one held when it
     began), or, with --json, one line per read (JSON Lines). Characters that a terminal
     would act on (escape sequences in a holder's description) are shown escaped.
@@ -777,8 +781,11 @@ def _watch_status(
 
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
+    changed = threading.Event()
+    changes = None if name is None else _follow(locks, name, changed)
     try:
         while True:
+            changed.clear()
             states = [locks.status(name)] if name is not None else locks.status_all()
             if console is None:
                 click.echo(_json_text(_states_json(states, name), indent=None))
@@ -791,12 +798,37 @@ def _watch_status(
                 else:
                     for part in (backend, *parts, ""):
                         console.print(part)
-            time.sleep(interval)  # a watch reads at its interval: nothing to wait on
+            changed.wait(interval)
     except KeyboardInterrupt:
         return EX_OK
     finally:
+        if changes is not None:
+            changes.close()
         if live is not None:
             live.stop()
+
+
+def _follow(locks: tumbler.Locks, name: str, changed: threading.Event) -> tumbler.StateChanges:
+    """Set ``changed`` at each change of lock ``name`` (``locks.watch``, on a thread of its
+    own), so that ``status NAME --watch`` reads it again at once, not at its next interval.
+    Returns once the watch has read the lock: every change after that sets ``changed``."""
+    changes = locks.watch(name)
+    began = threading.Event()
+
+    def follow() -> None:
+        try:
+            for _state in changes:
+                if began.is_set():
+                    changed.set()
+                began.set()
+        except TumblerError:
+            pass  # closed, or the backend failed: the reads at the interval go on
+        finally:
+            began.set()
+
+    threading.Thread(target=follow, name="tumbler-status-watch", daemon=True).start()
+    began.wait()
+    return changes
 
 
 # -- release -------------------------------------------------------------------------------------

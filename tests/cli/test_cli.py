@@ -760,6 +760,24 @@ def test_status_watch_json_prints_a_line_per_read(spawn: Spawn, locks: tumbler.L
     _stop_watching(watcher)
 
 
+def test_status_watch_of_one_lock_reads_it_again_when_it_changes(
+    spawn: Spawn, locks: tumbler.Locks
+) -> None:
+    """Reads an hour apart: each line after the first comes from a change of the lock."""
+    watcher = spawn(
+        "status", "job", "--watch", "--interval", "3600", "--json", stdout=subprocess.PIPE
+    )
+    assert json.loads(read_line(watcher))["holders"] == []
+    lock = locks.lock("job")
+    assert lock.acquire()
+    assert lock.hold is not None
+    held = json.loads(read_line(watcher))
+    assert [holder["token"] for holder in held["holders"]] == [lock.hold.token]
+    lock.release()
+    assert json.loads(read_line(watcher))["holders"] == []
+    _stop_watching(watcher)
+
+
 def test_status_watch_says_how_long_each_grant_has_been_held(
     spawn: Spawn, locks: tumbler.Locks
 ) -> None:
