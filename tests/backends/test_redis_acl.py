@@ -44,8 +44,8 @@ FLAVOURS = ["sync", "asyncio"]
 DOCUMENTED_COMMANDS = [
     *("evalsha", "script|load", "info", "subscribe", "scan"),
     *("time", "hget", "hset", "hdel", "hgetall", "hlen", "get", "set", "del", "pexpireat"),
-    *("pexpiretime", "publish", "zadd", "zrem", "zrange", "zrangebyscore", "zcard", "zcount"),
-    "zscore",
+    *("pexpiretime", "exists", "publish", "zadd", "zrem", "zrange", "zrangebyscore"),
+    *("zcard", "zcount", "zscore"),
 ]
 DOCUMENTED_RULES = "~tumbler:* &tumbler:* " + " ".join(f"+{c}" for c in DOCUMENTED_COMMANDS)
 

@@ -514,8 +514,8 @@ DOCUMENTED_RIGHTS = RedisUser(
     "least",
     "least-pw",
     "~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +scan +time +hget +hset "
-    "+hdel +hgetall +hlen +get +set +del +pexpireat +pexpiretime +publish +zadd +zrem +zrange "
-    "+zrangebyscore +zcard +zcount +zscore",
+    "+hdel +hgetall +hlen +get +set +del +pexpireat +pexpiretime +exists +publish +zadd +zrem "
+    "+zrange +zrangebyscore +zcard +zcount +zscore",
 )
 
 

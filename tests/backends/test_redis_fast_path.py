@@ -23,13 +23,15 @@ from tumbler.testing.backends.redis.server import RedisServer
 from tumbler.testing.conformance.compat import PATIENCE, background, eventually
 
 #: the commands a grant of a free lock runs inside its script: TIME, HLEN, the token's GET
-#: and SET, the entry's HSET, its ZADD among the grants (by token) and a PEXPIREAT per key it
-#: wrote: its expiry index waits for a script that finds more than this entry
+#: and SET, the entry's HSET, its ZADD among the grants (by token), a PEXPIREAT per key it
+#: wrote (its expiry index waits for a script that finds more than this entry), and the
+#: EXISTS that finds nobody watching the lock's state (no PUBLISH then)
 GRANT_COMMANDS = Counter(
-    {"time": 1, "hlen": 1, "get": 1, "set": 1, "hset": 1, "zadd": 1, "pexpireat": 2}
+    {"time": 1, "hlen": 1, "get": 1, "set": 1, "hset": 1, "zadd": 1, "pexpireat": 2, "exists": 1}
 )
-#: and a release of the lock's only entry: TIME, HGET, HLEN and one DEL of every key
-RELEASE_COMMANDS = Counter({"time": 1, "hget": 1, "hlen": 1, "del": 1})
+#: and a release of the lock's only entry: TIME, HGET, HLEN, one DEL of every key, and the
+#: EXISTS of the watchers' marker
+RELEASE_COMMANDS = Counter({"time": 1, "hget": 1, "hlen": 1, "del": 1, "exists": 1})
 
 
 def new_url(server: RedisServer, prefix: str | None = None, **options: str) -> str:

@@ -22,8 +22,8 @@ from .conftest import python_command, run_tumbler
 
 LOCK_RULES = (
     "~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +scan +time +hget +hset "
-    "+hdel +hgetall +hlen +get +set +del +pexpireat +pexpiretime +publish +zadd +zrem +zrange "
-    "+zrangebyscore +zcard +zcount +zscore"
+    "+hdel +hgetall +hlen +get +set +del +pexpireat +pexpiretime +exists +publish +zadd +zrem "
+    "+zrange +zrangebyscore +zcard +zcount +zscore"
 )
 #: each lacks one right: a command the renewal script runs, the channel of its wake-ups
 USERS = {

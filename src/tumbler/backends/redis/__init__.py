@@ -34,6 +34,8 @@ CAPABILITIES = Capabilities(
     # leaves 667 ms for that; shorter leases would be lost to an ordinary hiccup.
     min_ttl=1.0,
     scope="network",
+    # a lock whose state is watched has its changes published (see lua, "watched")
+    state_wakeups=True,
     line_cap=True,
 )
 

@@ -25,8 +25,8 @@ Needs Redis 7.0 or newer (Lua scripts use ``PEXPIRETIME`` and ``redis.acl_check_
 With ACLs, the user needs the keys and channels under the prefix and exactly these commands
 (``ACL_RULES``): ``~tumbler:* &tumbler:* +evalsha +script|load +info +subscribe +scan``
 (called by the client) ``+time +hget +hset +hdel +hgetall +hlen +get +set +del +pexpireat
-+pexpiretime +publish +zadd +zrem +zrange +zrangebyscore +zcard +zcount +zscore`` (called by
-its scripts), and ``+wait`` with ``wait_replicas``. The connect checks them all, keys and
++pexpiretime +exists +publish +zadd +zrem +zrange +zrangebyscore +zcard +zcount +zscore``
+(called by its scripts), and ``+wait`` with ``wait_replicas``. The connect checks them all, keys and
 channels included, and refuses a user that lacks any with ``PermissionDenied`` naming what
 it lacks; a right taken away later fails the call that needs it with ``PermissionDenied``
 naming the command. (On Redis Cluster, redis-py's client also sends ``CLUSTER SLOTS`` or

@@ -37,6 +37,11 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     grant's lease would have run out plus ``EVICTED_GRACE_MS``; the key expires with its
     longest-kept note, and the force releases of the name drop the notes whose time passed,
     so notes never pile up. Never read by a grant or release: it costs the line nothing.
+``<prefix>:{<name>}:watched``
+    a string that lives while a client watches the lock's state (``locks.watch``, set again by
+    the watcher before it runs out); while it lives, every grant, release and force release
+    that changes the lock's entries publishes on the channel of the same name, which the
+    watchers' clients subscribe to. Without it nothing is published.
 ``<prefix>:c:<client>``
     each client's pub/sub channel (not a key). A release publishes ``<owner hash> <name>`` to
     the channel of each client whose waiter it lets through: only that client wakes, and in it
@@ -135,6 +140,7 @@ SCRIPT_COMMANDS = (
     "del",
     "pexpireat",
     "pexpiretime",
+    "exists",
     "publish",
     "zadd",
     "zrem",
@@ -214,6 +220,13 @@ local function encode(e)
 end
 
 local function score(n) return string.format('%d', n) end
+
+-- tell the lock's state watchers (``locks.watch``) that its entries changed, on the channel
+-- named as their marker key: only while one watches (the key lives), so that no grant or
+-- release pays a PUBLISH (on a cluster, a message to every node) for a lock nobody watches
+local function tell_watchers(watched)
+    if watched and call('EXISTS', watched) == 1 then call('PUBLISH', watched, '') end
+end
 
 -- the keys of the lock whose keys start at KEYS[first] (see lock_keys())
 local function lock_keys(first)
@@ -303,14 +316,17 @@ end
 -- drop the expired entries (each once: amortised, whatever the line's length); an entry
 -- whose lease was extended without its index (by an older tumbler) is timed anew instead
 local function purge(K)
+    local removed = false
     for _, owner in ipairs(call('ZRANGEBYSCORE', K.t, '-inf', score(now_ms))) do
         local e = decode(owner, call('HGET', K.e, owner))
         if e and e.expires > now_ms then
             call('ZADD', K.t, score(e.expires), owner)
         else
             remove(K, owner, e)
+            removed = true
         end
     end
+    return removed
 end
 
 -- every field of the hash: drop the malformed and expired ones, index the live ones no
@@ -524,7 +540,8 @@ end
 
 _COMMON = _BASE + _LINE
 
-#: KEYS: the lock's keys (``Keys.lock_keys``). ARGV: owner, shared (0/1), limit, fair (0/1),
+#: KEYS: the lock's keys (``Keys.lock_keys``), then its watchers' marker (``Keys.watched``;
+#: optional). ARGV: owner, shared (0/1), limit, fair (0/1),
 #: ttl_ms, holder, queue (0/1), waiter_ttl_ms, client (whose channel wakes this waiter; empty
 #: while the client has not subscribed to it yet), max_waiters, stamp (the client's clock in
 #: microseconds when it sent this call: with a client, the waiter takes a hand-off on these
@@ -546,6 +563,7 @@ local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
 local waiter_ttl_ms, client, max_waiters = tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
 local stamp = ARGV[11]
+local watched = KEYS[10]
 
 -- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
 -- waits, has no entry (a lock left with none has its keys deleted), so there is nothing to
@@ -565,17 +583,19 @@ if call('HLEN', K.e) == 0 then
     call('ZADD', K.h, score(token), owner)
     call('PEXPIREAT', K.e, expires)
     call('PEXPIREAT', K.h, expires)
+    tell_watchers(watched)
     return {1, token}
 end
 """
     + _LINE
     + """
-purge(K)
+local changed = purge(K)
 sweep(K)
 local mine = get(K, owner)
 if mine and mine.token then
     -- granted already (by a release's hand-off, or a try whose reply was lost): the lease
     -- runs from then, not from this request
+    if changed then tell_watchers(watched) end
     return {1, mine.token, mine.expires - now_ms}
 end
 local granted_ones = holders(K)
@@ -591,6 +611,7 @@ if shared then
     if first then others[#others + 1] = first end
     for _, e in ipairs(others) do
         if e.limit ~= limit then
+            if changed then tell_watchers(watched) end
             return redis.error_reply('PERMITS_MISMATCH ' .. e.limit)
         end
     end
@@ -631,14 +652,17 @@ if granted then
     mine.expires = now_ms + ttl_ms
     put(K, mine, was_waiting)
     result = {1, token}
+    changed = true
 elseif mine or queue then
     if not mine then
         if call('ZCARD', K.w) >= max_waiters then
             set_expiry(K)
+            if changed then tell_watchers(watched) end
             return redis.error_reply('TOO_MANY_WAITERS ' .. max_waiters)
         end
         mine = {owner = owner, seq = next_value(K), shared = shared, limit = limit,
                 fair = fair, client = client, holder = holder}
+        changed = true
     end
     mine.client = client  -- subscribed since its last try, or subscribed anew
     mine.expires = now_ms + waiter_ttl_ms
@@ -651,6 +675,7 @@ elseif mine or queue then
     end
 end
 set_expiry(K)
+if changed then tell_watchers(watched) end
 return result
 """
 )
@@ -687,7 +712,8 @@ return renewed
 """
 )
 
-#: KEYS: the lock's keys. ARGV: owner, client channel prefix, lock name, judge (1: a wake-up
+#: KEYS: the lock's keys, then its watchers' marker (optional). ARGV: owner, client channel
+#: prefix, lock name, judge (1: a wake-up
 #: that reaches nobody means the waiter's client is gone; 0 on Redis Cluster), backup_ms and
 #: retry_ms (see above: with judge, backup_ms also cuts the grants handed over; 0 and 0: no
 #: backup wake-up, and whole leases handed over). Removes the owner's entry (grant or
@@ -697,6 +723,7 @@ RELEASE = (
     _BASE
     + """
 local K = lock_keys(1)
+local watched = KEYS[10]
 local owner = redis.sha1hex(ARGV[1])
 local value = call('HGET', K.e, owner)
 local e = decode(owner, value)
@@ -706,6 +733,7 @@ local released = e and e.token and e.expires > now_ms
 -- with them), with nothing to purge, sweep or wake.
 if value and call('HLEN', K.e) == 1 then
     call('DEL', K.e, K.t, K.h, K.w, K.wf, K.wx, K.ws, K.g)
+    tell_watchers(watched)
     return released and 1 or 0
 end
 if not value and not call('ZSCORE', K.t, owner) then return 0 end
@@ -717,11 +745,13 @@ purge(K)
 sweep(K)
 wake_admissible(K, ARGV[2], ARGV[3], ARGV[4] == '1', tonumber(ARGV[5]), tonumber(ARGV[6]))
 set_expiry(K)
+tell_watchers(watched)
 return released and 1 or 0
 """
 )
 
-#: KEYS: the lock's keys, then its evicted notes (``Keys.evicted``). ARGV: client channel
+#: KEYS: the lock's keys, then its evicted notes (``Keys.evicted``), then its watchers'
+#: marker (optional). ARGV: client channel
 #: prefix, lock name, judge, backup_ms and retry_ms (as for RELEASE), the note, grace_ms.
 #: Removes every grant (for operators) and every entry it cannot parse, leaves the note for
 #: each owner whose live grant it removed until that lease's end plus grace_ms (and drops the
@@ -757,6 +787,7 @@ end
 if keep_all > 0 then call('PEXPIREAT', notes, score(keep_all)) end
 wake_admissible(K, ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]))
 set_expiry(K)
+tell_watchers(KEYS[11])
 return removed
 """
 )
@@ -827,14 +858,18 @@ for _, check in ipairs({{'HGET', notes, 'f'}, {'HSET', notes, 'f', 'v'}, {'HDEL'
                         {'HGETALL', notes}, {'PEXPIREAT', notes, '1'}}) do
     checks[#checks + 1] = check
 end
+-- the state watchers' marker, and its channel (``locks.watch``)
+local watched = KEYS[11]
+for _, check in ipairs({{'EXISTS', watched}, {'SET', watched, 'v', 'PX', '1'},
+                        {'PUBLISH', watched, 'm'}, {'SUBSCRIBE', watched}}) do
+    checks[#checks + 1] = check
+end
 if replicas then checks[#checks + 1] = {'WAIT', '1', '0'} end
 local refused = {}
 for _, check in ipairs(checks) do
     if not redis.acl_check_cmd(unpack(check)) then
         local what = check[1]
-        if check[1] == 'PUBLISH' or check[1] == 'SUBSCRIBE' then
-            what = what .. ' ' .. channel
-        elseif #check > 1 and check[1] ~= 'SCAN' and check[1] ~= 'WAIT' then
+        if #check > 1 and check[1] ~= 'SCAN' and check[1] ~= 'WAIT' then
             what = what .. ' ' .. check[2]
         end
         refused[#refused + 1] = what
@@ -871,14 +906,20 @@ class Keys:
         base = f"{self.prefix}:{{{escape_name(name)}}}:"
         return [base + suffix for suffix in ("e", "n", "t", "h", "w", "wf", "wx", "ws", "g")]
 
+    def watched(self, name: str) -> str:
+        """The marker that the lock has state watchers (``locks.watch``): while it lives, a
+        grant, a release and a force release publish on the channel of the same name."""
+        return f"{self.prefix}:{{{escape_name(name)}}}:watched"
+
     def evicted(self, name: str) -> str:
         """The notes force releases left for the holders they evicted (FORCE_RELEASE's last
         key, EVICTED's only one)."""
         return f"{self.prefix}:{{{escape_name(name)}}}:evicted"
 
     def probe_keys(self, name: str) -> list[str]:
-        """The keys PROBE checks the user's rights on: every key of the lock and its notes."""
-        return [*self.lock_keys(name), self.evicted(name)]
+        """The keys PROBE checks the user's rights on: every key of the lock, its notes and
+        its state watchers' marker."""
+        return [*self.lock_keys(name), self.evicted(name), self.watched(name)]
 
     def renewal_keys(self, name: str) -> list[str]:
         """The keys a renewal touches (RENEW, RENEW_ALL): entries, expiries, grants."""

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import heapq
 import logging
+import math
 import secrets
 import ssl
 import threading
@@ -38,6 +39,7 @@ from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -73,6 +75,10 @@ from ..common import (
 _log = logging.getLogger("tumbler.redis")
 
 T = TypeVar("T")
+
+#: how long the marker that a lock's state is watched lives unless set again: publishing
+#: goes on at most this long after its last watcher stopped
+WATCHED_MS = 30_000
 
 
 class Script:
@@ -124,6 +130,10 @@ class Wakeups:
         self._refused: str | None = None
         self._closed = False
         self.handoffs = HandOffs(backend.clock.now)
+        #: the lock state channels subscribed to (``follow_state``): channel -> lock name,
+        #: and the server's confirmation of each
+        self._state_names: dict[str, str] = {}
+        self._state_confirmed: dict[str, Event] = {}
 
     def subscribed(self) -> bool:
         """Whether the server has confirmed the subscription (wake-ups reach us from then)."""
@@ -164,6 +174,44 @@ class Wakeups:
         if refused is not None:
             raise PermissionDenied(
                 f"Redis refused to subscribe to the client's wake-up channel: {refused}",
+                lock_name=name,
+                backend=self._backend.url,
+            )
+
+    def follow_state(self, name: str) -> None:
+        """Subscribe to the channel on which the lock ``name``'s changes are published while
+        its state is watched (once per client: a lock's watchers share it), and return once
+        the server confirmed it."""
+        channel = self._backend.keys.watched(name)
+        with self._sending:
+            if self._closed:
+                raise BackendUnavailable(
+                    "the client is closed", lock_name=name, backend=self._backend.url
+                )
+            with self._lock:
+                confirmed = self._state_confirmed.get(channel)
+            if confirmed is None:
+                confirmed = Event()
+                with self._lock:
+                    self._state_confirmed[channel] = confirmed
+                    self._state_names[channel] = name
+                try:
+                    with translate_errors(self._backend.url, name):
+                        self._pubsub_connection().subscribe(channel)
+                except BaseException:
+                    with self._lock:
+                        del self._state_confirmed[channel], self._state_names[channel]
+                    raise
+                with self._lock:
+                    if self._reader is None and not self._closed:
+                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+        timeout = self._backend.config.client_options["socket_timeout"]
+        if not confirmed.wait(timeout) or self._closed:
+            with self._lock:
+                if self._state_confirmed.get(channel) is confirmed and not confirmed.is_set():
+                    del self._state_confirmed[channel], self._state_names[channel]
+            raise BackendUnavailable(
+                "Redis did not confirm a subscription in time (or the client closed)",
                 lock_name=name,
                 backend=self._backend.url,
             )
@@ -210,10 +258,16 @@ class Wakeups:
             failures = 0
             if message is None:
                 continue
+            channel = _text(message.get("channel"))
+            with self._lock:
+                state_confirmed = self._state_confirmed.get(channel)
+                state_name = self._state_names.get(channel)
             if message["type"] == "subscribe":
-                confirmed = self._confirmed
+                confirmed = self._confirmed if state_confirmed is None else state_confirmed
                 if confirmed is not None:
                     confirmed.set_threadsafe()
+            elif message["type"] == "message" and state_name is not None:
+                hub.notify(state_name, (STATE_TAG,))
             elif message["type"] == "message":
                 data = message["data"]
                 text = data.decode() if isinstance(data, bytes) else str(data)
@@ -230,9 +284,10 @@ class Wakeups:
         gives up now."""
         with self._lock:
             self._closed = True
-        confirmed = self._confirmed
-        if confirmed is not None:
-            confirmed.set_threadsafe()
+            pending = [self._confirmed, *self._state_confirmed.values()]
+        for confirmed in pending:
+            if confirmed is not None:
+                confirmed.set_threadsafe()
 
     def close(self) -> None:
         self.stop()
@@ -264,6 +319,40 @@ class RedisWatch(BaseWatch):
             return False
         self._backend.wakeups.subscribe(self.name)
         return True
+
+
+class RedisStateWatch(BaseWatch):
+    """A state watcher's watch: the lock's changes are published on a channel while a marker
+    key says someone watches (see ``lua``, ``<prefix>:{<name>}:watched``). Entering
+    subscribes the client to that channel (confirmed by the server) and sets the marker;
+    each wait sets it again once a third of its life has passed, so it outlives the watch
+    by at most :data:`WATCHED_MS`."""
+
+    def __init__(self, backend: RedisBackend, name: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+        self._backend = backend
+        self._marked_at = -math.inf
+
+    def _subscribe(self) -> bool:
+        self._backend.wakeups.follow_state(self.name)
+        self._mark()
+        return False
+
+    def _mark(self) -> None:
+        self._backend.mark_watched(self.name)
+        self._marked_at = time.monotonic()
+
+    def wait(self, timeout: float) -> None:
+        if time.monotonic() - self._marked_at > WATCHED_MS / 3000:
+            # a marker not set again stops the publishing: the watcher's reads after each
+            # wait (every re-check) still see every change, only later
+            with contextlib.suppress(BackendUnavailable):
+                self._mark()
+        super().wait(timeout)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 #: a renewal script call: where it goes (a node's address on Redis Cluster, else None),
@@ -539,13 +628,15 @@ class RedisBackend(InspectEachName):
             connection.disconnect()
 
     def _lock_keys(self, name: str) -> list[bytes]:
-        """``keys.lock_keys(name)``, encoded once for the last names used (a client locks a
-        few names again and again)."""
+        """``keys.lock_keys(name)`` and its state watchers' marker (GRANT's and RELEASE's
+        keys), encoded once for the last names used (a client locks a few names again and
+        again)."""
         found = self._keys_cache.get(name)
         if found is None:
             if len(self._keys_cache) >= KEYS_CACHED:
                 self._keys_cache.clear()
-            found = [key.encode() for key in self.keys.lock_keys(name)]
+            keys = [*self.keys.lock_keys(name), self.keys.watched(name)]
+            found = [key.encode() for key in keys]
             self._keys_cache[name] = found
         return found
 
@@ -761,6 +852,15 @@ class RedisBackend(InspectEachName):
     def watch(self, name: str, owner: str) -> RedisWatch:
         return RedisWatch(self, name, owner)
 
+    def watch_state(self, name: str) -> RedisStateWatch:
+        return RedisStateWatch(self, name)
+
+    def mark_watched(self, name: str) -> None:
+        """Say, for :data:`WATCHED_MS`, that the lock's state is watched (the scripts publish
+        its changes while the marker lives)."""
+        key = self.keys.watched(name)
+        self._call(name, lambda: self.client.set(key, b"1", px=WATCHED_MS))
+
     def inspect(self, name: str) -> LockState:
         keys = [self.keys.entries(name)]
         raw = self._call(name, lambda: self._inspect(keys, []))
@@ -816,7 +916,7 @@ class RedisBackend(InspectEachName):
         """Remove every grant of ``name``; leave ``note`` for each evicted holder, where
         ``evicted`` finds it until that holder's lease would have run out (and a little
         longer: ``lua.EVICTED_GRACE_MS``). Returns how many live grants it removed."""
-        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name), self.keys.watched(name)]
         args: list[str | int] = [
             self.keys.client_channel_prefix(),
             name,
