@@ -454,11 +454,12 @@ def run_round(
     )
     result = check_round(history)
     not_promised = spec.not_promised_under(fault)
-    not_promised.setdefault(
-        SERVERS_DOWN,
-        "the servers did not serve again within the harness's patience: their own outage, "
-        "which no client rides out",
-    )
+    if any(violation.kind == SERVERS_DOWN for violation in result.violations):
+        # never promised, by any deployment: said where it happened, with why
+        not_promised[SERVERS_DOWN] = (
+            "the servers did not serve again within the harness's patience: their own "
+            "outage, which no client rides out"
+        )
     if options.fencing != "on":
         for kind in FENCED_KINDS:
             not_promised.setdefault(
