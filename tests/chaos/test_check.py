@@ -667,16 +667,19 @@ def test_a_stale_reader_is_refused_after_a_writer() -> None:
 
 def _fair(
     b_invoke: int, b_grant: int, a_end: int, a_why: str = "granted", primitive: str = "fair",
-    **kw: Any,
+    a_queued: int | None = None, **kw: Any,
 ) -> CheckResult:  # fmt: skip
-    """h holds until 300 ms; a starts waiting at 0, b at ``b_invoke``; b is granted at
-    ``b_grant`` and releases 30 ms later; a's acquire ends at ``a_end`` (``a_why``)."""
+    """h holds until 300 ms; a starts waiting at 0 (in line at ``a_queued``, if its worker
+    said), b at ``b_invoke``; b is granted at ``b_grant`` and releases 30 ms later; a's
+    acquire ends at ``a_end`` (``a_why``)."""
     holds = [
         _Hold("h", 1, -10, -5, 0, 1, 300),
         _Hold("b", 3 if b_grant > a_end else 2, b_invoke, b_grant, b_grant + 1, b_grant + 2,
               b_grant + 30),
     ]  # fmt: skip
     a_events: list[dict[str, Any]] = [{"ev": "acquire", "t": 0, "acq": "a.9"}]
+    if a_queued is not None:
+        a_events.append({"ev": "queued", "t": a_queued * MS})
     if a_why == "granted":
         token = 2 if b_grant > a_end else 3
         a_events += [
@@ -811,3 +814,16 @@ def test_a_dead_waiter_may_hold_the_line_up_for_the_bound_only(gap_ms: int, stal
         v for v in check_round(history).violations if "was killed, the next release" in v.detail
     ]
     assert bool(found) is stalled, found
+
+
+def test_a_waiter_in_line_before_another_began_is_ahead_of_it_however_close() -> None:
+    """With the workers' ``queued`` events, arrival is the place in line, not the acquire's
+    start plus a slack: a waiter queued before the other even began is ahead of it, 10 ms
+    earlier or 1 s; one queued after the other began (its place taken by a second request,
+    or a slow one) is not judged against it."""
+    assert _fair(b_invoke=30, b_grant=301, a_end=340).violations == []  # within the slack
+    close = _fair(b_invoke=30, b_grant=301, a_end=340, a_queued=20)
+    assert close.by_kind() == {"unfair": 1}  # in line 10 ms before the other began
+    late_in_line = _fair(b_invoke=100, b_grant=301, a_end=340, a_queued=120)
+    assert late_in_line.violations == []
+    assert late_in_line.fair_pairs == 0

@@ -757,8 +757,8 @@ class AsyncLocks:
                 answered = True
             if hold is not None:
                 return hold
-            if observed is not None:
-                observed.waiting()
+            if observed is not None and answered:
+                observed.waiting()  # refused: it has its place in line (after an error, not yet)
             backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
             failing = core.Backoff(
                 min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, self._rng
@@ -781,6 +781,8 @@ class AsyncLocks:
                             unavailable = self._unavailable(error, deadline, unavailable, answered)
                         else:
                             unavailable, answered = None, True
+                            if hold is None and observed is not None:
+                                observed.waiting()  # said once: the first refusal
                         if hold is not None:
                             tried.discard(hold.name)
                             if tried:

@@ -941,6 +941,9 @@ class _Wait:
     t_invoke: int
     t_end: int | None
     outcome: str
+    #: when it took its place in line (the backend refused it and kept its entry; the
+    #: worker's ``queued`` event), if the history says
+    t_queued: int | None = None
 
 
 def _waits(history: RoundHistory) -> list[_Wait]:
@@ -948,10 +951,16 @@ def _waits(history: RoundHistory) -> list[_Wait]:
     for client, events in history.workers.items():
         started: dict[str, int] = {}
         ended: dict[str, tuple[int, str]] = {}
+        queued: dict[str, int] = {}
+        current = ""
         for event in events:
             ev, acq = event.get("ev"), str(event.get("acq", ""))
             if ev == "acquire":
                 started[acq] = int(event["t"])
+                current = acq
+            elif ev == "queued":
+                # one acquire at a time per worker: it is the one under way
+                queued.setdefault(current, int(event["t"]))
             elif ev == "grant":
                 ended[acq] = (int(event["t"]), "granted")
             elif ev == "no_grant":
@@ -959,7 +968,7 @@ def _waits(history: RoundHistory) -> list[_Wait]:
                 ended[acq] = (int(event["t"]), why if why in ("timeout", "stopped") else "error")
         for acq, t in started.items():
             end, outcome = ended.get(acq, (None, "none"))
-            waits.append(_Wait(acq, client, t, end, outcome))
+            waits.append(_Wait(acq, client, t, end, outcome, queued.get(acq)))
     return sorted(waits, key=lambda wait: wait.t_invoke)
 
 
@@ -968,9 +977,12 @@ def _check_fair(
 ) -> None:
     """``unfair``: a fair lock grants its waiters in the order they arrived.
 
-    A waiter A and a later one B are compared when A certainly arrived first: A's acquire
-    started at least ``fair_slack`` before B's (arrival is A's first request reaching the
-    backend, which the history does not show: the slack bounds how long that takes). B
+    A waiter A and a later one B are compared when A certainly arrived first: A had its
+    place in line before B's acquire started (its worker's ``queued`` event: the backend
+    refused it a grant and kept its entry), or, in a history without that event, A's
+    acquire started at least ``fair_slack`` before B's (arrival is A's first request
+    reaching the backend, which the history does not show: the slack bounds how long that
+    takes; a backend that takes a second request to place A, or a slow one, exceeds it). B
     overtook A if B was granted and had begun its release while A's acquire was still going
     on (it ended later with a grant or a timeout: an acquire that ended in an error had
     trouble with the backend meanwhile, and one never ended on record was killed). Begun its
@@ -1001,11 +1013,15 @@ def _check_fair(
         released = life.release_t0
         if released is None:
             continue
-        latest = overtaker.t_invoke - slack
         low = bisect.bisect_left(starts, overtaker.t_invoke - slack - longest)
-        high = bisect.bisect_right(starts, latest)
+        high = bisect.bisect_right(starts, overtaker.t_invoke)
         for wait in waits[low:high]:
             if wait.client == overtaker.client or wait.t_end is None:
+                continue
+            if wait.t_queued is not None:
+                if wait.t_queued > overtaker.t_invoke:
+                    continue  # not in line yet when the other began
+            elif wait.t_invoke > overtaker.t_invoke - slack:
                 continue
             if wait.t_end <= overtaker.t_invoke or wait.outcome not in ("granted", "timeout"):
                 continue  # not waiting beside it, or in trouble with the backend

@@ -14,6 +14,9 @@ Worker events (``ev``):
     ``client``, ``pid``: the worker is connected and about to loop.
 ``acquire``
     ``acq`` (this attempt's id, unique in the round): acquire invoked.
+``queued``
+    the acquire under way took its place in line: the backend refused it a grant and kept
+    its entry (the client's ``acquire_waiting`` observer event; at most once per acquire).
 ``grant``
     ``acq``, ``token``, ``ttl`` (granted lease), ``deadline`` (the client's own deadline at
     grant time, ns): acquire returned a hold.

@@ -58,6 +58,7 @@ from typing import IO, Any, Literal, Protocol
 import tumbler
 import tumbler.aio
 from tumbler.errors import AcquireTimeout, BackendUnavailable, LockLost, NotHeld, TumblerError
+from tumbler.observe import AcquireWaiting, Observer
 
 from .history import HistoryWriter
 from .resource import ResourceClient, ResourceError
@@ -481,7 +482,7 @@ async def _drive_asyncio(
     locks = None
     while not stop.requested:
         try:
-            locks = await tumbler.aio.connect(url)
+            locks = await tumbler.aio.connect(url, observers=[_Queued(writer)])
             break
         except BackendUnavailable as error:
             writer.write("connect_error", why=str(error))
@@ -589,13 +590,24 @@ class _LoopFlag:
         return True
 
 
+class _Queued(Observer):
+    """Records when the acquire under way took its place in line (``queued``): the backend
+    refused it a grant and kept its entry. The fairness check orders waiters by it."""
+
+    def __init__(self, writer: HistoryWriter) -> None:
+        self._writer = writer
+
+    def acquire_waiting(self, event: AcquireWaiting) -> None:
+        self._writer.write("queued")
+
+
 def _connect_sync(
     url: str, writer: HistoryWriter, stop: _StopSignal, rng: random.Random
 ) -> tumbler.Locks | None:
     """Connect, retrying while the backend is unavailable (a fault may be under way)."""
     while not stop.requested:
         try:
-            return tumbler.connect(url)
+            return tumbler.connect(url, observers=[_Queued(writer)])
         except BackendUnavailable as error:
             writer.write("connect_error", why=str(error))
             time.sleep(0.05 + rng.random() * 0.2)
