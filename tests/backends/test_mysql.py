@@ -679,6 +679,80 @@ def test_every_call_gives_up_when_the_network_drops_replies(
             locks.close()
 
 
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
+    mariadb_server: MariaDBServer,
+) -> None:
+    prefix = f"a{uuid.uuid4().hex[:8]}_"
+    async with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        locks = await tumbler.aio.connect(_proxied_url(mariadb_server, proxy, prefix))
+        try:
+            backend = locks._backend
+            held = await backend.try_grant(_request("dropped", "holder"))
+            assert held is not None
+            renewal = Renewal("dropped", "holder", 30.0)
+            proxy.drop("downstream")
+            for call in (
+                lambda: backend.try_grant(_request("dropped", "other")),
+                lambda: backend.release("dropped", "holder"),
+                lambda: backend.inspect("dropped"),
+                lambda: backend.renew_all([renewal], 0.5),
+            ):
+                with pytest.raises(BackendUnavailable):
+                    await call()
+            proxy.heal()
+            # the connections given up on are ended by the next call, and nothing trips it
+            assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
+            assert await backend.release("dropped", "holder") in (True, False)
+            again = await backend.try_grant(_request("dropped", "other"))
+            assert again is not None
+            assert again.token > held.token
+        finally:
+            await locks.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_asyncio_a_call_that_first_ends_one_given_up_on_keeps_its_bound(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """A call first ends the connections calls before it gave up on (KILL): when that
+    statement's reply is lost too, the call still raises within ``socket_timeout`` (the
+    asyncio driver has no timeout of its own). Before, it waited for ever, and its client's
+    close behind it: a torture worker hung so under dropped replies."""
+    prefix = f"k{uuid.uuid4().hex[:8]}_"
+    async with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
+        locks = await tumbler.aio.connect(_proxied_url(mariadb_server, proxy, prefix))
+        try:
+            backend = locks._backend
+            assert (await backend.inspect("killing")).holders == ()  # an idle connection
+            given_up = await open_async(parse_url(_proxied_url(mariadb_server, proxy, prefix)))
+            try:
+                # as a call that gave up on its connection leaves it to be ended
+                backend.pool._abandoned.append(await _thread_of(given_up))
+                proxy.drop("downstream")
+                started = time.monotonic()
+                with pytest.raises(BackendUnavailable):
+                    await backend.inspect("killing")
+                assert time.monotonic() - started < PATIENCE
+                proxy.heal()
+                # not ended, so ended by the next call
+                assert backend.pool._abandoned
+                assert (await backend.inspect("killing")).holders == ()
+                assert not backend.pool._abandoned
+            finally:
+                await given_up.close()
+        finally:
+            await locks.close()
+
+
+async def _thread_of(backend: Any) -> int:
+    """The server's id of a connection of ``backend``'s pool."""
+    async with backend.pool.connection() as connection:
+        return int(connection.thread_id())
+
+
 @pytest.mark.timeout(60)
 def test_a_listening_connection_that_goes_silent_is_replaced(
     mariadb_server: MariaDBServer,

@@ -189,7 +189,12 @@ class AsyncPool(AsyncSQLPool[Any, "float | None"]):
         if deadline is not None:
             AsyncReplies.limit(connection, _left(deadline))
         if self._abandoned:
-            await self._kill_abandoned(connection)
+            limit = self._config.socket_timeout
+            if deadline is not None:
+                limit = min(limit, _left(deadline))
+            # its own statements wait for replies too: a reply lost on the network must not
+            # hold the call up past its bound (the asyncio driver has no timeout of its own)
+            await abounded(self._kill_abandoned(connection), limit)
 
     def _failed(
         self, connection: Any, deadline: float | None, error: BaseException
@@ -213,15 +218,21 @@ class AsyncPool(AsyncSQLPool[Any, "float | None"]):
         for it) or never will."""
         with self._lock:
             abandoned, self._abandoned = self._abandoned, []
-        async with connection.cursor() as cursor:
-            for thread in abandoned:
-                try:
-                    await cursor.execute("KILL CONNECTION %s", (thread,))
-                except pymysql.Error as error:
-                    if _code(error) in _LOST:
-                        raise
-                    # gone already (1094), or not ours to end
-                    _log.debug("could not end connection %s: %s", thread, error)
+        try:
+            async with connection.cursor() as cursor:
+                while abandoned:
+                    try:
+                        await cursor.execute("KILL CONNECTION %s", (abandoned[0],))
+                    except pymysql.Error as error:
+                        if _code(error) in _LOST:
+                            raise
+                        # gone already (1094), or not ours to end
+                        _log.debug("could not end connection %s: %s", abandoned[0], error)
+                    abandoned.pop(0)
+        finally:
+            if abandoned:  # the next call ends them (this one's connection failed)
+                with self._lock:
+                    self._abandoned[:0] = abandoned
 
 
 def _left(deadline: float) -> float:
