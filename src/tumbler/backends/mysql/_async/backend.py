@@ -189,12 +189,10 @@ class AsyncPool(AsyncSQLPool[Any, "float | None"]):
         if deadline is not None:
             AsyncReplies.limit(connection, _left(deadline))
         if self._abandoned:
-            limit = self._config.socket_timeout
+            until = time.monotonic() + self._config.socket_timeout
             if deadline is not None:
-                limit = min(limit, _left(deadline))
-            # its own statements wait for replies too: a reply lost on the network must not
-            # hold the call up past its bound (the asyncio driver has no timeout of its own)
-            await abounded(self._kill_abandoned(connection), limit)
+                until = min(until, deadline)
+            await self._kill_abandoned(connection, until)
 
     def _failed(
         self, connection: Any, deadline: float | None, error: BaseException
@@ -209,20 +207,24 @@ class AsyncPool(AsyncSQLPool[Any, "float | None"]):
             AsyncReplies.limit(connection, self._config.socket_timeout)
         return True
 
-    async def _kill_abandoned(self, connection: Any) -> None:
+    async def _kill_abandoned(self, connection: Any, deadline: float) -> None:
         """End the connections calls gave up on (a cancellation, no reply in time, a lost
         connection), before this call runs. The server runs a statement to its end also when
         its client has hung up: a grant a caller gave up on, then withdrew, could otherwise
         land after the withdrawal and hold the lock for a whole lease. Once killed, such a
         statement has either taken the name's row (and whatever runs next on the name waits
-        for it) or never will."""
+        for it) or never will. Given up at ``deadline`` (``time.monotonic()``), as the call
+        would be; those not ended by then stay listed for the next call."""
         with self._lock:
             abandoned, self._abandoned = self._abandoned, []
         try:
             async with connection.cursor() as cursor:
                 while abandoned:
                     try:
-                        await cursor.execute("KILL CONNECTION %s", (abandoned[0],))
+                        # bounded as the call is (the asyncio driver has no timeout of its
+                        # own): a reply lost on the network must not hold the call up
+                        left = _left(deadline)
+                        await abounded(cursor.execute("KILL CONNECTION %s", (abandoned[0],)), left)
                     except pymysql.Error as error:
                         if _code(error) in _LOST:
                             raise
