@@ -8,15 +8,15 @@ Per backend: a leader process campaigns (``locks.election(NAME, ttl=TTL)``) and 
 leads; a candidate in this process campaigns behind it; the leader is killed with SIGKILL,
 and the bench times the kill to the candidate's leadership (the candidate's campaign
 returning), ``--runs`` times. A dead leader is found only when its grant ends: its lease
-(``ttl``) runs out, counted from its last renewal (every third of the lease), or, on a
-backend whose grants live with the client's session or lease (ZooKeeper's session timeout,
-etcd's client lease: ``capabilities.max_ttl``, 10 s unless the URL says otherwise), when
-that ends. So the floor is that lease, less what of it had passed since the last renewal;
-the printed ratio is the median over ``ttl``. Beside tumbler on ZooKeeper,
-kazoo's ``Election`` (its recipe on the same server, its session timeout tumbler's), which is
-what a ZooKeeper user would otherwise run. etcd's own ``Election`` (Go,
-``clientv3/concurrency``) has no Python client in common use; its leader is replaced when
-its session's lease expires, 60 s by default: the same floor.
+(``ttl``) runs out, counted from its last renewal (every third of the lease). On a backend
+whose grants live with the client's session or lease (``capabilities.max_ttl``), the URL is
+given one of ``ttl`` (the store bench's ``lease_url``), as a user who wants fast failover
+would. So the floor is the lease, less what of it had passed since the last renewal; the
+printed ratio is the median over ``ttl``. Beside tumbler, the other libraries' elections on
+the same store (``StoreBench.election_peers``; on ZooKeeper, kazoo's ``Election``, its
+session of ``ttl``). etcd's own ``Election`` (Go, ``clientv3/concurrency``) has no Python
+client in common use; its leader is replaced when its session's lease expires, 60 s by
+default: the same floor.
 
 Nothing here asserts a speed; the load average before and after is printed.
 """
@@ -39,6 +39,7 @@ from typing import Any
 
 import tumbler
 from targets import default_target, started
+from tumbler.testing.bench import store_bench
 
 
 def _lead_with_tumbler(url: str, name: str, ttl: float, led: Any) -> None:
@@ -46,14 +47,6 @@ def _lead_with_tumbler(url: str, name: str, ttl: float, led: Any) -> None:
         leadership = locks.election(name, ttl=ttl).campaign("doomed")
         led.set()
         leadership.wait_lost()
-
-
-def _lead_with_kazoo(hosts: str, path: str, ttl: float, led: Any) -> None:
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=hosts, timeout=ttl)
-    client.start()
-    client.Election(path, "doomed").run(lambda: (led.set(), time.sleep(3600)))
 
 
 def _kill(process: multiprocessing.process.BaseProcess) -> float:
@@ -95,43 +88,6 @@ def time_tumbler(url: str, ttl: float, runs: int) -> list[float]:
             killer.join()
             waiting[0].resign()
             times.append(elected - sent)
-    return times
-
-
-def time_kazoo(hosts: str, ttl: float, runs: int) -> list[float]:
-    """kazoo's ``Election`` the same way, on ZooKeeper at ``hosts``."""
-    from kazoo.client import KazooClient
-
-    context = multiprocessing.get_context("spawn")
-    times = []
-    client = KazooClient(hosts=hosts, timeout=ttl)
-    client.start()
-    try:
-        for run in range(runs):
-            path = f"/bench-failover-kazoo-{os.getpid()}-{run}"
-            led = context.Event()
-            leader = context.Process(target=_lead_with_kazoo, args=(hosts, path, ttl, led))
-            leader.start()
-            if not led.wait(60):
-                leader.kill()
-                raise RuntimeError("kazoo's leader process did not lead")
-            election = client.Election(path, "next")
-            sent = 0.0
-
-            def kill_when_queued(election: Any = election, leader: Any = leader) -> None:
-                nonlocal sent
-                while len(election.contenders()) < 2:
-                    time.sleep(0.005)
-                sent = _kill(leader)
-
-            killer = _in_thread(kill_when_queued)
-            elected: list[float] = []
-            election.run(lambda elected=elected: elected.append(time.monotonic()))
-            killer.join()
-            times.append(elected[0] - sent)
-    finally:
-        client.stop()
-        client.close()
     return times
 
 
@@ -185,14 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = stack.enter_context(started(name, f"{scratch}/{name}"))
             measured.append((f"{name} (temp)", url))
         for label, url in measured:
+            bench = store_bench(url)
+            if bench is not None:
+                # a store whose holds live with a session or a client lease: that as long as
+                # the lease, so that a dead leader's grant ends when its lease would
+                url = bench.lease_url(url, args.ttl)
             rows.append(summary(label, args.ttl, time_tumbler(url, args.ttl, args.runs)))
-            if url.startswith("zookeeper://"):
-                hosts = url.split("://", 1)[1].split("/", 1)[0]
-                with tumbler.connect(url) as locks:
-                    # the session timeout the ensemble gave tumbler's client, for kazoo's too
-                    session = locks.capabilities.max_ttl or args.ttl
-                kazoo = time_kazoo(hosts, session, args.runs)
-                rows.append(summary("kazoo Election, same server", args.ttl, kazoo))
+            for peer in () if bench is None else bench.election_peers(url):
+                failovers = peer.failovers(args.ttl, args.runs)
+                rows.append(summary(f"{peer.name}, same server", args.ttl, failovers))
     print_table(rows)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     if args.json is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "AsyncContender",
     "AsyncSession",
     "Contender",
+    "ElectionPeer",
     "Options",
     "StoreBench",
     "SyncContender",
@@ -114,6 +115,16 @@ def store_bench(url: str) -> StoreBench | None:
         return None
     found = harness.bench()
     return found if isinstance(found, StoreBench) else None
+
+
+@dataclass(frozen=True)
+class ElectionPeer:
+    """Another library's leader election on a store (``StoreBench.election_peers``): its
+    ``name``, and ``failovers(ttl, runs)``, the seconds from its leader's SIGKILL to the next
+    leader, ``runs`` times, with leases (or sessions) of ``ttl``."""
+
+    name: str
+    failovers: Callable[[float, int], list[float]]
 
 
 @dataclass(frozen=True)
@@ -298,6 +309,11 @@ class StoreBench:
     def version(self, url: str) -> str | None:
         """Which server ``url`` reaches, for the bench's header; None if unknown."""
         return None
+
+    def election_peers(self, url: str) -> Sequence[ElectionPeer]:
+        """The other libraries' leader elections on ``url`` (``bench/failover.py``); none by
+        default."""
+        return ()
 
     def lease_url(self, url: str, ttl: float) -> str:
         """``url`` set up to keep many holds of lease ``ttl`` (``bench/many_leases.py``): a

@@ -25,14 +25,22 @@ bench's client is the one at work there.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import signal
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from tumbler.testing.bench import (
     AsyncContender,
     AsyncSession,
+    ElectionPeer,
     StoreBench,
     SyncContender,
     SyncSession,
@@ -234,6 +242,62 @@ class _Running:
         self.server.close()
 
 
+def _lead_with_kazoo(hosts: str, path: str, session: float, led: Any) -> None:
+    """A process that leads kazoo's ``Election`` at ``path`` until it is killed."""
+    from kazoo.client import KazooClient
+
+    def lead() -> None:
+        led.set()
+        time.sleep(3600)
+
+    client = KazooClient(hosts=hosts, timeout=session)
+    client.start()
+    client.Election(path, "doomed").run(lead)
+
+
+def _kazoo_failovers(url: str, ttl: float, runs: int) -> list[float]:
+    """kazoo's ``Election`` on ``url``'s ensemble, its sessions of ``ttl``: the seconds from
+    the leader process's SIGKILL to the next leader (a candidate in this process, in line
+    before the kill), ``runs`` times."""
+    from kazoo.client import KazooClient
+
+    hosts = _config(url).connect_string
+    context = multiprocessing.get_context("spawn")
+    times = []
+    client = KazooClient(hosts=hosts, timeout=ttl)
+    client.start()
+    try:
+        for run in range(runs):
+            path = f"/bench-failover-kazoo-{os.getpid()}-{run}"
+            led = context.Event()
+            leader = context.Process(target=_lead_with_kazoo, args=(hosts, path, ttl, led))
+            leader.start()
+            if not led.wait(60):
+                leader.kill()
+                raise RuntimeError("kazoo's leader process did not lead")
+            election = client.Election(path, "next")
+            killed: list[float] = []
+
+            def kill_when_queued(
+                election: Any = election, leader: Any = leader, killed: list[float] = killed
+            ) -> None:
+                while len(election.contenders()) < 2:
+                    time.sleep(0.005)
+                killed.append(time.monotonic())
+                os.kill(leader.pid, signal.SIGKILL)
+                leader.join()
+
+            killer = threading.Thread(target=kill_when_queued, daemon=True)
+            killer.start()
+            elected: list[float] = []
+            election.run(lambda elected=elected: elected.append(time.monotonic()))
+            killer.join()
+            times.append(elected[0] - killed[0])
+    finally:
+        _stop(client)
+    return times
+
+
 @dataclass(frozen=True)
 class ZooKeeperBench(StoreBench):
     """kazoo's ``Lock``, the floors, ``srvr`` for the server's figures, and the fsynced
@@ -261,6 +325,12 @@ class ZooKeeperBench(StoreBench):
             return None
         match = re.search(r"^Zookeeper version: ([\w.]+)", answers[0], re.MULTILINE)
         return None if match is None else f"ZooKeeper {match[1]}"
+
+    def election_peers(self, url: str) -> Sequence[ElectionPeer]:
+        """kazoo's ``Election`` recipe, what a ZooKeeper user would otherwise run."""
+        if urlsplit(url).scheme.lower() not in self.schemes:
+            return ()
+        return (ElectionPeer("kazoo Election", lambda ttl, runs: _kazoo_failovers(url, ttl, runs)),)
 
     def lease_url(self, url: str, ttl: float) -> str:
         """``url`` with a session timeout of ``ttl``: a holder's nodes go with its session."""
