@@ -782,8 +782,10 @@ def _watch_status(
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
     changed = threading.Event()
-    changes = None if name is None else _follow(locks, name, changed)
+    changes = None
     try:
+        if name is not None:
+            changes = _follow(locks, name, changed)
         while True:
             changed.clear()
             states = [locks.status(name)] if name is not None else locks.status_all()
