@@ -119,17 +119,17 @@ UNNOTICED_LOSS = "unnoticed-loss"
 WORK_AFTER_GRANT = "work-after-grant"
 UNACCOUNTED = "unaccounted"
 UNFAIR = "unfair"
-
-#: the primitives whose grants are exclusive (an election's leader is a fair mutex's holder)
-EXCLUSIVE_PRIMITIVES = ("lock", "fair", "election")
-#: the primitives that grant in arrival order
-FAIR_PRIMITIVES = ("fair", "election")
 NO_RECOVERY = "no-recovery"
 SERVERS_DOWN = "servers-down"
 WORKER_ERROR = "worker-error"
 UNAVAILABLE = "unavailable"
 #: what a deployment may promise to keep through a fault (``RoundHistory.available``)
 AVAILABILITY = ("acquire", "hold")
+
+#: the primitives whose grants are exclusive (an election's leader is a fair mutex's holder)
+EXCLUSIVE_PRIMITIVES = ("lock", "fair", "election")
+#: the primitives that grant in arrival order
+FAIR_PRIMITIVES = ("fair", "election")
 
 #: what the resource's fencing protects: these need fencing, not the lock alone
 FENCED_KINDS = (OVERLAP, STALE_ACCEPTED, LOST_UPDATE)
