@@ -65,6 +65,7 @@ from tumbler.torture.proxy import FaultProxy
 from .test_postgresql import (
     _LINGERS,
     a_silent_listener_is_replaced,
+    aevery_call_gives_up_when_replies_are_dropped,
     close_on,
     every_call_gives_up_when_replies_are_dropped,
     full_line_refuses_a_waiter_decided_in_the_client,
@@ -688,26 +689,7 @@ async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
     async with FaultProxy((mariadb_server.host, mariadb_server.port)) as proxy:
         locks = await tumbler.aio.connect(_proxied_url(mariadb_server, proxy, prefix))
         try:
-            backend = locks._backend
-            held = await backend.try_grant(_request("dropped", "holder"))
-            assert held is not None
-            renewal = Renewal("dropped", "holder", 30.0)
-            proxy.drop("downstream")
-            for call in (
-                lambda: backend.try_grant(_request("dropped", "other")),
-                lambda: backend.release("dropped", "holder"),
-                lambda: backend.inspect("dropped"),
-                lambda: backend.renew_all([renewal], 0.5),
-            ):
-                with pytest.raises(BackendUnavailable):
-                    await call()
-            proxy.heal()
-            # the connections given up on are ended by the next call, and nothing trips it
-            assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
-            assert await backend.release("dropped", "holder") in (True, False)
-            again = await backend.try_grant(_request("dropped", "other"))
-            assert again is not None
-            assert again.token > held.token
+            await aevery_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
         finally:
             await locks.close()
 

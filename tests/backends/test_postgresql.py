@@ -792,6 +792,30 @@ def every_call_gives_up_when_replies_are_dropped(backend: Any, proxy: FaultProxy
     assert len(backend.inspect("dropped").holders) == 1
 
 
+async def aevery_call_gives_up_when_replies_are_dropped(backend: Any, proxy: FaultProxy) -> None:
+    """:func:`every_call_gives_up_when_replies_are_dropped` for an asyncio backend."""
+    held = await backend.try_grant(_request("dropped", "holder"))
+    assert held is not None
+    renewal = Renewal("dropped", "holder", 30.0)
+    proxy.drop("downstream")
+    for call in (
+        lambda: backend.try_grant(_request("dropped", "other")),
+        lambda: backend.release("dropped", "holder"),
+        lambda: backend.inspect("dropped"),
+        lambda: backend.renew_all([renewal], 0.5),
+    ):
+        with pytest.raises(BackendUnavailable):
+            await call()
+    proxy.heal()
+    # (the server may have run what the lost replies answered: the release, say)
+    assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
+    assert await backend.release("dropped", "holder") in (True, False)  # it may have gone
+    again = await backend.try_grant(_request("dropped", "other"))
+    assert again is not None
+    assert again.token > held.token
+    assert len((await backend.inspect("dropped")).holders) == 1
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
 async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
@@ -800,27 +824,7 @@ async def test_asyncio_every_call_gives_up_when_the_network_drops_replies(
     async with FaultProxy((server.host, server.port)) as proxy:
         locks = await tumbler.aio.connect(_proxied_url(server, proxy, schema))
         try:
-            backend = locks._backend
-            held = await backend.try_grant(_request("dropped", "holder"))
-            assert held is not None
-            renewal = Renewal("dropped", "holder", 30.0)
-            proxy.drop("downstream")
-            for call in (
-                lambda: backend.try_grant(_request("dropped", "other")),
-                lambda: backend.release("dropped", "holder"),
-                lambda: backend.inspect("dropped"),
-                lambda: backend.renew_all([renewal], 0.5),
-            ):
-                with pytest.raises(BackendUnavailable):
-                    await call()
-            proxy.heal()
-            # (the server may have run what the lost replies answered: the release, say)
-            assert await backend.renew_all([renewal], 5.0) in ([30.0], [None])
-            assert await backend.release("dropped", "holder") in (True, False)  # it may have gone
-            again = await backend.try_grant(_request("dropped", "other"))
-            assert again is not None
-            assert again.token > held.token
-            assert len((await backend.inspect("dropped")).holders) == 1
+            await aevery_call_gives_up_when_replies_are_dropped(locks._backend, proxy)
         finally:
             await locks.close()
 

@@ -143,10 +143,7 @@ class Wakeups:
     def subscribe(self, name: str) -> None:
         """Return once the server confirmed the subscription (``name``: for errors)."""
         with self._sending:
-            if self._closed:  # a connection made now would never be closed
-                raise BackendUnavailable(
-                    "the client is closed", lock_name=name, backend=self._backend.url
-                )
+            self._check_open(name)
             if self._confirmed is None or self._refused is not None:
                 self._refused = None
                 self._confirmed = confirmed = Event()
@@ -157,19 +154,13 @@ class Wakeups:
                 except BaseException:
                     self._confirmed = None
                     raise
-                with self._lock:
-                    if self._reader is None and not self._closed:
-                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+                self._start_reader()
             confirmed = self._confirmed
         # a release after this point is heard; the caller tries again after it
         timeout = self._backend.config.client_options["socket_timeout"]
         if not confirmed.wait(timeout) or self._closed:
             self._confirmed = None  # the next wait subscribes anew
-            raise BackendUnavailable(
-                "Redis did not confirm a subscription in time (or the client closed)",
-                lock_name=name,
-                backend=self._backend.url,
-            )
+            raise self._unconfirmed(name)
         refused = self._refused
         if refused is not None:
             raise PermissionDenied(
@@ -184,10 +175,7 @@ class Wakeups:
         the server confirmed it."""
         channel = self._backend.keys.watched(name)
         with self._sending:
-            if self._closed:
-                raise BackendUnavailable(
-                    "the client is closed", lock_name=name, backend=self._backend.url
-                )
+            self._check_open(name)
             with self._lock:
                 confirmed = self._state_confirmed.get(channel)
             if confirmed is None:
@@ -202,19 +190,31 @@ class Wakeups:
                     with self._lock:
                         del self._state_confirmed[channel], self._state_names[channel]
                     raise
-                with self._lock:
-                    if self._reader is None and not self._closed:
-                        self._reader = spawn(self._read, "tumbler-redis-wakeups")
+                self._start_reader()
         timeout = self._backend.config.client_options["socket_timeout"]
         if not confirmed.wait(timeout) or self._closed:
             with self._lock:
                 if self._state_confirmed.get(channel) is confirmed and not confirmed.is_set():
                     del self._state_confirmed[channel], self._state_names[channel]
+            raise self._unconfirmed(name)
+
+    def _check_open(self, name: str) -> None:
+        if self._closed:  # a connection made now would never be closed
             raise BackendUnavailable(
-                "Redis did not confirm a subscription in time (or the client closed)",
-                lock_name=name,
-                backend=self._backend.url,
+                "the client is closed", lock_name=name, backend=self._backend.url
             )
+
+    def _start_reader(self) -> None:
+        with self._lock:
+            if self._reader is None and not self._closed:
+                self._reader = spawn(self._read, "tumbler-redis-wakeups")
+
+    def _unconfirmed(self, name: str) -> BackendUnavailable:
+        return BackendUnavailable(
+            "Redis did not confirm a subscription in time (or the client closed)",
+            lock_name=name,
+            backend=self._backend.url,
+        )
 
     def _refuse_pending(self, reason: str) -> None:
         """The server refused the subscription: its waiters raise PermissionDenied."""
