@@ -20,6 +20,7 @@ from typing import Final, TypeAlias
 
 from .errors import (
     InvalidArgument,
+    InvalidLockDelay,
     InvalidLockName,
     InvalidPermits,
     InvalidSegments,
@@ -43,6 +44,9 @@ MAX_PERMITS = 1_000_000
 MAX_SEGMENTS = 1024
 #: Longest finite acquire timeout (same bound as the TTL, for the same reason).
 MAX_TIMEOUT = MAX_TTL
+#: Longest lock-delay: an hour. It keeps a name from every client after a lost grant, for
+#: writes in flight to drain; longer than any network delivers them is a unit mistake.
+MAX_LOCK_DELAY = 3600.0
 
 DEFAULT_TTL = 30.0
 #: A renewal is attempted when this fraction of the lease has passed (Redisson's watchdog: 1/3).
@@ -117,7 +121,9 @@ def validate_name(name: object) -> str:
     return canonical
 
 
-def _seconds(value: object, what: str, error: type[InvalidTTL] | type[InvalidTimeout]) -> float:
+def _seconds(
+    value: object, what: str, error: type[InvalidTTL | InvalidTimeout | InvalidLockDelay]
+) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -161,6 +167,17 @@ def validate_timeout(timeout: object) -> float | None:
         raise InvalidTimeout(
             f"timeout must be at most {MAX_TIMEOUT:.0f} seconds (None waits for ever), "
             f"not {shown(timeout)}"
+        )
+    return seconds
+
+
+def validate_lock_delay(lock_delay: object) -> float:
+    """Return a lock-delay in seconds (0: none), or raise InvalidLockDelay."""
+    seconds = _seconds(lock_delay, "lock_delay", InvalidLockDelay)
+    if not 0 <= seconds <= MAX_LOCK_DELAY:
+        raise InvalidLockDelay(
+            f"lock_delay must be between 0 and {MAX_LOCK_DELAY:.0f} seconds, "
+            f"not {shown(lock_delay)}"
         )
     return seconds
 
@@ -273,7 +290,9 @@ class Entry:
 
     ``seq`` orders entries by arrival. ``limit`` is how many shared holders the entry's kind
     admits (0: any number, as for read locks); exclusive entries use 1. ``token`` is the fencing
-    token of a grant and None for a waiter.
+    token of a grant and None for a waiter. ``lapsed``: a grant whose lease ran out, kept for
+    its lock-delay: it counts as the grant it was for everyone else, and its owner cannot
+    have it back.
     """
 
     owner: str
@@ -282,6 +301,7 @@ class Entry:
     limit: int
     fair: bool
     token: int | None
+    lapsed: bool = False
 
     @property
     def granted(self) -> bool:
@@ -327,14 +347,17 @@ def check_limits(entries: Sequence[Entry], owner: str, shared: bool, limit: int)
 
 
 def decide(entries: Sequence[Entry], owner: str, shared: bool, limit: int, fair: bool) -> Decision:
-    """Decide a grant request against the live entries of its lock name (expired ones removed).
+    """Decide a grant request against the live entries of its lock name (expired ones removed,
+    lapsed grants kept for their lock-delay).
 
     A fair request waits behind every grant and every earlier fair waiter; a non-fair one only
     behind grants, so it may overtake waiters (barging), which is faster but can starve them.
+    A lapsed grant blocks as a live one does; its own owner is refused too (it lost the grant,
+    and a grant once lost is never revived) until its delay ends.
     """
     mine = next((entry for entry in entries if entry.owner == owner), None)
     if mine is not None and mine.granted:
-        return Decision.HELD
+        return Decision.WAIT if mine.lapsed else Decision.HELD
     check_limits(entries, owner, shared, limit)
     my_seq = mine.seq if mine is not None else math.inf
     ahead = [
@@ -442,7 +465,7 @@ def plan(
     """
     decision = decide(entries, owner, shared, limit, fair)
     mine = next((entry for entry in entries if entry.owner == owner), None)
-    if decision is Decision.HELD:
+    if decision is Decision.HELD or (mine is not None and mine.lapsed):
         write = Write.NOTHING
     elif decision is Decision.GRANT:
         write = Write.ADD_GRANT if mine is None else Write.GRANT_WAITER

@@ -590,6 +590,7 @@ def _state_json(state: LockState) -> dict[str, Any]:
         "waiters": state.waiters,
         "limit": state.limit,
         "malformed": state.malformed,
+        "lapsed": [_holder_json(holder) for holder in state.lapsed],
     }
 
 
@@ -718,9 +719,11 @@ def status(name: str | None, url: str | None, as_json: bool, watch: bool, interv
     in the client's own line. The table names the backend it read (and whether its URL came
     from $TUMBLER_URL or is the default). With --json, one object for NAME
     ({"name", "locked", "holders": [{"holder", "token", "mode", "expires_in", "session",
-    "session_timeout"}], "waiters", "limit", "malformed"}), or a list of them without NAME;
-    expires_in is null for a session's grant, session_timeout null for the others; malformed
-    counts entries tumbler did not write, which block nothing. With --watch, it reads again
+    "session_timeout"}], "waiters", "limit", "malformed", "lapsed"}), or a list of them
+    without NAME; expires_in is null for a session's grant, session_timeout null for the
+    others; malformed counts entries tumbler did not write, which block nothing; lapsed lists
+    the grants that ended without a release and close the lock for their lock-delay (its
+    seconds left as expires_in), as the table's notes below it say. With --watch, it reads again
     every --interval seconds until Ctrl-C (exit status 0), and for one NAME at once when the
     lock changes (a grant, a release, a waiter; told by the backend where it can, else read
     four times a second): a live table whose "held" column
@@ -753,12 +756,19 @@ def _status_parts(
 ) -> list[Table | str]:
     """What ``status`` prints of ``states`` after the backend's line, in order."""
     parts: list[Table | str] = []
-    if name is not None and not states[0].holders and not states[0].waiters:
+    if name is not None and not (states[0].holders or states[0].waiters or states[0].lapsed):
         parts.append(f"lock {states[0].name!r} is free: no holders, no waiters")
     elif not states:
         parts.append("no lock has holders or waiters")
     else:
         parts.append(_status_table(states, held))
+    parts += [
+        f"lock {_printable(state.name)!r}: closed {lapsed.expires_in:.1f} s more, the lock-delay "
+        f"of {_printable(lapsed.holder)}'s grant (token {lapsed.token}), which ended without "
+        "a release"
+        for state in states
+        for lapsed in state.lapsed
+    ]
     parts += [
         f"lock {_printable(state.name)!r}: {state.malformed} entries tumbler did not write "
         "(skipped; its next grant, release or force release removes them)"

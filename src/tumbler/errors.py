@@ -17,6 +17,7 @@ failure, so ``except TimeoutError`` or ``except ValueError`` keep working::
     │   ├── InvalidLockName
     │   ├── InvalidTTL
     │   ├── InvalidTimeout
+    │   ├── InvalidLockDelay
     │   ├── InvalidPermits
     │   ├── InvalidSegments
     │   └── InvalidURL
@@ -62,6 +63,7 @@ __all__ = [
     "ConfigurationError",
     "ForkedClient",
     "InvalidArgument",
+    "InvalidLockDelay",
     "InvalidLockName",
     "InvalidPermits",
     "InvalidSegments",
@@ -238,6 +240,10 @@ class InvalidTTL(InvalidArgument):
 
 class InvalidTimeout(InvalidArgument):
     """An acquire timeout that is negative (other than -1), NaN or not a number."""
+
+
+class InvalidLockDelay(InvalidArgument):
+    """A lock-delay that is not a number of seconds from 0 to an hour."""
 
 
 class InvalidPermits(InvalidArgument):

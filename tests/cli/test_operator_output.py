@@ -25,7 +25,7 @@ from tumbler.backends import builtin_descriptors
 from tumbler.backends.contract import GrantRequest
 from tumbler.backends.memory.backend import MemoryBackend
 from tumbler.backends.sqlite import backend as sqlite
-from tumbler.cli import EX_CONFIG, EX_TEMPFAIL, _state_json, _status_table, main
+from tumbler.cli import EX_CONFIG, EX_TEMPFAIL, _state_json, _status_parts, _status_table, main
 from tumbler.testing.backends.zookeeper.server import ZooKeeperServer
 
 from .conftest import python_command, run_tumbler
@@ -128,6 +128,20 @@ def test_status_json_shows_a_session_grant_as_such() -> None:
     assert lease["session"] is False
     assert lease["session_timeout"] is None
     assert lease["expires_in"] == 4.25
+
+
+def test_status_tells_of_a_lock_closed_by_the_lock_delay_of_a_lost_grant() -> None:
+    closed = LockState("job", (), 1, lapsed=(HolderInfo(9, False, 4.25, "gone pid=3"),))
+    parts = _status_parts([closed], "job")
+    assert not any("is free" in str(part) for part in parts)
+    assert (
+        "lock 'job': closed 4.2 s more, the lock-delay of gone pid=3's grant (token 9), "
+        "which ended without a release"
+    ) in parts
+    shown = _state_json(closed)
+    assert shown["locked"] is False
+    assert [(h["token"], h["expires_in"]) for h in shown["lapsed"]] == [(9, 4.25)]
+    assert _state_json(ON_REDIS)["lapsed"] == []
 
 
 def test_status_on_zookeeper_shows_the_session(

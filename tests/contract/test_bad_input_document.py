@@ -11,6 +11,8 @@ from tumbler.testing.conformance.bad_input import (
     CASES,
     CHOICE_CALLS,
     CHOICES,
+    LOCK_DELAY_CALLS,
+    LOCK_DELAYS,
     NAME_CALLS,
     NAMES,
     NON_BLOCKING,
@@ -74,13 +76,21 @@ def test_the_document_shows_every_case() -> None:
         ("Lock names", NAMES),
         ("TTLs", TTLS),
         ("Timeouts", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
+        ("Lock-delays", LOCK_DELAYS),
         ("Permits", PERMITS),
         ("Segments", SEGMENTS),
         ("Chosen segments", CHOICES),
     ):
         check_section(section, {item.id: outcome(item) for item in inputs})
     text = DOCUMENT.read_text(encoding="utf-8")
-    calls = [*NAME_CALLS, *TTL_CALLS, *TIMEOUT_CALLS, NON_BLOCKING, *PERMITS_CALLS]
+    calls = [
+        *NAME_CALLS,
+        *TTL_CALLS,
+        *TIMEOUT_CALLS,
+        NON_BLOCKING,
+        *LOCK_DELAY_CALLS,
+        *PERMITS_CALLS,
+    ]
     for call in [*calls, *SEGMENTS_CALLS, *CHOICE_CALLS]:
         assert f"`{call.text}`" in text, f"docs/bad-input.md does not name the call {call.text}"
 

@@ -26,6 +26,7 @@ from tumbler import _core as core
 from tumbler._core import Backoff, Decision, Entry, decide, would_block
 from tumbler.errors import (
     InvalidArgument,
+    InvalidLockDelay,
     InvalidLockName,
     InvalidPermits,
     InvalidSegments,
@@ -1029,3 +1030,30 @@ def test_a_holder_or_reason_of_any_script_is_kept_as_given() -> None:
     text = "worker-7 on Zürich-東京 (pid 42) 🔒 שלום"
     assert core.validate_holder(text) == text
     assert core.validate_reason(f"  {text}  ") == text
+
+
+def test_a_lapsed_grant_blocks_everyone_its_owner_included_and_plans_no_write() -> None:
+    lapsed = Entry("gone", 1, False, 1, False, token=7, lapsed=True)
+    waiter = Entry("next", 2, False, 1, True, token=None)
+    for owner in ("next", "new"):
+        assert decide([lapsed, waiter], owner, False, 1, True) is Decision.WAIT
+    # the owner of a lapsed grant is not given it back (HELD), nor a second entry
+    assert decide([lapsed, waiter], "gone", False, 1, False) is Decision.WAIT
+    plan = core.plan([lapsed, waiter], "gone", False, 1, False, queue=True)
+    assert (plan.decision, plan.write) == (Decision.WAIT, core.Write.NOTHING)
+    # a lapsed permit counts against the limit as the live one did
+    permit = replace(lapsed, shared=True, limit=2)
+    assert decide([permit], "new", True, 2, False) is Decision.GRANT
+    taken = Entry("other", 3, True, 2, False, token=8)
+    assert decide([permit, taken], "new", True, 2, False) is Decision.WAIT
+    # let_through counts it as a grant: nobody behind it goes
+    assert core.let_through([lapsed, waiter]) == ([], True)
+
+
+def test_a_lock_delay_is_seconds_from_zero_to_an_hour() -> None:
+    assert core.validate_lock_delay(0) == 0.0
+    assert core.validate_lock_delay(timedelta(seconds=2.5)) == 2.5
+    assert core.validate_lock_delay(core.MAX_LOCK_DELAY) == core.MAX_LOCK_DELAY
+    for bad in (-0.001, core.MAX_LOCK_DELAY + 1, math.nan, math.inf, True, "1", None):
+        with pytest.raises(InvalidLockDelay):
+            core.validate_lock_delay(bad)

@@ -113,7 +113,7 @@ SURFACE = {
         "election", "synchronized", "watch", "status", "status_all", "force_release", "settle",
         "close",
     },
-    "Election": {"name", "ttl", "campaign", "leader", "observe"},
+    "Election": {"name", "ttl", "lock_delay", "campaign", "leader", "observe"},
     "Leadership": {
         "name", "token", "term", "value", "ttl", "held", "in_doubt", "lost", "lost_reason",
         "expires_in", "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
@@ -121,23 +121,34 @@ SURFACE = {
     },
     "StateChanges": {"name", "close"},
     "LeaderChanges": {"close"},
-    "MultiLock": {"names", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release"},
+    "MultiLock": {
+        "names", "ttl", "timeout", "fair", "renew", "lock_delay", "hold", "acquire", "release",
+    },
     "MultiHold": {
         "names", "holds", "tokens", "held", "in_doubt", "lost", "lost_reason", "expires_in",
         "gives_up_in", "check", "on_lost", "wait_lost", "extend", "release",
     },
-    "Lock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
-    "RLock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
-    "Semaphore": {
-        "name", "permits", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release",
+    "Lock": {
+        "name", "ttl", "timeout", "fair", "renew", "lock_delay", "hold", "acquire", "release",
         "locked",
     },
+    "RLock": {
+        "name", "ttl", "timeout", "fair", "renew", "lock_delay", "hold", "acquire", "release",
+        "locked",
+    },
+    "Semaphore": {
+        "name", "permits", "ttl", "timeout", "fair", "renew", "lock_delay", "hold", "acquire",
+        "release", "locked",
+    },
     "SegmentedLock": {
-        "name", "segments", "segment_names", "ttl", "timeout", "fair", "renew", "hold",
-        "acquire", "release", "locked",
+        "name", "segments", "segment_names", "ttl", "timeout", "fair", "renew", "lock_delay",
+        "hold", "acquire", "release", "locked",
     },
     "RWLock": {"name", "read", "write"},
-    "ReadLock": {"name", "ttl", "timeout", "fair", "renew", "hold", "acquire", "release", "locked"},
+    "ReadLock": {
+        "name", "ttl", "timeout", "fair", "renew", "lock_delay", "hold", "acquire", "release",
+        "locked",
+    },
 }  # fmt: skip
 
 

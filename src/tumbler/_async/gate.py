@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from .._acompat import AsyncEvent, acheck_loop, acurrent_context, acurrent_loop
 from .._clock import Clock
 from ..backends.contract import AsyncBackend
-from ..errors import ClientClosed, ForkedClient, InvalidTTL, TumblerError
+from ..errors import ClientClosed, ForkedClient, InvalidLockDelay, InvalidTTL, TumblerError
 
 _log = logging.getLogger("tumbler")
 
@@ -163,6 +163,15 @@ class AsyncClientGate:
                 backend=self.url,
             )
         return ttl
+
+    def lock_delay(self, lock_delay: float) -> float:
+        """``lock_delay``, refused above 0 on a backend that does not keep lapsed grants."""
+        if lock_delay and not self.backend.capabilities.lock_delay:
+            raise InvalidLockDelay(
+                "this backend does not keep a lock-delay (capabilities.lock_delay)",
+                backend=self.url,
+            )
+        return lock_delay
 
     def grantable(self, ttl: float) -> float:
         """The lease to ask the backend for ``ttl``: cut to the longest it grants

@@ -495,12 +495,16 @@ class AsyncHold:
 
     async def _give_back(self) -> None:
         """Release a grant the client gave up: a session-based backend would keep it for as
-        long as the session lives, and others are spared the wait for their own expiry."""
+        long as the session lives, and others are spared the wait for their own expiry. A
+        grant with a lock-delay on a lease is left to run out instead: given up, it ended
+        other than by a release, and its delay must follow."""
         with self._guard:
             if self._state is GIVEN_BACK:
                 return
             if self._state is LOST:
                 self._move(GIVEN_BACK)
+        if self._request.lock_delay and not self._gate.backend.capabilities.session_liveness:
+            return
         try:
             await self._gate.release_entry(self.name, self._request.owner)
         except TumblerError as error:

@@ -169,6 +169,7 @@ class _AsyncPrimitive(_AsyncHolder[H]):
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
+        lock_delay: core.Seconds,
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -180,6 +181,9 @@ class _AsyncPrimitive(_AsyncHolder[H]):
         self.fair: bool = core.validate_flag(fair, "fair")
         #: renew the lease automatically while held
         self.renew: bool = core.validate_flag(renew, "renew")
+        #: seconds the name stays closed after a grant of this lock ends other than by a
+        #: release (0: none)
+        self.lock_delay: float = locks._lock_delay_for(lock_delay)
         self._locks = locks
         self._limit = limit
         self._hold_type = hold_type
@@ -237,6 +241,7 @@ class _AsyncPrimitive(_AsyncHolder[H]):
             ttl=self.ttl,
             timeout=seconds,
             renew=self.renew,
+            lock_delay=self.lock_delay,
         )
         if hold is None:
             return False
@@ -311,9 +316,18 @@ class AsyncLock(_AsyncPrimitive[AsyncHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         super().__init__(
-            locks, name, AsyncHold, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            AsyncHold,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -343,6 +357,7 @@ class AsyncSemaphore(_AsyncPrimitive[AsyncHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
@@ -355,6 +370,7 @@ class AsyncSemaphore(_AsyncPrimitive[AsyncHold]):
             timeout=timeout,
             fair=fair,
             renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -388,6 +404,7 @@ class AsyncSegmentedLock(_AsyncPrimitive[AsyncSegmentHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: how many segments the lock is split into
         self.segments: int = core.validate_segments(segments)
@@ -398,7 +415,15 @@ class AsyncSegmentedLock(_AsyncPrimitive[AsyncSegmentHold]):
         segment_of = {name: index for index, name in enumerate(self.segment_names)}
         hold_type = functools.partial(AsyncSegmentHold, segment_of=segment_of)
         super().__init__(
-            locks, name, hold_type, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            hold_type,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
     async def acquire(
@@ -448,9 +473,18 @@ class AsyncReadLock(_AsyncPrimitive[AsyncHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         super().__init__(
-            locks, name, AsyncHold, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            AsyncHold,
+            limit=0,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -471,9 +505,14 @@ class AsyncRWLock:
         timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
-        self._read = AsyncReadLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
-        self._write = AsyncLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self._read = AsyncReadLock(
+            locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
+        self._write = AsyncLock(
+            locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
         self.name: str = self._read.name
 
     def read(self) -> AsyncReadLock:
@@ -509,11 +548,20 @@ class AsyncMultiLock(_AsyncHolder[AsyncMultiHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: the names (canonical), in the order they are taken
         self.names: tuple[str, ...] = core.multi_names(names)
         self._parts = tuple(
-            AsyncLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+            AsyncLock(
+                locks,
+                name,
+                ttl=ttl,
+                timeout=timeout,
+                fair=fair,
+                renew=renew,
+                lock_delay=lock_delay,
+            )
             for name in self.names
         )
         first = self._parts[0]
@@ -523,6 +571,7 @@ class AsyncMultiLock(_AsyncHolder[AsyncMultiHold]):
         self.timeout: float | None = first.timeout
         self.fair: bool = first.fair
         self.renew: bool = first.renew
+        self.lock_delay: float = first.lock_delay
         self._locks = locks
         self._guard = threading.Lock()
         self._holds: dict[Hashable, list[AsyncMultiHold]] = {}

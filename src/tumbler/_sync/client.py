@@ -208,7 +208,9 @@ class Locks:
         # one of them that began before it
         self._guard = self._gate.guard
         # a client's waiters on one lock queue here, and only the first of them at the backend
-        self._lines: dict[tuple[tuple[str, ...], bool, int, bool], collections.deque[_Place]] = {}
+        self._lines: dict[
+            tuple[tuple[str, ...], bool, int, bool, float], collections.deque[_Place]
+        ] = {}
         self._watches: set[Watch] = set()
         if backend.session_events is not None:
             backend.session_events.subscribe(self._on_session_event)
@@ -233,6 +235,7 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> Lock:
         """A mutex named ``name``.
 
@@ -240,8 +243,15 @@ class Locks:
         this long after its last renewal. While the holder lives its lease is renewed every
         ``ttl/3`` unless ``renew=False``. ``timeout``: how long ``with`` waits (None: for ever).
         ``fair=True``: waiters are granted in arrival order.
+        ``lock_delay`` (seconds, default 0): if this grant ends other than by a release (its
+        holder died, paused or was cut off past its lease), nobody is granted ``name`` for
+        that long after, so that writes the lost holder had in flight land before the next
+        holder starts (Chubby's lock-delay). A release, and an operator's force release,
+        end a grant with no delay. Every client of a name should use the same.
         """
-        return Lock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        return Lock(
+            self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
 
     def rlock(
         self,
@@ -251,9 +261,12 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> RLock:
         """A re-entrant mutex: like ``lock()``, but the holder may acquire it again."""
-        return RLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        return RLock(
+            self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
 
     def semaphore(
         self,
@@ -264,9 +277,20 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> Semaphore:
-        """A semaphore admitting ``permits`` holders at once; each permit is its own lease."""
-        return Semaphore(self, name, permits, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        """A semaphore admitting ``permits`` holders at once; each permit is its own lease
+        (and its own ``lock_delay``: a lost permit is kept from others that long)."""
+        return Semaphore(
+            self,
+            name,
+            permits,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
+        )
 
     def segmented(
         self,
@@ -277,14 +301,24 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> SegmentedLock:
         """A lock split into ``segments`` mutexes (at most 1024), for a resource kept in that
         many parts: each acquire takes whichever segment frees first and the hold tells which
         (``hold.segment``), so up to ``segments`` holders work at once, each on its own part.
-        ``ttl``, ``timeout``, ``fair`` and ``renew`` as for ``lock()``; every client must use
-        the same ``segments`` for a name.
+        ``ttl``, ``timeout``, ``fair``, ``renew`` and ``lock_delay`` as for ``lock()``; every
+        client must use the same ``segments`` for a name.
         """
-        return SegmentedLock(self, name, segments, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        return SegmentedLock(
+            self,
+            name,
+            segments,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
+        )
 
     def multi(
         self,
@@ -294,14 +328,18 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> MultiLock:
         """Several mutexes taken as one: all of ``names`` or none, in one order every caller
         shares (so two callers with overlapping sets never wait for each other for ever),
         each name with its own fencing token (``hold.tokens``); lost as a whole if any part
-        is. ``ttl``, ``timeout`` (for all the names together), ``fair`` and ``renew`` as for
-        ``lock()``. Raises ``InvalidLockName`` for a bad name, a name given twice, or none.
+        is. ``ttl``, ``timeout`` (for all the names together), ``fair``, ``renew`` and
+        ``lock_delay`` (for each name) as for ``lock()``. Raises ``InvalidLockName`` for a bad
+        name, a name given twice, or none.
         """
-        return MultiLock(self, names, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        return MultiLock(
+            self, names, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
 
     def rwlock(
         self,
@@ -311,6 +349,7 @@ class Locks:
         timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> RWLock:
         """A read/write lock: ``.read()`` shared, ``.write()`` exclusive.
 
@@ -318,8 +357,11 @@ class Locks:
         waiting writer waits behind it and a stream of readers cannot starve a writer (as
         Curator's and kazoo's read/write locks behave). ``fair=False`` lets readers overtake a
         waiting writer, for more read throughput at the risk of starving writers.
+        ``lock_delay`` as for ``lock()``, for either side's grants.
         """
-        return RWLock(self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        return RWLock(
+            self, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
 
     def synchronized(
         self,
@@ -328,6 +370,7 @@ class Locks:
         ttl: core.Seconds | None = None,
         timeout: core.Seconds | None = None,
         fair: bool = False,
+        lock_delay: core.Seconds = 0.0,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so that every call runs holding the re-entrant mutex ``name``.
 
@@ -337,7 +380,7 @@ class Locks:
         made, before its body runs; so are coroutine functions in the blocking client and plain
         ones in the asyncio client, which would give no exclusion either.
         """
-        lock = self.rlock(name, ttl=ttl, timeout=timeout, fair=fair)
+        lock = self.rlock(name, ttl=ttl, timeout=timeout, fair=fair, lock_delay=lock_delay)
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             check_synchronizable(function)
@@ -353,7 +396,9 @@ class Locks:
 
     # -- operators ---------------------------------------------------------------------------
 
-    def election(self, name: str, *, ttl: core.Seconds | None = None) -> Election:
+    def election(
+        self, name: str, *, ttl: core.Seconds | None = None, lock_delay: core.Seconds = 0.0
+    ) -> Election:
         """A leader election named ``name``: ``campaign(value)`` waits until the caller leads
         and returns its leadership (a hold whose ``term``, its fencing token, strictly grows
         from leader to leader); ``leader()`` reads who leads; ``observe()`` follows it.
@@ -364,9 +409,10 @@ class Locks:
         ``session_timeout`` or ``lease_ttl``, ``capabilities.max_ttl``); one that lives is
         renewed every ``ttl/3`` and told (``lost``, ``on_lost``) before anyone else could
         lead if that fails. The election is the lock ``name`` with its leader as holder, as
-        ``status`` shows it.
+        ``status`` shows it. ``lock_delay``: nobody leads for that long after a leader lost
+        its lease (not after a resignation), as for ``lock()``.
         """
-        return Election(self, name, ttl=ttl)
+        return Election(self, name, ttl=ttl, lock_delay=lock_delay)
 
     def watch(self, name: str) -> StateChanges:
         """The state of lock ``name`` (as ``status`` reads it) now, then each time its
@@ -480,6 +526,11 @@ class Locks:
         (``InvalidTTL``) if shorter than the backend can keep renewed."""
         return self._default_ttl if ttl is None else self._gate.lease(core.validate_ttl(ttl))
 
+    def _lock_delay_for(self, lock_delay: core.Seconds) -> float:
+        """The lock-delay of a lock made with ``lock_delay``: refused (``InvalidLockDelay``)
+        if out of range, or above 0 on a backend that does not keep one."""
+        return self._gate.lock_delay(core.validate_lock_delay(lock_delay))
+
     def _acquire_hold(
         self,
         names: tuple[str, ...],
@@ -493,6 +544,7 @@ class Locks:
         timeout: float | None,
         renew: bool,
         holder: str | None = None,
+        lock_delay: float = 0.0,
     ) -> H | None:
         """A new grant of one of ``names`` (canonical; one lock, or the segments a segmented
         lock may take, tried in this order and waited for all at once), held by a new owner;
@@ -500,11 +552,21 @@ class Locks:
         ``hold_type``: the hold's class, called as ``AsyncHold`` is (the segmented lock's
         binds what its holds need besides). ``lock_name``: the lock object's name, for the
         client's observers. ``holder``: what operators read of the holder (validated), if not
-        the client's own."""
+        the client's own. ``lock_delay``: the grant's (validated)."""
         # a single try leaves no waiter entry; every other try does: a release finds the
         # waiters to wake by their entries, and fair requests keep their place by them
         requests = tuple(
-            self._request(name, shared, limit, fair, ttl, renew, queue=timeout != 0, holder=holder)
+            self._request(
+                name,
+                shared,
+                limit,
+                fair,
+                ttl,
+                renew,
+                queue=timeout != 0,
+                holder=holder,
+                lock_delay=lock_delay,
+            )
             for name in names
         )
         if self._observers is None:
@@ -551,6 +613,7 @@ class Locks:
         renew: bool = True,
         queue: bool = True,
         holder: str | None = None,
+        lock_delay: float = 0.0,
     ) -> GrantRequest:
         return GrantRequest(
             name=name,
@@ -563,6 +626,7 @@ class Locks:
             queue=queue,
             # _new_hold schedules the first renewal at a third of the lease granted
             renewed=renew,
+            lock_delay=lock_delay,
         )
 
     def _acquire(
@@ -608,7 +672,7 @@ class Locks:
             names: tuple[str, ...] = (name,)
         else:
             names = tuple(sorted(request.name for request in requests))
-        key = (names, head.shared, head.limit, head.fair)
+        key = (names, head.shared, head.limit, head.fair, head.lock_delay)
         place = _Place()
         context = current_context()
         watch = self._watch(requests)

@@ -81,13 +81,22 @@ class Election:
     """A leader election named ``name`` (made by ``locks.election()``); see the module's
     notes for what it promises. Its lock is ``name``: do not use it as a lock besides."""
 
-    def __init__(self, locks: Locks, name: str, *, ttl: core.Seconds | None) -> None:
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        *,
+        ttl: core.Seconds | None,
+        lock_delay: core.Seconds = 0.0,
+    ) -> None:
         #: the election's name, which is its lock's (canonical NFC form)
         self.name: str = core.validate_name(name)
         #: the lease of a leadership, in seconds: a dead leader is replaced this long after
         #: its last renewal (renewed every third of it while the leader lives), or when its
         #: client's session ends where grants live with it (see the module's notes)
         self.ttl: float = locks._lease_for(ttl)
+        #: seconds nobody leads after a leader lost its lease (0: none)
+        self.lock_delay: float = locks._lock_delay_for(lock_delay)
         self._locks = locks
 
     def campaign(self, value: str, *, timeout: core.Seconds | None = None) -> Leadership:
@@ -112,6 +121,7 @@ class Election:
             timeout=seconds,
             renew=True,
             holder=holder,
+            lock_delay=self.lock_delay,
         )
         if leadership is None:
             raise AcquireTimeout(

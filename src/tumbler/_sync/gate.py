@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from .._acompat import Event, check_loop, current_context, current_loop
 from .._clock import Clock
 from ..backends.contract import Backend
-from ..errors import ClientClosed, ForkedClient, InvalidTTL, TumblerError
+from ..errors import ClientClosed, ForkedClient, InvalidLockDelay, InvalidTTL, TumblerError
 
 _log = logging.getLogger("tumbler")
 
@@ -165,6 +165,15 @@ class ClientGate:
                 backend=self.url,
             )
         return ttl
+
+    def lock_delay(self, lock_delay: float) -> float:
+        """``lock_delay``, refused above 0 on a backend that does not keep lapsed grants."""
+        if lock_delay and not self.backend.capabilities.lock_delay:
+            raise InvalidLockDelay(
+                "this backend does not keep a lock-delay (capabilities.lock_delay)",
+                backend=self.url,
+            )
+        return lock_delay
 
     def grantable(self, ttl: float) -> float:
         """The lease to ask the backend for ``ttl``: cut to the longest it grants

@@ -171,6 +171,7 @@ class _Primitive(_Holder[H]):
         timeout: core.Seconds | None,
         fair: bool,
         renew: bool,
+        lock_delay: core.Seconds,
     ) -> None:
         #: the lock name (canonical NFC form)
         self.name: str = core.validate_name(name)
@@ -182,6 +183,9 @@ class _Primitive(_Holder[H]):
         self.fair: bool = core.validate_flag(fair, "fair")
         #: renew the lease automatically while held
         self.renew: bool = core.validate_flag(renew, "renew")
+        #: seconds the name stays closed after a grant of this lock ends other than by a
+        #: release (0: none)
+        self.lock_delay: float = locks._lock_delay_for(lock_delay)
         self._locks = locks
         self._limit = limit
         self._hold_type = hold_type
@@ -239,6 +243,7 @@ class _Primitive(_Holder[H]):
             ttl=self.ttl,
             timeout=seconds,
             renew=self.renew,
+            lock_delay=self.lock_delay,
         )
         if hold is None:
             return False
@@ -313,9 +318,18 @@ class Lock(_Primitive[Hold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         super().__init__(
-            locks, name, Hold, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            Hold,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -345,6 +359,7 @@ class Semaphore(_Primitive[Hold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: how many holders the semaphore admits at once
         self.permits: int = core.validate_permits(permits)
@@ -357,6 +372,7 @@ class Semaphore(_Primitive[Hold]):
             timeout=timeout,
             fair=fair,
             renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -390,6 +406,7 @@ class SegmentedLock(_Primitive[SegmentHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: how many segments the lock is split into
         self.segments: int = core.validate_segments(segments)
@@ -400,7 +417,15 @@ class SegmentedLock(_Primitive[SegmentHold]):
         segment_of = {name: index for index, name in enumerate(self.segment_names)}
         hold_type = functools.partial(SegmentHold, segment_of=segment_of)
         super().__init__(
-            locks, name, hold_type, limit=1, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            hold_type,
+            limit=1,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
     def acquire(
@@ -450,9 +475,18 @@ class ReadLock(_Primitive[Hold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         super().__init__(
-            locks, name, Hold, limit=0, ttl=ttl, timeout=timeout, fair=fair, renew=renew
+            locks,
+            name,
+            Hold,
+            limit=0,
+            ttl=ttl,
+            timeout=timeout,
+            fair=fair,
+            renew=renew,
+            lock_delay=lock_delay,
         )
 
 
@@ -473,9 +507,14 @@ class RWLock:
         timeout: core.Seconds | None = None,
         fair: bool = True,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
-        self._read = ReadLock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
-        self._write = Lock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+        self._read = ReadLock(
+            locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
+        self._write = Lock(
+            locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew, lock_delay=lock_delay
+        )
         self.name: str = self._read.name
 
     def read(self) -> ReadLock:
@@ -511,11 +550,20 @@ class MultiLock(_Holder[MultiHold]):
         timeout: core.Seconds | None = None,
         fair: bool = False,
         renew: bool = True,
+        lock_delay: core.Seconds = 0.0,
     ) -> None:
         #: the names (canonical), in the order they are taken
         self.names: tuple[str, ...] = core.multi_names(names)
         self._parts = tuple(
-            Lock(locks, name, ttl=ttl, timeout=timeout, fair=fair, renew=renew)
+            Lock(
+                locks,
+                name,
+                ttl=ttl,
+                timeout=timeout,
+                fair=fair,
+                renew=renew,
+                lock_delay=lock_delay,
+            )
             for name in self.names
         )
         first = self._parts[0]
@@ -525,6 +573,7 @@ class MultiLock(_Holder[MultiHold]):
         self.timeout: float | None = first.timeout
         self.fair: bool = first.fair
         self.renew: bool = first.renew
+        self.lock_delay: float = first.lock_delay
         self._locks = locks
         self._guard = threading.Lock()
         self._holds: dict[Hashable, list[MultiHold]] = {}

@@ -58,6 +58,19 @@ Release (``release``)
     waiters, and returns True only if a live grant was removed. Releasing an unknown owner is
     not an error (it is how a cancelled or timed-out waiter withdraws).
 
+Lock-delay (``request.lock_delay``, where ``capabilities.lock_delay``)
+    A grant made with a ``lock_delay`` above 0 that ends other than by a release (its lease
+    ran out; where grants live with a session or a lease of the client's, that ended) stays
+    as a *lapsed grant* for ``lock_delay`` seconds after it ended: every decision counts it
+    as the grant it was (an exclusive one refuses every request, a shared one keeps its
+    permit), its owner included; ``renew`` does not revive it (None); ``release`` leaves it
+    (False); ``inspect`` reports it in ``LockState.lapsed``, with the delay left as its
+    ``expires_in``; ``force_release`` removes it with the grants (an operator's word ends the
+    delay) without counting it. A release of a live grant ends it with no delay. So a holder
+    that died, paused or was cut off has its writes in flight land before the next holder
+    starts, as Chubby's lock-delay does. A backend without the capability is never asked
+    for one: the lock layer refuses the request first.
+
 Waking waiters (``watch``)
     The lock logic makes ``watch = backend.watch(name, owner)`` before its first try:
     construction does no I/O but must catch every wake-up the backend delivers from then on.
@@ -141,6 +154,9 @@ class GrantRequest:
     holder: str
     #: if not granted, leave a waiter entry (False for a single try, which never waits)
     queue: bool = True
+    #: seconds the name stays closed to everyone after this grant ends other than by a
+    #: release (see "Lock-delay"); 0: none. Above 0 only where ``capabilities.lock_delay``.
+    lock_delay: float = 0.0
     #: the lock layer renews the grant's lease while it is held, the first renewal at a third
     #: of the lease granted (``RENEW_FRACTION``), each asking for ``ttl``. Then a backend may
     #: grant a shorter lease than ``ttl``, for the first renewal to extend: Redis does for a
@@ -197,6 +213,9 @@ class LockState:
     #: a bug: a lease past any the backend grants, a token that is no number): every decision
     #: skips them, the name's next grant, release or force release removes them
     malformed: int = 0
+    #: grants that ended other than by a release and still close the name for their
+    #: lock-delay, each with the delay left as its ``expires_in`` (see "Lock-delay")
+    lapsed: tuple[HolderInfo, ...] = ()
 
     @property
     def locked(self) -> bool:
@@ -210,7 +229,8 @@ class LockState:
 
 def _entries_of(state: LockState) -> tuple[object, ...]:
     grants = sorted((h.token, h.shared, h.holder, h.session) for h in state.holders)
-    return (state.name, grants, state.waiters, state.limit, state.malformed)
+    lapsed = sorted(h.token for h in state.lapsed)
+    return (state.name, grants, lapsed, state.waiters, state.limit, state.malformed)
 
 
 @dataclass(frozen=True)
@@ -259,6 +279,9 @@ class Capabilities:
     #: ``watch_state`` is woken by the backend at every change of a name's entries (see
     #: "Watching a name's state"); without it a state watcher polls
     state_wakeups: bool = False
+    #: it keeps a lapsed grant for its ``lock_delay`` (see "Lock-delay"); without it the lock
+    #: layer refuses a lock-delay
+    lock_delay: bool = False
     #: a lock's line is bounded: the URL option ``max_waiters`` (default 10,000) is the most
     #: waiters one lock queues, and an acquire that would queue behind that many gets
     #: ``TooManyWaiters`` and leaves nothing behind (a try that does not wait still answers)

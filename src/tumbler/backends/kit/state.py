@@ -22,6 +22,7 @@ class LockStateBuilder:
     def __init__(self, name: str) -> None:
         self.name = name
         self._holders: list[HolderInfo] = []
+        self._lapsed: list[HolderInfo] = []
         self._waiters = 0
         self._limits: set[int] = set()
         #: entries the backend could not read (see ``LockState.malformed``)
@@ -36,17 +37,21 @@ class LockStateBuilder:
         expires_in: float,
         holder: str,
         session: bool = False,
+        lapsed: bool = False,
     ) -> None:
         """One live entry: a grant (``token`` set) or a waiter (``token`` None).
 
         ``expires_in`` is the seconds left on the entry's lease; for a grant that lives with
         its holder's session (``session``), how long it would outlive a dead holder (the
-        session timeout): see :class:`~tumbler.backends.contract.HolderInfo`.
+        session timeout): see :class:`~tumbler.backends.contract.HolderInfo`. A ``lapsed``
+        grant (kept for its lock-delay) has the delay left as its ``expires_in``.
         """
         if shared:
             self._limits.add(limit)
         if token is None:
             self._waiters += 1
+        elif lapsed:
+            self._lapsed.append(HolderInfo(token, shared, expires_in, holder, session))
         else:
             self._holders.append(HolderInfo(token, shared, expires_in, holder, session))
 
@@ -64,7 +69,14 @@ class LockStateBuilder:
         return next(iter(self._limits)) if len(self._limits) == 1 else None
 
     def build(self) -> LockState:
-        return LockState(self.name, self.holders, self.waiters, self.limit, self.malformed)
+        return LockState(
+            self.name,
+            self.holders,
+            self.waiters,
+            self.limit,
+            lapsed=tuple(self._lapsed),
+            malformed=self.malformed,
+        )
 
 
 def states_of(rows: Iterable[Sequence[Any]]) -> list[LockState]:

@@ -27,6 +27,7 @@ CAPABILITIES = Capabilities(
     scope="process",
     state_wakeups=True,
     line_cap=True,
+    lock_delay=True,
 )
 
 

@@ -70,6 +70,21 @@ class _Row:
     entry: core.Entry
     expires_at: float
     holder: str
+    #: how long the grant stays, lapsed, once its lease ran out (``GrantRequest.lock_delay``)
+    lock_delay: float = 0.0
+
+    def live(self, now: float) -> bool:
+        return self.expires_at > now
+
+    def counts(self, now: float) -> bool:
+        """Live, or a lapsed grant within its lock-delay."""
+        return self.expires_at + self.lock_delay > now
+
+    def as_seen(self, now: float) -> core.Entry:
+        """The entry as the grant rule sees it: lapsed once its lease ran out."""
+        if self.live(now):
+            return self.entry
+        return dataclasses.replace(self.entry, lapsed=True)
 
 
 class _Store:
@@ -84,8 +99,9 @@ class _Store:
         self.evictions: dict[tuple[str, str], tuple[str, float]] = {}
 
     def live_rows(self, name: str, now: float) -> list[_Row]:
-        """The name's rows with expired ones dropped (caller holds self.lock)."""
-        rows = [row for row in self.rows.get(name, ()) if row.expires_at > now]
+        """The name's rows with expired ones dropped, lapsed grants kept for their lock-delay
+        (caller holds self.lock)."""
+        rows = [row for row in self.rows.get(name, ()) if row.counts(now)]
         if rows:
             self.rows[name] = rows
         else:
@@ -119,15 +135,18 @@ class MemoryBackend:
             before = len(store.rows.get(request.name, ()))
             rows = store.live_rows(request.name, now)
             expired = before != len(rows)
+            seen = [row.as_seen(now) for row in rows]
             plan = core.plan(
-                [row.entry for row in rows],
+                seen,
                 request.owner,
                 request.shared,
                 request.limit,
                 request.fair,
                 request.queue,
             )
-            mine = next((row for row in rows if row.entry is plan.mine), None)
+            mine = next(
+                (row for row, entry in zip(rows, seen, strict=True) if entry is plan.mine), None
+            )
             write = plan.write
             result: Grant | None = None
             changed = expired
@@ -140,7 +159,7 @@ class MemoryBackend:
                 entry = core.Entry(
                     request.owner, seq, request.shared, request.limit, request.fair, token
                 )
-                row = _Row(entry, now + request.ttl, request.holder)
+                row = _Row(entry, now + request.ttl, request.holder, request.lock_delay)
                 if mine is not None:
                     rows[rows.index(mine)] = row
                 else:
@@ -187,7 +206,7 @@ class MemoryBackend:
     def _renew(self, name: str, owner: str, ttl: float, now: float) -> float | None:
         """Renew one grant (the caller holds the store's lock)."""
         for row in self._store.rows.get(name, ()):
-            if row.entry.owner == owner and row.entry.granted and row.expires_at > now:
+            if row.entry.owner == owner and row.entry.granted and row.live(now):
                 row.expires_at = now + ttl
                 return ttl
         return None
@@ -196,15 +215,15 @@ class MemoryBackend:
         store = self._store
         with store.lock:
             now = store.clock.now()
-            rows = store.rows.get(name, [])
+            rows = store.live_rows(name, now)
             mine = next((row for row in rows if row.entry.owner == owner), None)
-            if mine is None:
-                return False
+            if mine is None or not mine.live(now):
+                return False  # a lapsed grant stays for its lock-delay
             rows.remove(mine)
             if not rows:
                 store.rows.pop(name, None)
         store.hub.notify(name)
-        return mine.entry.granted and mine.expires_at > now
+        return mine.entry.granted
 
     def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name, self.hub)
@@ -222,19 +241,21 @@ class MemoryBackend:
         with store.lock:
             now = store.clock.now()
             states = [self._state(name, store.live_rows(name, now)) for name in sorted(store.rows)]
-        return [state for state in states if state.holders or state.waiters]
+        return [state for state in states if state.holders or state.waiters or state.lapsed]
 
     def _state(self, name: str, rows: list[_Row]) -> LockState:
         now = self._store.clock.now()
         state = LockStateBuilder(name)
         for row in rows:
             entry = row.entry
+            live = row.live(now)
             state.add(
                 token=entry.token,
                 shared=entry.shared,
                 limit=entry.limit,
-                expires_in=row.expires_at - now,
+                expires_in=row.expires_at - now if live else row.expires_at + row.lock_delay - now,
                 holder=row.holder,
+                lapsed=not live,
             )
         return state.build()
 
@@ -244,6 +265,7 @@ class MemoryBackend:
             now = store.clock.now()
             rows = store.live_rows(name, now)
             kept = [row for row in rows if not row.entry.granted]
+            removed = sum(row.entry.granted and row.live(now) for row in rows)
             if kept:
                 store.rows[name] = kept
             else:
@@ -253,10 +275,10 @@ class MemoryBackend:
                 if until <= now:
                     del store.evictions[key]
             for row in rows:
-                if row.entry.granted:
+                if row.entry.granted and row.live(now):
                     store.evictions[name, row.entry.owner] = (note, row.expires_at + NOTE_GRACE)
         store.hub.notify(name)
-        return len(rows) - len(kept)
+        return removed
 
     def evicted(self, name: str, owner: str) -> str | None:
         store = self._store

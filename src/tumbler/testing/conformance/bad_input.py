@@ -2,8 +2,9 @@
 
 Each case is an input, the call it is given to, and the typed error the call must raise with a
 fragment of its message; or, for names that are valid, no error: the name must work as data.
-Inputs are listed once per argument (NAMES, TTLS, TIMEOUTS, PERMITS) and given to every call
-that takes that argument (NAME_CALLS, ...), so a call added to the API needs one line here.
+Inputs are listed once per argument (NAMES, TTLS, TIMEOUTS, LOCK_DELAYS, PERMITS, ...) and given
+to every call that takes that argument (NAME_CALLS, ...), so a call added to the API needs one
+line here.
 
 The cases run in ``_async/test_locks.py`` (asyncio) and its generated twin
 ``_sync/test_locks.py`` (threads). There a refused call must leave nothing behind: a second
@@ -30,6 +31,7 @@ import pytest
 
 from tumbler import (
     InvalidArgument,
+    InvalidLockDelay,
     InvalidLockName,
     InvalidPermits,
     InvalidSegments,
@@ -197,6 +199,14 @@ NON_BLOCKING = Call(
     lambda s, v: s.locks.lock("x").acquire(blocking=False, timeout=v),
 )
 
+LOCK_DELAY_CALLS = [
+    Call("lock(lock_delay)", lambda s, v: s.locks.lock("x", lock_delay=v)),
+    Call("semaphore(lock_delay)", lambda s, v: s.locks.semaphore("x", 2, lock_delay=v)),
+    Call("rwlock(lock_delay)", lambda s, v: s.locks.rwlock("x", lock_delay=v)),
+    Call("multi(lock_delay)", lambda s, v: s.locks.multi(["x", "y"], lock_delay=v)),
+    Call("election(lock_delay)", lambda s, v: s.locks.election("x", lock_delay=v)),
+]
+
 PERMITS_CALLS = [Call("semaphore(permits)", lambda s, v: s.locks.semaphore("x", v))]
 
 SEGMENTS_CALLS = [Call("segmented(segments)", lambda s, v: s.locks.segmented("x", v))]
@@ -312,6 +322,18 @@ NON_BLOCKING_TIMEOUTS = [
     Input("non-blocking-with-timeout", 5, InvalidTimeout, "non-blocking acquire cannot have"),
 ]
 
+LOCK_DELAYS = [
+    Input("negative", -1, InvalidLockDelay, "between 0 and 3600 seconds, not -1"),
+    Input("nan", math.nan, InvalidLockDelay, "must be a number of seconds, not NaN"),
+    Input("inf", math.inf, InvalidLockDelay, "not inf"),
+    Input("over-an-hour", 3601, InvalidLockDelay, "not 3601"),
+    Input("5000-digits", 10**5000, InvalidLockDelay, "lock_delay is far too large"),
+    Input("bool", True, InvalidLockDelay, "must be a number of seconds, not bool"),
+    Input("str", "5", InvalidLockDelay, "not str"),
+    Input("None", None, InvalidLockDelay, "not NoneType"),
+    Input("timedelta-negative", timedelta(seconds=-5), InvalidLockDelay, "timedelta(days=-1"),
+]
+
 PERMITS = [
     Input("zero", 0, InvalidPermits, "between 1 and 1000000, not 0"),
     Input("negative", -1, InvalidPermits, "not -1"),
@@ -352,6 +374,7 @@ CASES: list[Case] = [
     *(Case(call, ttl) for ttl in TTLS for call in TTL_CALLS),
     *(Case(call, timeout) for timeout in TIMEOUTS for call in TIMEOUT_CALLS),
     *(Case(NON_BLOCKING, timeout) for timeout in NON_BLOCKING_TIMEOUTS),
+    *(Case(call, lock_delay) for lock_delay in LOCK_DELAYS for call in LOCK_DELAY_CALLS),
     *(Case(call, permits) for permits in PERMITS for call in PERMITS_CALLS),
     *(Case(call, segments) for segments in SEGMENTS for call in SEGMENTS_CALLS),
     *(Case(call, choice) for choice in CHOICES for call in CHOICE_CALLS),
@@ -383,6 +406,7 @@ _KINDS = [
     ("name", NAMES),
     ("ttl", TTLS),
     ("timeout", [*TIMEOUTS, *NON_BLOCKING_TIMEOUTS]),
+    ("lock-delay", LOCK_DELAYS),
     ("permits", PERMITS),
     ("segments", SEGMENTS),
     ("choice", CHOICES),

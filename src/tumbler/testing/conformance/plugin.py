@@ -118,6 +118,14 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[BackendDescriptor], bool]]] = {
         "a shortest lease above tumbler's own floor (min_ttl)",
         lambda descriptor: _raises_the_ttl_floor(descriptor.capabilities),
     ),
+    "lock_delay": (
+        "lapsed grants kept for their lock-delay (lock_delay)",
+        lambda descriptor: descriptor.capabilities.lock_delay,
+    ),
+    "no_lock_delay": (
+        "a backend that keeps no lock-delay (no lock_delay)",
+        lambda descriptor: not descriptor.capabilities.lock_delay,
+    ),
     "line_cap": (
         "a bounded line (line_cap: the URL option max_waiters)",
         lambda descriptor: descriptor.capabilities.line_cap,
