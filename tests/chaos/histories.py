@@ -7,6 +7,10 @@ stops working, its probe write is refused and its release raises LockLost) or ``
 (the holder reads and is killed; the next grant comes after the lease). The resource's
 decisions come from the real :class:`FencedCounter`, so the log is what the resource would
 have written. Times are nanoseconds on one clock.
+
+Multi-lock rounds are built from :class:`MultiHold` s (:func:`multi_round`), by hand or
+scheduled from a plan (:func:`schedule_multi`), each name a counter of its own at the
+resource.
 """
 
 from __future__ import annotations
@@ -427,3 +431,125 @@ MUTATIONS = (
     break_fairness,
     break_availability,
 )
+
+
+# -- multi-locks ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MultiHold:
+    """One round of a multi-lock's holder, in milliseconds: its acquire started (``invoke``),
+    was granted ``tokens`` (name, token; requests go in this order), read each name's counter
+    from ``read`` on and wrote each from ``write`` on (1 ms apart), and released. ``held``:
+    what ``hold.held`` said at its writes; ``outcome``: its release's."""
+
+    client: str
+    attempt: int
+    tokens: tuple[tuple[str, int], ...]
+    invoke: int
+    grant: int
+    read: int
+    write: int
+    release: int
+    held: bool = True
+    outcome: str = "ok"
+
+    @property
+    def acq(self) -> str:
+        return f"{self.client}.{self.attempt}"
+
+
+def multi_round(
+    holds: list[MultiHold],
+    *,
+    fencing: str = "on",
+    waits: dict[str, list[dict[str, Any]]] | None = None,
+    faults: list[FaultRecord] | None = None,
+) -> RoundHistory:
+    """A round of ``multi`` from ``holds`` (and ``waits``: more events of the workers), the
+    resource's log made by the real fenced counter, one counter per name (requests decided
+    in time order, as the resource would)."""
+    counter = FencedCounter(fencing)  # type: ignore[arg-type]
+    workers: dict[str, list[dict[str, Any]]] = {}
+    requests: list[tuple[int, str, MultiHold, str, int]] = []
+    for hold in holds:
+        events = workers.setdefault(hold.client, [{"ev": "start", "t": 0, "flavour": "sync"}])
+        events += [
+            {"ev": "acquire", "t": hold.invoke * MS, "acq": hold.acq, "side": "lock",
+             "names": [name for name, _ in hold.tokens]},
+            {"ev": "grant", "t": hold.grant * MS, "acq": hold.acq, "side": "lock",
+             "tokens": dict(hold.tokens), "ttl": TTL},
+        ]  # fmt: skip
+        for index, (name, token) in enumerate(hold.tokens):
+            for kind, start, held in (("read", hold.read, True), ("write", hold.write, hold.held)):
+                t0 = (start + index) * MS
+                events.append(
+                    {"ev": "op", "t": t0 + MS // 2, "acq": hold.acq, "token": token,
+                     "kind": kind, "t0": t0, "held": held, "outcome": "ok", "lock": name}
+                )  # fmt: skip
+                requests.append((t0 + MS // 4, kind, hold, name, token))
+        last_write = hold.write + len(hold.tokens)
+        events += [
+            {"ev": "work_end", "t": last_write * MS, "acq": hold.acq, "why": "done"},
+            {"ev": "release", "t": hold.release * MS + MS // 2, "acq": hold.acq,
+             "t0": hold.release * MS, "outcome": hold.outcome},
+        ]  # fmt: skip
+    resource: list[dict[str, Any]] = []
+    read: dict[tuple[str, str], int] = {}
+    for t, kind, hold, name, token in sorted(requests, key=lambda request: request[0]):
+        value_before = counter.counter(name)
+        if kind == "read":
+            decision, stale = counter.read(name, token)
+            read[hold.acq, name] = decision.value
+            extra: dict[str, Any] = {}
+        else:
+            base = read[hold.acq, name]
+            decision, stale = counter.write(name, token, base + 1)
+            extra = {"base": base, "value": base + 1}
+        resource.append(
+            {"op": kind, "t": t, "lock": name, "token": token, "acq": hold.acq,
+             "client": hold.client, "accepted": decision.accepted, "would_refuse": stale,
+             "max_before": decision.max_before, "bound": decision.bound,
+             "value_before": value_before, "shared": False, "held": True, "probe": False,
+             **extra}
+        )  # fmt: skip
+    for client, events in (waits or {}).items():
+        workers.setdefault(client, [{"ev": "start", "t": 0, "flavour": "sync"}]).extend(events)
+    for events in workers.values():
+        events.sort(key=lambda event: int(event["t"]))
+        events.append({"ev": "stop", "t": 10_000 * MS})
+    resource.append({"op": "final", "t": 10_000 * MS, "locks": counter.snapshot()})
+    return RoundHistory(
+        LOCK, TTL, workers, resource, faults or [], recovery_bound=2.5, t_end=9_000 * MS,
+        primitive="multi",
+    )  # fmt: skip
+
+
+def schedule_multi(plan: list[tuple[int, list[str], int, int]]) -> list[MultiHold]:
+    """Correct multi-lock holds from ``plan`` (client, names, gap ms, think ms): each client's
+    acquire starts ``gap`` after its last release, and is granted once every one of its names
+    is free (holds of disjoint names run side by side); tokens grow per name, in grant
+    order."""
+    client_free: dict[int, int] = {}
+    name_free: dict[str, int] = {}
+    tokens: dict[str, int] = {}
+    attempts: dict[int, int] = {}
+    holds: list[MultiHold] = []
+    for client, names, gap, think in plan:
+        invoke = client_free.get(client, 0) + gap + 1
+        grant = max([invoke, *(name_free.get(name, 0) for name in names)]) + 2
+        read = grant + 1
+        write = read + len(names) + think
+        release = write + len(names) + 1
+        granted = []
+        for name in sorted(names):  # as the library takes them
+            tokens[name] = tokens.get(name, 0) + 1 + len(holds)
+            granted.append((name, tokens[name]))
+            name_free[name] = release + 1
+        attempts[client] = attempts.get(client, 0) + 1
+        holds.append(
+            MultiHold(f"w{client}", attempts[client], tuple(granted), invoke, grant, read,
+                      write, release)
+        )  # fmt: skip
+        client_free[client] = release + 1
+    return holds

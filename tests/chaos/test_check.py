@@ -31,7 +31,18 @@ from tumbler.torture.check import (
 from tumbler.torture.history import HistoryTail, HistoryWriter, read_history
 from tumbler.torture.resource import FencedCounter
 
-from .histories import LOCK, MS, MUTATIONS, Built, S, Step, build
+from .histories import (
+    LOCK,
+    MS,
+    MUTATIONS,
+    Built,
+    MultiHold,
+    S,
+    Step,
+    build,
+    multi_round,
+    schedule_multi,
+)
 
 steps = st.builds(
     Step,
@@ -827,3 +838,138 @@ def test_a_waiter_in_line_before_another_began_is_ahead_of_it_however_close() ->
     late_in_line = _fair(b_invoke=100, b_grant=301, a_end=340, a_queued=120)
     assert late_in_line.violations == []
     assert late_in_line.fair_pairs == 0
+
+
+# -- multi-locks ---------------------------------------------------------------------------
+
+multi_plans = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.lists(st.sampled_from(["w", "x", "y", "z"]), min_size=2, max_size=3, unique=True),
+        st.integers(0, 30),
+        st.integers(0, 20),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(multi_plans)
+@settings(max_examples=100, deadline=None)
+def test_correct_multi_histories_have_no_violation(
+    plan: list[tuple[int, list[str], int, int]],
+) -> None:
+    """Holders of overlapping sets one after the other, of disjoint sets side by side (their
+    tokens in no order across names): nothing is flagged, and each name's counter counts its
+    own writes."""
+    holds = schedule_multi(plan)
+    result = check_round(multi_round(holds))
+    assert result.violations == []
+    assert result.grants == len(holds)
+    writes = sum(len(hold.tokens) for hold in holds)
+    assert result.final_counter == result.writes_accepted == writes
+    assert result.stale_requests == 0
+
+
+def _pair(b_tokens: tuple[tuple[str, int], ...], fencing: str = "on") -> CheckResult:
+    """a holds x and y from 5 to 50 ms (its writes at 40 ms); b is granted ``b_tokens`` at
+    20 ms, reads at 25, writes at 30 and releases at 35: inside a's hold."""
+    a = MultiHold("a", 1, (("x", 1), ("y", 2)), 0, 5, 10, 40, 50)
+    b = MultiHold("b", 1, b_tokens, 2, 20, 25, 30, 35)
+    return check_round(multi_round([a, b], fencing=fencing))
+
+
+def test_multi_holds_of_disjoint_names_may_overlap() -> None:
+    result = _pair((("w", 3), ("z", 4)))
+    assert result.violations == []
+    assert result.final_counter == result.writes_accepted == 4
+
+
+def test_two_multi_holds_overlapping_on_one_name_are_found_on_that_name() -> None:
+    unfenced = _pair((("y", 3), ("z", 4)), fencing="off")
+    kinds = unfenced.by_kind()
+    assert kinds["overlap"] >= 1  # a's write on y after b's requests: A, B, A
+    assert kinds["lost-update"] >= 1
+    # believed held, worked on and released without LockLost after b's grant of y
+    assert {"double-hold", "work-after-grant", "unnoticed-loss"} <= set(kinds)
+    # every one of them on y alone: x (a's only) and z (b's only) were never shared
+    assert all(v.detail.startswith("y: ") for v in unfenced.violations), unfenced.violations
+    # fenced, the resource refuses a's stale write on y; what a's holder believed is still
+    # wrong, on y
+    fenced = _pair((("y", 3), ("z", 4)))
+    assert "overlap" not in fenced.by_kind()
+    assert fenced.stale_refused == 1
+    # its writes on x and on y: each sent with hold.held true, which claims y as well
+    assert fenced.by_kind()["double-hold"] == 2
+    assert all(v.detail.startswith("y: ") for v in fenced.violations), fenced.violations
+
+
+def test_tokens_grow_per_name_and_only_per_name() -> None:
+    a = MultiHold("a", 1, (("x", 5), ("y", 6)), 0, 5, 10, 20, 30)
+    # b asked after a's grant: its y token must be above a's 6; its z token is z's alone
+    late = MultiHold("b", 1, (("y", 7), ("z", 1)), 40, 45, 50, 60, 70)
+    assert check_round(multi_round([a, late])).violations == []
+    stale = dataclasses.replace(late, tokens=(("y", 4), ("z", 1)))
+    result = check_round(multi_round([a, stale]))
+    (order,) = [v for v in result.violations if v.kind == "token-order"]
+    assert order.detail.startswith("y: b.1 got token 4, not above token 6 of a.1")
+
+
+def test_a_request_about_a_name_the_grant_did_not_include_is_unaccounted() -> None:
+    history = multi_round(schedule_multi([(0, ["x", "y"], 0, 0), (1, ["y", "z"], 0, 0)]))
+    request = next(r for r in history.resource if r.get("acq") == "w0.1" and r["lock"] == "y")
+    request["lock"] = "z"
+    details = [v.detail for v in check_round(history).violations if v.kind == "unaccounted"]
+    assert any(d.startswith("z: the resource got a") and "w0.1" in d for d in details), details
+
+
+def test_a_violation_on_every_name_of_a_hold_is_reported_once_naming_them() -> None:
+    # a paused 2.6 s (more than twice its lease) and never told: on x and on y alike (b,
+    # granted other names after the pause, shows the round went on)
+    paused = MultiHold("a", 1, (("x", 1), ("y", 2)), 0, 5, 10, 2700, 2800)
+    other = MultiHold("b", 1, (("w", 1), ("z", 1)), 2600, 2650, 2660, 2670, 2680)
+    pause = FaultRecord("pause", 20 * MS, 2620 * MS, "worker a", "a", "a.1")
+    result = check_round(multi_round([paused, other], faults=[pause]))
+    (violation,) = result.violations
+    assert violation.kind == "unnoticed-loss"
+    assert violation.detail.startswith("x, y: a.1 was paused")
+
+
+def _stalled(
+    *, fault: FaultRecord | None = None, granted_meanwhile: bool = False
+) -> list[Violation]:
+    """a and b each take a multi-lock and release it; then, from 100 ms, each waits for
+    x and y (in opposite orders) until its acquire times out after 4 s, and c is granted x
+    after that (at 4200 ms; with ``granted_meanwhile``, at 2000 ms too)."""
+    holds = [
+        MultiHold("a", 1, (("x", 1), ("y", 2)), 0, 5, 6, 10, 20),
+        MultiHold("b", 1, (("y", 3), ("z", 4)), 15, 25, 26, 30, 40),
+        MultiHold("c", 1, (("w", 5), ("x", 6)), 4100, 4200, 4201, 4210, 4220),
+    ]
+    if granted_meanwhile:
+        holds.append(MultiHold("c", 0, (("w", 1), ("z", 5)), 1900, 2000, 2001, 2010, 2020))
+    waits = {
+        "a": [{"ev": "acquire", "t": 100 * MS, "acq": "a.2", "names": ["x", "y"]},
+              {"ev": "no_grant", "t": 4100 * MS, "acq": "a.2", "why": "timeout"}],
+        "b": [{"ev": "acquire", "t": 101 * MS, "acq": "b.2", "names": ["y", "x"]},
+              {"ev": "no_grant", "t": 4101 * MS, "acq": "b.2", "why": "timeout"}],
+    }  # fmt: skip
+    history = multi_round(holds, waits=waits, faults=[fault] if fault else [])
+    return check_round(history).violations
+
+
+def test_a_round_whose_waiters_all_time_out_with_no_fault_is_a_deadlock() -> None:
+    (violation,) = _stalled()
+    assert violation.kind == "no-recovery"
+    assert violation.t == 100 * MS
+    assert violation.detail == (
+        "nobody was granted anything for 4.00 s, with no fault under way, while 2 acquires "
+        "of a, b timed out (a.2, b.2): a deadlock"
+    )
+
+
+def test_waiters_that_time_out_beside_a_grant_or_a_fault_are_no_deadlock() -> None:
+    # someone was granted meanwhile: the others waited behind holders, as waiters may
+    assert _stalled(granted_meanwhile=True) == []
+    # a fault under way while they waited (the grant after it came within the bound)
+    assert _stalled(fault=FaultRecord("restart", 3000 * MS, 3100 * MS, "every server")) == []

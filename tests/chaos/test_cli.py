@@ -215,4 +215,11 @@ def test_exit_status_counts_only_promised_violations() -> None:
 def test_primitives_are_a_list_or_all_in_the_table_order() -> None:
     assert _primitive_list(()) == ("lock",)
     assert _primitive_list(("rwlock,lock", "semaphore")) == ("rwlock", "lock", "semaphore")
-    assert _primitive_list(("all", "lock")) == ("lock", "fair", "semaphore", "rwlock", "election")
+    assert _primitive_list(("all", "lock")) == (
+        "lock",
+        "fair",
+        "semaphore",
+        "rwlock",
+        "election",
+        "multi",
+    )

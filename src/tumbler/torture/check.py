@@ -44,12 +44,15 @@ Properties (each violation kind names one):
     pair of waiters is judged (certainly queued in a known order, no fault in between).
 ``no-recovery``
     Liveness: after each fault ends the lock is granted again within the recovery bound (TTL
-    plus the backend's grace), and after the workers stop it is free again. Where a fault
-    took servers out of a cluster that elects, the bound counts from when a quorum had a
-    leader again (:attr:`FaultRecord.served`): the election's length is the servers', and
-    the report gives it. After a waiter is killed (``kill-waiter``), the first release that
-    follows lets the next waiter in within ``RoundHistory.dead_waiter_bound``: a dead
-    waiter's entry does not stall the line.
+    plus the backend's grace), and after the workers stop it is free again. On a multi-lock,
+    also without a fault: no acquire (after the round's first grant) times out while nobody is
+    granted anything, with no fault from its start until the bound after its end (see
+    :func:`_check_stalls`: the shape of a deadlock). Where a fault took servers out of a
+    cluster that elects, the bound counts from when a quorum had a leader again
+    (:attr:`FaultRecord.served`): the election's length is the servers', and the report gives
+    it. After a waiter is killed (``kill-waiter``), the first release that follows lets the
+    next waiter in within ``RoundHistory.dead_waiter_bound``: a dead waiter's entry does not
+    stall the line.
 ``servers-down``
     After a fault of the servers' they did not serve again (a write committed, where the
     deployment can tell) within the harness's patience: what followed was the servers' own
@@ -81,6 +84,16 @@ requests sent while ``hold.held`` was true, not probes, count, and holders the h
 during their hold are left out (``paused_holders_exempt``); the others are hazards
 (``stale_requests``).
 
+A multi-lock (``multi``: each grant several names, each with its own token in the ``grant``
+event's ``tokens``, each name a counter of its own at the resource) is a mutex per name: the
+properties above that speak of "the lock" (``overlap``, ``stale-accepted``, ``lost-update``,
+``token-order``, ``double-hold``, ``unnoticed-loss``, ``work-after-grant``, and requests at
+the resource ``unaccounted`` for) are checked name by name, on the grants that include the
+name and with the name's token (see :func:`_check_each_name`); a grant's belief is the whole
+hold's (``hold.held`` is every part's), so any request it sent counts against a later grant
+of any of its names. Grants of disjoint sets exclude nothing. The others (accounting,
+liveness, availability) are the round's, over every grant.
+
 Besides violations the checker counts what the faults did ("hazards"): requests the resource
 refused for a stale token, grants made while a holder was paused, kills that hit a holder,
 holds found lost, time to recover. A fault round whose hazard never happened proves nothing,
@@ -90,6 +103,7 @@ and :func:`hazard_exercised` says so.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -126,10 +140,14 @@ UNAVAILABLE = "unavailable"
 #: what a deployment may promise to keep through a fault (``RoundHistory.available``)
 AVAILABILITY = ("acquire", "hold")
 
-#: the primitives whose grants are exclusive (an election's leader is a fair mutex's holder)
-EXCLUSIVE_PRIMITIVES = ("lock", "fair", "election")
+#: the primitives whose grants are exclusive (an election's leader is a fair mutex's holder;
+#: a multi-lock's grant, of each of its names)
+EXCLUSIVE_PRIMITIVES = ("lock", "fair", "election", "multi")
 #: the primitives that grant in arrival order
 FAIR_PRIMITIVES = ("fair", "election")
+#: the primitives whose grants are of several names at once, each with its own token; their
+#: waiters hold names while they wait for others, and could wait for one another for ever
+MULTI_PRIMITIVES = ("multi",)
 
 #: what the resource's fencing protects: these need fencing, not the lock alone
 FENCED_KINDS = (OVERLAP, STALE_ACCEPTED, LOST_UPDATE)
@@ -233,8 +251,9 @@ class RoundHistory:
     #: seconds from the workers' stop until the lock had no holder (None: never within bound)
     free_after_stop: float | None = 0.0
     #: the primitive the workers took: ``lock``, ``fair``, ``semaphore`` (of ``permits``),
-    #: ``rwlock`` (each grant's side is in its ``grant`` event) or ``election`` (each grant a
-    #: leadership, its token the term: checked as ``fair``)
+    #: ``rwlock`` (each grant's side is in its ``grant`` event), ``election`` (each grant a
+    #: leadership, its token the term: checked as ``fair``) or ``multi`` (each grant several
+    #: names, each with its token: checked as a ``lock`` per name)
     primitive: str = "lock"
     permits: int = 1
     #: ``fair``: how much earlier a waiter's acquire must have started than another's for the
@@ -370,6 +389,16 @@ class _Grant:
     t_done: int
     #: held beside others (a read side's, a semaphore permit's)
     shared: bool = False
+    #: a multi-lock's grant: each name's token, by name (``token`` is then 0; each name is
+    #: checked on its own with its token as ``token``, see :func:`_check_each_name`)
+    tokens: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def shown(self) -> str:
+        """Its token, or a multi-lock's tokens, as the details say them."""
+        if self.tokens:
+            return "tokens " + ", ".join(f"{name}={token}" for name, token in self.tokens)
+        return f"token {self.token}"
 
 
 def _conflict(a: _Grant, b: _Grant) -> bool:
@@ -414,18 +443,71 @@ def check_round(history: RoundHistory) -> CheckResult:
     result.free_after_stop = history.free_after_stop
     lives = _collect_grants(history, result)
     grants = sorted((life.grant for life in lives.values()), key=lambda g: g.t_done)
-    _check_resource(history, lives, result)
-    _check_tokens(grants, result)
-    _check_belief(history, lives, grants, result)
-    _check_work(history, lives, grants, result)
+    if history.primitive in MULTI_PRIMITIVES:
+        _check_each_name(history, lives, result)
+    else:
+        _check_lock(history, lives, grants, result)
     _check_accounting(history, lives, result)
     if history.primitive in FAIR_PRIMITIVES:
         _check_fair(history, lives, result)
     _check_liveness(history, grants, result)
+    if history.primitive in MULTI_PRIMITIVES:
+        _check_stalls(history, grants, result)
     _check_dead_waiters(history, lives, grants, result)
     _check_availability(history, result)
     _count_hazards(history, lives, grants, result)
     return result
+
+
+def _check_lock(
+    history: RoundHistory,
+    lives: Mapping[str, _GrantLife],
+    grants: Sequence[_Grant],
+    result: CheckResult,
+) -> None:
+    """What the grants of ``history.lock`` promise of one another and at the resource."""
+    _check_resource(history, lives, result)
+    _check_tokens(grants, result)
+    _check_belief(history, lives, grants, result)
+    _check_work(history, lives, grants, result)
+
+
+def _check_each_name(
+    history: RoundHistory, lives: Mapping[str, _GrantLife], result: CheckResult
+) -> None:
+    """A multi-lock's round, name by name: each name's grants (with the name's token) checked
+    as a mutex's (:func:`_check_lock`), with the name as the round's lock, against its own
+    counter at the resource. The names are those of the grants and those the resource was
+    asked about (a request about a name its grant did not include is ``unaccounted``). A
+    violation found on several names alike (a paused holder of them all never told of the
+    loss) is reported once, naming them; the counts and the final counter are summed."""
+    names = {name for life in lives.values() for name, _ in life.grant.tokens}
+    names |= {str(r.get("lock")) for r in history.resource if r.get("op") in ("read", "write")}
+    found: dict[tuple[str, str, int | None], list[str]] = {}
+    counters: list[int] = []
+    for name in sorted(names):
+        own: dict[str, _GrantLife] = {}
+        for acq, life in lives.items():
+            token = dict(life.grant.tokens).get(name)
+            if token is not None:
+                grant = dataclasses.replace(life.grant, token=token, tokens=())
+                own[acq] = dataclasses.replace(life, grant=grant)
+        grants = sorted((life.grant for life in own.values()), key=lambda g: g.t_done)
+        part = CheckResult()
+        _check_lock(dataclasses.replace(history, lock=name), own, grants, part)
+        for violation in part.violations:
+            found.setdefault((violation.kind, violation.detail, violation.t), []).append(name)
+        result.reads_accepted += part.reads_accepted
+        result.writes_accepted += part.writes_accepted
+        result.stale_refused += part.stale_refused
+        result.stale_requests += part.stale_requests
+        result.work_after_grant += part.work_after_grant
+        if part.final_counter is not None:
+            counters.append(part.final_counter)
+    if counters:
+        result.final_counter = sum(counters)
+    for (kind, detail, t), where in found.items():
+        result.violations.append(Violation(kind, f"{', '.join(where)}: {detail}", t))
 
 
 def _collect_grants(history: RoundHistory, result: CheckResult) -> dict[str, _GrantLife]:
@@ -448,7 +530,13 @@ def _collect_grants(history: RoundHistory, result: CheckResult) -> dict[str, _Gr
                 result.flavours[flavour] += 1
                 result.sides[side] += 1
                 shared = history.primitive == "semaphore" or side == "read"
-                grant = _Grant(acq, client, int(event["token"]), invoked.get(acq, t), t, shared)
+                if "tokens" in event:
+                    given = event["tokens"].items()
+                    tokens = tuple(sorted((str(name), int(value)) for name, value in given))
+                    grant = _Grant(acq, client, 0, invoked.get(acq, t), t, tokens=tokens)
+                else:
+                    token = int(event["token"])
+                    grant = _Grant(acq, client, token, invoked.get(acq, t), t, shared)
                 lives[acq] = _GrantLife(grant)
             elif ev == "no_grant":
                 if event.get("why") == "timeout":
@@ -1058,7 +1146,7 @@ def _check_accounting(
             result.violations.append(
                 Violation(
                     UNACCOUNTED,
-                    f"{acq} (token {life.grant.token}) was granted but "
+                    f"{acq} ({life.grant.shown}) was granted but "
                     "neither released nor lost before its worker stopped",
                     life.grant.t_done,
                 )
@@ -1109,6 +1197,56 @@ def _check_liveness(history: RoundHistory, grants: Sequence[_Grant], result: Che
                 NO_RECOVERY,
                 "after the workers stopped the lock still had a holder "
                 f"{history.recovery_bound:.2f} s later",
+            )
+        )
+
+
+def _check_stalls(history: RoundHistory, grants: Sequence[_Grant], result: CheckResult) -> None:
+    """``no-recovery`` with no fault to recover from: an acquire that ran out of time while
+    nobody was granted anything (from its start to its end), no fault from its start until
+    the bound after its end (the recovery bound, or the dead-waiter bound if longer) and the
+    round's first grant made before it began (a slow start is the servers'). For a whole
+    acquire timeout nobody finished a hold and passed its names on: the waiters waited for
+    one another, which is what a deadlock looks like. Each stretch of such acquires that
+    overlap is one violation.
+
+    Only a multi-lock's waiters hold names while they wait: elsewhere a waiter waits only
+    for holders, whom the lease and the faults' own bounds cover."""
+    if not grants:
+        return  # _check_liveness says that nobody ever was
+    done_times = [grant.t_done for grant in grants]
+    slack = int(max(history.recovery_bound, history.dead_waiter_bound) * _NS)
+    windows = [(fault.t0, fault.over + slack) for fault in history.faults]
+    stalled = [
+        wait
+        for wait in _waits(history)
+        if wait.outcome == "timeout"
+        and wait.t_end is not None
+        and wait.t_invoke > done_times[0]
+        # nobody granted while it waited
+        and bisect.bisect_right(done_times, wait.t_invoke)
+        == bisect.bisect_left(done_times, wait.t_end)
+        and not any(t0 <= wait.t_end and wait.t_invoke <= t1 for t0, t1 in windows)
+    ]
+    stretches: list[tuple[list[_Wait], int]] = []  # the acquires, and when the last ended
+    for wait in stalled:  # in the order they began
+        end = wait.t_end or wait.t_invoke
+        if stretches and wait.t_invoke <= stretches[-1][1]:
+            stretch, ended = stretches[-1]
+            stretch.append(wait)
+            stretches[-1] = (stretch, max(ended, end))
+        else:
+            stretches.append(([wait], end))
+    for stretch, ended in stretches:
+        begun = stretch[0].t_invoke
+        clients = sorted({wait.client for wait in stretch})
+        result.violations.append(
+            Violation(
+                NO_RECOVERY,
+                f"nobody was granted anything for {(ended - begun) / _NS:.2f} s, with no "
+                f"fault under way, while {len(stretch)} acquires of {', '.join(clients)} "
+                f"timed out ({', '.join(wait.acq for wait in stretch)}): a deadlock",
+                begun,
             )
         )
 

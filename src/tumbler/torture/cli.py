@@ -138,7 +138,8 @@ def _faults_help() -> str:
     multiple=True,
     help="The primitives, one round each per fault: lock (the default), fair (a lock with "
     "fair=True), semaphore (of --permits), rwlock (3 in 4 acquires take the read side), "
-    "election (each acquire a campaign, the leader the holder), or all. "
+    "election (each acquire a campaign, the leader the holder), multi (each acquire a "
+    "multi-lock of 2 or 3 of 4 names, in a random order), or all. "
     "Repeatable or comma-separated.",
 )
 @click.option(

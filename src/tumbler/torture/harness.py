@@ -50,6 +50,7 @@ from .check import (
 from .faults import HOLDER_FAULTS, SERVING_PATIENCE, Nemesis
 from .history import HistoryWriter
 from .pool import PoolError, ResourceProcess, WorkerPool
+from .worker import multi_names
 
 __all__ = [
     "BackendRun",
@@ -262,8 +263,9 @@ def environment(versions: dict[str, str] | None = None) -> dict[str, Any]:
 # -- one round -----------------------------------------------------------------------------
 
 
-def _free_after_stop(admin_url: str, lock: str, bound: float) -> float | None:
-    """Seconds until the lock shows no holder (None if it still has one after ``bound``)."""
+def _free_after_stop(admin_url: str, names: Sequence[str], bound: float) -> float | None:
+    """Seconds until none of the locks ``names`` shows a holder (None if one still has one
+    after ``bound``)."""
     began = time.monotonic()
     try:
         locks = tumbler.connect(admin_url)
@@ -272,7 +274,7 @@ def _free_after_stop(admin_url: str, lock: str, bound: float) -> float | None:
     with locks:
         while True:
             try:
-                if not locks.status(lock).holders:
+                if not any(locks.status(name).holders for name in names):
                     return time.monotonic() - began
             except TumblerError:
                 pass  # the server may still be coming back
@@ -424,7 +426,9 @@ def run_round(
             pool.grant_after(records[-1].over, timeout=bound)
         t_end = time.monotonic_ns()
         pool.stop(timeout=options.acquire_timeout + options.ttl + 10)
-        free = _free_after_stop(deployment.admin_url, lock, bound)
+        # a multi round's workers take the names of its pool, never the round's lock itself
+        names = multi_names(lock) if primitive == "multi" else (lock,)
+        free = _free_after_stop(deployment.admin_url, names, bound)
     finally:
         pool.kill_all()
         resource.stop()

@@ -13,20 +13,26 @@ Worker events (``ev``):
 ``start``
     ``client``, ``pid``: the worker is connected and about to loop.
 ``acquire``
-    ``acq`` (this attempt's id, unique in the round): acquire invoked.
+    ``acq`` (this attempt's id, unique in the round), ``side``: acquire invoked; a multi-lock's
+    also ``names``, in the order the worker gave them.
 ``queued``
     the acquire under way took its place in line: the backend refused it a grant and kept
-    its entry (the client's ``acquire_waiting`` observer event; at most once per acquire).
+    its entry (the client's ``acquire_waiting`` observer event; at most once per acquire, or
+    for a multi-lock, per name it waited for).
 ``grant``
-    ``acq``, ``token``, ``ttl`` (granted lease), ``deadline`` (the client's own deadline at
-    grant time, ns): acquire returned a hold.
+    ``acq``, ``side``, ``token``, ``ttl`` (granted lease), ``deadline`` (the client's own
+    deadline at grant time, ns): acquire returned a hold. A multi-lock's grant has ``tokens``
+    (each name's token, by name) instead of ``token``, and the least of its parts' leases as
+    ``ttl``.
 ``no_grant``
     ``acq``, ``why`` (``timeout`` or the error): acquire returned without a hold.
 ``op``
     ``acq``, ``token``, ``kind`` (``read`` / ``write``), ``t0`` (invoked; the hold's ``held``
     was sampled just before, as ``held``), ``t`` (answered), ``outcome`` (``ok`` /
     ``refused`` / ``error``), ``value`` (read: the counter; write: the value written);
-    ``probe`` (true): the write a lost hold did not make, sent after its work stopped.
+    ``probe`` (true): the write a lost hold did not make, sent after its work stopped. A
+    multi-lock holder's requests also have ``lock``, the name whose counter they are about,
+    and ``token`` is that name's.
 ``lost``
     ``acq``, ``reason``: the hold's ``on_lost`` callback ran (stamped as it began).
 ``work_end``

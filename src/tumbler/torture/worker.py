@@ -1,21 +1,26 @@
 """A torture worker: one OS process that loops acquire -> work at the resource -> release.
 
 Run as ``python -m tumbler.torture.worker --lock NAME --resource SOCKET --history FILE
---client ID [--primitive lock|fair|semaphore|rwlock|election] [--permits N] [--read-share F]
-[--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S] [--idle S] [--seed N]
-[--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes on standard input (one
-line), or through the fork server to a worker the harness forks; never on the command line or
-in the environment, where anyone on the machine could read its password (``ps``,
-``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to ``M`` (default 1.2) TTL
-instead of ``--think`` (their lease is renewed meanwhile).
+--client ID [--primitive lock|fair|semaphore|rwlock|election|multi] [--permits N]
+[--read-share F] [--flavour sync|asyncio] [--ttl S] [--think S] [--acquire-timeout S]
+[--idle S] [--seed N] [--long-hold FRACTION] [--long-max M] < URL``: the backend URL comes
+on standard input (one line), or through the fork server to a worker the harness forks;
+never on the command line or in the environment, where anyone on the machine could read its
+password (``ps``, ``/proc/PID/cmdline``). A ``FRACTION`` of the holds think for 0.3 to ``M``
+(default 1.2) TTL instead of ``--think`` (their lease is renewed meanwhile).
 
 The primitive: ``lock`` (a mutex), ``fair`` (a mutex with ``fair=True``), ``semaphore`` (of
 ``--permits``), ``rwlock`` (each acquire takes the read side with probability
 ``--read-share``, default 3/4, else the write side), ``election`` (each acquire a campaign,
-the worker's id its value, the leadership its hold: a leader is a holder). An exclusive holder
-(a mutex's, a write side's, a leader) reads the counter, thinks and writes it plus one; a
-shared holder (a read side's, a semaphore permit's) reads it, thinks and reads it again: it
-never writes.
+the worker's id its value, the leadership its hold: a leader is a holder), ``multi`` (each
+acquire a ``locks.multi()`` of 2 to ``MULTI_MOST`` names drawn from the round's
+``MULTI_POOL`` names (:func:`multi_names`), given in a random order: the sets of the workers
+overlap in every order, and a multi-lock that did not take its names in one shared order
+would deadlock). An exclusive holder (a mutex's, a write side's, a leader) reads the
+counter, thinks and writes it plus one; a shared holder (a read side's, a semaphore permit's)
+reads it, thinks and reads it again: it never writes. A multi-lock's holder is an exclusive
+holder of each of its names, and each name has a counter of its own at the resource, fenced
+with that name's token: it reads every one, thinks once, then writes every one.
 
 It uses only the public API (``tumbler.connect`` or ``tumbler.aio.connect``, the lock objects'
 ``acquire``, their ``hold``) and records every step in its history file (see
@@ -23,8 +28,9 @@ It uses only the public API (``tumbler.connect`` or ``tumbler.aio.connect``, the
 writes: it stops working the moment the hold's ``on_lost`` callback runs (the thinking is a
 wait on the event the callback sets), and records when it stopped (``work_end``), so the
 checker can tell whether a holder was still working after another client had been granted
-the lock. It then still sends its pending request once, marked as a probe: the point is to
-send the stale request and watch the resource refuse it. It does not look at ``hold.held``
+the lock. It then still sends its pending request once (a multi-lock's holder, one per
+name), marked as a probe: the point is to send the stale request and watch the resource
+refuse it. It does not look at ``hold.held``
 before a request; it records what ``hold.held`` said at each request instead (and sends it
 along to the resource), so the checker can tell whether the library ever claimed a hold it
 no longer had.
@@ -50,7 +56,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any, Literal, Protocol
@@ -60,17 +66,22 @@ import tumbler.aio
 from tumbler.errors import AcquireTimeout, BackendUnavailable, LockLost, NotHeld, TumblerError
 from tumbler.observe import AcquireWaiting, Observer
 
-from .history import HistoryWriter
+from .history import Event, HistoryWriter
 from .resource import ResourceClient, ResourceError
 
-__all__ = ["FLAVOURS", "PRIMITIVES", "WorkerSpec", "main", "run_worker"]
+__all__ = ["FLAVOURS", "PRIMITIVES", "WorkerSpec", "main", "multi_names", "run_worker"]
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
 
 #: the primitives a worker can take (``fair``: a mutex made with ``fair=True``; ``election``:
-#: a campaign in a leader election, which is a fair mutex with the leader as holder)
-PRIMITIVES = ("lock", "fair", "semaphore", "rwlock", "election")
+#: a campaign in a leader election, which is a fair mutex with the leader as holder;
+#: ``multi``: several mutexes taken as one, ``locks.multi()``)
+PRIMITIVES = ("lock", "fair", "semaphore", "rwlock", "election", "multi")
+#: how many names a ``multi`` round's workers draw their sets from, and the most a set has:
+#: few enough that most pairs of sets overlap, on one name or on two
+MULTI_POOL = 4
+MULTI_MOST = 3
 #: the flavours of the API a worker can use
 FLAVOURS = ("sync", "asyncio")
 
@@ -93,6 +104,14 @@ class WorkerSpec:
     long_hold: float = 0.0
     long_max: float = 1.2
 
+    def pick_names(self, rng: random.Random) -> tuple[str, ...]:
+        """The names of the next acquire of a ``multi`` worker, in the order it gives them
+        (the library takes them in its own); () for the other primitives."""
+        if self.primitive != "multi":
+            return ()
+        pool = multi_names(self.lock_name)
+        return tuple(rng.sample(pool, rng.randint(2, min(MULTI_MOST, len(pool)))))
+
     def pick_side(self, rng: random.Random) -> str:
         """The side of the next acquire: ``read`` or ``write`` (rwlock), else ``lock``."""
         if self.primitive == "rwlock":
@@ -102,6 +121,12 @@ class WorkerSpec:
     def shared(self, side: str) -> bool:
         """Whether a grant of ``side`` may be held beside others (it then never writes)."""
         return self.primitive == "semaphore" or side == "read"
+
+
+def multi_names(lock: str) -> tuple[str, ...]:
+    """The names the ``multi`` workers of the round on ``lock`` take their sets from: each
+    one a lock of its own at the backend and a counter of its own at the resource."""
+    return tuple(f"{lock}.{index}" for index in range(MULTI_POOL))
 
 
 class _Stop(BaseException):
@@ -135,15 +160,30 @@ class _HoldLike(Protocol):
     def lost_reason(self) -> str | None: ...
 
 
+class _MultiHoldLike(Protocol):
+    """What the loop reads of a multi-lock's hold: the same in both flavours."""
+
+    @property
+    def tokens(self) -> Mapping[str, int]: ...
+    @property
+    def holds(self) -> Sequence[_HoldLike]: ...
+    @property
+    def held(self) -> bool: ...
+    @property
+    def expires_in(self) -> float: ...
+
+
 # -- the steps the loop asks its driver to carry out -------------------------------------
 
 
 @dataclass(frozen=True)
 class _Acquire:
-    """Acquire ``side``: the driver sends back the hold, None (timed out) or ``STOPPED``."""
+    """Acquire ``side`` (``names``, in this order: a multi-lock of them): the driver sends
+    back the hold, None (timed out) or ``STOPPED``."""
 
     side: str
     timeout: float
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,10 +212,12 @@ class _Think:
 
 @dataclass(frozen=True)
 class _Request:
-    """One request to the resource: ``read`` (sends back (accepted, value)) or ``write`` of
-    ``base + 1`` (sends back accepted); a ``ResourceError`` is thrown in."""
+    """One request to the resource about the counter of ``lock``: ``read`` (sends back
+    (accepted, value)) or ``write`` of ``base + 1`` (sends back accepted); a
+    ``ResourceError`` is thrown in."""
 
     kind: str
+    lock: str
     token: int
     acq: str
     base: int
@@ -201,9 +243,13 @@ def _loop(
         attempt += 1
         acq = f"{spec.client}.{attempt}"
         side = spec.pick_side(rng)
-        writer.write("acquire", acq=acq, side=side)
+        names = spec.pick_names(rng)
+        if names:
+            writer.write("acquire", acq=acq, side=side, names=list(names))
+        else:
+            writer.write("acquire", acq=acq, side=side)
         try:
-            got = yield _Acquire(side, spec.acquire_timeout)
+            got = yield _Acquire(side, spec.acquire_timeout, names)
         except TumblerError as error:
             writer.write("no_grant", acq=acq, why=f"{type(error).__name__}: {error}")
             yield _Sleep(0.02 + rng.random() * 0.1)  # the backend is failing: do not spin
@@ -214,21 +260,24 @@ def _loop(
         if got is None:
             writer.write("no_grant", acq=acq, why="timeout")
             continue
-        hold: _HoldLike = got
+        hold: _HoldLike | _MultiHoldLike = got
         now = time.monotonic_ns()
-        writer.write_record(
-            {
-                "ev": "grant",
-                "t": now,
-                "acq": acq,
-                "side": side,
-                "token": hold.token,
-                "ttl": hold.ttl,
-                "deadline": now + int(hold.expires_in * 1e9),
-            }
-        )
+        record: Event = {"ev": "grant", "t": now, "acq": acq, "side": side}
+        if names:
+            multi: _MultiHoldLike = got
+            # each name's token, where the grant of one lock has its ``token``
+            fences = list(multi.tokens.items())
+            record["tokens"] = dict(fences)
+            record["ttl"] = min(part.ttl for part in multi.holds)
+        else:
+            single: _HoldLike = got
+            fences = [(spec.lock_name, single.token)]
+            record["token"] = single.token
+            record["ttl"] = single.ttl
+        record["deadline"] = now + int(hold.expires_in * 1e9)
+        writer.write_record(record)
         lost = yield _OnLost(hold, acq)
-        yield from _critical_section(spec, writer, hold, lost, acq, spec.shared(side), rng)
+        yield from _critical_section(spec, writer, hold, fences, lost, acq, spec.shared(side), rng)
         t0 = time.monotonic_ns()
         try:
             yield _Release(hold)
@@ -248,99 +297,112 @@ def _loop(
 def _critical_section(
     spec: WorkerSpec,
     writer: HistoryWriter,
-    hold: _HoldLike,
+    hold: _HoldLike | _MultiHoldLike,
+    fences: Sequence[tuple[str, int]],
     lost: Any,
     acq: str,
     shared: bool,
     rng: random.Random,
 ) -> Generator[_Step, Any, None]:
-    """Read the counter, think, then write it back plus one (exclusive) or read it again
-    (shared): every request fenced with the token.
+    """Read the counter of each of ``fences`` (lock name, token), think, then write each
+    back plus one (exclusive) or read it again (shared): every request fenced with its
+    name's token.
 
-    The work stops as soon as ``lost`` is set (by ``on_lost``): no step begins after it, and
-    the thinking is a wait on it. When the work ends, for whatever reason, ``work_end`` is
-    recorded, before the release or the probe.
+    The work stops as soon as ``lost`` is set (by ``on_lost``), or a request fails or is
+    refused: no step begins after it, and the thinking is a wait on it. When the work ends,
+    for whatever reason, ``work_end`` is recorded, before the release or the probe.
     """
     second = "read" if shared else "write"
+    # a multi-lock's requests name their lock; the others' are all the round's lock
+    named = spec.primitive == "multi"
 
-    def record(kind: str, t0: int, held: bool, outcome: str, **fields: object) -> None:
+    def record(
+        lock: str, token: int, kind: str, t0: int, held: bool, outcome: str, **fields: object
+    ) -> None:
+        if named:
+            fields["lock"] = lock
         writer.write(
-            "op", acq=acq, token=hold.token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
+            "op", acq=acq, token=token, kind=kind, t0=t0, held=held, outcome=outcome, **fields
         )
 
     def end(why: str) -> None:
         writer.write("work_end", acq=acq, why=why)
 
-    def request(kind: str, held: bool, base: int = 0, probe: bool = False) -> _Request:
+    def request(
+        kind: str, lock: str, token: int, held: bool, base: int = 0, probe: bool = False
+    ) -> _Request:
         context: dict[str, object] = {"shared": shared, "held": held}
         if probe:
             context["probe"] = True
-        return _Request(kind, hold.token, acq, base, context)
+        return _Request(kind, lock, token, acq, base, context)
 
     if lost.is_set():  # lost as it was granted: nothing to do
         end("lost")
         return
-    # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
-    t0 = time.monotonic_ns()
-    held = hold.held
-    try:
-        accepted, value = yield request("read", held)
-    except ResourceError as error:
-        record("read", t0, held, "error", why=str(error))
-        end("error")
-        return
-    # A few holds last most of a lease (renewed meanwhile): the window in which a server or
-    # network fault finds a holder, and its lease must survive or be lost, visibly.
-    pause = (
-        rng.uniform(0.3, spec.long_max) * spec.ttl if rng.random() < spec.long_hold else spec.think
-    )
-    record("read", t0, held, "ok" if accepted else "refused", value=value, think=pause)
-    if not accepted:
-        end("refused")  # the resource has seen a newer token: the hold is gone
-        return
-    # The window a pause or a kill aims at: between the first request and the second. A wait
+    values: list[int] = []
+    pause = spec.think
+    for lock, token in fences:
+        # t0 before sampling held: a claim "held at t0" is then never earlier than the sample
+        t0 = time.monotonic_ns()
+        held = hold.held
+        try:
+            accepted, value = yield request("read", lock, token, held)
+        except ResourceError as error:
+            record(lock, token, "read", t0, held, "error", why=str(error))
+            end("error")
+            return
+        fields: dict[str, object] = {"value": value}
+        if len(values) == len(fences) - 1:
+            # A few holds last most of a lease (renewed meanwhile): the window in which a
+            # server or network fault finds a holder, and its lease must survive or be lost,
+            # visibly. The last read says how long: the harness aims its faults from it.
+            pause = (
+                rng.uniform(0.3, spec.long_max) * spec.ttl
+                if rng.random() < spec.long_hold
+                else spec.think
+            )
+            fields["think"] = pause
+        record(lock, token, "read", t0, held, "ok" if accepted else "refused", **fields)
+        if not accepted:
+            end("refused")  # the resource has seen a newer token: the hold is gone
+            return
+        values.append(value)
+    # The window a pause or a kill aims at: between the reads and the second requests. A wait
     # on the event rather than a sleep: on_lost ends it at once, as it would a real holder's.
     if (yield _Think(lost, pause)):
         end("lost")
-        # the request the lost hold did not make, as a paused process would have sent it (it
-        # is not work: the holder has stopped and knows it): the resource must refuse it if
-        # anyone else has been granted the lock since
+        # the requests the lost hold did not make, as a paused process would have sent them
+        # (they are not work: the holder has stopped and knows it): the resource must refuse
+        # each one if anyone else has been granted its lock since
+        for (lock, token), value in zip(fences, values, strict=True):
+            t0 = time.monotonic_ns()
+            held = hold.held
+            try:
+                answer = yield request(second, lock, token, held, value, probe=True)
+            except ResourceError as error:
+                outcome, fields = "error", {"why": str(error)}
+            else:
+                accepted = answer[0] if shared else answer
+                outcome = "ok" if accepted else "refused"
+                fields = {"value": answer[1] if shared else value + 1}
+            record(lock, token, second, t0, held, outcome, probe=True, **fields)
+        return
+    for (lock, token), value in zip(fences, values, strict=True):
         t0 = time.monotonic_ns()
         held = hold.held
-        fields: dict[str, object]
         try:
-            answer = yield request(second, held, value, probe=True)
+            answer = yield request(second, lock, token, held, value)
         except ResourceError as error:
-            outcome, fields = "error", {"why": str(error)}
-        else:
-            accepted = answer[0] if shared else answer
-            outcome = "ok" if accepted else "refused"
-            fields = {"value": answer[1] if shared else value + 1}
-        writer.write(
-            "op",
-            acq=acq,
-            token=hold.token,
-            kind=second,
-            t0=t0,
-            held=held,
-            outcome=outcome,
-            probe=True,
-            **fields,
-        )
-        return
-    t0 = time.monotonic_ns()
-    held = hold.held
-    try:
-        answer = yield request(second, held, value)
-    except ResourceError as error:
-        record(second, t0, held, "error", why=str(error))
-        end("error")
-        return
-    accepted = answer[0] if shared else answer
-    record(
-        second, t0, held, "ok" if accepted else "refused", value=answer[1] if shared else value + 1
-    )
-    end("done" if accepted else "refused")
+            record(lock, token, second, t0, held, "error", why=str(error))
+            end("error")
+            return
+        accepted = answer[0] if shared else answer
+        outcome = "ok" if accepted else "refused"
+        record(lock, token, second, t0, held, outcome, value=answer[1] if shared else value + 1)
+        if not accepted:
+            end("refused")
+            return
+    end("done")
 
 
 # -- the drivers ----------------------------------------------------------------------------
@@ -392,7 +454,17 @@ def _primitives(locks: Any, spec: WorkerSpec) -> dict[str, Any]:
     if spec.primitive == "rwlock":
         both = locks.rwlock(name, ttl=ttl)
         return {"read": both.read(), "write": both.write()}
+    if spec.primitive == "multi":
+        return {}  # a multi-lock of the names each acquire draws (:func:`_lock_of`)
     return {"lock": locks.lock(name, ttl=ttl, fair=spec.primitive == "fair")}
+
+
+def _lock_of(locks: Any, spec: WorkerSpec, objects: Mapping[str, Any], step: _Acquire) -> Any:
+    """The lock object ``step`` acquires: a multi-lock made for it of its names, in their
+    order, as a caller would write ``with locks.multi([...])``; else the side's."""
+    if step.names:
+        return locks.multi(step.names, ttl=spec.ttl)
+    return objects[step.side]
 
 
 def _lost_callback(writer: HistoryWriter, acq: str, lost: Any) -> Any:
@@ -406,10 +478,10 @@ def _lost_callback(writer: HistoryWriter, acq: str, lost: Any) -> Any:
     return record
 
 
-def _call_resource(resource: ResourceClient, lock: str, step: _Request) -> object:
+def _call_resource(resource: ResourceClient, step: _Request) -> object:
     if step.kind == "read":
-        return resource.read(lock, step.token, step.acq, **step.context)
-    return resource.write(lock, step.token, step.acq, step.base, step.base + 1, **step.context)
+        return resource.read(step.lock, step.token, step.acq, **step.context)
+    return resource.write(step.lock, step.token, step.acq, step.base, step.base + 1, **step.context)
 
 
 def _drive_sync(
@@ -430,7 +502,7 @@ def _drive_sync(
 
         def carry_out(step: _Step) -> object:
             if isinstance(step, _Acquire):
-                lock = objects[step.side]
+                lock = _lock_of(locks, spec, objects, step)
                 stop.waiting = True
                 try:
                     return lock.hold if lock.acquire(timeout=step.timeout) else None
@@ -447,7 +519,7 @@ def _drive_sync(
             if isinstance(step, _Think):
                 return step.lost.wait(step.seconds)
             if isinstance(step, _Request):
-                return _call_resource(resource, spec.lock_name, step)
+                return _call_resource(resource, step)
             time.sleep(step.seconds)
             return None
 
@@ -497,7 +569,7 @@ async def _drive_asyncio(
             if isinstance(step, _Acquire):
                 if stop.requested:
                     return STOPPED
-                lock = objects[step.side]
+                lock = _lock_of(locks, spec, objects, step)
 
                 async def take() -> object:
                     # the hold is the acquiring task's: fetched in that task, released from
@@ -523,7 +595,7 @@ async def _drive_asyncio(
             if isinstance(step, _Think):
                 return await step.lost.wait(step.seconds)
             if isinstance(step, _Request):
-                return await asyncio.to_thread(_call_resource, resource, spec.lock_name, step)
+                return await asyncio.to_thread(_call_resource, resource, step)
             await asyncio.sleep(step.seconds)
             return None
 
