@@ -584,29 +584,46 @@ class MultiLock(_Holder[MultiHold]):
     ) -> bool:
         """Acquire every name; True if acquired, False if the timeout ran out first (having
         given back what it took). ``blocking`` and ``timeout`` as for ``lock().acquire()``;
-        the timeout is for all the names together."""
+        the timeout is for all the names together. A name taken early and lost while a later
+        one was waited for (its lease ran out meanwhile) is not handed over lost: every name
+        is given back and the whole is taken again, within the same timeout."""
         seconds = self._parts[0]._seconds(blocking, timeout)
         clock = self._locks._clock
         deadline = None if seconds is None else clock.now() + seconds
-        taken: list[Hold] = []
-        try:
-            for part in self._parts:
-                left = None if deadline is None else max(0.0, deadline - clock.now())
-                if not part.acquire(timeout=left):
-                    shield(_give_back(taken))
-                    return False
-                hold = part.hold
-                assert hold is not None
-                taken.append(hold)
-        except BaseException:
+        while True:
+            taken = self._take_each(deadline)
+            if taken is None:
+                return False
+            if not any(hold.lost for hold in taken):
+                break
             shield(_give_back(taken))
-            raise
+            if deadline is not None and clock.now() >= deadline:
+                return False
         multi = MultiHold(taken, clock)
         context = current_context()
         with self._guard:
             self._holds.setdefault(context, []).append(multi)
         taken[0]._on_finish(functools.partial(self._forget, context, multi))
         return True
+
+    def _take_each(self, deadline: float | None) -> list[Hold] | None:
+        """Take every name in order by ``deadline``; None (having given back what it took)
+        if one could not be had by then."""
+        clock = self._locks._clock
+        taken: list[Hold] = []
+        try:
+            for part in self._parts:
+                left = None if deadline is None else max(0.0, deadline - clock.now())
+                if not part.acquire(timeout=left):
+                    shield(_give_back(taken))
+                    return None
+                hold = part.hold
+                assert hold is not None
+                taken.append(hold)
+        except BaseException:
+            shield(_give_back(taken))
+            raise
+        return taken
 
     def release(self) -> None:
         """Release the calling thread's/task's hold of every name (see
@@ -642,6 +659,8 @@ def _give_back(holds: list[Hold]) -> int:
         try:
             hold.release()
             given += 1
+        except LockLost:
+            pass  # lost already: the backend no longer has it, or keeps it lapsed
         except TumblerError as error:
             _log.warning(
                 "lock %r: not given back after a failed multi-lock acquire: %s", hold.name, error
