@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +14,7 @@ import pytest
 
 import tumbler.torture.cli as torture_cli
 from tests.servers.fixtures import server_unavailable
+from tumbler.backends.descriptor import BackendDescriptor
 from tumbler.testing.backends.redis.server import TUMBLER_RULES, RedisServer, RedisUser
 from tumbler.testing.servers import ServerError
 from tumbler.torture.backends import BackendSpec
@@ -34,6 +36,8 @@ from tumbler.torture.report import BEGIN, END, markdown
         ["--primitive", "mutex"],
         ["--primitive", "lock,bogus"],
         ["--permits", "1"],
+        ["--lock-delay", "-1"],
+        ["--lock-delay", "61"],
     ],
 )
 def test_usage_errors_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,6 +45,22 @@ def test_usage_errors_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert err.startswith("tumbler: ")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_lock_delay_is_refused_for_a_backend_that_keeps_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = torture_cli.descriptor_for
+
+    def without_lock_delay(scheme: str) -> BackendDescriptor:
+        descriptor = real(scheme)
+        capabilities = dataclasses.replace(descriptor.capabilities, lock_delay=False)
+        return dataclasses.replace(descriptor, capabilities=capabilities)
+
+    monkeypatch.setattr(torture_cli, "descriptor_for", without_lock_delay)
+    assert main(["--backend", "sqlite", "--lock-delay", "2"]) == 64
+    err = capsys.readouterr().err
+    assert "sqlite keep no lock-delay (capabilities.lock_delay)" in err
 
 
 def test_a_bad_url_exits_78(capsys: pytest.CaptureFixture[str]) -> None:

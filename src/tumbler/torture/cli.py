@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 import tumbler
-from tumbler.backends import URL_VARIABLE
+from tumbler.backends import URL_VARIABLE, descriptor_for
 from tumbler.errors import TumblerError
 
 from .backends import BackendSpec, SetupError, default_deployment, deployments, spec_for_url
@@ -150,6 +150,15 @@ def _faults_help() -> str:
     help="Permits of the semaphore.",
 )
 @click.option(
+    "--lock-delay",
+    type=click.FloatRange(0, 60),
+    default=0.0,
+    show_default=True,
+    help="The locks' lock_delay in seconds: a grant lost other than by a release keeps the "
+    "lock from everyone this long after its lease (with --fencing off, the control run of "
+    "what a delay longer than the pauses protects). The backends must keep one.",
+)
+@click.option(
     "--min-faults",
     type=click.IntRange(0, 1_000_000),
     default=0,
@@ -224,6 +233,7 @@ def torture(
     faults_text: str,
     primitive_texts: tuple[str, ...],
     permits: int,
+    lock_delay: float,
     min_faults: int,
     min_grants: int,
     round_limit: float,
@@ -282,6 +292,18 @@ def torture(
             if reason is not None:
                 click.echo(f"tumbler: cannot torture {spec.name}: {reason}", err=True)
                 return EX_UNAVAILABLE
+    if lock_delay:
+        without = [
+            spec.name
+            for spec in specs
+            if spec.unavailable() is None
+            and not descriptor_for(spec.scheme).capabilities.lock_delay
+        ]
+        if without:
+            raise click.BadParameter(
+                f"{', '.join(without)} keep no lock-delay (capabilities.lock_delay)",
+                param_hint="'--lock-delay'",
+            )
     if seed is None:
         seed = random.SystemRandom().randrange(1_000_000)
     options = Options(
@@ -295,6 +317,7 @@ def torture(
         workdir=workdir,
         primitives=primitives,
         permits=permits,
+        lock_delay=lock_delay,
         min_faults=min_faults,
         min_grants=min_grants,
         round_limit=round_limit,

@@ -92,6 +92,9 @@ class Options:
     primitives: tuple[str, ...] = ("lock",)
     #: a semaphore's permits
     permits: int = 3
+    #: the locks' lock-delay: a lost grant keeps the lock from everyone this long after its
+    #: lease (0: none)
+    lock_delay: float = 0.0
     #: a soak: each deployment goes on past its rounds' seconds until each of its fault kinds
     #: was injected this often, summed over the kind's rounds (one per primitive) ...
     min_faults: int = 0
@@ -102,7 +105,7 @@ class Options:
 
     @property
     def acquire_timeout(self) -> float:
-        return 2 * self.ttl + 2.0
+        return 2 * self.ttl + 2.0 + self.lock_delay
 
 
 @dataclass
@@ -224,6 +227,7 @@ class TortureRun:
             "seed": self.options.seed,
             "primitives": list(self.options.primitives),
             "permits": self.options.permits,
+            "lock_delay": self.options.lock_delay,
             "min_faults": self.options.min_faults,
             "min_grants": self.options.min_grants,
             "round_limit": self.options.round_limit,
@@ -343,7 +347,8 @@ def run_round(
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     lock = f"torture-{spec.name}-{fault}-{primitive}-{options.seed}-{rng.randrange(1 << 30):x}"
-    bound = options.ttl + spec.recovery_grace
+    # a lost grant frees the lock its lock-delay after its lease
+    bound = options.ttl + options.lock_delay + spec.recovery_grace
     # the last round's faults may have left an election under way: the workers start once
     # the servers serve, or the round cannot start
     why_not = deployment.wait_serving(SERVING_PATIENCE)
@@ -369,6 +374,7 @@ def run_round(
         long_max=3.0 if "net-isolate" in kinds else 1.2,
         primitive=primitive,
         permits=options.permits,
+        lock_delay=options.lock_delay,
     )
     records: list[FaultRecord] = []
     missed = astray = 0

@@ -305,6 +305,8 @@ class WorkerPool:
     #: the primitive the workers take (see :mod:`tumbler.torture.worker`) and its permits
     primitive: str = "lock"
     permits: int = 3
+    #: the locks' lock-delay (0: none)
+    lock_delay: float = 0.0
     #: the flavours the slots take in turn (slot 0 the first, slot 1 the second, ...): every
     #: round exercises each, without doubling the rounds
     flavours: tuple[str, ...] = ("sync", "asyncio")
@@ -330,6 +332,7 @@ class WorkerPool:
             "--long-max", repr(self.long_max),
             "--primitive", self.primitive,
             "--permits", str(self.permits),
+            "--lock-delay", repr(self.lock_delay),
             "--flavour", self.flavour_of(index),
         ]  # fmt: skip
         url, proxy = self.url, None

@@ -238,6 +238,7 @@ def markdown(run: TortureRun) -> str:
         f"round, TTL {options.ttl:g} s, think {options.think * 1000:g} ms, fencing "
         f"{options.fencing}, seed {options.seed}, primitives {', '.join(options.primitives)}"
         f" (semaphore of {options.permits}), a round each"
+        + (f", lock-delay {options.lock_delay:g} s" if options.lock_delay else "")
         + _soak_text(options)
         + f"; {run.seconds:.0f} s in all. "
         f"Result: **{'no promised property violated' if run.ok else 'VIOLATIONS'}**."

@@ -103,6 +103,8 @@ class WorkerSpec:
     idle: float = 0.005
     long_hold: float = 0.0
     long_max: float = 1.2
+    #: the locks' ``lock_delay`` (0: none)
+    lock_delay: float = 0.0
 
     def pick_names(self, rng: random.Random) -> tuple[str, ...]:
         """The names of the next acquire of a ``multi`` worker, in the order it gives them
@@ -443,27 +445,27 @@ class _AsyncCandidate:
 
 def _primitives(locks: Any, spec: WorkerSpec) -> dict[str, Any]:
     """The lock objects of each side, from either flavour's client (same names in both)."""
-    name, ttl = spec.lock_name, spec.ttl
+    name, ttl, delay = spec.lock_name, spec.ttl, spec.lock_delay
     if spec.primitive == "election":
-        election = locks.election(name, ttl=ttl)
+        election = locks.election(name, ttl=ttl, lock_delay=delay)
         if isinstance(locks, tumbler.aio.AsyncLocks):
             return {"lock": _AsyncCandidate(election, spec.client)}
         return {"lock": _Candidate(election, spec.client)}
     if spec.primitive == "semaphore":
-        return {"lock": locks.semaphore(name, spec.permits, ttl=ttl)}
+        return {"lock": locks.semaphore(name, spec.permits, ttl=ttl, lock_delay=delay)}
     if spec.primitive == "rwlock":
-        both = locks.rwlock(name, ttl=ttl)
+        both = locks.rwlock(name, ttl=ttl, lock_delay=delay)
         return {"read": both.read(), "write": both.write()}
     if spec.primitive == "multi":
         return {}  # a multi-lock of the names each acquire draws (:func:`_lock_of`)
-    return {"lock": locks.lock(name, ttl=ttl, fair=spec.primitive == "fair")}
+    return {"lock": locks.lock(name, ttl=ttl, fair=spec.primitive == "fair", lock_delay=delay)}
 
 
 def _lock_of(locks: Any, spec: WorkerSpec, objects: Mapping[str, Any], step: _Acquire) -> Any:
     """The lock object ``step`` acquires: a multi-lock made for it of its names, in their
     order, as a caller would write ``with locks.multi([...])``; else the side's."""
     if step.names:
-        return locks.multi(step.names, ttl=spec.ttl)
+        return locks.multi(step.names, ttl=spec.ttl, lock_delay=spec.lock_delay)
     return objects[step.side]
 
 
@@ -753,6 +755,7 @@ def main(argv: list[str] | None = None, url: str | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--long-hold", type=float, default=0.0)
     parser.add_argument("--long-max", type=float, default=1.2)
+    parser.add_argument("--lock-delay", type=float, default=0.0)
     args = parser.parse_args(argv)
     if url is None:
         url = _read_url(sys.stdin)
@@ -771,6 +774,7 @@ def main(argv: list[str] | None = None, url: str | None = None) -> int:
         idle=args.idle,
         long_hold=args.long_hold,
         long_max=args.long_max,
+        lock_delay=args.lock_delay,
     )
     return run_worker(
         url=url,
