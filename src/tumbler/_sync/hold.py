@@ -49,7 +49,7 @@ import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, cast
 
 from .. import _core as core
 from .._acompat import Event, shield
@@ -66,7 +66,7 @@ from .._core import (
     HoldState,
     transition,
 )
-from ..backends.contract import Grant, GrantRequest, Renewal
+from ..backends.contract import Grant, GrantRequest, Lapsing, Renewal
 from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
 from ..observe import Acquisition, LossReason
 
@@ -499,14 +499,24 @@ class Hold:
         """Release a grant the client gave up: a session-based backend would keep it for as
         long as the session lives, and others are spared the wait for their own expiry. A
         grant with a lock-delay on a lease is left to run out instead: given up, it ended
-        other than by a release, and its delay must follow."""
+        other than by a release, and its delay must follow; on a session it is lapsed
+        (``lapse``: its entry removed, its delay counted from now), where the backend can."""
         with self._guard:
             if self._state is GIVEN_BACK:
                 return
             if self._state is LOST:
                 self._move(GIVEN_BACK)
-        if self._request.lock_delay and not self._gate.backend.capabilities.session_liveness:
-            return
+        backend = self._gate.backend
+        if self._request.lock_delay:
+            if not backend.capabilities.session_liveness:
+                return
+            if hasattr(backend, "lapse"):
+                try:
+                    with self._gate.call():
+                        cast(Lapsing, backend).lapse(self.name, self._request.owner)
+                except TumblerError as error:
+                    _log.debug("could not lapse lost lock %r: %s", self.name, error)
+                return
         try:
             self._gate.release_entry(self.name, self._request.owner)
         except TumblerError as error:

@@ -71,6 +71,13 @@ Lock-delay (``request.lock_delay``, where ``capabilities.lock_delay``)
     starts, as Chubby's lock-delay does. A backend without the capability is never asked
     for one: the lock layer refuses the request first.
 
+    ``lapse(name, owner)`` (optional: :class:`Lapsing`, for backends whose grants live with
+    the client's session) ends the owner's grant as lost: removes its live entry and keeps
+    it lapsed for its ``lock_delay`` from now. The lock layer calls it, where a backend has
+    it and ``capabilities.session_liveness``, for a hold with a lock-delay that it gives up
+    (its lease ran out on the client), instead of the ``release`` that would end the grant
+    with no delay; a backend without it has the grant released.
+
 Waking waiters (``watch``)
     The lock logic makes ``watch = backend.watch(name, owner)`` before its first try:
     construction does no I/O but must catch every wake-up the backend delivers from then on.
@@ -552,6 +559,25 @@ class Backend(Protocol):
         ...
 
 
+class Lapsing(Protocol):
+    """What a session-based backend with ``capabilities.lock_delay`` may have besides
+    :class:`Backend` (see "Lock-delay")."""
+
+    def lapse(self, name: str, owner: str) -> None:
+        """End ``owner``'s grant of ``name`` as lost: remove its live entry and keep it lapsed
+        for its ``lock_delay`` from now (a release if it was granted with none). Nothing if
+        the owner has no live grant."""
+        ...
+
+
+class AsyncLapsing(Protocol):
+    """As :class:`Lapsing`, for :class:`AsyncBackend`."""
+
+    async def lapse(self, name: str, owner: str) -> None:
+        """As :meth:`Lapsing.lapse`."""
+        ...
+
+
 class StateWatching(Protocol):
     """What a backend with ``capabilities.state_wakeups`` has besides :class:`Backend`."""
 
@@ -629,6 +655,7 @@ class AsyncBackend(Protocol):
 __all__ = [
     "STATE_TAG",
     "AsyncBackend",
+    "AsyncLapsing",
     "AsyncStateWatching",
     "AsyncWatch",
     "Backend",
@@ -638,6 +665,7 @@ __all__ = [
     "Grant",
     "GrantRequest",
     "HolderInfo",
+    "Lapsing",
     "Leader",
     "LockState",
     "Renewal",

@@ -33,6 +33,8 @@ CAPABILITIES = Capabilities(
     # a children watch on the lock's node sees every entry made or deleted
     state_wakeups=True,
     line_cap=True,
+    # a grant with a lock-delay leaves a tombstone outside the session (common: "Lock-delay")
+    lock_delay=True,
 )
 
 

@@ -56,6 +56,50 @@ Node layout
     time has passed, and the node once none is left; with credentials it is made with the
     user's ACL, as every other node.
 
+Lock-delay
+    A grant made with a ``lock_delay`` (``GrantRequest.lock_delay`` above 0) has a
+    *tombstone*: a persistent child of the lock node beside its entry, named ``~lapsed-``
+    and the entry's sequence number (``TOMB_PREFIX``: no entry can be named so, Curator and
+    kazoo's recipes sort a child without their kinds' names after every entry, and the
+    line's parser skips it), with the user's ACL as every node, made after the grant is
+    decided and before it is returned, with JSON data: ``entry`` (the entry's node name),
+    ``holder``, ``lock_delay``, ``token`` (the entry's czxid), ``ttl`` (the lease granted)
+    and ``lapsed`` (false). It is not the session's: when the entry goes other than by a
+    release (the session ended; the client gave the hold up, ``lapse``) the tombstone stays,
+    and a tombstone without its entry is a lapsed grant. A release deletes the entry and its
+    tombstone in one transaction (``multi``), so a released grant leaves nothing behind;
+    ``lapse`` deletes the entry and stamps the tombstone (sets ``lapsed``) in one. Otherwise
+    the first client that finds the tombstone without its entry (a waiter woken by the
+    entry's deletion, an acquirer, ``status``) stamps it, by a setData checked against the
+    version it read: the stamp's ``mtime``, on the server's clock, is when the grant's end
+    was noticed. The delay runs from that, but never from before the end of the lease
+    granted (``ctime`` plus ``ttl``).
+
+    The line's one read (the children of the lock node, which every decision makes anyway)
+    lists the tombstones too, so a name without any costs nothing more, and a grant made
+    without a lock-delay makes none: its acquire and release cost what they did before. The
+    same listing tells a live grant's tombstone (its entry listed) from a lapsed one (its
+    entry gone: entries never come back), so only lapsed ones are read. If the line would
+    grant, each lapsed grant counts as the grant it was, ahead of the line. The delay left
+    is measured against the server's clock: a write of empty data to the lock node (its
+    ``mtime``) tells the server's time. A tombstone whose delay ended is deleted by whoever
+    finds it (checked against its version). A waiter held back by lapsed grants only sets a
+    timer for the first delay's end (nothing in the store announces it) and a children
+    watch on the lock node (a force release deletes the tombstones; a holder may leave).
+    Tombstones keep a container lock node alive while they last, and the server deletes it
+    once the last is gone. Children watches on the lock node (the first semaphore waiter's,
+    a state watcher's) fire at a tombstone's creation and deletion: only for names used
+    with a lock-delay. ``status`` reports lapsed grants with the delay left as measured on
+    its host's wall clock against the stamp (at most the delay). ``force_release`` deletes
+    every tombstone of the name in its transaction. A tombstone whose data is not such a
+    record blocks nothing, and a decision deletes it.
+
+    A release whose transaction cannot reach the server leaves the entry to be deleted when
+    the connection is back (as any release) and its tombstone: the grant then counts as
+    lapsed, which it is (the holder could not tell the ensemble it was done). A holder that
+    cannot reach the server when it gives its hold up leaves the tombstone unstamped, to be
+    stamped when the entry's end is noticed: the delay starts later, never sooner.
+
 Who holds the lock
     Grants follow the order of the sequence numbers, as in Curator's recipes: an exclusive
     entry holds the lock when no entry is ahead of it; a read entry when no exclusive entry is
@@ -163,7 +207,7 @@ from kazoo.protocol.serialization import Create2
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
 from kazoo.security import ACL, Permissions, make_digest_acl_credential
 
-from ..._core import Entry
+from ..._core import MAX_LOCK_DELAY, MAX_TTL, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, ConfigurationError, InvalidURL, PermissionDenied
 from ..kit.errors import ErrorMap, Rule
@@ -716,6 +760,111 @@ def read_entry_data(data: bytes) -> EntryData:
     return EntryData(holder, ttl, session_timeout)
 
 
+#: The name of a tombstone, a child of the lock node, before its entry's sequence number (see
+#: "Lock-delay"): "~" sorts after the digits, so Curator's and kazoo's recipes, which sort a
+#: child by what follows their kind's name ("lock-", "__READ__", "__WRIT__", "__lock__") or
+#: else by its whole name, put it after every entry; and ``_CHILD`` never matches it.
+TOMB_PREFIX = "~lapsed-"
+_TOMB = re.compile(r"^~lapsed-(?P<seq>-?[0-9]{10})$")
+
+
+def tomb_node(seq: int) -> str:
+    """The node name of the tombstone of the entry with sequence number ``seq`` (formatted
+    as the server formats it)."""
+    return f"{TOMB_PREFIX}{seq:010d}"
+
+
+def parse_tombs(children: list[str]) -> list[tuple[str, int]]:
+    """The tombstones among a lock node's children: (node name, its entry's sequence)."""
+    found = []
+    for node in children:
+        if node.startswith(TOMB_PREFIX):
+            match = _TOMB.match(node)
+            if match is not None:
+                found.append((node, int(match["seq"])))
+    return found
+
+
+def tombstone_data(
+    entry: str, holder: str, delay: float, token: int, lease: float, stamped: bool
+) -> bytes:
+    """The data of a grant's tombstone: the entry it stands for, what ``status`` shows of it
+    once lapsed, its delay, the lease it was granted, and whether the end of its grant was
+    noticed (stamped)."""
+    record: dict[str, Any] = {
+        "entry": entry,
+        "holder": holder,
+        "lock_delay": delay,
+        "token": token,
+        "ttl": lease,
+        "lapsed": stamped,
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+class TombstoneData(NamedTuple):
+    """What a tombstone's data says (see ``tombstone_data``)."""
+
+    contender: Contender
+    holder: str
+    delay: float
+    token: int
+    lease: float
+    stamped: bool
+
+    def stamp(self) -> bytes:
+        return tombstone_data(
+            self.contender.node, self.holder, self.delay, self.token, self.lease, True
+        )
+
+    def delay_left(self, ctime_ms: int, mtime_ms: int, now_ms: float) -> float:
+        """Seconds of delay left at server time ``now_ms`` for a stamped tombstone: the delay
+        counts from the stamp (``mtime``: when the end of the grant was first noticed), but
+        never from before the end of the lease it was granted (``ctime`` plus the lease: the
+        tombstone is made after the grant, so no sooner than its lease began)."""
+        start = max(mtime_ms, ctime_ms + self.lease * 1000.0)
+        return (start - now_ms) / 1000.0 + self.delay
+
+
+class LapsedGrant(NamedTuple):
+    """A grant in its lock-delay, as a decision or ``inspect`` found it."""
+
+    #: as the grant rule counts it (``Entry.lapsed``)
+    entry: Entry
+    #: seconds of delay left
+    left: float
+    #: its tombstone's path
+    tomb: str
+    record: TombstoneData
+
+
+def read_tombstone(data: bytes, seq: int) -> TombstoneData | None:
+    """The data of the tombstone of the entry with sequence number ``seq``, or None if it is
+    not one tumbler wrote for that entry (malformed: it blocks nothing, and a decision
+    deletes it)."""
+    try:
+        record = json.loads(data)
+        entry, holder, delay = record["entry"], record["holder"], record["lock_delay"]
+        token, lease, stamped = record["token"], record["ttl"], record["lapsed"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (
+        isinstance(entry, str)
+        and isinstance(holder, str)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (delay, lease))
+        and isinstance(token, int)
+        and not isinstance(token, bool)
+        and isinstance(stamped, bool)
+        and 0 < delay <= MAX_LOCK_DELAY
+        and 0 <= lease <= MAX_TTL
+    ):
+        return None
+    contenders = parse_children([entry])
+    if len(contenders) != 1 or contenders[0].seq != seq:
+        return None
+    return TombstoneData(contenders[0], holder, float(delay), token, float(lease), stamped)
+
+
 # --------------------------------------------------------------------------------------------
 # Renewing: the session keeps every entry; a watch says which were deleted
 
@@ -736,6 +885,12 @@ class OwnEntry:
     czxid: int
     session: int
     granted: bool = False
+    #: the path of the grant's tombstone, once its create was sent (a grant with a
+    #: lock-delay: it may exist from then on), and its data stamped (``lapse``)
+    tombstone: str | None = None
+    stamped_tombstone: bytes = field(default=b"", repr=False)
+    #: the tombstone's create was answered (made, or found made by a try whose reply was lost)
+    tomb_made: bool = False
     watched: bool = False
     gone: bool = False
     #: times the watch fired for something other than the deletion: the answer to a watch set

@@ -24,7 +24,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._core import WATCH_LINE, check_limits, let_through, line_position
+from ...._core import WATCH_LINE, Entry, check_limits, let_through, line_position
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     STATE_TAG,
@@ -47,9 +47,11 @@ from ..common import (
     Contender,
     CreateContainer,
     DeletionWatches,
+    LapsedGrant,
     OwnEntry,
     RedactingLogger,
     SessionProbe,
+    TombstoneData,
     ZooKeeperConfig,
     acl_problem,
     arun_blocking,
@@ -64,12 +66,16 @@ from ..common import (
     node_owner,
     notes_data,
     parse_children,
+    parse_tombs,
     prune_notes,
     read_entry_data,
     read_notes,
+    read_tombstone,
     start_client,
     tls_connector,
     tls_context,
+    tomb_node,
+    tombstone_data,
     translate_errors,
 )
 
@@ -210,6 +216,9 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         self._suspended = False
         #: how much longer than the evicted lease a force_release note is kept (NOTE_GRACE)
         self.note_grace = NOTE_GRACE
+        #: a waiter held back by lapsed grants only, woken when the first of their delays ends
+        #: (nothing in the store announces it): one timer per waiting owner
+        self._delay_timers: dict[tuple[str, str], threading.Timer] = {}
 
     # -- connection ------------------------------------------------------------------------
 
@@ -320,6 +329,11 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
     async def close(self) -> None:
         """End the session: the ensemble deletes this client's entries at once."""
         self._closing = True
+        with self._guard:
+            timers = list(self._delay_timers.values())
+            self._delay_timers.clear()
+        for timer in timers:
+            timer.cancel()
         with contextlib.suppress(kazoo_errors.KazooException):
             await arun_blocking(self._client.stop)
         await arun_blocking(self._client.close)
@@ -456,15 +470,40 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                     if index - len(holding) >= self.max_waiters:
                         await self._forget(key, path, mine)
                         raise line_full(self.max_waiters, request.name, self.url)
+                lapsed: list[LapsedGrant] = []
+                tombs = parse_tombs(children) if blocker is None else []
+                if tombs:
+                    # The line lets it through: so must the grants that lapsed (their entries
+                    # gone, their tombstones kept for their lock-delay), counted ahead of it.
+                    lapsed = await self._lapsed(request.name, line, tombs)
+                    ahead = [grant.entry for grant in lapsed]
+                    if line_position([*ahead, *entries], index + len(ahead)) is None:
+                        lapsed = []
+                    else:
+                        blocker = WATCH_LINE
                 if blocker is None:
                     if request.shared and request.limit and not created:
                         await self._announce_grant(mine, request)
-                    mine.granted = True
                     ttl = min(request.ttl, self.session_timeout)
+                    # the tombstone before the grant is returned: a holder that dies before
+                    # this never had it, so had no writes in flight for a delay to wait out
+                    if (
+                        request.lock_delay
+                        and not mine.tomb_made
+                        and not await self._make_tombstone(request, mine, line[index], ttl)
+                    ):
+                        children = None  # the lock node is gone, and our entry with it
+                        continue
+                    mine.granted = True
                     return Grant(request.name, request.owner, mine.czxid, ttl)
                 if not request.queue:
                     await self._forget(key, path, mine)
                     return None
+                if lapsed:
+                    children = await self._hold_back(path, line, index, lapsed, request)
+                    if children is None:
+                        return None  # woken when a delay ends, a tombstone goes or one leaves
+                    continue
                 children = await self._watch(path, line, index, blocker, request)
                 if children is None:
                     return None  # watching what blocks us; the watch wakes the waiter
@@ -473,7 +512,8 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         self, request: GrantRequest, path: str
     ) -> tuple[OwnEntry, bool, list[str] | None]:
         """This acquisition's entry: known, found again after a lost reply, or created now;
-        whether it was created now; and, if it was, the lock's children read just after.
+        whether it was created now; and, if it was, the lock's children read just after (its
+        line, and its tombstones: see "Lock-delay" in the module ``common``).
 
         No deletion watch is set on it here: the first renewal of the grant reads the entry
         and sets one (``renew_all``), in the round trip of its session probe. An uncontended
@@ -619,6 +659,236 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
     def _wake(self, name: str, tag: str, _event: Any) -> None:
         self.hub.notify(name, (tag,))
 
+    # -- lock-delay: tombstones ------------------------------------------------------------
+
+    async def _make_tombstone(
+        self, request: GrantRequest, mine: OwnEntry, entry: Contender, lease: float
+    ) -> bool:
+        """Make the tombstone of ``mine``'s grant: a persistent child of the lock node, which
+        outlives the session, so that a grant that ends other than by a release is known to
+        have ended so (its entry gone, its tombstone left). False if the lock node is gone
+        (and the entry with it: its session ended)."""
+        path = self._lock_path(request.name)
+        tomb = f"{path}/{tomb_node(entry.seq)}"
+        # From the create's sending on it may exist: a release or lapse deletes or stamps it
+        # with the entry, and copes with its absence.
+        mine.tombstone = tomb
+        mine.stamped_tombstone = tombstone_data(
+            mine.node, request.holder, request.lock_delay, mine.czxid, lease, True
+        )
+        data = tombstone_data(
+            mine.node, request.holder, request.lock_delay, mine.czxid, lease, False
+        )
+        try:
+            # the client's default ACL: with credentials, the user's alone, as an entry's
+            await self._call(self._client.create_async(tomb, data))
+        except kazoo_errors.NodeExistsError:
+            pass  # made by a try whose reply was lost: sequence numbers are never reused
+            # while a child is left, and the tombstone keeps the lock node
+        except kazoo_errors.NoNodeError:
+            mine.tombstone = None
+            return False
+        mine.tomb_made = True
+        return True
+
+    async def _lapsed(
+        self,
+        name: str,
+        line: list[Contender],
+        tombs: list[tuple[str, int]],
+        inspecting: bool = False,
+    ) -> list[LapsedGrant]:
+        """The grants of ``name`` still in their lock-delay, from the tombstones ``tombs``
+        listed with ``line`` (one read of the lock node's children): each as the grant rule
+        counts it, with the seconds of delay left, its tombstone's path and what it says.
+
+        A tombstone whose entry is in the line is a live grant's: the line counts it, and it
+        is not read. One whose entry is not was a grant that ended other than by a release
+        (entries never come back, and a release deletes its tombstone with it); if nobody
+        stamped it yet, it is stamped now (a setData checked against the version read: the
+        first to notice sets when the delay began, on the server's clock, as its ``mtime``).
+        The delay left is measured against the server's clock (the ``mtime`` of a write to
+        the lock node) for a decision, and once it ended the tombstone is deleted;
+        ``inspecting`` measures it on this host's wall clock, as a report, and deletes
+        nothing. A tombstone tumbler did not write blocks nothing; a decision deletes it.
+        """
+        path = self._lock_path(name)
+        client = self._client
+        live = {contender.seq for contender in line}
+        ended = [(node, seq) for node, seq in tombs if seq not in live]
+        if not ended:
+            return []
+        # one round trip for all: kazoo pipelines the requests
+        reads = [(node, seq, client.get_async(f"{path}/{node}")) for node, seq in ended]
+        found: list[tuple[TombstoneData, Any, str]] = []
+        for node, seq, reading in reads:
+            tomb = f"{path}/{node}"
+            for _ in range(FORCE_RELEASE_TRIES):
+                try:
+                    data, stat = await self._call(reading)
+                except kazoo_errors.NoNodeError:
+                    break  # forced out, or its delay ended
+                record = read_tombstone(data, seq)
+                if record is None:
+                    if not inspecting:
+                        await self._drop_tombstone(tomb, stat.version)
+                    break
+                if record.stamped:
+                    found.append((record, stat, tomb))
+                    break
+                try:
+                    stat = await self._call(client.set_async(tomb, record.stamp(), stat.version))
+                except (kazoo_errors.NoNodeError, kazoo_errors.BadVersionError):
+                    reading = client.get_async(tomb)  # stamped or deleted meanwhile: again
+                    continue
+                except kazoo_errors.NoAuthError:
+                    if not inspecting:
+                        raise
+                    stat = None  # a reader that may not stamp: the whole delay is left
+                found.append((record, stat, tomb))
+                break
+        if not found:
+            return []
+        if inspecting:
+            now = time.time() * 1000.0
+        else:
+            # the server's time: a write's mtime (the lock node's data is tumbler's, empty)
+            probe = await self._call(client.set_async(path, b"", -1))
+            now = probe.mtime
+        lapsed = []
+        for record, stat, tomb in found:
+            left = record.delay if stat is None else record.delay_left(stat.ctime, stat.mtime, now)
+            if left <= 0:
+                if not inspecting:
+                    await self._drop_tombstone(tomb, stat.version)
+                continue
+            contender = record.contender
+            entry = Entry(
+                contender.owner,
+                contender.seq,
+                contender.shared,
+                contender.limit,
+                True,
+                record.token,
+                lapsed=True,
+            )
+            lapsed.append(LapsedGrant(entry, left, tomb, record))
+        return lapsed
+
+    async def _drop_tombstone(self, tomb: str, version: int) -> None:
+        """Delete a tombstone found over (its delay ended, or not tumbler's), unless it
+        changed since it was read (stamped: then another saw it first)."""
+        try:
+            await self._call(self._client.delete_async(tomb, version))
+        except (kazoo_errors.NoNodeError, kazoo_errors.BadVersionError):
+            return
+        if not self._containers:
+            with contextlib.suppress(kazoo_errors.NotEmptyError, kazoo_errors.NoNodeError):
+                await self._call(self._client.delete_async(tomb.rsplit("/", 1)[0]))
+
+    async def _hold_back(
+        self,
+        path: str,
+        line: list[Contender],
+        index: int,
+        lapsed: list[LapsedGrant],
+        request: GrantRequest,
+    ) -> list[str] | None:
+        """Wait for lapsed grants that hold entry ``index`` back: a timer for the end of the
+        first delay (nothing in the store announces it), and a children watch on the lock
+        node for what may end it sooner (a force_release deleting the tombstones; for a
+        semaphore, a holder leaving). Returns None once set on an unchanged state; otherwise
+        the children as they are now, to decide again."""
+        callback = functools.partial(self._wake, request.name, node_owner(request.owner))
+        children: list[str] = await self._call(
+            self._client.get_children_async(path, watch=callback)
+        )
+        kept = {contender.node for contender in line[:index]}
+        kept.update(grant.tomb.rsplit("/", 1)[1] for grant in lapsed)
+        if not kept <= set(children):
+            return children
+        self._wake_after(request, min(grant.left for grant in lapsed))
+        return None
+
+    def _wake_after(self, request: GrantRequest, seconds: float) -> None:
+        key = (request.name, request.owner)
+        tag = node_owner(request.owner)
+        timer = threading.Timer(seconds, self._delay_ended, (key, tag))
+        timer.daemon = True
+        with self._guard:
+            earlier = self._delay_timers.pop(key, None)
+            self._delay_timers[key] = timer
+        if earlier is not None:
+            earlier.cancel()
+        timer.start()
+
+    def _delay_ended(self, key: tuple[str, str], tag: str) -> None:
+        with self._guard:
+            timer = self._delay_timers.get(key)
+            if timer is not None and timer is threading.current_thread():
+                del self._delay_timers[key]
+        self.hub.notify(key[0], (tag,))
+
+    async def lapse(self, name: str, owner: str) -> None:
+        """End ``owner``'s grant of ``name`` as lost: delete its entry and stamp its tombstone
+        in one transaction, so the name stays closed for its lock-delay from now. Without a
+        tombstone (no lock-delay) this is a release."""
+        key = (name, owner)
+        with self._guard:
+            mine = self._entries.pop(key, None)
+        if mine is None:
+            return  # its session ended (the tombstone stays, to be stamped), or released
+        self._watches.forget(mine)
+        with translate_errors(self.url, name):
+            if mine.tombstone is None:
+                with contextlib.suppress(kazoo_errors.SessionExpiredError):
+                    await self._delete(mine.path)
+                return
+            transaction = self._client.transaction()
+            transaction.delete(mine.path)
+            transaction.set_data(mine.tombstone, mine.stamped_tombstone)
+            try:
+                results = await self._call(transaction.commit_async())
+            except kazoo_errors.SessionExpiredError as error:
+                if isinstance(error, kazoo_errors.ConnectionClosedError):
+                    raise
+                return  # the entry went with the session; its tombstone stays, unstamped
+            except BaseException:
+                # deleted when the connection is back; its tombstone, unstamped, is stamped
+                # by the first who finds it: the delay starts later, never sooner
+                with self._guard:
+                    self._orphans.add(mine.path)
+                raise
+            if isinstance(results[1], kazoo_errors.NoNodeError) and not isinstance(
+                results[0], kazoo_errors.NoNodeError
+            ):
+                await self._delete(mine.path)  # its tombstone was forced out: no delay left
+
+    async def _delete_with_tombstone(self, mine: OwnEntry) -> bool:
+        """Release a grant with a lock-delay: its entry and its tombstone in one transaction.
+        False if the entry was gone (it lapsed, or was forced out): its tombstone stays."""
+        assert mine.tombstone is not None
+        transaction = self._client.transaction()
+        transaction.delete(mine.path)
+        transaction.delete(mine.tombstone)
+        try:
+            results = await self._call(transaction.commit_async())
+        except BaseException:
+            with self._guard:
+                self._orphans.add(mine.path)
+            raise
+        if isinstance(results[0], kazoo_errors.NoNodeError):
+            return False
+        if isinstance(results[1], kazoo_errors.NoNodeError):
+            return await self._delete(mine.path)  # its tombstone was forced out meanwhile
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise failure
+        if not self._containers:
+            with contextlib.suppress(kazoo_errors.NotEmptyError, kazoo_errors.NoNodeError):
+                await self._call(self._client.delete_async(mine.path.rsplit("/", 1)[0]))
+        return True
+
     async def _announce_grant(self, mine: OwnEntry, request: GrantRequest) -> None:
         """Touch a semaphore entry granted after waiting: the waiter behind it watches it."""
         data = entry_data(
@@ -723,10 +993,15 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         with self._guard:
             mine = self._entries.pop(key, None)
             uncertain = key in self._uncertain
+            timer = self._delay_timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
         with translate_errors(self.url, name):
             if mine is not None:
                 self._watches.forget(mine)
                 try:
+                    if mine.tombstone is not None:
+                        return await self._delete_with_tombstone(mine) and mine.granted
                     return await self._delete(mine.path) and mine.granted
                 except kazoo_errors.SessionExpiredError as error:
                     if isinstance(error, kazoo_errors.ConnectionClosedError):
@@ -758,23 +1033,47 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
     def watch_state(self, name: str) -> AsyncZooKeeperStateWatch:
         return AsyncZooKeeperStateWatch(self, name)
 
-    async def _holders(self, path: str) -> tuple[list[tuple[Contender, Any]], list[Contender]]:
-        """The granted entries of a lock with their stats and data, and the whole line."""
-        line = parse_children(await self._children(path))
-        entries = [contender.entry() for contender in line]
-        granted = [c for i, c in enumerate(line) if line_position(entries, i) is None]
+    async def _holders(
+        self, path: str, line: list[Contender], lapsed: Sequence[LapsedGrant] = ()
+    ) -> list[tuple[Contender, Any]]:
+        """The granted entries of ``line`` with their stats and data; an entry that
+        ``lapsed`` grants hold back is a waiter."""
+        entries = [grant.entry for grant in lapsed] + [contender.entry() for contender in line]
+        ahead = len(lapsed)
+        granted = [c for i, c in enumerate(line) if line_position(entries, ahead + i) is None]
         # one round trip for all: kazoo pipelines the requests
         pending = [self._client.get_async(f"{path}/{c.node}") for c in granted]
         holders = []
         for contender, result in zip(granted, pending, strict=True):
             with contextlib.suppress(kazoo_errors.NoNodeError):
                 holders.append((contender, await self._call(result)))
-        return holders, line
+        return holders
+
+    async def _read_lock(
+        self, name: str
+    ) -> tuple[list[Contender], list[tuple[str, int]], list[LapsedGrant]]:
+        """One read of the lock node's children: its line, its tombstones, and of these the
+        lapsed grants (see ``_lapsed``)."""
+        children = await self._children(self._lock_path(name))
+        line, tombs = parse_children(children), parse_tombs(children)
+        lapsed = await self._lapsed(name, line, tombs, inspecting=True) if tombs else []
+        return line, tombs, lapsed
 
     async def inspect(self, name: str) -> LockState:
         with translate_errors(self.url, name):
-            holders, line = await self._holders(self._lock_path(name))
+            line, _tombs, lapsed = await self._read_lock(name)
+            holders = await self._holders(self._lock_path(name), line, lapsed)
         state = LockStateBuilder(name)
+        for grant in lapsed:
+            # measured on this host's clock against the server's: never more than the delay
+            state.add(
+                token=grant.record.token,
+                shared=grant.entry.shared,
+                limit=grant.entry.limit,
+                expires_in=min(grant.left, grant.record.delay),
+                holder=grant.record.holder,
+                lapsed=True,
+            )
         granted = {contender.node for contender, _ in holders}
         for contender, (data, stat) in holders:
             recorded = read_entry_data(data)
@@ -799,6 +1098,15 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                     holder="",
                 )
         return state.build()
+
+    async def inspect_all(self) -> list[LockState]:
+        """``inspect`` of every name with a holder, a waiter or a lapsed grant."""
+        states = []
+        for name in sorted(set(await self.lock_names())):
+            state = await self.inspect(name)
+            if state.holders or state.waiters or state.lapsed:
+                states.append(state)
+        return states
 
     async def lock_names(self) -> list[str]:
         with translate_errors(self.url):
@@ -828,7 +1136,9 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
         with translate_errors(self.url, name):
             await self._make_path(notes_path.rsplit("/", 1)[0])
             for _ in range(FORCE_RELEASE_TRIES):
-                holders, _line = await self._holders(path)
+                # every tombstone goes too: an operator's word ends a lock-delay
+                line, tombs, lapsed = await self._read_lock(name)
+                holders = await self._holders(path, line, lapsed)
                 try:
                     data, stat = await self._call(self._client.get_async(notes_path))
                     notes = read_notes(data)
@@ -841,17 +1151,21 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                         # the grant would have outlived its holder by its session's timeout
                         left = read_entry_data(entry).session_timeout or self.session_timeout
                         notes[contender.owner] = (note, now + left + self.note_grace)
-                if stat is None and not notes:
+                if stat is None and not notes and not tombs:
                     return 0  # nothing removed, nothing recorded: no transaction needed
                 transaction = self._client.transaction()
                 if stat is None:
-                    transaction.create(notes_path, notes_data(notes), self._acl or OPEN_ACL_UNSAFE)
+                    if notes:
+                        acl = self._acl or OPEN_ACL_UNSAFE
+                        transaction.create(notes_path, notes_data(notes), acl)
                 elif notes:
                     transaction.set_data(notes_path, notes_data(notes), stat.version)
                 else:
                     transaction.delete(notes_path, stat.version)
                 for contender, _ in holders:
                     transaction.delete(f"{path}/{contender.node}")
+                for tomb, _seq in tombs:
+                    transaction.delete(f"{path}/{tomb}")
                 results = await self._call(transaction.commit_async())
                 failures = [r for r in results if isinstance(r, Exception)]
                 if not failures:
