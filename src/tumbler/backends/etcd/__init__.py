@@ -46,6 +46,8 @@ CAPABILITIES = Capabilities(
     state_wakeups=True,
     # max_waiters: a new waiter that finds that many ahead of it withdraws
     line_cap=True,
+    # a grant with a lock-delay leaves a tombstone on no lease (common: "Lock-delay")
+    lock_delay=True,
 )
 
 

@@ -64,6 +64,37 @@ Key layout
     revision as they order their own (the order of turns), so both kinds of client can share
     a line during a rolling upgrade.
 
+Lock-delay
+    A grant made with a ``lock_delay`` (``GrantRequest.lock_delay`` above 0) has a
+    *tombstone*: the key ``.../<x or s>/~<the last part of its entry's key>`` (``tomb_key``:
+    in its entry's part, after the entries of both layouts, as "~" sorts after every byte
+    they use), on no lease, put with a transaction guarded by the entry's create revision
+    after the grant is decided and before it is returned. Its value is JSON: the holder,
+    ``lock_delay``, ``token`` (the entry's create revision), ``shared`` and ``limit``. It
+    outlives the client's lease: when the entry goes other than by a release (the lease
+    ended; the client gave the hold up, ``lapse``) the tombstone stays, and a tombstone
+    without its entry is a lapsed grant. A release deletes the entry and its tombstone in one
+    transaction; ``lapse`` deletes the entry and attaches the tombstone to a lease of the
+    delay in one. etcd has no server timestamps but times leases: the first client to find
+    a tombstone without its entry (a grant decision; a waiter woken by the entry's deletion)
+    grants a lease of the delay (whole seconds, rounded up; etcd's floor may make it longer,
+    which is safe) and attaches the tombstone to it, guarded by the tombstone's mod
+    revision (a second client that noticed it too revokes its lease), and etcd deletes the
+    tombstone when the delay ends. Until then every decision counts it as the grant it
+    was, ahead of the line; a waiter held back by tombstones watches its line for a
+    deletion (the tombstone's). ``status`` shows the delay left (the lease's time to live;
+    the whole delay before it was noticed); ``force_release`` deletes every tombstone of the
+    line, counting none. A tombstone whose value no client would have written is malformed,
+    as any such key of a line (skipped, counted, removed by ``force_release``).
+
+    The grant's one transaction reads a key past the turns of each part already (the layout
+    before turns): a tombstone is found by that read, at no cost for a line without any, and
+    sends the decision to read its whole line, as that layout does. So a grant made without a
+    lock-delay costs what it did before. A release that cannot reach the cluster leaves the
+    tombstone (the key is deleted at the next call, as any withdrawal): the grant counts as
+    lapsed, which it is. While a line has a tombstone (a live grant's too), each of its
+    decisions reads it whole.
+
 Requests that arrive late
     A request held on a silent path (a member cut off from its clients, a partition) reaches
     its member when the path comes back, however late, and the client may have moved on: it
@@ -195,7 +226,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
-from ..._core import MAX_PERMITS, Entry
+from ..._core import MAX_LOCK_DELAY, MAX_PERMITS, Entry
 from ..._url import BackendURL
 from ...errors import BackendUnavailable, InvalidURL, PermissionDenied
 from ..kit.errors import ErrorMap, Rule
@@ -222,7 +253,9 @@ __all__ = [
     "NOTE_GRACE",
     "SHARED",
     "TURN",
+    "TOMB",
     "Contender",
+    "Tombstone",
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PORT",
     "DEFAULT_PREFIX",
@@ -235,6 +268,8 @@ __all__ = [
     "part_key",
     "seq_in",
     "turn_in",
+    "tomb_key",
+    "tomb_value",
     "turn_of",
     "entry_value",
     "lease_gone",
@@ -347,6 +382,9 @@ SHARED = b"s/"
 TURN = b"#"
 #: where the turns count down from (19 digits: every revision etcd can reach is below it)
 _TURN_TOP = 10**19 - 1
+#: what the last part of a tombstone's key starts with (see "Lock-delay"): a byte above every
+#: digit and letter, so that tombstones sort after both layouts' entries of their part
+TOMB = b"~"
 
 
 def _encoded(name: str) -> bytes:
@@ -390,6 +428,81 @@ def seq_in(key: bytes) -> int:
 def turn_in(key: bytes) -> bytes:
     """The last part of an entry's key, by which entries of both parts of a line compare."""
     return key[key.rindex(b"/") + 1 :]
+
+
+def tomb_key(entry: bytes) -> bytes:
+    """The key of the tombstone of entry key ``entry`` (see "Lock-delay"): in its part, past
+    the entries of both layouts."""
+    part, slash, last = entry.rpartition(b"/")
+    return part + slash + TOMB + last
+
+
+def tomb_value(holder: str, delay: float, token: int, shared: bool, limit: int) -> bytes:
+    """The value of a tombstone: what ``status`` shows of the grant once lapsed, its delay,
+    and what the grant rule counts it as."""
+    record = {
+        "holder": holder,
+        "lock_delay": delay,
+        "token": token,
+        "shared": shared,
+        "limit": limit,
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+class Tombstone(NamedTuple):
+    """A tombstone read (see "Lock-delay")."""
+
+    key: bytes
+    #: the key of the entry it stands for
+    entry_key: bytes
+    create_revision: int
+    mod_revision: int
+    #: the lease of its lock-delay, once the end of its grant was noticed; 0 before
+    lease: int
+    holder: str
+    delay: float
+    token: int
+    shared: bool
+    limit: int
+
+    def entry(self) -> Entry:
+        """The grant it was, as the grant rule counts a lapsed one."""
+        owner = turn_in(self.entry_key).rpartition(b".")[2].decode("ascii", "replace")
+        return Entry(owner, self.token, self.shared, self.limit, True, self.token, lapsed=True)
+
+
+def _tombstone(kv: dict[str, Any]) -> Tombstone:
+    """The tombstone ``kv`` is; ValueError if no tumbler client would have written it."""
+    record = json.loads(kv["value"])
+    if not isinstance(record, dict):
+        raise ValueError("a tombstone is a JSON object")
+    holder, delay = record.get("holder"), record.get("lock_delay")
+    token, shared = record.get("token"), record.get("shared")
+    if not isinstance(holder, str) or not isinstance(shared, bool):
+        raise ValueError("a tombstone's holder is text, and shared is true or false")
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise ValueError("a lock-delay is a number of seconds")
+    if not 0 < delay <= MAX_LOCK_DELAY:  # NaN too
+        raise ValueError(f"a lock-delay is above 0 and at most {MAX_LOCK_DELAY:g}")
+    limit = _whole(record.get("limit"), 0 if shared else 1, MAX_PERMITS if shared else 1)
+    token = _whole(token, 1, _TURN_TOP)
+    part, slash, last = kv["key"].rpartition(b"/")
+    entry = part + slash + last[len(TOMB) :]
+    if part[part.rfind(b"/") + 1 :] + slash != (SHARED if shared else EXCLUSIVE):
+        raise ValueError("a tombstone is in the part of the line of its grant's kind")
+    return Tombstone(
+        kv["key"],
+        entry,
+        kv["create_revision"],
+        kv["mod_revision"],
+        kv["lease"],
+        holder,
+        float(delay),
+        token,
+        shared,
+        limit,
+    )
 
 
 def ended_key(prefix: bytes, entry: bytes) -> bytes:
@@ -454,12 +567,20 @@ class Contender(NamedTuple):
 
 
 class Line(NamedTuple):
-    """A line read: its contenders in order, and the keys in it no tumbler client wrote."""
+    """A line read: its contenders in order, the keys in it no tumbler client wrote, and the
+    tombstones of its grants made with a lock-delay."""
 
     contenders: list[Contender]
     #: (key, create revision) of each: skipped by every decision, counted by ``inspect``,
     #: removed by ``force_release``
     malformed: list[tuple[bytes, int]]
+    tombs: list[Tombstone] = []  # noqa: RUF012 (a NamedTuple's default, never changed)
+
+    def lapsed(self) -> list[Tombstone]:
+        """The tombstones whose entry the read did not find: grants that ended other than by
+        a release (entries never come back; a release deletes its tombstone with it)."""
+        keys = {c.key for c in self.contenders} | {key for key, _created in self.malformed}
+        return [tomb for tomb in self.tombs if tomb.entry_key not in keys]
 
 
 def _whole(value: Any, low: int, high: int) -> int:
@@ -521,13 +642,22 @@ def parse_line(kvs: list[dict[str, Any]]) -> Line:
     apart, for ``status`` and ``force_release``."""
     contenders = []
     malformed = []
+    tombs = []
     for kv in kvs:
         try:
-            contenders.append(_contender(kv))
+            if is_tomb(kv["key"]):
+                tombs.append(_tombstone(kv))
+            else:
+                contenders.append(_contender(kv))
         except (ValueError, RecursionError):  # json's errors are ValueErrors; so is bad UTF-8
             malformed.append((kv["key"], kv["create_revision"]))
     contenders.sort(key=lambda contender: contender.create_revision)
-    return Line(contenders, malformed)
+    return Line(contenders, malformed, tombs)
+
+
+def is_tomb(key: bytes) -> bool:
+    """Whether ``key``, of a line, is a tombstone's (by its name: see ``tomb_key``)."""
+    return key[key.rfind(b"/") + 1 :].startswith(TOMB)
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..common import (
     Contender,
     EtcdConfig,
     Line,
+    Tombstone,
     ended_key,
     entry_key,
     entry_value,
@@ -55,6 +56,8 @@ from ..common import (
     parse_line,
     part_key,
     seq_in,
+    tomb_key,
+    tomb_value,
     translate_errors,
     turn_in,
 )
@@ -143,6 +146,11 @@ class _OwnEntry:
     granted: bool = False
     #: the monotonic time of the last read of its line
     read_at: float = 0.0
+    #: its tombstone's key, once its put was sent (a grant with a lock-delay: it may exist
+    #: from then on), and its value and delay
+    tomb: bytes | None = None
+    tomb_value: bytes = b""
+    delay: float = 0.0
 
 
 #: how many keys past those the grant rule needs an ahead read brings: keys no client wrote
@@ -294,6 +302,16 @@ def _place_in(
 #: matters (a semaphore waiter's predecessor rewrites its key when granted) or only its
 #: deletion (every other waiter: a put is then only a key moved between leases)
 Slot = tuple[bytes, "bytes | None", bool]
+
+
+def _unchanged(key: bytes, mod_revision: int) -> dict[str, Any]:
+    """A comparison that holds when ``key`` was last written at ``mod_revision``."""
+    return {
+        "key": b64(key),
+        "target": "MOD",
+        "mod_revision": str(mod_revision),
+        "result": "EQUAL",
+    }
 
 
 def _covers(slot: Slot, key: bytes) -> bool:
@@ -1051,15 +1069,22 @@ class EtcdBackend(InspectEachName):
                 self._entries[key] = entry
                 self._uncertain.pop(key, None)
             writers, shared = _ahead(responses[1]), _ahead(responses[2])
+            # keys past the turns: entries of the layout before them, or tombstones
             earlier_layout = bool(ranged(responses[3]) or ranged(responses[4]))
             place = None
             if not earlier_layout:
                 place = _place(mine, request, line_prefix, writers, shared)
             if place is None:
                 # the nearest entries are not enough to decide (keys no client wrote fill
-                # them), or the line has entries of the layout before turns: the whole line
+                # them), or the line has entries of the layout before turns, or tombstones
+                # (a lock-delay was used): the whole line
                 revision, line = self._read_line(request.name)
                 place = _place_in(line.contenders, mine, request, line_prefix)
+                lapsed = line.lapsed() if place.granted else []
+                if lapsed and self._held_back(line, mine, lapsed):
+                    # the line lets it through, not the grants in their lock-delay: woken
+                    # by a deletion in the line (a tombstone's, when its delay ends)
+                    place = _Place(False, (line_prefix, prefix_end(line_prefix), False), [])
             try:
                 check_limits(place.seen, tag, request.shared, request.limit)
             except PermitsMismatch:
@@ -1099,6 +1124,18 @@ class EtcdBackend(InspectEachName):
                         return None
                 elif request.shared and request.limit and not created and not entry.granted:
                     self._announce_grant(entry, request)
+                # the tombstone before the grant is returned: a holder that dies before this
+                # never had it, so had no writes in flight for a delay to wait out
+                if (
+                    request.lock_delay
+                    and entry.tomb is None
+                    and not self._make_tomb(entry, request)
+                ):
+                    with self._guard:
+                        if self._entries.get(key) is entry:
+                            del self._entries[key]
+                    self.hub.notify(request.name, (tag,))  # its key is gone: ask again now
+                    return None
                 entry.granted = True
                 self.watches.drop(request.name, tag)
                 # the lease was kept alive (or granted) at ``lease.expires - TTL`` at the
@@ -1153,10 +1190,12 @@ class EtcdBackend(InspectEachName):
 
     def _withdraw(self, key: tuple[str, str], entry: _OwnEntry) -> bool:
         """Delete this client's ``entry`` if it is still the one made (the guard of etcd's
-        own mutex lacked: a retried deletion never takes a newer key of the same name)."""
+        own mutex lacked: a retried deletion never takes a newer key of the same name), and
+        its tombstone with it: a released grant leaves no lock-delay."""
         self.watches.drop(key[0], owner_hash(key[1]))
+        also = [] if entry.tomb is None else [delete(entry.tomb)]
         # kept until etcd has answered: a renewal meanwhile asks etcd rather than guess
-        deleted = self._delete_guarded(entry.key, ("CREATE", entry.create_revision))
+        deleted = self._delete_guarded(entry.key, ("CREATE", entry.create_revision), also)
         with self._guard:
             if self._entries.get(key) is entry:
                 del self._entries[key]
@@ -1164,10 +1203,16 @@ class EtcdBackend(InspectEachName):
             self.watches.changed(entry.key)
         return deleted
 
-    def _delete_guarded(self, key: bytes, guard: tuple[str, int]) -> bool:
-        """Delete ``key`` if ``guard`` holds; if etcd cannot be told now (no reply, or the
-        call cancelled), it is told at the client's next call (``_tidy``)."""
+    def _delete_guarded(
+        self, key: bytes, guard: tuple[str, int], also: Sequence[dict[str, Any]] = ()
+    ) -> bool:
+        """Delete ``key`` if ``guard`` holds, and do ``also`` with it; if etcd cannot be told
+        now (no reply, or the call cancelled), the key is deleted at the client's next call
+        (``_tidy``), and ``also`` is not done (a tombstone left: the grant ended other than
+        by a release, as far as etcd can tell)."""
         try:
+            if also:
+                return self._end(key, guard, None, also)
             return self._end(key, guard)
         except BaseException:
             with self._guard:
@@ -1179,7 +1224,13 @@ class EtcdBackend(InspectEachName):
         with self._guard:
             self._doubtful.add(key)
 
-    def _end(self, key: bytes, guard: tuple[str, int], timeout: float | None = None) -> bool:
+    def _end(
+        self,
+        key: bytes,
+        guard: tuple[str, int],
+        timeout: float | None = None,
+        also: Sequence[dict[str, Any]] = (),
+    ) -> bool:
         """End the acquisition of entry ``key``: delete the key if ``guard`` holds. If a
         grant request for it may yet reach etcd, the key goes whatever the guard finds (that
         request may have made it again: the acquisition is over, and no other has the key),
@@ -1191,19 +1242,20 @@ class EtcdBackend(InspectEachName):
         checks = [compare(key, *guard)]
         if lease is None:
             deleted, _revision, _responses = self.gateway.txn(
-                checks, [delete(key)], [], timeout=timeout
+                checks, [delete(key), *also], [], timeout=timeout
             )
             return deleted
         ending = [delete(key), put(ended_key(self.config.prefix, key), b"", lease.id)]
         try:
+            # ``also`` only if the guard holds: a tombstone of an entry gone stays
             deleted, _revision, _responses = self.gateway.txn(
-                checks, ending, ending, timeout=timeout
+                checks, [*ending, *also], ending, timeout=timeout
             )
         except EtcdError as error:
             if not lease_gone(error):
                 raise
             self._lease_lost(lease)  # and, with it, every late request's chance
-            return self._end(key, guard, timeout)
+            return self._end(key, guard, timeout, also)
         with self._guard:
             self._doubtful.discard(key)
         return deleted
@@ -1225,6 +1277,93 @@ class EtcdBackend(InspectEachName):
                     if entry.key == key:
                         del self._entries[owner]
             self.watches.changed(key)
+
+    # -- lock-delay: tombstones ------------------------------------------------------------
+
+    def _make_tomb(self, entry: _OwnEntry, request: GrantRequest) -> bool:
+        """Put the tombstone of ``entry``'s grant: a key on no lease, which outlives the
+        client's, so that a grant that ends other than by a release is known to have ended
+        so (its entry gone, its tombstone left). False if the entry is gone."""
+        entry.tomb = tomb_key(entry.key)
+        entry.delay = request.lock_delay
+        entry.tomb_value = tomb_value(
+            request.holder, request.lock_delay, entry.create_revision, request.shared, request.limit
+        )
+        made, _revision, _responses = self.gateway.txn(
+            [compare(entry.key, "CREATE", entry.create_revision)],
+            [put(entry.tomb, entry.tomb_value, 0)],
+            [],
+            idempotent=True,  # the same value again, on no lease
+        )
+        if not made:
+            entry.tomb = None
+        return made
+
+    def _delay_lease(self, delay: float) -> int:
+        """A lease of the lock-delay ``delay``: etcd times it and deletes what is attached to
+        it when it ends (whole seconds, rounded up; etcd's floor may make it longer)."""
+        lease, _ttl = self.gateway.grant_lease(max(1, math.ceil(delay)))
+        return lease
+
+    def _held_back(self, line: Line, mine: Contender, lapsed: list[Tombstone]) -> bool:
+        """Whether grants in their lock-delay (``lapsed``, from ``line``) hold ``mine`` back,
+        which its line lets through. The delay of each starts now if nobody noticed the end
+        of its grant yet: it is attached to a lease of its delay, guarded by its mod
+        revision (a second client that noticed it too changes nothing), and etcd deletes it
+        when the delay ends."""
+        for tomb in lapsed:
+            if tomb.lease:
+                continue
+            lease = self._delay_lease(tomb.delay)
+            attached, _revision, _responses = self.gateway.txn(
+                [_unchanged(tomb.key, tomb.mod_revision), compare(tomb.entry_key, "CREATE", 0)],
+                [relet(tomb.key, lease)],
+                [],
+            )
+            if not attached:
+                # another client attached it, or it was deleted: the waiter's watch of the
+                # line, from before, sees its deletion either way
+                self.gateway.revoke(lease)
+        entries = [contender.entry() for contender in line.contenders]
+        index = next(i for i, c in enumerate(line.contenders) if c.key == mine.key)
+        ahead = [tomb.entry() for tomb in lapsed]
+        return line_position([*ahead, *entries], index + len(ahead)) is not None
+
+    def lapse(self, name: str, owner: str) -> None:
+        """End ``owner``'s grant of ``name`` as lost: delete its entry and attach its
+        tombstone to a lease of its lock-delay in one transaction, so the name stays closed
+        for that long from now. Without a tombstone (no lock-delay) this is a release."""
+        key = (name, owner)
+        with self._guard:
+            entry = self._entries.get(key)
+        if entry is None:
+            return  # its lease ended (the tombstone stays, for whoever notices), or released
+        with translate_errors(self.url, name):
+            if entry.tomb is None:
+                self._withdraw(key, entry)
+                return
+            self.watches.drop(name, owner_hash(owner))
+            lease = self._delay_lease(entry.delay)
+            try:
+                ended, _revision, _responses = self.gateway.txn(
+                    [compare(entry.key, "CREATE", entry.create_revision)],
+                    [delete(entry.key), put(entry.tomb, entry.tomb_value, lease)],
+                    [],
+                )
+            except BaseException:
+                # the entry goes when the client's lease does; its tombstone, on no lease,
+                # is attached by whoever notices: the delay starts later, never sooner
+                with self._guard:
+                    self._orphans[entry.key] = ("CREATE", entry.create_revision)
+                raise
+            finally:
+                with self._guard:
+                    if self._entries.get(key) is entry:
+                        del self._entries[key]
+            if ended:
+                self.watches.changed(entry.key)
+            else:
+                self.gateway.revoke(lease)
 
     def renew(self, name: str, owner: str, ttl: float) -> float | None:
         (granted,) = self.renew_all([Renewal(name, owner, ttl)], self.config.request_timeout)
@@ -1326,15 +1465,37 @@ class EtcdBackend(InspectEachName):
         revision, found = self.gateway.range(prefix, prefix_end(prefix), by_creation=True)
         return revision, parse_line(found)
 
+    def _delay_left(self, tomb: Tombstone) -> float:
+        """Seconds of ``tomb``'s lock-delay left: what its lease has left, once attached to
+        one (etcd's floor may have made it longer than the delay: at most the delay is
+        shown); the whole delay before."""
+        if not tomb.lease:
+            return tomb.delay
+        reply = self.gateway.call("/v3/lease/timetolive", {"ID": str(tomb.lease)}, idempotent=True)
+        return float(min(tomb.delay, max(0, int(reply.get("TTL", -1)))))
+
     def inspect(self, name: str) -> LockState:
         with translate_errors(self.url, name):
             _revision, read = self._read_line(name)
+            lapsed = read.lapsed()
+            left = [self._delay_left(tomb) for tomb in lapsed]
         line = read.contenders
         entries = [contender.entry() for contender in line]
+        ahead = [tomb.entry() for tomb in lapsed]
         state = LockStateBuilder(name)
         state.malformed = len(read.malformed)
+        for tomb, seconds in zip(lapsed, left, strict=True):
+            state.add(
+                token=tomb.token,
+                shared=tomb.shared,
+                limit=tomb.limit,
+                expires_in=seconds,
+                holder=tomb.holder,
+                lapsed=True,
+            )
         for index, contender in enumerate(line):
-            granted = line_position(entries, index) is None
+            # an entry that grants in their lock-delay hold back waits
+            granted = line_position([*ahead, *entries], index + len(ahead)) is None
             # A grant lives as long as its holder's lease, whatever its ttl: how long it
             # would outlive a dead holder is that lease's TTL, which the entry records.
             state.add(
@@ -1346,6 +1507,15 @@ class EtcdBackend(InspectEachName):
                 session=granted,
             )
         return state.build()
+
+    def inspect_all(self) -> list[LockState]:
+        """``inspect`` of every name with a holder, a waiter or a lapsed grant."""
+        states = []
+        for name in sorted(set(self.lock_names())):
+            state = self.inspect(name)
+            if state.holders or state.waiters or state.lapsed:
+                states.append(state)
+        return states
 
     def lock_names(self) -> list[str]:
         locks = locks_key(self.config.prefix)
@@ -1378,15 +1548,25 @@ class EtcdBackend(InspectEachName):
                 _revision, read = self._read_line(name)
                 line = read.contenders
                 entries = [contender.entry() for contender in line]
-                holders = [c for i, c in enumerate(line) if line_position(entries, i) is None]
+                # grants in their lock-delay are removed, not counted; entries they hold
+                # back are waiters
+                ahead = [tomb.entry() for tomb in read.lapsed()]
+                holders = [
+                    c
+                    for i, c in enumerate(line)
+                    if line_position([*ahead, *entries], i + len(ahead)) is None
+                ]
                 if evicting is not None:
                     holders = [c for c in holders if c.key in evicting]
-                if not holders and not read.malformed:
+                if not holders and not read.malformed and not read.tombs:
                     return removed
                 # a deletion and a note for each holder, a deletion for each unreadable key,
                 # within etcd's limit per transaction
                 batch = holders[: MAX_TXN_OPS // 2]
                 strays = read.malformed[: MAX_TXN_OPS - 2 * len(batch)]
+                # every tombstone too: an operator's word ends a lock-delay (a live grant's
+                # release then finds its tombstone gone, which changes nothing)
+                tombs = read.tombs[: MAX_TXN_OPS - 2 * len(batch) - len(strays)]
                 note_lease = None
                 if batch:
                     # lease_ttl is at most a year (parse_line): etcd takes such a lease
@@ -1394,13 +1574,15 @@ class EtcdBackend(InspectEachName):
                     note_lease, _ttl = self.gateway.grant_lease(math.ceil(longest + NOTE_GRACE))
                 succeeded, _revision, _responses = self.gateway.txn(
                     [compare(c.key, "CREATE", c.create_revision) for c in batch]
-                    + [compare(key, "CREATE", created) for key, created in strays],
+                    + [compare(key, "CREATE", created) for key, created in strays]
+                    + [compare(tomb.key, "CREATE", tomb.create_revision) for tomb in tombs],
                     [delete(c.key) for c in batch]
                     + [
                         put(notes_key(prefix, name, c.owner), note.encode(), note_lease)
                         for c in batch
                     ]
-                    + [delete(key) for key, _created in strays],
+                    + [delete(key) for key, _created in strays]
+                    + [delete(tomb.key) for tomb in tombs],
                     [],
                 )
                 if succeeded:
