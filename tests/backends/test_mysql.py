@@ -1341,8 +1341,9 @@ def test_max_waiters_defaults_to_ten_thousand_and_is_checked(
 
 #: entries tumbler never writes, each written by hand: a lease that ends past any tumbler
 #: grants (at the end of DATETIME's range, where adding to it overflows, or merely years
-#: away), numbers out of the range tumbler writes, and a waiter whose terms a release could
-#: not hand it the lock on (its client listens, so a release would try)
+#: away), numbers out of the range tumbler writes (a grant's lock-delay among them), and a
+#: waiter whose terms a release could not hand it the lock on (its client listens, so a
+#: release would try)
 _UNUSABLE = {
     "holder-in-9999": {"token": 7, "expires_at": "'9999-12-31 23:59:59.999999'"},
     "waiter-in-9999": {"expires_at": "'9999-12-31 23:59:59.999999'"},
@@ -1352,6 +1353,9 @@ _UNUSABLE = {
     "waiter-lease-1e300": {"lease": 1e300, "listening": True},
     "waiter-lease-negative": {"lease": -5.0, "listening": True},
     "waiter-never-written": {"written_at": "NULL", "listening": True},
+    "holder-delay-negative": {"token": 7, "lock_delay": -1.0},
+    "holder-delay-past-an-hour": {"token": 7, "lock_delay": 3601.0},
+    "holder-delay-1e300": {"token": 7, "lock_delay": 1e300},
 }
 
 
@@ -1363,9 +1367,10 @@ def _write_by_hand(
     with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {prefix}entries (name, owner, shared, lim, fair, token, expires_at, "
-            "holder, client, lease, stamp, written_at) VALUES (%s, REPEAT('a', 40), %s, %s, "
-            f"TRUE, %s, {entry.get('expires_at', 'UTC_TIMESTAMP(6) + INTERVAL 20 SECOND')}, "
-            f"'by hand', %s, %s, 1, {entry.get('written_at', 'UTC_TIMESTAMP(6)')})",
+            "holder, client, lease, stamp, written_at, lock_delay) VALUES (%s, REPEAT('a', 40), "
+            f"%s, %s, TRUE, %s, "
+            f"{entry.get('expires_at', 'UTC_TIMESTAMP(6) + INTERVAL 20 SECOND')}, "
+            f"'by hand', %s, %s, 1, {entry.get('written_at', 'UTC_TIMESTAMP(6)')}, %s)",
             (
                 name,
                 entry.get("shared", False),
@@ -1373,6 +1378,7 @@ def _write_by_hand(
                 entry.get("token"),
                 backend.wakeups.key if entry.get("listening") else None,
                 entry.get("lease", 30.0),
+                entry.get("lock_delay", 0.0),
             ),
         )
 

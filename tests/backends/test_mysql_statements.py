@@ -2,7 +2,9 @@
 
 - ``{p}grant`` is held to ``tumbler._core.plan`` on random lines, as PostgreSQL's function is
   (``test_postgresql_rule.py``): an answer it gives is the rule's, with the write the rule
-  names; an "undecided" answer writes nothing; the plain cases are answered.
+  names; an "undecided" answer writes nothing; the plain cases are answered. Some grants of
+  a line are lapsed (their lease over, kept for a lock-delay): the rule counts them as
+  grants, and their owners get nothing back.
 - ``{p}release`` hands the lock to the first exclusive waiter whose client listens, leaves
   that client a wake-up with the hand-off terms, interrupts its listener's sleep, and leaves
   no row of a name nobody holds or waits for; a waiter whose client does not listen is not
@@ -20,6 +22,7 @@ another connection of its own user. Each test has a table prefix of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -31,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import pymysql
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tumbler._core import Entry
 from tumbler.backends.kit.owners import owner_hash
@@ -53,6 +57,15 @@ from .grant_oracle import (
 
 #: the listener key of the tests' one listening client
 LISTENER = 4242
+
+#: which owners' grants in a line are lapsed (an owner whose entry waits is unaffected)
+lapsing = st.sets(st.sampled_from(("o0", "o1", "o2", "o3", "o4")), max_size=2)
+
+#: a hand-written row's expiry and lock-delay: live for an hour, or a lapsed grant (its lease
+#: over half an hour ago, its hour's delay not), whose row lives as long
+_LIVE_OR_LAPSED = (
+    "UTC_TIMESTAMP(6) + INTERVAL IF(%(lapsed)s, 30, 60) MINUTE, 'test', IF(%(lapsed)s, 3600, 0)"
+)
 
 
 def connect(server: MariaDBServer) -> pymysql.connections.Connection[Any]:
@@ -103,6 +116,7 @@ def grant(
     fair: bool = False,
     queue: bool = True,
     client: int | None = None,
+    lock_delay: float = 0.0,
 ) -> tuple[Any, ...]:
     return call(
         cursor,
@@ -119,6 +133,7 @@ def grant(
         client,
         1,
         10_000,  # max_waiters: a line never fills here
+        lock_delay,
     )
 
 
@@ -139,24 +154,31 @@ def _entries(cursor: Any, statements: Statements, name: bytes) -> dict[str, tupl
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(line=lines, request=requests, limit=limits)
+@given(line=lines, request=requests, limit=limits, lapsed=lapsing, delay=st.sampled_from((0, 5)))
 def test_the_grant_procedure_answers_as_the_rule_or_not_at_all(
-    cursor: Any, statements: Statements, line: list[Row], request: Request, limit: int
+    cursor: Any,
+    statements: Statements,
+    line: list[Row],
+    request: Request,
+    limit: int,
+    lapsed: set[str],
+    delay: float,
 ) -> None:
     name = uuid.uuid4().hex.encode()  # a name of the example's own: nothing to clean up
     for row in line:
         cursor.execute(
             f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
-            "expires_at, holder) VALUES (%s, %s, %s, %s, %s, %s, "
-            "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'test')",
-            (
-                name,
-                owner_hash(row.owner),
-                row.shared,
-                limit if row.shared else 1,
-                row.fair,
-                next(_TOKENS) if row.granted else None,
-            ),
+            "expires_at, holder, lock_delay) VALUES (%(name)s, %(owner)s, %(shared)s, "
+            f"%(lim)s, %(fair)s, %(token)s, {_LIVE_OR_LAPSED})",
+            {
+                "name": name,
+                "owner": owner_hash(row.owner),
+                "shared": row.shared,
+                "lim": limit if row.shared else 1,
+                "fair": row.fair,
+                "token": next(_TOKENS) if row.granted else None,
+                "lapsed": row.granted and row.owner in lapsed,
+            },
         )
     before = _entries(cursor, statements, name)
     answer = grant(
@@ -169,12 +191,24 @@ def test_the_grant_procedure_answers_as_the_rule_or_not_at_all(
         fair=request.fair,
         queue=request.queue,
         client=LISTENER,
+        lock_delay=delay,
     )
     after = _entries(cursor, statements, name)
-    entries = entries_of(line, limit, before, owner_hash)
+    cursor.execute(
+        f"SELECT owner, lock_delay FROM {statements.prefix}entries WHERE name = %s", (name,)
+    )
+    delays = dict(cursor.fetchall())
+    lapsed_owners = {owner_hash(owner) for owner in lapsed}
+    entries = [
+        dataclasses.replace(entry, lapsed=entry.granted and entry.owner in lapsed_owners)
+        for entry in entries_of(line, limit, before, owner_hash)
+    ]
     *answered, full = answer
     assert not full  # a line never fills here
     check_answer(entries, owner_hash(request.owner), request, tuple(answered), before, after)
+    if answered[0] is not None:
+        # a grant made or taken up keeps the delay asked
+        assert delays[owner_hash(request.owner)] == delay
 
 
 #: tokens for hand-written grants, far above any the counter gives in these tests
@@ -186,25 +220,33 @@ _TOKENS = iter(range(10**12, 10**13))
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(case=long_lines())
+@given(case=long_lines(), lapsed=st.sets(st.sampled_from([f"o{i}" for i in range(12)])))
 def test_a_decision_reads_the_part_of_the_line_the_rule_looks_at(
-    cursor: Any, statements: Statements, case: tuple[list[Any], Request]
+    cursor: Any, statements: Statements, case: tuple[list[Any], Request], lapsed: set[str]
 ) -> None:
     """The client decides a request the procedure sends back on the part of the line its
-    ``line`` statement reads (each part found by an index, whatever the line's length):
-    ``plan`` must answer on it as on the whole line."""
+    ``line`` statement reads (each part found by an index, whatever the line's length), and
+    tells lapsed grants from live ones: ``plan`` must answer on it as on the whole line."""
     rows, request = case
     name = uuid.uuid4().hex.encode()
     for owner, shared, lim, fair, granted in rows:
         cursor.execute(
             f"INSERT INTO {statements.prefix}entries (name, owner, shared, lim, fair, token, "
-            "expires_at, holder) VALUES (%s, %s, %s, %s, %s, %s, "
-            "UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'test')",
-            (name, owner_hash(owner), shared, lim, fair, next(_TOKENS) if granted else None),
+            "expires_at, holder, lock_delay) VALUES (%(name)s, %(owner)s, %(shared)s, "
+            f"%(lim)s, %(fair)s, %(token)s, {_LIVE_OR_LAPSED})",
+            {
+                "name": name,
+                "owner": owner_hash(owner),
+                "shared": shared,
+                "lim": lim,
+                "fair": fair,
+                "token": next(_TOKENS) if granted else None,
+                "lapsed": granted and owner in lapsed,
+            },
         )
     cursor.execute(
-        f"SELECT owner, seq, shared, lim, fair, token FROM {statements.prefix}entries "
-        "WHERE name = %s ORDER BY seq",
+        f"SELECT owner, seq, shared, lim, fair, token, lock_delay > 0 "
+        f"FROM {statements.prefix}entries WHERE name = %s ORDER BY seq",
         (name,),
     )
     full = cursor.fetchall()
@@ -226,7 +268,10 @@ def test_a_decision_reads_the_part_of_the_line_the_rule_looks_at(
     part = cursor.fetchall()
 
     def entries(found: Any) -> list[Entry]:
-        return [Entry(row[0], row[1], bool(row[2]), row[3], bool(row[4]), row[5]) for row in found]
+        return [
+            Entry(row[0], row[1], bool(row[2]), row[3], bool(row[4]), row[5], bool(row[6]))
+            for row in found
+        ]
 
     same_plan(entries(full), entries(part), owner, request)
 

@@ -1,5 +1,6 @@
 """The SQLite backend decides on part of a line (``_Line.relevant``): the same decisions as
-``core.decide`` on the whole line, through a sequence of requests that change it."""
+``core.decide`` on the whole line, through a sequence of requests that change it, grants
+leaving by a release or lapsing (kept for a lock-delay)."""
 
 from __future__ import annotations
 
@@ -72,5 +73,10 @@ def test_the_relevant_part_decides_as_the_whole_line(made, data):
             grants = [entry for entry in entries if entry.granted]
             if grants:
                 gone = data.draw(st.sampled_from(grants), label="which")
-                entries.remove(gone)
-                line = _Line(entries)  # a release is another transaction: the line is read anew
+                if data.draw(st.booleans(), label="its lease runs out, kept for a lock-delay"):
+                    entries[entries.index(gone)] = dataclasses.replace(gone, lapsed=True)
+                else:
+                    entries.remove(gone)
+                # a release, or the next read after a lease ran out, is another transaction:
+                # the line is read anew
+                line = _Line(entries)

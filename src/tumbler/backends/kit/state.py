@@ -81,11 +81,18 @@ class LockStateBuilder:
 
 def states_of(rows: Iterable[Sequence[Any]]) -> list[LockState]:
     """The ``LockState`` of each name among ``rows``, the live entries a store read: ``(name,
-    shared, lim, token, expires_in, holder)``, in the order the names first come. A row whose
-    ``expires_in`` is None is one the store could not read as an entry (not written by
-    tumbler): counted as malformed, nothing else. A name may come as bytes (its UTF-8)."""
+    shared, lim, token, expires_in, holder[, lock_delay])``, in the order the names first
+    come. A row whose ``expires_in`` is None is one the store could not read as an entry (not
+    written by tumbler): counted as malformed, nothing else. A name may come as bytes (its
+    UTF-8).
+
+    ``lock_delay`` (seconds, 0 if left out): the part of ``expires_in`` that comes after the
+    entry's lease, for a store that keeps a grant's row its lock-delay longer than its lease
+    (see the contract's "Lock-delay"). A grant with less than that left is lapsed, the rest
+    of ``expires_in`` its delay left; any other entry has ``expires_in - lock_delay`` left
+    on its lease. One reading of the store's clock thus tells both."""
     builders: dict[str, LockStateBuilder] = {}
-    for name, shared, lim, token, expires_in, holder in rows:
+    for name, shared, lim, token, expires_in, holder, *rest in rows:
         text = name.decode() if isinstance(name, bytes) else name
         builder = builders.get(text)
         if builder is None:
@@ -93,11 +100,15 @@ def states_of(rows: Iterable[Sequence[Any]]) -> list[LockState]:
         if expires_in is None:
             builder.malformed += 1
             continue
+        left = float(expires_in)
+        lease_left = left - float(rest[0]) if rest else left
+        lapsed = token is not None and lease_left <= 0
         builder.add(
             token=token,
             shared=bool(shared),
             limit=lim,
-            expires_in=float(expires_in),
+            expires_in=left if lapsed else lease_left,
             holder=holder,
+            lapsed=lapsed,
         )
     return [builder.build() for builder in builders.values()]

@@ -30,6 +30,8 @@ CAPABILITIES = Capabilities(
     min_ttl=1.0,
     scope="network",
     line_cap=True,
+    # a grant's row keeps its lock-delay, and outlives its lease by it (statements.py)
+    lock_delay=True,
 )
 
 DEFAULT_PORT = 3306

@@ -83,6 +83,16 @@ Transactions
     Every session runs at ``READ COMMITTED``; a transaction InnoDB rolls back to break a
     deadlock is run again. A call given up on (cancelled, no reply in time) may still run on
     the server: its connection is ended (``KILL CONNECTION``) before the client's next call.
+
+Lock-delay
+    A grant made with a ``lock_delay`` keeps it in its row (``lock_delay``, in seconds), whose
+    ``expires_at`` is then the end of its lease plus the delay (see :mod:`.statements`): the
+    row, and with it the name's closure, outlives the lease by the delay, on the server's
+    clock like the lease, and whatever drops rows that ran out leaves it until then. A grant
+    a release hands to a waiter takes its delay at the take-up, not before: a waiter that
+    dies before it takes the grant up had no grant to lose. Nothing announces a delay's end:
+    its waiters find it at their next re-check (``recheck_interval``). Tables made before
+    the column existed gain it at the next client's start, their rows reading as no delay.
 """
 
 from __future__ import annotations

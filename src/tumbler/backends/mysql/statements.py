@@ -39,6 +39,19 @@ rows (MariaDB asks no more for ``FOR UPDATE``, and InnoDB locks what any read of
 SERIALIZABLE transaction reads) and so to hold every grant, release and forced release of a
 name up: it is for lock users only.
 
+Lock-delay: a grant made with one keeps it in its row (``lock_delay``, seconds; 0 for a waiter
+and for a grant without one), and the row's ``expires_at`` is the end of its lease plus that
+delay, so that the row outlives its lease by it: its lease ends at ``expires_at - lock_delay``
+(``_ROW_LEASE_END``). Every statement that drops or skips rows by ``expires_at`` (a decision's
+clean-up of its name, the sweep, a client of an older version, which sees the lapsed grant as
+a live one) so keeps a lapsed grant for its delay without knowing of it; what tells a lapsed
+grant from a live one (a renewal, a release, a take-up, the decision's read of the line,
+``inspect``, ``force_release``) compares the lease's end. The column came after the table: a
+client of this version adds it to a table an older one made, its rows reading 0 (the
+column's default). A grant whose delay is none tumbler writes (below 0 or above an hour: the
+column takes no NaN nor infinity) is dropped by its name's next decision, and counted by
+``inspect``, as an unusable entry is.
+
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
 client to decide on the whole line with ``_core.plan``) and ``{p}release`` (which hands the
@@ -52,7 +65,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..._core import MAX_PERMITS, MAX_TTL, MIN_TTL
+from ..._core import MAX_LOCK_DELAY, MAX_PERMITS, MAX_TTL, MIN_TTL
 
 #: expired rows of other names one sweep deletes (a sweep runs every SWEEP_EVERY grants)
 SWEEP_ROWS = 100
@@ -105,19 +118,36 @@ PROCEDURES = (
 )
 
 
+#: a grant whose lock-delay is none tumbler writes (see "Lock-delay" above): found among the
+#: name's grants, which every decision reads whole anyway
+_BAD_DELAY = f"(token IS NOT NULL AND NOT lock_delay BETWEEN 0 AND {MAX_LOCK_DELAY:.0f})"
+#: an entry's lock-delay in seconds, bounded, so that one tumbler never writes (dropped by
+#: its name's next decision) makes no arithmetic overflow meanwhile
+_DELAY = f"LEAST(GREATEST(lock_delay, 0), {MAX_LOCK_DELAY:.0f})"
+#: when an entry's lease ends: its row's end less its lock-delay
+_ROW_LEASE_END = f"(expires_at - INTERVAL ROUND({_DELAY} * 1000000) MICROSECOND)"
+
 _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.MAX_NAME_BYTES)
 # the column's type, also for a procedure's parameter or variable: one of another character
 # set or collation is compared after a conversion, which no index on the column serves
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
+#: the rows of kit.state.states_of: each entry's time left is its row's, its lock-delay
+#: included (one reading of the clock tells a lapsed grant by both)
 _STATE_COLUMNS = (
-    f"name, shared, lim, token, CASE WHEN unusable OR expires_at > {_FAR} THEN NULL "
-    "ELSE TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 END, holder"
+    f"name, shared, lim, token, CASE WHEN unusable OR expires_at > {_FAR} OR {_BAD_DELAY} "
+    "THEN NULL ELSE TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 END, "
+    "holder, lock_delay"
 )
+#: the rows of kit sql.line_entries: the last column says whether the entry is a lapsed grant
+#: (its lease over, its lock-delay not)
 _LINE_COLUMNS = (
     "owner, seq, shared, lim, fair, token, "
-    "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6"
+    f"token IS NOT NULL AND lock_delay > 0 AND {_ROW_LEASE_END} <= UTC_TIMESTAMP(6)"
 )
+#: the lock-delay column, as a table of this version makes it and as one of an earlier
+#: version gains it (its rows reading 0: no delay)
+_LOCK_DELAY = "lock_delay DOUBLE NOT NULL DEFAULT 0"
 
 _CREATE = (
     f"""CREATE TABLE IF NOT EXISTS {{p}}names (
@@ -139,6 +169,9 @@ _CREATE = (
         stamp      BIGINT NULL,                  -- its client's clock (µs) when it asked
         written_at DATETIME(6) NULL,             -- when the server wrote that request
         {_UNUSABLE},
+        -- a grant's lock-delay, in seconds: its row outlives its lease by it (expires_at is
+        -- the lease's end plus the delay); 0 for a waiter and a grant without one
+        {_LOCK_DELAY},
         UNIQUE KEY by_name (name, owner),
         KEY (expires_at),
         {_INDEXES}
@@ -161,8 +194,9 @@ _CREATE = (
         KEY (client)
     ) ENGINE=InnoDB""",
     # The expired entries of one name, in a transaction that holds the name's row, and those
-    # it cannot use (_FAR, _UNUSABLE): found by the name's index on expiry and its index of
-    # unusable entries in a read that locks nothing, and each deleted by its seq.
+    # it cannot use (_FAR, _UNUSABLE, _BAD_DELAY): found by the name's index on expiry, its
+    # index of unusable entries and its grants in a read that locks nothing, and each
+    # deleted by its seq.
     # A DELETE by a range of that index would lock the first entry past the range too, which
     # may be another name's, and wait for (or deadlock with) a transaction on that name; one
     # by the index on expires_at alone would lock other names' expired entries; one by the
@@ -177,7 +211,10 @@ _CREATE = (
             WHERE name = lock_name AND (expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR})
             UNION
             SELECT seq FROM {{p}}entries FORCE INDEX (unusable)
-            WHERE name = lock_name AND unusable = TRUE;
+            WHERE name = lock_name AND unusable = TRUE
+            UNION
+            SELECT seq FROM {{p}}entries FORCE INDEX (line)
+            WHERE name = lock_name AND {_BAD_DELAY};
         DECLARE CONTINUE HANDLER FOR NOT FOUND SET ended = TRUE;
         OPEN expired;
         entries: LOOP
@@ -193,14 +230,16 @@ _CREATE = (
     # lease set to the one asked, from now); an exclusive request waits while another owner
     # holds a live grant (its waiter entry written or refreshed). Any other request comes
     # back undecided, for the client to decide by the rule on the part of the line it looks
-    # at. A new waiter is not written where "max_waiters" wait already. The answer is one
-    # row: (token, lease left, undecided, full).
+    # at. A new waiter is not written where "max_waiters" wait already. A grant keeps
+    # "delay_asked", its lock-delay (a waiter keeps none); a lapsed grant counts as a grant,
+    # and its owner's request finds no live lease to take up: nothing is written for it.
+    # The answer is one row: (token, lease left, undecided, full).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
         IN lock_name {_NAME}, IN lock_owner {_OWNER}, IN is_shared BOOLEAN,
         IN permits INT,
         IN is_fair BOOLEAN, IN lease_asked DOUBLE, IN holder_info VARCHAR(255),
         IN queue BOOLEAN, IN waiter_lease DOUBLE, IN waiter_client BIGINT UNSIGNED,
-        IN waiter_stamp BIGINT, IN max_waiters INT
+        IN waiter_stamp BIGINT, IN max_waiters INT, IN delay_asked DOUBLE
     ) SQL SECURITY INVOKER
     body: BEGIN
         DECLARE granted BIGINT UNSIGNED DEFAULT NULL;
@@ -234,9 +273,11 @@ _CREATE = (
             INSERT INTO {{p}}tokens () VALUES ();
             SET granted = LAST_INSERT_ID();
             DELETE FROM {{p}}tokens WHERE token = granted;
-            INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder)
+            INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder,
+                                      lock_delay)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, granted,
-                        {_LEASE_END.format(seconds="lease_asked")}, holder_info);
+                        {_LEASE_END.format(seconds="(lease_asked + delay_asked)")}, holder_info,
+                        delay_asked);
             COMMIT;
             SELECT granted, lease_asked, FALSE, FALSE;
             LEAVE body;
@@ -247,11 +288,15 @@ _CREATE = (
         IF mine_token IS NOT NULL THEN
             -- the owner asks for a grant it has (a release handed it over, or the reply to
             -- its last try was lost): it takes it up, with the lease it asks for from now
+            -- (and the lock-delay: a grant handed over keeps one from its take-up on)
             UPDATE {{p}}entries
-                SET expires_at = {_LEASE_END.format(seconds="lease_asked")}, client = NULL
-                WHERE seq = mine_seq AND expires_at > UTC_TIMESTAMP(6);
+                SET expires_at = {_LEASE_END.format(seconds="(lease_asked + delay_asked)")},
+                    client = NULL, lock_delay = delay_asked
+                WHERE seq = mine_seq AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6);
             IF ROW_COUNT() = 0 THEN
-                SET mine_token = NULL;  -- it ran out this very moment: the next try asks anew
+                -- it ran out this very moment, or before (a lapsed grant, kept for its
+                -- lock-delay): the next try asks anew
+                SET mine_token = NULL;
             END IF;
             COMMIT;
             SELECT mine_token, IF(mine_token IS NULL, NULL, lease_asked), FALSE, FALSE;
@@ -381,10 +426,13 @@ _CREATE = (
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
         DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner
-            AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6);
+            AND token IS NOT NULL AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6);
         SET removed = ROW_COUNT() > 0;
         IF NOT removed THEN
-            DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner;
+            -- a waiter's entry, or a grant that ran out; a lapsed grant stays: its owner's
+            -- release does not end its lock-delay
+            DELETE FROM {{p}}entries WHERE name = lock_name AND owner = lock_owner
+                AND (token IS NULL OR lock_delay = 0);
         END IF;
         CALL {{p}}drop_expired(lock_name);
         -- a name left with no entry needs no hand-off, only its row deleted
@@ -399,9 +447,10 @@ _CREATE = (
         END IF;
         SELECT removed, others_wait;
     END""",
-    # A forced release: every live grant of the name removed, a note left for each evicted
-    # holder (kept until its lease would have ended, and "grace" seconds more), the lock
-    # handed over where {p}hand_off can. The answer is one row: (evicted, others_wait).
+    # A forced release: every grant of the name removed, lapsed ones too (an operator's word
+    # ends a lock-delay), a note left for each holder of a live one (kept until its lease
+    # would have ended, and "grace" seconds more), the lock handed over where {p}hand_off
+    # can. The answer is one row: (evicted: the live grants, others_wait).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}force_release(
         IN lock_name {_NAME}, IN note_text VARCHAR(1024), IN grace DOUBLE
     ) SQL SECURITY INVOKER
@@ -409,6 +458,7 @@ _CREATE = (
         DECLARE evicted INT DEFAULT 0;
         DECLARE handed_to BIGINT UNSIGNED;
         DECLARE others_wait BOOLEAN;
+        DECLARE at DATETIME(6);
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -416,12 +466,14 @@ _CREATE = (
         START TRANSACTION;
         INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
         CALL {{p}}drop_expired(lock_name);
+        SET at = UTC_TIMESTAMP(6);
         SELECT COUNT(*) INTO evicted FROM {{p}}entries
-            WHERE name = lock_name AND token IS NOT NULL;
+            WHERE name = lock_name AND token IS NOT NULL AND {_ROW_LEASE_END} > at;
         INSERT INTO {{p}}evictions (name, owner, note, expires_at)
             SELECT name, owner, note_text,
-                   expires_at + INTERVAL ROUND(grace * 1000000) MICROSECOND
+                   {_ROW_LEASE_END} + INTERVAL ROUND(grace * 1000000) MICROSECOND
             FROM {{p}}entries WHERE name = lock_name AND token IS NOT NULL
+            AND {_ROW_LEASE_END} > at
             ON DUPLICATE KEY UPDATE note = VALUES(note), expires_at = VALUES(expires_at);
         DELETE FROM {{p}}entries WHERE name = lock_name AND token IS NOT NULL;
         CALL {{p}}hand_off(lock_name, handed_to, others_wait);
@@ -556,7 +608,7 @@ class Statements:
 
 
 _STATEMENTS = {
-    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "release": "CALL {p}release(%s, %s)",
     "force_release": "CALL {p}force_release(%s, %s, %s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
@@ -587,13 +639,14 @@ _STATEMENTS = {
     "forget_wakeups": "DELETE FROM {p}wakeups WHERE client = %s",
     "unlisten": "SELECT RELEASE_LOCK(CONCAT('tumbler-listener-', %s))",
     # A grant a wake-up says was handed to this owner, taken up: the lease it asked for, from
-    # now, if the owner's entry (by its key) is a live grant with that token (one row
+    # now, and its lock-delay (which a grant handed over keeps from its take-up on), if the
+    # owner's entry (by its key) is a grant with that token and a live lease (one row
     # changed); none otherwise. The lease the hand-off gave ends with the waiter's liveness
     # ({p}hand_off).
     "take_up": "UPDATE {p}entries SET expires_at = "
-    + _LEASE_END.format(seconds="%s")
-    + ", client = NULL WHERE name = %s AND owner = %s AND token = %s "
-    "AND expires_at > UTC_TIMESTAMP(6)",
+    + _LEASE_END.format(seconds="(%(ttl)s + %(lock_delay)s)")
+    + ", client = NULL, lock_delay = %(lock_delay)s WHERE name = %(name)s "
+    f"AND owner = %(owner)s AND token = %(token)s AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6)",
     # -- a decision by the rule in the client (after "grant" came back undecided) -----------
     "begin": "START TRANSACTION",
     "commit": "COMMIT",
@@ -627,13 +680,15 @@ _STATEMENTS = {
     "WHERE name = %s AND token IS NULL LIMIT %s) AS line",
     "new_token": "INSERT INTO {p}tokens () VALUES ()",
     "drop_token": "DELETE FROM {p}tokens WHERE token = LAST_INSERT_ID()",
+    # a grant's row outlives its lease by its lock-delay (a waiter's is 0)
     "add": "INSERT INTO {p}entries (name, owner, shared, lim, fair, token, expires_at, holder, "
-    "client, lease, stamp, written_at) VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, "
-    "%(fair)s, %(token)s, " + _LEASE_END.format(seconds="%(ttl)s") + ", %(holder)s, "
-    "%(client)s, %(lease)s, %(stamp)s, UTC_TIMESTAMP(6))",
+    "client, lease, stamp, written_at, lock_delay) VALUES (%(name)s, %(owner)s, %(shared)s, "
+    "%(lim)s, %(fair)s, %(token)s, "
+    + _LEASE_END.format(seconds="(%(ttl)s + %(lock_delay)s)")
+    + ", %(holder)s, %(client)s, %(lease)s, %(stamp)s, UTC_TIMESTAMP(6), %(lock_delay)s)",
     "grant_waiter": "UPDATE {p}entries SET token = %(token)s, expires_at = "
-    + _LEASE_END.format(seconds="%(ttl)s")
-    + " WHERE seq = %(seq)s",
+    + _LEASE_END.format(seconds="(%(ttl)s + %(lock_delay)s)")
+    + ", lock_delay = %(lock_delay)s WHERE seq = %(seq)s",
     "refresh_waiter": "UPDATE {p}entries SET expires_at = "
     + _LEASE_END.format(seconds="%(ttl)s")
     + ", client = %(client)s, lease = %(lease)s, stamp = %(stamp)s, "
@@ -653,21 +708,22 @@ _STATEMENTS = {
     "WHERE IS_USED_LOCK(CONCAT('tumbler-listener-', %s)) IS NOT NULL",
     "ring": "CALL {p}ring(%s)",
     # -- leases -------------------------------------------------------------------------------
-    # "expires_at > UTC_TIMESTAMP(6)" is what keeps an expired lease dead
+    # "the lease ends after UTC_TIMESTAMP(6)" is what keeps an expired lease dead, and a
+    # lapsed grant lapsed; the row's end moves with the lease, its lock-delay after it
     "renew": "UPDATE {p}entries SET expires_at = "
-    + _LEASE_END.format(seconds="%s")
+    + _LEASE_END.format(seconds=f"(%s + {_DELAY})")
     + " WHERE name = %s AND owner = %s AND token IS NOT NULL "
-    "AND expires_at > UTC_TIMESTAMP(6)",
+    f"AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6)",
     # Many leases in one statement, all of one ttl: "pairs" is a "(%s, %s)" per (name,
     # owner), found by the name's unique key. Which were renewed, when not all were: the
     # live grants among them after the renewal (one it did not renew had run out, and no
     # lease comes back to life)
     "renew_many": "UPDATE {p}entries SET expires_at = "
-    + _LEASE_END.format(seconds="%s")
+    + _LEASE_END.format(seconds=f"(%s + {_DELAY})")
     + " WHERE (name, owner) IN ({pairs}) AND token IS NOT NULL "
-    "AND expires_at > UTC_TIMESTAMP(6)",
+    f"AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6)",
     "renewed": "SELECT name, owner FROM {p}entries WHERE (name, owner) IN ({pairs}) "
-    "AND token IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)",
+    f"AND token IS NOT NULL AND {_ROW_LEASE_END} > UTC_TIMESTAMP(6)",
     # -- operators ----------------------------------------------------------------------------
     "states": "CALL {p}states(%s)",
     "evicted": "SELECT note FROM {p}evictions WHERE name = %s AND owner = %s "
@@ -693,5 +749,6 @@ _STATEMENTS = {
     "columns": "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
     "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
     "add_unusable": f"ALTER TABLE {{p}}entries ADD COLUMN {_UNUSABLE}",
+    "add_lock_delay": f"ALTER TABLE {{p}}entries ADD COLUMN {_LOCK_DELAY}",
     "drop_procedure": "DROP PROCEDURE IF EXISTS {p}{procedure}",
 }

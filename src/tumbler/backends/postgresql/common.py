@@ -101,6 +101,16 @@ How a hold can be lost here
     in ``tumbler_evictions`` until that lease would have run out, and a minute more). A
     connection that dies does not lose its holder's grants: the lease keeps running on the
     server, and the holder's next renewal (on another connection) decides.
+
+Lock-delay
+    A grant made with a ``lock_delay`` keeps it in its row (``lock_delay``, in seconds), whose
+    ``expires_at`` is then the end of its lease plus the delay (see :mod:`.statements`): the
+    row, and with it the name's closure, outlives the lease by the delay, on the server's
+    clock like the lease, and whatever drops rows that ran out leaves it until then. A grant
+    a release hands to a waiter takes its delay at the take-up, not before: a waiter that
+    dies before it takes the grant up had no grant to lose. Nothing announces a delay's end:
+    its waiters find it at their next re-check (``recheck_interval``). A table made before
+    the column existed gains it at the next client's start, its rows reading as no delay.
 """
 
 from __future__ import annotations

@@ -37,6 +37,18 @@ one round trip: ``tumbler_grant`` (a request answered where the rule's answer is
 sent back for the client to decide on the whole line with ``_core.plan``), ``tumbler_release``
 and ``tumbler_hand_off`` (a release grants the lock to the next waiter itself).
 
+Lock-delay: a grant made with one keeps it in its row (``lock_delay``, seconds; 0 for a waiter
+and for a grant without one), and the row's ``expires_at`` is the end of its lease plus that
+delay, so that the row outlives its lease by it: its lease ends at ``expires_at - lock_delay``
+(:data:`_LEASE_END`). Every statement that drops or skips rows by ``expires_at`` (a decision's
+clean-up of its name, the sweep, a client of an older version, which sees the lapsed grant as
+a live one) so keeps a lapsed grant for its delay without knowing of it; what tells a lapsed
+grant from a live one (a renewal, a release, a take-up, the decision's read of the line,
+``inspect``, ``force_release``) compares the lease's end. The column came after the table: a
+client of this version adds it to a table an older one made, its rows reading 0 (the
+column's default). A delay tumbler never writes (below 0, above an hour, NaN, infinite) makes
+its entry unreadable, as a lease past any tumbler grants does.
+
 Which commits wait for the disk: a grant's, a renewal's and a take-up's (a waiter taking the
 grant a release handed it) do (a crash of the server must not forget a grant or a lease, nor
 a token in use). A release and a waiter's entry do not (``synchronous_commit`` off for their
@@ -53,12 +65,23 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from ..._core import MAX_TTL
+from ..._core import MAX_LOCK_DELAY, MAX_TTL
 
-#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day) was
-#: not written by tumbler: ``infinity``, which no arithmetic takes, or a far future that
-#: would hold the name for ever. Decisions drop it as if expired; ``inspect`` counts it.
-_UNREADABLE = f"expires_at > clock_timestamp() + interval '{round(MAX_TTL + 86400)} seconds'"
+#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day: more
+#: than any lock-delay adds) was not written by tumbler: ``infinity``, which no arithmetic
+#: takes, or a far future that would hold the name for ever; nor was one whose lock-delay is
+#: none tumbler gives (NaN, infinite, below 0, above ``_core.MAX_LOCK_DELAY``). Decisions drop
+#: it as if expired; ``inspect`` counts it.
+_UNREADABLE = (
+    f"(expires_at > clock_timestamp() + interval '{round(MAX_TTL + 86400)} seconds' "
+    f"OR NOT lock_delay BETWEEN 0 AND {MAX_LOCK_DELAY:.0f})"
+)
+#: an entry's lock-delay, as an interval (0 but for a grant made with one). Bounded, so that
+#: a delay tumbler never writes (an unreadable entry, which its name's next decision drops)
+#: fails no arithmetic meanwhile: NaN and infinity would.
+_DELAY = f"(least(greatest(lock_delay, 0), {MAX_LOCK_DELAY:.0f}) * interval '1 second')"
+#: when an entry's lease ends: its row's end less its lock-delay
+_LEASE_END = f"(expires_at - {_DELAY})"
 #: the only search path tumbler's statements and functions run with: the built-ins, then
 #: the session's own temporary objects (searched for tables only, never for functions)
 SEARCH_PATH = "pg_catalog, pg_temp"
@@ -105,8 +128,14 @@ _CREATE = (
         lease      float8,                -- the lease it asked for, in seconds
         stamp      bigint,                -- its client's clock (µs) when its request was sent
         written_at timestamptz,           -- when the server wrote that request
+        -- a grant's lock-delay, in seconds: its row outlives its lease by it (expires_at is
+        -- the lease's end plus the delay); 0 for a waiter and a grant without one
+        lock_delay float8 NOT NULL DEFAULT 0,
         UNIQUE (name, owner)
     )""",
+    # the same column, for a table an older version made: its rows read 0, no delay (a
+    # default that needs no rewrite of the table)
+    "ALTER TABLE {s}.tumbler_entries ADD COLUMN IF NOT EXISTS lock_delay float8 NOT NULL DEFAULT 0",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_expiry ON {s}.tumbler_entries (expires_at)",
     # What a decision and a release read of a name, each found without passing over the rest
     # of its line: its expired entries (each decision deletes them first); its grants; its
@@ -163,15 +192,19 @@ _CREATE = (
     # comes back "undecided", for the client to decide by the rule on the part of the line it
     # looks at.
     # A new waiter is not written where "max_waiters" wait already: "line_full" says so. One
-    # statement: the name's advisory lock is held for no client round trip.
-    # (An earlier version's function, without max_waiters, is dropped.)
+    # statement: the name's advisory lock is held for no client round trip. A grant keeps
+    # "delay_asked", its lock-delay (a waiter keeps none); a lapsed grant counts as a grant,
+    # and its owner's request finds no live lease to take up: nothing is written for it.
+    # (Earlier versions' functions, without max_waiters or without delay_asked, are dropped.)
     "DROP FUNCTION IF EXISTS {s}.tumbler_grant(bigint, text, text, boolean, integer, boolean, "
     "float8, text, boolean, float8, text, bigint, bigint)",
+    "DROP FUNCTION IF EXISTS {s}.tumbler_grant(bigint, text, text, boolean, integer, boolean, "
+    "float8, text, boolean, float8, text, bigint, bigint, integer)",
     """CREATE OR REPLACE FUNCTION {s}.tumbler_grant(
         lock_key bigint, lock_name text, lock_owner text, is_shared boolean, permits integer,
         is_fair boolean, lease_asked float8, holder_info text, queue boolean,
         waiter_lease float8, waiter_client text, waiter_listener bigint, waiter_stamp bigint,
-        max_waiters integer,
+        max_waiters integer, delay_asked float8,
         OUT granted bigint, OUT lease_left float8, OUT undecided boolean, OUT line_full boolean
     ) LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
@@ -199,9 +232,10 @@ _CREATE = (
             AND pg_try_advisory_xact_lock((listener >> 32)::integer,
                                           (listener & 2147483647)::integer);
         INSERT INTO {s}.tumbler_entries
-            (name, owner, shared, lim, fair, token, expires_at, holder)
+            (name, owner, shared, lim, fair, token, expires_at, holder, lock_delay)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
-                clock_timestamp() + lease_asked * interval '1 second', holder_info
+                clock_timestamp() + (lease_asked + delay_asked) * interval '1 second',
+                holder_info, delay_asked
             WHERE NOT EXISTS (SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name)
             RETURNING token INTO granted;
         IF granted IS NOT NULL THEN
@@ -214,15 +248,19 @@ _CREATE = (
         IF FOUND AND NOT waiting THEN
             -- the owner asks for a grant it has (a release handed it over, or the reply to
             -- its last try was lost): it takes it up, with the lease it asks for from now
+            -- (and the lock-delay: a grant handed over keeps one from its take-up on)
             UPDATE {s}.tumbler_entries
-                SET expires_at = clock_timestamp() + lease_asked * interval '1 second',
-                listener = NULL
-                WHERE seq = mine.seq AND expires_at > clock_timestamp();
+                SET expires_at = clock_timestamp()
+                    + (lease_asked + delay_asked) * interval '1 second',
+                listener = NULL, lock_delay = delay_asked
+                WHERE seq = mine.seq AND {lease_end} > clock_timestamp();
             IF FOUND THEN
                 granted := mine.token;
                 lease_left := lease_asked;
             END IF;
-            RETURN;  -- or it ran out this very moment: the owner's next try asks anew
+            -- or it ran out this very moment, or before (a lapsed grant, kept for its
+            -- lock-delay): the owner's next try asks anew
+            RETURN;
         END IF;
         IF is_shared OR NOT EXISTS (
             SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name
@@ -322,8 +360,10 @@ _CREATE = (
     BEGIN
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND {unreadable};
+        -- a lapsed grant stays: its owner's release does not end its lock-delay
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
-            RETURNING token IS NOT NULL AND expires_at > clock_timestamp() INTO removed;
+            AND (lock_delay = 0 OR {lease_end} > clock_timestamp())
+            RETURNING token IS NOT NULL AND {lease_end} > clock_timestamp() INTO removed;
         removed := coalesce(removed, false);
         -- The commit need not wait for the disk. A release that a crash of the server
         -- forgets leaves the lock held to the end of its lease, as a holder's crash would; a
@@ -366,7 +406,7 @@ _STATEMENTS = {
     "WHERE name = %s AND (expires_at <= now() OR {unreadable})",
     "grant": "SELECT granted, lease_left, undecided, line_full FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
-    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s, %(max_waiters)s)",
+    "%(ttl)s, %(client)s, %(listener)s, %(stamp)s, %(max_waiters)s, %(lock_delay)s)",
     # the live waiters of a name, up to a cap (the expired ones deleted before, in the same
     # transaction): counted by the index of the line alone
     "waiting": "SELECT count(*) FROM (SELECT 1 FROM {s}.tumbler_entries "
@@ -377,11 +417,12 @@ _STATEMENTS = {
     # or one: more than that changes no answer) and the first fair exclusive one ahead (any
     # keeps a fair request waiting); for a shared one, an entry of another permit count (any
     # refuses it). Each found by an index, whatever the length of the line. "before": the
-    # owner's place in line, read first in the same transaction.
+    # owner's place in line, read first in the same transaction. The last column: whether
+    # the entry is a lapsed grant (its lease over, its lock-delay not).
     "line": "WITH mine AS (SELECT coalesce((SELECT seq FROM {s}.tumbler_entries "
     "WHERE name = %(name)s AND owner = %(owner)s), 9223372036854775807) AS before) "
     "SELECT DISTINCT ON (seq) owner, seq, shared, lim, fair, token, "
-    "extract(epoch FROM expires_at - clock_timestamp())::float8 FROM (("
+    "token IS NOT NULL AND lock_delay > 0 AND {lease_end} <= clock_timestamp() FROM (("
     "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL"
     ") UNION ALL ("
     "SELECT * FROM {s}.tumbler_entries WHERE name = %(name)s AND owner = %(owner)s"
@@ -398,24 +439,27 @@ _STATEMENTS = {
     "AND name = %(name)s AND shared AND (lim < %(lim)s OR lim > %(lim)s) "
     "AND owner <> %(owner)s AND expires_at > clock_timestamp() LIMIT 1"
     ")) AS relevant WHERE expires_at > clock_timestamp() ORDER BY seq",
+    # a grant's row outlives its lease by its lock-delay (a waiter's is 0)
     "add": "INSERT INTO {s}.tumbler_entries "
     "(name, owner, shared, lim, fair, token, expires_at, holder, client, listener, lease, "
-    "stamp, written_at) "
+    "stamp, written_at, lock_delay) "
     "VALUES (%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, "
     "CASE WHEN %(grant)s THEN {next_token} END, "
-    "clock_timestamp() + %(ttl)s * interval '1 second', %(holder)s, %(client)s, "
-    "%(listener)s, %(lease)s, %(stamp)s, clock_timestamp()) "
+    "clock_timestamp() + (%(ttl)s + %(lock_delay)s) * interval '1 second', %(holder)s, "
+    "%(client)s, %(listener)s, %(lease)s, %(stamp)s, clock_timestamp(), %(lock_delay)s) "
     "RETURNING token",
     "grant_waiter": "UPDATE {s}.tumbler_entries SET token = {next_token}, "
-    "expires_at = clock_timestamp() + %(ttl)s * interval '1 second' "
-    "WHERE seq = %(seq)s RETURNING token",
+    "expires_at = clock_timestamp() + (%(ttl)s + %(lock_delay)s) * interval '1 second', "
+    "lock_delay = %(lock_delay)s WHERE seq = %(seq)s RETURNING token",
     # A grant a wake-up says was handed to this owner, taken up: the lease it asked for, from
-    # now, if the owner's entry is a live grant with that token (one row); no row otherwise.
+    # now, and its lock-delay (which a grant handed over keeps from its take-up on), if the
+    # owner's entry is a grant with that token and a live lease (one row); no row otherwise.
     # The lease the hand-off gave ends with the waiter's liveness (tumbler_hand_off).
     "take_up": "UPDATE {s}.tumbler_entries "
-    "SET expires_at = clock_timestamp() + %s * interval '1 second', listener = NULL "
-    "WHERE name = %s AND owner = %s AND token = %s AND expires_at > clock_timestamp() "
-    "RETURNING token",
+    "SET expires_at = clock_timestamp() + (%(ttl)s + %(lock_delay)s) * interval '1 second', "
+    "lock_delay = %(lock_delay)s, listener = NULL "
+    "WHERE name = %(name)s AND owner = %(owner)s AND token = %(token)s "
+    "AND {lease_end} > clock_timestamp() RETURNING token",
     "refresh_waiter": "UPDATE {s}.tumbler_entries "
     "SET expires_at = clock_timestamp() + %(ttl)s * interval '1 second', client = %(client)s, "
     "listener = %(listener)s, lease = %(lease)s, stamp = %(stamp)s, "
@@ -435,15 +479,16 @@ _STATEMENTS = {
     "notify": "SELECT pg_notify(channel, payload) "
     "FROM unnest(%s::text[], %s::text[]) AS wake (channel, payload)",
     # -- leases -------------------------------------------------------------------------------
-    # "expires_at > clock_timestamp()" is what keeps an expired lease dead
+    # "the lease ends after clock_timestamp()" is what keeps an expired lease dead, and a
+    # lapsed grant lapsed; the row's end moves with the lease, its lock-delay after it
     "renew": "UPDATE {s}.tumbler_entries "
-    "SET expires_at = clock_timestamp() + %s * interval '1 second' "
-    "WHERE name = %s AND owner = %s AND token IS NOT NULL AND expires_at > clock_timestamp()",
+    "SET expires_at = clock_timestamp() + %s * interval '1 second' + {delay} "
+    "WHERE name = %s AND owner = %s AND token IS NOT NULL AND {lease_end} > clock_timestamp()",
     "renew_all": "UPDATE {s}.tumbler_entries AS entry "
-    "SET expires_at = clock_timestamp() + due.ttl * interval '1 second' "
+    "SET expires_at = clock_timestamp() + due.ttl * interval '1 second' + {delay} "
     "FROM unnest(%s::text[], %s::text[], %s::float8[]) AS due (name, owner, ttl) "
     "WHERE entry.name = due.name AND entry.owner = due.owner AND entry.token IS NOT NULL "
-    "AND entry.expires_at > clock_timestamp() RETURNING entry.name, entry.owner",
+    "AND {lease_end} > clock_timestamp() RETURNING entry.name, entry.owner",
     "bound": "SELECT set_config('statement_timeout', %s, true)",
     "no_wait": "SELECT set_config('synchronous_commit', 'off', true)",
     "ping": "SELECT 1",
@@ -454,19 +499,23 @@ _STATEMENTS = {
     "pg_catalog.set_config('lock_timeout', %s, true), "
     "pg_catalog.set_config('idle_in_transaction_session_timeout', %s, true)",
     # -- operators ----------------------------------------------------------------------------
+    # Every grant goes, lapsed ones too (an operator's word ends a lock-delay); only those
+    # whose lease was live are counted and noted: nothing else was taken from a holder.
     "force_release": "WITH now AS (SELECT clock_timestamp() AS at), "
     "gone AS (DELETE FROM {s}.tumbler_entries WHERE name = %(name)s AND token IS NOT NULL "
-    "RETURNING owner, expires_at), "
+    "RETURNING owner, {lease_end} AS lease_end), "
     "noted AS (INSERT INTO {s}.tumbler_evictions (name, owner, note, expires_at) "
-    "SELECT %(name)s, owner, %(note)s, expires_at + %(grace)s * interval '1 second' "
-    "FROM gone, now WHERE expires_at > now.at "
+    "SELECT %(name)s, owner, %(note)s, lease_end + %(grace)s * interval '1 second' "
+    "FROM gone, now WHERE lease_end > now.at "
     "ON CONFLICT (name, owner) DO UPDATE SET note = EXCLUDED.note, "
     "expires_at = EXCLUDED.expires_at) "
-    "SELECT count(*) FROM gone, now WHERE expires_at > now.at",
+    "SELECT count(*) FROM gone, now WHERE lease_end > now.at",
     "evicted": "SELECT note FROM {s}.tumbler_evictions "
     "WHERE name = %s AND owner = %s AND expires_at > clock_timestamp()",
+    # the rows of kit.state.states_of: each entry's time left is its row's, its lock-delay
+    # included (one reading of the clock tells a lapsed grant by both)
     "states": "SELECT name, shared, lim, token, CASE WHEN {unreadable} THEN NULL "
-    "ELSE extract(epoch FROM expires_at - clock_timestamp())::float8 END, holder "
+    "ELSE extract(epoch FROM expires_at - clock_timestamp())::float8 END, holder, lock_delay "
     "FROM {s}.tumbler_entries WHERE expires_at > clock_timestamp() "
     "AND (%(name)s::text IS NULL OR name = %(name)s) ORDER BY name, seq",
     # -- upkeep -------------------------------------------------------------------------------
@@ -518,6 +567,8 @@ class Statements:
                     s=quoted,
                     next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens),
                     unreadable=sql.SQL(_UNREADABLE),
+                    lease_end=sql.SQL(_LEASE_END),
+                    delay=sql.SQL(_DELAY),
                     version=sql.Literal(version),
                 )
                 .as_bytes(None)

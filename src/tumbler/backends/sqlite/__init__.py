@@ -36,6 +36,8 @@ CAPABILITIES = Capabilities(
     min_ttl=0.5,
     scope="host",
     line_cap=True,
+    # a grant's row keeps its lock-delay, and outlives its lease by it (backend.py)
+    lock_delay=True,
 )
 
 

@@ -52,6 +52,20 @@ How a hold can be lost here
     that lease would have ended plus ``NOTE_GRACE``; expired notes are swept with the grants'
     rows, and a new boot clears them with the leases.
 
+Lock-delay
+    A grant made with a ``lock_delay`` keeps it in its row (column ``lock_delay``, in ns), and
+    its row's ``expires_at`` is the end of its lease plus that delay: the lease ends at
+    ``expires_at - lock_delay``. So the row lives, and closes the name, until the delay is over,
+    and everything that drops rows whose ``expires_at`` is past (a grant's clean-up of its
+    name, the sweep of other names, a client of an older tumbler, which sees the lapsed grant
+    as a live one and leaves it be) keeps it that long. Renewing moves both ends and needs the
+    lease live; a release leaves a lapsed grant in place; ``status`` tells it by the lease's
+    end. A waiter's row, and a grant made without a delay, have ``lock_delay`` 0: the column
+    changes nothing for them. Rows written before the column was added read as 0 (its
+    default); a value outside 0 to an hour is refused by the file itself (a ``CHECK``), so none
+    can be stored. A new boot clears lapsed grants with the rest: a delay is for the writes of
+    a holder, and every holder on this machine ended with its boot.
+
 Not for
     Network file systems (NFS, SMB, 9p, sshfs, ...): their locking breaks SQLite, and so this
     backend refuses them. ``:memory:`` databases are refused too: each connection would get a
@@ -691,6 +705,16 @@ class _Line:
 #: rings nobody, and its waiters poll)
 _WAKE_COLUMN = "ALTER TABLE tumbler_entries ADD COLUMN wake TEXT"
 
+#: the column a grant keeps its lock-delay in, ns (see "Lock-delay" above; added after schema
+#: 1 was released, as ``wake`` was: older rows, and a client of an older tumbler, get the
+#: default 0). The CHECK keeps anything but such a number out of the file, for a row that
+#: could not be read as a delay would close a name, or not, by accident.
+_LOCK_DELAY_COLUMN = (
+    "ALTER TABLE tumbler_entries ADD COLUMN lock_delay INTEGER NOT NULL DEFAULT 0 "
+    f"CHECK (typeof(lock_delay) = 'integer' AND lock_delay BETWEEN 0 AND "
+    f"{round(core.MAX_LOCK_DELAY * 1e9)})"
+)
+
 #: doorbells are Linux abstract-namespace datagram sockets: no file to clean up after a
 #: crash, and a dead client's name simply refuses (ECONNREFUSED)
 DOORBELLS = sys.platform.startswith("linux")
@@ -962,6 +986,8 @@ class SQLiteBackend:
                 columns = {row[1] for row in db.execute("PRAGMA table_info(tumbler_entries)")}
                 if "wake" not in columns:
                     db.execute(_WAKE_COLUMN)
+                if "lock_delay" not in columns:
+                    db.execute(_LOCK_DELAY_COLUMN)
                 meta = dict(db.execute("SELECT key, value FROM tumbler_meta").fetchall())
                 version = int(meta.get("schema_version", SCHEMA_VERSION))
                 if version > SCHEMA_VERSION:
@@ -1100,19 +1126,22 @@ class SQLiteBackend:
 
     def _line(self, db: sqlite3.Connection, name: str, now: int, owners: list[str]) -> _Line:
         """What decisions on the name for ``owners`` need of its live entries (expired ones
-        are deleted): the grants, the fair and the shared waiters, and the owners' own. The
-        other waiters (non-fair exclusive ones, the many of a busy mutex) play no part."""
+        are deleted, lapsed grants kept for their lock-delay): the grants, the fair and the
+        shared waiters, and the owners' own. The other waiters (non-fair exclusive ones, the
+        many of a busy mutex) play no part."""
         db.execute("DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now))
         rows = db.execute(
-            "SELECT owner, seq, shared, lim, fair, token FROM tumbler_entries "
-            "WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
+            "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
+            "FROM tumbler_entries WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
             "OR owner IN (SELECT value FROM json_each(?))) ORDER BY seq",
-            (name, json.dumps(owners)),
+            (now, name, json.dumps(owners)),
         ).fetchall()
         return _Line(
             [
-                core.Entry(owner, seq, bool(shared), lim, bool(fair), token)
-                for owner, seq, shared, lim, fair, token in rows
+                # a row left after the DELETE whose lease is over is a lapsed grant (a waiter's
+                # row, lock_delay 0, was deleted when its lease was)
+                core.Entry(owner, seq, bool(shared), lim, bool(fair), token, bool(lapsed))
+                for owner, seq, shared, lim, fair, token, lapsed in rows
             ]
         )
 
@@ -1147,17 +1176,20 @@ class SQLiteBackend:
             return None
         token: int | None = None
         expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
+        lock_delay = 0  # a waiter's: it has no grant to lose
         if plan.decision is core.Decision.GRANT:
             (token,) = db.execute(
                 "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value"
             ).fetchone()
-            expires_at = now + round(request.ttl * 1e9)
+            lock_delay = round(request.lock_delay * 1e9)
+            expires_at = now + round(request.ttl * 1e9) + lock_delay
         if write is core.Write.GRANT_WAITER:
             assert mine is not None
             assert token is not None
             db.execute(
-                "UPDATE tumbler_entries SET token = ?, expires_at = ? WHERE seq = ?",
-                (token, expires_at, mine.seq),
+                "UPDATE tumbler_entries SET token = ?, expires_at = ?, lock_delay = ? "
+                "WHERE seq = ?",
+                (token, expires_at, lock_delay, mine.seq),
             )
             line.granted(mine, token)
         else:  # ADD_GRANT or ADD_WAITER
@@ -1177,8 +1209,8 @@ class SQLiteBackend:
                 self._doorbell.listen()
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
-                "(name, owner, shared, lim, fair, token, expires_at, holder, wake) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(name, owner, shared, lim, fair, token, expires_at, holder, wake, lock_delay) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.name,
                     request.owner,
@@ -1189,6 +1221,7 @@ class SQLiteBackend:
                     expires_at,
                     request.holder,
                     doorbell,
+                    lock_delay,
                 ),
             ).lastrowid
             assert seq is not None
@@ -1222,10 +1255,11 @@ class SQLiteBackend:
         db = self._connection()
         now = boot_time_ns()
         with self._errors():
-            # One statement, so atomic; "expires_at > now" is what keeps an expired lease dead.
+            # One statement, so atomic; "the lease ends after now" is what keeps an expired
+            # lease dead, and a lapsed grant lapsed (its row outlives its lease by lock_delay).
             changed = db.execute(
-                "UPDATE tumbler_entries SET expires_at = ? WHERE name = ? AND owner = ? "
-                "AND token IS NOT NULL AND expires_at > ?",
+                "UPDATE tumbler_entries SET expires_at = ? + lock_delay WHERE name = ? "
+                "AND owner = ? AND token IS NOT NULL AND expires_at - lock_delay > ?",
                 (now + round(ttl * 1e9), name, owner, now),
             ).rowcount
         return ttl if changed == 1 else None
@@ -1245,11 +1279,11 @@ class SQLiteBackend:
             with self._transaction(wait) as db:
                 now = boot_time_ns()
                 # Each statement matches at most one row (UNIQUE (name, owner)), so the summed
-                # rowcount says whether every one was renewed; "expires_at > now" keeps an
-                # expired lease dead, as in renew().
+                # rowcount says whether every one was renewed; the lease's end keeps an expired
+                # lease dead, as in renew().
                 changed = db.executemany(
-                    "UPDATE tumbler_entries SET expires_at = ? WHERE name = ? AND owner = ? "
-                    "AND token IS NOT NULL AND expires_at > ?",
+                    "UPDATE tumbler_entries SET expires_at = ? + lock_delay WHERE name = ? "
+                    "AND owner = ? AND token IS NOT NULL AND expires_at - lock_delay > ?",
                     [(now + round(r.ttl * 1e9), r.name, r.owner, now) for r in renewals],
                 ).rowcount
                 if changed == len(renewals):
@@ -1260,7 +1294,7 @@ class SQLiteBackend:
                     r.ttl
                     if db.execute(
                         "SELECT 1 FROM tumbler_entries WHERE name = ? AND owner = ? "
-                        "AND token IS NOT NULL AND expires_at > ?",
+                        "AND token IS NOT NULL AND expires_at - lock_delay > ?",
                         (r.name, r.owner, now),
                     ).fetchone()
                     else None
@@ -1281,12 +1315,14 @@ class SQLiteBackend:
         with self._errors():
             # the second column says whether anyone else's entry names a doorbell: only then
             # is the line read again to find whom to ring (a release nobody waits for costs
-            # no second statement)
+            # no second statement). A grant with a lock-delay whose lease is over stays: its
+            # owner's release does not end the delay.
             row = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND owner = ? "
-                "RETURNING token IS NOT NULL AND expires_at > ?, EXISTS (SELECT 1 FROM "
-                "tumbler_entries WHERE name = ? AND owner != ? AND wake IS NOT NULL)",
-                (name, owner, now, name, owner),
+                "AND (lock_delay = 0 OR expires_at - lock_delay > ?) "
+                "RETURNING token IS NOT NULL AND expires_at - lock_delay > ?, EXISTS (SELECT 1 "
+                "FROM tumbler_entries WHERE name = ? AND owner != ? AND wake IS NOT NULL)",
+                (name, owner, now, now, name, owner),
             ).fetchone()
         if row is not None and row[1]:
             # a grant gone, or a waiter ahead in a fair line: someone may go now
@@ -1333,20 +1369,23 @@ class SQLiteBackend:
         now = boot_time_ns()
         with self._errors():
             rows = db.execute(
-                "SELECT name, shared, lim, token, expires_at, holder FROM tumbler_entries "
-                f"WHERE expires_at > ? {condition} ORDER BY name, seq",
+                "SELECT name, shared, lim, token, expires_at, lock_delay, holder "
+                f"FROM tumbler_entries WHERE expires_at > ? {condition} ORDER BY name, seq",
                 (now, *parameters),
             ).fetchall()
         states: dict[str, LockStateBuilder] = {}
-        for name, shared, lim, token, expires_at, holder in rows:
+        for name, shared, lim, token, expires_at, lock_delay, holder in rows:
             if name not in states:
                 states[name] = LockStateBuilder(name)
+            lease_ends = expires_at - lock_delay
+            # a live entry: the lease left; a lapsed grant: the delay left (its row's end)
             states[name].add(
                 token=token,
                 shared=bool(shared),
                 limit=lim,
-                expires_in=(expires_at - now) / 1e9,
+                expires_in=((lease_ends if lease_ends > now else expires_at) - now) / 1e9,
                 holder=holder,
+                lapsed=lease_ends <= now,
             )
         return [state.build() for state in states.values()]
 
@@ -1356,20 +1395,23 @@ class SQLiteBackend:
             db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
             )
-            evicted = db.execute(
+            # lapsed grants go too (an operator's word ends a delay), but only the grants whose
+            # lease was live were taken from a holder: they alone are counted and noted
+            removed = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND token IS NOT NULL "
-                "RETURNING owner, expires_at",
+                "RETURNING owner, expires_at - lock_delay",
                 (name,),
             ).fetchall()
+            evicted = [(owner, lease_ends) for owner, lease_ends in removed if lease_ends > now]
             db.executemany(
                 "INSERT OR REPLACE INTO tumbler_evictions (name, owner, note, expires_at) "
                 "VALUES (?, ?, ?, ?)",
                 [
-                    (name, owner, note, expires_at + round(NOTE_GRACE * 1e9))
-                    for owner, expires_at in evicted
+                    (name, owner, note, lease_ends + round(NOTE_GRACE * 1e9))
+                    for owner, lease_ends in evicted
                 ],
             )
-        if evicted:
+        if removed:
             self._ring(db, name, now)
         return len(evicted)
 

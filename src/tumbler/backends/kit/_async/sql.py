@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ...._acompat import asleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
-from ...._core import Decision, Write, WritePlan, plan
+from ...._core import Decision, Entry, Write, WritePlan, plan
 from ....errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -35,7 +35,7 @@ from ..options import line_full
 from ..owners import owner_hash
 from ..slots import AsyncSlots
 from ..state import states_of
-from ..wake import line_of, to_wake
+from ..wake import to_wake
 from .listener import AsyncListener
 from .watch import AsyncBaseWatch
 
@@ -48,6 +48,7 @@ __all__ = [
     "AsyncSQLWatch",
     "Try",
     "decide",
+    "line_entries",
 ]
 
 #: a driver's connection
@@ -246,7 +247,8 @@ class Try:
     waiter: dict[str, Any]
 
     def entry(self) -> dict[str, Any]:
-        """What the try's entry stores of its request (the owner as stored)."""
+        """What the try's entry stores of its request (the owner as stored; ``lock_delay``:
+        what its entry keeps once a grant, in seconds)."""
         request = self.request
         return {
             "name": request.name,
@@ -255,6 +257,7 @@ class Try:
             "lim": request.limit,
             "fair": request.fair,
             "holder": request.holder,
+            "lock_delay": float(request.lock_delay),
         }
 
     def line_terms(self) -> dict[str, Any]:
@@ -275,12 +278,15 @@ class AsyncLine(Protocol[R]):
 
     async def read(self) -> Sequence[Sequence[Any]]:
         """Take the name's turn (its row locked till the commit), drop its entries that ran
-        out, and read its live line (the rows of :func:`~tumbler.backends.kit.wake.line_of`)
-        as far as the grant rule needs it."""
+        out (keeping lapsed grants for their lock-delay), and read its live line as far as
+        the grant rule needs it: rows ``(owner, seq, shared, lim, fair, token, lapsed)``
+        (:func:`line_entries`; ``lapsed``: a grant whose lease ran out, kept for its
+        lock-delay)."""
         ...
 
     async def take_up(self, token: int) -> R | None:
-        """Set the lease of the owner's grant with ``token`` anew, from now."""
+        """Set the lease of the owner's grant with ``token`` anew, from now, if it is live,
+        with the lock-delay asked."""
         ...
 
     async def refresh_waiter(self, seq: int) -> None:
@@ -288,11 +294,11 @@ class AsyncLine(Protocol[R]):
         ...
 
     async def grant_waiter(self, seq: int) -> R:
-        """Grant the owner's waiting entry ``seq``."""
+        """Grant the owner's waiting entry ``seq`` (with the lock-delay asked)."""
         ...
 
     async def add_grant(self) -> R:
-        """Add the owner's entry, granted."""
+        """Add the owner's entry, granted (with the lock-delay asked)."""
         ...
 
     async def waiting(self) -> int:
@@ -315,6 +321,16 @@ class _Full:
 _FULL = _Full()
 
 
+def line_entries(rows: Sequence[Sequence[Any]]) -> list[Entry]:
+    """The entries of a name's line as :meth:`AsyncLine.read` reads them, ``(owner, seq,
+    shared, lim, fair, token, lapsed)`` (a store without a boolean type gives its flags as
+    numbers)."""
+    return [
+        Entry(row[0], row[1], bool(row[2]), row[3], bool(row[4]), row[5], bool(row[6]))
+        for row in rows
+    ]
+
+
 async def decide(
     line: AsyncLine[R], attempt: Try, max_waiters: int, url: str
 ) -> tuple[int, float] | None:
@@ -325,7 +341,12 @@ async def decide(
     async with line.transaction():
         rows = await line.read()
         decided = plan(
-            line_of(rows), attempt.owner, request.shared, request.limit, request.fair, request.queue
+            line_entries(rows),
+            attempt.owner,
+            request.shared,
+            request.limit,
+            request.fair,
+            request.queue,
         )
         written = await _write(line, decided, max_waiters)
     if isinstance(written, _Full):
@@ -405,8 +426,12 @@ class AsyncSQLBackend(Generic[C]):
         """Ask for ``request`` (``owner``: as stored; ``stamp``: when the try was sent)."""
         raise NotImplementedError
 
-    async def _take_up(self, connection: C, name: str, owner: str, token: int, ttl: float) -> bool:
-        """Take up a grant handed over (see ``AsyncListener.take_handed``)."""
+    async def _take_up(
+        self, connection: C, name: str, owner: str, token: int, ttl: float, lock_delay: float
+    ) -> bool:
+        """Take up a grant handed over (see ``AsyncListener.take_handed``), keeping
+        ``lock_delay`` from then on (a hand-off grants with none: its waiter had no grant
+        to lose before it took it up)."""
         raise NotImplementedError
 
     async def _sweep(self, connection: C) -> None:
@@ -472,7 +497,10 @@ class AsyncSQLBackend(Generic[C]):
     async def try_grant(self, request: GrantRequest) -> Grant | None:
         owner = owner_hash(request.owner)
         taken = await self.wakeups.take_handed(
-            request, lambda token: self._take_up_handed(request.name, owner, token, request.ttl)
+            request,
+            lambda token: self._take_up_handed(
+                request.name, owner, token, request.ttl, request.lock_delay
+            ),
         )
         if taken is not None:
             return taken
@@ -494,13 +522,17 @@ class AsyncSQLBackend(Generic[C]):
         token, left = granted
         return Grant(request.name, request.owner, token, left)
 
-    async def _take_up_handed(self, name: str, owner: str, token: int, ttl: float) -> bool:
+    async def _take_up_handed(
+        self, name: str, owner: str, token: int, ttl: float, lock_delay: float
+    ) -> bool:
         """Take up the grant with ``token`` a release handed to ``owner`` (its hash): its
-        lease set to ``ttl`` from now, if the owner's entry is a live grant with that token
-        (see ``AsyncListener.take_handed``)."""
+        lease set to ``ttl`` from now and its lock-delay to ``lock_delay``, if the owner's
+        entry is a live grant with that token (see ``AsyncListener.take_handed``)."""
         with self._translated(name):
             return await self.pool.run(
-                lambda connection: self._take_up(connection, name, owner, token, ttl),
+                lambda connection: self._take_up(
+                    connection, name, owner, token, ttl, float(lock_delay)
+                ),
                 idempotent=True,
             )
 

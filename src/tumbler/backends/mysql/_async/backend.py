@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pymysql
@@ -257,7 +257,7 @@ async def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tupl
     return tuple(row)
 
 
-async def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
+async def _execute(connection: Any, statement: str, args: Sequence[Any] | Mapping[str, Any]) -> int:
     """Run ``statement`` for its effect; the rows it changed (every result of a CALL read)."""
     async with connection.cursor() as cursor:
         await cursor.execute(statement, args)
@@ -435,9 +435,13 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
             async with connection.cursor() as cursor:
                 made = await self._indexes(cursor)
                 if made is not None:
-                    # tables of an earlier version: what this one reads by, and its procedures
-                    if "unusable" not in made and not await self._has_unusable(cursor):
+                    # tables of an earlier version: what this one reads by and keeps, and its
+                    # procedures
+                    present = await self._columns(cursor)
+                    if "unusable" not in made and "unusable" not in present:
                         await cursor.execute(self.sql["add_unusable"])
+                    if "lock_delay" not in present:
+                        await cursor.execute(self.sql["add_lock_delay"])
                     for key, columns in INDEXES.items():
                         if key not in made:
                             add = self.sql["add_index"].format(key=key, columns=columns)
@@ -456,10 +460,10 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
         names = {str(name) for (name,) in await cursor.fetchall()}
         return names or None
 
-    async def _has_unusable(self, cursor: Any) -> bool:
-        """Whether the entries table has the column its index of unusable entries is on."""
+    async def _columns(self, cursor: Any) -> set[str]:
+        """The names of the entries table's columns (in lower case)."""
         await cursor.execute(self.sql["columns"], (f"{self.config.prefix}entries",))
-        return "unusable" in {str(name).lower() for (name,) in await cursor.fetchall()}
+        return {str(name).lower() for (name,) in await cursor.fetchall()}
 
     async def _tables_exist(self, connection: Any) -> bool:
         """Whether the tables and procedures are there, as this version makes them: the
@@ -511,6 +515,7 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
             waiter["client"],
             stamp,
             self.config.max_waiters,
+            float(request.lock_delay),
         )
         token, left, undecided, full = await _transaction(
             lambda: _one_row(connection, self.sql["grant"], arguments)
@@ -526,9 +531,15 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
         return None if token is None else (int(token), float(left))
 
     async def _take_up(
-        self, connection: Any, name: str, owner: str, token: int, ttl: float
+        self, connection: Any, name: str, owner: str, token: int, ttl: float, lock_delay: float
     ) -> bool:
-        arguments = (ttl, name, owner, token)
+        arguments = {
+            "ttl": ttl,
+            "lock_delay": lock_delay,
+            "name": name,
+            "owner": owner,
+            "token": token,
+        }
         changed = await _transaction(lambda: _execute(connection, self.sql["take_up"], arguments))
         return changed == 1
 
@@ -683,8 +694,8 @@ class _Line:
 
     async def take_up(self, token: int) -> int | None:
         # unless it ran out this very moment: the owner's next try asks anew
-        request = self.attempt.request
-        await self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+        entry = self.attempt.entry()
+        await self._run("take_up", {**entry, "ttl": self.attempt.request.ttl, "token": token})
         return token if self._cursor.rowcount == 1 else None
 
     async def refresh_waiter(self, seq: int) -> None:
@@ -698,9 +709,9 @@ class _Line:
 
     async def grant_waiter(self, seq: int) -> int:
         token = await self._new_token()
-        await self._run(
-            "grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl, "token": token}
-        )
+        lock_delay = self.attempt.entry()["lock_delay"]
+        terms = {"seq": seq, "ttl": self.attempt.request.ttl, "token": token}
+        await self._run("grant_waiter", {**terms, "lock_delay": lock_delay})
         return token
 
     async def add_grant(self) -> int:
@@ -717,7 +728,9 @@ class _Line:
 
     async def add_waiter(self) -> None:
         entry = self.attempt.entry()
-        await self._run("add", {**entry, "token": None, **self.attempt.waiter})
+        # a waiter has no grant to lose: it keeps no lock-delay
+        terms = {"token": None, **self.attempt.waiter, "lock_delay": 0.0}
+        await self._run("add", {**entry, **terms})
 
     async def token(self, written: int) -> int | None:
         return written

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pymysql
@@ -259,7 +259,7 @@ def _one_row(connection: Any, statement: str, args: Sequence[Any]) -> tuple[Any,
     return tuple(row)
 
 
-def _execute(connection: Any, statement: str, args: Sequence[Any]) -> int:
+def _execute(connection: Any, statement: str, args: Sequence[Any] | Mapping[str, Any]) -> int:
     """Run ``statement`` for its effect; the rows it changed (every result of a CALL read)."""
     with connection.cursor() as cursor:
         cursor.execute(statement, args)
@@ -435,9 +435,13 @@ class MySQLBackend(SQLBackend[Any]):
             with connection.cursor() as cursor:
                 made = self._indexes(cursor)
                 if made is not None:
-                    # tables of an earlier version: what this one reads by, and its procedures
-                    if "unusable" not in made and not self._has_unusable(cursor):
+                    # tables of an earlier version: what this one reads by and keeps, and its
+                    # procedures
+                    present = self._columns(cursor)
+                    if "unusable" not in made and "unusable" not in present:
                         cursor.execute(self.sql["add_unusable"])
+                    if "lock_delay" not in present:
+                        cursor.execute(self.sql["add_lock_delay"])
                     for key, columns in INDEXES.items():
                         if key not in made:
                             add = self.sql["add_index"].format(key=key, columns=columns)
@@ -456,10 +460,10 @@ class MySQLBackend(SQLBackend[Any]):
         names = {str(name) for (name,) in cursor.fetchall()}
         return names or None
 
-    def _has_unusable(self, cursor: Any) -> bool:
-        """Whether the entries table has the column its index of unusable entries is on."""
+    def _columns(self, cursor: Any) -> set[str]:
+        """The names of the entries table's columns (in lower case)."""
         cursor.execute(self.sql["columns"], (f"{self.config.prefix}entries",))
-        return "unusable" in {str(name).lower() for (name,) in cursor.fetchall()}
+        return {str(name).lower() for (name,) in cursor.fetchall()}
 
     def _tables_exist(self, connection: Any) -> bool:
         """Whether the tables and procedures are there, as this version makes them: the
@@ -511,6 +515,7 @@ class MySQLBackend(SQLBackend[Any]):
             waiter["client"],
             stamp,
             self.config.max_waiters,
+            float(request.lock_delay),
         )
         token, left, undecided, full = _transaction(
             lambda: _one_row(connection, self.sql["grant"], arguments)
@@ -523,8 +528,16 @@ class MySQLBackend(SQLBackend[Any]):
             return _transaction(lambda: decide(line, attempt, self.config.max_waiters, self.url))
         return None if token is None else (int(token), float(left))
 
-    def _take_up(self, connection: Any, name: str, owner: str, token: int, ttl: float) -> bool:
-        arguments = (ttl, name, owner, token)
+    def _take_up(
+        self, connection: Any, name: str, owner: str, token: int, ttl: float, lock_delay: float
+    ) -> bool:
+        arguments = {
+            "ttl": ttl,
+            "lock_delay": lock_delay,
+            "name": name,
+            "owner": owner,
+            "token": token,
+        }
         changed = _transaction(lambda: _execute(connection, self.sql["take_up"], arguments))
         return changed == 1
 
@@ -677,8 +690,8 @@ class _Line:
 
     def take_up(self, token: int) -> int | None:
         # unless it ran out this very moment: the owner's next try asks anew
-        request = self.attempt.request
-        self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+        entry = self.attempt.entry()
+        self._run("take_up", {**entry, "ttl": self.attempt.request.ttl, "token": token})
         return token if self._cursor.rowcount == 1 else None
 
     def refresh_waiter(self, seq: int) -> None:
@@ -692,7 +705,9 @@ class _Line:
 
     def grant_waiter(self, seq: int) -> int:
         token = self._new_token()
-        self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl, "token": token})
+        lock_delay = self.attempt.entry()["lock_delay"]
+        terms = {"seq": seq, "ttl": self.attempt.request.ttl, "token": token}
+        self._run("grant_waiter", {**terms, "lock_delay": lock_delay})
         return token
 
     def add_grant(self) -> int:
@@ -709,7 +724,9 @@ class _Line:
 
     def add_waiter(self) -> None:
         entry = self.attempt.entry()
-        self._run("add", {**entry, "token": None, **self.attempt.waiter})
+        # a waiter has no grant to lose: it keeps no lock-delay
+        terms = {"token": None, **self.attempt.waiter, "lock_delay": 0.0}
+        self._run("add", {**entry, **terms})
 
     def token(self, written: int) -> int | None:
         return written

@@ -459,10 +459,25 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         }
 
     async def _take_up(
-        self, connection: AsyncConnection[Any], name: str, owner: str, token: int, ttl: float
+        self,
+        connection: AsyncConnection[Any],
+        name: str,
+        owner: str,
+        token: int,
+        ttl: float,
+        lock_delay: float,
     ) -> bool:
         async with self.alone(connection):
-            cursor = await connection.execute(self.sql["take_up"], (ttl, name, owner, token))
+            cursor = await connection.execute(
+                self.sql["take_up"],
+                {
+                    "ttl": ttl,
+                    "lock_delay": lock_delay,
+                    "name": name,
+                    "owner": owner,
+                    "token": token,
+                },
+            )
         return cursor.rowcount == 1
 
     # -- leases ----------------------------------------------------------------------------
@@ -589,8 +604,10 @@ class _Line:
         return await cursor.fetchall()
 
     async def take_up(self, token: int) -> AsyncCursor[Any]:
-        request = self.attempt.request
-        return await self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+        entry = self.attempt.entry()
+        return await self._run(
+            "take_up", {**entry, "ttl": self.attempt.request.ttl, "token": token}
+        )
 
     async def refresh_waiter(self, seq: int) -> None:
         # a waiter's entry: one that a crash of the server forgets costs its waiter a
@@ -599,7 +616,14 @@ class _Line:
         await self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     async def grant_waiter(self, seq: int) -> AsyncCursor[Any]:
-        return await self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
+        return await self._run(
+            "grant_waiter",
+            {
+                "seq": seq,
+                "ttl": self.attempt.request.ttl,
+                "lock_delay": self.attempt.entry()["lock_delay"],
+            },
+        )
 
     async def add_grant(self) -> AsyncCursor[Any]:
         entry = self.attempt.entry()
@@ -623,7 +647,8 @@ class _Line:
         # as refresh_waiter's
         await self._run("no_wait")
         entry = self.attempt.entry()
-        await self._run("add", {**entry, "grant": False, **self.attempt.waiter})
+        # a waiter has no grant to lose: it keeps no lock-delay
+        await self._run("add", {**entry, "grant": False, **self.attempt.waiter, "lock_delay": 0.0})
 
     async def token(self, written: AsyncCursor[Any]) -> int | None:
         row = await written.fetchone()

@@ -457,10 +457,25 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         }
 
     def _take_up(
-        self, connection: Connection[Any], name: str, owner: str, token: int, ttl: float
+        self,
+        connection: Connection[Any],
+        name: str,
+        owner: str,
+        token: int,
+        ttl: float,
+        lock_delay: float,
     ) -> bool:
         with self.alone(connection):
-            cursor = connection.execute(self.sql["take_up"], (ttl, name, owner, token))
+            cursor = connection.execute(
+                self.sql["take_up"],
+                {
+                    "ttl": ttl,
+                    "lock_delay": lock_delay,
+                    "name": name,
+                    "owner": owner,
+                    "token": token,
+                },
+            )
         return cursor.rowcount == 1
 
     # -- leases ----------------------------------------------------------------------------
@@ -583,8 +598,8 @@ class _Line:
         return cursor.fetchall()
 
     def take_up(self, token: int) -> Cursor[Any]:
-        request = self.attempt.request
-        return self._run("take_up", (request.ttl, request.name, self.attempt.owner, token))
+        entry = self.attempt.entry()
+        return self._run("take_up", {**entry, "ttl": self.attempt.request.ttl, "token": token})
 
     def refresh_waiter(self, seq: int) -> None:
         # a waiter's entry: one that a crash of the server forgets costs its waiter a
@@ -593,7 +608,14 @@ class _Line:
         self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     def grant_waiter(self, seq: int) -> Cursor[Any]:
-        return self._run("grant_waiter", {"seq": seq, "ttl": self.attempt.request.ttl})
+        return self._run(
+            "grant_waiter",
+            {
+                "seq": seq,
+                "ttl": self.attempt.request.ttl,
+                "lock_delay": self.attempt.entry()["lock_delay"],
+            },
+        )
 
     def add_grant(self) -> Cursor[Any]:
         entry = self.attempt.entry()
@@ -617,7 +639,8 @@ class _Line:
         # as refresh_waiter's
         self._run("no_wait")
         entry = self.attempt.entry()
-        self._run("add", {**entry, "grant": False, **self.attempt.waiter})
+        # a waiter has no grant to lose: it keeps no lock-delay
+        self._run("add", {**entry, "grant": False, **self.attempt.waiter, "lock_delay": 0.0})
 
     def token(self, written: Cursor[Any]) -> int | None:
         row = written.fetchone()
