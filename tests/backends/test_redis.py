@@ -673,9 +673,8 @@ def hand_off_delay(
     def waiter_expiry() -> int | None:
         for owner, value in admin.hgetall(entries).items():
             entry = lua.parse_entry(text(owner), text(value))
-            _seq, _shared, _limit, token, expires_ms, _holder = entry
-            if token is None:
-                return expires_ms
+            if entry.token is None:
+                return entry.expires_ms
         return None
 
     lock = locks.lock(name)

@@ -6,29 +6,33 @@ the waiters it lets through. These properties hold the Lua to the Python rule:
 
 - **grant**: for a random request against a random table of one lock name, GRANT's answer
   (granted with a new token, already held with the old one, waiting in line, or
-  ``PERMITS_MISMATCH``) is what ``decide`` and ``check_limits`` say for the same live entries,
-  and the table it leaves is the one that answer implies: expired entries gone, the owner's
-  entry granted or in line at its place (an earlier entry keeps its arrival number, a new one
-  comes last), nothing else changed. When every live entry is fair, the answer also agrees
-  with ``line_position`` (the order-of-the-line rule ZooKeeper uses).
+  ``PERMITS_MISMATCH``) is what ``decide`` and ``check_limits`` say for the same live entries
+  and lapsed grants (``Entry.lapsed``), and the table it leaves is the one that answer implies:
+  expired entries gone (a lapsed grant kept), the owner's entry granted (with its lock-delay) or
+  in line at its place (an earlier entry keeps its arrival number, a new one comes last),
+  nothing else changed; nothing at all for the owner of a lapsed grant. When every live entry is
+  fair, the answer also agrees with ``line_position`` (the order-of-the-line rule ZooKeeper
+  uses).
 - **release**: the waiters a RELEASE wakes are exactly those that ``decide`` would grant if
   each retried now, in arrival order (the oracle ``let_through`` below, written from that
   sentence, not from the Lua), among the first ``WAKE_SCAN`` waiters: no lost wake-up, no
   extra one, but for the documented extras (the *backup* wake-up to the first waiter that may
   not go, which only makes it re-check) and removals (a waiter whose client is gone, when the
   release may judge it). Where the release may judge, a waiter that left hand-off terms is
-  granted by the release itself, with a token above every one before and a provisional
-  lease, and its wake-up says so.
+  granted by the release itself, with a token above every one before, a provisional lease
+  and the lock-delay of its terms, and its wake-up says so. A lapsed grant counts as the
+  grant it was for whom the release lets through, and its owner's release changes nothing.
 
-Tables are made by the scripts themselves: a random sequence of grant attempts (queueing or
-not, of random owners, kinds and clients), releases, and holders that crash. A crash, and an
-entry left expired in the final table, are the one thing written by hand: the entry's expiry
-(in its hash value and its ``t`` score, exactly as the scripts keep both) is moved to the
-server's present. Time passing would do the same to the keys, but waiting for it would cost a
-sleep per example, and every script drops the expired entries at once, so only a table aged
-after its last script run holds any. Every other time is the server's (``TIME``), and every
-live entry's lease or waiter entry lasts ``LONG_MS``, far longer than an example runs, so that
-no entry expires by itself between reading the table and running a script.
+Tables are made by the scripts themselves: a random sequence of grant attempts (queueing or not,
+of random owners, kinds (some with a lock-delay) and clients), releases, and holders that crash.
+A crash, and an entry left expired in the final table, are the one thing written by hand: the
+entry's expiry (in its hash value and its ``t`` score, exactly as the scripts keep both) is
+moved to the server's present; a grant with a lock-delay is then lapsed, for the ``LONG_MS``
+delay every such owner asks for. Time passing would do the same to the keys, but waiting for it
+would cost a sleep per example, and every script drops the expired entries at once, so only a
+table aged after its last script run holds any. Every other time is the server's (``TIME``), and
+every live entry's lease or waiter entry lasts ``LONG_MS``, far longer than an example runs, so
+that no entry expires by itself between reading the table and running a script.
 
 The scripts are the same for both flavours of the backend (each only passes them arguments),
 so these tests run them with a blocking redis-py client: there is no asyncio twin to check.
@@ -95,21 +99,38 @@ RAW_OWNER = {owner_hash(owner): owner for owner in [*OWNERS, "owner-new", "owner
 @dataclass(frozen=True)
 class Stored:
     """One entry of the lock's hash, as ``_core`` sees it plus what only Redis keeps: its
-    expiry, its client's channel, and its hand-off terms (``ttl_ms|stamp|1``, without the
-    time they were written) if it left any."""
+    expiry, its client's channel, its lock-delay, and its hand-off terms (``ttl_ms|stamp|1``,
+    and ``|delay_ms`` if it asked for one, without the time they were written) if it left
+    any."""
 
     entry: Entry
     expires_ms: int
     client: str
     terms: str | None = None
+    delay_ms: int = 0
 
     def live(self, now_ms: int) -> bool:
         return self.expires_ms > now_ms
 
+    def counts(self, now_ms: int) -> bool:
+        """Live, or a grant lapsed within its lock-delay."""
+        return self.live(now_ms) or (
+            self.entry.granted and self.expires_ms + self.delay_ms > now_ms
+        )
+
+    def seen(self, now_ms: int) -> Entry:
+        """The entry as the rule sees it: lapsed once its lease ran out."""
+        return self.entry if self.live(now_ms) else replace(self.entry, lapsed=True)
+
 
 def parse(owner: str, value: str) -> Stored:
-    """An entry in the scripts' format ``seq|shared|limit|fair|token|expires_ms|client|holder``."""
-    seq, shared, limit, fair, token, expires, client, _holder = value.split("|", 7)
+    """An entry in the scripts' format ``seq|shared|limit|fair|token|expires_ms|client|holder``
+    (a grant with a lock-delay: ``...|expires_ms|+delay_ms|client|holder``)."""
+    seq, shared, limit, fair, token, expires, client, holder = value.split("|", 7)
+    delay = 0
+    if client.startswith("+"):
+        delay = int(client[1:])
+        client, _holder = holder.split("|", 1)
     entry = Entry(
         owner=owner,
         seq=int(seq),
@@ -118,7 +139,13 @@ def parse(owner: str, value: str) -> Stored:
         fair=fair == "1",
         token=int(token) if token else None,
     )
-    return Stored(entry, int(expires), client)
+    return Stored(entry, int(expires), client, delay_ms=delay)
+
+
+def terms_delay(terms: str) -> int:
+    """The lock-delay of hand-off terms as ``Stored`` keeps them (0: none)."""
+    fields = terms.split("|")
+    return int(fields[3]) if len(fields) > 3 else 0
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,8 @@ class Request:
     client: str = ""
     #: the client's clock reading, sent by a client that takes hand-offs ("": it does not)
     stamp: str = ""
+    #: the lock-delay its grants keep (0: none)
+    delay_ms: int = 0
 
 
 class Lock:
@@ -179,6 +208,7 @@ class Lock:
                 request.client,
                 10_000,  # max_waiters: a line never fills here
                 request.stamp,
+                request.delay_ms or "",
             ],
         )
 
@@ -190,7 +220,8 @@ class Lock:
 
     def expire(self, owner: str) -> None:
         """Make the owner's entry expired now, as time passing would: its expiry moves to the
-        server's present in the hash and in the ``t`` index, nothing else changes."""
+        server's present in the hash and in the ``t`` index (where a grant's lock-delay comes
+        on top), nothing else changes."""
         owner = owner_hash(owner)
         value = self.admin.hget(self.keys[0], owner)
         if value is None:
@@ -199,7 +230,9 @@ class Lock:
         now_ms = self.now_ms()
         fields[5] = str(now_ms)
         self.admin.hset(self.keys[0], owner, "|".join(fields))
-        self.admin.zadd(self.keys[2], {owner: now_ms})
+        stored = parse(owner, str(value))
+        delay = stored.delay_ms if stored.entry.granted else 0
+        self.admin.zadd(self.keys[2], {owner: now_ms + delay})
 
     def channel(self, client: str) -> str:
         return lua.Keys(self.prefix).client_channel(client)
@@ -221,7 +254,8 @@ def admin(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 def live_entries(table: dict[str, Stored], now_ms: int) -> list[Entry]:
-    return [stored.entry for stored in table.values() if stored.live(now_ms)]
+    """The entries the rule decides on: the live ones and the lapsed grants (marked so)."""
+    return [stored.seen(now_ms) for stored in table.values() if stored.counts(now_ms)]
 
 
 @dataclass(frozen=True)
@@ -287,22 +321,35 @@ class History:
     aged: list[str]
 
 
-#: how often an owner asks for a shared grant, or a fair one: per table, so that some tables
-#: are all semaphore permits, or all fair, and others mixed
+#: how often an owner asks for a shared grant, or a fair one, or a lock-delay: per table, so
+#: that some tables are all semaphore permits, or all fair, and others mixed
 SHARES = [0.0, 0.5, 0.8, 1.0]
+#: how often an owner asks for a lock-delay (of ``LONG_MS``: a crashed grant of its stays
+#: lapsed for the whole example)
+DELAYS = [0.0, 0.0, 0.5, 1.0]
 
 
-def kinds(limit: int, shared: float = 0.5, fair: float = 0.5) -> st.SearchStrategy[Request]:
-    """One owner's kind of request: shared or fair with these odds. A shared one mostly has
-    the name's limit, now and then another (PERMITS_MISMATCH, or the name's new limit once no
-    shared entry is left)."""
+def kinds(
+    limit: int, shared: float = 0.5, fair: float = 0.5, delayed: float = 0.0
+) -> st.SearchStrategy[Request]:
+    """One owner's kind of request: shared, fair or with a lock-delay with these odds. A
+    shared one mostly has the name's limit, now and then another (PERMITS_MISMATCH, or the
+    name's new limit once no shared entry is left)."""
+    odds = st.sampled_from([0.1, 0.3, 0.5, 0.7, 0.9])
     return st.builds(
-        lambda is_shared, permits, is_fair: normalised(
-            Request("", is_shared < shared, permits, is_fair < fair)
+        lambda is_shared, permits, is_fair, has_delay: normalised(
+            Request(
+                "",
+                is_shared < shared,
+                permits,
+                is_fair < fair,
+                delay_ms=LONG_MS if has_delay < delayed else 0,
+            )
         ),
-        st.sampled_from([0.1, 0.3, 0.5, 0.7, 0.9]),
+        odds,
         st.sampled_from([limit] * 5 + [0, 1, 2, 3]),
-        st.sampled_from([0.1, 0.3, 0.5, 0.7, 0.9]),
+        odds,
+        odds,
     )
 
 
@@ -318,8 +365,9 @@ def histories(draw: st.DrawFn) -> History:
     or none yet), releases, crashes."""
     limit = draw(st.sampled_from([0, 1, 2, 2, 3]))
     shared, fair = draw(st.sampled_from(SHARES)), draw(st.sampled_from(SHARES))
+    delayed = draw(st.sampled_from(DELAYS), label="delayed")
     owners = OWNERS[: draw(st.integers(3, len(OWNERS)), label="owners")]
-    kind = kinds(limit, shared, fair)
+    kind = kinds(limit, shared, fair, delayed)
     kinds_of = {owner: replace(draw(kind), owner=owner) for owner in owners}
     queue = st.sampled_from([True, True, True, False])
     client = st.sampled_from(CLIENTS)
@@ -363,11 +411,13 @@ def build(lock: Lock, history: History) -> None:
 
 
 def checked_now(lock: Lock, table: dict[str, Stored]) -> int:
-    """The server's time, checked to be far from every entry's expiry: no entry expires
-    between this reading and the script run that follows."""
+    """The server's time, checked to be far from every entry's expiry and lapsed grant's
+    end: no entry expires or stops counting between this reading and the script run that
+    follows."""
     now_ms = lock.now_ms()
     for stored in table.values():
-        assert not now_ms < stored.expires_ms < now_ms + LONG_MS // 2, stored
+        for ends in (stored.expires_ms, stored.expires_ms + stored.delay_ms):
+            assert not now_ms < ends < now_ms + LONG_MS // 2, stored
     return now_ms
 
 
@@ -384,7 +434,7 @@ def request_for(data: st.DataObject, history: History) -> Request:
     if owner in history.kinds:
         kind = history.kinds[owner]
     else:
-        kind = replace(data.draw(kinds(history.limit), label="kind"), owner=owner)
+        kind = replace(data.draw(kinds(history.limit, delayed=0.5), label="kind"), owner=owner)
     return replace(kind, queue=queue, client=client, stamp=stamp)
 
 
@@ -432,7 +482,7 @@ def check_grant(lock: Lock, request: Request) -> None:
         answer = str(error)
     t1 = lock.now_ms()
     after = lock.read()
-    kept = {o: stored for o, stored in before.items() if stored.live(t0)}
+    kept = {o: stored for o, stored in before.items() if stored.counts(t0)}
     context = (request, mine, live)
 
     if expected == MISMATCH:
@@ -446,6 +496,11 @@ def check_grant(lock: Lock, request: Request) -> None:
         assert after == kept, context
         return
     assert isinstance(answer, list), (answer, context)
+    if mine is not None and mine.lapsed:
+        event("the owner of a lapsed grant tried again")
+        assert answer == [0], context  # refused as everyone is (expected is WAIT)
+        assert after == kept, context  # and it leaves no place in line
+        return
     if expected is Decision.HELD:
         assert mine is not None
         # the lease left, which began with the grant, not with this request
@@ -466,6 +521,7 @@ def check_grant(lock: Lock, request: Request) -> None:
         base = mine or Entry(owner, token, request.shared, request.limit, request.fair, None)
         ours = after.pop(owner)
         assert ours.entry == replace(base, token=token), context
+        assert ours.delay_ms == request.delay_ms, context
         assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
         assert ours.client == (before[owner].client if mine else request.client), context
         assert ours.terms is None, context  # a grant takes no hand-off
@@ -485,9 +541,13 @@ def check_grant(lock: Lock, request: Request) -> None:
     assert ours.entry == base, context
     assert ours.client == request.client, context  # it tells its current channel
     # a waiter whose client listens leaves the terms of this request for a hand-off, which
-    # say that it renews the grant it takes (its client sends a stamp only then)
+    # say that it renews the grant it takes (its client sends a stamp only then), and the
+    # lock-delay that grant keeps; its entry keeps none (only a grant's does)
     terms = f"{LONG_MS}|{request.stamp}|1" if request.client and request.stamp else None
+    if terms is not None and request.delay_ms:
+        terms += f"|{request.delay_ms}"
     assert ours.terms == terms, context
+    assert ours.delay_ms == 0, context
     assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
     kept.pop(owner, None)
     assert after == kept, context
@@ -546,7 +606,8 @@ class Listener:
 
 @st.composite
 def releases(draw: st.DrawFn, table: dict[str, Stored], now_ms: int) -> str:
-    """Whose release: mostly a holder, else a waiter, an expired entry or an unknown owner."""
+    """Whose release: mostly a holder, else a waiter, a lapsed grant, an expired entry or an
+    unknown owner."""
     holders = [o for o, s in table.items() if s.live(now_ms) and s.entry.granted]
     others = [o for o, s in table.items() if not (s.live(now_ms) and s.entry.granted)]
     choices = [st.sampled_from(holders)] * 3 if holders else []
@@ -575,6 +636,11 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
 
     if released not in before:
         assert (answer, heard) == (0, []), context  # an unknown owner changes nothing
+        assert after == before, context
+        return
+    if before[released].counts(t0) and before[released].seen(t0).lapsed:
+        event("the owner of a lapsed grant released it")
+        assert (answer, heard) == (0, []), context  # it stays for its lock-delay
         assert after == before, context
         return
     was_held = before[released].live(t0) and before[released].entry.granted
@@ -624,6 +690,8 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     holders = sum(e.granted for e in live)
     waiters = len(live) - holders
     event(f"{holders} left holding, {waiters} waiting, {len(wakes.let_through)} let through")
+    if any(e.lapsed for e in live):
+        event("a lapsed grant held the line")
     sequence = max([lock_sequence_before(before), *(e.token or 0 for e in live)])
     heard, tokens = read_hand_offs(
         heard, before, sequence, None if lease_ms == LONG_MS else lease_ms
@@ -639,12 +707,21 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
     assert heard == expected, context
 
     gone = {released, *wakes.dropped, *dropped_behind}
-    kept = {o: s for o, s in before.items() if s.live(t0) and o not in gone}
+    kept = {o: s for o, s in before.items() if s.counts(t0) and o not in gone}
     for o, token in tokens.items():
-        # granted by the release: the token of its wake-up, the lease of its terms (cut)
+        # granted by the release: the token of its wake-up, the lease of its terms (cut), and
+        # the lock-delay its terms carried
         assert t0 + lease_ms <= after[o].expires_ms <= t1 + lease_ms, context
         entry = replace(kept[o].entry, token=token)
-        kept[o] = replace(kept[o], entry=entry, expires_ms=after[o].expires_ms, terms=None)
+        terms = kept[o].terms
+        assert terms is not None
+        kept[o] = replace(
+            kept[o],
+            entry=entry,
+            expires_ms=after[o].expires_ms,
+            terms=None,
+            delay_ms=terms_delay(terms),
+        )
     if cut:
         # a woken fair waiter has backup_ms to come before the fair one behind may pass it
         for o in wakes.let_through:

@@ -37,6 +37,8 @@ CAPABILITIES = Capabilities(
     # a lock whose state is watched has its changes published (see lua, "watched")
     state_wakeups=True,
     line_cap=True,
+    # a grant's entry keeps its lock-delay, and the scripts keep it lapsed (see lua, ":e")
+    lock_delay=True,
 )
 
 #: Redis Cluster: a release cannot see that a waiter died (PUBLISH counts the subscribers of

@@ -62,7 +62,11 @@ What it guarantees
     vanished without closing its connections holds a fair line up on a single server until
     its entry runs out, within ``waiter_ttl`` (3 s). All the leases of a client are renewed
     together: one script call per 500 of them (per hash slot on Redis Cluster), all
-    pipelined, within the time their leases have left.
+    pipelined, within the time their leases have left. A grant made with a ``lock_delay``
+    keeps it in its entry (see ``.lua``): once its lease ran out on the server's clock, it
+    stays, lapsed, for that long (the scripts' drop of expired entries, and the expiry of the
+    lock's keys, wait for it), a grant that a release hands to a waiter keeps the waiter's,
+    and a grant without one is stored and costs as before.
 
 What it cannot promise
     Redis replicates asynchronously. If the primary fails after acknowledging a grant but
@@ -74,7 +78,10 @@ What it cannot promise
     forgets every grant, and its fencing sequence restarts from the server's clock. Fencing
     tokens let the protected resource refuse a stale holder in these cases; for locks that
     must survive failures, use a consensus backend (ZooKeeper, etcd). ``maxmemory-policy``
-    must not evict lock keys: use ``noeviction`` on a Redis that holds locks.
+    must not evict lock keys: use ``noeviction`` on a Redis that holds locks. A lapsed grant
+    is kept as a grant is, and lost the same ways (the name may then be granted before its
+    delay has passed); a client of a tumbler from before lock-delays counts such a grant
+    until its lease's end only, and may be granted the name during its delay.
 
 How a hold can be lost here
     Its lease runs out before a renewal reaches the server (the client paused or could not

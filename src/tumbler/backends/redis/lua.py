@@ -5,17 +5,30 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
 
 ``<prefix>:{<name>}:e``
     a hash: owner hash -> entry ``seq|shared|limit|fair|token|expires_ms|client|holder`` (token
-    empty for a waiter): every grant and waiter of the lock.
+    empty for a waiter): every grant and waiter of the lock. A grant made with a lock-delay
+    (``GrantRequest.lock_delay``) has it in milliseconds, marked by a ``+``, before its client:
+    ``seq|shared|limit|fair|token|expires_ms|+delay_ms|client|holder``; every other entry is
+    written as before, so an entry without the field (as tumbler wrote them before lock-delays)
+    has no delay. The mark cannot be taken for a client (a hex id, or empty), and a tumbler
+    that knows no lock-delay still reads such an entry as the grant it is, until its lease's
+    end (with ``+delay_ms|client`` in its holder text). Waiters' entries never carry one: a
+    waiter's delay reaches its grant with its request, or with its hand-off terms (``g``).
+    A grant whose lease ran out stays, *lapsed*, until ``expires_ms + delay_ms``: every
+    decision counts it as the grant it was (a lapsed grant's own owner is refused too, and
+    its request writes nothing), its renewal fails, its owner's release leaves it (returns 0),
+    ``INSPECT`` returns it, and only a force release removes it early (without counting it).
 ``<prefix>:{<name>}:t``, ``:h``, ``:w``, ``:wf``, ``:wx``, ``:ws``
     sorted sets of owner hashes that index the entries, so that no script reads the whole line:
-    ``t`` every entry by the time it expires, ``h`` the grants by token, and the waiters in
+    ``t`` every entry by the time it stops counting (its lease's end, and for a grant with a
+    lock-delay that much later), ``h`` the grants (lapsed ones too) by token, and the waiters in
     arrival order (by ``seq``): ``w`` all of them, ``wf`` the fair ones, ``wx`` the fair
     exclusive ones, ``ws`` the shared ones. A grant looks at the holders and at the head of
     the line (or counts the fair waiters ahead of it), in O(holders + log waiters) whatever
     the line's length; a release wakes from the head of the line and stops as soon as nobody
     behind can go (and after ``WAKE_SCAN`` waiters in any case: the others re-check by
-    themselves). Expired entries are dropped through ``t``. Every key of the lock expires with
-    its longest-lived entry (``t``'s last), so the entries of holders that all crashed vanish
+    themselves). Expired entries are dropped through ``t`` (a lapsed grant only once its
+    delay too has passed). Every key of the lock expires with its longest-lived entry (``t``'s
+    last: a lapsed grant's delay included), so the entries of holders that all crashed vanish
     by themselves, and a lock left with no entry has its keys deleted.
 ``<prefix>:{<name>}:n``
     the name's sequence: fencing tokens and arrival numbers come from it. Each value is
@@ -27,9 +40,12 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     a hash: owner hash -> ``ttl_ms|stamp|written_us|1``, the terms on which a waiter takes the
     lock straight from a release (*hand-off*): the lease it asked for, the client's clock
     reading sent with the request that last wrote its entry, and the server's time of that
-    write; the last field says that the waiter renews the grant it takes (terms without it,
-    left by a tumbler before provisional grants, get the whole lease). Written for a waiter
-    whose client listens to its channel and whose hold will be renewed; gone with its entry.
+    write; the ``1`` says that the waiter renews the grant it takes (terms without it, left by
+    a tumbler before provisional grants, get the whole lease). A waiter that asks for a
+    lock-delay adds it (``ttl_ms|stamp|written_us|1|delay_ms``), and the grant handed over
+    carries it; a tumbler that knows no lock-delay does not read such terms, and only wakes
+    that waiter (whose own try then grants it, delay and all). Written for a waiter whose
+    client listens to its channel and whose hold will be renewed; gone with its entry.
 ``<prefix>:{<name>}:evicted``
     a hash: owner hash -> ``keep_until_ms|note``, the note an operator's force release left
     for each holder it evicted (who, where, when, why: written by the lock logic), so that
@@ -73,7 +89,8 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     the first waiter not let through is fair, the woken fair waiters' entries are cut to run
     out in ``backup_ms`` (a live one renews its entry when it tries, at once). (A client
     that dies between hearing a hand-off and renewing its grant leaves a grant that runs out
-    with its provisional lease.)
+    with its provisional lease, and then stays lapsed for its lock-delay, if it asked for one:
+    the release cannot tell that its client never acted on it.)
 
     The waiter behind learns of it by a *backup* wake-up, ``~<ms>:<owner hash> <name>``: the
     release sends it to the first waiter it does not let through, which tries again ``ms``
@@ -94,17 +111,17 @@ lock lives in one hash slot and each script runs on one node, also in Redis Clus
     fair waiters' entries cut as above: a live one renews its entry when it tries again, and
     that is within a re-check even if the wake-up is lost), else after ``retry_ms``.
 
-Malformed data: an entry that does not parse (written by hand, by another program, by a bug)
-is ignored by every script and dropped by the next grant, release or force release of its
-lock; ``INSPECT`` counts them. So is a key of the lock that holds another type than tumbler
-keeps there (``call`` deletes it and runs the command again, on no key; ``INSPECT`` counts
-it as one), and a sequence that is no number of at most 2**53 - 1 counts as none (the next
-token comes from the server's clock): no arithmetic leaves the integers a double holds.
-A lock holding nothing but such entries has its keys deleted,
-so they never outlive the lock. A well-formed entry that no index knows, or whose lease was
-extended without its index (as tumbler before the indexes wrote them, so both can run side
-by side during an upgrade), is indexed anew when found: the hash is the truth, the indexes
-are rebuilt from it.
+Malformed data: an entry that does not parse (written by hand, by another program, by a bug; a
+lock-delay that is no number of milliseconds up to ``_core.MAX_LOCK_DELAY``'s, or one on a
+waiter's entry, does not either) is ignored by every script and dropped by the next grant,
+release or force release of its lock; ``INSPECT`` counts them. So is a key of the lock that
+holds another type than tumbler keeps there (``call`` deletes it and runs the command again, on
+no key; ``INSPECT`` counts it as one), and a sequence that is no number of at most 2**53 - 1
+counts as none (the next token comes from the server's clock): no arithmetic leaves the integers
+a double holds. A lock holding nothing but such entries has its keys deleted, so they never
+outlive the lock. A well-formed entry that no index knows, or whose lease was extended without
+its index (as tumbler before the indexes wrote them, so both can run side by side during an
+upgrade), is indexed anew when found: the hash is the truth, the indexes are rebuilt from it.
 
 Owners are stored as SHA-1 hashes (``redis.sha1hex``), so a client that can read the keys
 cannot release or renew another client's grant. Times are the server's (``TIME``): client
@@ -115,6 +132,12 @@ naming the command; ``PROBE`` lists the commands the user may not run without ru
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from ..._core import MAX_LOCK_DELAY
+
+#: the longest lock-delay an entry carries; a longer one is no entry these scripts wrote
+MAX_LOCK_DELAY_MS = round(MAX_LOCK_DELAY * 1000)
 #: how long a name's sequence outlives its last grant
 SEQUENCE_TTL_MS = 24 * 3600 * 1000
 #: the most waiters one release looks at (from the head of the line) to wake those it lets
@@ -156,6 +179,7 @@ SCRIPT_COMMANDS = (
 # a call that returns early does not make its functions.
 _BASE = (
     f"local WAKE_SCAN = {WAKE_SCAN}\nlocal SEQUENCE_TTL_MS = {SEQUENCE_TTL_MS}\n"
+    f"local MAX_LOCK_DELAY_MS = {MAX_LOCK_DELAY_MS}\n"
     + """
 -- whether a key of the lock that holds another type than tumbler writes there goes (see
 -- call); INSPECT, which changes nothing, counts it instead
@@ -201,22 +225,35 @@ local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local sequence_floor = now_us
 
 -- an entry, or nil if the value is not one these scripts wrote (numbers of at most 16
--- digits stay exact in Lua's doubles and in sorted-set scores)
+-- digits stay exact in Lua's doubles and in sorted-set scores). A grant's lock-delay comes
+-- before its client, marked '+' (no client starts so); without one, its delay is 0.
 local function decode(owner, value)
     if type(value) ~= 'string' then return nil end
     local seq, shared, limit, fair, token, expires, client, holder =
         string.match(value, '^(%d+)|([01])|(%d+)|([01])|(%d*)|(%d+)|([^|]*)|(.*)$')
     if not seq or #seq > 16 or #limit > 9 or #token > 16 or #expires > 16 then return nil end
+    local delay = 0
+    if string.sub(client, 1, 1) == '+' then
+        delay = string.match(client, '^%+(%d+)$')
+        if not delay or #delay > 10 or token == '' then return nil end
+        delay = tonumber(delay)
+        if delay > MAX_LOCK_DELAY_MS then return nil end
+        client, holder = string.match(holder, '^([^|]*)|(.*)$')
+        if not client then return nil end
+    end
     return {owner = owner, seq = tonumber(seq), shared = shared == '1', limit = tonumber(limit),
             fair = fair == '1', token = tonumber(token), expires = tonumber(expires),
-            client = client, holder = holder}
+            delay = delay, client = client, holder = holder}
 end
 
 local function encode(e)
-    local token = ''
-    if e.token then token = string.format('%d', e.token) end
+    local token, client = '', e.client
+    if e.token then
+        token = string.format('%d', e.token)
+        if e.delay > 0 then client = string.format('+%d|%s', e.delay, client) end
+    end
     return string.format('%d|%d|%d|%d|%s|%d|%s|%s', e.seq, e.shared and 1 or 0, e.limit,
-                         e.fair and 1 or 0, token, e.expires, e.client, e.holder)
+                         e.fair and 1 or 0, token, e.expires, client, e.holder)
 end
 
 local function score(n) return string.format('%d', n) end
@@ -248,6 +285,13 @@ end
 # The functions that work on a lock's line.
 _LINE = """
 local INDEXES = {'t', 'h', 'w', 'wf', 'wx', 'ws'}
+
+-- when an entry stops counting (its score in t): its lease's end, and a grant's lock-delay
+-- after that (it is lapsed meanwhile)
+local function ends(e)
+    if e.token then return e.expires + e.delay end
+    return e.expires
+end
 
 -- the line indexes that list a waiter of e's kind (an entry's kind never changes)
 local function line_indexes(e)
@@ -283,7 +327,7 @@ end
 -- its hand-off terms
 local function put(K, e, left_line)
     call('HSET', K.e, e.owner, encode(e))
-    call('ZADD', K.t, score(e.expires), e.owner)
+    call('ZADD', K.t, score(ends(e)), e.owner)
     if e.token then
         call('ZADD', K.h, score(e.token), e.owner)
         if left_line then
@@ -298,14 +342,16 @@ local function put(K, e, left_line)
     end
 end
 
--- owner's live entry, or nil; one that is malformed or expired is dropped, a live one that
--- no index knows (written by an older tumbler, which kept no indexes) is indexed
+-- owner's live entry or lapsed grant (e.lapsed), or nil; one that is malformed or expired is
+-- dropped, one that no index knows (written by an older tumbler, which kept no indexes, or
+-- by a free lock's grant) is indexed
 local function get(K, owner)
     local value = call('HGET', K.e, owner)
     local indexed = call('ZSCORE', K.t, owner)
     if not value and not indexed then return nil end  -- nothing to drop: the usual case
     local e = decode(owner, value)
-    if e and e.expires > now_ms then
+    if e and ends(e) > now_ms then
+        e.lapsed = e.expires <= now_ms
         if not indexed then put(K, e, true) end
         return e
     end
@@ -314,13 +360,14 @@ local function get(K, owner)
 end
 
 -- drop the expired entries (each once: amortised, whatever the line's length); an entry
--- whose lease was extended without its index (by an older tumbler) is timed anew instead
+-- whose lease was extended without its index (by an older tumbler), or a lapsed grant
+-- indexed by its lease alone (by hand), is timed anew instead
 local function purge(K)
     local removed = false
     for _, owner in ipairs(call('ZRANGEBYSCORE', K.t, '-inf', score(now_ms))) do
         local e = decode(owner, call('HGET', K.e, owner))
-        if e and e.expires > now_ms then
-            call('ZADD', K.t, score(e.expires), owner)
+        if e and ends(e) > now_ms then
+            call('ZADD', K.t, score(ends(e)), owner)
         else
             remove(K, owner, e)
             removed = true
@@ -329,14 +376,14 @@ local function purge(K)
     return removed
 end
 
--- every field of the hash: drop the malformed and expired ones, index the live ones no
--- index knows; returns how many were malformed
+-- every field of the hash: drop the malformed and expired ones, index the live ones (and
+-- lapsed grants) no index knows; returns how many were malformed
 local function sweep_all(K)
     local raw, malformed = call('HGETALL', K.e), 0
     for i = 1, #raw, 2 do
         local e = decode(raw[i], raw[i + 1])
         if not e then malformed = malformed + 1 end
-        if not e or e.expires <= now_ms then
+        if not e or ends(e) <= now_ms then
             remove(K, raw[i], e)
         elseif not call('ZSCORE', K.t, raw[i]) then
             put(K, e, true)
@@ -350,7 +397,7 @@ local function sweep(K)
     if call('HLEN', K.e) > call('ZCARD', K.t) then sweep_all(K) end
 end
 
--- the live grants, oldest token first
+-- the grants, lapsed ones included (each counts as the grant it was), oldest token first
 local function holders(K)
     local result = {}
     for _, owner in ipairs(call('ZRANGE', K.h, 0, -1)) do
@@ -412,12 +459,21 @@ local function hand_off(K, e, channel_prefix, name, confirm_ms)
     local terms = call('HGET', K.g, e.owner)
     if not terms then return nil end
     local ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)|1$')
+    local delay_ms = '0'
+    if not ttl_ms then
+        -- a waiter that asked for a lock-delay: its grant carries it
+        ttl_ms, stamp, written_us, delay_ms = string.match(terms, '^(%d+)|(%d+)|(%d+)|1|(%d+)$')
+    end
     local provisional = ttl_ms ~= nil and confirm_ms > 0
     if not ttl_ms then
         -- left by a tumbler before provisional grants, whose waiter may never renew
         ttl_ms, stamp, written_us = string.match(terms, '^(%d+)|(%d+)|(%d+)$')
+        delay_ms = '0'
     end
-    if not ttl_ms or #ttl_ms > 12 or #stamp > 16 or #written_us > 16 then return nil end
+    if not ttl_ms or #ttl_ms > 12 or #stamp > 16 or #written_us > 16 or #delay_ms > 10
+            or tonumber(delay_ms) > MAX_LOCK_DELAY_MS then
+        return nil
+    end
     local lease_ms = tonumber(ttl_ms)
     local token = next_value(K)
     local elapsed_us = math.max(0, now_us - tonumber(written_us))
@@ -432,6 +488,7 @@ local function hand_off(K, e, channel_prefix, name, confirm_ms)
     if call('PUBLISH', channel_prefix .. e.client, message) == 0 then return false end
     e.token = token
     e.expires = now_ms + lease_ms
+    e.delay = tonumber(delay_ms)
     put(K, e, true)
     return true, provisional
 end
@@ -522,17 +579,19 @@ local function wake_admissible(K, channel_prefix, name, judge, backup_ms, retry_
     end
 end
 
--- set the lease of owner's live grant to ttl_ms from now; false if it has none
+-- set the lease of owner's live grant to ttl_ms from now; false if it has none (a lapsed
+-- grant is not revived)
 local function renew_entry(e_key, t_key, h_key, owner, ttl_ms)
     local e = decode(owner, call('HGET', e_key, owner))
     if not e or not e.token or e.expires <= now_ms then return false end
     e.expires = now_ms + ttl_ms
+    local until_ms = ends(e)  -- its lock-delay after its lease: the keys must outlive both
     call('HSET', e_key, owner, encode(e))
-    call('ZADD', t_key, score(e.expires), owner)
-    if call('PEXPIRETIME', e_key) < e.expires then
+    call('ZADD', t_key, score(until_ms), owner)
+    if call('PEXPIRETIME', e_key) < until_ms then
         -- only the keys that hold grants: the line's hold waiters, whose entries end sooner
         -- (and every grant or release sets them all again)
-        for _, key in ipairs({e_key, t_key, h_key}) do call('PEXPIREAT', key, e.expires) end
+        for _, key in ipairs({e_key, t_key, h_key}) do call('PEXPIREAT', key, until_ms) end
     end
     return true
 end
@@ -545,15 +604,17 @@ _COMMON = _BASE + _LINE
 #: ttl_ms, holder, queue (0/1), waiter_ttl_ms, client (whose channel wakes this waiter; empty
 #: while the client has not subscribed to it yet), max_waiters, stamp (the client's clock in
 #: microseconds when it sent this call: with a client, the waiter takes a hand-off on these
-#: terms, and renews the grant it takes, which may be provisional; empty: it is only woken).
+#: terms, and renews the grant it takes, which may be provisional; empty: it is only woken),
+#: lock_delay_ms (how long the grant stays lapsed once its lease ran out; empty or 0: none).
 #: Returns
 #: {1, token} if granted now, {1, token, ms_left} if the owner held it already (its lease
-#: began earlier and has ms_left to run), {0} if not; an error reply
+#: began earlier and has ms_left to run), {0} if not (also, writing nothing, to the owner of
+#: a lapsed grant: a grant once lost is not revived); an error reply
 #: "PERMITS_MISMATCH <limit>" if a shared request's limit differs from the live ones', and
 #: "TOO_MANY_WAITERS <max_waiters>" if it would queue behind max_waiters waiters.
 #: The decision is tumbler._core.decide(), restated in Lua over the indexes: the entries
-#: ahead of a request are the grants and, for a fair request, the fair waiters that came
-#: before it.
+#: ahead of a request are the grants (lapsed ones too) and, for a fair request, the fair
+#: waiters that came before it.
 GRANT = (
     _BASE
     + """
@@ -563,6 +624,10 @@ local shared, limit, fair = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4] == '1'
 local ttl_ms, holder, queue = tonumber(ARGV[5]), ARGV[6], ARGV[7] == '1'
 local waiter_ttl_ms, client, max_waiters = tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
 local stamp = ARGV[11]
+local lock_delay_ms = tonumber(ARGV[12]) or 0
+if lock_delay_ms ~= 0 then  -- only then: the usual none is the fast path's
+    lock_delay_ms = math.max(0, math.min(lock_delay_ms, MAX_LOCK_DELAY_MS))
+end
 local watched = KEYS[10]
 
 -- The usual case, a lock nobody holds or waits for: its hash, the truth of who holds and
@@ -573,16 +638,17 @@ local watched = KEYS[10]
 -- this entry meets the grant through ``h`` (holders -> get) or the hash (sweep) first, and
 -- indexes it there, before it purges by ``t`` or sets the keys' expiry from it; a renewal
 -- indexes it too. (An index member that no entry backs, left by hand, is dropped by the
--- script that next meets it, as ever.)
+-- script that next meets it, as ever.) The keys outlive the lease by its lock-delay: a grant
+-- that lapses stays.
 if call('HLEN', K.e) == 0 then
     local token = next_value(K)
-    local expires = score(now_ms + ttl_ms)
+    local kept_until = score(now_ms + ttl_ms + lock_delay_ms)
     call('HSET', K.e, owner, encode({seq = token, shared = shared, limit = limit, fair = fair,
-                                     token = token, expires = now_ms + ttl_ms, client = client,
-                                     holder = holder}))
+                                     token = token, expires = now_ms + ttl_ms,
+                                     delay = lock_delay_ms, client = client, holder = holder}))
     call('ZADD', K.h, score(token), owner)
-    call('PEXPIREAT', K.e, expires)
-    call('PEXPIREAT', K.h, expires)
+    call('PEXPIREAT', K.e, kept_until)
+    call('PEXPIREAT', K.h, kept_until)
     tell_watchers(watched)
     return {1, token}
 end
@@ -593,9 +659,12 @@ local changed = purge(K)
 sweep(K)
 local mine = get(K, owner)
 if mine and mine.token then
+    if changed then tell_watchers(watched) end
+    -- lost, and kept for its lock-delay: its owner waits, in no line (_core.plan writes
+    -- nothing for it), as everyone else does
+    if mine.lapsed then return {0} end
     -- granted already (by a release's hand-off, or a try whose reply was lost): the lease
     -- runs from then, not from this request
-    if changed then tell_watchers(watched) end
     return {1, mine.token, mine.expires - now_ms}
 end
 local granted_ones = holders(K)
@@ -650,6 +719,7 @@ if granted then
     end
     mine.token = token
     mine.expires = now_ms + ttl_ms
+    mine.delay = lock_delay_ms
     put(K, mine, was_waiting)
     result = {1, token}
     changed = true
@@ -668,8 +738,11 @@ elseif mine or queue then
     mine.expires = now_ms + waiter_ttl_ms
     put(K, mine)
     if client ~= '' and string.match(stamp, '^%d+$') and #stamp <= 16 then
-        -- the last field: this waiter renews the grant it takes (see hand_off)
-        call('HSET', K.g, owner, string.format('%d|%s|%d|1', ttl_ms, stamp, now_us))
+        -- the 1: this waiter renews the grant it takes (see hand_off), which keeps its
+        -- lock-delay, if any, after it
+        local terms = string.format('%d|%s|%d|1', ttl_ms, stamp, now_us)
+        if lock_delay_ms > 0 then terms = terms .. string.format('|%d', lock_delay_ms) end
+        call('HSET', K.g, owner, terms)
     else
         call('HDEL', K.g, owner)
     end
@@ -718,7 +791,8 @@ return renewed
 #: retry_ms (see above: with judge, backup_ms also cuts the grants handed over; 0 and 0: no
 #: backup wake-up, and whole leases handed over). Removes the owner's entry (grant or
 #: waiter) and nobody else's; wakes the waiters that can now go, removing those whose client
-#: is gone. Returns 1 if a live grant was removed.
+#: is gone. Returns 1 if a live grant was removed. A lapsed grant stays for its lock-delay:
+#: its owner's release changes nothing and returns 0.
 RELEASE = (
     _BASE
     + """
@@ -728,6 +802,7 @@ local owner = redis.sha1hex(ARGV[1])
 local value = call('HGET', K.e, owner)
 local e = decode(owner, value)
 local released = e and e.token and e.expires > now_ms
+if not released and e and e.token and e.expires + e.delay > now_ms then return 0 end
 -- The usual case: the owner's entry is the lock's only one, so nobody waits behind it and
 -- the lock is left with no entry: its keys go at once (index members that no entry backs
 -- with them), with nothing to purge, sweep or wake.
@@ -753,10 +828,10 @@ return released and 1 or 0
 #: KEYS: the lock's keys, then its evicted notes (``Keys.evicted``), then its watchers'
 #: marker (optional). ARGV: client channel
 #: prefix, lock name, judge, backup_ms and retry_ms (as for RELEASE), the note, grace_ms.
-#: Removes every grant (for operators) and every entry it cannot parse, leaves the note for
-#: each owner whose live grant it removed until that lease's end plus grace_ms (and drops the
-#: notes whose time passed), and wakes the waiters that can now go, removing those whose
-#: client is gone; returns how many live grants were removed.
+#: Removes every grant (for operators), lapsed ones too, and every entry it cannot parse,
+#: leaves the note for each owner whose live grant it removed until that lease's end plus
+#: grace_ms (and drops the notes whose time passed), and wakes the waiters that can now go,
+#: removing those whose client is gone; returns how many live grants were removed.
 FORCE_RELEASE = (
     _COMMON
     + """
@@ -779,10 +854,13 @@ end
 local removed = 0
 for _, e in ipairs(holders(K)) do
     remove(K, e.owner, e)
-    removed = removed + 1
-    local keep = e.expires + grace_ms
-    call('HSET', notes, e.owner, score(keep) .. '|' .. note)
-    keep_all = math.max(keep_all, keep)
+    -- a lapsed grant's holder lost it before: it asks for no note, and held nothing now
+    if not e.lapsed then
+        removed = removed + 1
+        local keep = e.expires + grace_ms
+        call('HSET', notes, e.owner, score(keep) .. '|' .. note)
+        keep_all = math.max(keep_all, keep)
+    end
 end
 if keep_all > 0 then call('PEXPIREAT', notes, score(keep_all)) end
 wake_admissible(K, ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]))
@@ -807,8 +885,8 @@ return note
 )
 
 #: KEYS: the lock's entries (``e``). Returns {now_ms, malformed, owner1, entry1, ...}: the
-#: live entries, and how many entries it could not parse (the next grant or release drops
-#: them); changes nothing.
+#: live entries and lapsed grants, and how many entries it could not parse (the next grant
+#: or release drops them); changes nothing.
 INSPECT = (
     _COMMON
     + """
@@ -820,7 +898,7 @@ for i = 1, #raw, 2 do
     local e = decode(raw[i], raw[i + 1])
     if not e then
         result[2] = result[2] + 1
-    elseif e.expires > now_ms then
+    elseif ends(e) > now_ms then
         result[#result + 1] = raw[i]
         result[#result + 1] = raw[i + 1]
     end
@@ -945,11 +1023,42 @@ class Keys:
         return f"{escaped}:{{*}}:e"
 
 
-def parse_entry(owner: str, value: str) -> tuple[int, bool, int, int | None, int, str]:
-    """(seq, shared, limit, token, expires_ms, holder) of a stored entry (one INSPECT
-    returned: the script has checked its form)."""
-    seq, shared, limit, _fair, token, expires, _client, holder = value.split("|", 7)
-    return int(seq), shared == "1", int(limit), int(token) if token else None, int(expires), holder
+class StoredEntry(NamedTuple):
+    """What tumbler reads of an entry of a lock's hash (see ``<prefix>:{<name>}:e``)."""
+
+    seq: int
+    shared: bool
+    limit: int
+    #: None for a waiter
+    token: int | None
+    #: the end of its lease (a waiter's entry: of its place in line), server time
+    expires_ms: int
+    #: how long a grant stays lapsed after its lease's end (0: none)
+    delay_ms: int
+    holder: str
+
+    def lapsed(self, now_ms: int) -> bool:
+        """A grant whose lease ran out and that its lock-delay keeps (INSPECT returns only
+        those, of the entries whose lease ran out)."""
+        return self.token is not None and self.expires_ms <= now_ms
+
+
+def parse_entry(owner: str, value: str) -> StoredEntry:
+    """A stored entry (one INSPECT returned: the script has checked its form)."""
+    seq, shared, limit, _fair, token, expires, client, holder = value.split("|", 7)
+    delay = 0
+    if client.startswith("+"):  # a grant's lock-delay, then its client
+        delay = int(client[1:])
+        _client, holder = holder.split("|", 1)
+    return StoredEntry(
+        int(seq),
+        shared == "1",
+        int(limit),
+        int(token) if token else None,
+        int(expires),
+        delay,
+        holder,
+    )
 
 
 def with_prelude(script: str, prelude: str) -> str:

@@ -29,6 +29,9 @@ CAPABILITIES = Capabilities(
     min_ttl=1.0,
     scope="network",
     line_cap=True,
+    # each master keeps a lapsed grant as one Redis server does, and one that a quorum keeps
+    # refuses every grant a quorum would have to make
+    lock_delay=True,
 )
 
 

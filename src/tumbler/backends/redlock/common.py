@@ -80,10 +80,11 @@ Masters restarted empty (``restart_delay``)
     prefix never used: every master is marked to serve at once). No lease is longer than
     ``restart_delay``: the lock layer cuts a longer ``ttl`` to it (``capabilities.max_ttl``),
     for grants, renewals and extensions alike. Each master also records the longest
-    ``restart_delay`` of the clients granted a lease on it (``<prefix>:longest-lease``), and
-    the client marks a master that lost its data to serve only after the longest of its own
-    and those the other masters recorded, so every grant it forgot has run out when it
-    grants again, also where the clients of a deployment were given different delays. With
+    ``restart_delay`` of the clients granted a lease on it, plus the grant's ``lock_delay``
+    (``<prefix>:longest-lease``), and the client marks a master that lost its data to serve
+    only after the longest of its own and those the other masters recorded, so every grant
+    it forgot has run out, and its lock-delay after it, when it grants again, also where the
+    clients of a deployment were given different delays. With
     ``restart_delay=0`` a master restarted empty grants at once: the lock it forgot can be
     granted again while its holder still holds it on the other masters of its quorum, which
     makes two holders whenever those others and the restarted master are a quorum together.
@@ -91,6 +92,18 @@ Masters restarted empty (``restart_delay``)
     grants: such a master serves again at once. If every master loses its data at once, the
     deployment is new again: nothing can tell the earlier grants, whose holders learn of
     their loss at their next renewal.
+
+Lock-delay (``lock_delay``)
+    Each master keeps a grant made with a lock-delay as one Redis server does (see the Redis
+    backend's ``.lua``): lapsed, once its lease ran out there, until its delay has passed too. A
+    grant lapsed on a quorum of the masters refuses every grant (a grant needs a quorum of
+    masters where the name is free, and two quorums share a master); fewer masters cannot keep
+    the name closed alone. ``status`` shows a grant that a quorum keeps, but fewer than a quorum
+    still hold live, as lapsed, for as long as a quorum keeps it. A renewal grants a hold anew
+    on the masters that lack it, never on one where it lapsed (a grant once lost is not
+    revived); one that a quorum no longer renews is lost. A master that lost its data stays out
+    for the lock-delay too (above). A master that missed the grant never had it: the delay rests
+    on the quorum that granted it, as the grant did.
 
 What it cannot promise
     Redlock's safety rests on timing: the masters' clocks must run at about the same rate

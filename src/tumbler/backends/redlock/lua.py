@@ -6,14 +6,16 @@
     A master without one has lost its data (it restarted without persistence) or was never
     used; the client decides which (see ``.common``) and writes it (``MARK``). A grant on a
     master whose marker is missing or still in the future is refused, so a master restarted
-    empty stays out for ``restart_delay``, longer than any lease it could have forgotten.
+    empty stays out for ``restart_delay``, longer than any lease it could have forgotten (and
+    its lock-delay, see ``longest-lease``).
 
 ``<prefix>:token-floor``, ``<prefix>:longest-lease``
     what a master remembers of the whole deployment (no expiry): the greatest value it drew
     or was raised to for any name, below which it draws nothing (so a master restarted empty
     and given the floor of the others draws above every token they hold), and the longest
-    ``restart_delay`` of any client that was granted a lease on it (the longest lease it may
-    have forgotten). ``MARK`` gives a master that lost its data both, as the others have them.
+    ``restart_delay`` of any client that was granted a lease on it, plus the grant's
+    lock-delay (how long a grant it may have forgotten could still count: its lease, then
+    lapsed). ``MARK`` gives a master that lost its data both, as the others have them.
 
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
 less take it too (``RAISE_TOKEN``, where they never gave it out) before the grant counts, so
@@ -31,11 +33,12 @@ from __future__ import annotations
 
 from ..redis import lua as redis_lua
 
-#: GRANT with the marker check first. KEYS: the lock's keys, then the master's marker, its
-#: token floor and its longest lease. ARGV: as GRANT, then the client's proposal for the
-#: sequence (microseconds) and its restart_delay (ms). Returns as GRANT, or {-1} if the master
-#: has no marker, {-2, ms} if it may grant only in ms milliseconds. Every value drawn, for
-#: any name, is above the floor and becomes it.
+#: GRANT with the marker check first. KEYS: the lock's keys, then the master's marker, its token
+#: floor and its longest lease. ARGV: as GRANT (its lock_delay_ms included: each master keeps a
+#: lapsed grant as one Redis server does), then the client's proposal for the sequence
+#: (microseconds) and its restart_delay plus the request's lock-delay (ms). Returns as GRANT, or
+#: {-1} if the master has no marker, {-2, ms} if it may grant only in ms milliseconds. Every
+#: value drawn, for any name, is above the floor and becomes it.
 GRANT = redis_lua.with_prelude(
     redis_lua.GRANT,
     """
@@ -44,8 +47,8 @@ if not serving_from then return {-1} end
 serving_from = tonumber(serving_from) or 0
 if serving_from > now_ms then return {-2, serving_from - now_ms} end
 local floor = counter(call('GET', KEYS[11])) or 0
-if counter(ARGV[12]) then
-    sequence_floor = math.max(counter(ARGV[12]), floor + 1)
+if counter(ARGV[13]) then
+    sequence_floor = math.max(counter(ARGV[13]), floor + 1)
 else
     sequence_floor = math.max(sequence_floor, floor + 1)
 end
@@ -55,26 +58,26 @@ next_value = function(K)
     call('SET', KEYS[11], string.format('%d', value))
     return value
 end
-if (counter(call('GET', KEYS[12])) or 0) < tonumber(ARGV[13]) then
-    call('SET', KEYS[12], ARGV[13])
+if (counter(call('GET', KEYS[12])) or 0) < tonumber(ARGV[14]) then
+    call('SET', KEYS[12], ARGV[14])
 end
 """,
 )
 
-#: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. If the owner
-#: holds a live grant and the name's sequence is below ``token`` (this master never gave it
-#: out), the grant's token becomes ``token``, and the name's sequence and the master's floor at
-#: least ``token``: returns 1, as it does if the grant has the token already. Returns 0 (and
-#: changes nothing) if the owner holds no grant here, or the sequence is at ``token`` or past
-#: it: the master drew it, or was raised to it, for another grant, which may hold beside this
-#: one (a semaphore's, a reader's), and two holders must not share a token.
+#: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. If the owner holds
+#: a live grant (not a lapsed one) and the name's sequence is below ``token`` (this master never
+#: gave it out), the grant's token becomes ``token``, and the name's sequence and the master's
+#: floor at least ``token``: returns 1, as it does if the grant has the token already. Returns 0
+#: (and changes nothing) if the owner holds no grant here, or the sequence is at ``token`` or
+#: past it: the master drew it, or was raised to it, for another grant, which may hold beside
+#: this one (a semaphore's, a reader's), and two holders must not share a token.
 RAISE_TOKEN = redis_lua.script(
     """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
 local token = tonumber(ARGV[2])
 local e = get(K, owner)
-if not e or not e.token then return 0 end
+if not e or not e.token or e.lapsed then return 0 end
 if e.token == token then return 1 end
 if e.token > token or (counter(call('GET', K.n)) or 0) >= token then return 0 end
 e.token = token
@@ -91,13 +94,14 @@ return 1
 #: prefix and the lock name (as RELEASE's). The owner's grant, one that did not count (no
 #: quorum), goes back in line where it was (its arrival number kept) as a waiter entry, and
 #: the waiters that can go now are woken. Returns 1, or 0 (changing nothing) if the owner
-#: holds no grant here.
+#: holds no grant here, or a lapsed one: given back too late, it stays for its lock-delay,
+#: as after a release.
 REQUEUE = redis_lua.script(
     """
 local K = lock_keys(1)
 local owner = redis.sha1hex(ARGV[1])
 local e = get(K, owner)
-if not e or not e.token then return 0 end
+if not e or not e.token or e.lapsed then return 0 end
 remove(K, owner, e)
 e.token = nil
 e.expires = now_ms + tonumber(ARGV[2])

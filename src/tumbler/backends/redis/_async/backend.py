@@ -697,6 +697,7 @@ class AsyncRedisBackend(AsyncInspectEachName):
             round(self.clock.now() * 1e6)
             if subscribed and request.queue and request.renewed and self._takes_hand_offs
             else b"",
+            round(request.lock_delay * 1000) if request.lock_delay else b"",
         ]
         if on is None:
             result = await self._run(request.name, self._grant, keys, args)
@@ -877,24 +878,31 @@ class AsyncRedisBackend(AsyncInspectEachName):
             value = value.decode() if isinstance(value, bytes) else value
             entries.append(lua.parse_entry(owner, value))
         state = LockStateBuilder(name)
+        state.malformed = malformed
         # holders in grant order: a token grows with every grant
-        for _seq, shared, limit, token, expires_ms, holder in sorted(
-            entries, key=lambda entry: entry[3] or 0
-        ):
+        for entry in sorted(entries, key=lambda entry: entry.token or 0):
+            lapsed = entry.lapsed(now_ms)
+            # a lapsed grant's time left is its delay's
+            ends_ms = entry.expires_ms + entry.delay_ms if lapsed else entry.expires_ms
             state.add(
-                token=token,
-                shared=shared,
-                limit=limit,
-                expires_in=(expires_ms - now_ms) / 1000,
-                holder=holder,
+                token=entry.token,
+                shared=entry.shared,
+                limit=entry.limit,
+                expires_in=(ends_ms - now_ms) / 1000,
+                holder=entry.holder,
+                lapsed=lapsed,
             )
-        return LockState(
-            name=name,
-            holders=state.holders,
-            waiters=state.waiters,
-            limit=state.limit,
-            malformed=malformed,
-        )
+        return state.build()
+
+    async def inspect_all(self) -> list[LockState]:
+        """The state of every lock name with a holder, a waiter or a lapsed grant (which
+        closes its name as a holder does), sorted by name."""
+        states = []
+        for name in sorted(await self.lock_names()):
+            state = await self.inspect(name)
+            if state.holders or state.waiters or state.lapsed:
+                states.append(state)
+        return states
 
     async def lock_names(self) -> set[str]:
         names = set()

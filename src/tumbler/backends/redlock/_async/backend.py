@@ -560,6 +560,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         """The GRANT (see ``.lua``) of ``request`` with a lease of ``ttl`` on master ``index``,
         leaving a waiter entry if ``queue``; ``proposal``: the sequence's (µs)."""
         keys: list[str | bytes] = [*self._lock_keys(request.name), *self._master_keys]
+        delay_ms = round(request.lock_delay * 1000)
         args: list[str | bytes | int] = [
             request.owner,
             b"1" if request.shared else b"0",
@@ -572,8 +573,11 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             self._client_on(self.masters[index]),
             self._max_waiters,
             b"",
+            delay_ms or b"",
             proposal,
-            self._restart_delay_ms,
+            # a master that lost its data stays out for as long as a grant it forgot may
+            # count: its lease, then its lock-delay (see .common)
+            self._restart_delay_ms + delay_ms if self._restart_delay_ms else 0,
         ]
         return _GRANT.call(keys, args)
 
@@ -610,9 +614,10 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def _mark(self, new: list[int], needed: int, name: str) -> bool:
         """Mark the masters that have no marker (see ``.common``); whether any was marked.
         Where another master has served for a while, they lost their data: they wait for the
-        longest restart_delay any client of the deployment has (the longest lease they may
-        have forgotten), and take the greatest token floor of the others. Where none has, the
-        deployment is new: they serve at once."""
+        longest restart_delay any client of the deployment has, with the longest lock-delay
+        granted with it (the longest a grant they may have forgotten could count), and take
+        the greatest token floor of the others. Where none has, the deployment is new: they
+        serve at once."""
         read = _MARK.call(self._master_keys, [b"", b"", b""])
         results = await self._fan_out({master.index: [read] for master in self._targets(needed)})
         answered = marked = 0
@@ -872,47 +877,74 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         that reached them later than the others, then stopped, or that is still on its way to
         the others) holds up no grant, and runs out. A waiter is counted once it is in line
         where it can be granted, so that a request made after that cannot be ahead of it on
-        a quorum (the arrival order a fair lock keeps)."""
+        a quorum (the arrival order a fair lock keeps). A grant that a quorum keeps, though
+        live on fewer (lapsed on the others: see the Redis backend's ``.lua``), is lapsed,
+        with the time a quorum still keeps it."""
         replies = await self._everywhere(name, _INSPECT.call([self.keys.entries(name)], []))
-        grants: dict[str, list[tuple[int, bool, int, float, str]]] = {}
+        # per grant's owner, from each master that has it: (token, shared, limit, seconds
+        # its lease has left or None once it lapsed, seconds the master keeps it, holder)
+        grants: dict[str, list[tuple[int, bool, int, float | None, float, str]]] = {}
         waiting: dict[str, tuple[bool, int, int]] = {}
         malformed = 0
         for raw in replies:
             now_ms, malformed = int(raw[0]), max(malformed, int(raw[1]))
             for index in range(2, len(raw), 2):
                 owner = _text(raw[index])
-                _seq, shared, limit, token, expires_ms, holder = redis_lua.parse_entry(
-                    owner, _text(raw[index + 1])
-                )
-                if token is None:
-                    lines = waiting.get(owner, (shared, limit, 0))[2]
-                    waiting[owner] = (shared, limit, lines + 1)
-                else:
-                    grants.setdefault(owner, []).append(
-                        (token, shared, limit, (expires_ms - now_ms) / 1000, holder)
+                entry = redis_lua.parse_entry(owner, _text(raw[index + 1]))
+                if entry.token is None:
+                    lines = waiting.get(owner, (entry.shared, entry.limit, 0))[2]
+                    waiting[owner] = (entry.shared, entry.limit, lines + 1)
+                    continue
+                live = (entry.expires_ms - now_ms) / 1000
+                kept = (entry.expires_ms + entry.delay_ms - now_ms) / 1000
+                grants.setdefault(owner, []).append(
+                    (
+                        entry.token,
+                        entry.shared,
+                        entry.limit,
+                        None if entry.lapsed(now_ms) else live,
+                        kept,
+                        entry.holder,
                     )
+                )
         state = LockStateBuilder(name)
-        held = []
+        state.malformed = malformed
+        found = []
         for owner, seen in grants.items():
-            token, shared, limit, _left, holder = max(seen)
+            token, shared, limit, _live, _kept, holder = max(seen, key=lambda grant: grant[0])
             needed = quorum(len(self.masters), shared, limit)
             waiting.pop(owner, None)  # a grant on some masters: not a waiter for anyone
             if len(seen) < needed:
                 continue
-            lefts = sorted((entry[3] for entry in seen), reverse=True)
-            held.append((token, shared, limit, lefts[needed - 1], holder))
-        for token, shared, limit, left, holder in sorted(held):
-            state.add(token=token, shared=shared, limit=limit, expires_in=left, holder=holder)
+            lives = sorted((grant[3] for grant in seen if grant[3] is not None), reverse=True)
+            if len(lives) >= needed:
+                found.append((token, shared, limit, lives[needed - 1], holder, False))
+            else:
+                kepts = sorted((grant[4] for grant in seen), reverse=True)
+                found.append((token, shared, limit, kepts[needed - 1], holder, True))
+        for token, shared, limit, left, holder, lapsed in sorted(found):
+            state.add(
+                token=token,
+                shared=shared,
+                limit=limit,
+                expires_in=left,
+                holder=holder,
+                lapsed=lapsed,
+            )
         for shared, limit, lines in waiting.values():
             if lines >= quorum(len(self.masters), shared, limit):
                 state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
-        return LockState(
-            name=name,
-            holders=state.holders,
-            waiters=state.waiters,
-            limit=state.limit,
-            malformed=malformed,
-        )
+        return state.build()
+
+    async def inspect_all(self) -> list[LockState]:
+        """The state of every lock name with a holder, a waiter or a lapsed grant (which
+        closes its name as a holder does), sorted by name."""
+        states = []
+        for name in sorted(await self.lock_names()):
+            state = await self.inspect(name)
+            if state.holders or state.waiters or state.lapsed:
+                states.append(state)
+        return states
 
     async def lock_names(self) -> set[str]:
         names: set[str] = set()
