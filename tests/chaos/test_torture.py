@@ -78,13 +78,20 @@ def _torture(
     tmp_path: Path,
     fencing: str = "on",
     primitives: tuple[str, ...] = ("lock",),
+    lock_delay: float = 0.0,
 ) -> BackendRun:
     spec = deployments()[backend]
     reason = spec.unavailable()
     if reason is not None:
         server_unavailable(f"cannot torture {backend}: {reason}")
     settings = Options(
-        seconds=SECONDS, ttl=1.0, seed=7, fencing=fencing, workdir=tmp_path, primitives=primitives
+        seconds=SECONDS,
+        ttl=1.0,
+        seed=7,
+        fencing=fencing,
+        workdir=tmp_path,
+        primitives=primitives,
+        lock_delay=lock_delay,
     )
     try:
         run = run_backend(spec, rounds, settings, tmp_path)
@@ -319,6 +326,26 @@ def test_without_fencing_the_checker_finds_the_paused_holders_write(tmp_path: Pa
     # unfenced, these are "not promised": the round passes, the report shows them
     assert round_.ok, _describe(round_)
     assert round_.directory is not None
+
+
+@pytest.mark.timeout(60)
+def test_without_fencing_a_lock_delay_past_the_pause_lets_no_stale_write_land(
+    tmp_path: Path,
+) -> None:
+    """The control experiment again, with a lock-delay longer than a pause outlasts the lease
+    (a pause of 3 s from a lease of 1 s, renewed a third of the way in): nobody is granted
+    the lock until the paused holder's write has landed, so the unfenced resource gets no
+    stale write and loses no update, where the test above finds both."""
+    run = _torture("sqlite", ["pause"], tmp_path, fencing="off", lock_delay=4.0)
+    (round_,) = run.rounds
+    report = _describe(round_)
+    assert round_.check.faults >= 1, report
+    assert round_.check.holds_lost >= 1, report  # a pause outlasted a lease ...
+    found = round_.check.by_kind()
+    assert found["stale-accepted"] == found["lost-update"] == found["overlap"] == 0, report
+    # ... and no grant came while the holder was paused: what the delay is for
+    assert not round_.exercised, report
+    assert "no grant while a holder was paused" in round_.exercised_note, report
 
 
 @pytest.mark.timeout(90)

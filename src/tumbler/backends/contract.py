@@ -538,7 +538,8 @@ class Backend(Protocol):
         ...
 
     def inspect_all(self) -> list[LockState]:
-        """``inspect`` of every name with at least one live grant or waiter, sorted by name."""
+        """``inspect`` of every name with at least one live grant, waiter or lapsed grant,
+        sorted by name."""
         ...
 
     def force_release(self, name: str, note: str) -> int:

@@ -30,10 +30,11 @@ class AsyncInspectEachName:
         raise NotImplementedError
 
     async def inspect_all(self) -> list[LockState]:
-        """The state of every lock name with a holder or a waiter, sorted by name."""
+        """The state of every lock name with a holder, a waiter or a lapsed grant (which
+        closes its name as a holder does), sorted by name."""
         states = []
         for name in sorted(set(await self.lock_names())):
             state = await self.inspect(name)
-            if state.holders or state.waiters:
+            if state.holders or state.waiters or state.lapsed:
                 states.append(state)
         return states

@@ -32,10 +32,11 @@ class InspectEachName:
         raise NotImplementedError
 
     def inspect_all(self) -> list[LockState]:
-        """The state of every lock name with a holder or a waiter, sorted by name."""
+        """The state of every lock name with a holder, a waiter or a lapsed grant (which
+        closes its name as a holder does), sorted by name."""
         states = []
         for name in sorted(set(self.lock_names())):
             state = self.inspect(name)
-            if state.holders or state.waiters:
+            if state.holders or state.waiters or state.lapsed:
                 states.append(state)
         return states

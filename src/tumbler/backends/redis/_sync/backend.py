@@ -896,16 +896,6 @@ class RedisBackend(InspectEachName):
             )
         return state.build()
 
-    def inspect_all(self) -> list[LockState]:
-        """The state of every lock name with a holder, a waiter or a lapsed grant (which
-        closes its name as a holder does), sorted by name."""
-        states = []
-        for name in sorted(self.lock_names()):
-            state = self.inspect(name)
-            if state.holders or state.waiters or state.lapsed:
-                states.append(state)
-        return states
-
     def lock_names(self) -> set[str]:
         names = set()
         for key in self._scan():

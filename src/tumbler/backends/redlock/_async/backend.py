@@ -936,16 +936,6 @@ class AsyncRedlockBackend(AsyncInspectEachName):
                 state.add(token=None, shared=shared, limit=limit, expires_in=0.0, holder="")
         return state.build()
 
-    async def inspect_all(self) -> list[LockState]:
-        """The state of every lock name with a holder, a waiter or a lapsed grant (which
-        closes its name as a holder does), sorted by name."""
-        states = []
-        for name in sorted(await self.lock_names()):
-            state = await self.inspect(name)
-            if state.holders or state.waiters or state.lapsed:
-                states.append(state)
-        return states
-
     async def lock_names(self) -> set[str]:
         names: set[str] = set()
         answered = 0

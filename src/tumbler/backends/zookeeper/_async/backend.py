@@ -1099,15 +1099,6 @@ class AsyncZooKeeperBackend(AsyncInspectEachName):
                 )
         return state.build()
 
-    async def inspect_all(self) -> list[LockState]:
-        """``inspect`` of every name with a holder, a waiter or a lapsed grant."""
-        states = []
-        for name in sorted(set(await self.lock_names())):
-            state = await self.inspect(name)
-            if state.holders or state.waiters or state.lapsed:
-                states.append(state)
-        return states
-
     async def lock_names(self) -> list[str]:
         with translate_errors(self.url):
             nodes = await self._children(self.config.base)

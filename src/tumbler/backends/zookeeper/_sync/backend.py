@@ -1093,15 +1093,6 @@ class ZooKeeperBackend(InspectEachName):
                 )
         return state.build()
 
-    def inspect_all(self) -> list[LockState]:
-        """``inspect`` of every name with a holder, a waiter or a lapsed grant."""
-        states = []
-        for name in sorted(set(self.lock_names())):
-            state = self.inspect(name)
-            if state.holders or state.waiters or state.lapsed:
-                states.append(state)
-        return states
-
     def lock_names(self) -> list[str]:
         with translate_errors(self.url):
             nodes = self._children(self.config.base)
