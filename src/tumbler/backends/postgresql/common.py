@@ -104,7 +104,7 @@ How a hold can be lost here
 
 Lock-delay
     A grant made with a ``lock_delay`` keeps it in its row (``lock_delay``, in seconds), whose
-    ``expires_at`` is then the end of its lease plus the delay (see :mod:`.statements`): the
+    ``expires_at`` is then the end of its lease plus the delay (see ``statements``): the
     row, and with it the name's closure, outlives the lease by the delay, on the server's
     clock like the lease, and whatever drops rows that ran out leaves it until then. A grant
     a release hands to a waiter takes its delay at the take-up, not before: a waiter that
