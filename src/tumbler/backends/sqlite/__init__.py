@@ -38,6 +38,10 @@ CAPABILITIES = Capabilities(
     line_cap=True,
     # a grant's row keeps its lock-delay, and outlives its lease by it (backend.py)
     lock_delay=True,
+    # Every change of a name's entries rings the doorbells its state watchers registered
+    # (backend.py, "Waking state watchers"); without doorbells a watcher polls: nothing could
+    # tell it of another process's change sooner.
+    state_wakeups=sys.platform.startswith("linux"),
 )
 
 

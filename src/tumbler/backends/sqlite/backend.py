@@ -44,6 +44,26 @@ Waking waiters
     can ring them: a ring only makes a waiter try again. Elsewhere waiters poll with a
     jittered backoff (2 to 50 ms).
 
+Waking state watchers (``locks.watch``, elections' ``observe``)
+    A state watcher registers its client's doorbell for the name in ``tumbler_watchers`` (a
+    row of name, doorbell and expiry, set again by the watch every ``WATCHER_TTL / 3``, so a
+    watcher that went away stops being rung within ``WATCHER_TTL``, 30 s; rows that ran out
+    go at the next registration, and every row at a new boot). Every transaction that
+    changes a name's entries (a grant, a waiter arriving, a release, a withdrawal, a forced
+    release, the removal of rows that ran out: by a grant of the name, or the sweep of
+    others) rings, after its commit, the doorbells registered for that name, with a mark that
+    wakes the client's state watchers only (``STATE_TAG``), not its waiters. The uncontended
+    pair learns of them with its changes: the grant's draw of a token and the release's
+    DELETE return them from a subquery on the table's primary key, so a name nobody watches
+    costs them no statement more (under a microsecond each); a waiter's arrival, the removal
+    of rows that ran out and a forced release look them up with a statement of their own
+    before the commit (the sweep reads the expired rows first, and deletes only if it found
+    any). A ring is a hint, as for waiters: the watcher reads the name again, and again every
+    ``recheck_interval`` anyway (a lease that ran out with nobody to remove its row, a change
+    by an older tumbler, a watcher in another network namespace). Without doorbells (not
+    Linux) nobody could ring a watcher in another process, so ``state_wakeups`` is off
+    there, and watchers poll.
+
 How a hold can be lost here
     Only by its lease running out (the holder stopped renewing: paused, or unable to get the
     file's write lock within ``busy_timeout`` for a whole lease) or by ``force_release``.
@@ -167,6 +187,7 @@ from ...errors import (
     TumblerError,
 )
 from ..contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -174,14 +195,14 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..kit import HubWatch, LockStateBuilder
+from ..kit import BaseWatch, HubWatch, LockStateBuilder
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
 from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
 
 if TYPE_CHECKING:
-    from ..kit.adapter import AsyncAdapter
+    from ._asyncio import SQLiteAdapter
 
 T = TypeVar("T")
 
@@ -263,6 +284,28 @@ _SCHEMA = (
         UNIQUE (name, owner)
     )""",
     "CREATE INDEX IF NOT EXISTS tumbler_evictions_expiry ON tumbler_evictions (expires_at)",
+    # Added after schema 1 was released, as tumbler_evictions was; a client of an older
+    # tumbler never reads it (its changes ring no state watcher: they see them at a re-check).
+    # No index on expires_at: only a watcher's own upkeep looks rows up by it.
+    """CREATE TABLE IF NOT EXISTS tumbler_watchers (
+        name       TEXT NOT NULL,
+        wake       TEXT NOT NULL,       -- the doorbell of a client that watches the name's state
+        expires_at INTEGER NOT NULL,    -- ns on the boot-time clock of boot meta.boot_id
+        PRIMARY KEY (name, wake)
+    ) WITHOUT ROWID""",
+)
+
+#: how long a state watcher's row lives unless its watch sets it again (at a third of it, as
+#: it waits): a watcher that went away costs the name's changes a ring to nobody for at most
+#: this long
+WATCHER_TTL = 30.0
+
+#: the doorbells of the state watchers of a name (parameters: name, now), space-separated, or
+#: NULL if nobody watches it: a subquery that a grant's draw of its token and a release return
+#: beside their own results, so that a pair on a name nobody watches costs no statement more
+#: (one look into the table's primary key, inside each statement)
+_WATCHERS = (
+    "(SELECT group_concat(wake, ' ') FROM tumbler_watchers WHERE name = ? AND expires_at > ?)"
 )
 
 
@@ -725,7 +768,9 @@ class _Doorbell:
     name of a lock whose waiter of this client the grant rule now lets through; a thread of its
     own turns each ring into ``hub.notify(name)``. A ring is a hint, never a grant: the waiter
     tries again, and keeps polling (``recheck_interval``) in case a ring was lost (a full
-    buffer, a releaser of an older tumbler, a lease that ran out by itself).
+    buffer, a releaser of an older tumbler, a lease that ran out by itself). A ring for this
+    client's state watchers (``_STATE_RING`` before the name) wakes them alone:
+    ``hub.notify(name, (STATE_TAG,))``.
 
     Anyone on the machine who reads the database can ring it: that costs the waiter a try.
     """
@@ -759,7 +804,9 @@ class _Doorbell:
                 return
             if self._closed:
                 return
-            if ring:
+            if ring.startswith(_STATE_RING):
+                self._hub.notify(ring[1:].decode("utf-8", "replace"), (STATE_TAG,))
+            elif ring:
                 self._hub.notify(ring.decode("utf-8", "replace"))
 
     def close(self) -> None:
@@ -776,6 +823,10 @@ class _Doorbell:
             reader.join()
         self._socket.close()
 
+
+#: what a ring for state watchers starts with, before the name (a lock name has no control
+#: characters, so a waiter's ring never does)
+_STATE_RING = b"\0"
 
 #: the socket rings go out through (one per process: sendto needs no connection)
 _SENDER: socket.socket | None = None
@@ -808,6 +859,37 @@ def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | Non
     ]
     through, _ = core.let_through(line)
     return {wake for i in through if (wake := rows[i][6]) is not None}
+
+
+class _Changes:
+    """The names whose entries one transaction changed, and the doorbells of their state
+    watchers: said by the statement that made the change where it can (``_WATCHERS`` in its
+    ``RETURNING``), else looked up once before the commit (``read_rest``). Rung after the
+    commit (``SQLiteBackend._tell``). The write lock keeps the watchers as they are until
+    then: one that registers after the commit reads the change itself."""
+
+    __slots__ = ("bells", "unread")
+
+    def __init__(self) -> None:
+        #: name -> its watchers' doorbells, space-separated (None: nobody watches it)
+        self.bells: dict[str, str | None] = {}
+        #: names changed whose watchers are not read yet
+        self.unread: set[str] = set()
+
+    def said(self, name: str, bells: str | None) -> None:
+        """``name`` changed, and a statement returned its watchers (``_WATCHERS``)."""
+        self.bells[name] = bells
+        self.unread.discard(name)
+
+    def changed(self, name: str) -> None:
+        """``name`` changed; its watchers are read before the commit."""
+        if name not in self.bells:
+            self.unread.add(name)
+
+    def read_rest(self, db: sqlite3.Connection, now: int) -> None:
+        for name in self.unread:
+            (self.bells[name],) = db.execute(f"SELECT {_WATCHERS}", (name, now)).fetchone()
+        self.unread.clear()
 
 
 class _Busy(Exception):
@@ -871,6 +953,35 @@ _ERRORS = ErrorMap(
         "{site.db.path} is not a usable tumbler database: {error}",
     ),
 )
+
+
+class SQLiteStateWatch(BaseWatch):
+    """A state watcher's watch (``locks.watch``): entering registers the client's doorbell as
+    a watcher of the name (``SQLiteBackend.follow_state``), and each wait registers it again
+    once a third of ``WATCHER_TTL`` has passed, so its row outlives the watch by at most
+    ``WATCHER_TTL``. Every change of the name's entries rings the doorbell from then on;
+    the hub, subscribed at construction, passes the rings on (``STATE_TAG``: no waiter's)."""
+
+    def __init__(self, backend: SQLiteBackend, name: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+        self._backend = backend
+        self._marked_at = -math.inf
+
+    def _subscribe(self) -> bool:
+        self._mark()
+        return False  # the hub heard everything since construction; the caller reads next
+
+    def _mark(self) -> None:
+        self._backend.follow_state(self.name)
+        self._marked_at = time.monotonic()
+
+    def wait(self, timeout: float) -> None:
+        if time.monotonic() - self._marked_at > WATCHER_TTL / 3:
+            # a row not set again stops the rings: the watcher's re-checks still see every
+            # change, only later
+            with contextlib.suppress(BackendUnavailable):
+                self._mark()
+        super().wait(timeout)
 
 
 class SQLiteBackend:
@@ -1002,6 +1113,7 @@ class SQLiteBackend:
                         # their holders died with the boot, and the notes' times are void
                         db.execute("DELETE FROM tumbler_entries")
                         db.execute("DELETE FROM tumbler_evictions")
+                        db.execute("DELETE FROM tumbler_watchers")
                         last = token_after_reboot(last)
                     db.executemany(
                         "INSERT OR REPLACE INTO tumbler_meta (key, value) VALUES (?, ?)",
@@ -1093,43 +1205,58 @@ class SQLiteBackend:
         return self._with_short_pauses(self._try_grant, request)
 
     def _try_grant(self, request: GrantRequest) -> Grant | None:
+        changes = _Changes()
         with self._transaction() as db:
             now = boot_time_ns()
             refresh: list[int] = []
-            line = self._line(db, request.name, now, [request.owner])
-            result = self._decide(db, request, now, line, refresh)
+            line = self._line(db, request.name, now, [request.owner], changes)
+            result = self._decide(db, request, now, line, refresh, changes)
             self._refresh_waiters(db, now, refresh)
-            self._sweep(db, now)
-            return result
+            self._sweep(db, now, changes)
+            changes.read_rest(db, now)
+        self._tell(changes)
+        return result
 
     def try_grant_many(self, requests: Sequence[GrantRequest]) -> list[Grant | TumblerError | None]:
         """``try_grant`` for each request, in order, in one transaction (the asyncio adapter's
         batch of queued polls): the same decisions as one transaction each, back to back, but
         each name's rows are read once. A request refused with an error gets it in its place
         and changes nothing; a failure of the transaction (busy) raises for all."""
+        changes = _Changes()
         with self._transaction() as db:
             now = boot_time_ns()
             owners: dict[str, list[str]] = {}
             for request in requests:
                 owners.setdefault(request.name, []).append(request.owner)
-            lines = {name: self._line(db, name, now, asking) for name, asking in owners.items()}
+            lines = {
+                name: self._line(db, name, now, asking, changes) for name, asking in owners.items()
+            }
             results: list[Grant | TumblerError | None] = []
             refresh: list[int] = []
             for request in requests:
                 try:
-                    results.append(self._decide(db, request, now, lines[request.name], refresh))
+                    line = lines[request.name]
+                    results.append(self._decide(db, request, now, line, refresh, changes))
                 except (PermitsMismatch, TooManyWaiters) as error:
                     results.append(error)
             self._refresh_waiters(db, now, refresh)
-            self._sweep(db, now)
-            return results
+            self._sweep(db, now, changes)
+            changes.read_rest(db, now)
+        self._tell(changes)
+        return results
 
-    def _line(self, db: sqlite3.Connection, name: str, now: int, owners: list[str]) -> _Line:
+    def _line(
+        self, db: sqlite3.Connection, name: str, now: int, owners: list[str], changes: _Changes
+    ) -> _Line:
         """What decisions on the name for ``owners`` need of its live entries (expired ones
         are deleted, lapsed grants kept for their lock-delay): the grants, the fair and the
         shared waiters, and the owners' own. The other waiters (non-fair exclusive ones, the
         many of a busy mutex) play no part."""
-        db.execute("DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now))
+        expired = db.execute(
+            "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
+        ).rowcount
+        if expired:
+            changes.changed(name)
         rows = db.execute(
             "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
             "FROM tumbler_entries WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
@@ -1152,11 +1279,13 @@ class SQLiteBackend:
         now: int,
         line: _Line,
         refresh: list[int],
+        changes: _Changes,
     ) -> Grant | None:
         """Decide one request inside a transaction and record it; ``line`` (the name's live
         entries) is updated to match, so that the next request of a batch sees this one. A
         waiter that stays one is added to ``refresh`` (its entry's lease is renewed with the
-        others at the end of the transaction: no decision in it depends on that lease)."""
+        others at the end of the transaction: no decision in it depends on that lease). A
+        grant or a new waiter goes into ``changes``, with the name's state watchers."""
         plan = core.plan(
             line.relevant(request),
             request.owner,
@@ -1178,9 +1307,12 @@ class SQLiteBackend:
         expires_at = now + round(self.capabilities.waiter_ttl * 1e9)
         lock_delay = 0  # a waiter's: it has no grant to lose
         if plan.decision is core.Decision.GRANT:
-            (token,) = db.execute(
-                "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value"
+            token, bells = db.execute(
+                "UPDATE tumbler_meta SET value = value + 1 WHERE key = 'last_token' "
+                f"RETURNING value, {_WATCHERS}",
+                (request.name, now),
             ).fetchone()
+            changes.said(request.name, bells)
             lock_delay = round(request.lock_delay * 1e9)
             expires_at = now + round(request.ttl * 1e9) + lock_delay
         if write is core.Write.GRANT_WAITER:
@@ -1225,6 +1357,10 @@ class SQLiteBackend:
                 ),
             ).lastrowid
             assert seq is not None
+            if token is None:
+                # a waiter arrives (RETURNING would cost more than the look-up before the
+                # commit; a grant's watchers came with its token)
+                changes.changed(request.name)
             line.add(
                 core.Entry(request.owner, seq, request.shared, request.limit, request.fair, token)
             )
@@ -1239,12 +1375,18 @@ class SQLiteBackend:
                 (now + round(self.capabilities.waiter_ttl * 1e9), json.dumps(seqs)),
             )
 
-    def _sweep(self, db: sqlite3.Connection, now: int) -> None:
-        db.execute(
-            "DELETE FROM tumbler_entries WHERE seq IN (SELECT seq FROM tumbler_entries "
-            "WHERE expires_at <= ? LIMIT ?)",
-            (now, _SWEEP),
-        )
+    def _sweep(self, db: sqlite3.Connection, now: int, changes: _Changes) -> None:
+        # read first (usually nothing: no DELETE then), for the names whose watchers to ring
+        expired = db.execute(
+            "SELECT seq, name FROM tumbler_entries WHERE expires_at <= ? LIMIT ?", (now, _SWEEP)
+        ).fetchall()
+        if expired:
+            db.execute(
+                "DELETE FROM tumbler_entries WHERE seq IN (SELECT value FROM json_each(?))",
+                (json.dumps([seq for seq, _name in expired]),),
+            )
+            for _seq, name in expired:
+                changes.changed(name)
         db.execute(
             "DELETE FROM tumbler_evictions WHERE id IN (SELECT id FROM tumbler_evictions "
             "WHERE expires_at <= ? LIMIT ?)",
@@ -1315,19 +1457,24 @@ class SQLiteBackend:
         with self._errors():
             # the second column says whether anyone else's entry names a doorbell: only then
             # is the line read again to find whom to ring (a release nobody waits for costs
-            # no second statement). A grant with a lock-delay whose lease is over stays: its
-            # owner's release does not end the delay.
+            # no second statement); the third, the name's state watchers'. A grant with a
+            # lock-delay whose lease is over stays: its owner's release does not end the delay.
             row = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND owner = ? "
                 "AND (lock_delay = 0 OR expires_at - lock_delay > ?) "
                 "RETURNING token IS NOT NULL AND expires_at - lock_delay > ?, EXISTS (SELECT 1 "
-                "FROM tumbler_entries WHERE name = ? AND owner != ? AND wake IS NOT NULL)",
-                (name, owner, now, now, name, owner),
+                "FROM tumbler_entries WHERE name = ? AND owner != ? AND wake IS NOT NULL), "
+                f"{_WATCHERS}",
+                (name, owner, now, now, name, owner, name, now),
             ).fetchone()
-        if row is not None and row[1]:
+        if row is None:
+            return False
+        if row[1]:
             # a grant gone, or a waiter ahead in a fair line: someone may go now
             self._ring(db, name, now)
-        return bool(row and row[0])
+        if row[2] is not None:
+            self._ring_watchers(name, row[2])
+        return bool(row[0])
 
     def _ring(self, db: sqlite3.Connection, name: str, now: int) -> None:
         """Ring the doorbells of the waiters of ``name`` that may go now (after the commit
@@ -1354,8 +1501,47 @@ class SQLiteBackend:
             with contextlib.suppress(OSError):  # gone, or its buffer is full
                 _ring(address, payload)
 
+    def _tell(self, changes: _Changes) -> None:
+        """Ring the state watchers of the names a transaction changed (after its commit)."""
+        for name, bells in changes.bells.items():
+            if bells is not None:
+                self._ring_watchers(name, bells)
+
+    def _ring_watchers(self, name: str, bells: str) -> None:
+        """Ring each of ``bells`` (space-separated doorbells) for the state of ``name``."""
+        if not DOORBELLS:
+            return
+        payload = _STATE_RING + name.encode("utf-8")
+        own = self._doorbell.address if self._doorbell is not None else None
+        for address in bells.split():
+            if address == own and self.hub is not None:
+                self.hub.notify(name, (STATE_TAG,))  # our own watchers: no need for the socket
+                continue
+            with contextlib.suppress(OSError):  # gone, or its buffer is full
+                _ring(address, payload)
+
     def watch(self, name: str, owner: str) -> HubWatch:
         return HubWatch(self.clock, name, self.hub)
+
+    def watch_state(self, name: str) -> SQLiteStateWatch:
+        return SQLiteStateWatch(self, name)
+
+    def follow_state(self, name: str) -> None:
+        """Register this client's doorbell as a watcher of ``name``'s state for
+        ``WATCHER_TTL`` (every change of its entries rings it from the commit of this on),
+        and drop the rows of watchers that ran out. Nothing where there are no doorbells."""
+        doorbell = self._doorbell
+        if doorbell is None:
+            return
+        doorbell.listen()
+        with self._transaction() as db:
+            now = boot_time_ns()
+            db.execute("DELETE FROM tumbler_watchers WHERE expires_at <= ?", (now,))
+            expires_at = now + round(WATCHER_TTL * 1e9)
+            db.execute(
+                "INSERT OR REPLACE INTO tumbler_watchers VALUES (?, ?, ?)",
+                (name, doorbell.address, expires_at),
+            )
 
     def inspect(self, name: str) -> LockState:
         states = self._states("AND name = ?", (name,))
@@ -1390,11 +1576,12 @@ class SQLiteBackend:
         return [state.build() for state in states.values()]
 
     def force_release(self, name: str, note: str) -> int:
+        changes = _Changes()
         with self._transaction() as db:
             now = boot_time_ns()
-            db.execute(
+            expired = db.execute(
                 "DELETE FROM tumbler_entries WHERE name = ? AND expires_at <= ?", (name, now)
-            )
+            ).rowcount
             # lapsed grants go too (an operator's word ends a delay), but only the grants whose
             # lease was live were taken from a holder: they alone are counted and noted
             removed = db.execute(
@@ -1411,8 +1598,12 @@ class SQLiteBackend:
                     for owner, lease_ends in evicted
                 ],
             )
+            if removed or expired:
+                changes.changed(name)
+                changes.read_rest(db, now)
         if removed:
             self._ring(db, name, now)
+        self._tell(changes)
         return len(evicted)
 
     def evicted(self, name: str, owner: str) -> str | None:
@@ -1441,14 +1632,14 @@ def open_sync(url: BackendURL) -> SQLiteBackend:
     return SQLiteBackend(url)
 
 
-async def open_async(url: BackendURL) -> AsyncAdapter:
+async def open_async(url: BackendURL) -> SQLiteAdapter:
     # Opening may wait for another process's write lock: not on the event loop.
     import asyncio  # the blocking flavour never needs it
 
-    from ..kit.adapter import AsyncAdapter
+    from ._asyncio import SQLiteAdapter
 
     backend = await asyncio.to_thread(SQLiteBackend, url)
-    return AsyncAdapter(backend, in_thread=True, hub=backend.hub)
+    return SQLiteAdapter(backend)
 
 
 if TYPE_CHECKING:

@@ -1,0 +1,57 @@
+"""The SQLite backend's asyncio flavour: the kit's adapter (its calls on a thread of its own),
+with the state watches that register the client's doorbell (see ``backend.py``, "Waking
+state watchers"). Imported by ``open_async`` only: the blocking flavour never loads asyncio's
+side of the kit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+from ...errors import BackendUnavailable
+from ..contract import STATE_TAG
+from ..kit import AsyncBaseWatch
+from ..kit.adapter import AsyncAdapter
+from .backend import WATCHER_TTL, SQLiteBackend
+
+
+class AsyncSQLiteStateWatch(AsyncBaseWatch):
+    """:class:`~.backend.SQLiteStateWatch` for asyncio: it registers through the adapter's
+    thread."""
+
+    def __init__(self, adapter: SQLiteAdapter, name: str) -> None:
+        super().__init__(adapter.clock, name, adapter.sqlite.hub, STATE_TAG)
+        self._adapter = adapter
+        self._marked_at = -math.inf
+
+    async def _subscribe(self) -> bool:
+        await self._mark()
+        return False
+
+    async def _mark(self) -> None:
+        await self._adapter.follow_state(self.name)
+        self._marked_at = time.monotonic()
+
+    async def wait(self, timeout: float) -> None:
+        if time.monotonic() - self._marked_at > WATCHER_TTL / 3:
+            with contextlib.suppress(BackendUnavailable):
+                await self._mark()
+        await super().wait(timeout)
+
+
+class SQLiteAdapter(AsyncAdapter):
+    """``AsyncAdapter`` over :class:`~.backend.SQLiteBackend`, whose state watches register."""
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        super().__init__(backend, in_thread=True, hub=backend.hub)
+        self.sqlite = backend
+
+    # the kit's is a watch of the hub alone, which this one is not (it registers on entry)
+    def watch_state(self, name: str) -> AsyncSQLiteStateWatch:  # type: ignore[override]
+        return AsyncSQLiteStateWatch(self, name)
+
+    async def follow_state(self, name: str) -> None:
+        """:meth:`SQLiteBackend.follow_state`, on the adapter's thread."""
+        await self._call(self.sqlite.follow_state, name)
