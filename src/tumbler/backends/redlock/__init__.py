@@ -32,6 +32,9 @@ CAPABILITIES = Capabilities(
     # each master keeps a lapsed grant as one Redis server does, and one that a quorum keeps
     # refuses every grant a quorum would have to make
     lock_delay=True,
+    # while a client watches a lock's state, every master publishes its changes there, as
+    # one Redis server does; a watcher hears a majority of them (see .common)
+    state_wakeups=True,
 )
 
 

@@ -43,6 +43,21 @@ The algorithm (the Redlock of the Redis documentation)
     tries when the others refuse connections (they are down), after up to ``socket_timeout``
     when they answer late. It never reports a grant no quorum made.
 
+Watching a lock's state (``locks.watch``, elections' ``observe``)
+    As on one Redis server, per master: a state watcher's client subscribes to the lock's
+    channel on each master (confirmed by the master) and then sets the marker key that makes
+    that master's grants, releases, hand-backs and force releases of the lock publish there
+    (``<prefix>:{<name>}:watched``, 30 s, set again every 10 s while it watches: a watcher
+    that went away costs a master's changes of the lock a PUBLISH to nobody for 30 s at
+    most). Entering the watch needs a majority of the masters subscribed and marked: every
+    change that counts was made on a quorum, which shares a master with that majority, so
+    one of them publishes it. One message from any master is enough: it is a hint, after
+    which the watcher reads the lock again (``inspect``, from a quorum); it re-reads every
+    ``recheck_interval`` (1 s) anyway. A master missed at entry (down, or left out after a
+    failure) is subscribed to and marked when the marker is set again. Without the marker a
+    master's scripts only check that it is absent (an ``EXISTS`` inside the script, no round
+    trip).
+
 Fencing tokens
     Each master keeps a sequence per name, as on one Redis server, but draws from
     ``max(sequence + 1, proposal, floor + 1)``, where the proposal is the client's clock in

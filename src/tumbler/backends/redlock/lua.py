@@ -17,6 +17,13 @@
     lock-delay (how long a grant it may have forgotten could still count: its lease, then
     lapsed). ``MARK`` gives a master that lost its data both, as the others have them.
 
+``<prefix>:{<name>}:watched``
+    the Redis backend's marker that a client watches the lock's state, set on each master by
+    the watchers' clients (see ``._async.backend``, ``follow_state``): while it lives there,
+    that master's grants, releases, hand-backs (``REQUEUE``) and force releases of the lock
+    publish on its channel. A watcher needs only the hint: whichever master tells it, it reads
+    the lock again (``inspect``, from a quorum).
+
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
 less take it too (``RAISE_TOKEN``, where they never gave it out) before the grant counts, so
 that a quorum of masters keeps each name's sequence at or above every token granted, and no
@@ -33,20 +40,21 @@ from __future__ import annotations
 
 from ..redis import lua as redis_lua
 
-#: GRANT with the marker check first. KEYS: the lock's keys, then the master's marker, its token
-#: floor and its longest lease. ARGV: as GRANT (its lock_delay_ms included: each master keeps a
-#: lapsed grant as one Redis server does), then the client's proposal for the sequence
-#: (microseconds) and its restart_delay plus the request's lock-delay (ms). Returns as GRANT, or
-#: {-1} if the master has no marker, {-2, ms} if it may grant only in ms milliseconds. Every
-#: value drawn, for any name, is above the floor and becomes it.
+#: GRANT with the marker check first. KEYS: the lock's keys, its state watchers' marker (as
+#: GRANT's: the grant publishes its change there while the marker lives), then the master's
+#: marker, its token floor and its longest lease. ARGV: as GRANT (its lock_delay_ms included:
+#: each master keeps a lapsed grant as one Redis server does), then the client's proposal for the
+#: sequence (microseconds) and its restart_delay plus the request's lock-delay (ms). Returns as
+#: GRANT, or {-1} if the master has no marker, {-2, ms} if it may grant only in ms milliseconds.
+#: Every value drawn, for any name, is above the floor and becomes it.
 GRANT = redis_lua.with_prelude(
     redis_lua.GRANT,
     """
-local serving_from = call('GET', KEYS[10])
+local serving_from = call('GET', KEYS[11])
 if not serving_from then return {-1} end
 serving_from = tonumber(serving_from) or 0
 if serving_from > now_ms then return {-2, serving_from - now_ms} end
-local floor = counter(call('GET', KEYS[11])) or 0
+local floor = counter(call('GET', KEYS[12])) or 0
 if counter(ARGV[13]) then
     sequence_floor = math.max(counter(ARGV[13]), floor + 1)
 else
@@ -55,16 +63,18 @@ end
 local draw = next_value
 next_value = function(K)
     local value = draw(K)
-    call('SET', KEYS[11], string.format('%d', value))
+    call('SET', KEYS[12], string.format('%d', value))
     return value
 end
-if (counter(call('GET', KEYS[12])) or 0) < tonumber(ARGV[14]) then
-    call('SET', KEYS[12], ARGV[14])
+if (counter(call('GET', KEYS[13])) or 0) < tonumber(ARGV[14]) then
+    call('SET', KEYS[13], ARGV[14])
 end
 """,
 )
 
-#: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. If the owner holds
+#: KEYS: the lock's keys, then the master's token floor. ARGV: owner, token. No state watcher is
+#: told: the grant's token changes on this master only, to the one ``inspect`` already reads for
+#: it (the greatest its quorum holds). If the owner holds
 #: a live grant (not a lapsed one) and the name's sequence is below ``token`` (this master never
 #: gave it out), the grant's token becomes ``token``, and the name's sequence and the master's
 #: floor at least ``token``: returns 1, as it does if the grant has the token already. Returns 0
@@ -90,12 +100,12 @@ return 1
 """
 )
 
-#: KEYS: the lock's keys. ARGV: owner, waiter_ttl_ms, client (as GRANT's), the client channel
-#: prefix and the lock name (as RELEASE's). The owner's grant, one that did not count (no
-#: quorum), goes back in line where it was (its arrival number kept) as a waiter entry, and
-#: the waiters that can go now are woken. Returns 1, or 0 (changing nothing) if the owner
-#: holds no grant here, or a lapsed one: given back too late, it stays for its lock-delay,
-#: as after a release.
+#: KEYS: the lock's keys, then its state watchers' marker (optional, as RELEASE's). ARGV:
+#: owner, waiter_ttl_ms, client (as GRANT's), the client channel prefix and the lock name (as
+#: RELEASE's). The owner's grant, one that did not count (no quorum), goes back in line where
+#: it was (its arrival number kept) as a waiter entry, the waiters that can go now are woken,
+#: and the state watchers told. Returns 1, or 0 (changing nothing) if the owner holds no grant
+#: here, or a lapsed one: given back too late, it stays for its lock-delay, as after a release.
 REQUEUE = redis_lua.script(
     """
 local K = lock_keys(1)
@@ -109,6 +119,7 @@ e.client = ARGV[3]
 put(K, e)
 wake_admissible(K, ARGV[4], ARGV[5], true, 0, 0)
 set_expiry(K)
+tell_watchers(KEYS[10])
 return 1
 """
 )

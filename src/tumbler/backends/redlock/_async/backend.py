@@ -13,6 +13,7 @@ import enum
 import functools
 import hashlib
 import logging
+import math
 import random
 import secrets
 import threading
@@ -27,6 +28,7 @@ from ...._acompat import AsyncWorker, ajoin, asleep_real, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -38,7 +40,7 @@ from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
 from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
 from ...redis import lua as redis_lua
-from ...redis._async.backend import AsyncRedisBackend
+from ...redis._async.backend import WATCHED_MS, AsyncRedisBackend
 from ...redis.common import (
     KEYS_CACHED,
     RENEWALS_PER_CALL,
@@ -193,6 +195,39 @@ class AsyncRedlockWatch(AsyncBaseWatch):
     async def _subscribe(self) -> bool:
         self._backend.subscribe_in_background(self.name)
         return False
+
+
+class AsyncRedlockStateWatch(AsyncBaseWatch):
+    """A state watcher's watch: every master publishes the lock's changes while its marker
+    says someone watches (the Redis backend's ``<prefix>:{<name>}:watched``), and any
+    master's message wakes it (the masters' wake-up connections share one hub). Entering
+    subscribes the client to that channel and sets the marker on the masters
+    (the backend's ``follow_state``: a majority at least, so that every change that
+    counts, made on a quorum, is published by one of them); each wait does so again once a
+    third of the marker's life has passed, so it outlives the watch by at most
+    ``WATCHED_MS``, and a master missed before (down, or left out after a failure) is
+    subscribed to then."""
+
+    def __init__(self, backend: AsyncRedlockBackend, name: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+        self._backend = backend
+        self._marked_at = -math.inf
+
+    async def _subscribe(self) -> bool:
+        await self._mark()
+        return False
+
+    async def _mark(self) -> None:
+        await self._backend.follow_state(self.name)
+        self._marked_at = time.monotonic()
+
+    async def wait(self, timeout: float) -> None:
+        if time.monotonic() - self._marked_at > WATCHED_MS / 3000:
+            # markers not set again stop the publishing: the watcher's re-checks still see
+            # every change, only later
+            with contextlib.suppress(BackendUnavailable):
+                await self._mark()
+        await super().wait(timeout)
 
 
 class AsyncRedlockBackend(AsyncInspectEachName):
@@ -405,11 +440,14 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         return self._client if master.backend.wakeups.subscribed() else b""
 
     def _lock_keys(self, name: str) -> list[bytes]:
+        """``keys.lock_keys(name)`` and its state watchers' marker (the keys of GRANT, before
+        the master's own, of RELEASE and of REQUEUE), encoded once for the last names used."""
         found = self._keys_cache.get(name)
         if found is None:
             if len(self._keys_cache) >= KEYS_CACHED:
                 self._keys_cache.clear()
-            found = [key.encode() for key in self.keys.lock_keys(name)]
+            keys = [*self.keys.lock_keys(name), self.keys.watched(name)]
+            found = [key.encode() for key in keys]
             self._keys_cache[name] = found
         return found
 
@@ -603,7 +641,8 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         holding = len(granted) - len(lower)
         if not lower:
             return holding
-        keys: list[str | bytes] = [*self._lock_keys(request.name), self._master_keys[1]]
+        # the lock's keys (without the watchers' marker: see .lua), then the token floor
+        keys: list[str | bytes] = [*self._lock_keys(request.name)[:-1], self._master_keys[1]]
         call = _RAISE_TOKEN.call(keys, [request.owner, token])
         results = await self._fan_out({index: [call] for index in lower})
         for replies in results.values():
@@ -851,6 +890,44 @@ class AsyncRedlockBackend(AsyncInspectEachName):
             with self._guard:
                 master.subscriber = None
 
+    # -- watching a lock's state -------------------------------------------------------------
+
+    def watch_state(self, name: str) -> AsyncRedlockStateWatch:
+        return AsyncRedlockStateWatch(self, name)
+
+    async def follow_state(self, name: str) -> None:
+        """Subscribe to the channel on which each master publishes the lock ``name``'s changes
+        (once per master and client, confirmed by the master: see the Redis backend's
+        ``follow_state``), then set the marker that makes them publish, for ``WATCHED_MS``, on
+        every master that answers. Masters left out after a failure are skipped (the next
+        call, a third of ``WATCHED_MS`` later, tries them again), and one whose subscription
+        fails is left out as after any failed call. ``BackendUnavailable`` if
+        fewer than a majority could be subscribed or marked: a change made on a quorum might
+        then reach no master the client hears."""
+        needed = self._majority
+        now = time.monotonic()
+        followed = 0
+        failures: list[str] = []
+        for master in self.masters:
+            if master.out_until > now:
+                failures.append(f"{master.address}: left out after a failure")
+                continue
+            try:
+                await master.backend.wakeups.follow_state(name)
+            except BackendUnavailable as error:
+                master.failed()
+                failures.append(f"{master.address}: {error.message}")
+                continue
+            followed += 1
+        if followed < needed:
+            raise BackendUnavailable(
+                f"{followed} of {len(self.masters)} Redis masters could be subscribed to for "
+                f"the lock's changes, {needed} are needed: {'; '.join(failures)}",
+                lock_name=name,
+                backend=self.url,
+            )
+        await self._everywhere(name, ("SET", self.keys.watched(name), b"1", "PX", WATCHED_MS))
+
     # -- operators -------------------------------------------------------------------------
 
     async def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
@@ -956,7 +1033,7 @@ class AsyncRedlockBackend(AsyncInspectEachName):
     async def force_release(self, name: str, note: str) -> int:
         """Remove every grant of ``name`` on every master that answers (a majority at least);
         how many holds that ended, as the master that removed most counts them."""
-        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name), self.keys.watched(name)]
         args: list[str | int] = [
             self.keys.client_channel_prefix(),
             name,

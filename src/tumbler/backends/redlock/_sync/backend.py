@@ -15,6 +15,7 @@ import enum
 import functools
 import hashlib
 import logging
+import math
 import random
 import secrets
 import threading
@@ -29,6 +30,7 @@ from ...._acompat import Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import (
+    STATE_TAG,
     Grant,
     GrantRequest,
     LockState,
@@ -40,7 +42,7 @@ from ...kit import BaseWatch, InspectEachName, LockStateBuilder
 from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
 from ...redis import lua as redis_lua
-from ...redis._sync.backend import RedisBackend
+from ...redis._sync.backend import WATCHED_MS, RedisBackend
 from ...redis.common import (
     KEYS_CACHED,
     RENEWALS_PER_CALL,
@@ -195,6 +197,39 @@ class RedlockWatch(BaseWatch):
     def _subscribe(self) -> bool:
         self._backend.subscribe_in_background(self.name)
         return False
+
+
+class RedlockStateWatch(BaseWatch):
+    """A state watcher's watch: every master publishes the lock's changes while its marker
+    says someone watches (the Redis backend's ``<prefix>:{<name>}:watched``), and any
+    master's message wakes it (the masters' wake-up connections share one hub). Entering
+    subscribes the client to that channel and sets the marker on the masters
+    (the backend's ``follow_state``: a majority at least, so that every change that
+    counts, made on a quorum, is published by one of them); each wait does so again once a
+    third of the marker's life has passed, so it outlives the watch by at most
+    ``WATCHED_MS``, and a master missed before (down, or left out after a failure) is
+    subscribed to then."""
+
+    def __init__(self, backend: RedlockBackend, name: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+        self._backend = backend
+        self._marked_at = -math.inf
+
+    def _subscribe(self) -> bool:
+        self._mark()
+        return False
+
+    def _mark(self) -> None:
+        self._backend.follow_state(self.name)
+        self._marked_at = time.monotonic()
+
+    def wait(self, timeout: float) -> None:
+        if time.monotonic() - self._marked_at > WATCHED_MS / 3000:
+            # markers not set again stop the publishing: the watcher's re-checks still see
+            # every change, only later
+            with contextlib.suppress(BackendUnavailable):
+                self._mark()
+        super().wait(timeout)
 
 
 class RedlockBackend(InspectEachName):
@@ -407,11 +442,14 @@ class RedlockBackend(InspectEachName):
         return self._client if master.backend.wakeups.subscribed() else b""
 
     def _lock_keys(self, name: str) -> list[bytes]:
+        """``keys.lock_keys(name)`` and its state watchers' marker (the keys of GRANT, before
+        the master's own, of RELEASE and of REQUEUE), encoded once for the last names used."""
         found = self._keys_cache.get(name)
         if found is None:
             if len(self._keys_cache) >= KEYS_CACHED:
                 self._keys_cache.clear()
-            found = [key.encode() for key in self.keys.lock_keys(name)]
+            keys = [*self.keys.lock_keys(name), self.keys.watched(name)]
+            found = [key.encode() for key in keys]
             self._keys_cache[name] = found
         return found
 
@@ -605,7 +643,8 @@ class RedlockBackend(InspectEachName):
         holding = len(granted) - len(lower)
         if not lower:
             return holding
-        keys: list[str | bytes] = [*self._lock_keys(request.name), self._master_keys[1]]
+        # the lock's keys (without the watchers' marker: see .lua), then the token floor
+        keys: list[str | bytes] = [*self._lock_keys(request.name)[:-1], self._master_keys[1]]
         call = _RAISE_TOKEN.call(keys, [request.owner, token])
         results = self._fan_out({index: [call] for index in lower})
         for replies in results.values():
@@ -853,6 +892,44 @@ class RedlockBackend(InspectEachName):
             with self._guard:
                 master.subscriber = None
 
+    # -- watching a lock's state -------------------------------------------------------------
+
+    def watch_state(self, name: str) -> RedlockStateWatch:
+        return RedlockStateWatch(self, name)
+
+    def follow_state(self, name: str) -> None:
+        """Subscribe to the channel on which each master publishes the lock ``name``'s changes
+        (once per master and client, confirmed by the master: see the Redis backend's
+        ``follow_state``), then set the marker that makes them publish, for ``WATCHED_MS``, on
+        every master that answers. Masters left out after a failure are skipped (the next
+        call, a third of ``WATCHED_MS`` later, tries them again), and one whose subscription
+        fails is left out as after any failed call. ``BackendUnavailable`` if
+        fewer than a majority could be subscribed or marked: a change made on a quorum might
+        then reach no master the client hears."""
+        needed = self._majority
+        now = time.monotonic()
+        followed = 0
+        failures: list[str] = []
+        for master in self.masters:
+            if master.out_until > now:
+                failures.append(f"{master.address}: left out after a failure")
+                continue
+            try:
+                master.backend.wakeups.follow_state(name)
+            except BackendUnavailable as error:
+                master.failed()
+                failures.append(f"{master.address}: {error.message}")
+                continue
+            followed += 1
+        if followed < needed:
+            raise BackendUnavailable(
+                f"{followed} of {len(self.masters)} Redis masters could be subscribed to for "
+                f"the lock's changes, {needed} are needed: {'; '.join(failures)}",
+                lock_name=name,
+                backend=self.url,
+            )
+        self._everywhere(name, ("SET", self.keys.watched(name), b"1", "PX", WATCHED_MS))
+
     # -- operators -------------------------------------------------------------------------
 
     def _everywhere(self, name: str | None, call: tuple[Any, ...]) -> list[Any]:
@@ -956,7 +1033,7 @@ class RedlockBackend(InspectEachName):
     def force_release(self, name: str, note: str) -> int:
         """Remove every grant of ``name`` on every master that answers (a majority at least);
         how many holds that ended, as the master that removed most counts them."""
-        keys = [*self.keys.lock_keys(name), self.keys.evicted(name)]
+        keys = [*self.keys.lock_keys(name), self.keys.evicted(name), self.keys.watched(name)]
         args: list[str | int] = [
             self.keys.client_channel_prefix(),
             name,
