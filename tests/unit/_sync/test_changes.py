@@ -47,6 +47,29 @@ def test_a_watch_reads_an_expiry_when_the_lease_ends() -> None:
     locks.close()
 
 
+def test_a_watch_reads_the_end_of_a_lock_delay_when_it_ends() -> None:
+    """A grant with a lock-delay that nobody renews: its lease runs out, then its delay, and
+    the memory backend announces neither; with re-reads an hour apart, only the reads timed
+    by the lease and by the delay see the lock lapse and then free."""
+    url = fresh_url()
+    locks = connect(url)
+    backend = locks._backend
+    backend.capabilities = dataclasses.replace(backend.capabilities, recheck_interval=3600.0)
+    dead = open_sync(parse_url(url))
+    request = GrantRequest(
+        "delayed", "dead", False, 1, False, ttl=0.3, holder="dead", lock_delay=0.3
+    )
+    assert dead.try_grant(request) is not None
+    with locks.watch("delayed") as changes:
+        held = changes.__next__()
+        assert len(held.holders) == 1
+        lapsed = background(changes.__next__).result()
+        assert (lapsed.holders, len(lapsed.lapsed)) == ((), 1)
+        freed = background(changes.__next__).result()
+        assert (freed.holders, freed.lapsed) == ((), ())
+    locks.close()
+
+
 def test_closing_ends_a_watch_and_closing_the_client_ends_it_with_an_error() -> None:
     locks = client()
     changes = locks.watch("watched")
