@@ -1,7 +1,8 @@
 """The MySQL / MariaDB backend (``mysql://``, ``mariadb://``): lease rows timed on the
-server's clock, waiters woken by a release that interrupts their client's listener. Its URL
-grammar, promises and caveats are in :mod:`.common`; the tables and procedures in
-:mod:`.statements`; the client in :mod:`._async.backend` (and its generated blocking twin).
+server's clock, waiters and state watchers woken by a change that interrupts their client's
+listener. Its URL grammar, promises and caveats are in :mod:`.common`; the tables and
+procedures in :mod:`.statements`; the client in :mod:`._async.backend` (and its generated
+blocking twin).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ CAPABILITIES = Capabilities(
     line_cap=True,
     # a grant's row keeps its lock-delay, and outlives its lease by it (statements.py)
     lock_delay=True,
+    # the changes of a watched name's entries wake its watchers' clients as a release wakes
+    # a waiter's (statements.py, "State watchers"); not with ?wakeups=poll
+    state_wakeups=True,
 )
 
 DEFAULT_PORT = 3306

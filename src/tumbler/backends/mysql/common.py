@@ -53,6 +53,15 @@ Waking waiters
     client once the client listens, or means to (its watch is made: the connection that
     writes its entry then holds the client's waiter lock, till the listener holds its own);
     one whose client polls cannot be told dead.
+    State watchers (``locks.watch``, ``election.observe``) are woken the same way: a client
+    that watches a name keeps a row in ``{p}watched`` while it does (30 s unless set again;
+    deleted as the client stops listening), and each grant, release, forced release and
+    waiter arriving or leaving leaves a wake-up ``* <name>`` for the client of each live row
+    of the name, in its own transaction, and rings its listener after the commit (see
+    ``statements``, "State watchers"). Where nobody watches, that costs one lookup by the
+    table's key inside a procedure the call runs anyway, and no round trip. A user that may
+    only read cannot write that row: its watcher reads every quarter second, as on a backend
+    that wakes no watcher; so does one whose client polls (``wakeups=poll``).
     A release reads the name's grants and the head of its line, each by an index, and a
     decision in the client the part of the line the rule looks at: neither costs more with
     a longer line.

@@ -9,6 +9,7 @@ Tables (``{p}`` is the prefix)::
     {p}evictions   the notes force_release leaves for the holders it evicted
     {p}wakeups     wake-ups a release leaves for a client's listener, read and deleted by it
                    (and the rest deleted as it stops listening)
+    {p}watched     one row per client that watches a name's state, while it does
 
 Why a table of names: each decision on a name runs in one short transaction that first locks
 the name's row (``INSERT ... ON DUPLICATE KEY UPDATE``: it is made if missing, and its lock is
@@ -51,6 +52,20 @@ client of this version adds it to a table an older one made, its rows reading 0 
 column's default). A grant whose delay is none tumbler writes (below 0 or above an hour: the
 column takes no NaN nor infinity) is dropped by its name's next decision, and counted by
 ``inspect``, as an unusable entry is.
+
+State watchers (``locks.watch``, ``election.observe``): a client that watches a name's state
+keeps a row in ``{p}watched`` (the name, the client's listener key, and when the row runs out
+unless the watcher sets it again: ``kit sql.WATCHED_TTL``), written by ``{p}watch`` in a
+transaction that takes the name's row first, as every decision does. Every procedure and
+transaction that changes a name's entries (``{p}grant`` where it grants, adds a waiter or
+revokes a grant nobody will take up; ``{p}release``; ``{p}force_release``; a decision in the
+client that grants or adds a waiter, which commits with ``{p}commit_change``) looks the name
+up in ``{p}watched`` before it commits (:data:`_TELL_WATCHERS`: one lookup by the table's key,
+which finds nothing unless someone watches), and where it finds a live row leaves each
+watching client that listens a wake-up ``* <name>`` (``{p}tell_watchers``) and rings it after
+the commit (``{p}ring_watchers``), as a release wakes a waiter. Entries that ran out are not
+announced: they are gone from ``inspect``'s reading the moment they run out (its watcher reads
+again when the lease it read ends), before any statement deletes them.
 
 The hot paths are procedures, each one ``CALL`` and one round trip, their transaction inside:
 ``{p}grant`` (a request answered where the rule's answer is plain, else sent back for the
@@ -113,6 +128,10 @@ PROCEDURES = (
     "release",
     "force_release",
     "ring",
+    "watch",
+    "tell_watchers",
+    "ring_watchers",
+    "commit_change",
     "sweep",
     "states",
 )
@@ -132,6 +151,18 @@ _NAME = "VARBINARY(255)"  # tumbler's names are at most 255 UTF-8 bytes (_core.M
 # set or collation is compared after a conversion, which no index on the column serves
 _OWNER = "CHAR(40) CHARACTER SET ascii COLLATE ascii_bin"
 _LEASE_END = "UTC_TIMESTAMP(6) + INTERVAL ROUND({seconds} * 1000000) MICROSECOND"
+#: what a transaction that changed ``lock_name``'s entries runs before its commit (in a
+#: procedure that declares ``watching BOOLEAN``): whether anyone watches the name's state, one
+#: lookup by the key of ``{p}watched`` that finds nothing unless someone does; and if so, a
+#: wake-up left for each watching client
+_TELL_WATCHERS = (
+    "SET watching = EXISTS (SELECT 1 FROM {p}watched WHERE name = lock_name "
+    "AND expires_at > UTC_TIMESTAMP(6)); "
+    "IF watching THEN CALL {p}tell_watchers(lock_name); END IF;"
+)
+#: ... and after it: their listeners rung (a ring before the commit would wake a listener
+#: to read wake-ups it cannot see yet)
+_RING_WATCHERS = "IF watching THEN CALL {p}ring_watchers(lock_name); END IF;"
 #: the rows of kit.state.states_of: each entry's time left is its row's, its lock-delay
 #: included (one reading of the clock tells a lapsed grant by both)
 _STATE_COLUMNS = (
@@ -190,8 +221,18 @@ _CREATE = (
     """CREATE TABLE IF NOT EXISTS {p}wakeups (
         seq     BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
         client  BIGINT UNSIGNED NOT NULL,        -- the listening connection to wake
-        message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>"
+        message VARBINARY(400) NOT NULL,         -- "[=terms:]<owner> <name>", "* <name>"
         KEY (client)
+    ) ENGINE=InnoDB""",
+    # One row per client that watches a name's state, while it does: written by {p}watch and
+    # set again before it runs out; the changes of the name's entries wake each live one's
+    # client (see "State watchers" above).
+    f"""CREATE TABLE IF NOT EXISTS {{p}}watched (
+        name       {_NAME} NOT NULL,
+        client     BIGINT UNSIGNED NOT NULL,     -- the watching client's listener key
+        expires_at DATETIME(6) NOT NULL,         -- UTC, on the server's clock
+        PRIMARY KEY (name, client),
+        KEY (expires_at)
     ) ENGINE=InnoDB""",
     # The expired entries of one name, in a transaction that holds the name's row, and those
     # it cannot use (_FAR, _UNUSABLE, _BAD_DELAY): found by the name's index on expiry, its
@@ -233,7 +274,8 @@ _CREATE = (
     # at. A new waiter is not written where "max_waiters" wait already. A grant keeps
     # "delay_asked", its lock-delay (a waiter keeps none); a lapsed grant counts as a grant,
     # and its owner's request finds no live lease to take up: nothing is written for it.
-    # The answer is one row: (token, lease left, undecided, full).
+    # The answer is one row: (token, lease left, undecided, full). The name's state
+    # watchers are told of a grant, a new waiter and a grant revoked (_TELL_WATCHERS).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}grant(
         IN lock_name {_NAME}, IN lock_owner {_OWNER}, IN is_shared BOOLEAN,
         IN permits INT,
@@ -247,6 +289,9 @@ _CREATE = (
         DECLARE mine_token BIGINT UNSIGNED DEFAULT NULL;
         DECLARE mine_left DOUBLE DEFAULT NULL;
         DECLARE untaken BIGINT UNSIGNED DEFAULT NULL;
+        -- whether the entries changed, and whether anyone watches the name's state then
+        DECLARE changed BOOLEAN DEFAULT FALSE;
+        DECLARE watching BOOLEAN DEFAULT FALSE;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -268,6 +313,7 @@ _CREATE = (
                 AND IS_USED_LOCK(CONCAT('tumbler-waiter-', client)) IS NULL LIMIT 1;
             IF untaken IS NULL THEN LEAVE untaken_grants; END IF;
             DELETE FROM {{p}}entries WHERE seq = untaken;
+            SET changed = TRUE;
         END LOOP;
         IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
             INSERT INTO {{p}}tokens () VALUES ();
@@ -278,7 +324,8 @@ _CREATE = (
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, granted,
                         {_LEASE_END.format(seconds="(lease_asked + delay_asked)")}, holder_info,
                         delay_asked);
-            COMMIT;
+            SET changed = TRUE;
+            IF changed THEN {_TELL_WATCHERS} END IF; COMMIT; {_RING_WATCHERS}
             SELECT granted, lease_asked, FALSE, FALSE;
             LEAVE body;
         END IF;
@@ -298,7 +345,7 @@ _CREATE = (
                 -- lock-delay): the next try asks anew
                 SET mine_token = NULL;
             END IF;
-            COMMIT;
+            IF changed THEN {_TELL_WATCHERS} END IF; COMMIT; {_RING_WATCHERS}
             SELECT mine_token, IF(mine_token IS NULL, NULL, lease_asked), FALSE, FALSE;
             LEAVE body;
         END IF;
@@ -306,7 +353,7 @@ _CREATE = (
             SELECT 1 FROM {{p}}entries FORCE INDEX (line) WHERE name = lock_name
             AND token IS NOT NULL AND owner <> lock_owner
         ) THEN
-            COMMIT;
+            IF changed THEN {_TELL_WATCHERS} END IF; COMMIT; {_RING_WATCHERS}
             SELECT NULL, NULL, TRUE, FALSE;
             LEAVE body;
         END IF;
@@ -322,7 +369,7 @@ _CREATE = (
             IF (SELECT COUNT(*) FROM (SELECT 1 FROM {{p}}entries FORCE INDEX (line)
                 WHERE name = lock_name AND token IS NULL LIMIT max_waiters) AS line)
                 >= max_waiters THEN
-                COMMIT;
+                IF changed THEN {_TELL_WATCHERS} END IF; COMMIT; {_RING_WATCHERS}
                 SELECT NULL, NULL, FALSE, TRUE;
                 LEAVE body;
             END IF;
@@ -331,8 +378,9 @@ _CREATE = (
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
                         {_LEASE_END.format(seconds="waiter_lease")}, holder_info,
                         waiter_client, lease_asked, waiter_stamp, UTC_TIMESTAMP(6));
+            SET changed = TRUE;
         END IF;
-        COMMIT;
+        IF changed THEN {_TELL_WATCHERS} END IF; COMMIT; {_RING_WATCHERS}
         SELECT NULL, NULL, FALSE, FALSE;
     END""",
     # In a transaction that holds the name's lock and may have freed it. First, the waiters
@@ -411,7 +459,8 @@ _CREATE = (
         END IF;
     END""",
     # A release: the owner's entry deleted, the lock handed over where {p}hand_off can. The
-    # answer is one row: (removed, others_wait), "removed": the entry was a live grant.
+    # answer is one row: (removed, others_wait), "removed": the entry was a live grant. The
+    # name's state watchers are told (also of a release that changed nothing: a hint).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}release(
         IN lock_name {_NAME}, IN lock_owner {_OWNER}
     ) SQL SECURITY INVOKER
@@ -419,6 +468,7 @@ _CREATE = (
         DECLARE removed BOOLEAN DEFAULT FALSE;
         DECLARE handed_to BIGINT UNSIGNED;
         DECLARE others_wait BOOLEAN DEFAULT FALSE;
+        DECLARE watching BOOLEAN DEFAULT FALSE;
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -441,16 +491,19 @@ _CREATE = (
         ELSE
             DELETE FROM {{p}}names WHERE name = lock_name;
         END IF;
+        {_TELL_WATCHERS}
         COMMIT;
         IF handed_to IS NOT NULL THEN
             CALL {{p}}ring(handed_to);
         END IF;
+        {_RING_WATCHERS}
         SELECT removed, others_wait;
     END""",
     # A forced release: every grant of the name removed, lapsed ones too (an operator's word
     # ends a lock-delay), a note left for each holder of a live one (kept until its lease
     # would have ended, and "grace" seconds more), the lock handed over where {p}hand_off
-    # can. The answer is one row: (evicted: the live grants, others_wait).
+    # can, the name's state watchers told. The answer is one row: (evicted: the live grants,
+    # others_wait).
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}force_release(
         IN lock_name {_NAME}, IN note_text VARCHAR(1024), IN grace DOUBLE
     ) SQL SECURITY INVOKER
@@ -458,6 +511,7 @@ _CREATE = (
         DECLARE evicted INT DEFAULT 0;
         DECLARE handed_to BIGINT UNSIGNED;
         DECLARE others_wait BOOLEAN;
+        DECLARE watching BOOLEAN DEFAULT FALSE;
         DECLARE at DATETIME(6);
         -- a SELECT ... INTO that finds no row leaves its variables NULL, without a warning
         DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
@@ -477,10 +531,12 @@ _CREATE = (
             ON DUPLICATE KEY UPDATE note = VALUES(note), expires_at = VALUES(expires_at);
         DELETE FROM {{p}}entries WHERE name = lock_name AND token IS NOT NULL;
         CALL {{p}}hand_off(lock_name, handed_to, others_wait);
+        {_TELL_WATCHERS}
         COMMIT;
         IF handed_to IS NOT NULL THEN
             CALL {{p}}ring(handed_to);
         END IF;
+        {_RING_WATCHERS}
         SELECT evicted, others_wait;
     END""",
     # Wake a client's listener: it waits for its doorbell ("sleep"), which this interrupts
@@ -497,13 +553,72 @@ _CREATE = (
             KILL QUERY target;
         END IF;
     END""",
-    # Upkeep: up to "most" expired entries and eviction notes of any names deleted, oldest
-    # first, and as many wake-ups for clients that no longer listen (a client deletes its
-    # own as it stops listening: these are what a release left for it in that moment, or
-    # for a client that died). It takes only rows no other transaction has locked (SKIP
-    # LOCKED), and deletes each by its primary key: it never waits for a transaction on a
-    # name, so none can wait for it in turn (a deadlock); what it skips, the name's own next
-    # grant deletes.
+    # A client says, for "seconds", that it watches the name's state: its row written or set
+    # again, in a transaction that takes the name's row first, as a decision does, so that
+    # what the watcher reads next shows every change committed before, and every change
+    # committed after tells it. A name with no entry keeps no row in {p}names.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}watch(
+        IN lock_name {_NAME}, IN watcher BIGINT UNSIGNED, IN seconds DOUBLE
+    ) SQL SECURITY INVOKER
+    BEGIN
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        INSERT INTO {{p}}names (name) VALUES (lock_name) ON DUPLICATE KEY UPDATE name = name;
+        INSERT INTO {{p}}watched (name, client, expires_at)
+            VALUES (lock_name, watcher, {_LEASE_END.format(seconds="seconds")})
+            ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at);
+        IF NOT EXISTS (SELECT 1 FROM {{p}}entries WHERE name = lock_name) THEN
+            DELETE FROM {{p}}names WHERE name = lock_name;
+        END IF;
+        COMMIT;
+    END""",
+    # In a transaction that changed the name's entries (_TELL_WATCHERS): a wake-up "* <name>"
+    # for each client that watches the name's state and listens (as "wake": one that closed
+    # reads no more), seen by its listener once the transaction commits.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}tell_watchers(IN lock_name {_NAME})
+    SQL SECURITY INVOKER
+    BEGIN
+        INSERT INTO {{p}}wakeups (client, message)
+            SELECT client, CONCAT('* ', lock_name) FROM {{p}}watched
+            WHERE name = lock_name AND expires_at > UTC_TIMESTAMP(6)
+            AND IS_USED_LOCK(CONCAT('tumbler-listener-', client)) IS NOT NULL;
+    END""",
+    # After that commit: the listener of each client that watches the name's state rung.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}ring_watchers(IN lock_name {_NAME})
+    SQL SECURITY INVOKER
+    BEGIN
+        DECLARE done BOOLEAN DEFAULT FALSE;
+        DECLARE watcher BIGINT UNSIGNED;
+        DECLARE watchers CURSOR FOR
+            SELECT client FROM {{p}}watched
+            WHERE name = lock_name AND expires_at > UTC_TIMESTAMP(6);
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET done = TRUE;
+        OPEN watchers;
+        ring: LOOP
+            FETCH watchers INTO watcher;
+            IF done THEN LEAVE ring; END IF;
+            CALL {{p}}ring(watcher);
+        END LOOP;
+        CLOSE watchers;
+    END""",
+    # The commit of a decision made in the client that changed the name's entries (a grant,
+    # a new waiter), its state watchers told.
+    f"""CREATE PROCEDURE IF NOT EXISTS {{p}}commit_change(IN lock_name {_NAME})
+    SQL SECURITY INVOKER
+    BEGIN
+        DECLARE watching BOOLEAN DEFAULT FALSE;
+        {_TELL_WATCHERS}
+        COMMIT;
+        {_RING_WATCHERS}
+    END""",
+    # Upkeep: up to "most" expired entries, eviction notes and watchers' rows of any names
+    # deleted, oldest first, and as many wake-ups for clients that no longer listen (a
+    # client deletes its own as it stops listening: these are what a release left for it in
+    # that moment, or for a client that died). It takes only rows no other transaction has
+    # locked (SKIP LOCKED), and deletes each by its primary key: it never waits for a
+    # transaction on a name, so none can wait for it in turn (a deadlock); what it skips,
+    # the name's own next grant deletes.
     f"""CREATE PROCEDURE IF NOT EXISTS {{p}}sweep(IN most INT)
     SQL SECURITY INVOKER
     BEGIN
@@ -512,12 +627,17 @@ _CREATE = (
         DECLARE noted_name {_NAME};
         DECLARE noted_owner {_OWNER};
         DECLARE unheard_seq BIGINT UNSIGNED;
+        DECLARE unwatched_name {_NAME};
+        DECLARE unwatched_client BIGINT UNSIGNED;
         DECLARE expired_entries CURSOR FOR
             SELECT seq FROM {{p}}entries
             WHERE expires_at <= UTC_TIMESTAMP(6) OR expires_at > {_FAR}
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE expired_notes CURSOR FOR
             SELECT name, owner FROM {{p}}evictions WHERE expires_at <= UTC_TIMESTAMP(6)
+            ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
+        DECLARE unwatched CURSOR FOR
+            SELECT name, client FROM {{p}}watched WHERE expires_at <= UTC_TIMESTAMP(6)
             ORDER BY expires_at LIMIT most FOR UPDATE SKIP LOCKED;
         DECLARE unheard CURSOR FOR
             SELECT seq FROM {{p}}wakeups
@@ -542,6 +662,14 @@ _CREATE = (
             DELETE FROM {{p}}evictions WHERE name = noted_name AND owner = noted_owner;
         END LOOP;
         CLOSE expired_notes;
+        SET done = FALSE;
+        OPEN unwatched;
+        watchers: LOOP
+            FETCH unwatched INTO unwatched_name, unwatched_client;
+            IF done THEN LEAVE watchers; END IF;
+            DELETE FROM {{p}}watched WHERE name = unwatched_name AND client = unwatched_client;
+        END LOOP;
+        CLOSE unwatched;
         SET done = FALSE;
         OPEN unheard;
         wakeups: LOOP
@@ -611,6 +739,13 @@ _STATEMENTS = {
     "grant": "CALL {p}grant(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "release": "CALL {p}release(%s, %s)",
     "force_release": "CALL {p}force_release(%s, %s, %s)",
+    # -- state watchers -----------------------------------------------------------------------
+    "watch": "CALL {p}watch(%s, %s, %s)",
+    # a client's rows, deleted as its listener stops (a client that dies leaves them to run
+    # out and the sweep)
+    "unwatch": "DELETE FROM {p}watched WHERE client = %s",
+    # the end of a decision in the client that changed the name's entries, instead of "commit"
+    "commit_change": "CALL {p}commit_change(%s)",
     # -- the listener: one connection per client, holding the client's listener lock --------
     "listen": "SELECT GET_LOCK(CONCAT('tumbler-listener-', %s), 0)",
     # Taken by a connection that writes a waiter's entry before the client listens (which

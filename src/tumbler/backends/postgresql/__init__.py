@@ -1,7 +1,7 @@
 """The PostgreSQL backend (``postgresql://``, ``postgres://``): lease rows timed on the server's
-clock, waiters woken by ``LISTEN``/``NOTIFY``. Its URL grammar, promises and caveats are in
-:mod:`.common`; the tables and statements in :mod:`.statements`; the client in
-:mod:`._async.backend` (and its generated blocking twin).
+clock, waiters and state watchers woken by ``LISTEN``/``NOTIFY``. Its URL grammar, promises
+and caveats are in :mod:`.common`; the tables and statements in :mod:`.statements`; the
+client in :mod:`._async.backend` (and its generated blocking twin).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ CAPABILITIES = Capabilities(
     line_cap=True,
     # a grant's row keeps its lock-delay, and outlives its lease by it (statements.py)
     lock_delay=True,
+    # the changes of a watched name's entries notify its watchers' clients (statements.py,
+    # "State watchers"); not with ?wakeups=poll (common.capabilities_for)
+    state_wakeups=True,
 )
 
 DEFAULT_PORT = 5432

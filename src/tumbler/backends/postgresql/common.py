@@ -33,8 +33,9 @@ Behind a transaction-mode pooler (``pooler=transaction``)
     connection startup options (which a pooler refuses or forgets), every call, also a single
     statement, is a transaction of its own that sets them first (in the same round trip),
     statements are never prepared on the server (psycopg's ``prepare_threshold=None``: a
-    prepared statement lives in one server session), and waiters poll (``wakeups=poll`` is
-    implied: ``LISTEN`` would listen on a server connection the pooler gives to others;
+    prepared statement lives in one server session), and waiters and state watchers poll
+    (``wakeups=poll`` is implied: ``LISTEN`` would listen on a server connection the pooler
+    gives to others;
     ``wakeups=listen`` with it is refused). The locks on the names' rows end with their
     transactions already. What polling costs: a waiter learns of a release up to
     ``poll_cap`` (0.1 s) late, and each poll is a transaction on the server.
@@ -65,6 +66,14 @@ What it guarantees
     Other waiters are woken by ``NOTIFY``, sent to the channel of each client whose waiter the
     release lets through, with the waiter's owner hash, so only that waiter wakes; each client
     listens on one connection, and re-checks every second in case a notification is lost.
+    State watchers (``locks.watch``, ``election.observe``) are woken the same way, on the same
+    connection: a client that watches a name keeps a row in ``tumbler_watched`` while it
+    does (30 s unless set again; deleted as the client closes), and each grant, release,
+    forced release and waiter arriving or leaving notifies the client of each live row of
+    the name, in its own transaction (see ``statements``, "State watchers"). Where nobody
+    watches, that costs one lookup by the table's key inside a statement the call runs
+    anyway, and no round trip. A role that may only read cannot write that row: its watcher
+    reads every quarter second, as on a backend that wakes no watcher.
     A release deletes the waiters at the head of the line whose client no longer listens (its
     process died, its connection closed: the key its listening connection holds is free), so
     a waiter killed while it waits holds a fair line up for no longer than the server takes
@@ -545,8 +554,10 @@ POLLING_WAITER_TTL = 1.0
 
 
 def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabilities:
-    """The descriptor's capabilities, without push wake-ups and with polling waiters' shorter
-    entries when the URL asks to poll."""
+    """The descriptor's capabilities, without push wake-ups or state wake-ups (its state
+    watchers poll too) and with polling waiters' shorter entries when the URL asks to poll."""
     if config.listen:
         return base
-    return dataclasses.replace(base, push_wakeups=False, waiter_ttl=POLLING_WAITER_TTL)
+    return dataclasses.replace(
+        base, push_wakeups=False, state_wakeups=False, waiter_ttl=POLLING_WAITER_TTL
+    )

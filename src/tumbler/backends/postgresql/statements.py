@@ -6,6 +6,7 @@ Tables (``{s}`` is the quoted schema)::
     {s}.tumbler_evictions   the notes force_release leaves for the holders it evicted
     {s}.tumbler_tokens      the sequence every fencing token is drawn from
     {s}.tumbler_names       one row per name in use, which decisions on the name lock
+    {s}.tumbler_watched     one row per client that watches a name's state, while it does
 
 Why one sequence for every name, rather than a counter per name: a sequence never goes back
 (not on rollback, not after a crash: it is logged ahead of use), so a token is above every
@@ -36,6 +37,19 @@ the name's advisory lock is never held across a round trip to the client and a c
 one round trip: ``tumbler_grant`` (a request answered where the rule's answer is plain, else
 sent back for the client to decide on the whole line with ``_core.plan``), ``tumbler_release``
 and ``tumbler_hand_off`` (a release grants the lock to the next waiter itself).
+
+State watchers (``locks.watch``, ``election.observe``): a client that watches a name's state
+keeps a row in ``{s}.tumbler_watched`` (the name, the client's ``NOTIFY`` channel, and when
+the row runs out unless the watcher sets it again: ``kit sql.WATCHED_TTL``), written in a
+transaction that takes the name's row first, as every decision does. Every function and
+transaction that changes a name's entries (``tumbler_grant`` where it grants, adds a waiter or
+revokes a grant nobody will take up; ``tumbler_release``; a forced release; a decision in the
+client that grants or adds a waiter) then sends ``* <name>`` to the channel of each live row
+of the name (:data:`_TELL_WATCHERS`), delivered with the commit. Where nobody watches, that is
+one lookup by the table's key that finds nothing, inside a statement the call runs anyway.
+Entries that ran out are not announced: they are gone from ``inspect``'s reading the moment
+they run out (its watcher reads again when the lease it read ends), before any statement
+deletes them.
 
 Lock-delay: a grant made with one keeps it in its row (``lock_delay``, seconds; 0 for a waiter
 and for a grant without one), and the row's ``expires_at`` is the end of its lease plus that
@@ -82,6 +96,14 @@ _UNREADABLE = (
 _DELAY = f"(least(greatest(lock_delay, 0), {MAX_LOCK_DELAY:.0f}) * interval '1 second')"
 #: when an entry's lease ends: its row's end less its lock-delay
 _LEASE_END = f"(expires_at - {_DELAY})"
+#: what a function that changed ``lock_name``'s entries runs, in its transaction: ``* <name>``
+#: to the channel of each client that watches the name's state (delivered with the commit);
+#: where nobody watches, one lookup by the table's key that finds nothing
+_TELL_WATCHERS = (
+    "PERFORM pg_notify(watcher.channel, '* ' || lock_name) "
+    "FROM {s}.tumbler_watched AS watcher "
+    "WHERE watcher.name = lock_name AND watcher.expires_at > clock_timestamp()"
+)
 #: the only search path tumbler's statements and functions run with: the built-ins, then
 #: the session's own temporary objects (searched for tables only, never for functions)
 SEARCH_PATH = "pg_catalog, pg_temp"
@@ -170,6 +192,16 @@ _CREATE = (
         key        bigint PRIMARY KEY,    -- statements.name_key
         name       text NOT NULL
     )""",
+    # One row per client that watches a name's state, while it does: the watcher writes it
+    # (taking the name's row first) and sets it again before it runs out; the changes of the
+    # name's entries notify the channel of each live one (see "State watchers" above).
+    """CREATE TABLE IF NOT EXISTS {s}.tumbler_watched (
+        name       text NOT NULL,
+        channel    text NOT NULL,         -- the watching client's NOTIFY channel
+        expires_at timestamptz NOT NULL,  -- on the server's clock
+        PRIMARY KEY (name, channel)
+    )""",
+    "CREATE INDEX IF NOT EXISTS tumbler_watched_expiry ON {s}.tumbler_watched (expires_at)",
     # The name's row, locked till the commit; made if missing, and made again if a sweep
     # deleted it meanwhile (a lock that then finds no row did not lock it).
     """CREATE OR REPLACE FUNCTION {s}.tumbler_take_name(lock_key bigint, lock_name text)
@@ -231,6 +263,9 @@ _CREATE = (
             AND listener IS NOT NULL AND owner <> lock_owner
             AND pg_try_advisory_xact_lock((listener >> 32)::integer,
                                           (listener & 2147483647)::integer);
+        IF FOUND THEN
+            {tell_watchers};
+        END IF;
         INSERT INTO {s}.tumbler_entries
             (name, owner, shared, lim, fair, token, expires_at, holder, lock_delay)
             SELECT lock_name, lock_owner, is_shared, permits, is_fair, {next_token},
@@ -240,6 +275,7 @@ _CREATE = (
             RETURNING token INTO granted;
         IF granted IS NOT NULL THEN
             lease_left := lease_asked;
+            {tell_watchers};
             RETURN;
         END IF;
         SELECT seq, token, extract(epoch FROM expires_at - clock_timestamp())::float8 AS left
@@ -289,6 +325,7 @@ _CREATE = (
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,
                 clock_timestamp() + waiter_lease * interval '1 second', holder_info,
                 waiter_client, waiter_listener, lease_asked, waiter_stamp, clock_timestamp());
+            {tell_watchers};
         ELSE
             RETURN;
         END IF;
@@ -351,7 +388,8 @@ _CREATE = (
     END $$""",
     # A release: the owner's entry deleted, the lock handed to the next waiter where
     # tumbler_hand_off can; "removed" says whether the entry was a live grant, "others_wait"
-    # whether waiters are left, whom the client then finds by the rule (wake_line).
+    # whether waiters are left, whom the client then finds by the rule (wake_line). The
+    # name's state watchers are told (also of a release that changed nothing: a hint).
     """CREATE OR REPLACE FUNCTION {s}.tumbler_release(
         lock_key bigint, lock_name text, lock_owner text,
         OUT removed boolean, OUT others_wait boolean
@@ -377,6 +415,7 @@ _CREATE = (
                 SELECT 1 FROM {s}.tumbler_entries WHERE name = lock_name AND token IS NULL
                 AND expires_at > clock_timestamp());
         END IF;
+        {tell_watchers};
     END $$""",
     # last: the schema is as this version makes it only once everything above is made
     "COMMENT ON SCHEMA {s} IS {version}",
@@ -478,6 +517,18 @@ _STATEMENTS = {
     "AND expires_at > clock_timestamp() ORDER BY seq LIMIT %(count)s) ORDER BY seq",
     "notify": "SELECT pg_notify(channel, payload) "
     "FROM unnest(%s::text[], %s::text[]) AS wake (channel, payload)",
+    # -- state watchers -------------------------------------------------------------------------
+    # a decision in the client, or a forced release, that changed the name's entries: as
+    # _TELL_WATCHERS, in the same transaction
+    "tell_watchers": "SELECT pg_notify(channel, '* ' || %(name)s) FROM {s}.tumbler_watched "
+    "WHERE name = %(name)s AND expires_at > clock_timestamp()",
+    # after "lock_name", in its transaction: a watcher's row, written or set again
+    "watch": "INSERT INTO {s}.tumbler_watched (name, channel, expires_at) "
+    "VALUES (%s, %s, clock_timestamp() + %s * interval '1 second') "
+    "ON CONFLICT (name, channel) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+    # a client's rows, deleted as its listener stops (a client that dies leaves them to run
+    # out and the sweep)
+    "unwatch": "DELETE FROM {s}.tumbler_watched WHERE channel = %s",
     # -- leases -------------------------------------------------------------------------------
     # "the lease ends after clock_timestamp()" is what keeps an expired lease dead, and a
     # lapsed grant lapsed; the row's end moves with the lease, its lock-delay after it
@@ -528,9 +579,13 @@ _STATEMENTS = {
     "sweep_names": "DELETE FROM {s}.tumbler_names WHERE key IN (SELECT key FROM "
     "{s}.tumbler_names AS n WHERE NOT EXISTS (SELECT FROM {s}.tumbler_entries AS e "
     "WHERE e.name = n.name) LIMIT %s FOR UPDATE SKIP LOCKED)",
-    "sweep_evictions": "DELETE FROM {s}.tumbler_evictions WHERE (name, owner) IN "
+    # and, in the same statement, the watchers' rows that ran out
+    "sweep_evictions": "WITH watched AS (DELETE FROM {s}.tumbler_watched "
+    "WHERE (name, channel) IN (SELECT name, channel FROM {s}.tumbler_watched "
+    "WHERE expires_at <= clock_timestamp() LIMIT %(rows)s FOR UPDATE SKIP LOCKED)) "
+    "DELETE FROM {s}.tumbler_evictions WHERE (name, owner) IN "
     "(SELECT name, owner FROM {s}.tumbler_evictions "
-    "WHERE expires_at <= clock_timestamp() LIMIT %s FOR UPDATE SKIP LOCKED)",
+    "WHERE expires_at <= clock_timestamp() LIMIT %(rows)s FOR UPDATE SKIP LOCKED)",
 }
 
 
@@ -558,7 +613,7 @@ class Statements:
 
         qualified = quoted.as_string()
         tokens = sql.Literal(f"{qualified}.tumbler_tokens")
-        version = _version(_CREATE)
+        version = _version((*_CREATE, _TELL_WATCHERS))
 
         def compose(text: str) -> bytes:
             return (
@@ -569,6 +624,7 @@ class Statements:
                     unreadable=sql.SQL(_UNREADABLE),
                     lease_end=sql.SQL(_LEASE_END),
                     delay=sql.SQL(_DELAY),
+                    tell_watchers=sql.SQL(_TELL_WATCHERS).format(s=quoted),
                     version=sql.Literal(version),
                 )
                 .as_bytes(None)

@@ -8,6 +8,11 @@ meanwhile. What is the backend's own: how to listen (:meth:`AsyncListener._liste
 calls :meth:`AsyncListener._now_listening` once releases can reach the client, and returns
 only once the listener is closed) and how to end a listen under way at close
 (:meth:`AsyncListener._interrupt`).
+
+What the reader hears it passes to :meth:`AsyncListener.deliver`: a waiter's wake-up, ``<owner
+hash> <name>`` (a hand-off's marked ``=<terms>:``, see ``kit.handoffs``), or a wake-up of the
+name's state watchers, ``* <name>`` (:data:`STATE_WAKEUP`), which a change of a name's entries
+leaves for each client that watches its state.
 """
 
 from __future__ import annotations
@@ -20,10 +25,14 @@ from collections.abc import Awaitable, Callable
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, aspawn
 from ...._clock import Clock
 from ....errors import BackendUnavailable, TumblerError
-from ...contract import Grant, GrantRequest, WakeHub
+from ...contract import STATE_TAG, Grant, GrantRequest, WakeHub
 from ..handoffs import HandOffs
 
-__all__ = ["AsyncListener"]
+__all__ = ["STATE_WAKEUP", "AsyncListener"]
+
+#: what a wake-up of a name's state watchers says in place of a waiter's tag (an owner hash,
+#: which is hex): ``* <name>``
+STATE_WAKEUP = "*"
 
 
 class AsyncListener:
@@ -81,6 +90,15 @@ class AsyncListener:
             self._log.debug("a hand-off of %r the server does not show: asking it", request.name)
             return None
         return Grant(request.name, request.owner, handed.token, request.ttl)
+
+    def deliver(self, message: str) -> None:
+        """Act on a wake-up the reader heard: ``* <name>`` wakes the name's state watchers
+        (``STATE_TAG``) and no waiter; any other is a waiter's (``HandOffs.deliver``)."""
+        tag, _, name = message.partition(" ")
+        if tag == STATE_WAKEUP:
+            self._hub.notify(name, (STATE_TAG,))
+        else:
+            self.handoffs.deliver(message, self._hub)
 
     def subscribed(self) -> bool:
         """Whether a release can reach this client now."""

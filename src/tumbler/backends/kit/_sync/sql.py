@@ -2,19 +2,33 @@
 # Change the asyncio source and run tools/generate_sync.py again.
 """What the SQL backends (PostgreSQL, MySQL) share: the pool of connections for calls, the
 decision on a name's line and the writes it plans, whom a release wakes, the listener's and
-the watch's common part, and the calls that differ between the two only in their statements.
+the watch's common part, a state watcher's watch, and the calls that differ between the two
+only in their statements.
 
 Each backend keeps what is its own behind a few seams: how its driver connects, closes and
 bounds a call (:class:`AsyncSQLPool`'s ``_open`` ... ``_reusable``), how it reads and writes
 one name's line in a transaction (:class:`AsyncLine`), and the statements of each call
 (:class:`AsyncSQLBackend`'s ``_grant``, ``_release`` ...). Imported from here: the kit's
 package does not import it (a backend that is not on SQL has no use for it).
+
+Whom a change wakes, besides waiters: a client that watches a name's state
+(:class:`AsyncSQLStateWatch`) says so in a row of the store's table of watched names (the name,
+the client's address for wake-ups, and when the row runs out: :data:`WATCHED_TTL` after the
+watcher last set it), written in a transaction that takes the name's turn, as a decision does.
+Each statement that changes the name's entries (a grant, a waiter added or withdrawn, a
+release, a forced release) looks the name up in that table in its own transaction, after it
+took the name's turn: one lookup by the table's key, which finds nothing unless someone
+watches; for each live row it leaves the client a wake-up ``* <name>``, delivered with the
+commit, which the client's listener turns into ``hub.notify(name, [STATE_TAG])``. Taking turns
+makes a watcher's first reading, made once its row is written, see every change committed
+before, or be told of it. A row no watcher sets again runs out, and the sweep deletes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import secrets
 import threading
 import time
@@ -32,7 +46,7 @@ from ....errors import (
     PermissionDenied,
     TumblerError,
 )
-from ...contract import Capabilities, Grant, GrantRequest, LockState, WakeHub
+from ...contract import STATE_TAG, Capabilities, Grant, GrantRequest, LockState, WakeHub
 from ..options import line_full
 from ..owners import owner_hash
 from ..slots import Slots
@@ -43,10 +57,12 @@ from .watch import BaseWatch
 
 __all__ = [
     "WAKE_HEAD",
+    "WATCHED_TTL",
     "Line",
     "SQLBackend",
     "SQLListener",
     "SQLPool",
+    "SQLStateWatch",
     "SQLWatch",
     "Try",
     "decide",
@@ -64,6 +80,16 @@ T = TypeVar("T")
 #: waiters a release reads at the head of a line to find whom it lets through; more (twice as
 #: many each time) only while every one read goes through (a run of readers)
 WAKE_HEAD = 16
+
+#: how long a client's row saying that it watches a name's state lives unless set again (a
+#: watcher sets it again once a third of that has passed): the changes of the name go on
+#: leaving it wake-ups for at most this long after its last watcher stopped
+WATCHED_TTL = 30.0
+#: how often a state watcher whom the store refuses the row (a role that may only read) is
+#: woken to read again: as the lock layer polls a backend without state wake-ups
+REFUSED_POLL = 0.25
+
+_log = logging.getLogger("tumbler.sql")
 
 #: how long a client's start may spend making the store's tables, or waiting while another
 #: client makes them: a bound of its own, as the URL's bounds are for calls on locks
@@ -396,6 +422,9 @@ class SQLBackend(Generic[C]):
         self.hub = WakeHub()
         #: whether the client listens for wake-ups (the URL may ask it to poll)
         self.listens = listens
+        #: whether the client has said it watches a name's state: its listener then deletes
+        #: its rows of watched names as it stops
+        self.watching = False
         self._grants = 0
 
     # -- the backend's seams ---------------------------------------------------------------
@@ -461,6 +490,12 @@ class SQLBackend(Generic[C]):
 
     def _read_states(self, connection: C, name: str | None) -> Sequence[Sequence[Any]]:
         """The rows of ``states_of`` for ``name`` (None: every name)."""
+        raise NotImplementedError
+
+    def _mark_watched(self, connection: C, name: str, ttl: float) -> None:
+        """Write (or set again) the client's row saying that it watches ``name``'s state, for
+        ``ttl`` seconds, in a transaction that takes the name's turn (see the module
+        docstring)."""
         raise NotImplementedError
 
     def _read_evicted(self, connection: C, name: str, owner: str) -> Any:
@@ -599,6 +634,19 @@ class SQLBackend(Generic[C]):
     def watch(self, name: str, owner: str) -> SQLWatch:
         return SQLWatch(self, name, owner)
 
+    def watch_state(self, name: str) -> SQLStateWatch:
+        return SQLStateWatch(self, name)
+
+    def mark_watched(self, name: str) -> None:
+        """Say, for :data:`WATCHED_TTL`, that this client watches ``name``'s state: until
+        then every change of its entries leaves the client a wake-up."""
+        self.watching = True
+        with self._translated(name):
+            self.pool.run(
+                lambda connection: self._mark_watched(connection, name, WATCHED_TTL),
+                idempotent=True,
+            )
+
     # -- inspection and operators ----------------------------------------------------------
 
     def inspect(self, name: str) -> LockState:
@@ -681,3 +729,55 @@ class SQLWatch(BaseWatch):
             return False
         self._backend.wakeups.subscribe(self.name)
         return True
+
+
+class SQLStateWatch(BaseWatch):
+    """A state watcher's watch: woken by the wake-ups ``* <name>`` that the changes of the
+    name's entries leave its client while the client's row of watched names lives (see the
+    module docstring). Entering writes the row, then makes the client listen; each wait sets
+    it again once a third of its life has passed, so it outlives the watch by at most
+    :data:`WATCHED_TTL`. A client that polls (the URL asks it to) is woken only by its
+    timeout; one whose role may not write the row, every :data:`REFUSED_POLL` seconds."""
+
+    def __init__(self, backend: SQLBackend[Any], name: str) -> None:
+        super().__init__(backend.clock, name, backend.hub, STATE_TAG)
+        self._backend = backend
+        self._marked_at = -math.inf
+        self._refused = False
+
+    def _subscribe(self) -> bool:
+        if self._backend.listens:
+            # The row first: a role that may only read is refused it, and then watches by
+            # polling, without a listening connection (which it may not have either). A
+            # change between the two is in the lock layer's first reading, made after
+            # entering; a change after the listener listens reaches it.
+            self._mark()
+            if not self._refused:
+                self._backend.wakeups.subscribe(self.name)
+        # the lock layer reads the state after entering: nothing before it matters
+        return False
+
+    def _mark(self) -> None:
+        try:
+            self._backend.mark_watched(self.name)
+        except PermissionDenied as error:
+            if not self._refused:
+                _log.info(
+                    "lock %r: this role may not say that it watches (%s): its watcher reads "
+                    "every %g s",
+                    self.name,
+                    error,
+                    REFUSED_POLL,
+                )
+            self._refused = True
+        self._marked_at = time.monotonic()
+
+    def wait(self, timeout: float) -> None:
+        if self._refused:
+            timeout = min(timeout, REFUSED_POLL)
+        elif self._backend.listens and time.monotonic() - self._marked_at > WATCHED_TTL / 3:
+            # a row not set again stops the wake-ups: the watcher's reads after each wait
+            # (every re-check) still see every change, only later
+            with contextlib.suppress(BackendUnavailable):
+                self._mark()
+        super().wait(timeout)

@@ -10,6 +10,7 @@ See ``tumbler.backends.mysql.common`` for the URL grammar and the guarantees, an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -287,7 +288,9 @@ class Wakeups(SQLListener):
     for the client's doorbell, which a second connection holds, and a release that wakes one
     of this client's waiters leaves a wake-up row and interrupts that wait (see
     ``statements``). The reader reads its wake-ups, keeps the grants handed over, and wakes
-    just those waiters."""
+    just those waiters; a wake-up ``* <name>``, which a change of the entries of a name this
+    client watches the state of leaves (``statements``, "State watchers"), wakes the name's
+    state watchers."""
 
     _backend: MySQLBackend
 
@@ -351,8 +354,7 @@ class Wakeups(SQLListener):
                 raise
             return []
         for _, message in rows:
-            text = message.decode() if isinstance(message, bytes) else str(message)
-            self.handoffs.deliver(text, self._backend.hub)
+            self.deliver(message.decode() if isinstance(message, bytes) else str(message))
         return [int(seq) for seq, _ in rows]
 
     def _forget(self, connection: Any, limit: float, delivered: list[int]) -> None:
@@ -365,10 +367,12 @@ class Wakeups(SQLListener):
         """Stop listening, then delete every wake-up left for this client, which nobody will
         read: a release leaves one only for a client that holds its listener lock, so once
         the lock is let go, none comes after the delete (and one a release is writing as it
-        goes, the delete waits for)."""
+        goes, the delete waits for); and the client's rows of watched names, if it watched."""
         sql = self._backend.sql
         _uninterrupted(connection, sql["unlisten"], (self.key,), limit)
         _uninterrupted(connection, sql["forget_wakeups"], (self.key,), limit)
+        if self._backend.watching:
+            _uninterrupted(connection, sql["unwatch"], (self.key,), limit)
 
     def _interrupt(self) -> None:
         # end the reader's wait now rather than at its end
@@ -390,7 +394,11 @@ class MySQLBackend(SQLBackend[Any]):
 
     def __init__(self, config: MySQLConfig) -> None:
         self.config = config
-        super().__init__(config.url, CAPABILITIES, listens=config.ring)
+        # a client that polls (?wakeups=poll) has its state watchers poll too
+        capabilities = (
+            CAPABILITIES if config.ring else dataclasses.replace(CAPABILITIES, state_wakeups=False)
+        )
+        super().__init__(config.url, capabilities, listens=config.ring)
         self.sql = Statements.of(config.prefix)
         self.pool: Pool = Pool(config)
         self.wakeups: Wakeups = Wakeups(
@@ -646,6 +654,10 @@ class MySQLBackend(SQLBackend[Any]):
             cursor.execute(self.sql["evicted"], (name, owner))
             return cursor.fetchone()
 
+    def _mark_watched(self, connection: Any, name: str, ttl: float) -> None:
+        arguments = (name, self.wakeups.key, ttl)
+        _transaction(lambda: _execute(connection, self.sql["watch"], arguments))
+
 
 class _Line:
     """A name's line as MySQL's decision reads and writes it (``kit decide``): in one
@@ -657,6 +669,9 @@ class _Line:
         self._connection = connection
         self.attempt = attempt
         self._cursor: Any = None
+        #: whether the decision changed the name's entries: its commit then tells the
+        #: name's state watchers (``{p}commit_change``, in the same round trip)
+        self._changed = False
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -665,7 +680,12 @@ class _Line:
             self._run("begin")
             try:
                 yield
-                self._run("commit")
+                if self._changed:
+                    self._run("commit_change", (self.attempt.request.name,))
+                    while cursor.nextset():
+                        pass
+                else:
+                    self._run("commit")
             except BaseException:
                 with contextlib.suppress(pymysql.Error):
                     self._connection.rollback()
@@ -708,6 +728,7 @@ class _Line:
         lock_delay = self.attempt.entry()["lock_delay"]
         terms = {"seq": seq, "ttl": self.attempt.request.ttl, "token": token}
         self._run("grant_waiter", {**terms, "lock_delay": lock_delay})
+        self._changed = True
         return token
 
     def add_grant(self) -> int:
@@ -715,6 +736,7 @@ class _Line:
         entry = self.attempt.entry()
         terms = {"token": token, "ttl": self.attempt.request.ttl}
         self._run("add", {**entry, **terms, "client": None, "lease": None, "stamp": None})
+        self._changed = True
         return token
 
     def waiting(self) -> int:
@@ -727,6 +749,7 @@ class _Line:
         # a waiter has no grant to lose: it keeps no lock-delay
         terms = {"token": None, **self.attempt.waiter, "lock_delay": 0.0}
         self._run("add", {**entry, **terms})
+        self._changed = True
 
     def token(self, written: int) -> int | None:
         return written

@@ -234,7 +234,10 @@ class AsyncWakeups(AsyncSQLListener):
 
     A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
     with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
-    hash])``, which wakes just that waiter.
+    hash])``, which wakes just that waiter. A change of the entries of a name this client
+    watches the state of sends ``* <name>`` to the same channel (see ``statements``, "State
+    watchers"), which wakes the name's state watchers. A client that watched deletes its rows
+    of watched names as its listener stops.
     """
 
     _backend: AsyncPostgreSQLBackend
@@ -260,9 +263,13 @@ class AsyncWakeups(AsyncSQLListener):
                     await self._bounded(connection, (backend.sql["ping"], None))
                     ping_due = time.monotonic() + backend.config.socket_timeout
                 async for notification in connection.notifies(timeout=1.0):
-                    self.handoffs.deliver(notification.payload, backend.hub)
+                    self.deliver(notification.payload)
                     if self._closed:
                         break
+            if backend.watching:
+                # nobody will read what the changes of the names it watched send it
+                with contextlib.suppress(psycopg.Error, BackendUnavailable):
+                    await self._bounded(connection, (backend.sql["unwatch"], (backend.channel,)))
         finally:
             if connection is not None:
                 await connection.close()
@@ -428,7 +435,7 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
         async with self.alone(connection):
-            await connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+            await connection.execute(self.sql["sweep_evictions"], {"rows": SWEEP_ROWS})
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
@@ -562,6 +569,7 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
                 self.sql["force_release"], {"name": name, "note": note, "grace": NOTE_GRACE}
             )
             await connection.execute(self.sql["hand_off"], (name,))
+            await connection.execute(self.sql["tell_watchers"], {"name": name})
         row = await counted.fetchone()
         if self.config.listen:
             await self._wake(connection, name)
@@ -571,6 +579,12 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         async with self.alone(connection):
             cursor = await connection.execute(self.sql["evicted"], (name, owner))
         return await cursor.fetchone()
+
+    async def _mark_watched(self, connection: AsyncConnection[Any], name: str, ttl: float) -> None:
+        # one round trip: the name's turn, then the row
+        async with self.batch(connection):
+            await connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
+            await connection.execute(self.sql["watch"], (name, self.channel, ttl))
 
 
 class _Line:
@@ -592,6 +606,11 @@ class _Line:
 
     async def _run(self, statement: str, arguments: Any = None) -> AsyncCursor[Any]:
         return await self._connection.execute(self._backend.sql[statement], arguments)
+
+    async def _tell_watchers(self) -> None:
+        """Tell the name's state watchers of the write just made (with the commit; in the
+        same round trip)."""
+        await self._run("tell_watchers", {"name": self.attempt.request.name})
 
     async def read(self) -> list[Any]:
         name = self.attempt.request.name
@@ -616,7 +635,7 @@ class _Line:
         await self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     async def grant_waiter(self, seq: int) -> AsyncCursor[Any]:
-        return await self._run(
+        written = await self._run(
             "grant_waiter",
             {
                 "seq": seq,
@@ -624,6 +643,8 @@ class _Line:
                 "lock_delay": self.attempt.entry()["lock_delay"],
             },
         )
+        await self._tell_watchers()
+        return written
 
     async def add_grant(self) -> AsyncCursor[Any]:
         entry = self.attempt.entry()
@@ -635,7 +656,9 @@ class _Line:
             lease=None,
             stamp=None,
         )
-        return await self._run("add", entry)
+        written = await self._run("add", entry)
+        await self._tell_watchers()
+        return written
 
     async def waiting(self) -> int:
         limit = self._backend.config.max_waiters
@@ -649,6 +672,7 @@ class _Line:
         entry = self.attempt.entry()
         # a waiter has no grant to lose: it keeps no lock-delay
         await self._run("add", {**entry, "grant": False, **self.attempt.waiter, "lock_delay": 0.0})
+        await self._tell_watchers()
 
     async def token(self, written: AsyncCursor[Any]) -> int | None:
         row = await written.fetchone()

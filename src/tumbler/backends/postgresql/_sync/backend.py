@@ -234,7 +234,10 @@ class Wakeups(SQLListener):
 
     A release sends ``NOTIFY`` to the channel of each client whose waiter it lets through,
     with ``<owner hash> <name>``; the reader turns that into ``hub.notify(name, [owner
-    hash])``, which wakes just that waiter.
+    hash])``, which wakes just that waiter. A change of the entries of a name this client
+    watches the state of sends ``* <name>`` to the same channel (see ``statements``, "State
+    watchers"), which wakes the name's state watchers. A client that watched deletes its rows
+    of watched names as its listener stops.
     """
 
     _backend: PostgreSQLBackend
@@ -260,9 +263,13 @@ class Wakeups(SQLListener):
                     self._bounded(connection, (backend.sql["ping"], None))
                     ping_due = time.monotonic() + backend.config.socket_timeout
                 for notification in connection.notifies(timeout=1.0):
-                    self.handoffs.deliver(notification.payload, backend.hub)
+                    self.deliver(notification.payload)
                     if self._closed:
                         break
+            if backend.watching:
+                # nobody will read what the changes of the names it watched send it
+                with contextlib.suppress(psycopg.Error, BackendUnavailable):
+                    self._bounded(connection, (backend.sql["unwatch"], (backend.channel,)))
         finally:
             if connection is not None:
                 connection.close()
@@ -428,7 +435,7 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         with self.alone(connection):
             connection.execute(self.sql["sweep_entries"], (SWEEP_ROWS,))
         with self.alone(connection):
-            connection.execute(self.sql["sweep_evictions"], (SWEEP_ROWS,))
+            connection.execute(self.sql["sweep_evictions"], {"rows": SWEEP_ROWS})
         with self.alone(connection):
             connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
@@ -556,6 +563,7 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
                 self.sql["force_release"], {"name": name, "note": note, "grace": NOTE_GRACE}
             )
             connection.execute(self.sql["hand_off"], (name,))
+            connection.execute(self.sql["tell_watchers"], {"name": name})
         row = counted.fetchone()
         if self.config.listen:
             self._wake(connection, name)
@@ -565,6 +573,12 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         with self.alone(connection):
             cursor = connection.execute(self.sql["evicted"], (name, owner))
         return cursor.fetchone()
+
+    def _mark_watched(self, connection: Connection[Any], name: str, ttl: float) -> None:
+        # one round trip: the name's turn, then the row
+        with self.batch(connection):
+            connection.execute(self.sql["lock_name"], (name_key(self.sql.schema, name), name))
+            connection.execute(self.sql["watch"], (name, self.channel, ttl))
 
 
 class _Line:
@@ -587,6 +601,11 @@ class _Line:
     def _run(self, statement: str, arguments: Any = None) -> Cursor[Any]:
         return self._connection.execute(self._backend.sql[statement], arguments)
 
+    def _tell_watchers(self) -> None:
+        """Tell the name's state watchers of the write just made (with the commit; in the
+        same round trip)."""
+        self._run("tell_watchers", {"name": self.attempt.request.name})
+
     def read(self) -> list[Any]:
         name = self.attempt.request.name
         self._run("lock_name", (name_key(self._backend.sql.schema, name), name))
@@ -608,7 +627,7 @@ class _Line:
         self._run("refresh_waiter", {"seq": seq, **self.attempt.waiter})
 
     def grant_waiter(self, seq: int) -> Cursor[Any]:
-        return self._run(
+        written = self._run(
             "grant_waiter",
             {
                 "seq": seq,
@@ -616,6 +635,8 @@ class _Line:
                 "lock_delay": self.attempt.entry()["lock_delay"],
             },
         )
+        self._tell_watchers()
+        return written
 
     def add_grant(self) -> Cursor[Any]:
         entry = self.attempt.entry()
@@ -627,7 +648,9 @@ class _Line:
             lease=None,
             stamp=None,
         )
-        return self._run("add", entry)
+        written = self._run("add", entry)
+        self._tell_watchers()
+        return written
 
     def waiting(self) -> int:
         limit = self._backend.config.max_waiters
@@ -641,6 +664,7 @@ class _Line:
         entry = self.attempt.entry()
         # a waiter has no grant to lose: it keeps no lock-delay
         self._run("add", {**entry, "grant": False, **self.attempt.waiter, "lock_delay": 0.0})
+        self._tell_watchers()
 
     def token(self, written: Cursor[Any]) -> int | None:
         row = written.fetchone()
