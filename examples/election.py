@@ -48,6 +48,17 @@ def kill(process: multiprocessing.process.BaseProcess, signum: int) -> None:
     process.join()
 
 
+def worked_in(diary: Path, term: int, patience: float = 30.0) -> None:
+    """Wait until the diary shows work done in ``term``."""
+    end = time.monotonic() + patience
+    while not (
+        diary.exists() and str(term) in (line.split()[0] for line in diary.read_text().splitlines())
+    ):
+        if time.monotonic() > end:
+            raise SystemExit(f"the leader of term {term} did no work within {patience:g} s")
+        time.sleep(0.01)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=None)
@@ -73,6 +84,9 @@ def main() -> None:
                 after = "" if killed_at is None else f", {now - killed_at:.2f} s after the kill"
                 print(f"{leader.value} leads, term {leader.term}{after}")
                 reigns.append(leader.value)
+                # the observer hears of a grant as soon as it is made: let the leader work in
+                # its term before it is killed
+                worked_in(diary, leader.term)
                 if len(reigns) == CANDIDATES:
                     break
                 time.sleep(REIGN)

@@ -1,7 +1,7 @@
 """The SQLite backend's asyncio flavour: the kit's adapter (its calls on a thread of its own),
 with the state watches that register the client's doorbell (see ``backend.py``, "Waking
-state watchers"). Imported by ``open_async`` only: the blocking flavour never loads asyncio's
-side of the kit.
+state watchers"). Imported by ``opener.open_async`` only: the blocking flavour never loads
+asyncio's side of the kit.
 """
 
 from __future__ import annotations

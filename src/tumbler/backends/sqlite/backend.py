@@ -168,7 +168,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 if sys.platform != "win32":
     import grp
@@ -200,9 +200,6 @@ from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
 from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
-
-if TYPE_CHECKING:
-    from ._asyncio import SQLiteAdapter
 
 T = TypeVar("T")
 
@@ -985,7 +982,8 @@ class SQLiteStateWatch(BaseWatch):
 
 
 class SQLiteBackend:
-    """The blocking flavour; ``open_async`` runs it on a worker thread."""
+    """The blocking flavour; the asyncio one (``opener.open_async``) runs it on a worker
+    thread."""
 
     capabilities = CAPABILITIES
     session_events: SessionEvents | None = None
@@ -1630,21 +1628,3 @@ class SQLiteBackend:
 
 def open_sync(url: BackendURL) -> SQLiteBackend:
     return SQLiteBackend(url)
-
-
-async def open_async(url: BackendURL) -> SQLiteAdapter:
-    # Opening may wait for another process's write lock: not on the event loop.
-    import asyncio  # the blocking flavour never needs it
-
-    from ._asyncio import SQLiteAdapter
-
-    backend = await asyncio.to_thread(SQLiteBackend, url)
-    return SQLiteAdapter(backend)
-
-
-if TYPE_CHECKING:
-    # mypy checks here that this module has what tumbler.connect calls
-    from ..descriptor import BackendOpener
-    from . import backend as _this
-
-    _checked: BackendOpener = _this
