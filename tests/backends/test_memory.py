@@ -11,6 +11,9 @@ import tumbler
 import tumbler.aio
 from tumbler import ConfigurationError, InvalidURL, LockLost
 from tumbler import _core as core
+from tumbler._url import parse_url
+from tumbler.backends.contract import GrantRequest
+from tumbler.backends.memory.backend import open_sync
 from tumbler.testing import ManualClock
 from tumbler.testing.conformance.compat import eventually
 
@@ -150,3 +153,25 @@ async def test_capabilities_scope_and_the_shortest_lease_follow_the_clock(url, c
         assert real.capabilities.min_ttl == 0.2
     async with await tumbler.aio.connect(real_url) as areal:
         assert areal.capabilities.min_ttl == 0.2
+
+
+class _TickingClock(ManualClock):
+    """A clock that moves a little at every reading, as a real one does between two reads."""
+
+    def now(self) -> float:
+        reading = super().now()
+        self.advance(0.001)
+        return reading
+
+
+def test_status_reads_every_entry_at_one_instant(url):
+    """A grant whose lease ends between two readings of the clock is told as live or as gone,
+    never as a lapsed grant it cannot be (it has no lock-delay)."""
+    clock = _TickingClock()
+    backend = open_sync(parse_url(url), clock=clock)
+    request = GrantRequest("ticking", "owner", False, 1, False, ttl=1.0, holder="h")
+    assert backend.try_grant(request) is not None  # read at 0: the lease ends at 1.0
+    reading = clock.now()  # the clock stands 1 ms after it
+    clock.advance(0.9995 - reading - 0.001)  # the next reading is 0.9995, the one after 1.0005
+    state = backend.inspect("ticking")
+    assert (len(state.holders), state.lapsed) == (1, ())

@@ -234,17 +234,21 @@ class MemoryBackend:
     def inspect(self, name: str) -> LockState:
         store = self._store
         with store.lock:
-            return self._state(name, store.live_rows(name, store.clock.now()))
+            now = store.clock.now()
+            return self._state(name, store.live_rows(name, now), now)
 
     def inspect_all(self) -> list[LockState]:
         store = self._store
         with store.lock:
             now = store.clock.now()
-            states = [self._state(name, store.live_rows(name, now)) for name in sorted(store.rows)]
+            states = [
+                self._state(name, store.live_rows(name, now), now) for name in sorted(store.rows)
+            ]
         return [state for state in states if state.holders or state.waiters or state.lapsed]
 
-    def _state(self, name: str, rows: list[_Row]) -> LockState:
-        now = self._store.clock.now()
+    def _state(self, name: str, rows: list[_Row], now: float) -> LockState:
+        """``rows``, read at ``now`` (one instant: a row that ran out between two readings of
+        the clock would be told as neither live nor gone)."""
         state = LockStateBuilder(name)
         for row in rows:
             entry = row.entry
