@@ -303,7 +303,10 @@ def test_a_watcher_that_ran_out_is_not_rung_and_goes(path: Path) -> None:
 def test_a_state_watch_registers_again_as_it_waits(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_backend, "WATCHER_TTL", 0.3)
+    monkeypatch.setattr(sqlite_backend, "WATCHER_TTL", 0.3)  # the row's life ...
+    monkeypatch.setattr(
+        sqlite_backend.SQLiteStateWatch, "mark_life", 0.3
+    )  # ... as the watch knows it
     with backend_of(path) as watcher, watcher.watch_state("x") as watch:
 
         def expiry() -> int:

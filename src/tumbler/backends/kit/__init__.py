@@ -11,6 +11,9 @@ rest from here. Each piece is for:
   ``watch()``. It wakes when the backend's :class:`~tumbler.backends.contract.WakeHub` is
   notified for the name (a release the backend made, a pub/sub message, a server-side watch),
   when a manual clock moves, or when the timeout passes (a poller needs nothing more).
+- :class:`MarkedWatch` / :class:`AsyncMarkedWatch`: a state watch that lasts while a mark on
+  the store says the name is watched (a marker key, a row of watchers), set at entry and
+  again at a third of its life; the backend fills in ``_set_mark``.
 - ``start_or_close`` / ``astart_or_close``: what ``open_sync``/``open_async`` of a backend
   that starts after construction returns: the started backend, or, if ``start()`` raised
   (or was cancelled), the error, after ``close()`` released what the start had opened.
@@ -81,10 +84,10 @@ from ..._core import (
 from ._async.inspection import AsyncInspectEachName
 from ._async.opening import AsyncStartable
 from ._async.opening import start_or_close as astart_or_close
-from ._async.watch import AsyncBaseWatch, AsyncHubWatch
+from ._async.watch import AsyncBaseWatch, AsyncHubWatch, AsyncMarkedWatch
 from ._sync.inspection import InspectEachName
 from ._sync.opening import Startable, start_or_close
-from ._sync.watch import BaseWatch, HubWatch
+from ._sync.watch import BaseWatch, HubWatch, MarkedWatch
 from .options import (
     DEFAULT_MAX_WAITERS,
     MAX_SECONDS,
@@ -107,6 +110,7 @@ __all__ = [
     "AsyncBaseWatch",
     "AsyncHubWatch",
     "AsyncInspectEachName",
+    "AsyncMarkedWatch",
     "AsyncStartable",
     "BaseWatch",
     "DEFAULT_MAX_WAITERS",
@@ -115,6 +119,7 @@ __all__ = [
     "HubWatch",
     "InspectEachName",
     "LockStateBuilder",
+    "MarkedWatch",
     "Startable",
     "Write",
     "WritePlan",

@@ -6,39 +6,24 @@ asyncio's side of the kit.
 
 from __future__ import annotations
 
-import contextlib
-import math
-import time
-
-from ...errors import BackendUnavailable
 from ..contract import STATE_TAG
-from ..kit import AsyncBaseWatch
+from ..kit import AsyncMarkedWatch
 from ..kit.adapter import AsyncAdapter
 from .backend import WATCHER_TTL, SQLiteBackend
 
 
-class AsyncSQLiteStateWatch(AsyncBaseWatch):
+class AsyncSQLiteStateWatch(AsyncMarkedWatch):
     """:class:`~.backend.SQLiteStateWatch` for asyncio: it registers through the adapter's
     thread."""
+
+    mark_life = WATCHER_TTL
 
     def __init__(self, adapter: SQLiteAdapter, name: str) -> None:
         super().__init__(adapter.clock, name, adapter.sqlite.hub, STATE_TAG)
         self._adapter = adapter
-        self._marked_at = -math.inf
 
-    async def _subscribe(self) -> bool:
-        await self._mark()
-        return False
-
-    async def _mark(self) -> None:
+    async def _set_mark(self) -> None:
         await self._adapter.follow_state(self.name)
-        self._marked_at = time.monotonic()
-
-    async def wait(self, timeout: float) -> None:
-        if time.monotonic() - self._marked_at > WATCHER_TTL / 3:
-            with contextlib.suppress(BackendUnavailable):
-                await self._mark()
-        await super().wait(timeout)
 
 
 class SQLiteAdapter(AsyncAdapter):

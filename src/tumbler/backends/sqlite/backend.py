@@ -195,7 +195,7 @@ from ..contract import (
     SessionEvents,
     WakeHub,
 )
-from ..kit import BaseWatch, HubWatch, LockStateBuilder
+from ..kit import HubWatch, LockStateBuilder, MarkedWatch
 from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
 from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
@@ -952,33 +952,21 @@ _ERRORS = ErrorMap(
 )
 
 
-class SQLiteStateWatch(BaseWatch):
+class SQLiteStateWatch(MarkedWatch):
     """A state watcher's watch (``locks.watch``): entering registers the client's doorbell as
-    a watcher of the name (``SQLiteBackend.follow_state``), and each wait registers it again
-    once a third of ``WATCHER_TTL`` has passed, so its row outlives the watch by at most
+    a watcher of the name (``SQLiteBackend.follow_state``), which the kit's marked watch
+    registers again while it waits, so its row outlives the watch by at most
     ``WATCHER_TTL``. Every change of the name's entries rings the doorbell from then on;
     the hub, subscribed at construction, passes the rings on (``STATE_TAG``: no waiter's)."""
+
+    mark_life = WATCHER_TTL
 
     def __init__(self, backend: SQLiteBackend, name: str) -> None:
         super().__init__(backend.clock, name, backend.hub, STATE_TAG)
         self._backend = backend
-        self._marked_at = -math.inf
 
-    def _subscribe(self) -> bool:
-        self._mark()
-        return False  # the hub heard everything since construction; the caller reads next
-
-    def _mark(self) -> None:
+    def _set_mark(self) -> None:
         self._backend.follow_state(self.name)
-        self._marked_at = time.monotonic()
-
-    def wait(self, timeout: float) -> None:
-        if time.monotonic() - self._marked_at > WATCHER_TTL / 3:
-            # a row not set again stops the rings: the watcher's re-checks still see every
-            # change, only later
-            with contextlib.suppress(BackendUnavailable):
-                self._mark()
-        super().wait(timeout)
 
 
 class SQLiteBackend:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import secrets
 import threading
 import time
@@ -51,7 +50,7 @@ from ..slots import AsyncSlots
 from ..state import states_of
 from ..wake import to_wake
 from .listener import AsyncListener
-from .watch import AsyncBaseWatch
+from .watch import AsyncBaseWatch, AsyncMarkedWatch
 
 __all__ = [
     "WAKE_HEAD",
@@ -733,18 +732,19 @@ class AsyncSQLWatch(AsyncBaseWatch):
         return True
 
 
-class AsyncSQLStateWatch(AsyncBaseWatch):
+class AsyncSQLStateWatch(AsyncMarkedWatch):
     """A state watcher's watch: woken by the wake-ups ``* <name>`` that the changes of the
     name's entries leave its client while the client's row of watched names lives (see the
-    module docstring). Entering writes the row, then makes the client listen; each wait sets
-    it again once a third of its life has passed, so it outlives the watch by at most
+    module docstring). Entering writes the row, then makes the client listen; the kit's
+    marked watch sets the row again while it waits, so it outlives the watch by at most
     :data:`WATCHED_TTL`. A client that polls (the URL asks it to) is woken only by its
     timeout; one whose role may not write the row, every :data:`REFUSED_POLL` seconds."""
+
+    mark_life = WATCHED_TTL
 
     def __init__(self, backend: AsyncSQLBackend[Any], name: str) -> None:
         super().__init__(backend.clock, name, backend.hub, STATE_TAG)
         self._backend = backend
-        self._marked_at = -math.inf
         self._refused = False
 
     async def _subscribe(self) -> bool:
@@ -759,7 +759,7 @@ class AsyncSQLStateWatch(AsyncBaseWatch):
         # the lock layer reads the state after entering: nothing before it matters
         return False
 
-    async def _mark(self) -> None:
+    async def _set_mark(self) -> None:
         try:
             await self._backend.mark_watched(self.name)
         except PermissionDenied as error:
@@ -772,14 +772,11 @@ class AsyncSQLStateWatch(AsyncBaseWatch):
                     REFUSED_POLL,
                 )
             self._refused = True
-        self._marked_at = time.monotonic()
+
+    def _marking(self) -> bool:
+        return self._backend.listens and not self._refused
 
     async def wait(self, timeout: float) -> None:
         if self._refused:
             timeout = min(timeout, REFUSED_POLL)
-        elif self._backend.listens and time.monotonic() - self._marked_at > WATCHED_TTL / 3:
-            # a row not set again stops the wake-ups: the watcher's reads after each wait
-            # (every re-check) still see every change, only later
-            with contextlib.suppress(BackendUnavailable):
-                await self._mark()
         await super().wait(timeout)

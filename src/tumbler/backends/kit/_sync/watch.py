@@ -20,17 +20,22 @@ The contract (``tumbler.backends.contract``, "Watch") asks four things of a watc
 A backend whose wake-ups all arrive through its hub uses :class:`AsyncHubWatch` as it is; one
 that must subscribe on the server first subclasses :class:`AsyncBaseWatch` and fills in
 :meth:`~AsyncBaseWatch._subscribe` (and :meth:`~AsyncBaseWatch._unsubscribe` if it holds
-anything of its own).
+anything of its own). A state watch that lasts while a mark on the store says someone watches
+subclasses :class:`AsyncMarkedWatch` and fills in :meth:`~AsyncMarkedWatch._set_mark`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
 from ...._acompat import Event
 from ...._clock import Clock
+from ....errors import BackendUnavailable
 from ...contract import WakeHub
 
 
@@ -137,3 +142,44 @@ class HubWatch(BaseWatch):
     """A watch whose wake-ups all come through the backend's hub (or a manual clock's moves):
     subscribed in full from construction, so entering does no I/O and never asks for a retry.
     A poller passes no hub and is woken only by ``wake()`` and its timeout."""
+
+
+class MarkedWatch(BaseWatch):
+    """A state watch that lasts while a mark on the store says someone watches (a marker key
+    that makes the store publish the name's changes, a row of the name's watchers). Entering
+    sets the mark; each wait sets it again once a third of its life has passed, so that a
+    watcher that went away stops costing the store within ``mark_life``. A mark the store
+    could not be reached to set again costs nothing but latency: the watcher's re-checks
+    still see every change, only later. A backend sets ``mark_life`` and fills in
+    :meth:`_set_mark` (and :meth:`_marking`, if its watches may keep no mark)."""
+
+    #: how long the store keeps the mark unless it is set again, in seconds
+    mark_life: float
+
+    def __init__(
+        self, clock: Clock, name: str, hub: WakeHub | None = None, tag: str | None = None
+    ) -> None:
+        super().__init__(clock, name, hub, tag)
+        self._marked_at = -math.inf
+
+    def _subscribe(self) -> bool:
+        self._mark()
+        return False  # the hub heard everything since construction; the caller reads next
+
+    def _set_mark(self) -> None:
+        """Say on the store, for ``mark_life``, that the name is watched (I/O allowed)."""
+        raise NotImplementedError
+
+    def _marking(self) -> bool:
+        """Whether this watch keeps its mark set (a backend's watch may do without one)."""
+        return True
+
+    def _mark(self) -> None:
+        self._set_mark()
+        self._marked_at = time.monotonic()
+
+    def wait(self, timeout: float) -> None:
+        if self._marking() and time.monotonic() - self._marked_at > self.mark_life / 3:
+            with contextlib.suppress(BackendUnavailable):
+                self._mark()
+        super().wait(timeout)

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import heapq
 import logging
-import math
 import secrets
 import ssl
 import threading
@@ -47,7 +46,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import BaseWatch, InspectEachName, LockStateBuilder
+from ...kit import BaseWatch, InspectEachName, LockStateBuilder, MarkedWatch
 from ...kit.handoffs import HandOffs
 from ...kit.owners import owner_hash
 from ...kit.slots import Slots
@@ -321,34 +320,25 @@ class RedisWatch(BaseWatch):
         return True
 
 
-class RedisStateWatch(BaseWatch):
+class RedisStateWatch(MarkedWatch):
     """A state watcher's watch: the lock's changes are published on a channel while a marker
     key says someone watches (see ``lua``, ``<prefix>:{<name>}:watched``). Entering
-    subscribes the client to that channel (confirmed by the server) and sets the marker;
-    each wait sets it again once a third of its life has passed, so it outlives the watch
-    by at most :data:`WATCHED_MS`."""
+    subscribes the client to that channel (confirmed by the server) and sets the marker,
+    which the kit's marked watch sets again while it waits (it outlives the watch by at
+    most :data:`WATCHED_MS`)."""
+
+    mark_life = WATCHED_MS / 1000
 
     def __init__(self, backend: RedisBackend, name: str) -> None:
         super().__init__(backend.clock, name, backend.hub, STATE_TAG)
         self._backend = backend
-        self._marked_at = -math.inf
 
     def _subscribe(self) -> bool:
         self._backend.wakeups.follow_state(self.name)
-        self._mark()
-        return False
+        return super()._subscribe()
 
-    def _mark(self) -> None:
+    def _set_mark(self) -> None:
         self._backend.mark_watched(self.name)
-        self._marked_at = time.monotonic()
-
-    def wait(self, timeout: float) -> None:
-        if time.monotonic() - self._marked_at > WATCHED_MS / 3000:
-            # a marker not set again stops the publishing: the watcher's reads after each
-            # wait (every re-check) still see every change, only later
-            with contextlib.suppress(BackendUnavailable):
-                self._mark()
-        super().wait(timeout)
 
 
 def _text(value: object) -> str:

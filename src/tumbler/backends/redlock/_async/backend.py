@@ -13,7 +13,6 @@ import enum
 import functools
 import hashlib
 import logging
-import math
 import random
 import secrets
 import threading
@@ -36,7 +35,7 @@ from ...contract import (
     SessionEvents,
     WakeHub,
 )
-from ...kit import AsyncBaseWatch, AsyncInspectEachName, LockStateBuilder
+from ...kit import AsyncBaseWatch, AsyncInspectEachName, AsyncMarkedWatch, LockStateBuilder
 from ...kit.owners import owner_hash
 from ...kit.tls import tls_context
 from ...redis import lua as redis_lua
@@ -197,37 +196,24 @@ class AsyncRedlockWatch(AsyncBaseWatch):
         return False
 
 
-class AsyncRedlockStateWatch(AsyncBaseWatch):
+class AsyncRedlockStateWatch(AsyncMarkedWatch):
     """A state watcher's watch: every master publishes the lock's changes while its marker
     says someone watches (the Redis backend's ``<prefix>:{<name>}:watched``), and any
     master's message wakes it (the masters' wake-up connections share one hub). Entering
     subscribes the client to that channel and sets the marker on the masters
     (the backend's ``follow_state``: a majority at least, so that every change that
-    counts, made on a quorum, is published by one of them); each wait does so again once a
-    third of the marker's life has passed, so it outlives the watch by at most
-    ``WATCHED_MS``, and a master missed before (down, or left out after a failure) is
-    subscribed to then."""
+    counts, made on a quorum, is published by one of them); the kit's marked watch does so
+    again while it waits, so the markers outlive the watch by at most ``WATCHED_MS``, and a
+    master missed before (down, or left out after a failure) is subscribed to then."""
+
+    mark_life = WATCHED_MS / 1000
 
     def __init__(self, backend: AsyncRedlockBackend, name: str) -> None:
         super().__init__(backend.clock, name, backend.hub, STATE_TAG)
         self._backend = backend
-        self._marked_at = -math.inf
 
-    async def _subscribe(self) -> bool:
-        await self._mark()
-        return False
-
-    async def _mark(self) -> None:
+    async def _set_mark(self) -> None:
         await self._backend.follow_state(self.name)
-        self._marked_at = time.monotonic()
-
-    async def wait(self, timeout: float) -> None:
-        if time.monotonic() - self._marked_at > WATCHED_MS / 3000:
-            # markers not set again stop the publishing: the watcher's re-checks still see
-            # every change, only later
-            with contextlib.suppress(BackendUnavailable):
-                await self._mark()
-        await super().wait(timeout)
 
 
 class AsyncRedlockBackend(AsyncInspectEachName):
