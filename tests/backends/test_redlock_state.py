@@ -213,3 +213,25 @@ async def test_an_asyncio_watcher_follows_another_clients_changes(
         second = await asyncio.wait_for(states.__anext__(), PATIENCE)
         print(f"\nasyncio watcher: the grant seen after {time.monotonic() - began:.4f} s")
         assert [holder.holder for holder in second.holders] == ["case"]
+
+
+def test_a_raised_token_is_published(
+    masters: RedlockMasters, prefix: str, clients: list[RedlockBackend]
+) -> None:
+    """RAISE_TOKEN (a master that drew less takes the grant's token) changes the holder a
+    quorum shows: a watcher that read the lock between the grant and the raise must hear of
+    it (its re-reads may be far apart)."""
+    watcher, other = clients
+    with watcher.watch_state("x") as watch:
+        grant = other.try_grant(request("x", "a"))
+        assert grant is not None
+        time.sleep(0.05)
+        watch.wait(0)  # the grant's messages, taken
+        keys = Keys(prefix)
+        raise_token = masters.client(0).register_script(redlock_lua.RAISE_TOKEN)
+        floor = f"{prefix}:token-floor"  # any key: the raise only keeps the greater there
+        lock_keys = [*keys.lock_keys("x"), floor, keys.watched("x")]
+        assert raise_token(keys=lock_keys, args=["a", grant.token + 1000]) == 1
+        started = time.monotonic()
+        watch.wait(PATIENCE)
+        assert time.monotonic() - started < PATIENCE

@@ -20,9 +20,9 @@
 ``<prefix>:{<name>}:watched``
     the Redis backend's marker that a client watches the lock's state, set on each master by
     the watchers' clients (see ``._async.backend``, ``follow_state``): while it lives there,
-    that master's grants, releases, hand-backs (``REQUEUE``) and force releases of the lock
-    publish on its channel. A watcher needs only the hint: whichever master tells it, it reads
-    the lock again (``inspect``, from a quorum).
+    that master's grants, raised tokens (``RAISE_TOKEN``), releases, hand-backs (``REQUEUE``)
+    and force releases of the lock publish on its channel. A watcher needs only the hint:
+    whichever master tells it, it reads the lock again (``inspect``, from a quorum).
 
 A grant's fencing token is the greatest of the tokens its masters drew; the masters that drew
 less take it too (``RAISE_TOKEN``, where they never gave it out) before the grant counts, so
@@ -80,7 +80,10 @@ end
 #: floor at least ``token``: returns 1, as it does if the grant has the token already. Returns 0
 #: (and changes nothing) if the owner holds no grant here, or the sequence is at ``token`` or
 #: past it: the master drew it, or was raised to it, for another grant, which may hold beside
-#: this one (a semaphore's, a reader's), and two holders must not share a token.
+#: this one (a semaphore's, a reader's), and two holders must not share a token. KEYS: the
+#: lock's keys, the token floor, then the state watchers' marker: a raised token changes the
+#: holder a quorum shows, so the watchers are told (a watcher that read the lock between the
+#: grant and the raise would otherwise keep the state before it).
 RAISE_TOKEN = redis_lua.script(
     """
 local K = lock_keys(1)
@@ -96,6 +99,7 @@ call('SET', K.n, string.format('%d', token), 'PX', SEQUENCE_TTL_MS)
 if (counter(call('GET', KEYS[10])) or 0) < token then
     call('SET', KEYS[10], string.format('%d', token))
 end
+tell_watchers(KEYS[11])
 return 1
 """
 )

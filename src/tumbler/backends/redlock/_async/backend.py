@@ -627,8 +627,9 @@ class AsyncRedlockBackend(AsyncInspectEachName):
         holding = len(granted) - len(lower)
         if not lower:
             return holding
-        # the lock's keys (without the watchers' marker: see .lua), then the token floor
-        keys: list[str | bytes] = [*self._lock_keys(request.name)[:-1], self._master_keys[1]]
+        # the lock's keys, the token floor, then the watchers' marker (see .lua)
+        *lock_keys, watched = self._lock_keys(request.name)
+        keys: list[str | bytes] = [*lock_keys, self._master_keys[1], watched]
         call = _RAISE_TOKEN.call(keys, [request.owner, token])
         results = await self._fan_out({index: [call] for index in lower})
         for replies in results.values():
