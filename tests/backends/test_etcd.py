@@ -480,6 +480,91 @@ def test_a_fair_waiter_keeps_its_place_while_its_answers_come_late(
                 client.close()
 
 
+def test_a_waiter_keeps_its_place_while_the_move_to_the_waiters_lease_is_answered_late(
+    etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiters' lease is kept alive from its grant on, also while the first waiter's move
+    onto it waits for its answer: a move answered later than the lease's TTL (a slow disk, a
+    stalled client) finds the lease, and the waiter its place, still there."""
+    url = url_of(etcd_server)
+    holder, slow, quick = tumbler.connect(url), tumbler.connect(url), tumbler.connect(url)
+    backend = slow._backend
+    real_move = backend._move
+
+    def answered_late(entry: Any, value: bytes, lease: int) -> bool:
+        moved = real_move(entry, value, lease)
+        # etcd has moved the key; its answer comes after the lease's TTL and etcd's sweep
+        time.sleep(backend._waiter_ttl + 1.0)
+        return moved
+
+    order: list[str] = []
+
+    def take(locks: tumbler.Locks, who: str) -> None:
+        with locks.lock("line", fair=True, timeout=PATIENCE):
+            order.append(who)
+
+    try:
+        first = holder.lock("line", fair=True)
+        assert first.acquire()
+        monkeypatch.setattr(backend, "_move", answered_late)
+        slow_waits = threading.Thread(target=take, args=(slow, "slow"))
+        slow_waits.start()
+        eventually(lambda: holder.status("line").waiters == 1, "the slow waiter is in line")
+        quick_waits = threading.Thread(target=take, args=(quick, "quick"))
+        quick_waits.start()
+        eventually(lambda: holder.status("line").waiters == 2, "the quick waiter is behind it")
+        eventually(
+            lambda: any(e.lease == backend._waiter_lease.id for e in backend._entries.values()),
+            "the move's answer came",
+        )
+        first.release()
+        slow_waits.join(PATIENCE)
+        quick_waits.join(PATIENCE)
+        assert order == ["slow", "quick"]
+    finally:
+        for client in (holder, slow, quick):
+            client.close()
+
+
+def test_a_stalled_client_whose_answers_come_late_keeps_its_waiters_lease(
+    etcd_server: EtcdServer,
+) -> None:
+    """A client that stalled past its own count of the waiters' lease (which etcd kept alive:
+    it renews a lease when the keep-alive comes) takes a keep-alive answered late as the
+    lease's renewal, whatever the count said: it does not give its waiters' places up."""
+    with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:
+        base = url_of(etcd_server)
+        holder = tumbler.connect(base)
+        slow = tumbler.connect(base.replace(f":{etcd_server.port}/", f":{proxy.port}/"))
+        backend = slow._backend
+        outcome: list[bool] = []
+        try:
+            first = holder.lock("line")
+            assert first.acquire()
+            proxy.delay(350, direction="downstream")
+            waits = threading.Thread(
+                target=lambda: outcome.append(slow.lock("line").acquire(timeout=PATIENCE))
+            )
+            waits.start()
+            eventually(
+                lambda: backend._keeper is not None and backend._waiter_lease is not None,
+                "the waiter's lease is kept alive",
+            )
+            lease = backend._waiter_lease
+            assert lease is not None
+            # what a stall leaves: the client's count ran out while etcd kept the lease
+            lease.expires = time.monotonic() - 0.1
+            eventually(lambda: lease.expires > time.monotonic(), "a late answer renews the count")
+            assert backend._waiter_lease is lease
+            first.release()
+            waits.join(PATIENCE)
+            assert outcome == [True]
+        finally:
+            proxy.heal()
+            holder.close()
+            slow.close()
+
+
 @pytest.mark.timeout(60)  # the backstop: a call that hangs fails here
 def test_every_call_gives_up_when_the_network_drops_replies(etcd_server: EtcdServer) -> None:
     with FaultProxy((etcd_server.host, etcd_server.port)) as proxy:

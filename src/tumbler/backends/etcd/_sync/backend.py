@@ -664,6 +664,10 @@ class EtcdBackend(InspectEachName):
         self._waiter_lease: _Lease | None = None
         self._waiter_ttl = 0
         self._waiter_leasing = Mutex()
+        #: moves of entries onto the waiters' lease under way: the keeper keeps the lease alive
+        #: for them too, from its grant on, as a move whose answer comes late can take most of
+        #: the lease's life
+        self._moving_to_waiters = 0
         #: keeps the waiters' lease alive while any entry of the client waits on it
         self._keeper: Worker | None = None
         self._keeper_stop = Event()
@@ -888,26 +892,33 @@ class EtcdBackend(InspectEachName):
         Each keep-alive goes a third of the TTL after the one that last renewed it was sent,
         not after its answer came: etcd answers one only once it has applied what it has
         committed, and on a slow disk that takes a while, which would otherwise push every
-        next keep-alive later until one came too late. One that fails is sent again after a
-        quarter of that third."""
+        next keep-alive later until one came too late. Its answer is awaited for as long as
+        it can be of use, the whole TTL: etcd renewed the lease when the request came, and
+        an answer that comes before the TTL has passed since its sending still shows the
+        lease alive, also when the client's own count ran out meanwhile (a stalled client).
+        One that fails is sent again after a quarter of that third."""
         failed = False
         while True:
             with self._guard:
                 lease = self._waiter_lease
-                waiting = lease is not None and any(
-                    entry.lease == lease.id and not entry.granted
-                    for entry in self._entries.values()
+                waiting = lease is not None and (
+                    self._moving_to_waiters > 0
+                    or any(
+                        entry.lease == lease.id and not entry.granted
+                        for entry in self._entries.values()
+                    )
                 )
                 if not waiting or lease is None:
                     self._keeper = None
                     return
-                every = self._waiter_ttl / 3
+                whole = self._waiter_ttl
+                every = whole / 3
             pause = every / 4 if failed else lease.expires - 2 * every - time.monotonic()
             if self._keeper_stop.wait(max(pause, 0.0)):
                 return
             sent = time.monotonic()
             try:
-                ttl = self.gateway.keep_alive(lease.id, max(every, lease.expires - sent))
+                ttl = self.gateway.keep_alive(lease.id, whole)
             except Exception as error:  # the keeper must outlive any failure but close()
                 if not failed:  # once for a run of failures, tried again every quarter third
                     _log.warning("could not keep the etcd waiters' lease alive: %s", error)
@@ -937,6 +948,9 @@ class EtcdBackend(InspectEachName):
                 # every entry): it keeps this one again
                 self._keep_waiting()
                 return True
+            with self._guard:
+                self._moving_to_waiters += 1
+            self._keep_waiting()
             try:
                 moved = self._move(entry, value, waiting.id)
             except EtcdError as error:
@@ -947,6 +961,9 @@ class EtcdBackend(InspectEachName):
                     if self._waiter_lease is waiting:
                         self._waiter_lease = None
                 continue
+            finally:
+                with self._guard:
+                    self._moving_to_waiters -= 1
             if moved:
                 self._keep_waiting()
             return moved
