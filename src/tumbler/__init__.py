@@ -10,65 +10,137 @@ The asyncio flavour is ``tumbler.aio``, with the same names prefixed ``Async``.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
-
-from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
-from ._sync.changes import StateChanges
-from ._sync.client import Locks
-from ._sync.election import Election, LeaderChanges, Leadership
-from ._sync.hold import Hold, MultiHold, SegmentHold
-from ._sync.primitives import (
-    Lock,
-    MultiLock,
-    ReadLock,
-    RLock,
-    RWLock,
-    SegmentedLock,
-    Semaphore,
-)
-from .backends import known_schemes, register_backend
-from .backends.contract import Capabilities, HolderInfo, Leader, LockState
-from .errors import (
-    AcquireTimeout,
-    AlreadyHeld,
-    BackendUnavailable,
-    BrokenBackend,
-    ClientClosed,
-    ConfigurationError,
-    ForkedClient,
-    HoldInDoubt,
-    InvalidArgument,
-    InvalidLockDelay,
-    InvalidLockName,
-    InvalidPermits,
-    InvalidSegments,
-    InvalidTimeout,
-    InvalidTTL,
-    InvalidURL,
-    LockLost,
-    MissingDependency,
-    NotHeld,
-    OutOfConnections,
-    PermissionDenied,
-    PermitsMismatch,
-    StaleToken,
-    TooManyWaiters,
-    TumblerError,
-    UnknownScheme,
-    WrongEventLoop,
-)
-from .observe import Observer, checked
-
-if TYPE_CHECKING:
-    from .backends.contract import Backend
 
 __version__ = "0.1.0"
 
-# A library logs, the application decides where to: without this, Python's last-resort
-# handler would print tumbler's warnings to stderr of any program that never set up logging.
-logging.getLogger("tumbler").addHandler(logging.NullHandler())
+if TYPE_CHECKING:
+    from ._api import connect, prepare
+    from ._core import DEFAULT_TTL
+    from ._core import Seconds as Seconds
+    from ._sync.changes import StateChanges
+    from ._sync.client import Locks
+    from ._sync.election import Election, LeaderChanges, Leadership
+    from ._sync.hold import Hold, MultiHold, SegmentHold
+    from ._sync.primitives import (
+        Lock,
+        MultiLock,
+        ReadLock,
+        RLock,
+        RWLock,
+        SegmentedLock,
+        Semaphore,
+    )
+    from .backends import known_schemes, register_backend
+    from .backends.contract import Capabilities, HolderInfo, Leader, LockState
+    from .errors import (
+        AcquireTimeout,
+        AlreadyHeld,
+        BackendUnavailable,
+        BrokenBackend,
+        ClientClosed,
+        ConfigurationError,
+        ForkedClient,
+        HoldInDoubt,
+        InvalidArgument,
+        InvalidLockDelay,
+        InvalidLockName,
+        InvalidPermits,
+        InvalidSegments,
+        InvalidTimeout,
+        InvalidTTL,
+        InvalidURL,
+        LockLost,
+        MissingDependency,
+        NotHeld,
+        OutOfConnections,
+        PermissionDenied,
+        PermitsMismatch,
+        StaleToken,
+        TooManyWaiters,
+        TumblerError,
+        UnknownScheme,
+        WrongEventLoop,
+    )
+    from .observe import Observer
+
+#: where each public name lives. ``import tumbler`` imports none of them: each module is
+#: imported at the first use of one of its names (PEP 562), so a program pays at start-up
+#: only for what it uses, and ``import tumbler.aio`` does not import the blocking flavour.
+#: Type checkers read the imports above, which must name the same (a test compares them).
+_HOMES: dict[str, tuple[str, ...]] = {
+    "._api": ("connect", "prepare"),
+    "._core": ("DEFAULT_TTL", "Seconds"),
+    "._sync.changes": ("StateChanges",),
+    "._sync.client": ("Locks",),
+    "._sync.election": ("Election", "LeaderChanges", "Leadership"),
+    "._sync.hold": ("Hold", "MultiHold", "SegmentHold"),
+    "._sync.primitives": (
+        "Lock",
+        "MultiLock",
+        "ReadLock",
+        "RLock",
+        "RWLock",
+        "SegmentedLock",
+        "Semaphore",
+    ),
+    ".backends": ("known_schemes", "register_backend"),
+    ".backends.contract": ("Capabilities", "HolderInfo", "Leader", "LockState"),
+    ".errors": (
+        "AcquireTimeout",
+        "AlreadyHeld",
+        "BackendUnavailable",
+        "BrokenBackend",
+        "ClientClosed",
+        "ConfigurationError",
+        "ForkedClient",
+        "HoldInDoubt",
+        "InvalidArgument",
+        "InvalidLockDelay",
+        "InvalidLockName",
+        "InvalidPermits",
+        "InvalidSegments",
+        "InvalidTimeout",
+        "InvalidTTL",
+        "InvalidURL",
+        "LockLost",
+        "MissingDependency",
+        "NotHeld",
+        "OutOfConnections",
+        "PermissionDenied",
+        "PermitsMismatch",
+        "StaleToken",
+        "TooManyWaiters",
+        "TumblerError",
+        "UnknownScheme",
+        "WrongEventLoop",
+    ),
+    ".observe": ("Observer",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+#: the public submodules that ``import tumbler`` alone made reachable as attributes, which
+#: it still does, at their first use
+_SUBMODULES = ("backends", "errors", "observe")
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise take any misspelt attribute of the
+    # package for one this function makes.
+
+    def __getattr__(name: str) -> object:
+        import importlib
+
+        if name in _SUBMODULES:
+            return importlib.import_module(f".{name}", __name__)
+        module = _HOME_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_HOME_OF, *_SUBMODULES})
+
 
 __all__ = [
     "DEFAULT_TTL",
@@ -124,82 +196,3 @@ __all__ = [
     "prepare",
     "register_backend",
 ]
-
-
-def connect(
-    url: str | object | None = None,
-    *,
-    default_ttl: Seconds = DEFAULT_TTL,
-    observers: Iterable[Observer] = (),
-    holder: str | None = None,
-    **options: object,
-) -> Locks:
-    """Open a lock client on the backend that ``url`` names, or on the servers a client the
-    application configured already connects to.
-
-    ``url`` defaults to ``$TUMBLER_URL``, else ``sqlite://`` (a file in the user's cache
-    directory). The scheme picks the backend: ``sqlite://``, ``memory://``, and those of
-    installed extras. ``options`` go to the backend (``clock=`` for ``memory://``).
-
-    In place of a URL, ``url`` may be a blocking client of a driver: a ``redis.Redis`` (one
-    that Sentinels manage too: tumbler then asks the same ``Sentinel`` for the master) or
-    ``redis.cluster.RedisCluster`` (tumbler copies its servers, TLS, credentials or
-    ``credential_provider`` and timeouts; a client without a ``socket_timeout`` gets 5 s), a
-    ``psycopg_pool.ConnectionPool`` (its connection string and libpq arguments), or a kazoo
-    ``KazooClient`` (its ensemble, chroot, digest user, TLS and session timeout). tumbler
-    then connects to the same servers the same way over connections (a session) of its own,
-    and takes the options a URL would carry that a client does not say (Redis: ``prefix``,
-    ``max_connections``, ``max_waiters``, ``wait_replicas``, ``wait_timeout``; PostgreSQL:
-    ``schema``, the timeouts, ``max_connections``, ``max_waiters``, ``wakeups``, ``pooler``;
-    ZooKeeper: ``base``, under the client's chroot, ``connect_timeout``,
-    ``request_timeout``, ``max_waiters``).
-    The client stays the caller's: closing the lock client does not close it. An asyncio
-    client goes to ``tumbler.aio.connect``.
-    ``default_ttl`` is the lease of locks made without a ``ttl``. ``observers``: instances of
-    ``tumbler.observe.Observer`` subclasses, told of every acquisition, release, renewal and
-    loss (``tumbler.otel.OpenTelemetryObserver`` makes OpenTelemetry metrics and spans of
-    them); none by default, at no cost. ``holder``: how this client describes itself to
-    operators, kept with its grants and waiter entries and shown by ``status`` (one line of
-    at most 200 characters; default ``HOST pid=PID``).
-
-    Raises ``UnknownScheme``, ``InvalidURL``, ``MissingDependency`` (naming the extra to
-    install), ``InvalidArgument`` (a client of no backend, of the other flavour, or an option
-    the backend does not take), ``ConfigurationError``, ``PermissionDenied`` or
-    ``BackendUnavailable``.
-    """
-    from ._connect import backend_module, client_module
-
-    default_ttl = validate_ttl(default_ttl)  # before anything is opened or created
-    watchers = checked(observers)
-    if holder is not None:
-        holder = validate_holder(holder)
-    backend: Backend
-    if url is None or isinstance(url, str):
-        module, parsed = backend_module(url, options)
-        backend = module.open_sync(parsed, **options)
-    else:
-        backend = client_module(url, options).open_client_sync(url, **options)
-    try:
-        return Locks(backend, default_ttl=default_ttl, observers=watchers, holder=holder)
-    except BaseException:
-        backend.close()
-        raise
-
-
-def prepare(url: str | None = None) -> str:
-    """Make what the backend at ``url`` needs before its first use, if anything is missing,
-    and say so in one line for a person: the URL (without its password), then what was made,
-    what was there already, or that the backend needs nothing made.
-
-    ``url`` defaults as for :func:`connect`. Idempotent, and safe while clients use the
-    backend (PostgreSQL: the schema the URL names, its tables, sequence and functions; a
-    client makes them on first use too, so this is for a role that may create them when the
-    application's own role may not). Raises what :func:`connect` raises.
-    """
-    from .backends import prepare as prepare_backend
-    from .backends import resolve_url
-
-    descriptor, done = prepare_backend(url)
-    if done is None:
-        done = f"the {descriptor.name} backend needs nothing made before first use"
-    return f"{resolve_url(url).redacted}: {done}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
-import logging
 import os
 import sys
 import threading
@@ -24,6 +23,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._logs import logger
 from .errors import WrongEventLoop
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 #: what spawn() and aspawn() return
 Worker = threading.Thread

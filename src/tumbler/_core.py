@@ -12,11 +12,11 @@ import enum
 import math
 import random
 import re
+import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeGuard
 
 from .errors import (
     InvalidArgument,
@@ -29,8 +29,11 @@ from .errors import (
     PermitsMismatch,
 )
 
+if TYPE_CHECKING:
+    from datetime import timedelta
+
 #: a length of time the API takes: seconds, or a timedelta
-Seconds: TypeAlias = float | timedelta
+Seconds: TypeAlias = "float | timedelta"
 
 #: Longest lock name, in UTF-8 bytes: one limit that every backend can store.
 MAX_NAME_BYTES = 255
@@ -121,10 +124,17 @@ def validate_name(name: object) -> str:
     return canonical
 
 
+def _is_timedelta(value: object) -> TypeGuard[timedelta]:
+    # Only a program that imported datetime can hold a timedelta: it is looked for there,
+    # rather than imported with tumbler, which most programs would pay for nothing.
+    datetime = sys.modules.get("datetime")
+    return datetime is not None and isinstance(value, datetime.timedelta)
+
+
 def _seconds(
     value: object, what: str, error: type[InvalidTTL | InvalidTimeout | InvalidLockDelay]
 ) -> float:
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{what} must be a number of seconds, not {type(value).__name__}")
@@ -157,7 +167,7 @@ def validate_timeout(timeout: object) -> float | None:
         return None
     seconds = _seconds(timeout, "timeout", InvalidTimeout)
     # -1 means "for ever" as a number, as in threading; a timedelta of -1 s is just negative
-    if (seconds == -1 and not isinstance(timeout, timedelta)) or seconds == math.inf:
+    if (seconds == -1 and not _is_timedelta(timeout)) or seconds == math.inf:
         return None
     if seconds < 0:
         raise InvalidTimeout(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import math
 import os
 import re
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import tumbler
-from tumbler import HolderInfo, LockState, backends
+from tumbler import HolderInfo, LockState, _logs, backends
 from tumbler import _core as core
 from tumbler._url import parse_url
 from tumbler.errors import (
@@ -390,21 +389,39 @@ def _library_logging(verbose: bool) -> Iterator[None]:
     """Route the library's log records to stderr: warnings only with --verbose.
 
     Without a handler Python's last-resort handler would print every warning (a lost hold is
-    logged by the library and reported here too): one line per failure is the rule.
+    logged by the library and reported here too): one line per failure is the rule. Without
+    --verbose the handler is set up only if the library logs at all: a command that runs
+    without a hitch does not import the logging package.
     """
-    logger = logging.getLogger("tumbler")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("tumbler: %(levelname)s: %(message)s"))
-    handler.setLevel(logging.DEBUG if verbose else logging.ERROR)
-    old_level = logger.level
-    logger.addHandler(handler)
+    undo: list[Callable[[], None]] = []
+
+    def set_up() -> None:
+        import logging
+
+        logger = logging.getLogger("tumbler")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tumbler: %(levelname)s: %(message)s"))
+        handler.setLevel(logging.DEBUG if verbose else logging.ERROR)
+        old_level = logger.level
+        logger.addHandler(handler)
+        if verbose:
+            logger.setLevel(logging.DEBUG)
+
+        def take_back() -> None:
+            logger.removeHandler(handler)
+            logger.setLevel(old_level)
+
+        undo.append(take_back)
+
     if verbose:
-        logger.setLevel(logging.DEBUG)
+        set_up()
+    else:
+        undo.append(_logs.when_used(set_up))
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
+        for step in reversed(undo):
+            step()
 
 
 # -- run -----------------------------------------------------------------------------------------

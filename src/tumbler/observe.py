@@ -39,12 +39,12 @@ is not an acquisition (nothing is asked of the backend), and its inner release n
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Final, Literal, NamedTuple, Protocol, get_args
 
 from ._clock import Clock
+from ._logs import DEBUG, WARNING, logger
 from .errors import InvalidArgument
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
     "Renewed",
 ]
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 #: Why a hold was lost, in a few stable words (``HoldLost.reason``; a metric's attribute):
 #:
@@ -368,7 +368,7 @@ class Observers:
             first = key not in self._failed_once
             self._failed_once.add(key)
         _log.log(
-            logging.WARNING if first else logging.DEBUG,
+            WARNING if first else DEBUG,
             "observer %r failed on %s%s",
             getattr(handler, "__self__", handler),
             event,

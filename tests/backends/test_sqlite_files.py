@@ -111,11 +111,12 @@ def public_dir() -> Iterator[Path]:
 
 def run_as(uid: int, script: str, groups: tuple[int, ...] = ()) -> subprocess.Popen[str]:
     """``script`` in a child process of user ``uid`` (group nobody, and ``groups``). The
-    child starts as root and imports what it needs first: this Python's own files may be
-    where only root can read them."""
+    child starts as root and imports what it needs first, also what tumbler imports only at
+    first use: this Python's own files may be where only root can read them."""
     drop = f"""
-        import asyncio, concurrent.futures.thread, os, sys
-        import tumbler, tumbler.aio, tumbler.backends, tumbler.backends.sqlite.backend
+        import asyncio, concurrent.futures.thread, json, logging, os, socket, sys
+        import tumbler, tumbler._api, tumbler.aio, tumbler.backends
+        import tumbler.backends.sqlite.backend
         os.setgroups({list(groups)!r})
         os.setgid({NOBODY})
         os.setuid({uid})

@@ -43,13 +43,20 @@ def under(modules: set[str], *packages: str) -> set[str]:
     }
 
 
-def test_import_tumbler_loads_no_cli_no_harness_and_no_asyncio() -> None:
-    modules = modules_after("import tumbler")
+def test_import_tumbler_loads_only_the_package() -> None:
+    """Each public name's module is imported at the name's first use."""
+    assert under(modules_after("import tumbler"), "tumbler") == {"tumbler"}
+
+
+def test_the_blocking_api_loads_no_cli_no_harness_no_asyncio_and_no_logging() -> None:
+    modules = modules_after("import tumbler\ntumbler.connect, tumbler.Lock, tumbler.LockLost")
 
     assert "tumbler._sync.client" in modules  # the blocking flavour is what it loads
     assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
     # the asyncio flavour's halves of the seams wait until something asks for them
     assert under(modules, "asyncio", "tumbler.aio", "tumbler._async") == set()
+    # the loggers import the logging package at their first message
+    assert under(modules, "logging") == set()
 
 
 def test_import_tumbler_aio_loads_no_cli_and_no_harness() -> None:
@@ -57,6 +64,7 @@ def test_import_tumbler_aio_loads_no_cli_and_no_harness() -> None:
 
     assert {"asyncio", "tumbler._async.client"} <= modules
     assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
+    assert under(modules, "tumbler._sync") == set()  # nor the blocking flavour
 
 
 def test_tumbler_run_imports_neither_the_torture_harness_nor_the_demo(tmp_path: Path) -> None:
@@ -70,6 +78,10 @@ def test_tumbler_run_imports_neither_the_torture_harness_nor_the_demo(tmp_path: 
     assert {"click", "sqlite3", "tumbler.backends.sqlite"} <= modules  # it did run, locked
     assert "tumbler._supervisor" in modules
     assert under(modules, *COMMAND_ONLY) == set()
+    # a command that runs without a hitch logs nothing, and opens one backend's package
+    assert under(modules, "logging") == set()
+    backends = {m.split(".")[2] for m in under(modules, "tumbler.backends") if m.count(".") >= 2}
+    assert backends == {"sqlite", "kit", "contract", "descriptor"}
 
 
 def test_the_supervisor_loads_neither_the_cli_nor_click_nor_rich() -> None:

@@ -451,3 +451,45 @@ def test_a_holder_that_no_store_could_keep_is_refused_before_a_client_opens(
     with pytest.raises(tumbler.errors.InvalidArgument, match=r"U\+D800"):
         asyncio.run(tumbler.aio.connect(url, holder="worker \ud800"))
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the package's names, imported at their first use ----------------------------------------
+
+
+def _type_checking_imports() -> dict[str, set[str]]:
+    """What ``tumbler/__init__.py`` imports for type checkers: module -> names."""
+    import ast
+
+    tree = ast.parse(Path(tumbler.__file__).read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    imported: dict[str, set[str]] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom)
+        module = "." * node.level + (node.module or "")
+        imported.setdefault(module, set()).update(alias.name for alias in node.names)
+    return imported
+
+
+def test_type_checkers_see_every_name_the_package_imports_at_first_use() -> None:
+    homes = {module: set(names) for module, names in tumbler._HOMES.items()}
+    assert _type_checking_imports() == homes
+
+
+@pytest.mark.parametrize("name", [*tumbler.__all__, "Seconds", "errors", "observe", "backends"])
+def test_each_name_resolves_to_what_its_module_defines(name: str) -> None:
+    value = getattr(tumbler, name)
+    home = tumbler._HOME_OF.get(name)
+    if home is None:
+        assert value is importlib.import_module(f"tumbler.{name}")
+    else:
+        assert value is getattr(importlib.import_module(home, "tumbler"), name)
+    assert name in dir(tumbler)
+
+
+def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Lokc'"):
+        tumbler.Lokc  # type: ignore[attr-defined]  # noqa: B018

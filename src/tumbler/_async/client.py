@@ -10,11 +10,10 @@ force_release).
 
 from __future__ import annotations
 
-import base64
+import binascii
 import collections
 import dataclasses
 import functools
-import logging
 import os
 import random
 import time
@@ -33,6 +32,7 @@ from .._acompat import (
     asleep_real,
 )
 from .._clock import Clock
+from .._logs import DEBUG, WARNING, logger
 from ..backends.contract import (
     AsyncBackend,
     AsyncStateWatching,
@@ -59,7 +59,7 @@ from .primitives import (
 )
 from .renewal import AsyncRenewer
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 #: the longest pause between grant requests of a waiter whose backend is not answering
 UNAVAILABLE_RETRY_CAP = 0.5
 #: how many times one try asks for a grant whose reply keeps coming after its lease ran out
@@ -73,10 +73,15 @@ H = TypeVar("H", bound=AsyncHold)
 HoldMaker = Callable[[GrantRequest, Grant, float], H]
 
 
+#: base64's two characters that are not URL-safe, and what the URL-safe alphabet has instead
+_URL_SAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def _new_owner() -> str:
     """A fresh owner id: 18 random bytes from the OS, as 24 URL-safe characters (what
-    ``secrets.token_urlsafe(18)`` makes, without importing ``secrets`` and ``hmac``)."""
-    return base64.urlsafe_b64encode(os.urandom(18)).decode("ascii")
+    ``secrets.token_urlsafe(18)`` makes, without importing ``secrets``, ``hmac`` and
+    ``base64``)."""
+    return binascii.b2a_base64(os.urandom(18), newline=False).translate(_URL_SAFE).decode()
 
 
 def _eviction_note(forcer: str, reason: str | None) -> str:
@@ -895,7 +900,7 @@ class AsyncLocks:
         if deadline is not None and self._clock.now() >= deadline:
             raise error
         _log.log(
-            logging.DEBUG if before is not None else logging.WARNING,
+            DEBUG if before is not None else WARNING,
             "lock %r: the backend did not answer a grant request (%s: %s); asking again",
             error.lock_name,
             type(error).__name__,

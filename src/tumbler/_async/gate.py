@@ -12,17 +12,17 @@ open, and an acquire could be granted a lock that nobody renews).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from collections.abc import Hashable
 
 from .._acompat import AsyncEvent, acheck_loop, acurrent_context, acurrent_loop
 from .._clock import Clock
+from .._logs import logger
 from ..backends.contract import AsyncBackend
 from ..errors import ClientClosed, ForkedClient, InvalidLockDelay, InvalidTTL, TumblerError
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 #: how many times the process was forked since this module was loaded, as the child counts:
 #: a gate made before a fork finds it changed in the child. Cheaper than asking the kernel

@@ -44,7 +44,6 @@ anyway.
 from __future__ import annotations
 
 import enum
-import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, NoReturn, cast
@@ -64,6 +63,7 @@ from .._core import (
     HoldState,
     transition,
 )
+from .._logs import logger
 from ..backends.contract import AsyncLapsing, Grant, GrantRequest, Renewal
 from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
 from ..observe import Acquisition, LossReason
@@ -71,7 +71,7 @@ from ..observe import Acquisition, LossReason
 if TYPE_CHECKING:
     from .client import AsyncLocks
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 
 class Step(enum.Enum):

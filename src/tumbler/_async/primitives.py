@@ -10,7 +10,6 @@ per thread (blocking flavour) or per task (asyncio), the holds that thread or ta
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import random
 import threading
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from .. import _core as core
 from .._acompat import acurrent_context, ashield
+from .._logs import logger
 from ..errors import (
     AcquireTimeout,
     AlreadyHeld,
@@ -34,7 +34,7 @@ from .hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
 if TYPE_CHECKING:
     from .client import AsyncLocks
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 #: the kind of hold a lock object's acquisitions make
 H = TypeVar("H", bound=AsyncHold)

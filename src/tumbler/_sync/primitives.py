@@ -12,7 +12,6 @@ per thread (blocking flavour) or per task (asyncio), the holds that thread or ta
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import random
 import threading
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from .. import _core as core
 from .._acompat import current_context, shield
+from .._logs import logger
 from ..errors import (
     AcquireTimeout,
     AlreadyHeld,
@@ -36,7 +36,7 @@ from .hold import Hold, MultiHold, SegmentHold
 if TYPE_CHECKING:
     from .client import Locks
 
-_log = logging.getLogger("tumbler")
+_log = logger("tumbler")
 
 #: the kind of hold a lock object's acquisitions make
 H = TypeVar("H", bound=Hold)

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .._acompat import Event, Worker, join, spawn
 from .._clock import Clock
+from .._logs import logger
 
-_log = logging.getLogger("tumbler.renewal")
+_log = logger("tumbler.renewal")
 
 T = TypeVar("T")
 #: seconds the deadline watch sleeps when no hold is live (a new hold that must be watched

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from typing import cast
 
 from .._url import BackendURL, parse_url
@@ -70,6 +69,8 @@ def builtin_descriptors() -> list[BackendDescriptor]:
 def _builtins() -> dict[str, BackendDescriptor]:
     global _builtin
     if _builtin is None:
+        import pkgutil
+
         found: dict[str, BackendDescriptor] = {}
         for module in pkgutil.iter_modules(__path__):
             if not module.ispkg or module.name.startswith("_"):
@@ -138,10 +139,29 @@ def _bare_descriptor(scheme: str, module: str, extra: str | None) -> BackendDesc
     )
 
 
+def _builtin_named(scheme: str) -> BackendDescriptor | None:
+    """The built-in backend in the subpackage named ``scheme``, if there is one and it opens
+    ``scheme://``: a URL of a backend's first scheme (``sqlite://``, ``redis://``) is opened
+    without importing every other backend's package to read its descriptor."""
+    if _builtin is not None or not scheme.isidentifier() or scheme.startswith("_"):
+        return None
+    package = f"{__name__}.{scheme}"
+    try:
+        module = importlib.import_module(package)
+    except ModuleNotFoundError as error:
+        if error.name != package:
+            raise  # the package is there and broken: seen as it is, as by the scan
+        return None
+    descriptor = getattr(module, "DESCRIPTOR", None)
+    if isinstance(descriptor, BackendDescriptor) and scheme in descriptor.schemes:
+        return descriptor
+    return None
+
+
 def descriptor_for(scheme: str) -> BackendDescriptor:
     """The descriptor of the backend that opens ``scheme://``; UnknownScheme if none does."""
     scheme = scheme.lower()
-    descriptor = _registered.get(scheme) or _builtins().get(scheme)
+    descriptor = _registered.get(scheme) or _builtin_named(scheme) or _builtins().get(scheme)
     if descriptor is None:
         descriptor = _third_party(scheme)
     if descriptor is None:

@@ -56,7 +56,6 @@ import contextlib
 import dataclasses
 import enum
 import functools
-import logging
 import math
 import random
 import socket
@@ -67,6 +66,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, NamedTuple, TypeAlias, TypeVar
 
+from .._logs import logger
 from ..errors import InvalidArgument, TumblerError
 
 __all__ = [
@@ -90,7 +90,7 @@ __all__ = [
     "Reset",
 ]
 
-_log = logging.getLogger("tumbler.torture.proxy")
+_log = logger("tumbler.torture.proxy")
 
 _T = TypeVar("_T")
 

@@ -154,11 +154,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import re
-import secrets
 import socket
 import sqlite3
 import stat
@@ -775,7 +773,7 @@ class _Doorbell:
     def __init__(self, hub: WakeHub) -> None:
         self._hub = hub
         #: the socket's abstract name without its leading NUL, as the waiter rows store it
-        self.address = f"tumbler-sqlite-{secrets.token_hex(12)}"
+        self.address = f"tumbler-sqlite-{os.urandom(12).hex()}"
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.bind("\0" + self.address)
         self._lock = threading.Lock()
@@ -843,6 +841,14 @@ def _ring(address: str, payload: bytes) -> None:
                 atexit.register(_SENDER.close)
             sender = _SENDER
     sender.sendto(payload, "\0" + address)
+
+
+def _json_list(values: Sequence[object]) -> str:
+    """``values`` as a JSON array, for SQLite's ``json_each``: a list of names, owners or
+    numbers, made only on the paths that read a line (not every client needs :mod:`json`)."""
+    import json
+
+    return json.dumps(values)
 
 
 def _to_wake(rows: Sequence[tuple[str, int, int, int, int, int | None, str | None]]) -> set[str]:
@@ -1247,7 +1253,7 @@ class SQLiteBackend:
             "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
             "FROM tumbler_entries WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
             "OR owner IN (SELECT value FROM json_each(?))) ORDER BY seq",
-            (now, name, json.dumps(owners)),
+            (now, name, _json_list(owners)),
         ).fetchall()
         return _Line(
             [
@@ -1358,7 +1364,7 @@ class SQLiteBackend:
             db.execute(
                 "UPDATE tumbler_entries SET expires_at = ? "
                 "WHERE seq IN (SELECT value FROM json_each(?))",
-                (now + round(self.capabilities.waiter_ttl * 1e9), json.dumps(seqs)),
+                (now + round(self.capabilities.waiter_ttl * 1e9), _json_list(seqs)),
             )
 
     def _sweep(self, db: sqlite3.Connection, now: int, changes: _Changes) -> None:
@@ -1369,7 +1375,7 @@ class SQLiteBackend:
         if expired:
             db.execute(
                 "DELETE FROM tumbler_entries WHERE seq IN (SELECT value FROM json_each(?))",
-                (json.dumps([seq for seq, _name in expired]),),
+                (_json_list([seq for seq, _name in expired]),),
             )
             for _seq, name in expired:
                 changes.changed(name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import logging
 import math
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, ashield, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, Entry, check_limits, let_through, line_position
+from ...._logs import logger
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     STATE_TAG,
@@ -82,7 +82,7 @@ from ..wire import (
 )
 from .gateway import AsyncGateway, AsyncWatchStream, LeaseAnswer, attempt_bound
 
-_log = logging.getLogger("tumbler.etcd")
+_log = logger("tumbler.etcd")
 
 #: etcd's default limit on the operations of one transaction (``--max-txn-ops``)
 MAX_TXN_OPS = 128

@@ -38,6 +38,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ...._acompat import sleep_real
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import Decision, Entry, Write, WritePlan, plan
+from ...._logs import logger
 from ....errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -88,7 +89,7 @@ WATCHED_TTL = 30.0
 #: woken to read again: as the lock layer polls a backend without state wake-ups
 REFUSED_POLL = 0.25
 
-_log = logging.getLogger("tumbler.sql")
+_log = logger("tumbler.sql")
 
 #: how long a client's start may spend making the store's tables, or waiting while another
 #: client makes them: a bound of its own, as the URL's bounds are for calls on locks

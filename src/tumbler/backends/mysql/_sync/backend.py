@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pymysql
 
+from ...._logs import logger
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
 from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
@@ -46,7 +46,7 @@ from ..statements import (
     Statements,
 )
 
-_log = logging.getLogger("tumbler.mysql")
+_log = logger("tumbler.mysql")
 
 T = TypeVar("T")
 

@@ -7,7 +7,6 @@ See ``tumbler.backends.postgresql.common`` for the URL grammar and the guarantee
 from __future__ import annotations
 
 import contextlib
-import logging
 import secrets
 import select
 import time
@@ -19,6 +18,7 @@ from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import asleep_real
+from ...._logs import logger
 from ....errors import BackendUnavailable, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
 from ...kit._async.sql import AsyncSQLBackend, AsyncSQLListener, AsyncSQLPool, Try, decide
@@ -44,7 +44,7 @@ from ..statements import (
     schema_key,
 )
 
-_log = logging.getLogger("tumbler.postgresql")
+_log = logger("tumbler.postgresql")
 
 T = TypeVar("T")
 

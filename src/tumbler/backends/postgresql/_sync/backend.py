@@ -9,7 +9,6 @@ See ``tumbler.backends.postgresql.common`` for the URL grammar and the guarantee
 from __future__ import annotations
 
 import contextlib
-import logging
 import secrets
 import select
 import time
@@ -21,6 +20,7 @@ from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 
 from ...._acompat import sleep_real
+from ...._logs import logger
 from ....errors import BackendUnavailable, TumblerError
 from ...contract import GrantRequest, Renewal, SessionEvents
 from ...kit._sync.sql import SQLBackend, SQLListener, SQLPool, Try, decide
@@ -46,7 +46,7 @@ from ..statements import (
     schema_key,
 )
 
-_log = logging.getLogger("tumbler.postgresql")
+_log = logger("tumbler.postgresql")
 
 T = TypeVar("T")
 

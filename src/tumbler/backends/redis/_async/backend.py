@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
-import logging
 import secrets
 import ssl
 import threading
@@ -34,6 +33,7 @@ from redis.crc import key_slot
 
 from ...._acompat import AsyncEvent, AsyncMutex, AsyncWorker, ajoin, asleep_real, aspawn
 from ...._clock import SYSTEM_CLOCK, Clock
+from ...._logs import logger
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     STATE_TAG,
@@ -69,7 +69,7 @@ from ..common import (
     translate_errors,
 )
 
-_log = logging.getLogger("tumbler.redis")
+_log = logger("tumbler.redis")
 
 T = TypeVar("T")
 

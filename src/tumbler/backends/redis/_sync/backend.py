@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
-import logging
 import secrets
 import ssl
 import threading
@@ -36,6 +35,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from ...._acompat import Event, Mutex, Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
+from ...._logs import logger
 from ....errors import BackendUnavailable, ConfigurationError, PermissionDenied
 from ...contract import (
     STATE_TAG,
@@ -71,7 +71,7 @@ from ..common import (
     translate_errors,
 )
 
-_log = logging.getLogger("tumbler.redis")
+_log = logger("tumbler.redis")
 
 T = TypeVar("T")
 

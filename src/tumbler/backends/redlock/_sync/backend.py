@@ -14,7 +14,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import logging
 import random
 import secrets
 import threading
@@ -27,6 +26,7 @@ import redis.exceptions as redis_errors
 from .... import _core as core
 from ...._acompat import Worker, join, sleep_real, spawn
 from ...._clock import SYSTEM_CLOCK, Clock
+from ...._logs import logger
 from ....errors import BackendUnavailable, ConfigurationError, TumblerError
 from ...contract import (
     STATE_TAG,
@@ -59,7 +59,7 @@ from ..common import (
     quorum,
 )
 
-_log = logging.getLogger("tumbler.redlock")
+_log = logger("tumbler.redlock")
 
 #: the least time a reply is read for, even after node_timeout: a reply already on its way
 #: is not thrown away because the client itself was slow to read it

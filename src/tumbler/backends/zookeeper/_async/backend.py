@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import logging
 import math
 import threading
 import time
@@ -25,6 +24,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from ...._clock import SYSTEM_CLOCK, Clock
 from ...._core import WATCH_LINE, Entry, check_limits, let_through, line_position
+from ...._logs import logger
 from ....errors import InvalidTimeout, PermitsMismatch
 from ...contract import (
     STATE_TAG,
@@ -79,7 +79,7 @@ from ..common import (
     translate_errors,
 )
 
-_log = logging.getLogger("tumbler.zookeeper")
+_log = logger("tumbler.zookeeper")
 
 #: how many lock nodes a client remembers having seen (``_remember_lock_node``)
 LOCK_NODES_REMEMBERED = 10_000
