@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import enum
 import math
-import random
 import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeAlias, TypeGuard
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias, TypeGuard
 
 from .errors import (
     InvalidArgument,
@@ -30,6 +28,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    import random
     from datetime import timedelta
 
 #: a length of time the API takes: seconds, or a timedelta
@@ -294,8 +293,7 @@ def spread(candidates: Sequence[int], rng: random.Random) -> list[int]:
 # The grant predicate
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One contender for a lock name as a backend stores it: a grant, or a waiter in line.
 
     ``seq`` orders entries by arrival. ``limit`` is how many shared holders the entry's kind
@@ -444,8 +442,7 @@ class Write(enum.Enum):
     REFRESH_WAITER = "refresh waiter"  # the owner's waiter entry gets a new waiter lease
 
 
-@dataclass(frozen=True)
-class WritePlan:
+class WritePlan(NamedTuple):
     """:func:`plan`'s answer: the decision, what to write for it, and the owner's own entry
     (``mine``: whose ``seq`` a write of the owner's entry names, and whose ``token`` a HELD
     answer returns), if the owner has one among the live entries."""
@@ -562,21 +559,24 @@ def retry_delay(remaining: float) -> float:
     return max(0.01, min(1.0, remaining / 4))
 
 
-@dataclass
 class Backoff:
     """Waits between polls: exponential growth with "decorrelated jitter", bounded by ``cap``.
 
     Jitter keeps pollers that started together from asking the backend in lock-step.
     """
 
-    base: float
-    cap: float
-    rng: random.Random
-    _last: float = field(default=0.0, repr=False)
+    __slots__ = ("_last", "base", "cap", "rng")
 
-    def __post_init__(self) -> None:
-        if not 0 < self.base <= self.cap:
-            raise ValueError(f"backoff needs 0 < base <= cap, not {self.base} and {self.cap}")
+    def __init__(self, base: float, cap: float, rng: random.Random) -> None:
+        if not 0 < base <= cap:
+            raise ValueError(f"backoff needs 0 < base <= cap, not {base} and {cap}")
+        self.base = base
+        self.cap = cap
+        self.rng = rng
+        self._last = 0.0
+
+    def __repr__(self) -> str:
+        return f"Backoff(base={self.base!r}, cap={self.cap!r})"
 
     def next(self) -> float:
         if self._last <= 0:

@@ -22,7 +22,6 @@ another connection of its own user. Each test has a table prefix of its own.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import uuid
@@ -200,7 +199,7 @@ def test_the_grant_procedure_answers_as_the_rule_or_not_at_all(
     delays = dict(cursor.fetchall())
     lapsed_owners = {owner_hash(owner) for owner in lapsed}
     entries = [
-        dataclasses.replace(entry, lapsed=entry.granted and entry.owner in lapsed_owners)
+        entry._replace(lapsed=entry.granted and entry.owner in lapsed_owners)
         for entry in entries_of(line, limit, before, owner_hash)
     ]
     *answered, full = answer

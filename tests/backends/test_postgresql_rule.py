@@ -19,7 +19,6 @@ each example runs in a transaction that is rolled back.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -151,7 +150,7 @@ def test_the_grant_function_answers_as_the_rule_or_not_at_all(
     *answered, full = answer
     assert not full  # a line never fills here
     entries = [
-        dataclasses.replace(entry, lapsed=entry.granted and entry.owner in lapsed)
+        entry._replace(lapsed=entry.granted and entry.owner in lapsed)
         for entry in entries_of(line, limit, before, lambda owner: owner)
     ]
     check_answer(entries, request.owner, request, tuple(answered), before, after)

@@ -120,7 +120,7 @@ class Stored:
 
     def seen(self, now_ms: int) -> Entry:
         """The entry as the rule sees it: lapsed once its lease ran out."""
-        return self.entry if self.live(now_ms) else replace(self.entry, lapsed=True)
+        return self.entry if self.live(now_ms) else self.entry._replace(lapsed=True)
 
 
 def parse(owner: str, value: str) -> Stored:
@@ -299,7 +299,7 @@ def let_through(
             del table[index]
         else:
             through.append(waiter.owner)
-            table[index] = replace(waiter, token=waiter.seq)
+            table[index] = waiter._replace(token=waiter.seq)
     return Wakes(through, dropped, held_back)
 
 
@@ -520,7 +520,7 @@ def check_grant(lock: Lock, request: Request) -> None:
         assert token > newest, context  # fencing: above every token and number given before
         base = mine or Entry(owner, token, request.shared, request.limit, request.fair, None)
         ours = after.pop(owner)
-        assert ours.entry == replace(base, token=token), context
+        assert ours.entry == base._replace(token=token), context
         assert ours.delay_ms == request.delay_ms, context
         assert t0 + LONG_MS <= ours.expires_ms <= t1 + LONG_MS, context
         assert ours.client == (before[owner].client if mine else request.client), context
@@ -712,7 +712,7 @@ def check_release(lock: Lock, owner: str, alive: set[str], mode: tuple[int, int,
         # granted by the release: the token of its wake-up, the lease of its terms (cut), and
         # the lock-delay its terms carried
         assert t0 + lease_ms <= after[o].expires_ms <= t1 + lease_ms, context
-        entry = replace(kept[o].entry, token=token)
+        entry = kept[o].entry._replace(token=token)
         terms = kept[o].terms
         assert terms is not None
         kept[o] = replace(

@@ -313,3 +313,30 @@ async def test_capabilities_say_host_scope_half_a_second_leases_and_short_waiter
     assert sync.min_ttl == 0.5
     # a dead waiter's entry holds up a fair line for this long (see the killed-waiter test)
     assert sync.waiter_ttl == 1.0
+
+
+@pytest.mark.parametrize("waiting", [1, 7, 8, 9, 20])
+def test_a_batch_of_polls_on_one_name_decides_each_owner(tmp_path, waiting):
+    """The asyncio client's batch reads a name's line once for all its owners: a few as
+    parameters, more as one JSON array; each decides as alone."""
+    from tumbler._url import parse_url
+    from tumbler.backends.contract import GrantRequest
+    from tumbler.backends.sqlite.backend import SQLiteBackend
+
+    def asked(owner: str) -> GrantRequest:
+        return GrantRequest(
+            name="x", owner=owner, ttl=30.0, shared=False, limit=1, fair=True, holder="case"
+        )
+
+    backend = SQLiteBackend(parse_url(url_of(tmp_path / "locks.db")))
+    try:
+        holder = backend.try_grant(asked("holder"))
+        assert holder is not None
+        owners = [f"w{index}" for index in range(waiting)]
+        assert backend.try_grant_many([asked(owner) for owner in owners]) == [None] * waiting
+        assert backend.release("x", "holder")
+        # the first waiter in a fair line, asked last, is granted; the others wait behind it
+        polls = backend.try_grant_many([asked(owner) for owner in reversed(owners)])
+        assert [grant is not None for grant in polls] == [False] * (waiting - 1) + [True]
+    finally:
+        backend.close()

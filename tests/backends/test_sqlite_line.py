@@ -4,8 +4,6 @@ leaving by a release or lapsing (kept for a lock-delay)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +51,7 @@ def test_the_relevant_part_decides_as_the_whole_line(made, data):
         if whole is core.Decision.GRANT:
             token += 1
             if mine is not None:
-                entries[entries.index(mine)] = dataclasses.replace(mine, token=token)
+                entries[entries.index(mine)] = mine._replace(token=token)
                 line.granted(mine, token)
             else:
                 seq += 1
@@ -74,7 +72,7 @@ def test_the_relevant_part_decides_as_the_whole_line(made, data):
             if grants:
                 gone = data.draw(st.sampled_from(grants), label="which")
                 if data.draw(st.booleans(), label="its lease runs out, kept for a lock-delay"):
-                    entries[entries.index(gone)] = dataclasses.replace(gone, lapsed=True)
+                    entries[entries.index(gone)] = gone._replace(lapsed=True)
                 else:
                     entries.remove(gone)
                 # a release, or the next read after a lease ran out, is another transaction:

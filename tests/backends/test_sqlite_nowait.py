@@ -438,6 +438,32 @@ def test_a_release_rings_the_waiting_clients_doorbell(tmp_path):
 
 
 @needs_doorbells
+def test_a_client_makes_its_doorbell_when_it_first_waits(tmp_path):
+    """A client that only takes free locks has no socket; its first waiter makes one, which
+    the release of the lock it waits for rings, and a closed client makes none."""
+    url = parse_url(f"sqlite:///{tmp_path / 'locks.db'}")
+    holder, waiter = SQLiteBackend(url), SQLiteBackend(url)
+    rung = threading.Event()
+    try:
+        assert holder.try_grant(request("x", "a")) is not None
+        assert holder.release("x", "a") is True
+        assert holder.try_grant(request("x", "a")) is not None
+        assert holder._doorbell is None
+        assert waiter._doorbell is None
+        assert waiter.try_grant(request("x", "b")) is None
+        assert waiter._doorbell is not None
+        assert waiter.hub is not None
+        waiter.hub.subscribe("x", rung.set)
+        assert holder.release("x", "a") is True
+        assert rung.wait(PATIENCE)
+        assert holder._doorbell is None  # ringing another's doorbell needs none of one's own
+    finally:
+        holder.close()
+        waiter.close()
+    assert holder._own_doorbell() is None
+
+
+@needs_doorbells
 @pytest.mark.timeout(10)
 def test_a_doorbell_closes_even_when_no_ring_can_reach_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

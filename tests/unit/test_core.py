@@ -13,7 +13,6 @@ import random
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -394,9 +393,9 @@ def lock_tables(draw: st.DrawFn) -> tuple[list[Entry], int]:
         fair = draw(st.booleans())
         wants_grant = draw(st.booleans())
         candidate = Entry(f"owner{index}", seq, shared, limit, fair, None)
-        if wants_grant and grants_compatible([*entries, replace(candidate, token=token + 1)]):
+        if wants_grant and grants_compatible([*entries, candidate._replace(token=token + 1)]):
             token += 1
-            candidate = replace(candidate, token=token)
+            candidate = candidate._replace(token=token)
         entries.append(candidate)
     shuffled = draw(st.permutations(entries))
     return list(shuffled), shared_limit
@@ -476,7 +475,7 @@ def test_a_fair_request_never_overtakes_an_earlier_fair_waiter(data: st.DataObje
     if mine is not None:
         # a retry asks for what its stored entry holds, made fair for this property
         shared, limit = mine.shared, mine.limit
-        entries = [replace(entry, fair=True) if entry is mine else entry for entry in entries]
+        entries = [entry._replace(fair=True) if entry is mine else entry for entry in entries]
     assume(decide_or_mismatch(entries, owner, shared, limit, True) is Decision.GRANT)
     my_seq = mine.seq if mine is not None else math.inf
     earlier_fair_waiters = [
@@ -854,7 +853,7 @@ def apply_plan(
     if write is core.Write.ADD_WAITER:
         return [*entries, Entry(owner, seq, shared, limit, fair, None)]
     if write is core.Write.GRANT_WAITER:
-        return [replace(e, token=token) if e is plan.mine else e for e in entries]
+        return [e._replace(token=token) if e is plan.mine else e for e in entries]
     return list(entries)
 
 
@@ -1042,7 +1041,7 @@ def test_a_lapsed_grant_blocks_everyone_its_owner_included_and_plans_no_write() 
     plan = core.plan([lapsed, waiter], "gone", False, 1, False, queue=True)
     assert (plan.decision, plan.write) == (Decision.WAIT, core.Write.NOTHING)
     # a lapsed permit counts against the limit as the live one did
-    permit = replace(lapsed, shared=True, limit=2)
+    permit = lapsed._replace(shared=True, limit=2)
     assert decide([permit], "new", True, 2, False) is Decision.GRANT
     taken = Entry("other", 3, True, 2, False, token=8)
     assert decide([permit, taken], "new", True, 2, False) is Decision.WAIT

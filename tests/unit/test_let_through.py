@@ -11,8 +11,6 @@ permit count that clashes with the others' (which the rule refuses).
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +51,7 @@ def oracle(line: list[Entry]) -> list[int]:
         except PermitsMismatch:
             continue
         if decision is Decision.GRANT:
-            line[index] = dataclasses.replace(entry, token=0)
+            line[index] = entry._replace(token=0)
             through.append(index)
     return through
 
@@ -96,8 +94,7 @@ def test_a_complete_pass_is_not_changed_by_more_of_the_line(
         return
     more = data.draw(lines())
     behind = [
-        dataclasses.replace(entry, owner=f"behind{i}", seq=1000 + i, token=None)
-        for i, entry in enumerate(more)
+        entry._replace(owner=f"behind{i}", seq=1000 + i, token=None) for i, entry in enumerate(more)
     ]
     # a waiter behind may clash with the line's permit count; the rule then refuses every
     # shared waiter, which the head read before it cannot know: only clash-free tails here
@@ -113,9 +110,9 @@ def test_a_mutex_lets_one_waiter_through() -> None:
 
 def test_a_read_lock_lets_the_run_of_readers_through() -> None:
     reader = Entry("", 0, True, 0, True, None)
-    line = [dataclasses.replace(reader, owner=f"r{i}", seq=i) for i in range(3)]
+    line = [reader._replace(owner=f"r{i}", seq=i) for i in range(3)]
     line.append(Entry("w", 3, False, 1, True, None))
-    line += [dataclasses.replace(reader, owner=f"r{i}", seq=i) for i in range(4, 9)]
+    line += [reader._replace(owner=f"r{i}", seq=i) for i in range(4, 9)]
     assert let_through(line) == ([0, 1, 2], True)
 
 

@@ -89,20 +89,21 @@ def test_processes_forked_after_the_import_draw_their_segments_apart(flavour):
         from tumbler._sync import primitives
     else:
         from tumbler._async import primitives
+    primitives._segments_rng()  # made in the parent, before the fork
     readable, writable = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
         pid = os.fork()
     if pid == 0:  # the child: its first draw, on the pipe
         try:
-            os.write(writable, repr(primitives._rng.random()).encode())
+            os.write(writable, repr(primitives._segments_rng().random()).encode())
         finally:
             os._exit(0)
     os.close(writable)
     os.waitpid(pid, 0)
     with os.fdopen(readable) as pipe:
         child = float(pipe.read())
-    assert child != primitives._rng.random()
+    assert child != primitives._segments_rng().random()
 
 
 def test_a_clients_segmented_waiters_wait_in_one_line_whatever_segment_they_start_at(locks):

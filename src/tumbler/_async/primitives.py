@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from types import TracebackType
@@ -32,6 +31,8 @@ from ..errors import (
 from .hold import AsyncHold, AsyncMultiHold, AsyncSegmentHold
 
 if TYPE_CHECKING:
+    import random
+
     from .client import AsyncLocks
 
 _log = logger("tumbler")
@@ -47,11 +48,27 @@ class _Unset:
 
 _UNSET: Final = _Unset()
 
-#: where segmented locks draw the segment they try first; drawn afresh in a forked child, so
-#: that the processes a server forks after importing tumbler do not all try the same
-#: segments in the same order
-_rng = random.Random()
-os.register_at_fork(after_in_child=_rng.seed)
+#: where segmented locks draw the segment they try first (made at the first draw); drawn
+#: afresh in a forked child, so that the processes a server forks after importing tumbler do
+#: not all try the same segments in the same order
+_rng: random.Random | None = None
+
+
+def _segments_rng() -> random.Random:
+    global _rng
+    if _rng is None:
+        import random
+
+        _rng = random.Random()
+    return _rng
+
+
+def _reseed() -> None:
+    if _rng is not None:
+        _rng.seed()
+
+
+os.register_at_fork(after_in_child=_reseed)
 
 
 class _AsyncReleasable(Protocol):
@@ -441,7 +458,9 @@ class AsyncSegmentedLock(_AsyncPrimitive[AsyncSegmentHold]):
         chosen = core.validate_segment_choice(segments, self.segments)
         seconds = self._seconds(blocking, timeout)
         names = self.segment_names
-        return await self._acquire(seconds, tuple(names[i] for i in core.spread(chosen, _rng)))
+        return await self._acquire(
+            seconds, tuple(names[i] for i in core.spread(chosen, _segments_rng()))
+        )
 
     async def locked(self) -> bool:
         """Whether an acquire (non-fair) would have to wait now, every segment being held:

@@ -17,11 +17,10 @@ import collections
 import dataclasses
 import functools
 import os
-import random
 import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from .. import _core as core
 from .._acompat import (
@@ -60,6 +59,9 @@ from .primitives import (
     Semaphore,
 )
 from .renewal import Renewer
+
+if TYPE_CHECKING:
+    import random
 
 _log = logger("tumbler")
 #: the longest pause between grant requests of a waiter whose backend is not answering
@@ -200,7 +202,8 @@ class Locks:
         #: None unless an observer wants some event: then every acquisition is observed
         self._observers = Observers.of(checked(observers), backend.url, backend.clock)
         self._renewer: Renewer[Hold] = Renewer(backend.clock, self._serve_due, self._expire_overdue)
-        self._rng = random.Random()
+        #: the jitter of this client's waits between polls, made at its first wait
+        self._rng: random.Random | None = None
         self._holder = (
             f"{os.uname().nodename} pid={self._gate.pid}"
             if holder is None
@@ -826,9 +829,10 @@ class Locks:
                 return hold
             if observed is not None and answered:
                 observed.waiting()  # refused: it has its place in line (after an error, not yet)
-            backoff = core.Backoff(caps.poll_base, caps.poll_cap, self._rng)
+            rng = self._jitter()
+            backoff = core.Backoff(caps.poll_base, caps.poll_cap, rng)
             failing = core.Backoff(
-                min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, self._rng
+                min(caps.poll_cap, UNAVAILABLE_RETRY_CAP), UNAVAILABLE_RETRY_CAP, rng
             )
             entered = False
             try:
@@ -883,6 +887,14 @@ class Locks:
             raise
         shield(self._withdraw_all(requests, tried))
         return None
+
+    def _jitter(self) -> random.Random:
+        """The source of this client's jitter between polls, made when it first waits."""
+        if self._rng is None:
+            import random
+
+            self._rng = random.Random()
+        return self._rng
 
     def _unavailable(
         self,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import string
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
@@ -59,7 +58,6 @@ def mentions(*fragments: str) -> Predicate:
     return holds
 
 
-@dataclass(frozen=True)
 class Rule:
     """One row of a backend's table: a driver error of class ``catches`` (for which ``when``
     holds, if given) ``becomes`` this tumbler error class, saying ``says``, or what this
@@ -68,27 +66,39 @@ class Rule:
     ``says`` is a :meth:`str.format` template over ``error`` (the driver's error), ``text``
     (the map's text of it), ``kind`` (its class's name) and ``site``."""
 
-    catches: type[Exception] | tuple[type[Exception], ...]
-    becomes: type[TumblerError] | Translation
-    says: str = "{error}"
-    when: Predicate | None = None
+    # A plain class, not a dataclass: each backend's module makes its table at import, and a
+    # dataclass costs its module the compiling of the methods it writes.
+    __slots__ = ("becomes", "catches", "says", "when")
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.becomes, type):
-            if self.says != "{error}":
+    def __init__(
+        self,
+        catches: type[Exception] | tuple[type[Exception], ...],
+        becomes: type[TumblerError] | Translation,
+        says: str = "{error}",
+        when: Predicate | None = None,
+    ) -> None:
+        self.catches = catches
+        self.becomes = becomes
+        self.says = says
+        self.when = when
+        if not isinstance(becomes, type):
+            if says != "{error}":
                 raise TypeError("a row whose function makes the error has no message of its own")
             return
-        if not issubclass(self.becomes, TumblerError):
-            raise TypeError(f"a row becomes a tumbler error, not {self.becomes.__name__}")
+        if not issubclass(becomes, TumblerError):
+            raise TypeError(f"a row becomes a tumbler error, not {becomes.__name__}")
         named = {
             field.partition(".")[0].partition("[")[0]
-            for _, field, _, _ in string.Formatter().parse(self.says)
+            for _, field, _, _ in string.Formatter().parse(says)
             if field is not None
         }
         if not named <= _FIELDS:
             unknown = ", ".join(sorted(named - _FIELDS))
             known = ", ".join(sorted(_FIELDS))
-            raise ValueError(f"the message {self.says!r} names {unknown}; it may name {known}")
+            raise ValueError(f"the message {says!r} names {unknown}; it may name {known}")
+
+    def __repr__(self) -> str:
+        return f"Rule({self.catches!r}, {self.becomes!r}, {self.says!r}, {self.when!r})"
 
     def takes(self, error: BaseException) -> bool:
         return isinstance(error, self.catches) and (self.when is None or self.when(error))

@@ -84,7 +84,7 @@ class _Row:
         """The entry as the grant rule sees it: lapsed once its lease ran out."""
         if self.live(now):
             return self.entry
-        return dataclasses.replace(self.entry, lapsed=True)
+        return self.entry._replace(lapsed=True)
 
 
 class _Store:

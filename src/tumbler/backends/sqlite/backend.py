@@ -153,11 +153,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
+import functools
 import math
 import os
 import re
-import socket
 import sqlite3
 import stat
 import sys
@@ -166,7 +165,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 if sys.platform != "win32":
     import grp
@@ -174,6 +173,7 @@ if sys.platform != "win32":
 
 from ... import _core as core
 from ..._clock import SYSTEM_CLOCK, Clock
+from ..._logs import logger
 from ..._url import BackendURL
 from ...errors import (
     BackendUnavailable,
@@ -198,6 +198,11 @@ from ..kit.boot import boot_id, boot_time_ns, token_after_reboot
 from ..kit.errors import ErrorMap, Rule, Site, mentions
 from ..kit.options import DEFAULT_MAX_WAITERS, line_full, waiter_count
 from . import CAPABILITIES
+
+if TYPE_CHECKING:
+    import socket
+
+_log = logger("tumbler.sqlite")
 
 T = TypeVar("T")
 
@@ -387,8 +392,7 @@ def _mode(mode: int) -> str:
     return f"mode {stat.S_IMODE(mode):04o}"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Trust:
+class _Trust(NamedTuple):
     """Who may be able to change the database, its companions, and the directories above it:
     root (who can anyway), this process's user, and, where a location may be shared, the
     members of a group this process is in. Anyone else could release its holders' locks."""
@@ -707,7 +711,7 @@ class _Line:
 
     def granted(self, waiter: core.Entry, token: int) -> None:
         """The owner of ``waiter`` was granted: its entry keeps its place and gets ``token``."""
-        entry = dataclasses.replace(waiter, token=token)
+        entry = waiter._replace(token=token)
         self.by_owner[entry.owner] = entry
         self.grants.append(entry)
         if waiter in self.fair_waiters:
@@ -771,6 +775,8 @@ class _Doorbell:
     """
 
     def __init__(self, hub: WakeHub) -> None:
+        import socket
+
         self._hub = hub
         #: the socket's abstract name without its leading NUL, as the waiter rows store it
         self.address = f"tumbler-sqlite-{os.urandom(12).hex()}"
@@ -813,6 +819,8 @@ class _Doorbell:
         if reader is not None:
             # shutting the socket down makes the reader's recv return at once, whatever its
             # buffer holds (a ring of our own could find the buffer full and be dropped)
+            import socket
+
             with contextlib.suppress(OSError):
                 self._socket.shutdown(socket.SHUT_RDWR)
             reader.join()
@@ -833,6 +841,8 @@ def _ring(address: str, payload: bytes) -> None:
     global _SENDER
     sender = _SENDER
     if sender is None:
+        import socket
+
         with _SENDER_LOCK:
             if _SENDER is None:
                 _SENDER = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -843,9 +853,27 @@ def _ring(address: str, payload: bytes) -> None:
     sender.sendto(payload, "\0" + address)
 
 
+#: the most owners a line's read lists as parameters; more go as one JSON array
+_LISTED_OWNERS = 8
+
+
+@functools.cache
+def _line_query(owners: int) -> str:
+    """The statement that reads what decisions on a name for ``owners`` owners need: a
+    parameter for each (one in nearly every call), a statement for each count, which SQLite
+    prepares once per connection; for 0, one JSON array of them (a client renewing many
+    holds of one name at once)."""
+    listed = ", ".join("?" * owners) if owners else "SELECT value FROM json_each(?)"
+    return (
+        "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
+        "FROM tumbler_entries WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
+        f"OR owner IN ({listed})) ORDER BY seq"
+    )
+
+
 def _json_list(values: Sequence[object]) -> str:
-    """``values`` as a JSON array, for SQLite's ``json_each``: a list of names, owners or
-    numbers, made only on the paths that read a line (not every client needs :mod:`json`)."""
+    """``values`` as a JSON array, for SQLite's ``json_each``: made only where waiters' rows
+    are renewed or expire (a client that never waits needs no :mod:`json`)."""
     import json
 
     return json.dumps(values)
@@ -1006,16 +1034,35 @@ class SQLiteBackend:
         #: calls offered to call_nowait, for NOWAIT_UPKEEP
         self._nowait_calls = 0
         #: where this client's waiters hear that a release lets them through
-        self.hub: WakeHub | None = None
+        self.hub: WakeHub | None = WakeHub() if DOORBELLS else None
+        #: the client's doorbell, made when it first waits or watches (see _own_doorbell)
         self._doorbell: _Doorbell | None = None
+        self._doorbell_lock = threading.Lock()
+        self._no_doorbell = False
         try:
-            if DOORBELLS:
-                self.hub = WakeHub()
-                self._doorbell = _Doorbell(self.hub)
             self._initialise()
         except BaseException:
             self.close()
             raise
+
+    def _own_doorbell(self) -> _Doorbell | None:
+        """The client's doorbell, made at its first waiter or watch: a client that never
+        waits has no socket (nor the import of :mod:`socket`). None where there are no
+        doorbells, once the client is closed, or if the socket cannot be made (its waiters
+        and watchers then poll, as they would without one)."""
+        if self.hub is None:
+            return None
+        doorbell = self._doorbell
+        if doorbell is not None:
+            return doorbell
+        with self._doorbell_lock:
+            if self._doorbell is None and not self._closed and not self._no_doorbell:
+                try:
+                    self._doorbell = _Doorbell(self.hub)
+                except OSError as error:
+                    self._no_doorbell = True
+                    _log.warning("no doorbell for %s (its waiters poll): %s", self.url, error)
+            return self._doorbell
 
     # -- connections and transactions -------------------------------------------------------
 
@@ -1249,12 +1296,10 @@ class SQLiteBackend:
         ).rowcount
         if expired:
             changes.changed(name)
-        rows = db.execute(
-            "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
-            "FROM tumbler_entries WHERE name = ? AND (token IS NOT NULL OR fair OR shared "
-            "OR owner IN (SELECT value FROM json_each(?))) ORDER BY seq",
-            (now, name, _json_list(owners)),
-        ).fetchall()
+        if len(owners) <= _LISTED_OWNERS:
+            rows = db.execute(_line_query(len(owners)), (now, name, *owners)).fetchall()
+        else:
+            rows = db.execute(_line_query(0), (now, name, _json_list(owners))).fetchall()
         return _Line(
             [
                 # a row left after the DELETE whose lease is over is a lapsed grant (a waiter's
@@ -1327,10 +1372,11 @@ class SQLiteBackend:
                 if waiting >= self.max_waiters:
                     raise line_full(self.max_waiters, request.name, self.url)
             doorbell = None
-            if token is None and self._doorbell is not None:
+            own = self._own_doorbell() if token is None else None
+            if own is not None:
                 # a waiter: rings for it reach this client from now on
-                doorbell = self._doorbell.address
-                self._doorbell.listen()
+                doorbell = own.address
+                own.listen()
             seq = db.execute(
                 "INSERT INTO tumbler_entries "
                 "(name, owner, shared, lim, fair, token, expires_at, holder, wake, lock_delay) "
@@ -1522,7 +1568,7 @@ class SQLiteBackend:
         """Register this client's doorbell as a watcher of ``name``'s state for
         ``WATCHER_TTL`` (every change of its entries rings it from the commit of this on),
         and drop the rows of watchers that ran out. Nothing where there are no doorbells."""
-        doorbell = self._doorbell
+        doorbell = self._own_doorbell()
         if doorbell is None:
             return
         doorbell.listen()
@@ -1610,9 +1656,11 @@ class SQLiteBackend:
         return str(row[0]) if row else None
 
     def close(self) -> None:
-        self._closed = True
-        if self._doorbell is not None:
-            self._doorbell.close()
+        with self._doorbell_lock:
+            self._closed = True
+            doorbell = self._doorbell
+        if doorbell is not None:
+            doorbell.close()
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for db in connections:
