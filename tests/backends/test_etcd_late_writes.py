@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import threading
 from collections.abc import Iterator
@@ -229,7 +228,7 @@ def test_an_owner_that_asks_again_after_a_single_try_it_was_unsure_of_takes_its_
             _pin_to_proxy(backend)
             proxy.cut()
             request = GrantRequest("late-again", "owner-1", False, 1, False, 30.0, "test")
-            assert backend.try_grant(dataclasses.replace(request, queue=False)) is None
+            assert backend.try_grant(request._replace(queue=False)) is None
             # the mark is the owner's, whatever the turn of its key
             mine = entry_key(the_prefix(url), "late-again", owner_hash("owner-1"), True, 1)
             assert raw.range(ended_key(the_prefix(url), mine))[1]  # the end is marked

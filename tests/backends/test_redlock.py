@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -425,7 +424,7 @@ def test_two_holders_of_a_semaphore_never_share_a_token(
     assert held_x < needed or held_y < needed, "two holders of one token"
     for grant in (x, y):
         backend.release(grant.name, grant.owner)
-    granted = [backend.try_grant(replace(grant, queue=False)) for grant in (x, y)]
+    granted = [backend.try_grant(grant._replace(queue=False)) for grant in (x, y)]
     tokens = [grant.token for grant in granted if grant is not None]
     assert len(tokens) == 2
     assert len(set(tokens)) == 2

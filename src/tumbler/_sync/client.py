@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import binascii
 import collections
-import dataclasses
 import functools
 import os
 import time
@@ -808,9 +807,7 @@ class Locks:
                 # Segments are first tried without waiter entries: most often one is free,
                 # and there would be as many entries to withdraw as segments tried before it.
                 # The watch asks for a retry on entry, which queues the requests.
-                first_round = tuple(
-                    dataclasses.replace(request, queue=False) for request in requests
-                )
+                first_round = tuple(request._replace(queue=False) for request in requests)
             # A waiter rides out a backend that stops answering for a while (a leader change,
             # a blip, a member that hangs): a grant request is idempotent by its owner, so it
             # is asked again, soon, until the caller's deadline; only then does the last

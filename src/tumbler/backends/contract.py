@@ -135,14 +135,13 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .._clock import Clock, SystemClock
 from .._url import BackendURL
 
 
-@dataclass(frozen=True)
-class GrantRequest:
+class GrantRequest(NamedTuple):
     """What a client asks for: a grant of ``name`` for ``owner``.
 
     ``shared`` entries coexist with other shared entries, up to ``limit`` of them (0: no limit);
@@ -174,8 +173,7 @@ class GrantRequest:
     renewed: bool = False
 
 
-@dataclass(frozen=True)
-class Renewal:
+class Renewal(NamedTuple):
     """One lease to renew: ``owner``'s grant of ``name``, for ``ttl`` seconds from now."""
 
     name: str
@@ -183,8 +181,7 @@ class Renewal:
     ttl: float
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(NamedTuple):
     """A grant made by the backend: the fencing ``token`` and the lease it ``granted_ttl``."""
 
     name: str
