@@ -14,9 +14,16 @@ T = TypeVar("T")
 
 # RFC 3986: a letter, then letters, digits, "+", "-", "." (older Pythons' urlsplit is laxer)
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*\Z")
-# C0 and C1 control characters and DEL: in a URL they are a paste accident or an attack on logs
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# C0 and C1 control characters and DEL: in a URL they are a paste accident or an attack on logs.
+# Searched for (and compiled, by re's cache) only in text that is not printable ASCII.
+_CONTROL = "[\x00-\x1f\x7f-\x9f]"
+_SURROGATE = "[\ud800-\udfff]"
+
+
+def _has(characters: str, text: str) -> bool:
+    return not (text.isascii() and text.isprintable()) and re.search(characters, text) is not None
+
+
 _NOT_UTF8 = "the URL's {part} percent-encodes bytes that are not UTF-8"
 # query options whose values are shown as *** (libpq's, redis-py's and PyMySQL's spellings of
 # a password among them): a secret given as an option is as secret as one in the user info
@@ -88,9 +95,9 @@ def parse_url(url: str) -> BackendURL:
     """Split a backend URL; raise InvalidURL (without echoing a password) if it is malformed."""
     if not isinstance(url, str):
         raise InvalidURL(f"a backend URL must be str, not {type(url).__name__}")
-    if _CONTROL.search(url):
+    if _has(_CONTROL, url):
         raise InvalidURL("a backend URL must not contain control characters")
-    if _SURROGATE.search(url):
+    if _has(_SURROGATE, url):
         # what Python makes of command-line bytes that are not UTF-8
         raise InvalidURL("a backend URL must be valid text: it has bytes that are not UTF-8")
     try:
@@ -131,14 +138,14 @@ def parse_url(url: str) -> BackendURL:
         raise InvalidURL("malformed query string in backend URL", backend=redacted) from None
     query: dict[str, str] = {}
     for key, value in pairs:
-        if _CONTROL.search(key + value):
+        if _has(_CONTROL, key + value):
             raise InvalidURL(
                 "a URL option must not percent-encode control characters", backend=redacted
             )
         if key in query:
             raise InvalidURL(f"URL option {key!r} is given twice", backend=redacted)
         query[key] = value
-    if _CONTROL.search(path):
+    if _has(_CONTROL, path):
         # a file name with a newline or NUL in it is a mistake, not a wish
         raise InvalidURL(
             "the URL's path must not percent-encode control characters", backend=redacted

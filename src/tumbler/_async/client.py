@@ -43,8 +43,6 @@ from ..backends.contract import (
 )
 from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
-from .changes import AsyncStateChanges
-from .election import AsyncElection
 from .gate import AsyncClientGate
 from .hold import GIVE_BACK, RENEW, AsyncHold
 from .primitives import (
@@ -59,6 +57,9 @@ from .renewal import AsyncRenewer
 
 if TYPE_CHECKING:
     import random
+
+    from .changes import AsyncStateChanges
+    from .election import AsyncElection
 
 _log = logger("tumbler")
 #: the longest pause between grant requests of a waiter whose backend is not answering
@@ -419,6 +420,8 @@ class AsyncLocks:
         ``status`` shows it. ``lock_delay``: nobody leads for that long after a leader lost
         its lease (not after a resignation), as for ``lock()``.
         """
+        from .election import AsyncElection  # imported by the programs that elect
+
         return AsyncElection(self, name, ttl=ttl, lock_delay=lock_delay)
 
     def watch(self, name: str) -> AsyncStateChanges:
@@ -440,6 +443,8 @@ class AsyncLocks:
         except BaseException:
             watch.close()
             raise
+        from .changes import AsyncStateChanges  # imported by the programs that watch
+
         return AsyncStateChanges(self, canonical, watch)
 
     async def status(self, name: str) -> LockState:

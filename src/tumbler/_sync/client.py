@@ -45,8 +45,6 @@ from ..backends.contract import (
 )
 from ..errors import BackendUnavailable, TumblerError
 from ..observe import Acquisition, Observer, Observers, checked
-from .changes import StateChanges
-from .election import Election
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
 from .primitives import (
@@ -61,6 +59,9 @@ from .renewal import Renewer
 
 if TYPE_CHECKING:
     import random
+
+    from .changes import StateChanges
+    from .election import Election
 
 _log = logger("tumbler")
 #: the longest pause between grant requests of a waiter whose backend is not answering
@@ -419,6 +420,8 @@ class Locks:
         ``status`` shows it. ``lock_delay``: nobody leads for that long after a leader lost
         its lease (not after a resignation), as for ``lock()``.
         """
+        from .election import Election  # imported by the programs that elect
+
         return Election(self, name, ttl=ttl, lock_delay=lock_delay)
 
     def watch(self, name: str) -> StateChanges:
@@ -440,6 +443,8 @@ class Locks:
         except BaseException:
             watch.close()
             raise
+        from .changes import StateChanges  # imported by the programs that watch
+
         return StateChanges(self, canonical, watch)
 
     def status(self, name: str) -> LockState:
