@@ -6,11 +6,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
+from ._observing import checked
 from ._sync.client import Locks
-from .observe import Observer, checked
 
 if TYPE_CHECKING:
     from .backends.contract import Backend
+    from .observe import Observer
 
 __all__ = ["connect", "prepare"]
 

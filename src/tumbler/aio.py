@@ -28,10 +28,11 @@ from ._async.primitives import (
     AsyncSemaphore,
 )
 from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
-from .observe import Observer, checked
+from ._observing import checked
 
 if TYPE_CHECKING:
     from .backends.contract import AsyncBackend
+    from .observe import Observer
 
 __all__ = [
     "AsyncElection",

@@ -49,14 +49,18 @@ def test_import_tumbler_loads_only_the_package() -> None:
 
 
 def test_the_blocking_api_loads_no_cli_no_harness_no_asyncio_and_no_logging() -> None:
-    modules = modules_after("import tumbler\ntumbler.connect, tumbler.Lock, tumbler.LockLost")
+    modules = modules_after(
+        "import tumbler\nwith tumbler.connect('memory://startup') as locks:\n"
+        "    with locks.lock('x'):\n        pass"
+    )
 
     assert "tumbler._sync.client" in modules  # the blocking flavour is what it loads
     assert under(modules, *COMMAND_ONLY, "tumbler.cli", "click", "rich") == set()
     # the asyncio flavour's halves of the seams wait until something asks for them
     assert under(modules, "asyncio", "tumbler.aio", "tumbler._async") == set()
-    # the loggers import the logging package at their first message
-    assert under(modules, "logging") == set()
+    # the loggers import the logging package at their first message, and a client with no
+    # observers never imports the events
+    assert under(modules, "logging", "tumbler.observe") == set()
 
 
 def test_import_tumbler_aio_loads_no_cli_and_no_harness() -> None:

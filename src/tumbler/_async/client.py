@@ -31,6 +31,7 @@ from .._acompat import (
 )
 from .._clock import Clock
 from .._logs import DEBUG, WARNING, logger
+from .._observing import Acquisition, Observers, checked
 from ..backends.contract import (
     AsyncBackend,
     AsyncStateWatching,
@@ -42,7 +43,6 @@ from ..backends.contract import (
     SessionEvents,
 )
 from ..errors import BackendUnavailable, TumblerError
-from ..observe import Acquisition, Observer, Observers, checked
 from .gate import AsyncClientGate
 from .hold import GIVE_BACK, RENEW, AsyncHold
 from .primitives import (
@@ -58,6 +58,7 @@ from .renewal import AsyncRenewer
 if TYPE_CHECKING:
     import random
 
+    from ..observe import Observer
     from .changes import AsyncStateChanges
     from .election import AsyncElection
 

@@ -64,11 +64,12 @@ from .._core import (
     transition,
 )
 from .._logs import logger
+from .._observing import Acquisition
 from ..backends.contract import AsyncLapsing, Grant, GrantRequest, Renewal
 from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
-from ..observe import Acquisition, LossReason
 
 if TYPE_CHECKING:
+    from ..observe import LossReason
     from .client import AsyncLocks
 
 _log = logger("tumbler")

@@ -33,6 +33,7 @@ from .._acompat import (
 )
 from .._clock import Clock
 from .._logs import DEBUG, WARNING, logger
+from .._observing import Acquisition, Observers, checked
 from ..backends.contract import (
     Backend,
     Capabilities,
@@ -44,7 +45,6 @@ from ..backends.contract import (
     Watch,
 )
 from ..errors import BackendUnavailable, TumblerError
-from ..observe import Acquisition, Observer, Observers, checked
 from .gate import ClientGate
 from .hold import GIVE_BACK, RENEW, Hold
 from .primitives import (
@@ -60,6 +60,7 @@ from .renewal import Renewer
 if TYPE_CHECKING:
     import random
 
+    from ..observe import Observer
     from .changes import StateChanges
     from .election import Election
 

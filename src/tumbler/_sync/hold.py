@@ -66,11 +66,12 @@ from .._core import (
     transition,
 )
 from .._logs import logger
+from .._observing import Acquisition
 from ..backends.contract import Grant, GrantRequest, Lapsing, Renewal
 from ..errors import HoldInDoubt, LockLost, NotHeld, TumblerError
-from ..observe import Acquisition, LossReason
 
 if TYPE_CHECKING:
+    from ..observe import LossReason
     from .client import Locks
 
 _log = logger("tumbler")
