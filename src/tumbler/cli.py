@@ -107,8 +107,9 @@ def _one_line(text: str) -> str:
 #: What a terminal acts on instead of showing: C0 controls, DEL and C1 controls (ESC and CSI
 #: begin escape sequences: cursor moves, window titles, hyperlinks), lone surrogates (not even
 #: encodable), and bidirectional marks, overrides and isolates and the line and paragraph
-#: separators, which reorder or break the text around them.
-_UNPRINTABLE = re.compile(
+#: separators, which reorder or break the text around them. (Patterns, not compiled ones: re
+#: compiles them at their first use, which a command that prints nothing never pays for.)
+_UNPRINTABLE = (
     r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
     r"\u2028\u2029]"
 )
@@ -126,12 +127,12 @@ def _printable(text: str) -> str:
     took the lock (a backend does not check them), so they may carry escape sequences meant for
     the operator's terminal. Everything the CLI prints for humans goes through here.
     """
-    return _UNPRINTABLE.sub(_escape, text)
+    return re.sub(_UNPRINTABLE, _escape, text)
 
 
 #: The same less the C0 controls, which ``json.dumps`` escapes itself inside strings (outside
 #: them, its indentation's newlines are the only ones)
-_UNPRINTABLE_IN_JSON = re.compile(
+_UNPRINTABLE_IN_JSON = (
     r"[\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
 )
 
@@ -151,7 +152,7 @@ def _json_text(document: Any, *, indent: int | None = 2) -> str:
     import json  # only status --json needs it
 
     text = json.dumps(document, indent=indent, ensure_ascii=False)
-    return _UNPRINTABLE_IN_JSON.sub(_json_escape, text)
+    return re.sub(_UNPRINTABLE_IN_JSON, _json_escape, text)
 
 
 def _complain(message: str) -> None:
