@@ -15,7 +15,6 @@ Every case runs against a real ZooKeeper started by the fixtures in tests/server
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 import time
@@ -298,9 +297,8 @@ def test_a_hold_given_up_is_lapsed_with_its_delay_from_then(connect, url, raw) -
     the entry goes and the tombstone is stamped in one transaction, so the name stays closed
     although nobody's session ended."""
     backend = connect()._backend
-    wanted = dataclasses.replace(
-        GrantRequest("given-up", secrets.token_urlsafe(18), False, 1, False, 3.0, "test"),
-        lock_delay=DELAY,
+    wanted = GrantRequest(
+        "given-up", secrets.token_urlsafe(18), False, 1, False, 3.0, "test", lock_delay=DELAY
     )
     grant = backend.try_grant(wanted)
     assert grant is not None
