@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
+from . import _core as core
+from . import _observing
+from ._core import DEFAULT_TTL, validate_holder, validate_ttl
 from ._observing import checked
 from ._sync.client import Locks
 
 if TYPE_CHECKING:
     from .backends.contract import Backend
-    from .observe import Observer
 
 __all__ = ["connect", "prepare"]
 
@@ -19,8 +20,8 @@ __all__ = ["connect", "prepare"]
 def connect(
     url: str | object | None = None,
     *,
-    default_ttl: Seconds = DEFAULT_TTL,
-    observers: Iterable[Observer] = (),
+    default_ttl: core.Seconds = DEFAULT_TTL,
+    observers: Iterable[_observing.Observer] = (),
     holder: str | None = None,
     **options: object,
 ) -> Locks:

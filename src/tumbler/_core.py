@@ -31,8 +31,22 @@ if TYPE_CHECKING:
     import random
     from datetime import timedelta
 
-#: a length of time the API takes: seconds, or a timedelta
-Seconds: TypeAlias = "float | timedelta"
+    #: a length of time the API takes: seconds, or a timedelta
+    Seconds: TypeAlias = float | timedelta
+else:
+    # Hidden from type checkers, which read the alias above.
+
+    def __getattr__(name: str) -> object:
+        # Seconds names datetime's timedelta: made at its first use (an annotation
+        # evaluated, tumbler.Seconds), so that importing tumbler does not import datetime.
+        if name == "Seconds":
+            global Seconds
+            from datetime import timedelta
+
+            Seconds = float | timedelta
+            return Seconds
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Longest lock name, in UTF-8 bytes: one limit that every backend can store.
 MAX_NAME_BYTES = 255

@@ -16,7 +16,20 @@ from ._logs import DEBUG, WARNING, logger
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from .observe import LossReason, Observer
+    from .observe import LossReason
+    from .observe import Observer as Observer
+else:
+    # Hidden from type checkers, which read the import above.
+
+    def __getattr__(name: str) -> object:
+        # ``_observing.Observer`` in the API's signatures, for what evaluates them (a docs
+        # build, typing.get_type_hints): the events' module imported only then
+        if name == "Observer":
+            from .observe import Observer
+
+            return Observer
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _log = logger("tumbler")
 

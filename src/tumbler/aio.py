@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from . import _core as core
+from . import _observing
 from ._async.changes import AsyncStateChanges
 from ._async.client import AsyncLocks
 from ._async.election import AsyncElection, AsyncLeaderChanges, AsyncLeadership
@@ -27,12 +29,11 @@ from ._async.primitives import (
     AsyncSegmentedLock,
     AsyncSemaphore,
 )
-from ._core import DEFAULT_TTL, Seconds, validate_holder, validate_ttl
+from ._core import DEFAULT_TTL, validate_holder, validate_ttl
 from ._observing import checked
 
 if TYPE_CHECKING:
     from .backends.contract import AsyncBackend
-    from .observe import Observer
 
 __all__ = [
     "AsyncElection",
@@ -57,8 +58,8 @@ __all__ = [
 async def connect(
     url: str | object | None = None,
     *,
-    default_ttl: Seconds = DEFAULT_TTL,
-    observers: Iterable[Observer] = (),
+    default_ttl: core.Seconds = DEFAULT_TTL,
+    observers: Iterable[_observing.Observer] = (),
     holder: str | None = None,
     **options: object,
 ) -> AsyncLocks:

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from .. import _core as core
+from .. import _observing
 from .._acompat import (
     AsyncEvent,
     AsyncExitGuard,
@@ -58,7 +59,6 @@ from .renewal import AsyncRenewer
 if TYPE_CHECKING:
     import random
 
-    from ..observe import Observer
     from .changes import AsyncStateChanges
     from .election import AsyncElection
 
@@ -190,7 +190,7 @@ class AsyncLocks:
         backend: AsyncBackend,
         *,
         default_ttl: core.Seconds = core.DEFAULT_TTL,
-        observers: Iterable[Observer] = (),
+        observers: Iterable[_observing.Observer] = (),
         holder: str | None = None,
     ) -> None:
         self._backend = backend

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from .. import _core as core
+from .. import _observing
 from .._acompat import (
     Event,
     ExitGuard,
@@ -60,7 +61,6 @@ from .renewal import Renewer
 if TYPE_CHECKING:
     import random
 
-    from ..observe import Observer
     from .changes import StateChanges
     from .election import Election
 
@@ -192,7 +192,7 @@ class Locks:
         backend: Backend,
         *,
         default_ttl: core.Seconds = core.DEFAULT_TTL,
-        observers: Iterable[Observer] = (),
+        observers: Iterable[_observing.Observer] = (),
         holder: str | None = None,
     ) -> None:
         self._backend = backend
