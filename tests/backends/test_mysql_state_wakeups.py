@@ -16,9 +16,7 @@ from typing import Any
 import pytest
 
 import tumbler
-from tumbler._url import parse_url
 from tumbler.backends.kit._async.sql import WATCHED_TTL
-from tumbler.backends.mysql.opener import open_sync
 from tumbler.testing.backends.mysql.server import TUMBLER_DATABASE, MariaDBServer
 from tumbler.testing.conformance.compat import PATIENCE
 
@@ -26,6 +24,7 @@ from .test_postgresql_state_wakeups import (
     NAME,
     _request,
     awakes_at_changes,
+    polls_its_waits_and_its_state,
     quiet,
     wakes_at_every_change,
     wakes_for_another_process,
@@ -121,12 +120,8 @@ def test_a_user_that_may_only_read_watches_by_polling(
     watches_by_polling_when_it_may_not_say_so(url, reader_url)
 
 
-def test_a_client_that_polls_has_no_state_wakeups(url: str) -> None:
-    backend = open_sync(parse_url(f"{url}&wakeups=poll"))
-    try:
-        assert not backend.capabilities.state_wakeups
-    finally:
-        backend.close()
+def test_a_client_that_polls_polls_its_waits_and_its_state(url: str) -> None:
+    polls_its_waits_and_its_state(url, f"{url}&wakeups=poll")
 
 
 def test_a_name_nobody_watches_tells_no_one(url: str, prefix: str, admin: Any) -> None:

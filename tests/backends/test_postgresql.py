@@ -35,8 +35,9 @@ from tumbler import ConfigurationError, InvalidURL, PermissionDenied, TooManyWai
 from tumbler._url import parse_url
 from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
+from tumbler.backends.kit._async.sql import POLLING_WAITER_TTL
 from tumbler.backends.kit.owners import owner_hash
-from tumbler.backends.postgresql.common import POLLING_WAITER_TTL, parse_config
+from tumbler.backends.postgresql.common import parse_config
 from tumbler.backends.postgresql.opener import open_async, open_sync
 from tumbler.backends.postgresql.statements import name_key, schema_key
 from tumbler.cli import main

@@ -13,6 +13,7 @@ wake-ups. ``test_mysql_state_wakeups.py`` holds MySQL / MariaDB to the same case
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -27,13 +28,11 @@ from psycopg import sql
 
 import tumbler
 import tumbler.aio
-from tumbler._url import parse_url
 from tumbler.backends.contract import GrantRequest
-from tumbler.backends.kit._async.sql import WATCHED_TTL
+from tumbler.backends.kit._async.sql import POLLING_WAITER_TTL, WATCHED_TTL
 from tumbler.backends.postgresql import CAPABILITIES
-from tumbler.backends.postgresql.common import capabilities_for, parse_config
 from tumbler.testing.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
-from tumbler.testing.conformance.compat import PATIENCE
+from tumbler.testing.conformance.compat import PATIENCE, BackgroundCall, eventually
 
 _log = logging.getLogger(__name__)
 
@@ -301,8 +300,30 @@ def test_a_role_that_may_only_read_watches_by_polling(
     watches_by_polling_when_it_may_not_say_so(url, reader_url)
 
 
-def test_a_client_that_polls_has_no_state_wakeups() -> None:
+def polls_its_waits_and_its_state(url: str, polling_url: str) -> None:
+    """A client that polls is told nothing by the server: it offers no push or state
+    wake-ups, its waiters' entries are short (nothing else ends a dead one), and a waiter of
+    it asks again with back-off, not at its re-check interval (an hour here)."""
+    with tumbler.connect(url) as locks, tumbler.connect(polling_url) as polling:
+        offered = polling._backend.capabilities
+        assert not offered.push_wakeups
+        assert not offered.state_wakeups
+        assert offered.waiter_ttl == POLLING_WAITER_TTL
+        polling._backend.capabilities = dataclasses.replace(offered, recheck_interval=3600.0)
+        held = locks.lock(NAME)
+        assert held.acquire()
+
+        def take() -> bool:
+            with polling.lock(NAME, timeout=PATIENCE):
+                return True
+
+        waiting = BackgroundCall(take)
+        eventually(lambda: locks.status(NAME).waiters == 1, "the polling waiter is in line")
+        held.release()
+        assert waiting.result() is True
+
+
+def test_a_client_that_polls_polls_its_waits_and_its_state(url: str) -> None:
+    assert CAPABILITIES.push_wakeups
     assert CAPABILITIES.state_wakeups
-    for query in ("wakeups=poll", "pooler=transaction"):
-        config = parse_config(parse_url(f"postgresql://u@h/db?{query}"))
-        assert not capabilities_for(CAPABILITIES, config).state_wakeups
+    polls_its_waits_and_its_state(url, f"{url}&wakeups=poll")

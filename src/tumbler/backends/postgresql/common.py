@@ -126,7 +126,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import heapq
 import os
 import re
@@ -148,7 +147,6 @@ from ...errors import (
     OutOfConnections,
     PermissionDenied,
 )
-from ..contract import Capabilities
 from ..kit.errors import ErrorMap, Rule
 from ..kit.options import DEFAULT_MAX_WAITERS, host_port, seconds, waiter_count
 
@@ -542,22 +540,4 @@ def parse_config(url: BackendURL) -> PostgreSQLConfig:
         socket_timeout=socket_timeout,
         lock_timeout=lock_timeout,
         connect_options=options,
-    )
-
-
-#: A polling waiter's entry, refreshed by every poll (``poll_cap`` apart at most, plus the
-#: time a poll queues for a connection), lives 1 s: 10 polls' worth, so a live waiter keeps its
-#: place through a stall of most of a second, and one stalled longer only joins the line again
-#: at the back. Its client cannot be seen to die (no listening connection): the entry running
-#: out is what ends a dead waiter, so this is also how long one holds a fair line up.
-POLLING_WAITER_TTL = 1.0
-
-
-def capabilities_for(base: Capabilities, config: PostgreSQLConfig) -> Capabilities:
-    """The descriptor's capabilities, without push wake-ups or state wake-ups (its state
-    watchers poll too) and with polling waiters' shorter entries when the URL asks to poll."""
-    if config.listen:
-        return base
-    return dataclasses.replace(
-        base, push_wakeups=False, state_wakeups=False, waiter_ttl=POLLING_WAITER_TTL
     )

@@ -25,6 +25,7 @@ before, or be told of it. A row no watcher sets again runs out, and the sweep de
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 import threading
@@ -405,6 +406,23 @@ async def _write(line: AsyncLine[R], decided: WritePlan, max_waiters: int) -> R 
     return None
 
 
+#: the life of a waiter's entry whose client polls: nothing tells a release that such a
+#: client died (it holds no listening connection), so its entry running out is what ends it,
+#: and a fair line waits that long; each poll (``poll_cap`` apart at most) writes it again, so
+#: it keeps its place through a stall of most of a second, and one stalled longer only joins
+#: the line again at the back
+POLLING_WAITER_TTL = 1.0
+
+
+def polling(capabilities: Capabilities) -> Capabilities:
+    """What a client that polls (``?wakeups=poll``, or behind a transaction pooler) offers:
+    no push wake-ups (its waiters poll with back-off, not at ``recheck_interval``), no state
+    wake-ups (its watchers poll too), and its waiters' shorter entries."""
+    return dataclasses.replace(
+        capabilities, push_wakeups=False, state_wakeups=False, waiter_ttl=POLLING_WAITER_TTL
+    )
+
+
 class AsyncSQLBackend(Generic[C]):
     """The calls of an SQL backend that differ between stores only in their statements: each
     runs one backend call (``_grant``, ``_take_up``, ``_release`` ...: the seams) on a
@@ -417,7 +435,7 @@ class AsyncSQLBackend(Generic[C]):
 
     def __init__(self, url: str, capabilities: Capabilities, *, listens: bool) -> None:
         self.url = url
-        self.capabilities = capabilities
+        self.capabilities = capabilities if listens else polling(capabilities)
         self.clock: Clock = SYSTEM_CLOCK
         self.hub = WakeHub()
         #: whether the client listens for wake-ups (the URL may ask it to poll)

@@ -8,7 +8,6 @@ See ``tumbler.backends.mysql.common`` for the URL grammar and the guarantees, an
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -394,11 +393,7 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
 
     def __init__(self, config: MySQLConfig) -> None:
         self.config = config
-        # a client that polls (?wakeups=poll) has its state watchers poll too
-        capabilities = (
-            CAPABILITIES if config.ring else dataclasses.replace(CAPABILITIES, state_wakeups=False)
-        )
-        super().__init__(config.url, capabilities, listens=config.ring)
+        super().__init__(config.url, CAPABILITIES, listens=config.ring)
         self.sql = Statements.of(config.prefix)
         self.pool: AsyncPool = AsyncPool(config)
         self.wakeups: AsyncWakeups = AsyncWakeups(

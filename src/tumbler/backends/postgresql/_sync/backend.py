@@ -32,7 +32,6 @@ from ..common import (
     Deadline,
     NoReply,
     PostgreSQLConfig,
-    capabilities_for,
     translate_errors,
     tumbler_error,
 )
@@ -304,7 +303,7 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
 
     def __init__(self, config: PostgreSQLConfig) -> None:
         self.config = config
-        super().__init__(config.url, capabilities_for(CAPABILITIES, config), listens=config.listen)
+        super().__init__(config.url, CAPABILITIES, listens=config.listen)
         #: this client's NOTIFY channel; stored with each of its waiters
         self.channel = f"tumbler_{secrets.token_hex(8)}"
         self.sql = Statements.of(config.schema)
