@@ -303,13 +303,16 @@ def test_a_role_that_may_only_read_watches_by_polling(
 def polls_its_waits_and_its_state(url: str, polling_url: str) -> None:
     """A client that polls is told nothing by the server: it offers no push or state
     wake-ups, its waiters' entries are short (nothing else ends a dead one), and a waiter of
-    it asks again with back-off, not at its re-check interval (an hour here)."""
+    it asks again with back-off, not at its re-check interval nor at its entry's refresh
+    (both an hour here)."""
     with tumbler.connect(url) as locks, tumbler.connect(polling_url) as polling:
         offered = polling._backend.capabilities
         assert not offered.push_wakeups
         assert not offered.state_wakeups
         assert offered.waiter_ttl == POLLING_WAITER_TTL
-        polling._backend.capabilities = dataclasses.replace(offered, recheck_interval=3600.0)
+        polling._backend.capabilities = dataclasses.replace(
+            offered, recheck_interval=3600.0, waiter_ttl=3600.0
+        )
         held = locks.lock(NAME)
         assert held.acquire()
 
