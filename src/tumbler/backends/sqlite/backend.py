@@ -861,8 +861,8 @@ _LISTED_OWNERS = 8
 def _line_query(owners: int) -> str:
     """The statement that reads what decisions on a name for ``owners`` owners need: a
     parameter for each (one in nearly every call), a statement for each count, which SQLite
-    prepares once per connection; for 0, one JSON array of them (a client renewing many
-    holds of one name at once)."""
+    prepares once per connection; for 0, one JSON array of them (a batch of the asyncio
+    client's polls with more owners on one name)."""
     listed = ", ".join("?" * owners) if owners else "SELECT value FROM json_each(?)"
     return (
         "SELECT owner, seq, shared, lim, fair, token, expires_at - lock_delay <= ? "
@@ -873,7 +873,8 @@ def _line_query(owners: int) -> str:
 
 def _json_list(values: Sequence[object]) -> str:
     """``values`` as a JSON array, for SQLite's ``json_each``: made only where waiters' rows
-    are renewed or expire (a client that never waits needs no :mod:`json`)."""
+    are renewed or expire, or a batch reads a line for many owners (a client that never
+    waits needs no :mod:`json`)."""
     import json
 
     return json.dumps(values)
