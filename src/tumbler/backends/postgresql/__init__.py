@@ -37,7 +37,7 @@ CAPABILITIES = Capabilities(
     # a grant's row keeps its lock-delay, and outlives its lease by it (statements.py)
     lock_delay=True,
     # the changes of a watched name's entries notify its watchers' clients (statements.py,
-    # "State watchers"); not with ?wakeups=poll (common.capabilities_for)
+    # "State watchers"); not with ?wakeups=poll (the kit's SQL base: polling())
     state_wakeups=True,
 )
 
