@@ -60,7 +60,9 @@ def _first_use() -> None:
 
 class _DeferredLogger:
     """Stands for ``logging.getLogger(name)`` until an attribute is asked of it; then it is
-    that logger's, looked up once and kept (a logger is the process's one of its name)."""
+    that logger's. Methods are looked up once and kept (a logger is the process's one of its
+    name, and its methods read its level and handlers when called); other attributes (its
+    level, say) are read afresh each time."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -71,7 +73,8 @@ class _DeferredLogger:
         if not _used:
             _first_use()
         value = getattr(logging.getLogger(self._name), attribute)
-        setattr(self, attribute, value)
+        if callable(value):
+            setattr(self, attribute, value)
         return value
 
 

@@ -84,3 +84,26 @@ def test_the_command_line_prints_errors_and_with_verbose_warnings_too() -> None:
         "tumbler: WARNING: a warning",
         "tumbler: ERROR: an error",
     ]
+
+
+def test_a_loggers_level_is_read_afresh_and_its_methods_follow_it() -> None:
+    done = run(
+        """
+        import logging
+        from tumbler._logs import logger
+        log = logger("tumbler.case")
+        seen = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                seen.append(record.getMessage())
+        logging.getLogger("tumbler").addHandler(Keep())
+        logging.getLogger("tumbler.case").setLevel(logging.ERROR)
+        assert log.level == logging.ERROR
+        log.warning("not kept")
+        logging.getLogger("tumbler.case").setLevel(logging.WARNING)
+        assert log.level == logging.WARNING
+        log.warning("kept")
+        assert seen == ["kept"], seen
+        """
+    )
+    assert done.returncode == 0, done.stderr
