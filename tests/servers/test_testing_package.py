@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import tumbler.testing
 import tumbler.testing.servers
+from tests.processes import run_python
 from tumbler.testing.backends.mysql import server as mysql
 from tumbler.testing.backends.redis import server as redis
 from tumbler.testing.backends.zookeeper import server as zookeeper
-
-
-def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_importing_tumbler_testing_needs_no_server_tooling() -> None:

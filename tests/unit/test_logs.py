@@ -8,23 +8,11 @@ Each case runs in a fresh interpreter: whether a tumbler logger was used is the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-
-def run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.processes import run_python
 
 
 def test_a_logger_imports_logging_at_its_first_use_and_adds_the_null_handler() -> None:
-    done = run(
+    done = run_python(
         """
         import sys
         from tumbler._logs import logger
@@ -44,7 +32,7 @@ def test_a_logger_imports_logging_at_its_first_use_and_adds_the_null_handler() -
 
 
 def test_a_set_up_runs_before_the_first_record_or_at_once_and_can_be_withdrawn() -> None:
-    done = run(
+    done = run_python(
         """
         import sys
         from tumbler import _logs
@@ -75,10 +63,10 @@ def test_the_command_line_prints_errors_and_with_verbose_warnings_too() -> None:
             log.error("an error")
         log.error("after the command")
         """
-    quiet = run(program.format(verbose=False))
+    quiet = run_python(program.format(verbose=False))
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr.splitlines() == ["tumbler: ERROR: an error"]
-    loud = run(program.format(verbose=True))
+    loud = run_python(program.format(verbose=True))
     assert loud.returncode == 0, loud.stderr
     assert loud.stderr.splitlines() == [
         "tumbler: WARNING: a warning",
@@ -87,7 +75,7 @@ def test_the_command_line_prints_errors_and_with_verbose_warnings_too() -> None:
 
 
 def test_a_loggers_level_is_read_afresh_and_its_methods_follow_it() -> None:
-    done = run(
+    done = run_python(
         """
         import logging
         from tumbler._logs import logger
