@@ -17,6 +17,7 @@ import click
 import pytest
 
 import tumbler._acompat
+from tests.processes import run_python
 from tumbler.cli import cli
 
 #: loaded only by the commands that need them, never by ``import tumbler`` or ``tumbler run``
@@ -26,9 +27,7 @@ COMMAND_ONLY = ("tumbler.torture", "tumbler.demo", "tumbler.demo_http")
 def modules_after(code: str) -> set[str]:
     """The names in ``sys.modules`` of a fresh interpreter once it has run ``code``."""
     script = f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     return set(result.stdout.split())
 
