@@ -9,6 +9,7 @@ course. A user that may only read (EXECUTE on ``{p}states`` alone) watches by po
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from tumbler.testing.conformance.compat import PATIENCE
 from .test_postgresql_state_wakeups import (
     NAME,
     _request,
+    apolls_its_waits_and_its_state,
     awakes_at_changes,
     polls_its_waits_and_its_state,
     quiet,
@@ -122,6 +124,7 @@ def test_a_user_that_may_only_read_watches_by_polling(
 
 def test_a_client_that_polls_polls_its_waits_and_its_state(url: str) -> None:
     polls_its_waits_and_its_state(url, f"{url}&wakeups=poll")
+    asyncio.run(apolls_its_waits_and_its_state(url, f"{url}&wakeups=poll"))
 
 
 def test_a_name_nobody_watches_tells_no_one(url: str, prefix: str, admin: Any) -> None:

@@ -13,6 +13,7 @@ wake-ups. ``test_mysql_state_wakeups.py`` holds MySQL / MariaDB to the same case
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import subprocess
@@ -32,7 +33,12 @@ from tumbler.backends.contract import GrantRequest
 from tumbler.backends.kit._async.sql import POLLING_WAITER_TTL, WATCHED_TTL
 from tumbler.backends.postgresql import CAPABILITIES
 from tumbler.testing.backends.postgresql.server import TUMBLER_DATABASE, PostgreSQLServer
-from tumbler.testing.conformance.compat import PATIENCE, BackgroundCall, eventually
+from tumbler.testing.conformance.compat import (
+    PATIENCE,
+    BackgroundCall,
+    aeventually,
+    eventually,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -326,7 +332,38 @@ def polls_its_waits_and_its_state(url: str, polling_url: str) -> None:
         assert waiting.result() is True
 
 
+async def apolls_its_waits_and_its_state(url: str, polling_url: str) -> None:
+    """:func:`polls_its_waits_and_its_state` in the asyncio flavour."""
+    async with (
+        await tumbler.aio.connect(url) as locks,
+        await tumbler.aio.connect(polling_url) as polling,
+    ):
+        offered = polling._backend.capabilities
+        assert not offered.push_wakeups
+        assert not offered.state_wakeups
+        assert offered.waiter_ttl == POLLING_WAITER_TTL
+        polling._backend.capabilities = dataclasses.replace(
+            offered, recheck_interval=3600.0, waiter_ttl=3600.0
+        )
+        held = locks.lock(NAME)
+        assert await held.acquire()
+
+        async def take() -> bool:
+            async with polling.lock(NAME, timeout=PATIENCE):
+                return True
+
+        waiting = asyncio.ensure_future(take())
+        await aeventually(lambda: _waiters(locks), "the polling waiter is in line")
+        await held.release()
+        assert await asyncio.wait_for(waiting, PATIENCE) is True
+
+
+async def _waiters(locks: tumbler.aio.AsyncLocks) -> bool:
+    return (await locks.status(NAME)).waiters == 1
+
+
 def test_a_client_that_polls_polls_its_waits_and_its_state(url: str) -> None:
     assert CAPABILITIES.push_wakeups
     assert CAPABILITIES.state_wakeups
     polls_its_waits_and_its_state(url, f"{url}&wakeups=poll")
+    asyncio.run(apolls_its_waits_and_its_state(url, f"{url}&wakeups=poll"))
