@@ -310,7 +310,8 @@ def polls_its_waits_and_its_state(url: str, polling_url: str) -> None:
     """A client that polls is told nothing by the server: it offers no push or state
     wake-ups, its waiters' entries are short (nothing else ends a dead one), and a waiter of
     it asks again with back-off, not at its re-check interval nor at its entry's refresh
-    (both an hour here)."""
+    (both an hour here). Its acquire's timeout outlasts the case's patience: a last try at
+    that timeout must not be what lets it in."""
     with tumbler.connect(url) as locks, tumbler.connect(polling_url) as polling:
         offered = polling._backend.capabilities
         assert not offered.push_wakeups
@@ -323,7 +324,7 @@ def polls_its_waits_and_its_state(url: str, polling_url: str) -> None:
         assert held.acquire()
 
         def take() -> bool:
-            with polling.lock(NAME, timeout=PATIENCE):
+            with polling.lock(NAME, timeout=2 * PATIENCE):
                 return True
 
         waiting = BackgroundCall(take)
@@ -349,7 +350,7 @@ async def apolls_its_waits_and_its_state(url: str, polling_url: str) -> None:
         assert await held.acquire()
 
         async def take() -> bool:
-            async with polling.lock(NAME, timeout=PATIENCE):
+            async with polling.lock(NAME, timeout=2 * PATIENCE):
                 return True
 
         waiting = asyncio.ensure_future(take())
