@@ -60,6 +60,8 @@ def test_the_blocking_api_loads_no_cli_no_harness_no_asyncio_and_no_logging() ->
     # the loggers import the logging package at their first message, and a client with no
     # observers never imports the events
     assert under(modules, "logging", "tumbler.observe") == set()
+    # a timedelta is looked for where one must be, not imported to look for
+    assert "datetime" not in modules
 
 
 def test_import_tumbler_aio_loads_no_cli_and_no_harness() -> None:

@@ -493,3 +493,19 @@ def test_each_name_resolves_to_what_its_module_defines(name: str) -> None:
 def test_a_name_the_package_does_not_have_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Lokc'"):
         tumbler.Lokc  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_apis_durations_and_observers_evaluate_as_types() -> None:
+    """``Seconds`` and the observers' type are made at their first use, not named as text:
+    what evaluates the API's annotations (a docs build, typing.get_type_hints) gets types."""
+    import datetime
+    import typing
+
+    from tumbler.observe import Observer
+
+    seconds = float | datetime.timedelta
+    assert tumbler.Seconds == seconds
+    for connect in (tumbler.connect, tumbler.aio.connect):
+        hints = typing.get_type_hints(connect)
+        assert hints["default_ttl"] == seconds
+        assert typing.get_args(hints["observers"]) == (Observer,)
