@@ -2,28 +2,40 @@
 twin), on a real etcd: ranges by creation order, a transaction that creates a key with a
 lease only if it is absent, leases kept alive and revoked (their keys with them), a watch
 from a revision, a login whose token is renewed when etcd stops taking it, a member that
-goes away, and none left."""
+goes away, and none left; and the HTTP seam under it (``backends.etcd.http``): its pool,
+its bounds, what its failures say, TLS, streams and their interrupts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import ssl
 import sys
 import threading
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import h11
-import httpx
 import pytest
 
 from tumbler.backends.etcd._async.gateway import AsyncGateway
 from tumbler.backends.etcd._sync.gateway import Gateway
-from tumbler.backends.etcd.http import HTTPFailure, aopen_client, apost, not_sent, post
+from tumbler.backends.etcd.http import (
+    HTTPFailure,
+    _Lines,
+    aclose_client,
+    aopen_client,
+    apost,
+    close_client,
+    not_sent,
+    open_client,
+    post,
+)
 from tumbler.backends.etcd.wire import (
     EtcdError,
     GatewayUnavailable,
@@ -38,6 +50,7 @@ from tumbler.testing.backends.etcd.server import (
     EtcdServer,
 )
 from tumbler.testing.conformance.compat import PATIENCE
+from tumbler.torture.proxy import FaultProxy
 
 
 @pytest.fixture(scope="module")
@@ -234,43 +247,252 @@ async def test_a_closed_gateway_makes_no_client_that_nobody_would_close(
     assert gateway._clients == {}
 
 
-@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
-def test_a_request_h11_refuses_to_write_is_a_failure_to_send_again(flavour: str) -> None:
-    """httpcore lets h11's refusal through when a pooled connection is handed out in a state
-    where no request can start (it was: a CI torture worker died of it). The seam gives it
-    as httpx maps it elsewhere, a transport failure, and one of a request surely not sent,
-    which the gateway sends again on the next member."""
+# -- the HTTP seam (backends.etcd.http) ------------------------------------------------------
 
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise h11.LocalProtocolError(
-            "can't handle event type Request when role=CLIENT and state=DONE"
-        )
 
-    transport = httpx.MockTransport(refuse)
-    with pytest.raises(HTTPFailure) as failed:
-        if flavour == "sync":
-            with httpx.Client(transport=transport, base_url="http://127.0.0.1:1") as client:
-                post(client, "/v3/kv/range", {"key": "eA=="}, {})
-        else:
+def _in_flavour(flavour: str, call: Callable[[Any], Any], url: str, **options: Any) -> Any:
+    """``call(client)`` (blocking) or ``await call(client)`` (asyncio, in a loop of its own)
+    on a new client of ``url``, closed after."""
+    tls = options.pop("tls", None)
+    timeout = options.pop("timeout", 30.0)
+    if flavour == "sync":
+        client = open_client(url, tls, timeout)
+        try:
+            return call(client)
+        finally:
+            close_client(client)
 
-            async def main() -> None:
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://127.0.0.1:1"
-                ) as client:
-                    await apost(client, "/v3/kv/range", {"key": "eA=="}, {})
+    async def main() -> Any:
+        client = aopen_client(url, tls, timeout)
+        try:
+            return await call(client)
+        finally:
+            await aclose_client(client)
 
-            asyncio.run(main())
-    assert isinstance(failed.value, httpx.LocalProtocolError)
+    return asyncio.run(main())
+
+
+def _range(flavour: str, client: Any, **options: Any) -> Any:
+    """A read of one key on ``client``, in ``flavour`` (a coroutine in asyncio's)."""
+    send = post if flavour == "sync" else apost
+    return send(client, "/v3/kv/range", {"key": b64("/t/seam")}, {}, **options)
+
+
+FLAVOURS = pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+
+
+@FLAVOURS
+def test_a_request_h11_refuses_to_write_is_a_failure_to_send_and_costs_no_later_request(
+    server: EtcdServer, flavour: str
+) -> None:
+    """h11 checks each part of a request before it writes a byte of it: a request it refuses
+    (a token with a line break, say) is a transport failure of a request surely not sent,
+    which the gateway sends again on the next member, and leaves nothing behind that a later
+    request would meet."""
+    bad = {"Authorization": "token\r\nX-Smuggled: 1"}
+
+    def sync(client: Any) -> Any:
+        with pytest.raises(HTTPFailure) as failed:
+            post(client, "/v3/kv/range", {"key": b64("/t/seam")}, bad)
+        return failed.value, post(client, "/v3/kv/range", {"key": b64("/t/seam")}, {})
+
+    async def asyncio_(client: Any) -> Any:
+        with pytest.raises(HTTPFailure) as failed:
+            await apost(client, "/v3/kv/range", {"key": b64("/t/seam")}, bad)
+        return failed.value, await apost(client, "/v3/kv/range", {"key": b64("/t/seam")}, {})
+
+    failure, (status, _) = _in_flavour(
+        flavour, sync if flavour == "sync" else asyncio_, server.client_url
+    )
+    assert not_sent(failure)
+    assert "h11" in str(failure)
+    assert status == 200
+
+
+@FLAVOURS
+def test_a_refused_connection_is_a_request_not_sent(flavour: str) -> None:
+    with socket.socket() as bound:  # the port is taken, and nothing listens on it
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        with pytest.raises(HTTPFailure) as failed:
+            _in_flavour(flavour, lambda client: _range(flavour, client), url)
     assert not_sent(failed.value)
-    assert "state=DONE" in str(failed.value)
+    assert isinstance(failed.value.__cause__, ConnectionRefusedError)
+
+
+@FLAVOURS
+def test_a_reply_that_never_comes_is_a_lost_reply_within_the_requests_own_bound(
+    server: EtcdServer, flavour: str
+) -> None:
+    """The member reads the request (the proxy passes it on) and its reply is held: the call's
+    own timeout bounds the wait for it, not the client's, and the request may have been
+    acted on."""
+    with FaultProxy((server.host, server.port)) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}"
+
+        def held(client: Any) -> Any:
+            proxy.blackhole("downstream")
+            return _range(flavour, client, timeout=0.5)
+
+        began = time.monotonic()
+        with pytest.raises(HTTPFailure) as failed:
+            _in_flavour(flavour, held, url, timeout=PATIENCE)
+        took = time.monotonic() - began
+    assert not not_sent(failed.value)
+    assert 0.5 <= took < PATIENCE / 3
+
+
+@FLAVOURS
+def test_an_idle_connection_the_member_closed_is_dropped_and_the_call_is_not_a_lost_reply(
+    fresh_etcd_server: EtcdServer, flavour: str
+) -> None:
+    """A member that restarts closes its clients' idle connections. A call that wrote its
+    request on one would find the reply lost, and a call that cannot be sent again after a
+    lost reply (here: one not marked idempotent) would fail: the pool drops such a
+    connection before a request takes it, and the request goes on a new one."""
+    server = fresh_etcd_server
+    lost: list[None] = []
+    key = {"key": b64("/t/restarted")}
+    if flavour == "sync":
+        gateway = Gateway([server.client_url])
+        try:
+            gateway.call("/v3/kv/range", key)
+            server.restart()
+            gateway.call("/v3/kv/range", key, unanswered=lambda: lost.append(None))
+        finally:
+            gateway.close()
+    else:
+
+        async def main() -> None:
+            gateway = AsyncGateway([server.client_url])
+            try:
+                await gateway.call("/v3/kv/range", key)
+                await asyncio.to_thread(server.restart)
+                await gateway.call("/v3/kv/range", key, unanswered=lambda: lost.append(None))
+            finally:
+                await gateway.close()
+
+        asyncio.run(main())
+    assert lost == []
+
+
+def test_a_pool_keeps_its_connection_from_one_request_to_the_next_over_tls(
+    etcd_tls_server: EtcdServer,
+) -> None:
+    server = etcd_tls_server
+    context = ssl.create_default_context(cafile=str(server.ca_path))
+    context.load_cert_chain(server.client_cert_path, server.client_key_path)
+    login = {"name": TUMBLER_USER, "password": TUMBLER_PASSWORD}
+
+    def sync(client: Any) -> list[Any]:
+        replies = []
+        for _ in range(3):
+            replies.append(post(client, "/v3/auth/authenticate", login, {}))
+            assert len(client._idle) == 1
+        socket_ = client._idle[0].sock
+        assert isinstance(socket_, ssl.SSLSocket)
+        assert post(client, "/v3/auth/authenticate", login, {})[0] == 200
+        assert client._idle[0].sock is socket_  # the same connection, taken again
+        return replies
+
+    async def asyncio_(client: Any) -> list[Any]:
+        replies = []
+        for _ in range(3):
+            replies.append(await apost(client, "/v3/auth/authenticate", login, {}))
+            assert len(client._idle) == 1
+        writer = client._idle[0].writer
+        assert writer.get_extra_info("ssl_object") is not None
+        assert (await apost(client, "/v3/auth/authenticate", login, {}))[0] == 200
+        assert client._idle[0].writer is writer
+        return replies
+
+    for flavour, call in (("sync", sync), ("asyncio", asyncio_)):
+        replies = _in_flavour(flavour, call, server.client_url, tls=context)
+        assert [status for status, _ in replies] == [200] * 3
+        assert all(reply["token"] for _, reply in replies)
+
+
+@FLAVOURS
+def test_a_member_whose_certificate_the_client_cannot_check_is_not_sent_to(
+    etcd_tls_server: EtcdServer, flavour: str
+) -> None:
+    """Without a context of its own, an ``https://`` client checks the member's certificate
+    against the system's CAs, which did not sign the test CA's: the handshake fails."""
+    with pytest.raises(HTTPFailure) as failed:
+        _in_flavour(flavour, lambda client: _range(flavour, client), etcd_tls_server.client_url)
+    assert not_sent(failed.value)
+    assert isinstance(failed.value.__cause__, ssl.SSLCertVerificationError)
+
+
+@FLAVOURS
+def test_a_stream_interrupted_before_it_opens_fails_to_open(
+    server: EtcdServer, flavour: str
+) -> None:
+    watched = [WatchRequest(b"/t/never", None, 1)]
+    if flavour == "sync":
+        gateway = Gateway([server.client_url])
+        try:
+            stream = gateway.watch_stream()
+            stream.interrupt()
+            with pytest.raises(HTTPFailure), stream.open(watched):
+                pytest.fail("an interrupted stream opened")
+        finally:
+            gateway.close()
+        return
+
+    async def main() -> None:
+        gateway = AsyncGateway([server.client_url])
+        try:
+            stream = gateway.watch_stream()
+            stream.interrupt()
+            with pytest.raises(HTTPFailure):
+                async with stream.open(watched):
+                    pytest.fail("an interrupted stream opened")
+        finally:
+            await gateway.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.asyncio
+async def test_asyncio_a_stream_reading_its_lines_ends_when_another_thread_interrupts_it(
+    server: EtcdServer,
+) -> None:
+    gateway = AsyncGateway([server.client_url])
+    try:
+        async with gateway.watch([WatchRequest(b"/t/quiet", None, 1)]) as stream:
+            events = stream.events()
+            assert (await asyncio.wait_for(events.__anext__(), PATIENCE)).created
+            reading = asyncio.ensure_future(events.__anext__())
+            await asyncio.sleep(0)  # the read has begun, and waits for the next line
+            assert not reading.done()
+            await asyncio.to_thread(stream.interrupt)
+            with pytest.raises(HTTPFailure):
+                await asyncio.wait_for(reading, PATIENCE)
+    finally:
+        await gateway.close()
+
+
+def test_lines_are_cut_wherever_the_chunks_end() -> None:
+    """A watch's reply is chunked: a line may span chunks, and a chunk may hold several."""
+    lines = _Lines()
+    assert lines.feed(b'{"a":') == []
+    assert lines.feed(b' 1}\n{"b": 2}\r\n{"c"') == ['{"a": 1}', '{"b": 2}']
+    assert lines.feed(b": 3}\n") == ['{"c": 3}']
+    assert lines.feed("é".encode()[:1]) == []
+    assert lines.feed("é".encode()[1:] + b"\n") == ["é"]
+    assert lines.feed(b"tail") == []
+    assert lines.end() == ["tail"]
 
 
 @contextlib.contextmanager
-def interrupted_amid_h11s_next_cycle() -> Iterator[None]:
-    """``KeyboardInterrupt`` in this thread at the first start of h11's next cycle on a
-    connection (after a reply is read whole), at the point where the connection's state is
-    ready for a request and its writer not yet: where a signal's exception leaves a pooled
-    connection that httpcore hands out again."""
+def interrupted_amid_h11s_next_cycle(
+    error: type[BaseException] = KeyboardInterrupt,
+) -> Iterator[None]:
+    """``error`` raised in this thread at the first start of h11's next cycle on a connection
+    (after a reply is read whole), at the point where the connection's state is ready for a
+    request and its writer not yet: where a signal's exception (``KeyboardInterrupt``) or a
+    task's cancellation can land."""
     before = sys.gettrace()
 
     def tracer(frame: FrameType, event: str, arg: Any) -> None:
@@ -282,7 +504,7 @@ def interrupted_amid_h11s_next_cycle() -> Iterator[None]:
             and caller.f_code.co_name == "start_next_cycle"
         ):
             sys.settrace(before)
-            raise KeyboardInterrupt
+            raise error
 
     sys.settrace(tracer)
     try:
@@ -296,31 +518,64 @@ def test_an_interrupt_amid_a_connections_next_cycle_costs_no_later_request(
 ) -> None:
     """An interrupt can land anywhere in a blocking call (the torture harness's SIGTERM,
     a user's SIGINT): one that lands halfway through h11's start of a connection's next
-    cycle leaves httpcore a pooled connection with no writer for the next request (a CI
-    torture worker died of h11's failed assertion, in the withdrawal that followed)."""
+    cycle leaves a connection with no writer for a next request (a CI torture worker died of
+    h11's failed assertion, in the withdrawal that followed, when a pool took it back)."""
     key = b"/interrupted"
     gateway.range(key, prefix_end(key))
-    with pytest.raises(KeyboardInterrupt), interrupted_amid_h11s_next_cycle():
+    with pytest.raises(KeyboardInterrupt), interrupted_amid_h11s_next_cycle(KeyboardInterrupt):
         gateway.range(key, prefix_end(key))
     assert gateway.range(key, prefix_end(key))[1] == []
 
 
+@FLAVOURS
+def test_a_connection_left_amid_its_next_cycle_is_closed_not_taken_again(
+    server: EtcdServer, flavour: str
+) -> None:
+    """The connection a ``KeyboardInterrupt`` (blocking) or a cancellation (asyncio) left
+    halfway through h11's start of its next cycle is closed, never pooled."""
+    error = KeyboardInterrupt if flavour == "sync" else asyncio.CancelledError
+
+    def sync(client: Any) -> None:
+        assert _range(flavour, client)[0] == 200
+        (connection,) = client._idle
+        with pytest.raises(error), interrupted_amid_h11s_next_cycle(error):
+            _range(flavour, client)
+        assert client._idle == []
+        assert connection.sock.fileno() == -1
+        assert _range(flavour, client)[0] == 200
+        assert client._idle[0] is not connection
+
+    async def asyncio_(client: Any) -> None:
+        assert (await _range(flavour, client))[0] == 200
+        (connection,) = client._idle
+        with pytest.raises(error), interrupted_amid_h11s_next_cycle(error):
+            await _range(flavour, client)
+        assert client._idle == []
+        assert connection.writer.transport.is_closing()
+        assert (await _range(flavour, client))[0] == 200
+        assert client._idle[0] is not connection
+
+    _in_flavour(flavour, sync if flavour == "sync" else asyncio_, server.client_url)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 @pytest.mark.asyncio
-async def test_a_request_cancelled_in_its_tls_handshake_closes_its_connection() -> None:
-    """httpcore closes a connection whose TLS handshake fails, not one whose task is
-    cancelled during it: the seam closes it then, so that no socket is left open for the
-    garbage collector (a ResourceWarning, a file descriptor held meanwhile)."""
+async def test_a_request_cancelled_before_its_reply_closes_its_connection(tls: bool) -> None:
+    """A request cancelled in its TLS handshake, or while it awaits its reply, closes its
+    connection: no socket is left open for the garbage collector (a ResourceWarning, a file
+    descriptor held meanwhile)."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
         silent.settimeout(PATIENCE)
         port = silent.getsockname()[1]
-        context = ssl.create_default_context()
-        client = aopen_client(f"https://127.0.0.1:{port}", context, 30.0)
+        scheme = "https" if tls else "http"
+        client = aopen_client(f"{scheme}://127.0.0.1:{port}", ssl.create_default_context(), 30.0)
         try:
-            request = asyncio.ensure_future(client.get("/health"))
+            request = asyncio.ensure_future(apost(client, "/v3/kv/range", {}, {}))
             accepted, _ = await asyncio.to_thread(silent.accept)
             with accepted:
                 accepted.settimeout(PATIENCE)
-                assert await asyncio.to_thread(accepted.recv, 1)  # the ClientHello has come
+                # the ClientHello, or the request, has come
+                assert await asyncio.to_thread(accepted.recv, 1)
                 request.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await request
@@ -328,4 +583,8 @@ async def test_a_request_cancelled_in_its_tls_handshake_closes_its_connection() 
                 while await asyncio.to_thread(accepted.recv, 4096):
                     pass
         finally:
-            await client.aclose()
+            await aclose_client(client)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -294,7 +294,7 @@ def test_importing_every_backend_module_loads_nothing_of_the_harnesses() -> None
 
 
 #: what the servers' launchers bring in; a test run that starts no server needs none of it
-DRIVERS = ("redis", "kazoo", "psycopg", "psycopg_pool", "pymysql", "aiomysql", "httpx")
+DRIVERS = ("redis", "kazoo", "psycopg", "psycopg_pool", "pymysql", "aiomysql", "httpx", "h11")
 
 LOAD_THE_SUITE_S_PLUGINS = """
     import json, sys

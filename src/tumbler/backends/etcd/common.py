@@ -1,4 +1,4 @@
-"""``etcd://``: locks in etcd (extra ``tumbler-locks[etcd]``; client: its v3 JSON gateway, httpx).
+"""``etcd://``: locks in etcd (extra ``tumbler-locks[etcd]``; client: its v3 JSON gateway, h11).
 
 URL
     ``etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/PREFIX][?OPTIONS]``, or

@@ -130,8 +130,8 @@ class Gateway:
 
     def _client(self, endpoint: str, purpose: str = "calls") -> Any:
         """The client for ``purpose`` (``"calls"``, or ``"watches"``, whose connections
-        each carry one stream and are closed to end it) on ``endpoint``: made once, as
-        making one costs milliseconds (httpx reads the CA certificates)."""
+        each carry one stream and are closed to end it) on ``endpoint``: made once, so that
+        the calls that follow reuse its connections."""
         with self._lock:
             if self._closed:
                 # a client made now would never be closed, nor its connections
