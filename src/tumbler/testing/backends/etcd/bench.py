@@ -18,14 +18,15 @@ Their drivers are imported in ``open()``, inside the bench's workers: importing 
 needs neither.
 
 The floor (``etcd-floor-sync``, ``etcd-floor-async``): the round trips a lock on etcd cannot
-do without, through the client tumbler's backend uses (the gateway client, over httpx), that
-exclude nothing. A session grants one lease when it opens and revokes it when it closes (and
-keeps it alive before an acquire once a third of it has gone, as a lock's client must);
-acquire is one transaction that puts the session's key with that lease if the key is absent
-and reads the lock's line of keys by create revision (the key's place in it is what a grant
-decides on), and release is one transaction that deletes the key if its create revision is
-still the one the acquire made. The blocking floor uses ``Gateway``, the asyncio one
-``AsyncGateway``; the ``x floor`` column divides by the one of the row's flavour.
+do without, through the client tumbler's backend uses (the gateway client, over the
+backend's HTTP seam on h11), that exclude nothing. A session grants one lease when it opens
+and revokes it when it closes (and keeps it alive before an acquire once a third of it has
+gone, as a lock's client must); acquire is one transaction that puts the session's key with
+that lease if the key is absent and reads the lock's line of keys by create revision (the
+key's place in it is what a grant decides on), and release is one transaction that deletes
+the key if its create revision is still the one the acquire made. The blocking floor uses
+``Gateway``, the asyncio one ``AsyncGateway``; the ``x floor`` column divides by the one of
+the row's flavour.
 
 The server's figures, read over HTTP from every member the URL names (summed): the request
 counter (``request_count``) is the gRPC messages the members have received
@@ -246,9 +247,9 @@ class EtcdFloor(SyncContender):
         "floor: one lease per client (granted at open, revoked at close); acquire is one txn "
         "(key absent -> put it with the lease; the lock's line read by create revision), "
         "release one txn (create revision unchanged -> delete), through tumbler's gateway "
-        "client (httpx); excludes nothing, timed uncontended only"
+        "client (its HTTP seam, on h11); excludes nothing, timed uncontended only"
     )
-    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("httpx", "httpx"),)
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("h11", "h11"),)
     floor: ClassVar[bool] = True
 
     def open(self, lock_name: str) -> SyncSession:
@@ -303,8 +304,10 @@ class EtcdFloorAsync(AsyncContender):
     """The same, on tumbler's asyncio gateway client."""
 
     name: ClassVar[str] = "etcd-floor-async"
-    mechanism: ClassVar[str] = "floor: the same through the asyncio gateway client (httpx)"
-    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("httpx", "httpx"),)
+    mechanism: ClassVar[str] = (
+        "floor: the same through the asyncio gateway client (its HTTP seam, on h11)"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = (("h11", "h11"),)
     floor: ClassVar[bool] = True
 
     async def open(self, lock_name: str) -> AsyncSession:

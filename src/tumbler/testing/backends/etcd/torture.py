@@ -43,7 +43,7 @@ def _etcd_version() -> str:
 
 
 def _missing_etcd() -> str | None:
-    missing = missing_module("httpx", install_command("etcd")) or missing_module(
+    missing = missing_module("h11", install_command("etcd")) or missing_module(
         "mirakuru", install_command("testing")
     )
     if missing is not None:
