@@ -145,10 +145,10 @@ def _verifying() -> ssl.SSLContext:
 
 
 class _Member:
-    """Where a client's requests go: one member's address, its TLS context (None: plain
-    HTTP), and the client's default timeout."""
+    """Where a client's requests go: one member's address and its TLS context (None: plain
+    HTTP)."""
 
-    def __init__(self, base_url: str, tls: ssl.SSLContext | None, timeout: float) -> None:
+    def __init__(self, base_url: str, tls: ssl.SSLContext | None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL with a host: {base_url!r}")
@@ -158,7 +158,6 @@ class _Member:
         self.port = parts.port or (443 if secure else 80)
         self.authority = parts.netloc
         self.tls = (tls if tls is not None else _verifying()) if secure else None
-        self.timeout = timeout
 
     def request(self, path: str, headers: dict[str, str], payload: bytes) -> h11.Request:
         """The head of a POST of ``payload`` (JSON) to ``path``; ``HTTPFailure`` (not sent)
@@ -223,7 +222,7 @@ class _Reply:
         elif isinstance(event, h11.EndOfMessage):
             return True
         elif isinstance(event, h11.ConnectionClosed):
-            raise h11.RemoteProtocolError("the member closed the connection before its reply")
+            raise HTTPFailure("the member closed the connection before its whole reply")
         return False
 
     def text(self) -> str:
@@ -416,7 +415,7 @@ class Client:
     open streams."""
 
     def __init__(self, base_url: str, tls: ssl.SSLContext | None, timeout: float) -> None:
-        self.member = _Member(base_url, tls, timeout)
+        self.member = _Member(base_url, tls)
         self.timeout = timeout
         self._idle: list[_Connection] = []
         self._streams: set[_Connection] = set()
@@ -684,7 +683,7 @@ class AsyncClient:
     its event loop."""
 
     def __init__(self, base_url: str, tls: ssl.SSLContext | None, timeout: float) -> None:
-        self.member = _Member(base_url, tls, timeout)
+        self.member = _Member(base_url, tls)
         self.timeout = timeout
         self._idle: list[_AsyncConnection] = []
         self._streams: set[_AsyncConnection] = set()
