@@ -26,15 +26,20 @@ import pytest
 from tumbler.backends.etcd._async.gateway import AsyncGateway
 from tumbler.backends.etcd._sync.gateway import Gateway
 from tumbler.backends.etcd.http import (
+    IDLE_CONNECTIONS,
     HTTPFailure,
+    LineStream,
+    StreamRefused,
     _Lines,
     aclose_client,
     aopen_client,
     apost,
+    astream_lines,
     close_client,
     not_sent,
     open_client,
     post,
+    stream_lines,
 )
 from tumbler.backends.etcd.wire import (
     EtcdError,
@@ -588,3 +593,53 @@ async def test_a_request_cancelled_before_its_reply_closes_its_connection(tls: b
         warnings.simplefilter("always")
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+@FLAVOURS
+def test_a_stream_the_member_refuses_says_its_path_status_and_text(
+    server: EtcdServer, flavour: str
+) -> None:
+    stream = LineStream()
+    path = "/v3/no-such-stream"
+    if flavour == "sync":
+        client = open_client(server.client_url, None, 30.0)
+        try:
+            with (
+                pytest.raises(StreamRefused) as refused,
+                stream_lines(client, path, [{}], {}, stream),
+            ):
+                pytest.fail("a refused stream opened")
+        finally:
+            close_client(client)
+    else:
+
+        async def main() -> None:
+            client = aopen_client(server.client_url, None, 30.0)
+            try:
+                async with astream_lines(client, path, [{}], {}, stream):
+                    pytest.fail("a refused stream opened")
+            finally:
+                await aclose_client(client)
+
+        with pytest.raises(StreamRefused) as refused:
+            asyncio.run(main())
+    assert isinstance(refused.value, HTTPFailure)
+    assert (refused.value.path, refused.value.status) == (path, 404)
+    assert refused.value.text
+    assert path in str(refused.value)
+
+
+def test_the_idle_connections_a_client_keeps_are_bounded(server: EtcdServer) -> None:
+    """More connections than the pool keeps, all back at once: the rest are closed."""
+    client = open_client(server.client_url, None, 30.0)
+    try:
+        deadline = time.monotonic() + PATIENCE
+        taken = [client.checkout(deadline) for _ in range(IDLE_CONNECTIONS + 3)]
+        for connection in taken:
+            client.checkin(connection)
+        assert client._idle == taken[:IDLE_CONNECTIONS]
+        assert all(connection.sock.fileno() == -1 for connection in taken[IDLE_CONNECTIONS:])
+        assert post(client, "/v3/kv/range", {"key": b64("/t/seam")}, {})[0] == 200
+    finally:
+        close_client(client)
+    assert all(connection.sock.fileno() == -1 for connection in taken)
