@@ -1358,8 +1358,8 @@ def test_a_server_out_of_connections_is_named_and_ridden_out(
             "- current_setting('superuser_reserved_connections')::int"
         ).fetchone()
         assert row is not None
-    # the two clients' connections (a call's, and the holder's listening one, once it waits:
-    # it never does here) and every other one the server gives this user
+    # the two clients' connections (each one's for calls; the holder never waits, so it
+    # opens no listening one) and every other one the server gives this user
     free = int(row[0]) - 2
     try:
         with tumbler.connect(url) as holder:
@@ -1370,6 +1370,11 @@ def test_a_server_out_of_connections_is_named_and_ridden_out(
             else:
                 loop = asyncio.new_event_loop()
                 waiter_aio = loop.run_until_complete(tumbler.aio.connect(url))
+            eventually(
+                lambda: client_backends(started) == 2,
+                "the backends of the connections closed before (the launcher's, the admin's) "
+                "exited",
+            )
             # every connection the server allows this user, taken
             options = parse_config(parse_url(url)).connect_options
             filled.extend(psycopg.connect(**options) for _ in range(free))
@@ -1403,6 +1408,21 @@ def test_a_server_out_of_connections_is_named_and_ridden_out(
 def close_on(loop: asyncio.AbstractEventLoop, client: tumbler.aio.Locks) -> None:
     loop.run_until_complete(client.close())
     loop.close()
+
+
+def client_backends(server: PostgreSQLServer) -> int:
+    """How many of ``server``'s processes serve a client connection (their titles name the
+    client's address: ``postgres: USER DATABASE 127.0.0.1(PORT) STATE``, or ``[local]``).
+    A closed connection's backend keeps its connection slot until it has exited, which on a
+    busy machine can come after the next connection asks for one."""
+    import psutil  # mirakuru's own dependency
+
+    serving = 0
+    for pid in server.pids()[1:]:
+        with contextlib.suppress(psutil.Error):
+            title = " ".join(psutil.Process(pid).cmdline())
+            serving += "127.0.0.1(" in title or "[local]" in title
+    return serving
 
 
 def waits_by_polling(
