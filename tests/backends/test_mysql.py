@@ -1319,6 +1319,43 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
         assert one.status("stock").waiters == 0  # and its entry gone
 
 
+def test_only_a_waiter_written_before_its_client_listens_takes_the_waiter_lock(
+    mariadb_server: MariaDBServer,
+) -> None:
+    """The waiter lock that says a client lives till its listener does is taken where a
+    waiter's entry is written (in ``{p}grant``), not at every try: a grant takes none (it
+    cost an acquisition a statement of its own), and a waiter whose client does not listen
+    yet holds it while it lives, so that a release hands it the lock rather than taking it
+    for dead."""
+    url = f"{mariadb_server.url}?table_prefix=claim_{uuid.uuid4().hex[:8]}_"
+    request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
+
+    def held(key: int) -> bool:
+        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
+            return cursor.fetchone()[0] is not None
+
+    with tumbler.connect(url) as one:
+        holder = one._backend
+        granted = holder.watch("stock", "a")  # made before the first try, as the locks do
+        assert holder.try_grant(_request("stock", "a")) is not None
+        granted.close()
+        assert not holder.wakeups.subscribed()
+        assert not held(holder.wakeups.key)
+        waiter = open_sync(parse_url(url))
+        try:
+            watch = waiter.watch("stock", "b")
+            assert waiter.try_grant(request) is None
+            assert not waiter.wakeups.subscribed()
+            assert held(waiter.wakeups.key)
+            assert holder.release("stock", "a")
+            # handed to the waiter (a grant it has yet to take up), not deleted as dead
+            assert [h.token is not None for h in one.status("stock").holders] == [True]
+            watch.close()
+        finally:
+            waiter.close()
+
+
 # -- max_waiters ---------------------------------------------------------------------------
 
 

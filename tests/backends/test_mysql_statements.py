@@ -391,6 +391,11 @@ def test_a_waiter_whose_client_does_not_listen_is_not_handed_the_lock(
     assert grant(cursor, statements, b"deaf", "b", client=LISTENER + 3)[0] is None
     assert grant(cursor, statements, b"deaf", "c", client=LISTENER + 4)[0] is None
     assert grant(cursor, statements, b"deaf", "d")[0] is None  # a client that polls
+    # the waiter locks the grant took for the two, their clients not listening, end with
+    # those clients (here: this connection lets them go)
+    for client in (LISTENER + 3, LISTENER + 4):
+        cursor.execute("SELECT RELEASE_LOCK(CONCAT('tumbler-waiter-', %s))", (client,))
+        assert cursor.fetchone() == (1,)
     # nothing holds those clients' listener locks: the release deletes the entries of the
     # waiters at the head of the line whose client is gone (each would hold a fair line up
     # until it ran out), hands the lock to nobody, and says that a waiter is left (the one

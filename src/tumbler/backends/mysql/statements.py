@@ -163,6 +163,16 @@ _TELL_WATCHERS = (
 #: ... and after it: their listeners rung (a ring before the commit would wake a listener
 #: to read wake-ups it cannot see yet)
 _RING_WATCHERS = "IF watching THEN CALL {p}ring_watchers(lock_name); END IF;"
+#: what {p}grant runs before it writes a waiter's entry that names its client's key while
+#: the client does not listen yet (nobody holds the key's listener lock): this connection
+#: takes the key's waiter lock, which says the client lives till its listener does, so that
+#: a release does not take the waiter for dead (see {p}hand_off). Taken here, where a waiter
+#: is written, a grant pays nothing for it.
+_CLAIM = (
+    "IF waiter_client IS NOT NULL "
+    "AND IS_USED_LOCK(CONCAT('tumbler-listener-', waiter_client)) IS NULL THEN "
+    "DO GET_LOCK(CONCAT('tumbler-waiter-', waiter_client), 0); END IF;"
+)
 #: the rows of kit.state.states_of: each entry's time left is its row's, its lock-delay
 #: included (one reading of the clock tells a lapsed grant by both)
 _STATE_COLUMNS = (
@@ -358,6 +368,7 @@ _CREATE = (
             LEAVE body;
         END IF;
         IF mine_seq IS NOT NULL THEN
+            {_CLAIM}
             UPDATE {{p}}entries
                 SET expires_at = {_LEASE_END.format(seconds="waiter_lease")},
                     client = waiter_client, lease = lease_asked, stamp = waiter_stamp,
@@ -373,6 +384,7 @@ _CREATE = (
                 SELECT NULL, NULL, FALSE, TRUE;
                 LEAVE body;
             END IF;
+            {_CLAIM}
             INSERT INTO {{p}}entries (name, owner, shared, lim, fair, token, expires_at, holder,
                                       client, lease, stamp, written_at)
                 VALUES (lock_name, lock_owner, is_shared, permits, is_fair, NULL,

@@ -477,15 +477,12 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
 
     # -- grants ----------------------------------------------------------------------------
 
-    async def _claim(self, connection: Any, request: GrantRequest) -> bool:
-        """Whether ``request``'s entry names the client's key though the client does not
-        listen yet, ``connection`` (or another of the client's) holding its waiter lock (see
+    async def _claim(self, connection: Any) -> None:
+        """Take the client's waiter lock on ``connection``, for a waiter's entry that names
+        the client's key though the client does not listen yet (see
         ``AsyncSQLBackend._claims``; ``{p}hand_off`` tells a waiter dead by its key's
-        locks)."""
-        if not self._claims(request):
-            return False
+        locks). ``{p}grant`` takes it itself where it writes such an entry."""
         await _one_row(connection, self.sql["claim"], (self.wakeups.key,))
-        return True
 
     def _waiter_terms(
         self, request: GrantRequest, stamp: int, claimed: bool = False
@@ -504,7 +501,8 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
     async def _grant(
         self, connection: Any, request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
-        waiter = self._waiter_terms(request, stamp, await self._claim(connection, request))
+        claims = self._claims(request)
+        waiter = self._waiter_terms(request, stamp, claims)
         arguments = (
             request.name,
             owner,
@@ -526,6 +524,8 @@ class AsyncMySQLBackend(AsyncSQLBackend[Any]):
         if full:
             raise line_full(self.config.max_waiters, request.name, self.url)
         if undecided:
+            if claims:  # the decision made here may write the waiter's entry
+                await self._claim(connection)
             attempt = Try(request, owner, waiter)
             line = _Line(self, connection, attempt)
             return await _transaction(
