@@ -405,9 +405,11 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
     async def _grant(
         self, connection: AsyncConnection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
-        claimed = await self._claim_listener(connection, request)
+        claimed = self._claims(request)
         attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
-        async with self.alone(connection):
+        async with self.alone(connection), self._sent_together(connection, claimed):
+            if claimed:
+                await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
             cursor = await connection.execute(
                 self.sql["grant"],
                 {
@@ -438,17 +440,20 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         async with self.alone(connection):
             await connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
-    async def _claim_listener(
-        self, connection: AsyncConnection[Any], request: GrantRequest
-    ) -> bool:
-        """Whether ``connection`` holds the client's listener key (shared, for the session)
-        for ``request``'s entry to name though the client does not listen yet (see
-        ``AsyncSQLBackend._claims``, and ``tumbler_hand_off``)."""
-        if not self._claims(request):
-            return False
-        async with self.alone(connection):
-            await connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
-        return True
+    @contextlib.asynccontextmanager
+    async def _sent_together(
+        self, connection: AsyncConnection[Any], claimed: bool
+    ) -> AsyncIterator[None]:
+        """Where a grant's statement goes with the one before it that holds the client's
+        listener key (shared, for the session) for the entry to name though the client does
+        not listen yet (``claimed``: see ``AsyncSQLBackend._claims``, and
+        ``tumbler_hand_off``): in one round trip, a pipeline (behind a pooler ``alone``
+        makes one already)."""
+        if not claimed or self.config.pooled:
+            yield
+            return
+        async with connection.pipeline():
+            yield
 
     def _waiter_terms(
         self, request: GrantRequest, stamp: int, claimed: bool = False

@@ -405,9 +405,11 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
     def _grant(
         self, connection: Connection[Any], request: GrantRequest, owner: str, stamp: int
     ) -> tuple[int, float] | None:
-        claimed = self._claim_listener(connection, request)
+        claimed = self._claims(request)
         attempt = Try(request, owner, self._waiter_terms(request, stamp, claimed))
-        with self.alone(connection):
+        with self.alone(connection), self._sent_together(connection, claimed):
+            if claimed:
+                connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
             cursor = connection.execute(
                 self.sql["grant"],
                 {
@@ -438,15 +440,18 @@ class PostgreSQLBackend(SQLBackend[Connection[Any]]):
         with self.alone(connection):
             connection.execute(self.sql["sweep_names"], (SWEEP_ROWS,))
 
-    def _claim_listener(self, connection: Connection[Any], request: GrantRequest) -> bool:
-        """Whether ``connection`` holds the client's listener key (shared, for the session)
-        for ``request``'s entry to name though the client does not listen yet (see
-        ``AsyncSQLBackend._claims``, and ``tumbler_hand_off``)."""
-        if not self._claims(request):
-            return False
-        with self.alone(connection):
-            connection.execute(self.sql["hold_listener"], {"key": self.wakeups.key})
-        return True
+    @contextlib.contextmanager
+    def _sent_together(self, connection: Connection[Any], claimed: bool) -> Iterator[None]:
+        """Where a grant's statement goes with the one before it that holds the client's
+        listener key (shared, for the session) for the entry to name though the client does
+        not listen yet (``claimed``: see ``AsyncSQLBackend._claims``, and
+        ``tumbler_hand_off``): in one round trip, a pipeline (behind a pooler ``alone``
+        makes one already)."""
+        if not claimed or self.config.pooled:
+            yield
+            return
+        with connection.pipeline():
+            yield
 
     def _waiter_terms(
         self, request: GrantRequest, stamp: int, claimed: bool = False
