@@ -10,8 +10,9 @@ real ``pgbouncer`` from Debian's packages, one each per module.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,31 @@ def test_each_transaction_runs_with_the_clients_bounds(url: str) -> None:
             assert outside.fetchone() == ("0",)  # set for that transaction only
     finally:
         backend.close()
+
+
+def test_a_call_keeps_no_server_connection_once_it_ends(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg ends a pipeline with a Sync, then a Flush to fetch the replies. A Flush that
+    reaches PgBouncer (transaction pooling) after the Sync's ReadyForQuery ended the
+    transaction starts, for PgBouncer, another one: it gives that client a server
+    connection, which no reply ever releases, and keeps it so while the client stays idle.
+    With one server connection, every other client then waited until its query_wait_timeout
+    (the flaky restart case below, on a busy machine: a client descheduled between its two
+    sends). Here psycopg waits before it sends the Flush, long enough for the replies to
+    come back first; the clients' calls end their transactions on their own round trip."""
+    fetch = psycopg.Pipeline._fetch_gen
+
+    def late_flush(pipeline: Any, *, flush: bool) -> Generator[Any, Any, None]:
+        if flush and pipeline.result_queue:
+            time.sleep(0.2)  # the fault: a client that is not scheduled in between
+        yield from fetch(pipeline, flush=flush)
+
+    monkeypatch.setattr(psycopg.Pipeline, "_fetch_gen", late_flush)
+    with tumbler.connect(url) as first, tumbler.connect(url) as second:
+        for _ in range(3):
+            assert first.status("idle").holders == ()
+            assert second.status("idle").holders == ()
 
 
 def test_a_url_without_the_pooler_option_is_told_to_add_it(servers: PgBouncerServer) -> None:

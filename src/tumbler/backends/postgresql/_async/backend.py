@@ -342,20 +342,30 @@ class AsyncPostgreSQLBackend(AsyncSQLBackend[AsyncConnection[Any]]):
         ``BEGIN`` and ``COMMIT`` go as statements of the pipeline: psycopg's
         ``transaction()`` costs round trips of its own there. A block that raises leaves the
         transaction unfinished, and the pool closes its connection.
+
+        Behind a pooler the ``COMMIT`` goes after the pipeline, on a round trip of its own.
+        psycopg ends a pipeline with a Sync, then a Flush to fetch the replies; PgBouncer
+        (transaction pooling) takes a Flush that reaches it after the ReadyForQuery that
+        ended the transaction for the start of another one, and keeps a server connection
+        for this client, which no reply releases, while the client is idle: the Flush must
+        reach it inside the transaction.
         """
         async with connection.pipeline():
             await connection.execute(self.sql["begin"])
             if self.config.pooled:
                 await connection.execute(self.sql["settings"], self.pool.transaction_settings)
             yield
+            if not self.config.pooled:
+                await connection.execute(self.sql["commit"])
+        if self.config.pooled:
             await connection.execute(self.sql["commit"])
 
     @contextlib.asynccontextmanager
     async def alone(self, connection: AsyncConnection[Any]) -> AsyncIterator[None]:
         """Where a call of one statement runs: on its own (autocommit, bounded by the
         session's settings) on a connection of its own; behind a pooler, in a pipelined
-        transaction that sets the bounds first (the same one round trip). Read its results
-        after the block."""
+        transaction that sets the bounds first (one round trip, and the commit's: see
+        :meth:`batch`). Read its results after the block."""
         if not self.config.pooled:
             yield
             return
