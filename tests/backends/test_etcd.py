@@ -103,6 +103,15 @@ def line_of(raw: Gateway, url: str, name: str) -> list[dict[str, Any]]:
     return raw.range(key, prefix_end(key), by_creation=True)[1]
 
 
+def waits_on_the_waiters_lease(raw: Gateway, waiter: tumbler.Locks, name: str) -> bool:
+    """Whether ``waiter``'s client has moved an entry of ``name``'s line onto its waiters'
+    lease: that lease is granted before the move is sent, so its being there says less."""
+    lease = waiter._backend._waiter_lease
+    return lease is not None and any(
+        int(kv["lease"]) == lease.id for kv in line_of(raw, waiter.url, name)
+    )
+
+
 def held(lock: tumbler.Lock) -> tumbler.Hold:
     assert lock.acquire(timeout=PATIENCE)
     hold = lock.hold
@@ -293,7 +302,10 @@ def test_a_waiter_whose_lease_ran_out_never_reports_a_grant(connect, raw) -> Non
     thread = threading.Thread(target=wait)
     thread.start()
     eventually(lambda: holder.status("expired-waiter").waiters == 1, "the waiter is in line")
-    eventually(lambda: waiter._backend._waiter_lease is not None, "the waiter's entry is moved")
+    eventually(
+        lambda: waits_on_the_waiters_lease(raw, waiter, "expired-waiter"),
+        "the waiter's entry is moved",
+    )
     lease = waiter._backend._waiter_lease.id
     assert raw.revoke(lease)  # its key goes: a DELETE on nobody's watch
     # its client finds the lease gone and queues again, behind the holder, on a new one
@@ -332,7 +344,9 @@ def test_a_waiter_keeps_its_place_when_its_clients_lease_is_lost(connect, raw, f
 
     thread = threading.Thread(target=wait)
     thread.start()
-    eventually(lambda: waiter._backend._waiter_lease is not None, "the waiter's entry is moved")
+    eventually(
+        lambda: waits_on_the_waiters_lease(raw, waiter, "kept-place"), "the waiter's entry is moved"
+    )
     own = waiter._backend._lease.id
     # an operator's revoke (or it ran out unheard already: a client that only waits keeps
     # its lease alive only now and then)
