@@ -328,21 +328,27 @@ def test_a_waiter_is_granted_on_a_read_made_after_a_sync_with_the_leader(
 ) -> None:
     """A member answers reads from what it has applied, which may be behind the leader: a
     waiter that finds itself first in such a read could be granted a lock the leader has
-    given to another (its own session expired and its entry with it). The read that grants a
-    waiter comes after a sync; an acquire that is granted by its own creation needs none (the
-    member has applied at least that)."""
+    given to another (its own session expired and its entry with it). A woken waiter sends a
+    sync and its one read of the line together, and is granted on that read; an acquire that
+    is granted by its own creation needs none (the member has applied at least that)."""
     base = base_path()
     url = f"{zookeeper_server.url_for(base)}?session_timeout=10"
     with tumbler.connect(url) as holder, tumbler.connect(url) as waiter:
-        synced: list[str] = []
+        sent: list[tuple[str, str]] = []
         client = waiter._backend._client
         sync_async = client.sync_async
+        get_children_async = client.get_children_async
 
-        def recorded(path: str) -> Any:
-            synced.append(path)
+        def syncing(path: str) -> Any:
+            sent.append(("sync", path))
             return sync_async(path)
 
-        client.sync_async = recorded
+        def listing(path: str, *args: Any, **kwargs: Any) -> Any:
+            sent.append(("children", path))
+            return get_children_async(path, *args, **kwargs)
+
+        client.sync_async = syncing
+        client.get_children_async = listing
         answers: list[object] = []
         try_grant = waiter._backend.try_grant
 
@@ -352,15 +358,17 @@ def test_a_waiter_is_granted_on_a_read_made_after_a_sync_with_the_leader(
 
         waiter._backend.try_grant = answered
         assert waiter.lock("free").acquire(timeout=0)
-        assert synced == []
+        assert ("sync", f"{base}/{encode_name('free')}") not in sent
         lock = holder.lock("busy")
         assert lock.acquire(timeout=0)
         waiting = background(lambda: waiter.lock("busy").acquire(timeout=PATIENCE))
         eventually(lambda: None in answers, "the waiter waits, its watch set")
-        assert synced == []
+        busy = f"{base}/{encode_name('busy')}"
+        assert ("sync", busy) not in sent
+        sent.clear()
         lock.release()
         assert waiting.result() is True
-        assert synced == [f"{base}/{encode_name('busy')}"]
+        assert sent == [("sync", busy), ("children", busy)]
 
 
 def test_an_entry_of_its_own_session_left_by_a_lost_create_is_cleared_from_the_line(

@@ -111,8 +111,9 @@ Who holds the lock
     release wakes one waiter, not all of them. The first semaphore waiter watches the line; the
     ones behind it watch their predecessor, which touches its node when it is granted.
     A member answers reads from what it has applied, which may be behind the leader: a waiter
-    granted on a read made apart from its entry's creation reads the line again after a
-    ``sync`` (one more round trip, to the leader), or it could take a lock the leader has
+    that reads the line again (woken, or retrying) sends a ``sync`` before the read, in the
+    same round trip (one more request, to the leader), and a grant is never decided on a read
+    made apart from its entry's creation without one, or it could take a lock the leader has
     given to another while its own session's expiry was on its way. Entries of the client's
     own session and owner that it does not know of (a create whose reply was lost, applied
     after the retry looked for it) are deleted when the line is read.
@@ -713,17 +714,22 @@ _CHILD = re.compile(
 
 def parse_children(children: list[str]) -> list[Contender]:
     """The line of a lock node in grant order; children of other shapes are not contenders."""
-    line = []
-    for node in children:
-        match = _CHILD.match(node)
-        if match is None:
-            continue
-        kind = match["kind"]
-        shared = kind == "__READ__" or kind.startswith("sem-")
-        limit = int(match["limit"]) if match["limit"] else (0 if shared else 1)
-        line.append(Contender(node, match["owner"] or "", int(match["seq"]), shared, limit))
+    line = [contender for node in children if (contender := _contender(node)) is not None]
     line.sort(key=lambda contender: contender.seq)
     return line
+
+
+# A child's name never changes while it lives, and a waiter reads the same line again at each
+# wake-up: each name is parsed once, not at every read.
+@functools.lru_cache(maxsize=4096)
+def _contender(node: str) -> Contender | None:
+    match = _CHILD.match(node)
+    if match is None:
+        return None
+    kind = match["kind"]
+    shared = kind == "__READ__" or kind.startswith("sem-")
+    limit = int(match["limit"]) if match["limit"] else (0 if shared else 1)
+    return Contender(node, match["owner"] or "", int(match["seq"]), shared, limit)
 
 
 def entry_data(

@@ -432,7 +432,13 @@ class ZooKeeperBackend(InspectEachName):
             mine, created, children = self._entry(request, path)
             synced = False
             while True:
-                if children is None:
+                if children is None and not created and not synced:
+                    # A retry on an entry made earlier (a waiter woken, mostly first in line
+                    # by then): its read goes after a sync (below) in the same round trip,
+                    # rather than a plain read first and the synced one when it shows a grant.
+                    children = self._synced_children(path)
+                    synced = True
+                elif children is None:
                     children = self._children(path)
                 line = parse_children(children)
                 index = next((i for i, c in enumerate(line) if c.node == mine.node), None)
