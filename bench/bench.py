@@ -218,8 +218,9 @@ def run(plan: Plan, progress: Callable[[str], None]) -> tuple[list[Row], list[Ro
 
 def ratios(flat: list[Row]) -> None:
     """Set each uncontended row's pair median as a multiple of its store's reference peer's
-    (``StoreBench.reference``) and of the floor of its own flavour (``Contender.floor``), both
-    measured on the same backend in this run."""
+    (``StoreBench.reference``: for a floor's row too) and, but for a floor's, of the floor of
+    its own flavour through the backend's own client (``Contender.floor``,
+    ``Contender.same_client``), both measured on the same backend in this run."""
 
     def median(row: Row) -> float | None:
         figure = row.figure("pair_median_us")
@@ -227,7 +228,7 @@ def ratios(flat: list[Row]) -> None:
 
     for row in flat:
         mine = median(row)
-        if mine is None or row.contender.floor:
+        if mine is None:
             continue
         bench = store_bench(row.contender.url)
         for other in flat:
@@ -238,7 +239,12 @@ def ratios(flat: list[Row]) -> None:
                 continue
             if bench is not None and other.contender.name == bench.reference:
                 row.peer_ratio = mine / theirs
-            if other.contender.floor and other.contender.is_async == row.contender.is_async:
+            if (
+                not row.contender.floor
+                and other.contender.floor
+                and other.contender.same_client
+                and other.contender.is_async == row.contender.is_async
+            ):
                 row.floor_ratio = mine / theirs
 
 
@@ -419,7 +425,8 @@ def render(
         console.print(
             "x peer: pair median / that of the store's reference peer "
             f"({', '.join(references) or '-'}) on the same backend; x floor: pair median / that "
-            "of the floor row of the same flavour (blocking or asyncio) on the same backend"
+            "of the floor row of the same flavour (blocking or asyncio) through the backend's "
+            "own client, on the same backend"
         )
     console.print(f"\ntook {about['duration_s']:.0f} s")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tumbler.testing.bench
-from tumbler.testing.backends.etcd.bench import BENCH, EtcdFloor, EtcdFloorAsync
+from tumbler.testing.backends.etcd.bench import BENCH, EtcdFloor, EtcdFloorAsync, EtcdGrpcFloor
 from tumbler.testing.backends.etcd.server import EtcdNotInstalled, etcd_program
 from tumbler.testing.bench import Options, StoreBench
 
@@ -74,17 +74,31 @@ def test_nothing_is_read_from_a_server_that_is_not_there() -> None:
 
 def test_the_rows_on_an_etcd_url() -> None:
     names = [row.name for row in BENCH.contenders("etcd://127.0.0.1:2379/x", Options())]
-    assert names == ["etcd-sdk-python", "tooz-etcd3gw", "etcd-floor-sync", "etcd-floor-async"]
+    assert names == [
+        "etcd-sdk-python",
+        "tooz-etcd3gw",
+        "etcd-floor-sync",
+        "etcd-floor-async",
+        "etcd-grpc-floor-sync",
+    ]
+    # the gRPC floor runs when named, and is no denominator of tumbler's rows
+    assert not EtcdGrpcFloor.default
+    assert not EtcdGrpcFloor.same_client
     assert BENCH.reference == "etcd-sdk-python"
     assert not BENCH.contenders("etcds://127.0.0.1:2379/x", Options())
 
 
 def test_each_floor_pair_is_two_transactions_and_leaves_no_lease(url: str, measure: Any) -> None:
+    pytest.importorskip("pyetcd")
     before = BENCH.leases(url)
     # A floor keeps its lease alive once a third of it has passed, with one request more:
     # a lease of 60 s keeps that out of 40 pairs however slowly a loaded machine runs them.
     long_lease = BENCH.lease_url(url, 60)
-    floors = [EtcdFloor(long_lease, Options()), EtcdFloorAsync(long_lease, Options())]
+    floors = [
+        EtcdFloor(long_lease, Options()),
+        EtcdFloorAsync(long_lease, Options()),
+        EtcdGrpcFloor(long_lease, Options()),
+    ]
     runs = measure.uncontended_rounds(floors, "floor", 40)
     for run in runs:
         assert "errors" not in run, run

@@ -276,13 +276,46 @@ def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
     assert tumbler_sync["pair_median_per_floor"] == (
         median("tumbler-sync") / median("redis-floor-sync")
     )
-    # the peer has a floor ratio but is not its own reference; a floor has neither
+    # the peer has a floor ratio but is not its own reference; a floor has a ratio to the
+    # peer (what the store's round trips cost beside the peer's lock), and none to a floor
     assert flat["redis-py-0.1"]["summary"]["pair_median_per_peer"] is None
     assert flat["redis-py-0.1"]["summary"]["pair_median_per_floor"] is not None
     for floor in ("redis-floor-sync", "redis-floor-async"):
-        assert flat[floor]["summary"]["pair_median_per_peer"] is None
+        assert flat[floor]["summary"]["pair_median_per_peer"] == (
+            median(floor) / median("redis-py-0.1")
+        )
         assert flat[floor]["summary"]["pair_median_per_floor"] is None
     assert "x floor" in result.stdout
+
+
+def test_a_floor_through_another_client_divides_no_row(tmp_path: Path) -> None:
+    """etcd's gRPC floor goes through another client than the backend's: it is shown beside
+    the peer, and tumbler's rows are divided by the gateway's floor, whichever comes first."""
+    pytest.importorskip("pyetcd")
+    etcd = pytest.importorskip("tumbler.testing.backends.etcd.server")
+    try:
+        etcd.etcd_program()
+    except etcd.EtcdNotInstalled as error:
+        server_unavailable(str(error))
+    names = ("etcd-grpc-floor-sync", "etcd-floor-sync", "etcd-sdk-python", "tumbler-sync")
+    picks = [arg for name in names for arg in ("--contender", name)]
+
+    result, figures = run_bench(tmp_path, "--start", "etcd", *picks, "--seconds", "0.3")
+
+    assert result.returncode == 0, result.stderr
+    flat = {row["contender"]: row["summary"] for row in figures["uncontended"]}
+
+    def median(name: str) -> float:
+        return float(flat[name]["pair_median_us"]["median"])
+
+    assert flat["tumbler-sync"]["pair_median_per_floor"] == (
+        median("tumbler-sync") / median("etcd-floor-sync")
+    )
+    grpc = flat["etcd-grpc-floor-sync"]
+    assert grpc["pair_median_per_peer"] == median("etcd-grpc-floor-sync") / median(
+        "etcd-sdk-python"
+    )
+    assert grpc["pair_median_per_floor"] is None
 
 
 FAILOVER = BENCH.with_name("failover.py")

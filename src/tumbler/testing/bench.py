@@ -148,6 +148,9 @@ class Contender:
     #: same client, that exclude nothing. Timed uncontended only, as the denominator of the
     #: uncontended table's ``x floor`` column for the rows of its flavour
     floor: ClassVar[bool] = False
+    #: whether a floor goes through the client the backend itself uses (the ``x floor``
+    #: denominator), or through another, for comparison (another transport to the store)
+    same_client: ClassVar[bool] = True
 
     @property
     def label(self) -> str:

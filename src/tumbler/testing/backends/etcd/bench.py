@@ -26,7 +26,9 @@ that lease if the key is absent and reads the lock's line of keys by create revi
 key's place in it is what a grant decides on), and release is one transaction that deletes
 the key if its create revision is still the one the acquire made. The blocking floor uses
 ``Gateway``, the asyncio one ``AsyncGateway``; the ``x floor`` column divides by the one of
-the row's flavour.
+the row's flavour. ``etcd-grpc-floor-sync``, run only when named, sends the same two
+transactions over gRPC (etcd-sdk-python's channel and generated messages): what a gRPC
+transport would cost, shown beside the peer (``same_client`` False: no row is divided by it).
 
 The server's figures, read over HTTP from every member the URL names (summed): the request
 counter (``request_count``) is the gRPC messages the members have received
@@ -70,6 +72,7 @@ __all__ = [
     "EtcdBench",
     "EtcdFloor",
     "EtcdFloorAsync",
+    "EtcdGrpcFloor",
     "EtcdSdkPythonLock",
     "ToozEtcd3gw",
 ]
@@ -323,6 +326,105 @@ class EtcdFloorAsync(AsyncContender):
         return _AsyncFloorSession(gateway, _FloorPlan.make(config.prefix, lock_name), lease, ttl)
 
 
+class _GrpcFloorSession:
+    """The floor's two transactions over gRPC, built with etcd-sdk-python's generated
+    messages and sent through its channel's stub: what a gRPC transport would cost."""
+
+    def __init__(self, client: Any, plan: _FloorPlan, lease: int, ttl: int) -> None:
+        from pyetcd import etcdrpc
+        from pyetcd.utils import prefix_range_end
+
+        self._client = client
+        self._plan = plan
+        self._lease = lease
+        self._ttl = ttl
+        self._kept = time.monotonic()
+        self._revision: int | None = None
+        self._rpc = etcdrpc
+        line = client._build_get_range_request(
+            plan.line, prefix_range_end(plan.line), sort_order="ascend", sort_target="create"
+        )
+        self._read_line = etcdrpc.RequestOp(request_range=line)
+        self._put = etcdrpc.RequestOp(
+            request_put=client._build_put_request(plan.key, b"floor", lease)
+        )
+        self._delete = etcdrpc.RequestOp(
+            request_delete_range=client._build_delete_request(plan.key)
+        )
+
+    def _txn(self, compare: Any, success: list[Any], failure: list[Any]) -> Any:
+        request = self._rpc.TxnRequest(
+            compare=[compare.build_message()], success=success, failure=failure
+        )
+        client = self._client
+        return client.kvstub.Txn(
+            request, client.timeout, credentials=client.call_credentials, metadata=client.metadata
+        )
+
+    def acquire(self) -> None:
+        if time.monotonic() - self._kept > self._ttl / 3:
+            self._kept = time.monotonic()
+            for _ in self._client.refresh_lease(self._lease):
+                pass
+        create = self._client.transactions.create(self._plan.key)
+        reply = self._txn(create == 0, [self._put, self._read_line], [self._read_line])
+        if not reply.succeeded:
+            raise RuntimeError(f"the floor's key {self._plan.key!r} is there already")
+        for kv in reply.responses[1].response_range.kvs:
+            if kv.key == self._plan.key:
+                self._revision = kv.create_revision
+                return
+        raise RuntimeError(f"the floor's key {self._plan.key!r} is not in its line")
+
+    def release(self) -> None:
+        assert self._revision is not None, "released before acquired"
+        create = self._client.transactions.create(self._plan.key)
+        if not self._txn(create == self._revision, [self._delete], []).succeeded:
+            raise RuntimeError(f"the floor's key {self._plan.key!r} was not there to delete")
+        self._revision = None
+
+    def close(self) -> None:
+        try:
+            self._client.revoke_lease(self._lease)
+        finally:
+            self._client.close()
+
+
+@dataclass(frozen=True)
+class EtcdGrpcFloor(SyncContender):
+    """The floor's two transactions over gRPC (etcd-sdk-python's channel and generated
+    messages), not through tumbler's client: run only when named."""
+
+    name: ClassVar[str] = "etcd-grpc-floor-sync"
+    mechanism: ClassVar[str] = (
+        "floor over another transport: the same two txns as etcd-floor-sync, sent over gRPC "
+        "through etcd-sdk-python's channel and generated messages (what a gRPC transport "
+        "would cost); not the x floor of tumbler's rows; excludes nothing, timed uncontended "
+        "only, run only when named"
+    )
+    libraries: ClassVar[tuple[tuple[str, str], ...]] = EtcdSdkPythonLock.libraries
+    floor: ClassVar[bool] = True
+    default: ClassVar[bool] = False
+    same_client: ClassVar[bool] = False
+
+    def open(self, lock_name: str) -> SyncSession:
+        import pyetcd
+
+        config = _config(self.url)
+        host, port = _host_port(config.endpoints[0])
+        user, password = config.credentials or (None, None)
+        client = pyetcd.client(
+            host=host, port=port, timeout=config.request_timeout, user=user, password=password
+        )
+        try:
+            lease = client.lease(config.lease_ttl)
+            plan = _FloorPlan.make(config.prefix, lock_name)
+            return _GrpcFloorSession(client, plan, lease.id, config.lease_ttl)
+        except BaseException:
+            client.close()
+            raise
+
+
 # -- the server -----------------------------------------------------------------------------
 
 
@@ -429,6 +531,6 @@ BENCH = EtcdBench(
     # etcds:// needs the TLS files the peers are not given
     schemes=("etcd",),
     targets=(TestTarget("etcd", _Running),),
-    floors=(EtcdFloor, EtcdFloorAsync),
+    floors=(EtcdFloor, EtcdFloorAsync, EtcdGrpcFloor),
     reference=EtcdSdkPythonLock.name,
 )
