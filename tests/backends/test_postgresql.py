@@ -39,7 +39,7 @@ from tumbler.backends.kit._async.sql import POLLING_WAITER_TTL
 from tumbler.backends.kit.owners import owner_hash
 from tumbler.backends.postgresql.common import parse_config
 from tumbler.backends.postgresql.opener import open_async, open_sync
-from tumbler.backends.postgresql.statements import name_key, schema_key
+from tumbler.backends.postgresql.statements import Statements, name_key, schema_key
 from tumbler.cli import main
 from tumbler.errors import BackendUnavailable
 from tumbler.testing.backends.postgresql.server import (
@@ -428,6 +428,72 @@ def test_an_entry_tumbler_did_not_write_blocks_nothing(
         )
         assert locks.force_release("stock") == 0  # nothing live; the row is gone
         assert rows_of(admin, schema, "stock") == 0
+
+
+def test_what_a_decision_deletes_first_is_found_by_index_however_long_the_line(
+    url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """A grant, a release and a decision in the client first delete the name's ended and
+    unreadable entries (a lease past any tumbler grants, a lock-delay it never writes): each
+    reads those and the few entries its rule looks at, not the name's every entry, so a line
+    of 2,000 waiters costs them no more than a short one. Counted in rows the call read from
+    the table (``pg_stat_xact_user_tables``), each call rolled back."""
+    with tumbler.connect(url) as locks:
+        assert locks.lock("other").acquire(timeout=0)  # the schema is made
+    entries = sql.Identifier(schema, "tumbler_entries")
+    insert = sql.SQL(
+        "INSERT INTO {} (name, owner, shared, lim, fair, token, expires_at, holder, lease, "
+        "stamp, written_at, lock_delay) SELECT 'long', %s || i, false, 1, false, %s, "
+        "clock_timestamp() + %s * interval '1 second', 'by hand', 30, 0, now(), %s "
+        "FROM generate_series(1, %s) AS i"
+    ).format(entries)
+    admin.execute(insert, ("holder", 1, 3600, 0.0, 1))
+    admin.execute(insert, ("waiter", None, 3600, 0.0, 2000))
+    admin.execute(insert, ("ended", None, -1, 0.0, 1))
+    admin.execute(insert, ("far", 2, 10 * 366 * 86400, 0.0, 1))
+    admin.execute(insert, ("nan", 3, 3600, float("nan"), 1))
+    admin.execute("ANALYZE")
+    admin.commit()
+    statements = Statements.of(schema)
+    grant = {
+        "key": name_key(schema, "long"),
+        "queue": False,
+        "max_waiters": 10_000,
+        **{"name": "long", "owner": "asker", "shared": False, "lim": 1, "fair": False},
+        **{"holder": "test", "lock_delay": 0.0, "ttl": 3.0, "client": None},
+        **{"listener": None, "lease": 30.0, "stamp": 0},
+    }
+    calls: dict[str, tuple[bytes, Any]] = {
+        "a decision's clean-up": (statements.text["drop_expired"], ("long",)),
+        "a grant": (statements.text["grant"], grant),
+        "a release": (
+            sql.SQL("SELECT * FROM {}.tumbler_release(%s, 'long', 'holder1')")
+            .format(sql.Identifier(schema))
+            .as_bytes(admin),
+            (name_key(schema, "long"),),
+        ),
+    }
+
+    def rows_read() -> int:
+        # the session's counts not yet reported are in the view too: read before and after
+        row = admin.execute(
+            "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+            "WHERE relid = %s::regclass",
+            (f"{schema}.tumbler_entries",),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for call, (statement, arguments) in calls.items():
+        with admin.transaction(force_rollback=True):
+            before = rows_read()
+            admin.execute(statement, arguments)
+            read = rows_read() - before
+            assert read < 100, f"{call} read {read} rows of a line of 2,000"
+            # the unreadable rows gone, and the ended one (a grant and a decision delete it,
+            # the release its own grant)
+            assert rows_of(admin, schema, "long") == 2001, call
+    assert rows_of(admin, schema, "long") == 2004
 
 
 def test_a_grant_found_by_asking_is_taken_up_with_the_lease_asked(

@@ -83,10 +83,11 @@ What it guarantees
     does); one whose client polls cannot be told dead: its entry runs out, 1 s after its
     last poll (a polling waiter's entry is refreshed by every poll, and lives that long).
     A release reads the name's grants and the head of its line, each by an index, and a
-    decision in the client the part of the line the rule looks at. A decision first deletes
-    the name's ended and unreadable entries, and that statement reads every entry of the
-    name (the test for an unreadable row cannot use the index): about 5 ms for a line of
-    1,000 waiters, where the rest of the decision costs what it does for a short line.
+    decision in the client the part of the line the rule looks at; the ended and unreadable
+    entries a decision (and a release) deletes first are found by indexes too (a lease past
+    any tumbler grants by the one on expiry, a lock-delay it never writes by a partial one),
+    so neither costs more with a longer line. Queueing does: a new waiter counts the line
+    against ``max_waiters``, by its index, up to the cap.
 
 What it cannot promise
     PostgreSQL's streaming replication is asynchronous by default: a failover to a replica

@@ -81,15 +81,24 @@ from psycopg import sql
 
 from ..._core import MAX_LOCK_DELAY, MAX_TTL
 
-#: an entry whose lease ends later than any tumbler grants (``_core.MAX_TTL``, and a day: more
-#: than any lock-delay adds) was not written by tumbler: ``infinity``, which no arithmetic
-#: takes, or a far future that would hold the name for ever; nor was one whose lock-delay is
-#: none tumbler gives (NaN, infinite, below 0, above ``_core.MAX_LOCK_DELAY``). Decisions drop
-#: it as if expired; ``inspect`` counts it.
-_UNREADABLE = (
-    f"(expires_at > clock_timestamp() + interval '{round(MAX_TTL + 86400)} seconds' "
-    f"OR NOT lock_delay BETWEEN 0 AND {MAX_LOCK_DELAY:.0f})"
-)
+#: a lock-delay tumbler never writes (NaN and infinity among them: NaN is above every
+#: number to PostgreSQL): the predicate of the partial index that finds such entries
+_BAD_DELAY = f"NOT lock_delay BETWEEN 0 AND {MAX_LOCK_DELAY:.0f}"
+
+
+def _unreadable(at: str) -> str:
+    """Whether an entry is unreadable at time ``at``: one whose lease ends later than any
+    tumbler grants (``_core.MAX_TTL``, and a day: more than any lock-delay adds) was not
+    written by tumbler (``infinity``, which no arithmetic takes, or a far future that would
+    hold the name for ever), nor was one whose lock-delay is none tumbler gives
+    (``_BAD_DELAY``). Decisions drop it as if expired; ``inspect`` counts it. Where ``at``
+    is a value (a variable, ``now()``), not ``clock_timestamp()``, indexes find such
+    entries: the one on ``expires_at`` the far future, the partial one of bad delays the
+    rest."""
+    return f"(expires_at > {at} + interval '{round(MAX_TTL + 86400)} seconds' OR {_BAD_DELAY})"
+
+
+_UNREADABLE = _unreadable("clock_timestamp()")
 #: an entry's lock-delay, as an interval (0 but for a grant made with one). Bounded, so that
 #: a delay tumbler never writes (an unreadable entry, which its name's next decision drops)
 #: fails no arithmetic meanwhile: NaN and infinity would.
@@ -174,6 +183,10 @@ _CREATE = (
     "(name, seq) WHERE token IS NULL AND fair AND NOT shared",
     "CREATE INDEX IF NOT EXISTS tumbler_entries_limits ON {s}.tumbler_entries (name, lim) "
     "WHERE shared",
+    # the entries with a lock-delay tumbler never writes, which each decision deletes: none,
+    # but for a row written by hand
+    "CREATE INDEX IF NOT EXISTS tumbler_entries_bad_delay ON {s}.tumbler_entries (name) "
+    "WHERE {bad_delay}",
     """CREATE TABLE IF NOT EXISTS {s}.tumbler_evictions (
         name       text NOT NULL,
         owner      text NOT NULL,         -- SHA-1 of the evicted grant's owner id
@@ -248,11 +261,11 @@ _CREATE = (
         undecided := false;
         line_full := false;
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
-        -- a value, not clock_timestamp() itself, so that the index on (name, expires_at)
-        -- finds the expired entries: a volatile call is no index bound
+        -- a value, not clock_timestamp() itself, so that the indexes find the expired and
+        -- unreadable entries: a volatile call is no index bound
         at := clock_timestamp();
         DELETE FROM {s}.tumbler_entries
-            WHERE name = lock_name AND (expires_at <= at OR {unreadable});
+            WHERE name = lock_name AND (expires_at <= at OR {unreadable_at});
         -- A grant a release handed to a waiter that has not taken it up yet (see
         -- tumbler_hand_off), whose client no longer listens (its listener key is free: the
         -- process died, or its connection closed, in the moment after the release saw it
@@ -395,9 +408,12 @@ _CREATE = (
         OUT removed boolean, OUT others_wait boolean
     ) LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        at timestamptz;
     BEGIN
         PERFORM {s}.tumbler_take_name(lock_key, lock_name);
-        DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND {unreadable};
+        at := clock_timestamp();  -- a value, an index bound (see tumbler_grant)
+        DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND {unreadable_at};
         -- a lapsed grant stays: its owner's release does not end its lock-delay
         DELETE FROM {s}.tumbler_entries WHERE name = lock_name AND owner = lock_owner
             AND (lock_delay = 0 OR {lease_end} > clock_timestamp())
@@ -440,9 +456,9 @@ _STATEMENTS = {
     "hold_listener": "SELECT pg_advisory_lock_shared((%(key)s >> 32)::integer, "
     "(%(key)s & 2147483647)::integer)",
     # now() (the transaction's start) rather than clock_timestamp(), which is no index bound:
-    # the name's expired entries are found by the index on (name, expires_at)
+    # the name's expired and unreadable entries are found by the indexes
     "drop_expired": "DELETE FROM {s}.tumbler_entries "
-    "WHERE name = %s AND (expires_at <= now() OR {unreadable})",
+    "WHERE name = %s AND (expires_at <= now() OR {unreadable_now})",
     "grant": "SELECT granted, lease_left, undecided, line_full FROM {s}.tumbler_grant(%(key)s, "
     "%(name)s, %(owner)s, %(shared)s, %(lim)s, %(fair)s, %(lease)s, %(holder)s, %(queue)s, "
     "%(ttl)s, %(client)s, %(listener)s, %(stamp)s, %(max_waiters)s, %(lock_delay)s)",
@@ -573,7 +589,7 @@ _STATEMENTS = {
     # only rows no other transaction has locked: a sweep never waits for a transaction on a
     # name, so none can wait for it in turn (a deadlock); the name's next grant deletes the rest
     "sweep_entries": "DELETE FROM {s}.tumbler_entries WHERE seq IN (SELECT seq FROM "
-    "{s}.tumbler_entries WHERE expires_at <= clock_timestamp() OR {unreadable} LIMIT %s "
+    "{s}.tumbler_entries WHERE expires_at <= now() OR {unreadable_now} LIMIT %s "
     "FOR UPDATE SKIP LOCKED)",
     # names no entry uses; a transaction about to lock one makes it again (tumbler_take_name)
     "sweep_names": "DELETE FROM {s}.tumbler_names WHERE key IN (SELECT key FROM "
@@ -622,6 +638,9 @@ class Statements:
                     s=quoted,
                     next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens),
                     unreadable=sql.SQL(_UNREADABLE),
+                    unreadable_at=sql.SQL(_unreadable("at")),
+                    unreadable_now=sql.SQL(_unreadable("now()")),
+                    bad_delay=sql.SQL(_BAD_DELAY),
                     lease_end=sql.SQL(_LEASE_END),
                     delay=sql.SQL(_DELAY),
                     tell_watchers=sql.SQL(_TELL_WATCHERS).format(s=quoted),
