@@ -527,6 +527,25 @@ def test_a_grant_deletes_its_names_expired_rows_without_waiting_on_other_names(
     assert _seqs(cursor, statements, other) == {held}
 
 
+def test_a_release_deletes_its_names_expired_rows_and_the_names_row_with_the_last(
+    fresh_statements: Statements, cursor: Any
+) -> None:
+    """A release that leaves entries of its name deletes the expired ones (and the name's
+    row once none is left); one that leaves none skips that clean-up and deletes the row."""
+    statements = fresh_statements
+    names_row = f"SELECT COUNT(*) FROM {statements.prefix}names WHERE name = %s"
+    for expired in (True, False):
+        name = uuid.uuid4().hex.encode()
+        token, *_ = grant(cursor, statements, name, "holder")
+        assert token is not None
+        if expired:
+            _expired_entry(cursor, statements, name, "gone")
+        assert call(cursor, statements["release"], name, owner_hash("holder")) == (1, 0)
+        assert _seqs(cursor, statements, name) == set()
+        cursor.execute(names_row, (name,))
+        assert cursor.fetchone() == (0,)
+
+
 def test_the_wait_ends_at_once_when_the_doorbells_holder_is_gone(
     mariadb_server: MariaDBServer, statements: Statements
 ) -> None:
