@@ -37,6 +37,7 @@ from tumbler.backends import load_backend
 from tumbler.backends.contract import GrantRequest, Renewal
 from tumbler.backends.kit._async.sql import POLLING_WAITER_TTL
 from tumbler.backends.kit.owners import owner_hash
+from tumbler.backends.postgresql import statements as postgresql_statements
 from tumbler.backends.postgresql.common import parse_config
 from tumbler.backends.postgresql.opener import open_async, open_sync
 from tumbler.backends.postgresql.statements import Statements, name_key, schema_key
@@ -1179,7 +1180,8 @@ def test_a_schema_an_earlier_version_made_gets_its_indexes_and_grant_function(
         "{}.tumbler_grant(bigint, text, text, boolean, integer, boolean, float8, text, "
         "boolean, float8, text, bigint, bigint)"
     )
-    admin.execute(sql.SQL("DROP INDEX {}.tumbler_entries_limits").format(sql.Identifier(schema)))
+    for index in ("tumbler_entries_limits", "tumbler_entries_bad_delay"):
+        admin.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, index)))
     admin.execute(sql.SQL("COMMENT ON SCHEMA {} IS NULL").format(sql.Identifier(schema)))
     admin.execute(
         sql.SQL("CREATE FUNCTION " + old + " RETURNS void LANGUAGE sql AS ''").format(
@@ -1201,10 +1203,22 @@ def test_a_schema_an_earlier_version_made_gets_its_indexes_and_grant_function(
         return int(row[0])
 
     assert not found(f'"{schema}".tumbler_entries_limits')
+    assert not found(f'"{schema}".tumbler_entries_bad_delay')
     assert overloads() == 2
     with tumbler.connect(url) as locks, locks.lock("remade"):
         assert found(f'"{schema}".tumbler_entries_limits')
+        assert found(f'"{schema}".tumbler_entries_bad_delay')
         assert overloads() == 1
+
+
+def test_the_schemas_version_follows_every_part_its_statements_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema is made again when its version differs: a change of a part the functions
+    name (``{unreadable_at}`` ...) alone is a new version too, or the old functions stay."""
+    before = Statements.of("s").version
+    monkeypatch.setitem(postgresql_statements._PARTS, "unreadable_at", "(false)")
+    assert Statements.of("s").version != before
 
 
 def test_a_role_that_may_not_make_the_schema_is_told_so(

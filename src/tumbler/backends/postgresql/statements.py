@@ -124,6 +124,20 @@ SWEEP_ROWS = 100
 SWEEP_EVERY = 64
 
 
+#: the parts the statements name (``{unreadable}`` ...), each written once; the version of
+#: the tables and functions is that of the statements with these, so that a change of a part
+#: alone makes the functions again too
+_PARTS = {
+    "unreadable": _UNREADABLE,
+    "unreadable_at": _unreadable("at"),
+    "unreadable_now": _unreadable("now()"),
+    "bad_delay": _BAD_DELAY,
+    "lease_end": _LEASE_END,
+    "delay": _DELAY,
+    "tell_watchers": _TELL_WATCHERS,
+}
+
+
 def _version(statements: tuple[str, ...]) -> str:
     """What a schema's comment says once these statements made it."""
     return "tumbler " + hashlib.sha1("\0".join(statements).encode()).hexdigest()[:16]
@@ -629,7 +643,8 @@ class Statements:
 
         qualified = quoted.as_string()
         tokens = sql.Literal(f"{qualified}.tumbler_tokens")
-        version = _version((*_CREATE, _TELL_WATCHERS))
+        version = _version((*_CREATE, *_PARTS.values()))
+        parts = {key: sql.SQL(text).format(s=quoted) for key, text in _PARTS.items()}
 
         def compose(text: str) -> bytes:
             return (
@@ -637,14 +652,8 @@ class Statements:
                 .format(
                     s=quoted,
                     next_token=sql.SQL("pg_catalog.nextval({}::regclass)").format(tokens),
-                    unreadable=sql.SQL(_UNREADABLE),
-                    unreadable_at=sql.SQL(_unreadable("at")),
-                    unreadable_now=sql.SQL(_unreadable("now()")),
-                    bad_delay=sql.SQL(_BAD_DELAY),
-                    lease_end=sql.SQL(_LEASE_END),
-                    delay=sql.SQL(_DELAY),
-                    tell_watchers=sql.SQL(_TELL_WATCHERS).format(s=quoted),
                     version=sql.Literal(version),
+                    **parts,
                 )
                 .as_bytes(None)
             )
