@@ -102,6 +102,17 @@ def _host_port(endpoint: str) -> tuple[str, int]:
     return parts.hostname or "localhost", parts.port or DEFAULT_PORT
 
 
+def _pyetcd_client(config: Any) -> Any:
+    """An etcd-sdk-python client (gRPC) of the URL's first member, with its credentials."""
+    import pyetcd
+
+    host, port = _host_port(config.endpoints[0])
+    user, password = config.credentials or (None, None)
+    return pyetcd.client(
+        host=host, port=port, timeout=config.request_timeout, user=user, password=password
+    )
+
+
 # -- the peers ------------------------------------------------------------------------------
 
 
@@ -122,14 +133,7 @@ class EtcdSdkPythonLock(SyncContender):
     )
 
     def open(self, lock_name: str) -> SyncSession:
-        import pyetcd
-
-        config = _config(self.url)
-        host, port = _host_port(config.endpoints[0])
-        user, password = config.credentials or (None, None)
-        client = pyetcd.client(
-            host=host, port=port, timeout=config.request_timeout, user=user, password=password
-        )
+        client = _pyetcd_client(_config(self.url))
         try:
             lock = client.lock(f"bench-{lock_name}", ttl=math.ceil(self.options.ttl))
         except BaseException:
@@ -210,8 +214,10 @@ def _gateway_options(config: Any) -> dict[str, Any]:
 
 
 class _FloorSession:
-    def __init__(self, gateway: Any, plan: _FloorPlan, lease: int, ttl: int) -> None:
-        self._gateway = gateway
+    """A blocking floor session: its lease kept alive before an acquire once a third of it
+    has gone, its key put and deleted; the transport's methods say how."""
+
+    def __init__(self, plan: _FloorPlan, lease: int, ttl: int) -> None:
         self._plan = plan
         self._lease = lease
         self._ttl = ttl
@@ -221,24 +227,65 @@ class _FloorSession:
     def acquire(self) -> None:
         if time.monotonic() - self._kept > self._ttl / 3:
             self._kept = time.monotonic()
-            self._gateway.keep_alive(self._lease)
-        succeeded, _revision, responses = self._gateway.txn(*self._plan.acquire(self._lease))
-        if not succeeded:
-            raise RuntimeError(f"the floor's key {self._plan.key!r} is there already")
-        self._revision = self._plan.created(responses)
+            self._keep_alive()
+        self._revision = self._put()
 
     def release(self) -> None:
         assert self._revision is not None, "released before acquired"
-        succeeded, _revision, _responses = self._gateway.txn(*self._plan.release(self._revision))
-        if not succeeded:
+        if not self._delete(self._revision):
             raise RuntimeError(f"the floor's key {self._plan.key!r} was not there to delete")
         self._revision = None
 
     def close(self) -> None:
         try:
-            self._gateway.revoke(self._lease)
+            self._revoke()
         finally:
-            self._gateway.close()
+            self._close()
+
+    def _refused(self) -> RuntimeError:
+        return RuntimeError(f"the floor's key {self._plan.key!r} is there already")
+
+    def _keep_alive(self) -> None:
+        raise NotImplementedError
+
+    def _put(self) -> int:
+        """Put the key if absent and read the line: the key's create revision."""
+        raise NotImplementedError
+
+    def _delete(self, revision: int) -> bool:
+        """Delete the key if its create revision is ``revision``: whether it did."""
+        raise NotImplementedError
+
+    def _revoke(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+class _GatewayFloorSession(_FloorSession):
+    def __init__(self, gateway: Any, plan: _FloorPlan, lease: int, ttl: int) -> None:
+        super().__init__(plan, lease, ttl)
+        self._gateway = gateway
+
+    def _keep_alive(self) -> None:
+        self._gateway.keep_alive(self._lease)
+
+    def _put(self) -> int:
+        succeeded, _revision, responses = self._gateway.txn(*self._plan.acquire(self._lease))
+        if not succeeded:
+            raise self._refused()
+        return self._plan.created(responses)
+
+    def _delete(self, revision: int) -> bool:
+        succeeded, _revision, _responses = self._gateway.txn(*self._plan.release(revision))
+        return bool(succeeded)
+
+    def _revoke(self) -> None:
+        self._gateway.revoke(self._lease)
+
+    def _close(self) -> None:
+        self._gateway.close()
 
 
 @dataclass(frozen=True)
@@ -265,7 +312,7 @@ class EtcdFloor(SyncContender):
         except BaseException:
             gateway.close()
             raise
-        return _FloorSession(gateway, _FloorPlan.make(config.prefix, lock_name), lease, ttl)
+        return _GatewayFloorSession(gateway, _FloorPlan.make(config.prefix, lock_name), lease, ttl)
 
 
 class _AsyncFloorSession:
@@ -326,7 +373,7 @@ class EtcdFloorAsync(AsyncContender):
         return _AsyncFloorSession(gateway, _FloorPlan.make(config.prefix, lock_name), lease, ttl)
 
 
-class _GrpcFloorSession:
+class _GrpcFloorSession(_FloorSession):
     """The floor's two transactions over gRPC, built with etcd-sdk-python's generated
     messages and sent through its channel's stub: what a gRPC transport would cost."""
 
@@ -334,21 +381,17 @@ class _GrpcFloorSession:
         from pyetcd import etcdrpc
         from pyetcd.utils import prefix_range_end
 
+        super().__init__(plan, lease, ttl)
         self._client = client
-        self._plan = plan
-        self._lease = lease
-        self._ttl = ttl
-        self._kept = time.monotonic()
-        self._revision: int | None = None
         self._rpc = etcdrpc
         line = client._build_get_range_request(
             plan.line, prefix_range_end(plan.line), sort_order="ascend", sort_target="create"
         )
         self._read_line = etcdrpc.RequestOp(request_range=line)
-        self._put = etcdrpc.RequestOp(
+        self._put_key = etcdrpc.RequestOp(
             request_put=client._build_put_request(plan.key, b"floor", lease)
         )
-        self._delete = etcdrpc.RequestOp(
+        self._delete_key = etcdrpc.RequestOp(
             request_delete_range=client._build_delete_request(plan.key)
         )
 
@@ -361,33 +404,29 @@ class _GrpcFloorSession:
             request, client.timeout, credentials=client.call_credentials, metadata=client.metadata
         )
 
-    def acquire(self) -> None:
-        if time.monotonic() - self._kept > self._ttl / 3:
-            self._kept = time.monotonic()
-            for _ in self._client.refresh_lease(self._lease):
-                pass
+    def _keep_alive(self) -> None:
+        for _ in self._client.refresh_lease(self._lease):
+            pass
+
+    def _put(self) -> int:
         create = self._client.transactions.create(self._plan.key)
-        reply = self._txn(create == 0, [self._put, self._read_line], [self._read_line])
+        reply = self._txn(create == 0, [self._put_key, self._read_line], [self._read_line])
         if not reply.succeeded:
-            raise RuntimeError(f"the floor's key {self._plan.key!r} is there already")
+            raise self._refused()
         for kv in reply.responses[1].response_range.kvs:
             if kv.key == self._plan.key:
-                self._revision = kv.create_revision
-                return
+                return int(kv.create_revision)
         raise RuntimeError(f"the floor's key {self._plan.key!r} is not in its line")
 
-    def release(self) -> None:
-        assert self._revision is not None, "released before acquired"
+    def _delete(self, revision: int) -> bool:
         create = self._client.transactions.create(self._plan.key)
-        if not self._txn(create == self._revision, [self._delete], []).succeeded:
-            raise RuntimeError(f"the floor's key {self._plan.key!r} was not there to delete")
-        self._revision = None
+        return bool(self._txn(create == revision, [self._delete_key], []).succeeded)
 
-    def close(self) -> None:
-        try:
-            self._client.revoke_lease(self._lease)
-        finally:
-            self._client.close()
+    def _revoke(self) -> None:
+        self._client.revoke_lease(self._lease)
+
+    def _close(self) -> None:
+        self._client.close()
 
 
 @dataclass(frozen=True)
@@ -408,14 +447,8 @@ class EtcdGrpcFloor(SyncContender):
     same_client: ClassVar[bool] = False
 
     def open(self, lock_name: str) -> SyncSession:
-        import pyetcd
-
         config = _config(self.url)
-        host, port = _host_port(config.endpoints[0])
-        user, password = config.credentials or (None, None)
-        client = pyetcd.client(
-            host=host, port=port, timeout=config.request_timeout, user=user, password=password
-        )
+        client = _pyetcd_client(config)
         try:
             lease = client.lease(config.lease_ttl)
             plan = _FloorPlan.make(config.prefix, lock_name)
