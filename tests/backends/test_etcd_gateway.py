@@ -643,3 +643,105 @@ def test_the_idle_connections_a_client_keeps_are_bounded(server: EtcdServer) -> 
     finally:
         close_client(client)
     assert all(connection.sock.fileno() == -1 for connection in taken)
+
+
+def _reply(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+@FLAVOURS
+def test_a_connection_whose_member_sent_more_than_its_reply_is_not_taken_again(
+    flavour: str,
+) -> None:
+    """A member (or a proxy) that sends bytes past a reply, here a second reply nobody asked
+    for, in the same read: h11 keeps them as the start of the next reply, which the next
+    request on that connection would take for its own. The connection is closed, and the
+    next request goes on a new one."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(PATIENCE)
+        port = listener.getsockname()[1]
+        answered: list[int] = []
+
+        def serve() -> None:
+            for number in (1, 2):
+                accepted, _ = listener.accept()
+                with accepted:
+                    accepted.settimeout(PATIENCE)
+                    received = b""
+                    while not received.endswith(b"{}"):  # the request's body, "{}"
+                        received += accepted.recv(4096)
+                    extra = _reply(b'{"stale":true}') if number == 1 else b""
+                    accepted.sendall(_reply(b'{"n":%d}' % number) + extra)
+                    answered.append(number)
+                    # the client closes the first connection, the second at its own close
+                    while accepted.recv(4096):
+                        pass
+
+        serving = threading.Thread(target=serve, daemon=True)
+        serving.start()
+
+        def sync(client: Any) -> list[Any]:
+            replies = [post(client, "/v3/kv/range", {}, {}) for _ in range(2)]
+            assert len(client._idle) == 1  # the second request's connection
+            return replies
+
+        async def asyncio_(client: Any) -> list[Any]:
+            return [await apost(client, "/v3/kv/range", {}, {}) for _ in range(2)]
+
+        replies = _in_flavour(
+            flavour, sync if flavour == "sync" else asyncio_, f"http://127.0.0.1:{port}"
+        )
+        serving.join(PATIENCE)
+    assert replies == [(200, {"n": 1}), (200, {"n": 2})]
+    assert answered == [1, 2]
+
+
+@FLAVOURS
+def test_a_stream_whose_client_closes_while_it_opens_is_closed_not_kept(
+    server: EtcdServer, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's close shuts its open streams down; a stream still being opened then is
+    not among them yet: it fails once open, its connection closed, rather than wait for lines
+    on a client nobody will close again."""
+    opened: list[Any] = []
+    watch = [{"create_request": {"key": b64("/t/closing")}}]
+    if flavour == "sync":
+        client = open_client(server.client_url, None, 30.0)
+        connect = client.connect
+
+        def closing(deadline: float, stream: Any = None) -> Any:
+            connection = connect(deadline, stream)
+            opened.append(connection)
+            client.close()
+            return connection
+
+        monkeypatch.setattr(client, "connect", closing)
+        with (
+            pytest.raises(HTTPFailure, match="closed"),
+            stream_lines(client, "/v3/watch", watch, {}, LineStream()),
+        ):
+            pass
+        (connection,) = opened
+        assert connection.sock.fileno() == -1
+        assert client._streams == set()
+        return
+
+    async def main() -> None:
+        client = aopen_client(server.client_url, None, 30.0)
+        connect = client.connect
+
+        async def closing(*args: Any, **kwargs: Any) -> Any:
+            connection = await connect(*args, **kwargs)
+            opened.append(connection)
+            await client.close()
+            return connection
+
+        monkeypatch.setattr(client, "connect", closing)
+        with pytest.raises(HTTPFailure, match="closed"):
+            async with astream_lines(client, "/v3/watch", watch, {}, LineStream()):
+                pass
+        (connection,) = opened
+        assert connection.writer.transport.is_closing()
+        assert client._streams == set()
+
+    asyncio.run(main())

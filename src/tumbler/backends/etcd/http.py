@@ -96,7 +96,8 @@ _T = TypeVar("_T")
 
 class HTTPFailure(Exception):
     """A request that got no whole reply. ``not_sent``: it surely did not reach the member
-    (its connection could not be made, or nothing of it was written)."""
+    (its connection could not be made, or nothing of it was written that the member could
+    read)."""
 
     def __init__(self, message: str, *, not_sent: bool = False) -> None:
         super().__init__(message)
@@ -118,6 +119,10 @@ def not_sent(failure: Exception) -> bool:
     connection could not be made, or h11 refused to write it, or nothing of it was
     written."""
     return isinstance(failure, HTTPFailure) and failure.not_sent
+
+
+#: the most plaintext one TLS record carries
+_TLS_RECORD = 16384
 
 
 def _left(deadline: float) -> float:
@@ -197,8 +202,14 @@ def _wire(protocol: h11.Connection, request: h11.Request, payload: bytes) -> byt
 
 def _next_cycle(protocol: h11.Connection) -> bool:
     """Start the connection's next request/response cycle if both sides are done with this
-    one (a reply that asked to close the connection is not); whether it could be."""
-    if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
+    one (a reply that asked to close the connection is not) and the member sent nothing past
+    its reply (h11 would keep those bytes as the start of the next one: another request would
+    read them as its reply); whether it could be."""
+    if (
+        protocol.our_state is h11.DONE
+        and protocol.their_state is h11.DONE
+        and protocol.trailing_data == (b"", False)
+    ):
         protocol.start_next_cycle()
         return True
     return False
@@ -244,18 +255,22 @@ class _Lines:
     __slots__ = ("_pending",)
 
     def __init__(self) -> None:
-        self._pending = b""
+        # the chunks of the line not ended yet, joined once it ends: a long line costs its
+        # length, not its length times its chunks
+        self._pending: list[bytes] = []
 
     def feed(self, data: bytes) -> list[str]:
-        pending = self._pending + data
         if b"\n" not in data:
-            self._pending = pending
+            self._pending.append(data)
             return []
-        *whole, self._pending = pending.split(b"\n")
-        return [line.rstrip(b"\r").decode("utf-8", "replace") for line in whole]
+        first, *whole, rest = data.split(b"\n")
+        self._pending.append(first)
+        lines = [b"".join(self._pending), *whole]
+        self._pending = [rest] if rest else []
+        return [line.rstrip(b"\r").decode("utf-8", "replace") for line in lines]
 
     def end(self) -> list[str]:
-        rest, self._pending = self._pending, b""
+        rest, self._pending = b"".join(self._pending), []
         return [rest.decode("utf-8", "replace")] if rest else []
 
 
@@ -323,6 +338,31 @@ def _payload(body: Any) -> bytes:
 # -- blocking --------------------------------------------------------------------------------
 
 
+def _open_socket(host: str, port: int, deadline: float) -> socket.socket:
+    """A TCP connection to the first of ``host``'s addresses that takes one before
+    ``deadline``: each address tries for the time left, not for a timeout of its own (a
+    host with two addresses that drop the connect would take twice the request's bound)."""
+    failed: OSError | None = None
+    for family, kind, protocol, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM
+    ):
+        sock = socket.socket(family, kind, protocol)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(address)
+        except OSError as error:
+            sock.close()
+            failed = error
+            if isinstance(error, TimeoutError):
+                break  # the time is up for every address
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise failed or OSError(f"{host} has no address")
+
+
 class _Connection:
     """One connection of a blocking client: its socket and h11's view of it."""
 
@@ -354,14 +394,17 @@ class _Connection:
     def send(self, request: h11.Request, payload: bytes, deadline: float) -> None:
         data = _wire(self.protocol, request, payload)
         view = memoryview(data)
+        # TLS: one record a send, which reaches the member's reader whole or not at all (one
+        # send of more may fail having written records)
+        piece = _TLS_RECORD if isinstance(self.sock, ssl.SSLSocket) else len(data)
         written = 0
         try:
             while written < len(data):
                 self.sock.settimeout(_left(deadline))
-                written += self.sock.send(view[written:])
+                written += self.sock.send(view[written : written + piece])
         except OSError as error:
-            # a send that fails has handed the kernel nothing: so has the request if it was
-            # the first
+            # a send that fails has handed the member nothing it can read: so has the request
+            # if it was the first
             raise HTTPFailure(f"writing the request: {error!r}", not_sent=not written) from error
 
     def event(self, deadline: float | None) -> object:
@@ -426,7 +469,7 @@ class Client:
         """A new connection (TLS done); ``HTTPFailure`` (not sent) if it cannot be made."""
         member = self.member
         try:
-            sock = socket.create_connection((member.host, member.port), timeout=_left(deadline))
+            sock = _open_socket(member.host, member.port, deadline)
         except OSError as error:
             raise HTTPFailure(f"connecting to {member.url}: {error!r}", not_sent=True) from error
         try:
@@ -501,15 +544,17 @@ def post(
     try:
         connection.send(request, payload, deadline)
         reply = connection.reply(deadline)
-        if _next_cycle(connection.protocol):
-            # kept inside: an interrupt after it closes the connection, which the pool's
-            # check drops
-            client.checkin(connection)
-        else:
-            connection.close()
+        kept = _next_cycle(connection.protocol)
     except BaseException:
         connection.close()
         raise
+    # outside: an interrupt amid the check-in must not close a connection that another
+    # thread may have taken from the pool already (one that lands before leaves it to the
+    # garbage collector, closed)
+    if kept:
+        client.checkin(connection)
+    else:
+        connection.close()
     return reply.decoded()
 
 
@@ -525,7 +570,13 @@ def stream_lines(
         raise HTTPFailure("the client is closed", not_sent=True)
     connection = client.connect(deadline, stream)
     with client._lock:
-        client._streams.add(connection)
+        # a close while the connection was made has not seen it: it is not kept
+        closed = client._closed
+        if not closed:
+            client._streams.add(connection)
+    if closed:
+        connection.close()
+        raise HTTPFailure("the client is closed", not_sent=True)
     try:
         connection.send(request, payload, deadline)
         head = connection.head(deadline)
@@ -561,12 +612,15 @@ class _AsyncConnection:
         """Whether an idle connection can carry a request: open, and with nothing read (an
         end of stream: the member closed it; bytes: something nobody asked for)."""
         reader = self.reader
+        # bytes the event loop has read for the stream already: no public way to ask; were
+        # the private buffer gone, no connection would be taken again (a new one a request)
+        buffered = getattr(reader, "_buffer", None)
         return not (
             self.writer.transport.is_closing()
             or reader.at_eof()
             or reader.exception() is not None
-            # bytes the event loop has read for the stream already (no public way to ask)
-            or len(getattr(reader, "_buffer", b"")) > 0
+            or buffered is None
+            or len(buffered) > 0
         )
 
     async def send(self, request: h11.Request, payload: bytes, progress: _Progress) -> None:
@@ -830,6 +884,9 @@ async def astream_lines(
     connection = await _within(
         client.timeout, _astream(client, path, request, payload, stream, progress), progress
     )
+    if client._closed:  # closed while the stream opened, unseen by the close
+        connection.close()
+        raise HTTPFailure("the client is closed")
     client._streams.add(connection)
     try:
         stream.lines = connection.lines()
