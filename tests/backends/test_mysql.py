@@ -1270,6 +1270,13 @@ def test_a_waiter_handed_the_lock_keeps_it_till_it_dies_then_the_next_has_it(
     )
 
 
+def waiter_lock_held(server: MariaDBServer, key: int) -> bool:
+    """Whether a connection holds the waiter lock of the client whose listener key is ``key``."""
+    with server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
+        cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
+        return cursor.fetchone()[0] is not None
+
+
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
     mariadb_server: MariaDBServer, flavour: str
@@ -1292,11 +1299,6 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
         finally:
             await waiter.close()
 
-    def held(key: int) -> bool:
-        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
-            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
-            return cursor.fetchone()[0] is not None
-
     with tumbler.connect(url) as one:
         holder = one._backend
         assert holder.try_grant(_request("stock", "a")) is not None
@@ -1312,7 +1314,10 @@ def test_a_waiter_killed_before_its_client_listens_is_told_dead_too(
                 waiter.close()
         else:
             key = asyncio.run(first_try())
-        eventually(lambda: not held(key), "the waiter's connections are gone")
+        eventually(
+            lambda: not waiter_lock_held(mariadb_server, key),
+            "the waiter's connections are gone",
+        )
         assert one.status("stock").waiters == 1
         assert holder.release("stock", "a")
         assert one.status("stock").holders == ()  # not handed over
@@ -1330,24 +1335,19 @@ def test_only_a_waiter_written_before_its_client_listens_takes_the_waiter_lock(
     url = f"{mariadb_server.url}?table_prefix=claim_{uuid.uuid4().hex[:8]}_"
     request = GrantRequest("stock", "b", False, 1, True, 30.0, "test")
 
-    def held(key: int) -> bool:
-        with mariadb_server.connect(TUMBLER_DATABASE) as admin, admin.cursor() as cursor:
-            cursor.execute("SELECT IS_USED_LOCK(CONCAT('tumbler-waiter-', %s))", (key,))
-            return cursor.fetchone()[0] is not None
-
     with tumbler.connect(url) as one:
         holder = one._backend
         granted = holder.watch("stock", "a")  # made before the first try, as the locks do
         assert holder.try_grant(_request("stock", "a")) is not None
         granted.close()
         assert not holder.wakeups.subscribed()
-        assert not held(holder.wakeups.key)
+        assert not waiter_lock_held(mariadb_server, holder.wakeups.key)
         waiter = open_sync(parse_url(url))
         try:
             watch = waiter.watch("stock", "b")
             assert waiter.try_grant(request) is None
             assert not waiter.wakeups.subscribed()
-            assert held(waiter.wakeups.key)
+            assert waiter_lock_held(mariadb_server, waiter.wakeups.key)
             assert holder.release("stock", "a")
             # handed to the waiter (a grant it has yet to take up), not deleted as dead
             assert [h.token is not None for h in one.status("stock").holders] == [True]

@@ -57,6 +57,15 @@ def run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[s
     return result, json.loads(figures.read_text(encoding="utf-8"))
 
 
+def uncontended(figures: Any) -> dict[str, Any]:
+    """The uncontended rows' summaries of a ``--json`` file, by contender."""
+    return {row["contender"]: row["summary"] for row in figures["uncontended"]}
+
+
+def pair_median(flat: dict[str, Any], name: str) -> float:
+    return float(flat[name]["pair_median_us"]["median"])
+
+
 def test_tiny_run_measures_every_row_and_the_counter_check_passes(tmp_path: Path) -> None:
     sqlite_url = f"sqlite:///{tmp_path / 'locks.db'}"
     memory_url = "memory://bench-smoke"
@@ -262,15 +271,15 @@ def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
     result, figures = run_bench(tmp_path, "--start", "redis", *picks, "--seconds", "0.3")
 
     assert result.returncode == 0, result.stderr
-    flat = {row["contender"]: row for row in figures["uncontended"]}
+    flat = uncontended(figures)
     assert set(flat) == set(names)
     # a floor excludes nothing: it has no contended row (it would fail the counter check)
     assert {row["contender"] for row in figures["contended"]} == {"redis-py-0.1", "tumbler-sync"}
 
     def median(name: str) -> float:
-        return float(flat[name]["summary"]["pair_median_us"]["median"])
+        return pair_median(flat, name)
 
-    tumbler_sync = flat["tumbler-sync"]["summary"]
+    tumbler_sync = flat["tumbler-sync"]
     # tumbler's blocking row over the store's reference peer and over the blocking floor
     assert tumbler_sync["pair_median_per_peer"] == median("tumbler-sync") / median("redis-py-0.1")
     assert tumbler_sync["pair_median_per_floor"] == (
@@ -278,16 +287,15 @@ def test_a_stores_floor_is_timed_uncontended_and_divides_its_flavours_rows(
     )
     # the peer has a floor ratio but is not its own reference; a floor has a ratio to the
     # peer (what the store's round trips cost beside the peer's lock), and none to a floor
-    assert flat["redis-py-0.1"]["summary"]["pair_median_per_peer"] is None
-    assert flat["redis-py-0.1"]["summary"]["pair_median_per_floor"] is not None
+    assert flat["redis-py-0.1"]["pair_median_per_peer"] is None
+    assert flat["redis-py-0.1"]["pair_median_per_floor"] is not None
     for floor in ("redis-floor-sync", "redis-floor-async"):
-        assert flat[floor]["summary"]["pair_median_per_peer"] == (
-            median(floor) / median("redis-py-0.1")
-        )
-        assert flat[floor]["summary"]["pair_median_per_floor"] is None
+        assert flat[floor]["pair_median_per_peer"] == median(floor) / median("redis-py-0.1")
+        assert flat[floor]["pair_median_per_floor"] is None
     assert "x floor" in result.stdout
 
 
+@pytest.mark.servers  # a throwaway etcd: not the quick tier's
 def test_a_floor_through_another_client_divides_no_row(tmp_path: Path) -> None:
     """etcd's gRPC floor goes through another client than the backend's: it is shown beside
     the peer, and tumbler's rows are divided by the gateway's floor, whichever comes first."""
@@ -303,10 +311,10 @@ def test_a_floor_through_another_client_divides_no_row(tmp_path: Path) -> None:
     result, figures = run_bench(tmp_path, "--start", "etcd", *picks, "--seconds", "0.3")
 
     assert result.returncode == 0, result.stderr
-    flat = {row["contender"]: row["summary"] for row in figures["uncontended"]}
+    flat = uncontended(figures)
 
     def median(name: str) -> float:
-        return float(flat[name]["pair_median_us"]["median"])
+        return pair_median(flat, name)
 
     assert flat["tumbler-sync"]["pair_median_per_floor"] == (
         median("tumbler-sync") / median("etcd-floor-sync")
