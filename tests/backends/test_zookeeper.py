@@ -371,6 +371,52 @@ def test_a_waiter_is_granted_on_a_read_made_after_a_sync_with_the_leader(
         assert sent == [("sync", busy), ("children", busy)]
 
 
+@pytest.mark.asyncio
+async def test_asyncio_a_waiter_is_granted_on_a_read_made_after_a_sync_with_the_leader(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    """The same in the asyncio flavour: a woken waiter sends its sync and its one read of
+    the line together, and is granted on that read."""
+    base = base_path()
+    url = f"{zookeeper_server.url_for(base)}?session_timeout=10"
+    async with await tumbler.aio.connect(url) as holder, await tumbler.aio.connect(url) as waiter:
+        sent: list[tuple[str, str]] = []
+        client = waiter._backend._client
+        sync_async = client.sync_async
+        get_children_async = client.get_children_async
+
+        def syncing(path: str) -> Any:
+            sent.append(("sync", path))
+            return sync_async(path)
+
+        def listing(path: str, *args: Any, **kwargs: Any) -> Any:
+            sent.append(("children", path))
+            return get_children_async(path, *args, **kwargs)
+
+        client.sync_async = syncing
+        client.get_children_async = listing
+        waits = asyncio.Event()
+        try_grant = waiter._backend.try_grant
+
+        async def answered(request: GrantRequest) -> Any:
+            answer = await try_grant(request)
+            if answer is None:
+                waits.set()
+            return answer
+
+        waiter._backend.try_grant = answered
+        lock = holder.lock("busy")
+        assert await lock.acquire(timeout=0)
+        waiting = asyncio.ensure_future(waiter.lock("busy").acquire(timeout=PATIENCE))
+        await asyncio.wait_for(waits.wait(), PATIENCE)
+        busy = f"{base}/{encode_name('busy')}"
+        assert ("sync", busy) not in sent
+        sent.clear()
+        await lock.release()
+        assert await waiting is True
+        assert sent == [("sync", busy), ("children", busy)]
+
+
 def test_an_entry_of_its_own_session_left_by_a_lost_create_is_cleared_from_the_line(
     zookeeper_server: ZooKeeperServer, raw: KazooClient
 ) -> None:
